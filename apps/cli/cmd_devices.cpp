@@ -1,0 +1,86 @@
+// `spritetorch devices`: what this machine and this build can run on, and what `auto` picks.
+#include <iomanip>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "common/compat.h"
+#include "common/cpu_threads.h"
+#include "device/device.h"
+
+#if __has_include(<torch/csrc/distributed/c10d/ProcessGroup.hpp>)
+#define SPRITETORCH_HAS_C10D 1
+#else
+#define SPRITETORCH_HAS_C10D 0
+#endif
+#if __has_include(<gloo/config.h>)
+#define SPRITETORCH_HAS_GLOO 1
+#else
+#define SPRITETORCH_HAS_GLOO 0
+#endif
+
+namespace spritetorch::cli {
+
+namespace {
+
+std::string gib(int64_t bytes) {
+  if (bytes < 0) return "?";
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(1) << static_cast<double>(bytes) / (1024.0 * 1024 * 1024) << " GiB";
+  return s.str();
+}
+
+}  // namespace
+
+Subcommand add_devices_command(CLI::App& app) {
+  auto* sub = app.add_subcommand("devices", "List every device with its memory and capabilities, "
+                                            "and the one --device auto picks");
+  auto json = std::make_shared<bool>(false);
+  sub->add_flag("--json", *json, "Print one JSON object instead of the table");
+  return {sub, [json]() {
+            const auto devices = device::list_devices();
+            const torch::Device picked = device::pick_device("auto");
+            const CpuThreads threads = current_cpu_threads();
+            if (*json) {
+              nlohmann::json list = nlohmann::json::array();
+              for (const auto& d : devices)
+                list.push_back({{"device", d.device.str()}, {"name", d.name},
+                                {"total_memory", d.total_memory}, {"free_memory", d.free_memory},
+                                {"compute_capability", d.compute_capability},
+                                {"bf16", d.bf16}, {"fp16", d.fp16}});
+              std::cout << nlohmann::json{{"devices", list}, {"auto", picked.str()},
+                                          {"libtorch", compat::torch_version()},
+                                          {"cuda_built", SPRITETORCH_WITH_CUDA != 0},
+                                          {"mps_available", compat::mps_available()},
+                                          {"distributed_c10d", SPRITETORCH_HAS_C10D != 0},
+                                          {"gloo_headers", SPRITETORCH_HAS_GLOO != 0},
+                                          {"blas", threads.blas_name},
+                                          {"intra_op_threads", threads.intra_op},
+                                          {"blas_threads", threads.blas}}
+                               .dump(2)
+                        << "\n";
+              return 0;
+            }
+            std::cout << std::left << std::setw(8) << "device" << std::setw(44) << "name"
+                      << std::setw(12) << "total" << std::setw(12) << "free" << std::setw(6)
+                      << "cc" << std::setw(6) << "bf16" << "fp16\n";
+            for (const auto& d : devices)
+              std::cout << std::setw(8) << d.device.str() << std::setw(44) << d.name.substr(0, 43)
+                        << std::setw(12) << gib(d.total_memory) << std::setw(12) << gib(d.free_memory)
+                        << std::setw(6) << (d.compute_capability.empty() ? "-" : d.compute_capability)
+                        << std::setw(6) << (d.bf16 ? "yes" : "no") << (d.fp16 ? "yes" : "no") << "\n";
+            std::cout << "\nauto picks: " << device::display_name(picked) << "\n"
+                      << "LibTorch " << compat::torch_version() << "; built with CUDA: "
+                      << (SPRITETORCH_WITH_CUDA ? "yes" : "no")
+                      << "; MPS: " << (compat::mps_available() ? "yes" : "no")
+                      << "; distributed (c10d): " << (SPRITETORCH_HAS_C10D ? "yes" : "no")
+                      << ", Gloo headers: " << (SPRITETORCH_HAS_GLOO ? "yes" : "no") << "\n"
+                      << "BLAS: " << threads.blas_name << "\n"
+                      << "CPU threads: " << threads.intra_op << " intra-op, "
+                      << (threads.blas > 0 ? std::to_string(threads.blas) : std::string("?"))
+                      << " BLAS\n";
+            return 0;
+          }};
+}
+
+}  // namespace spritetorch::cli

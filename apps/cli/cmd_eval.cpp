@@ -1,0 +1,53 @@
+// `spritetorch eval --checkpoint PATH`: loss, accuracy, per-class accuracy, confusion matrix.
+#include <iostream>
+
+#include "commands.h"
+#include "common/error.h"
+#include "device/device.h"
+#include "output.h"
+#include "train/trainer.h"
+
+namespace spritetorch::cli {
+
+Subcommand add_eval_command(CLI::App& app) {
+  auto* sub = app.add_subcommand("eval", "Evaluate a checkpoint on its dataset's test split");
+  struct Flags {
+    std::string checkpoint, device = "auto", data_dir = data::kDefaultFashionMnistDir;
+    int64_t batch_size = 1000, limit = 0;
+    bool json = false;
+  };
+  auto f = std::make_shared<Flags>();
+  sub->add_option("--checkpoint", f->checkpoint, "Checkpoint written by train --save")->required();
+  sub->add_option("--device", f->device, "auto | cpu | cuda | cuda:N | mps")->capture_default_str();
+  sub->add_option("--data", f->data_dir, "Folder with the Fashion-MNIST IDX files")->capture_default_str();
+  sub->add_option("--batch-size", f->batch_size, "Samples per forward pass")->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub->add_option("--limit", f->limit, "Evaluate on the first N test samples only (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_flag("--json", f->json, "Print the report as JSON");
+
+  return {sub, [f]() {
+            const torch::Device device = device::pick_device(f->device);
+            const train::Checkpoint checkpoint = train::load_checkpoint(f->checkpoint);
+            train::TrainConfig config;
+            config.dataset = checkpoint.meta.value("dataset", std::string("fashion-mnist"));
+            config.data_dir = f->data_dir;
+            config.seed = checkpoint.meta.value("seed", uint64_t{1});
+            config.test_limit = f->limit;
+            const data::Dataset test = train::load_datasets(config).test;
+            auto model = train::model_from_checkpoint(checkpoint, f->checkpoint, device);
+            data::ResidentLoader loader(test, device, {f->batch_size, false, false, config.seed});
+            const auto report = train::evaluate(*model, loader, test.num_classes());
+            if (f->json) {
+              std::cout << eval_json(report, test.class_names).dump() << "\n";
+            } else {
+              std::cout << "Using device: " << device::display_name(device) << "\n"
+                        << "Checkpoint: " << f->checkpoint << " (" << checkpoint.meta.value("model", std::string("?"))
+                        << ", epoch " << checkpoint.meta.value("epoch", int64_t{0}) << ")\n";
+              print_eval(std::cout, report, test.class_names);
+            }
+            return 0;
+          }};
+}
+
+}  // namespace spritetorch::cli

@@ -1,0 +1,119 @@
+// `spritetorch train`: by default the seeds' Fashion-MNIST example, then a test-set evaluation.
+#include <iomanip>
+#include <iostream>
+
+#include "commands.h"
+#include "models/classifier.h"
+#include "output.h"
+#include "train/flat_optimizer.h"
+#include "train/trainer.h"
+
+namespace spritetorch::cli {
+
+namespace {
+
+// Human-readable progress; goes to stderr when stdout carries JSON.
+class PrintingObserver : public train::TrainObserver {
+ public:
+  PrintingObserver(std::ostream& out, bool print_steps) : out_(out), print_steps_(print_steps) {}
+  void on_start(const std::string& device, const train::Settings& settings) override {
+    out_ << "Using device: " << device << "\n";
+    print_settings(out_, settings);
+    out_.flush();
+  }
+  void on_log(const train::StepLog& log) override {
+    if (!print_steps_) return;
+    out_ << "  epoch " << log.epoch << " step " << log.step << "/" << log.steps << "  loss "
+         << std::fixed << std::setprecision(4) << log.running_loss << std::defaultfloat << "\n";
+    out_.flush();
+  }
+  void on_epoch(const train::EpochReport& r) override {
+    out_ << "Epoch " << r.epoch << "/" << r.epochs << "  loss " << std::fixed << std::setprecision(4)
+         << r.loss << "  train acc " << r.accuracy << "  " << std::setprecision(2) << r.seconds
+         << " s  " << std::setprecision(0) << r.images_per_second << " img/s" << std::defaultfloat
+         << "\n";
+    out_.flush();
+  }
+
+ private:
+  std::ostream& out_;
+  bool print_steps_;
+};
+
+}  // namespace
+
+Subcommand add_train_command(CLI::App& app) {
+  auto* sub = app.add_subcommand(
+      "train", "Train a classifier (default: the seeds' Fashion-MNIST MLP, 5 epochs) and evaluate it");
+  auto config = std::make_shared<train::TrainConfig>();
+  auto json = std::make_shared<bool>(false);
+  auto verbose = std::make_shared<bool>(false);
+  config->model.clear();  // empty = ann, or the resumed checkpoint's model
+  sub->add_option("--device", config->device, "auto | cpu | cuda | cuda:N | mps (auto: CUDA, else MPS, else CPU)")
+      ->capture_default_str();
+  sub->add_option("--model", config->model, "ann (seed MLP 784-128-64-10) | cnn | simplenn (seed 003, 3-10-2) [default: ann]")
+      ->check(CLI::IsMember(models::model_names()));
+  sub->add_option("--dataset", config->dataset, "fashion-mnist | dummy (random learnable data for simplenn)")
+      ->check(CLI::IsMember({"fashion-mnist", "dummy"}))
+      ->capture_default_str();
+  sub->add_option("--data", config->data_dir, "Folder with the Fashion-MNIST IDX files (plain or .gz)")
+      ->capture_default_str();
+  sub->add_option("--epochs", config->epochs, "Epochs to train (in total, when resuming)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  sub->add_option("--batch-size", config->batch_size, "Samples per step")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  sub->add_option("--lr", config->lr, "Learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  sub->add_option("--optimizer", config->optimizer, "adam | sgd")
+      ->check(CLI::IsMember(train::optimizer_names()))->capture_default_str();
+  sub->add_option("--momentum", config->momentum, "SGD momentum")->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  sub->add_option("--seed", config->seed, "Seed for weights and data order")->capture_default_str();
+  sub->add_option("--log-every", config->log_every, "Steps between running-loss lines (0: per epoch only)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  sub->add_option("--train-limit", config->train_limit, "Train on the first N samples only (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--test-limit", config->test_limit, "Evaluate on the first N test samples only (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--threads", config->threads, "LibTorch intra-op CPU threads (0: default, 1)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  sub->add_option("--blas-threads", config->blas_threads, "OpenBLAS threads (0: default, one per core)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  sub->add_option("--step", config->step,
+                  "auto | autograd | fused (fused: hand-written forward/backward for ReLU MLPs)")
+      ->check(CLI::IsMember({"auto", "autograd", "fused"}))->capture_default_str();
+  sub->add_flag("--drop-last", config->drop_last, "Drop the last partial batch of each epoch");
+  sub->add_option("--save", config->save, "Write a checkpoint here after training");
+  sub->add_option("--resume", config->resume, "Continue from this checkpoint")->check(CLI::ExistingFile);
+  sub->add_flag("--json", *json, "Print a JSON summary on stdout (progress goes to stderr)");
+  sub->add_flag("--verbose", *verbose, "Also print the running loss every --log-every steps");
+
+  return {sub, [config, json, verbose]() {
+            std::ostream& human = *json ? std::cerr : std::cout;
+            PrintingObserver printer(human, *verbose);
+            const train::TrainReport report = train::train(*config, &printer);
+
+            human << std::fixed << std::setprecision(2) << "Train time: " << report.train_seconds
+                  << " s\n" << std::setprecision(4) << "Test Accuracy: " << report.test.accuracy
+                  << std::defaultfloat << "\n";
+            if (!config->save.empty()) human << "Saved checkpoint: " << config->save << "\n";
+            if (*json) {
+              nlohmann::json epochs = nlohmann::json::array();
+              for (const auto& e : report.epochs)
+                epochs.push_back({{"epoch", e.epoch}, {"loss", e.loss}, {"accuracy", e.accuracy},
+                                  {"seconds", e.seconds}, {"images_per_second", e.images_per_second}});
+              nlohmann::json settings = nlohmann::json::object();
+              for (const auto& [k, v] : report.settings) settings[k] = v;
+              std::cout << nlohmann::json{{"device", report.device},
+                                          {"settings", settings},
+                                          {"epochs", epochs},
+                                          {"train_s", report.train_seconds},
+                                          {"test", eval_json(report.test, report.class_names)},
+                                          {"accuracy", report.test.accuracy}}
+                               .dump()
+                        << "\n";
+            }
+            return 0;
+          }};
+}
+
+}  // namespace spritetorch::cli

@@ -1,0 +1,41 @@
+// spritetorch: train, evaluate and run small image models on the best device there is.
+// A thin shell over the library: parse flags, call it, print; errors become exit codes
+// (0 success, 2 bad usage or bad input, 1 an internal failure).
+#include <c10/util/Exception.h>
+
+#include <iostream>
+
+#include "commands.h"
+#include "common/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"spritetorch: train, evaluate and run small image models (Fashion-MNIST, pixel-art "
+               "sprites) on CUDA, MPS or the CPU"};
+  app.set_version_flag("--version", std::string("spritetorch ") + SPRITETORCH_VERSION);
+  app.require_subcommand(1, 1);
+  const std::vector<spritetorch::cli::Subcommand> commands = {
+      spritetorch::cli::add_devices_command(app),
+      spritetorch::cli::add_train_command(app),
+      spritetorch::cli::add_eval_command(app),
+  };
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // prints help, the version or the parse error
+  }
+  try {
+    for (const auto& command : commands)
+      if (command.app->parsed()) return command.run();
+    return 2;
+  } catch (const spritetorch::Error& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    if (!e.hint().empty()) std::cerr << "hint: " << e.hint() << "\n";
+    return 2;
+  } catch (const c10::Error& e) {
+    std::cerr << "error: LibTorch: " << e.what_without_backtrace() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+}

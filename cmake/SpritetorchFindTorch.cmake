@@ -1,0 +1,36 @@
+# Finds LibTorch, in the order the user's intent goes:
+#   1. whatever CMAKE_PREFIX_PATH / Torch_DIR point at (an unpacked LibTorch, a pip torch);
+#   2. the pip torch of `python3`, if it imports and its cmake prefix exists
+#      (Debian's python3-torch reports a prefix that does not exist: it is checked, not trusted);
+#   3. Debian's libtorch-dev (1.13, CPU), found by plain find_package.
+# Defines SPRITETORCH_WITH_CUDA (ON when the found LibTorch has CUDA) and SPRITETORCH_WITH_DISTRIBUTED.
+
+find_package(Torch QUIET CONFIG)
+if(NOT Torch_FOUND)
+  find_package(Python3 QUIET COMPONENTS Interpreter)
+  if(Python3_Interpreter_FOUND)
+    execute_process(
+      COMMAND ${Python3_EXECUTABLE} -c "import torch.utils; print(torch.utils.cmake_prefix_path)"
+      OUTPUT_VARIABLE _st_pip_prefix OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE _st_rc)
+    if(_st_rc EQUAL 0 AND EXISTS "${_st_pip_prefix}/Torch/TorchConfig.cmake")
+      message(STATUS "spritetorch: using the pip torch of ${Python3_EXECUTABLE}: ${_st_pip_prefix}")
+      list(APPEND CMAKE_PREFIX_PATH "${_st_pip_prefix}")
+      find_package(Torch QUIET CONFIG)
+    endif()
+  endif()
+endif()
+if(NOT Torch_FOUND)
+  message(FATAL_ERROR "LibTorch not found. On Debian 12: apt-get install libtorch-dev "
+                      "libopenblas0-pthread libgloo-dev (scripts/setup does it); or pass "
+                      "-DCMAKE_PREFIX_PATH=<libtorch or torch.utils.cmake_prefix_path>.")
+endif()
+
+if(TARGET torch_cuda)
+  set(SPRITETORCH_WITH_CUDA ON)
+else()
+  set(SPRITETORCH_WITH_CUDA OFF)
+endif()
+# Torch's own flags (ABI macro) go on every target through TORCH_LIBRARIES' interface; add CXX flags too.
+# -fno-math-errno lets the compiler vectorise sqrt in the flat optimizer loops.
+set(CMAKE_CXX_FLAGS "${CMAKE_CXX_FLAGS} ${TORCH_CXX_FLAGS} -fno-math-errno")
+message(STATUS "spritetorch: LibTorch ${Torch_VERSION} at ${Torch_DIR}; CUDA: ${SPRITETORCH_WITH_CUDA}")

@@ -1,0 +1,30 @@
+// Errors that reach the user. Each says what went wrong and, where we know it, what to do about it.
+// The CLI turns an Error into "error: <what>\nhint: <hint>" and exit code 2; anything else is a bug
+// (exit 1).
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace spritetorch {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& what, std::string hint = {})
+      : std::runtime_error(what), hint_(std::move(hint)) {}
+  const std::string& hint() const { return hint_; }
+
+ private:
+  std::string hint_;
+};
+
+// A file that is not what it claims to be. The message always names the file, what was expected
+// and what was found.
+class DataError : public Error {
+ public:
+  DataError(const std::string& file, const std::string& expected, const std::string& found,
+            std::string hint = {})
+      : Error(file + ": expected " + expected + ", found " + found, std::move(hint)) {}
+};
+
+}  // namespace spritetorch

@@ -1,0 +1,64 @@
+// Batches for the training loop, already on the training device.
+//
+// Both loaders visit every sample exactly once per epoch, in the order epoch_order() gives for
+// (seed, epoch), so the same seed yields the same batches whichever loader serves them.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "data/dataset.h"
+
+namespace spritetorch::data {
+
+struct Batch {
+  torch::Tensor inputs;  // (B, C, H, W) or (B, F) float32, on the loader's device
+  torch::Tensor labels;  // (B) int64, on the loader's device
+};
+
+// The sample order of one epoch: a permutation of 0..n-1 drawn from a generator seeded with
+// (seed, epoch), or 0..n-1 when not shuffling. (n) int64 on the CPU.
+torch::Tensor epoch_order(int64_t n, uint64_t seed, int64_t epoch, bool shuffle);
+
+struct LoaderOptions {
+  int64_t batch_size = 64;
+  bool shuffle = true;
+  bool drop_last = false;  // drop the last partial batch instead of serving it short
+  uint64_t seed = 1;
+};
+
+class Loader {
+ public:
+  virtual ~Loader() = default;
+  virtual int64_t batches_per_epoch() const = 0;
+  virtual int64_t samples_per_epoch() const = 0;
+  virtual void start_epoch(int64_t epoch) = 0;
+  // Fills `batch` and returns true, or returns false at the end of the epoch.
+  virtual bool next(Batch& batch) = 0;
+  virtual torch::Device device() const = 0;
+};
+
+// "Prepare data on the GPU if possible": the whole dataset is uploaded once, as uint8, and each
+// batch is gathered and converted on the device. No host work and no copy per step; one copy of
+// the epoch's order (n int64) per epoch.
+class ResidentLoader : public Loader {
+ public:
+  ResidentLoader(const Dataset& dataset, torch::Device device, LoaderOptions options);
+  int64_t batches_per_epoch() const override;
+  int64_t samples_per_epoch() const override;
+  void start_epoch(int64_t epoch) override;
+  bool next(Batch& batch) override;
+  torch::Device device() const override { return device_; }
+
+ private:
+  torch::Tensor inputs_;  // the dataset's inputs, on device_
+  torch::Tensor labels_;  // (N) int64, on device_
+  torch::Tensor order_;   // (N) int64, on device_; undefined when not shuffling
+  torch::Device device_;
+  LoaderOptions options_;
+  int64_t cursor_ = 0;
+};
+
+}  // namespace spritetorch::data

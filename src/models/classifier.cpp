@@ -1,0 +1,84 @@
+#include "models/classifier.h"
+
+#include <numeric>
+
+#include "common/error.h"
+
+namespace spritetorch::models {
+
+namespace {
+
+int64_t product(const std::vector<int64_t>& dims) {
+  return std::accumulate(dims.begin(), dims.end(), int64_t{1}, std::multiplies<int64_t>());
+}
+
+std::string shape_string(const std::vector<int64_t>& dims) {
+  std::string out = "(";
+  for (size_t i = 0; i < dims.size(); ++i) out += (i ? ", " : "") + std::to_string(dims[i]);
+  return out + ")";
+}
+
+}  // namespace
+
+AnnImpl::AnnImpl(int64_t in_features, int64_t classes) {
+  fc1 = register_module("fc1", torch::nn::Linear(in_features, 128));
+  fc2 = register_module("fc2", torch::nn::Linear(128, 64));
+  out = register_module("out", torch::nn::Linear(64, classes));
+}
+
+torch::Tensor AnnImpl::forward(torch::Tensor x) {
+  x = x.view({x.size(0), -1});  // (B, 784)
+  x = torch::relu(fc1(x));
+  x = torch::relu(fc2(x));
+  return out(x);  // logits: CrossEntropy applies the softmax
+}
+
+SimpleNnImpl::SimpleNnImpl(int64_t in_features, int64_t classes) {
+  fc1 = register_module("fc1", torch::nn::Linear(in_features, 10));
+  fc2 = register_module("fc2", torch::nn::Linear(10, classes));
+}
+
+torch::Tensor SimpleNnImpl::forward(torch::Tensor x) {
+  return fc2(torch::relu(fc1(x.view({x.size(0), -1}))));
+}
+
+CnnImpl::CnnImpl(int64_t channels, int64_t height, int64_t width, int64_t classes) {
+  using torch::nn::Conv2dOptions;
+  conv1 = register_module("conv1", torch::nn::Conv2d(Conv2dOptions(channels, 32, /*kernel_size=*/3).padding(1)));
+  conv2 = register_module("conv2", torch::nn::Conv2d(Conv2dOptions(32, 64, /*kernel_size=*/3).padding(1)));
+  fc1 = register_module("fc1", torch::nn::Linear(64 * (height / 4) * (width / 4), 128));
+  fc2 = register_module("fc2", torch::nn::Linear(128, classes));
+  dropout = register_module("dropout", torch::nn::Dropout(0.25));
+}
+
+torch::Tensor CnnImpl::forward(torch::Tensor x) {
+  x = torch::max_pool2d(torch::relu(conv1(x)), 2);  // (B, 32, H/2, W/2)
+  x = torch::max_pool2d(torch::relu(conv2(x)), 2);  // (B, 64, H/4, W/4)
+  x = torch::relu(fc1(x.flatten(1)));
+  return fc2(dropout(x));
+}
+
+const std::vector<std::string>& model_names() {
+  static const std::vector<std::string> kNames = {"ann", "cnn", "simplenn"};
+  return kNames;
+}
+
+Classifier make_model(const ModelSpec& spec) {
+  if (spec.classes < 2) throw Error("a classifier needs at least 2 classes, got " + std::to_string(spec.classes));
+  const int64_t features = product(spec.input_shape);
+  if (spec.name == "ann") return std::make_shared<AnnImpl>(features, spec.classes);
+  if (spec.name == "simplenn") return std::make_shared<SimpleNnImpl>(features, spec.classes);
+  if (spec.name == "cnn") {
+    const auto& s = spec.input_shape;
+    if (s.size() != 3 || s[1] % 4 != 0 || s[2] % 4 != 0)
+      throw Error("model 'cnn' needs image inputs (C, H, W) with H and W divisible by 4; this "
+                      "dataset's samples are " + shape_string(s),
+                  "use --model ann or simplenn for feature vectors");
+    return std::make_shared<CnnImpl>(s[0], s[1], s[2], spec.classes);
+  }
+  std::string names;
+  for (const auto& n : model_names()) names += (names.empty() ? "" : ", ") + n;
+  throw Error("unknown model '" + spec.name + "': expected one of " + names);
+}
+
+}  // namespace spritetorch::models

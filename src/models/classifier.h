@@ -1,0 +1,61 @@
+// Image classifiers by name. Every model takes a float32 batch (B, C, H, W) or (B, F) and returns
+// logits (B, classes); layer names match the equivalent Python nn.Module, so state dicts line up.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace spritetorch::models {
+
+struct ModelSpec {
+  std::string name;                  // "ann", "simplenn", "cnn"
+  std::vector<int64_t> input_shape;  // per sample: {C, H, W} or {F}
+  int64_t classes = 10;
+};
+
+class ClassifierImpl : public torch::nn::Module {
+ public:
+  virtual torch::Tensor forward(torch::Tensor x) = 0;
+  // Non-empty when the model is exactly Linear, ReLU, Linear, ..., Linear on flattened inputs:
+  // then the trainer may use its fused step (train/train_step.h).
+  virtual std::vector<torch::nn::Linear> relu_mlp_layers() { return {}; }
+};
+using Classifier = std::shared_ptr<ClassifierImpl>;
+
+// Throws spritetorch::Error for an unknown name or an input shape the model cannot take.
+Classifier make_model(const ModelSpec& spec);
+const std::vector<std::string>& model_names();
+
+// The seed's network: flatten, 784-128-64-10 with ReLU (seeds/004, section 8).
+class AnnImpl : public ClassifierImpl {
+ public:
+  AnnImpl(int64_t in_features, int64_t classes);
+  torch::Tensor forward(torch::Tensor x) override;
+  std::vector<torch::nn::Linear> relu_mlp_layers() override { return {fc1, fc2, out}; }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr}, out{nullptr};
+};
+
+// Seed 003's SimpleNN: 3-10-2 with ReLU.
+class SimpleNnImpl : public ClassifierImpl {
+ public:
+  SimpleNnImpl(int64_t in_features, int64_t classes);
+  torch::Tensor forward(torch::Tensor x) override;
+  std::vector<torch::nn::Linear> relu_mlp_layers() override { return {fc1, fc2}; }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+};
+
+// A small CNN that beats the MLP: two 3x3 conv + ReLU + 2x2 max-pool stages (32, 64 channels),
+// then 128 hidden units with dropout. Needs H and W divisible by 4.
+class CnnImpl : public ClassifierImpl {
+ public:
+  CnnImpl(int64_t channels, int64_t height, int64_t width, int64_t classes);
+  torch::Tensor forward(torch::Tensor x) override;
+  torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+  torch::nn::Dropout dropout{nullptr};
+};
+
+}  // namespace spritetorch::models

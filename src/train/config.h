@@ -1,0 +1,33 @@
+// Everything one training run needs to know; the CLI fills it from flags, tests fill it directly.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "data/fashion_mnist.h"
+
+namespace spritetorch::train {
+
+struct TrainConfig {
+  std::string model = "ann";               // ann | cnn | simplenn
+  std::string dataset = "fashion-mnist";   // fashion-mnist | dummy
+  std::string data_dir = data::kDefaultFashionMnistDir;
+  std::string device = "auto";             // auto | cpu | cuda | cuda:N | mps
+  int64_t epochs = 5;
+  int64_t batch_size = 64;
+  double lr = 1e-3;
+  std::string optimizer = "adam";          // adam | sgd
+  double momentum = 0.0;                   // sgd only
+  uint64_t seed = 1;
+  int64_t log_every = 200;                 // steps between reads of the running loss (0 = per epoch)
+  int64_t train_limit = 0;                 // use only the first N training samples (0 = all)
+  int64_t test_limit = 0;                  // evaluate on the first N test samples (0 = all)
+  int threads = 0;                         // CPU intra-op threads (0 = default: 1)
+  int blas_threads = 0;                    // OpenBLAS threads (0 = default: one per core)
+  bool drop_last = false;
+  std::string step = "auto";               // auto | autograd | fused (train/train_step.h)
+  std::string save;                        // checkpoint written after the last epoch
+  std::string resume;                      // checkpoint to continue from
+};
+
+}  // namespace spritetorch::train

@@ -1,0 +1,54 @@
+#include "train/evaluator.h"
+
+#include <limits>
+
+#include "device/device.h"
+
+namespace spritetorch::train {
+
+EvalReport evaluate(models::ClassifierImpl& model, data::Loader& loader, int64_t classes) {
+  const bool was_training = model.is_training();
+  model.eval();
+  const torch::Device device = loader.device();
+  const auto on_device = torch::TensorOptions().device(device);
+
+  EvalReport report;
+  {
+    c10::InferenceMode inference;
+    auto loss_sum = torch::zeros({}, on_device.dtype(torch::kFloat64));
+    auto confusion = torch::zeros({classes * classes}, on_device.dtype(torch::kInt64));
+    loader.start_epoch(0);
+    data::Batch batch;
+    bool checked = false;
+    while (loader.next(batch)) {
+      if (!checked) {
+        const auto params = model.parameters();
+        if (!params.empty())
+          device::expect_on_device(batch.inputs, params[0].device(), "the evaluation batch", "the model");
+        checked = true;
+      }
+      auto logits = model.forward(batch.inputs);  // (B, K)
+      loss_sum += torch::cross_entropy_loss(logits, batch.labels, {}, at::Reduction::Sum).to(torch::kFloat64);
+      auto predicted = logits.argmax(1);
+      confusion += torch::bincount(batch.labels * classes + predicted, {}, classes * classes);
+    }
+    report.confusion = confusion.view({classes, classes}).cpu();
+    report.samples = report.confusion.sum().item<int64_t>();
+    report.loss = report.samples ? loss_sum.item<double>() / static_cast<double>(report.samples) : 0.0;
+  }
+  const auto correct = report.confusion.diagonal();
+  const auto per_class = report.confusion.sum(1);
+  report.accuracy = report.samples ? static_cast<double>(correct.sum().item<int64_t>()) /
+                                         static_cast<double>(report.samples)
+                                   : 0.0;
+  for (int64_t k = 0; k < classes; ++k) {
+    const int64_t n = per_class[k].item<int64_t>();
+    report.per_class_accuracy.push_back(
+        n ? static_cast<double>(correct[k].item<int64_t>()) / static_cast<double>(n)
+          : std::numeric_limits<double>::quiet_NaN());
+  }
+  if (was_training) model.train();
+  return report;
+}
+
+}  // namespace spritetorch::train

@@ -1,0 +1,25 @@
+// Evaluation of a classifier: loss, accuracy, per-class accuracy and the confusion matrix, all
+// accumulated on the device and read back once at the end.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "data/loader.h"
+#include "models/classifier.h"
+
+namespace spritetorch::train {
+
+struct EvalReport {
+  double loss = 0;      // mean cross-entropy over the samples
+  double accuracy = 0;  // share of samples whose argmax is the label
+  int64_t samples = 0;
+  std::vector<double> per_class_accuracy;  // (K); NaN for a class with no samples
+  torch::Tensor confusion;                 // (K, K) int64 on the CPU: row = true, column = predicted
+};
+
+// Runs under inference mode with the model in eval mode; restores train mode if it was on.
+EvalReport evaluate(models::ClassifierImpl& model, data::Loader& loader, int64_t classes);
+
+}  // namespace spritetorch::train

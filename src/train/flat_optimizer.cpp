@@ -1,0 +1,127 @@
+#include "train/flat_optimizer.h"
+
+#include <cmath>
+
+#include "common/error.h"
+
+namespace spritetorch::train {
+
+const std::vector<std::string>& optimizer_names() {
+  static const std::vector<std::string> kNames = {"adam", "sgd"};
+  return kNames;
+}
+
+FlatOptimizer::FlatOptimizer(const std::vector<torch::Tensor>& parameters, OptimizerOptions options)
+    : options_(std::move(options)) {
+  if (options_.kind != "adam" && options_.kind != "sgd")
+    throw Error("unknown optimizer '" + options_.kind + "': expected adam or sgd");
+  if (!(options_.lr > 0)) throw Error("learning rate must be positive, got " + std::to_string(options_.lr));
+  if (parameters.empty()) throw Error("the model has no parameters to optimise");
+
+  int64_t total = 0;
+  for (const auto& p : parameters) {
+    if (p.scalar_type() != parameters[0].scalar_type() || p.device() != parameters[0].device())
+      throw Error("flat optimizer: all parameters must share one dtype and device");
+    total += p.numel();
+  }
+  const auto opts = parameters[0].options().requires_grad(false);
+  values_ = torch::empty({total}, opts);
+  grads_ = torch::zeros({total}, opts);
+  torch::NoGradGuard no_grad;
+  int64_t offset = 0;
+  for (auto p : parameters) {
+    const int64_t n = p.numel();
+    auto value_view = values_.narrow(0, offset, n).view(p.sizes());
+    value_view.copy_(p);
+    p.set_data(value_view);
+    // Autograd accumulates into a defined .grad in place, so backward writes straight into grads_.
+    p.mutable_grad() = grads_.narrow(0, offset, n).view(p.sizes());
+    offset += n;
+  }
+  exp_avg_ = torch::zeros({total}, opts);
+  if (options_.kind == "adam") exp_avg_sq_ = torch::zeros({total}, opts);
+}
+
+void FlatOptimizer::step() {
+  torch::NoGradGuard no_grad;
+  ++steps_;
+  if (options_.kind == "adam")
+    adam_step();
+  else
+    sgd_step();
+}
+
+void FlatOptimizer::adam_step() {
+  const double b1 = options_.beta1, b2 = options_.beta2;
+  const double bias1 = 1.0 - std::pow(b1, static_cast<double>(steps_));
+  const double bias2_sqrt = std::sqrt(1.0 - std::pow(b2, static_cast<double>(steps_)));
+  const double step_size = options_.lr / bias1;
+
+  if (values_.is_cpu() && values_.scalar_type() == torch::kFloat32) {
+    // One pass over memory instead of six: the seed MLP's 109k parameters fit in L2.
+    float* p = values_.data_ptr<float>();
+    const float* g = grads_.data_ptr<float>();
+    float* m = exp_avg_.data_ptr<float>();
+    float* v = exp_avg_sq_.data_ptr<float>();
+    const float fb1 = static_cast<float>(b1), fb2 = static_cast<float>(b2);
+    const float one_minus_b1 = static_cast<float>(1.0 - b1), one_minus_b2 = static_cast<float>(1.0 - b2);
+    const float inv_bias2_sqrt = static_cast<float>(1.0 / bias2_sqrt);
+    const float eps = static_cast<float>(options_.eps);
+    const float neg_step = static_cast<float>(-step_size);
+    const int64_t n = values_.numel();
+    for (int64_t i = 0; i < n; ++i) {
+      const float gi = g[i];
+      const float mi = m[i] * fb1 + one_minus_b1 * gi;
+      const float vi = v[i] * fb2 + one_minus_b2 * gi * gi;
+      m[i] = mi;
+      v[i] = vi;
+      p[i] += neg_step * mi / (std::sqrt(vi) * inv_bias2_sqrt + eps);
+    }
+    return;
+  }
+  // Any other device: five whole-buffer kernels, the same arithmetic.
+  exp_avg_.mul_(b1).add_(grads_, 1.0 - b1);
+  exp_avg_sq_.mul_(b2).addcmul_(grads_, grads_, 1.0 - b2);
+  auto denom = (exp_avg_sq_.sqrt() / bias2_sqrt).add_(options_.eps);
+  values_.addcdiv_(exp_avg_, denom, -step_size);
+}
+
+void FlatOptimizer::sgd_step() {
+  if (options_.momentum == 0.0) {
+    values_.add_(grads_, -options_.lr);
+    return;
+  }
+  // PyTorch's SGD: the buffer starts as the first gradient, then buf = momentum * buf + grad.
+  if (steps_ == 1)
+    exp_avg_.copy_(grads_);
+  else
+    exp_avg_.mul_(options_.momentum).add_(grads_);
+  values_.add_(exp_avg_, -options_.lr);
+}
+
+std::map<std::string, torch::Tensor> FlatOptimizer::state() const {
+  std::map<std::string, torch::Tensor> out;
+  out["step"] = torch::tensor({steps_}, torch::kInt64);
+  out["exp_avg"] = exp_avg_.cpu();
+  if (exp_avg_sq_.defined()) out["exp_avg_sq"] = exp_avg_sq_.cpu();
+  return out;
+}
+
+void FlatOptimizer::load_state(const std::map<std::string, torch::Tensor>& state) {
+  auto take = [&](const std::string& key, torch::Tensor& into) {
+    auto it = state.find(key);
+    if (it == state.end()) throw Error("optimizer state lacks '" + key + "'");
+    if (it->second.numel() != into.numel())
+      throw Error("optimizer state '" + key + "' has " + std::to_string(it->second.numel()) +
+                  " values; this model needs " + std::to_string(into.numel()));
+    torch::NoGradGuard no_grad;
+    into.copy_(it->second.view(into.sizes()));
+  };
+  auto step_it = state.find("step");
+  if (step_it == state.end() || step_it->second.numel() != 1) throw Error("optimizer state lacks 'step'");
+  steps_ = step_it->second.item<int64_t>();
+  take("exp_avg", exp_avg_);
+  if (exp_avg_sq_.defined()) take("exp_avg_sq", exp_avg_sq_);
+}
+
+}  // namespace spritetorch::train

@@ -1,0 +1,54 @@
+// Adam and SGD over flat buffers.
+//
+// The stock LibTorch optimizers launch a dozen small kernels per parameter tensor every step. Here
+// the parameters and their gradients are re-pointed into two contiguous buffers once, so zeroing the
+// gradients is one fill and a step is a few whole-buffer operations (one fused loop on the CPU).
+// The arithmetic is PyTorch's (torch.optim.Adam / SGD without weight decay); tests compare the two.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace spritetorch::train {
+
+struct OptimizerOptions {
+  std::string kind = "adam";  // "adam" or "sgd"
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adam
+  double momentum = 0.0;                           // sgd
+};
+
+class FlatOptimizer {
+ public:
+  // All parameters must share one dtype and device. Their data (and grads) become views into the
+  // flat buffers; values are kept.
+  FlatOptimizer(const std::vector<torch::Tensor>& parameters, OptimizerOptions options);
+
+  void zero_grad() { grads_.zero_(); }
+  void step();
+
+  torch::Tensor& values() { return values_; }  // (P) all parameters, in registration order
+  torch::Tensor& grads() { return grads_; }    // (P) their gradients
+  int64_t steps_taken() const { return steps_; }
+  const OptimizerOptions& options() const { return options_; }
+
+  // For checkpoints: named state tensors (on the CPU when saved), and back.
+  std::map<std::string, torch::Tensor> state() const;
+  void load_state(const std::map<std::string, torch::Tensor>& state);
+
+ private:
+  void adam_step();
+  void sgd_step();
+
+  OptimizerOptions options_;
+  torch::Tensor values_, grads_;     // (P)
+  torch::Tensor exp_avg_, exp_avg_sq_;  // (P) adam moments; exp_avg_ doubles as sgd momentum
+  int64_t steps_ = 0;
+};
+
+const std::vector<std::string>& optimizer_names();
+
+}  // namespace spritetorch::train

@@ -1,0 +1,84 @@
+#include "train/train_step.h"
+
+#include "common/error.h"
+
+namespace spritetorch::train {
+
+void AutogradStep::run(const data::Batch& batch, torch::Tensor& loss_sum, torch::Tensor& correct) {
+  auto logits = model_->forward(batch.inputs);                   // (B, K)
+  auto loss = torch::cross_entropy_loss(logits, batch.labels);   // mean over the batch
+  loss.backward();
+  torch::NoGradGuard no_grad;
+  loss_sum.add_(loss.detach(), static_cast<double>(batch.labels.size(0)));
+  correct.add_(logits.argmax(1).eq(batch.labels).sum());
+}
+
+FusedMlpStep::FusedMlpStep(std::vector<torch::nn::Linear> layers, int64_t max_batch)
+    : layers_(std::move(layers)), max_batch_(max_batch) {
+  if (layers_.empty()) throw Error("fused MLP step: no layers");
+  const auto options = layers_[0]->weight.options().requires_grad(false);
+  for (auto& layer : layers_) {
+    if (!layer->weight.grad().defined() || !layer->bias.grad().defined())
+      throw Error("fused MLP step: gradients must be allocated first (FlatOptimizer does it)");
+    const int64_t out = layer->weight.size(0);
+    z_.push_back(torch::empty({max_batch, out}, options));
+    dz_.push_back(torch::empty({max_batch, out}, options));
+  }
+  log_probs_ = torch::empty({max_batch, layers_.back()->weight.size(0)}, options);
+  minus_ones_ = torch::full({max_batch, 1}, -1.0, options);
+}
+
+void FusedMlpStep::run(const data::Batch& batch, torch::Tensor& loss_sum, torch::Tensor& correct) {
+  torch::NoGradGuard no_grad;
+  const int64_t b = batch.labels.size(0);
+  if (b > max_batch_) throw Error("fused MLP step: batch larger than its buffers");
+  const size_t count = layers_.size();
+  const auto x = batch.inputs.reshape({b, -1});  // (B, in)
+
+  // Forward: z_l = a_{l-1} W_l^T + b_l; a_l = relu(z_l), in place (z_l then holds a_l).
+  std::vector<torch::Tensor> a(count);  // a[l]: activation leaving layer l, (B, out_l)
+  for (size_t l = 0; l < count; ++l) {
+    const auto& in = l == 0 ? x : a[l - 1];
+    auto z = z_[l].narrow(0, 0, b);
+    at::addmm_out(z, layers_[l]->bias, in, layers_[l]->weight.t());
+    if (l + 1 < count) z.clamp_min_(0);
+    a[l] = z;
+  }
+  const auto& logits = a.back();  // (B, K)
+  auto log_probs = log_probs_.narrow(0, 0, b);
+  at::_log_softmax_out(log_probs, logits, 1, false);
+  const auto label_column = batch.labels.view({b, 1});
+  loss_sum.sub_(log_probs.gather(1, label_column).sum());
+  correct.add_(logits.argmax(1).eq(batch.labels).sum());
+
+  // Backward of the mean cross-entropy: dz_L = (softmax - onehot) / B.
+  auto dz = dz_.back().narrow(0, 0, b);
+  at::exp_out(dz, log_probs);
+  dz.scatter_add_(1, label_column, minus_ones_.narrow(0, 0, b));
+  dz.mul_(1.0 / static_cast<double>(b));
+  for (size_t l = count; l-- > 0;) {
+    const auto& in = l == 0 ? x : a[l - 1];
+    auto weight_grad = layers_[l]->weight.grad();
+    auto bias_grad = layers_[l]->bias.grad();
+    at::mm_out(weight_grad, dz.t(), in);  // (out, in): overwritten, so no zero_grad is needed
+    at::sum_out(bias_grad, dz, {0});
+    if (l == 0) break;
+    auto dz_prev = dz_[l - 1].narrow(0, 0, b);
+    at::mm_out(dz_prev, dz, layers_[l]->weight);                 // d a_{l-1}
+    at::threshold_backward_out(dz_prev, dz_prev, a[l - 1], 0);  // through the ReLU
+    dz = dz_prev;
+  }
+}
+
+std::unique_ptr<TrainStep> make_train_step(const models::Classifier& model, int64_t max_batch,
+                                           const std::string& kind) {
+  if (kind != "auto" && kind != "autograd" && kind != "fused")
+    throw Error("unknown step '" + kind + "': expected auto, autograd or fused");
+  auto layers = model->relu_mlp_layers();
+  if (kind == "fused" && layers.empty())
+    throw Error("--step fused needs a ReLU MLP (ann, simplenn)", "use --step auto");
+  if (kind != "autograd" && !layers.empty()) return std::make_unique<FusedMlpStep>(layers, max_batch);
+  return std::make_unique<AutogradStep>(model);
+}
+
+}  // namespace spritetorch::train

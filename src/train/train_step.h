@@ -1,0 +1,66 @@
+// One training step's forward and backward: the gradients land in the model's .grad tensors (the
+// flat optimizer's buffer) and the batch's loss sum and correct count are added to on-device
+// accumulators. The optimizer step is the caller's.
+//
+// Two implementations with the same results (tests compare them):
+//  - AutogradStep: model->forward, cross-entropy, backward. Any model.
+//  - FusedMlpStep: for ReLU MLPs (ann, simplenn), forward and backward written out as a dozen
+//    whole-batch kernels into buffers allocated once: no autograd graph, no allocation per step.
+//    At the seed's batch of 64 the autograd bookkeeping costs as much as the matrix work.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <vector>
+
+#include "data/loader.h"
+#include "models/classifier.h"
+
+namespace spritetorch::train {
+
+class TrainStep {
+ public:
+  virtual ~TrainStep() = default;
+  // loss_sum: () float32 and correct: () int64, both on the batch's device.
+  virtual void run(const data::Batch& batch, torch::Tensor& loss_sum, torch::Tensor& correct) = 0;
+  virtual const char* name() const = 0;
+  // True when run() writes the gradients rather than adding to them (no zero_grad needed).
+  virtual bool overwrites_grads() const = 0;
+};
+
+class AutogradStep : public TrainStep {
+ public:
+  explicit AutogradStep(models::Classifier model) : model_(std::move(model)) {}
+  void run(const data::Batch& batch, torch::Tensor& loss_sum, torch::Tensor& correct) override;
+  const char* name() const override { return "autograd"; }
+  bool overwrites_grads() const override { return false; }
+
+ private:
+  models::Classifier model_;
+};
+
+class FusedMlpStep : public TrainStep {
+ public:
+  // layers: the model's Linear layers in order, ReLU between them (ClassifierImpl::relu_mlp_layers).
+  // Their parameters must have gradients defined (the flat optimizer does that).
+  FusedMlpStep(std::vector<torch::nn::Linear> layers, int64_t max_batch);
+  void run(const data::Batch& batch, torch::Tensor& loss_sum, torch::Tensor& correct) override;
+  const char* name() const override { return "fused-mlp"; }
+  bool overwrites_grads() const override { return true; }
+
+ private:
+  std::vector<torch::nn::Linear> layers_;
+  std::vector<torch::Tensor> z_;   // per layer: (max_batch, out) pre-activations, ReLU'd in place
+  std::vector<torch::Tensor> dz_;  // per layer: (max_batch, out) gradient w.r.t. z
+  torch::Tensor log_probs_;        // (max_batch, K)
+  torch::Tensor minus_ones_;       // (max_batch, 1) of -1, for subtracting one-hot labels
+  int64_t max_batch_;
+};
+
+// kind: "auto" (fused when the model is a ReLU MLP, else autograd), "autograd" or "fused"
+// (an error for models that are not ReLU MLPs).
+std::unique_ptr<TrainStep> make_train_step(const models::Classifier& model, int64_t max_batch,
+                                           const std::string& kind);
+
+}  // namespace spritetorch::train

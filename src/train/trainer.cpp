@@ -1,0 +1,233 @@
+#include "train/trainer.h"
+
+#include <cmath>
+#include <optional>
+#include <sstream>
+
+#include "common/cpu_threads.h"
+#include "common/error.h"
+#include "common/timer.h"
+#include "data/dummy.h"
+#include "device/device.h"
+#include "train/flat_optimizer.h"
+#include "train/train_step.h"
+
+namespace spritetorch::train {
+
+namespace {
+
+std::vector<int64_t> sample_shape(const data::Dataset& d) {
+  auto sizes = d.inputs.sizes().vec();
+  sizes.erase(sizes.begin());
+  return sizes;
+}
+
+std::string format_double(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+}  // namespace
+
+Datasets load_datasets(const TrainConfig& config) {
+  Datasets out;
+  if (config.dataset == "fashion-mnist") {
+    out.train = data::load_fashion_mnist(config.data_dir, data::Split::kTrain);
+    out.test = data::load_fashion_mnist(config.data_dir, data::Split::kTest);
+  } else if (config.dataset == "dummy") {
+    out.train = data::make_dummy_dataset(4096, config.seed);
+    out.test = data::make_dummy_dataset(1024, config.seed + 1);
+  } else {
+    throw Error("unknown dataset '" + config.dataset + "': expected fashion-mnist or dummy");
+  }
+  if (config.train_limit > 0) out.train = out.train.head(config.train_limit);
+  if (config.test_limit > 0) out.test = out.test.head(config.test_limit);
+  return out;
+}
+
+std::map<std::string, torch::Tensor> model_state(const torch::nn::Module& model) {
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& p : model.named_parameters()) out[p.key()] = p.value().detach().cpu();
+  for (const auto& b : model.named_buffers()) out[b.key()] = b.value().cpu();
+  return out;
+}
+
+void load_model_state(torch::nn::Module& model, const std::map<std::string, torch::Tensor>& state,
+                      const std::string& source) {
+  torch::NoGradGuard no_grad;
+  size_t used = 0;
+  auto load = [&](const std::string& name, torch::Tensor target) {
+    auto it = state.find(name);
+    if (it == state.end()) throw DataError(source, "a tensor '" + name + "'", "none");
+    if (it->second.sizes() != target.sizes())
+      throw DataError(source, "'" + name + "' of shape " + c10::str(target.sizes()),
+                      "shape " + c10::str(it->second.sizes()));
+    target.copy_(it->second);  // copy_ keeps target's storage (flat optimizer views stay valid)
+    ++used;
+  };
+  for (auto& p : model.named_parameters()) load(p.key(), p.value());
+  for (auto& b : model.named_buffers()) load(b.key(), b.value());
+  if (used != state.size())
+    throw DataError(source, std::to_string(used) + " model tensors",
+                    std::to_string(state.size()) + " (tensors this model does not have)");
+}
+
+models::Classifier model_from_checkpoint(const Checkpoint& checkpoint, const std::string& source,
+                                         torch::Device device) {
+  models::ModelSpec spec;
+  try {
+    spec.name = checkpoint.meta.at("model").get<std::string>();
+    spec.input_shape = checkpoint.meta.at("input_shape").get<std::vector<int64_t>>();
+    spec.classes = checkpoint.meta.at("classes").get<int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    throw DataError(source, "metadata with model, input_shape and classes", e.what());
+  }
+  auto model = models::make_model(spec);
+  load_model_state(*model, checkpoint.model, source);
+  model->to(device);
+  return model;
+}
+
+TrainReport train(const TrainConfig& config, TrainObserver* observer) {
+  TrainObserver silent;
+  if (!observer) observer = &silent;
+  if (config.epochs < 0) throw Error("--epochs must be >= 0");
+  if (config.batch_size <= 0) throw Error("--batch-size must be positive");
+
+  // Where: resolved once, named the seeds' way.
+  const torch::Device device = device::pick_device(config.device);
+  const CpuThreads threads = apply_cpu_threads(config.threads, config.blas_threads);
+  torch::manual_seed(config.seed);
+
+  Datasets data = load_datasets(config);
+
+  // Resume: the checkpoint decides the model; a conflicting --model is an error, not a surprise.
+  std::optional<Checkpoint> resumed;
+  std::string model_name = config.model.empty() ? "ann" : config.model;
+  if (!config.resume.empty()) {
+    resumed = load_checkpoint(config.resume);
+    const auto saved_model = resumed->meta.value("model", std::string());
+    if (!config.model.empty() && config.model != saved_model)
+      throw Error("--resume " + config.resume + " holds model '" + saved_model + "' but --model " +
+                  config.model + " was given");
+    model_name = saved_model;
+  }
+
+  models::ModelSpec spec{model_name, sample_shape(data.train), data.train.num_classes()};
+  models::Classifier model = models::make_model(spec);
+  model->to(device);  // once, before the loop
+  FlatOptimizer optimizer(model->parameters(),
+                          OptimizerOptions{config.optimizer, config.lr, 0.9, 0.999, 1e-8, config.momentum});
+  int64_t start_epoch = 0;
+  if (resumed) {
+    load_model_state(*model, resumed->model, config.resume);
+    optimizer.load_state(resumed->optimizer);
+    start_epoch = resumed->meta.value("epoch", int64_t{0});
+  }
+
+  auto step_fn = make_train_step(model, config.batch_size, config.step);
+  data::LoaderOptions train_options{config.batch_size, /*shuffle=*/true, config.drop_last, config.seed};
+  data::ResidentLoader train_loader(data.train, device, train_options);
+  data::ResidentLoader test_loader(data.test, device, {std::max<int64_t>(config.batch_size, 1000), false, false, config.seed});
+
+  TrainReport report;
+  report.device = device::display_name(device);
+  report.start_epoch = start_epoch;
+  report.class_names = data.train.class_names;
+  report.settings = {
+      {"device", report.device},
+      {"model", model_name + " (" + std::to_string(optimizer.values().numel()) + " parameters)"},
+      {"dataset", data.train.name + " (" + std::to_string(data.train.size()) + " train, " +
+                      std::to_string(data.test.size()) + " test)"},
+      {"data path", "resident on " + device.str()},
+      {"batch", std::to_string(config.batch_size) + (config.drop_last ? " (drop last)" : "")},
+      {"epochs", std::to_string(config.epochs) +
+                     (start_epoch ? " (resuming after " + std::to_string(start_epoch) + ")" : "")},
+      {"optimizer", config.optimizer + " lr " + format_double(config.lr) + " (flat buffers)"},
+      {"step", step_fn->name()},
+      {"precision", "fp32"},
+      {"seed", std::to_string(config.seed)},
+      {"threads", std::to_string(threads.intra_op) + " intra-op, " +
+                      (threads.blas > 0 ? std::to_string(threads.blas) : std::string("?")) + " BLAS"},
+  };
+  observer->on_start(report.device, report.settings);
+
+  const auto on_device = torch::TensorOptions().device(device);
+  DeviceTimer total_timer(device);
+  const int64_t steps = train_loader.batches_per_epoch();
+  for (int64_t epoch = start_epoch; epoch < config.epochs; ++epoch) {
+    model->train();
+    DeviceTimer epoch_timer(device);
+    // Accumulated on the device; read at log intervals and at the end of the epoch only.
+    auto loss_sum = torch::zeros({}, on_device.dtype(torch::kFloat32));
+    auto correct = torch::zeros({}, on_device.dtype(torch::kInt64));
+    auto interval_loss = torch::zeros({}, on_device.dtype(torch::kFloat32));
+    int64_t interval_samples = 0, samples = 0, step = 0;
+    train_loader.start_epoch(epoch);
+    data::Batch batch;
+    while (train_loader.next(batch)) {
+      if (step == 0)
+        device::expect_on_device(batch.inputs, optimizer.values().device(), "the training batch", "the model");
+      const int64_t b = batch.labels.size(0);
+      if (!step_fn->overwrites_grads()) optimizer.zero_grad();
+      step_fn->run(batch, interval_loss, correct);
+      optimizer.step();
+      interval_samples += b;
+      samples += b;
+      ++step;
+      if (config.log_every > 0 && step % config.log_every == 0) {
+        const double mean = interval_loss.item<double>() / static_cast<double>(interval_samples);
+        if (!std::isfinite(mean))
+          throw Error("training diverged: loss is " + std::to_string(mean) + " at epoch " +
+                          std::to_string(epoch + 1) + ", step " + std::to_string(step),
+                      "lower --lr");
+        observer->on_log({epoch + 1, step, steps, mean});
+        loss_sum += interval_loss;
+        interval_loss.zero_();
+        interval_samples = 0;
+      }
+    }
+    loss_sum += interval_loss;
+    EpochReport er;
+    er.epoch = epoch + 1;
+    er.epochs = config.epochs;
+    er.samples = samples;
+    er.loss = loss_sum.item<double>() / static_cast<double>(std::max<int64_t>(samples, 1));
+    er.accuracy = static_cast<double>(correct.item<int64_t>()) / static_cast<double>(std::max<int64_t>(samples, 1));
+    er.seconds = epoch_timer.seconds();
+    er.images_per_second = static_cast<double>(samples) / er.seconds;
+    if (!std::isfinite(er.loss))
+      throw Error("training diverged: loss is " + std::to_string(er.loss) + " in epoch " +
+                      std::to_string(er.epoch),
+                  "lower --lr");
+    report.epochs.push_back(er);
+    observer->on_epoch(er);
+  }
+  report.train_seconds = total_timer.seconds();
+
+  report.test = evaluate(*model, test_loader, data.test.num_classes());
+
+  if (!config.save.empty()) {
+    Checkpoint checkpoint;
+    checkpoint.meta = {
+        {"model", model_name},
+        {"input_shape", spec.input_shape},
+        {"classes", spec.classes},
+        {"class_names", data.train.class_names},
+        {"dataset", config.dataset},
+        {"epoch", std::max(config.epochs, start_epoch)},
+        {"seed", config.seed},
+        {"optimizer", config.optimizer},
+        {"lr", config.lr},
+        {"batch_size", config.batch_size},
+        {"spritetorch_version", SPRITETORCH_VERSION},
+    };
+    checkpoint.model = model_state(*model);
+    checkpoint.optimizer = optimizer.state();
+    save_checkpoint(config.save, checkpoint);
+  }
+  return report;
+}
+
+}  // namespace spritetorch::train

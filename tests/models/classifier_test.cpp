@@ -1,0 +1,43 @@
+#include "models/classifier.h"
+
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+
+namespace spritetorch::models {
+namespace {
+
+TEST(Models, OutputShapesForEachModel) {
+  auto ann = make_model({"ann", {1, 28, 28}, 10});
+  EXPECT_EQ(ann->forward(torch::rand({5, 1, 28, 28})).sizes(), (std::vector<int64_t>{5, 10}));
+  auto cnn = make_model({"cnn", {1, 28, 28}, 10});
+  EXPECT_EQ(cnn->forward(torch::rand({3, 1, 28, 28})).sizes(), (std::vector<int64_t>{3, 10}));
+  auto rgba = make_model({"cnn", {4, 16, 16}, 5});
+  EXPECT_EQ(rgba->forward(torch::rand({2, 4, 16, 16})).sizes(), (std::vector<int64_t>{2, 5}));
+  auto simple = make_model({"simplenn", {3}, 2});
+  EXPECT_EQ(simple->forward(torch::rand({7, 3})).sizes(), (std::vector<int64_t>{7, 2}));
+}
+
+TEST(Models, SeedNetworkHasTheSeedsLayersAndNames) {
+  auto ann = make_model({"ann", {1, 28, 28}, 10});
+  int64_t count = 0;
+  std::vector<std::string> names;
+  for (const auto& p : ann->named_parameters()) {
+    count += p.value().numel();
+    names.push_back(p.key());
+  }
+  EXPECT_EQ(count, 784 * 128 + 128 + 128 * 64 + 64 + 64 * 10 + 10);
+  EXPECT_EQ(names, (std::vector<std::string>{"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias",
+                                             "out.weight", "out.bias"}));
+  EXPECT_EQ(ann->relu_mlp_layers().size(), 3u);
+  EXPECT_TRUE(make_model({"cnn", {1, 28, 28}, 10})->relu_mlp_layers().empty());
+}
+
+TEST(Models, BadRequestsAreClearErrors) {
+  EXPECT_THROW(make_model({"resnet", {1, 28, 28}, 10}), Error);
+  EXPECT_THROW(make_model({"cnn", {3}, 2}), Error);
+  EXPECT_THROW(make_model({"ann", {1, 28, 28}, 1}), Error);
+}
+
+}  // namespace
+}  // namespace spritetorch::models

@@ -1,0 +1,64 @@
+// Helpers shared by the tests: scratch folders, tiny IDX writers, the real dataset's location.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "data/fashion_mnist.h"
+
+namespace spritetorch::testing {
+
+// A fresh folder under the system temp dir, removed when the object goes.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = std::filesystem::temp_directory_path() /
+            ("spritetorch-" + std::string(info->test_suite_name()) + "-" + info->name() + "-" +
+             std::to_string(::getpid()));
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~ScratchDir() { std::filesystem::remove_all(path_); }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+inline std::vector<uint8_t> idx_bytes(const std::vector<uint32_t>& dims, const std::vector<uint8_t>& data) {
+  std::vector<uint8_t> out = {0, 0, 0x08, static_cast<uint8_t>(dims.size())};
+  for (uint32_t d : dims)
+    for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<uint8_t>(d >> shift));
+  out.insert(out.end(), data.begin(), data.end());
+  return out;
+}
+
+inline void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                               static_cast<std::streamsize>(bytes.size()));
+}
+
+inline void write_gz(const std::string& path, const std::vector<uint8_t>& bytes) {
+  gzFile f = gzopen(path.c_str(), "wb");
+  gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size()));
+  gzclose(f);
+}
+
+inline bool fashion_mnist_installed() {
+  return std::filesystem::exists(std::string(data::kDefaultFashionMnistDir) + "/train-images-idx3-ubyte.gz");
+}
+
+#define SKIP_WITHOUT_FASHION_MNIST()                                                         \
+  if (!::spritetorch::testing::fashion_mnist_installed())                                    \
+  GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)"
+
+}  // namespace spritetorch::testing

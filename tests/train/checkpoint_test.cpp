@@ -1,0 +1,93 @@
+#include "train/checkpoint.h"
+
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "test_util.h"
+#include "train/trainer.h"
+
+namespace spritetorch::train {
+namespace {
+
+using spritetorch::testing::ScratchDir;
+
+Checkpoint sample_checkpoint(const models::Classifier& model) {
+  Checkpoint c;
+  c.meta = {{"model", "ann"}, {"input_shape", {1, 28, 28}}, {"classes", 10}, {"epoch", 3}};
+  c.model = model_state(*model);
+  c.optimizer["step"] = torch::tensor({42}, torch::kInt64);
+  return c;
+}
+
+std::string load_error(const std::string& path) {
+  try {
+    load_checkpoint(path);
+  } catch (const DataError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Checkpoint, RoundTripReproducesPredictions) {
+  ScratchDir dir;
+  torch::manual_seed(2);
+  auto model = models::make_model({"ann", {1, 28, 28}, 10});
+  save_checkpoint(dir.file("c.pt"), sample_checkpoint(model));
+  const auto loaded = load_checkpoint(dir.file("c.pt"));
+  EXPECT_EQ(loaded.meta.at("epoch").get<int>(), 3);
+  EXPECT_EQ(loaded.optimizer.at("step").item<int64_t>(), 42);
+  auto restored = model_from_checkpoint(loaded, dir.file("c.pt"), torch::kCPU);
+  const auto x = torch::rand({9, 1, 28, 28});
+  torch::NoGradGuard no_grad;
+  EXPECT_TRUE(torch::equal(model->forward(x), restored->forward(x)));
+}
+
+TEST(Checkpoint, RejectsForeignTruncatedAndCorruptFiles) {
+  ScratchDir dir;
+  auto model = models::make_model({"ann", {1, 28, 28}, 10});
+  save_checkpoint(dir.file("good.pt"), sample_checkpoint(model));
+  std::ifstream in(dir.file("good.pt"), std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+
+  spritetorch::testing::write_bytes(dir.file("foreign.pt"), {'P', 'K', 3, 4, 0, 0, 0, 0});
+  EXPECT_NE(load_error(dir.file("foreign.pt")).find("expected a spritetorch checkpoint"), std::string::npos);
+
+  std::ofstream(dir.file("short.pt"), std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size() / 2));
+  EXPECT_NE(load_error(dir.file("short.pt")).find("truncated"), std::string::npos);
+
+  std::string flipped = bytes;
+  flipped[flipped.size() / 2] ^= 0x40;
+  std::ofstream(dir.file("flipped.pt"), std::ios::binary).write(flipped.data(), static_cast<std::streamsize>(flipped.size()));
+  EXPECT_NE(load_error(dir.file("flipped.pt")).find("corrupt"), std::string::npos);
+
+  std::string future = bytes;
+  future[16] = 99;  // version
+  std::ofstream(dir.file("future.pt"), std::ios::binary).write(future.data(), static_cast<std::streamsize>(future.size()));
+  EXPECT_NE(load_error(dir.file("future.pt")).find("version 99"), std::string::npos);
+}
+
+TEST(Checkpoint, WrongShapesAreNamed) {
+  auto model = models::make_model({"ann", {1, 28, 28}, 10});
+  auto state = model_state(*model);
+  state["fc2.weight"] = torch::zeros({3, 3});
+  try {
+    load_model_state(*model, state, "x.pt");
+    FAIL();
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("fc2.weight"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Checkpoint, AtomicWriteLeavesNoTemporaryFiles) {
+  ScratchDir dir;
+  write_file_atomically(dir.file("out.bin"), "first");
+  write_file_atomically(dir.file("out.bin"), "second");
+  std::ifstream in(dir.file("out.bin"));
+  std::string text;
+  in >> text;
+  EXPECT_EQ(text, "second");
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), std::filesystem::directory_iterator()), 1);
+}
+
+}  // namespace
+}  // namespace spritetorch::train

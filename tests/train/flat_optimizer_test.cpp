@@ -1,0 +1,82 @@
+#include "train/flat_optimizer.h"
+
+#include <gtest/gtest.h>
+
+#include "models/classifier.h"
+
+namespace spritetorch::train {
+namespace {
+
+// Runs `steps` steps of the same loss with the flat optimizer and with LibTorch's own, from the
+// same initial weights, and returns the largest parameter difference.
+double max_difference(const std::string& kind, double momentum, int steps) {
+  torch::manual_seed(3);
+  auto a = models::make_model({"ann", {1, 8, 8}, 4});
+  auto b = models::make_model({"ann", {1, 8, 8}, 4});
+  {
+    torch::NoGradGuard no_grad;
+    auto pa = a->parameters(), pb = b->parameters();
+    for (size_t i = 0; i < pa.size(); ++i) pb[i].copy_(pa[i]);
+  }
+  FlatOptimizer flat(a->parameters(), {kind, 0.01, 0.9, 0.999, 1e-8, momentum});
+  std::unique_ptr<torch::optim::Optimizer> stock;
+  if (kind == "adam")
+    stock = std::make_unique<torch::optim::Adam>(b->parameters(), torch::optim::AdamOptions(0.01));
+  else
+    stock = std::make_unique<torch::optim::SGD>(b->parameters(), torch::optim::SGDOptions(0.01).momentum(momentum));
+  for (int s = 0; s < steps; ++s) {
+    const auto x = torch::rand({16, 1, 8, 8});
+    const auto y = torch::randint(0, 4, {16}, torch::kInt64);
+    flat.zero_grad();
+    torch::cross_entropy_loss(a->forward(x), y).backward();
+    flat.step();
+    stock->zero_grad();
+    torch::cross_entropy_loss(b->forward(x), y).backward();
+    stock->step();
+  }
+  double worst = 0;
+  auto pa = a->parameters(), pb = b->parameters();
+  for (size_t i = 0; i < pa.size(); ++i)
+    worst = std::max(worst, (pa[i] - pb[i]).abs().max().item<double>());
+  return worst;
+}
+
+TEST(FlatOptimizer, AdamMatchesLibTorchAdamOverTwentySteps) { EXPECT_LT(max_difference("adam", 0, 20), 1e-5); }
+TEST(FlatOptimizer, SgdMatchesLibTorchSgd) { EXPECT_LT(max_difference("sgd", 0, 20), 1e-6); }
+TEST(FlatOptimizer, SgdMomentumMatchesLibTorchSgd) { EXPECT_LT(max_difference("sgd", 0.9, 20), 1e-5); }
+
+TEST(FlatOptimizer, ParametersBecomeViewsOfOneBuffer) {
+  auto model = models::make_model({"ann", {1, 4, 4}, 3});
+  const auto before = model->parameters()[0].clone();
+  FlatOptimizer flat(model->parameters(), {});
+  EXPECT_TRUE(torch::equal(model->parameters()[0], before)) << "values kept";
+  EXPECT_EQ(flat.values().numel(), 16 * 128 + 128 + 128 * 64 + 64 + 64 * 3 + 3);
+  flat.values().fill_(0.5);
+  EXPECT_EQ(model->parameters()[3].sum().item<float>(), 0.5f * 64);
+  flat.grads().fill_(1);
+  EXPECT_EQ(model->parameters()[0].grad().sum().item<float>(), 16 * 128);
+}
+
+TEST(FlatOptimizer, StateRoundTripContinuesIdentically) {
+  auto run = [](bool reload) {
+    torch::manual_seed(5);
+    auto model = models::make_model({"ann", {1, 4, 4}, 3});
+    auto flat = std::make_unique<FlatOptimizer>(model->parameters(), OptimizerOptions{});
+    torch::manual_seed(6);
+    for (int s = 0; s < 6; ++s) {
+      if (reload && s == 3) {
+        const auto state = flat->state();
+        flat = std::make_unique<FlatOptimizer>(model->parameters(), OptimizerOptions{});
+        flat->load_state(state);
+      }
+      flat->zero_grad();
+      torch::cross_entropy_loss(model->forward(torch::rand({8, 1, 4, 4})), torch::randint(0, 3, {8}, torch::kInt64)).backward();
+      flat->step();
+    }
+    return flat->values().clone();
+  };
+  EXPECT_TRUE(torch::equal(run(false), run(true)));
+}
+
+}  // namespace
+}  // namespace spritetorch::train
