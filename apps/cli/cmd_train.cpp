@@ -78,6 +78,18 @@ Subcommand add_train_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   sub->add_option("--blas-threads", config->blas_threads, "OpenBLAS threads (0: default, one per core)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
+  sub->add_option("--data-on", config->data_path.data_on,
+                  "auto | device (whole dataset resident on the device) | host (streamed by workers)")
+      ->check(CLI::IsMember({"auto", "device", "host"}))->capture_default_str();
+  sub->add_option("--workers", config->data_path.workers, "Streaming: batch-assembling threads (0: in the training thread)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  sub->add_option("--prefetch", config->data_path.prefetch, "Streaming: batches in flight to the device")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  sub->add_option("--pin-memory", config->data_path.pin_memory, "Streaming: pinned host buffers, 1/0 (default: on for CUDA)")
+      ->check(CLI::Range(0, 1));
+  sub->add_option("--resident-share", config->data_path.resident_share,
+                  "auto: resident when the data needs at most this share of free device memory")
+      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
   sub->add_option("--step", config->step,
                   "auto | autograd | fused (fused: hand-written forward/backward for ReLU MLPs)")
       ->check(CLI::IsMember({"auto", "autograd", "fused"}))->capture_default_str();

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "data/data_path.h"
 #include "data/fashion_mnist.h"
 
 namespace spritetorch::train {
@@ -25,6 +26,7 @@ struct TrainConfig {
   int threads = 0;                         // CPU intra-op threads (0 = default: 1)
   int blas_threads = 0;                    // OpenBLAS threads (0 = default: one per core)
   bool drop_last = false;
+  data::DataPathOptions data_path;         // resident vs streaming (--data-on, --workers, ...)
   std::string step = "auto";               // auto | autograd | fused (train/train_step.h)
   std::string save;                        // checkpoint written after the last epoch
   std::string resume;                      // checkpoint to continue from

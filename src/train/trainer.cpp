@@ -128,8 +128,11 @@ TrainReport train(const TrainConfig& config, TrainObserver* observer) {
 
   auto step_fn = make_train_step(model, config.batch_size, config.step);
   data::LoaderOptions train_options{config.batch_size, /*shuffle=*/true, config.drop_last, config.seed};
-  data::ResidentLoader train_loader(data.train, device, train_options);
-  data::ResidentLoader test_loader(data.test, device, {std::max<int64_t>(config.batch_size, 1000), false, false, config.seed});
+  data::DataPath train_path = data::make_data_path(data.train, device, train_options, config.data_path);
+  data::Loader& train_loader = *train_path.loader;
+  data::DataPath test_path = data::make_data_path(
+      data.test, device, {std::max<int64_t>(config.batch_size, 1000), false, false, config.seed},
+      config.data_path);
 
   TrainReport report;
   report.device = device::display_name(device);
@@ -140,7 +143,7 @@ TrainReport train(const TrainConfig& config, TrainObserver* observer) {
       {"model", model_name + " (" + std::to_string(optimizer.values().numel()) + " parameters)"},
       {"dataset", data.train.name + " (" + std::to_string(data.train.size()) + " train, " +
                       std::to_string(data.test.size()) + " test)"},
-      {"data path", "resident on " + device.str()},
+      {"data path", train_path.description},
       {"batch", std::to_string(config.batch_size) + (config.drop_last ? " (drop last)" : "")},
       {"epochs", std::to_string(config.epochs) +
                      (start_epoch ? " (resuming after " + std::to_string(start_epoch) + ")" : "")},
@@ -206,7 +209,7 @@ TrainReport train(const TrainConfig& config, TrainObserver* observer) {
   }
   report.train_seconds = total_timer.seconds();
 
-  report.test = evaluate(*model, test_loader, data.test.num_classes());
+  report.test = evaluate(*model, *test_path.loader, data.test.num_classes());
 
   if (!config.save.empty()) {
     Checkpoint checkpoint;

@@ -1,0 +1,44 @@
+#include "data/data_path.h"
+
+#include "common/error.h"
+#include "device/device.h"
+
+namespace spritetorch::data {
+
+namespace {
+
+int64_t dataset_bytes(const Dataset& d) {
+  return static_cast<int64_t>(d.inputs.nbytes() + d.labels.nbytes());
+}
+
+}  // namespace
+
+DataPath make_data_path(const Dataset& dataset, torch::Device device, LoaderOptions loader,
+                        const DataPathOptions& path) {
+  if (path.data_on != "auto" && path.data_on != "device" && path.data_on != "host")
+    throw Error("unknown --data-on '" + path.data_on + "': expected auto, device or host");
+  bool resident = path.data_on == "device";
+  if (path.data_on == "auto") {
+    // On the CPU the data is in host memory either way; resident skips the copies.
+    const int64_t free = device.is_cpu() ? -1 : device::describe_device(device).free_memory;
+    resident = device.is_cpu() || (free > 0 && dataset_bytes(dataset) <= path.resident_share * static_cast<double>(free));
+  }
+  DataPath out;
+  if (resident) {
+    out.loader = std::make_unique<ResidentLoader>(dataset, device, loader);
+    out.description = "resident on " + device.str();
+    return out;
+  }
+  StreamingOptions streaming;
+  streaming.workers = path.workers;
+  streaming.prefetch = path.prefetch;
+  streaming.pin_memory = path.pin_memory < 0 ? device.is_cuda() : path.pin_memory != 0;
+  streaming.pin_memory = streaming.pin_memory && device.is_cuda();
+  out.loader = std::make_unique<StreamingLoader>(dataset, device, loader, streaming);
+  out.description = "streaming: " + std::to_string(streaming.workers) + " workers, " +
+                    (streaming.pin_memory ? "pinned, " : "") + "prefetch " +
+                    std::to_string(std::max(1, streaming.prefetch));
+  return out;
+}
+
+}  // namespace spritetorch::data

@@ -1,0 +1,163 @@
+#include "data/streaming_loader.h"
+
+#include "common/error.h"
+
+#if SPRITETORCH_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace spritetorch::data {
+
+StreamingLoader::StreamingLoader(const Dataset& dataset, torch::Device device,
+                                 LoaderOptions options, StreamingOptions streaming)
+    : inputs_(dataset.inputs.cpu().contiguous()),
+      labels_(dataset.labels.cpu().contiguous()),
+      device_(device),
+      options_(options),
+      streaming_(streaming) {
+  if (options_.batch_size <= 0)
+    throw Error("batch size must be positive, got " + std::to_string(options_.batch_size));
+  if (dataset.size() == 0) throw Error("dataset '" + dataset.name + "' is empty");
+  if (streaming_.workers < 0) throw Error("--workers must be >= 0");
+  streaming_.prefetch = std::max(1, streaming_.prefetch);
+  streaming_.pin_memory = streaming_.pin_memory && device_.is_cuda();
+  const int64_t n = inputs_.size(0);
+  batches_ = options_.drop_last ? n / options_.batch_size : (n + options_.batch_size - 1) / options_.batch_size;
+}
+
+StreamingLoader::~StreamingLoader() { stop_workers(); }
+
+int64_t StreamingLoader::batches_per_epoch() const { return batches_; }
+
+int64_t StreamingLoader::samples_per_epoch() const {
+  return std::min(inputs_.size(0), batches_ * options_.batch_size);
+}
+
+StreamingLoader::HostBatch StreamingLoader::gather(int64_t index) const {
+  const int64_t start = index * options_.batch_size;
+  const int64_t b = std::min(options_.batch_size, inputs_.size(0) - start);
+  HostBatch out;
+  if (!order_.defined()) {  // not shuffled: a contiguous slice, no copy unless pinning
+    out.inputs = inputs_.narrow(0, start, b);
+    out.labels = labels_.narrow(0, start, b);
+    if (streaming_.pin_memory) {
+      out.inputs = out.inputs.pin_memory();
+      out.labels = out.labels.pin_memory();
+    }
+    return out;
+  }
+  const auto rows = order_.narrow(0, start, b);
+  auto in_sizes = inputs_.sizes().vec();
+  in_sizes[0] = b;
+  const auto pinned = torch::TensorOptions().pinned_memory(streaming_.pin_memory);
+  out.inputs = torch::empty(in_sizes, pinned.dtype(inputs_.scalar_type()));
+  out.labels = torch::empty({b}, pinned.dtype(torch::kInt64));
+  torch::index_select_out(out.inputs, inputs_, 0, rows);
+  torch::index_select_out(out.labels, labels_, 0, rows);
+  return out;
+}
+
+void StreamingLoader::worker_loop() {
+  // One LibTorch thread per worker: the workers themselves are the parallelism.
+  at::set_num_threads(1);
+  const int64_t capacity = streaming_.prefetch + streaming_.workers + 1;
+  while (true) {
+    int64_t index;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      consumed_.wait(lock, [&] {
+        return stopping_ || (next_to_claim_ < batches_ && next_to_claim_ < next_to_take_ + capacity);
+      });
+      if (stopping_) return;
+      index = next_to_claim_++;
+    }
+    try {
+      HostBatch batch = gather(index);
+      std::lock_guard<std::mutex> lock(mutex_);
+      ready_.emplace(index, std::move(batch));
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      worker_error_ = std::current_exception();
+      stopping_ = true;
+    }
+    produced_.notify_all();
+  }
+}
+
+void StreamingLoader::stop_workers() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  consumed_.notify_all();
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+}
+
+void StreamingLoader::start_epoch(int64_t epoch) {
+  stop_workers();
+  order_ = options_.shuffle ? epoch_order(inputs_.size(0), options_.seed, epoch, true) : torch::Tensor();
+  ready_.clear();
+  in_flight_.clear();
+  next_to_claim_ = next_to_take_ = next_to_send_ = 0;
+  stopping_ = false;
+  worker_error_ = nullptr;
+  for (int w = 0; w < streaming_.workers; ++w) threads_.emplace_back([this] { worker_loop(); });
+}
+
+Batch StreamingLoader::to_device(const HostBatch& host) {
+  Batch out;
+#if SPRITETORCH_WITH_CUDA
+  if (device_.is_cuda()) {
+    // Copy on a side stream; the compute stream waits on an event, not on the host.
+    const auto compute = c10::cuda::getCurrentCUDAStream(device_.index());
+    const auto side = c10::cuda::getStreamFromPool(false, device_.index());
+    {
+      c10::cuda::CUDAStreamGuard guard(side);
+      out.inputs = host.inputs.to(device_, /*non_blocking=*/streaming_.pin_memory);
+      out.labels = host.labels.to(device_, /*non_blocking=*/streaming_.pin_memory);
+    }
+    at::cuda::CUDAEvent copied;
+    copied.record(side);
+    copied.block(compute);
+    // The memory was allocated for the side stream but is used on the compute stream.
+    c10::cuda::CUDACachingAllocator::recordStream(out.inputs.storage().data_ptr(), compute);
+    c10::cuda::CUDACachingAllocator::recordStream(out.labels.storage().data_ptr(), compute);
+    return out;
+  }
+#endif
+  out.inputs = host.inputs.to(device_);
+  out.labels = host.labels.to(device_);
+  return out;
+}
+
+bool StreamingLoader::next(Batch& batch) {
+  // Keep `prefetch` batches sent ahead: their copies overlap the caller's compute.
+  while (next_to_send_ < batches_ &&
+         static_cast<int64_t>(in_flight_.size()) < streaming_.prefetch + 1) {
+    HostBatch host;
+    if (streaming_.workers == 0) {
+      host = gather(next_to_send_);
+    } else {
+      std::unique_lock<std::mutex> lock(mutex_);
+      produced_.wait(lock, [&] { return worker_error_ || ready_.count(next_to_send_); });
+      if (worker_error_) std::rethrow_exception(worker_error_);
+      host = std::move(ready_.at(next_to_send_));
+      ready_.erase(next_to_send_);
+      next_to_take_ = next_to_send_ + 1;
+    }
+    consumed_.notify_all();
+    in_flight_.push_back(to_device(host));
+    ++next_to_send_;
+  }
+  if (in_flight_.empty()) return false;
+  batch = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  batch.inputs = to_model_input(batch.inputs);  // uint8 -> float on the device
+  return true;
+}
+
+}  // namespace spritetorch::data
