@@ -27,6 +27,7 @@ struct TrainConfig {
   int blas_threads = 0;                    // OpenBLAS threads (0 = default: one per core)
   bool drop_last = false;
   data::DataPathOptions data_path;         // resident vs streaming (--data-on, --workers, ...)
+  std::string augment = "none";            // none | flip | shift[:N] | flip,shift[:N] (data/augment.h)
   std::string step = "auto";               // auto | autograd | fused (train/train_step.h)
   std::string save;                        // checkpoint written after the last epoch
   std::string resume;                      // checkpoint to continue from

@@ -7,6 +7,7 @@
 #include "common/cpu_threads.h"
 #include "common/error.h"
 #include "common/timer.h"
+#include "data/augment.h"
 #include "data/dummy.h"
 #include "device/device.h"
 #include "train/flat_optimizer.h"
@@ -126,6 +127,10 @@ TrainReport train(const TrainConfig& config, TrainObserver* observer) {
     start_epoch = resumed->meta.value("epoch", int64_t{0});
   }
 
+  const data::AugmentOptions augment = data::parse_augment(config.augment);
+  if (augment.enabled() && data.train.inputs.dim() != 4)
+    throw Error("--augment " + config.augment + " needs image data; " + data.train.name +
+                " holds feature vectors");
   auto step_fn = make_train_step(model, config.batch_size, config.step);
   data::LoaderOptions train_options{config.batch_size, /*shuffle=*/true, config.drop_last, config.seed};
   data::DataPath train_path = data::make_data_path(data.train, device, train_options, config.data_path);
@@ -148,6 +153,7 @@ TrainReport train(const TrainConfig& config, TrainObserver* observer) {
       {"epochs", std::to_string(config.epochs) +
                      (start_epoch ? " (resuming after " + std::to_string(start_epoch) + ")" : "")},
       {"optimizer", config.optimizer + " lr " + format_double(config.lr) + " (flat buffers)"},
+      {"augment", augment.describe()},
       {"step", step_fn->name()},
       {"precision", "fp32"},
       {"seed", std::to_string(config.seed)},
@@ -173,6 +179,7 @@ TrainReport train(const TrainConfig& config, TrainObserver* observer) {
       if (step == 0)
         device::expect_on_device(batch.inputs, optimizer.values().device(), "the training batch", "the model");
       const int64_t b = batch.labels.size(0);
+      if (augment.enabled()) batch.inputs = data::augment_batch(batch.inputs, augment);
       if (!step_fn->overwrites_grads()) optimizer.zero_grad();
       step_fn->run(batch, interval_loss, correct);
       optimizer.step();
