@@ -91,6 +91,11 @@ models::Classifier model_from_checkpoint(const Checkpoint& checkpoint, const std
 }
 
 TrainReport train(const TrainConfig& config, TrainObserver* observer) {
+  device::pick_device(config.device);  // an unavailable device fails before the data is read
+  return train(config, load_datasets(config), observer);
+}
+
+TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver* observer) {
   TrainObserver silent;
   if (!observer) observer = &silent;
   if (config.epochs < 0) throw Error("--epochs must be >= 0");
@@ -100,8 +105,6 @@ TrainReport train(const TrainConfig& config, TrainObserver* observer) {
   const torch::Device device = device::pick_device(config.device);
   const CpuThreads threads = apply_cpu_threads(config.threads, config.blas_threads);
   torch::manual_seed(config.seed);
-
-  Datasets data = load_datasets(config);
 
   // Resume: the checkpoint decides the model; a conflicting --model is an error, not a surprise.
   std::optional<Checkpoint> resumed;
