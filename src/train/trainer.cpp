@@ -3,6 +3,7 @@
 #include <cmath>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include "common/cpu_threads.h"
 #include "common/error.h"
@@ -103,7 +104,7 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
 
   // Where: resolved once, named the seeds' way.
   const torch::Device device = device::pick_device(config.device);
-  const CpuThreads threads = apply_cpu_threads(config.threads, config.blas_threads);
+  CpuThreads threads = apply_cpu_threads(config.threads, config.blas_threads);
   torch::manual_seed(config.seed);
 
   // Resume: the checkpoint decides the model; a conflicting --model is an error, not a surprise.
@@ -134,7 +135,12 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
   if (augment.enabled() && data.train.inputs.dim() != 4)
     throw Error("--augment " + config.augment + " needs image data; " + data.train.name +
                 " holds feature vectors");
-  auto step_fn = make_train_step(model, config.batch_size, config.step);
+  // The fused step splits each batch over the cores itself; BLAS then runs one thread per shard.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int shards = device.is_cpu() ? (config.step_shards > 0 ? config.step_shards : cores) : 1;
+  auto step_fn = make_train_step(model, config.batch_size, config.step, shards);
+  const auto* fused = dynamic_cast<const FusedMlpStep*>(step_fn.get());
+  if (fused && fused->shards() > 1 && config.blas_threads == 0) threads = apply_cpu_threads(config.threads, 1);
   data::LoaderOptions train_options{config.batch_size, /*shuffle=*/true, config.drop_last, config.seed};
   data::DataPath train_path = data::make_data_path(data.train, device, train_options, config.data_path);
   data::Loader& train_loader = *train_path.loader;
@@ -157,7 +163,8 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
                      (start_epoch ? " (resuming after " + std::to_string(start_epoch) + ")" : "")},
       {"optimizer", config.optimizer + " lr " + format_double(config.lr) + " (flat buffers)"},
       {"augment", augment.describe()},
-      {"step", step_fn->name()},
+      {"step", std::string(step_fn->name()) +
+                   (fused && fused->shards() > 1 ? " (" + std::to_string(fused->shards()) + " shards)" : "")},
       {"precision", "fp32"},
       {"seed", std::to_string(config.seed)},
       {"threads", std::to_string(threads.intra_op) + " intra-op, " +
