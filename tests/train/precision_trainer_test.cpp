@@ -18,10 +18,13 @@ std::string setting(const TrainReport& report, const std::string& key) {
 
 TEST(PrecisionTrainer, Bf16OnCpuReachesFp32AccuracyWithinOnePoint) {
   SKIP_WITHOUT_FASHION_MNIST();
+  // A small subset: on CPUs without native bf16 (AVX2 only) LibTorch 1.13's bf16 matmul is a
+  // scalar loop, some 15x slower than fp32 end to end. Over seeds 1-3 the gap here was <= 0.75 points.
   TrainConfig c;
   c.device = "cpu";
-  c.epochs = 2;
-  c.train_limit = 10000;
+  c.epochs = 3;
+  c.batch_size = 32;
+  c.train_limit = 2000;
   c.test_limit = 2000;
   const auto fp32 = train(c);
   c.precision = "bf16";
@@ -33,19 +36,20 @@ TEST(PrecisionTrainer, Bf16OnCpuReachesFp32AccuracyWithinOnePoint) {
   EXPECT_NEAR(bf16.test.accuracy, fp32.test.accuracy, 0.01);
 }
 
-TEST(PrecisionTrainer, Bf16CnnTrainsAndClipsOnTheCpu) {
+TEST(PrecisionTrainer, ClippingIsAppliedAndShownInTheSettings) {
   SKIP_WITHOUT_FASHION_MNIST();
   TrainConfig c;
   c.device = "cpu";
-  c.model = "cnn";
   c.epochs = 1;
   c.train_limit = 2000;
   c.test_limit = 500;
-  c.precision = "bf16";
-  c.clip_grad_norm = 1.0;
-  const auto report = train(c);
-  EXPECT_GT(report.test.accuracy, 0.6);
-  EXPECT_NE(setting(report, "precision").find("clip grad norm 1"), std::string::npos);
+  c.optimizer = "sgd";  // Adam would undo a uniform rescaling of the gradients
+  c.lr = 0.1;
+  const auto free = train(c);
+  c.clip_grad_norm = 1e-3;  // tiny: every step is clipped hard, so learning slows visibly
+  const auto clipped = train(c);
+  EXPECT_NE(setting(clipped, "precision").find("clip grad norm 0.001"), std::string::npos);
+  EXPECT_GT(clipped.epochs[0].loss, free.epochs[0].loss + 0.1);
 }
 
 TEST(PrecisionTrainer, Fp16OnCpuIsRefusedBeforeAnyWork) {
