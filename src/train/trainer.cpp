@@ -102,6 +102,11 @@ TrainReport train(const TrainConfig& config, TrainObserver* observer) {
   // Where: resolved once, named the seeds' way.
   const torch::Device device = device::pick_device(config.device);
   const CpuThreads threads = apply_cpu_threads(config.threads, config.blas_threads);
+  // Precision (docs/precision.md): resolved once against the device, before any data is read, so
+  // an impossible combination fails at once.
+  const precision::PrecisionPlan plan = precision::resolve_precision(
+      precision::parse_precision(config.precision), device::describe_device(device));
+  if (config.cuda_graphs) check_cuda_graphs(device, "resident");
   torch::manual_seed(config.seed);
 
   Datasets data = load_datasets(config);
@@ -121,16 +126,13 @@ TrainReport train(const TrainConfig& config, TrainObserver* observer) {
   models::ModelSpec spec{model_name, sample_shape(data.train), data.train.num_classes()};
   models::Classifier model = models::make_model(spec);
   model->to(device);  // once, before the loop
-  // Precision (docs/precision.md): resolved once against the device. channels_last must be set
-  // before the flat optimizer re-points the parameters (it keeps their strides).
-  const precision::PrecisionPlan plan = precision::resolve_precision(
-      precision::parse_precision(config.precision), device::describe_device(device));
+  // channels_last must be set before the flat optimizer re-points the parameters (it keeps their
+  // strides).
   bool has_conv = false;
   for (const auto& p : model->parameters()) has_conv |= p.dim() == 4;
   const bool channels_last = device.is_cuda() && config.channels_last && has_conv;
   if (channels_last) apply_channels_last(*model);
   if (device.is_cuda()) at::globalContext().setBenchmarkCuDNN(config.cudnn_benchmark);
-  if (config.cuda_graphs) check_cuda_graphs(device, "resident");
   FlatOptimizer optimizer(model->parameters(),
                           OptimizerOptions{config.optimizer, config.lr, 0.9, 0.999, 1e-8, config.momentum});
   int64_t start_epoch = 0;
