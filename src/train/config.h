@@ -32,6 +32,12 @@ struct TrainConfig {
   int step_shards = 0;                     // fused step on the CPU: threads splitting each batch (0 = one per core)               // auto | autograd | fused (train/train_step.h)
   std::string save;                        // checkpoint written after the last epoch
   std::string resume;                      // checkpoint to continue from
+  // Mixed precision and CUDA graphs (docs/precision.md).
+  std::string precision = "fp32";          // fp32 | bf16 | fp16 | auto (precision/precision.h)
+  double clip_grad_norm = 0.0;             // clip the gradients' L2 norm to this (0 = off)
+  bool cuda_graphs = false;                // capture the train step as a CUDA graph (CUDA only)
+  bool channels_last = true;               // CNNs on CUDA: channels_last memory format
+  bool cudnn_benchmark = true;             // CUDA: let cuDNN time its algorithms (fixed shapes)
 };
 
 }  // namespace spritetorch::train
