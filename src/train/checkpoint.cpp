@@ -91,6 +91,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
   for (const auto& [name, tensor] : checkpoint.model) archive.write("model." + name, tensor.cpu());
   for (const auto& [name, tensor] : checkpoint.optimizer)
     archive.write("optimizer." + name, tensor.cpu());
+  for (const auto& [name, tensor] : checkpoint.run) archive.write("run." + name, tensor.cpu());
   std::string payload;
   archive.save_to([&payload](const void* data, size_t size) {
     payload.append(static_cast<const char*>(data), size);
@@ -109,6 +110,10 @@ Checkpoint load_checkpoint(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw DataError(path, "a readable checkpoint file", "a file that cannot be opened");
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return load_checkpoint_bytes(bytes, path);
+}
+
+Checkpoint load_checkpoint_bytes(const std::string& bytes, const std::string& path) {
   if (bytes.size() < kHeaderSize || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
     throw DataError(path, "a spritetorch checkpoint (magic SPRITETORCH-CKPT)",
                     bytes.size() < 16 ? std::to_string(bytes.size()) + " bytes" : "other content",
@@ -132,7 +137,11 @@ Checkpoint load_checkpoint(const std::string& path) {
     archive.load_from(payload, length, torch::Device(torch::kCPU));
     c10::IValue meta;
     archive.read("meta", meta);
+    if (!meta.isString())
+      throw DataError(path, "a string 'meta' entry", std::string("a ") + meta.tagKind());
     out.meta = nlohmann::json::parse(meta.toStringRef());
+    if (!out.meta.is_object())
+      throw DataError(path, "a JSON object as metadata", std::string("a JSON ") + out.meta.type_name());
     for (const auto& key : archive.keys()) {
       if (key.rfind("model.", 0) == 0) {
         torch::Tensor t;
@@ -142,6 +151,10 @@ Checkpoint load_checkpoint(const std::string& path) {
         torch::Tensor t;
         archive.read(key, t);
         out.optimizer[key.substr(10)] = t;
+      } else if (key.rfind("run.", 0) == 0) {
+        torch::Tensor t;
+        archive.read(key, t);
+        out.run[key.substr(4)] = t;
       }
     }
   } catch (const c10::Error& e) {

@@ -26,12 +26,15 @@ struct Checkpoint {
   nlohmann::json meta;
   std::map<std::string, torch::Tensor> model;      // parameter and buffer name -> tensor (CPU)
   std::map<std::string, torch::Tensor> optimizer;  // optimizer state name -> tensor (CPU)
+  std::map<std::string, torch::Tensor> run;        // mid-run state (train/run_state.h); may be empty
 };
 
 void save_checkpoint(const std::string& path, const Checkpoint& checkpoint);
 // Throws DataError naming the file when it is not a spritetorch checkpoint, is truncated, fails its
 // checksum or comes from a newer format version.
 Checkpoint load_checkpoint(const std::string& path);
+// The same checks on bytes already in memory; `source` names them in errors. (Fuzz targets use it.)
+Checkpoint load_checkpoint_bytes(const std::string& bytes, const std::string& source);
 
 // Writes `bytes` to `path` atomically (temporary file + fsync + rename).
 void write_file_atomically(const std::string& path, const std::string& bytes);

@@ -28,6 +28,10 @@ struct TrainConfig {
   std::string step = "auto";               // auto | autograd | fused (train/train_step.h)
   std::string save;                        // checkpoint written after the last epoch
   std::string resume;                      // checkpoint to continue from
+  // Reliability (train/run_state.h, docs/reliability.md).
+  int64_t checkpoint_every = 0;            // steps between periodic checkpoints (0 = none)
+  int64_t keep_last = 0;                   // periodic checkpoints kept (0 = all)
+  bool overwrite = false;                  // --save may replace an existing file
 };
 
 }  // namespace spritetorch::train
