@@ -156,6 +156,23 @@ void prune_periodic_checkpoints(const std::string& base, int64_t keep) {
   }
 }
 
+void check_model_spec(const models::ModelSpec& spec, int64_t file_values, const std::string& source) {
+  constexpr int64_t kMaxDim = 65536, kMaxClasses = 65536;
+  const std::string shape = nlohmann::json(spec.input_shape).dump();
+  if (spec.input_shape.empty() || spec.input_shape.size() > 3)
+    throw DataError(source, "an input_shape of 1 to 3 dimensions", shape);
+  int64_t features = 1;
+  for (int64_t d : spec.input_shape) {
+    if (d < 1 || d > kMaxDim) throw DataError(source, "input dimensions of 1.." + std::to_string(kMaxDim), shape);
+    features *= d;  // < 2^48 after three factors of at most 2^16: no overflow
+  }
+  if (features > file_values)
+    throw DataError(source, "an input_shape its " + std::to_string(file_values) + " weights can serve", shape);
+  if (spec.classes < 2 || spec.classes > kMaxClasses || spec.classes > file_values)
+    throw DataError(source, "2.." + std::to_string(std::min(kMaxClasses, file_values)) + " classes",
+                    std::to_string(spec.classes));
+}
+
 std::string run_checkpoint_base(const TrainConfig& config) {
   return config.save.empty() ? std::string("spritetorch-run.pt") : config.save;
 }

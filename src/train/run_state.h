@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "models/classifier.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 
@@ -53,6 +54,12 @@ std::string periodic_checkpoint_path(const std::string& base, int64_t global_ste
 std::vector<std::string> periodic_checkpoints(const std::string& base);
 // Deletes all but the newest `keep` periodic checkpoints of `base` (keep <= 0: keeps all).
 void prune_periodic_checkpoints(const std::string& base, int64_t keep);
+
+// The model a checkpoint describes, bounded before it is built, so that a hostile file cannot size
+// our allocations: 1 to 3 input dimensions of 1..65536, 2..65536 classes, and no more input values
+// per sample or classes than the file holds weights (`file_values`: every model's first and last
+// layers have at least that many). Throws DataError naming `source`.
+void check_model_spec(const models::ModelSpec& spec, int64_t file_values, const std::string& source);
 
 // The path periodic and interrupt checkpoints are named after: --save, else ./spritetorch-run.pt.
 std::string run_checkpoint_base(const TrainConfig& config);

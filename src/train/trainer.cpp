@@ -86,6 +86,9 @@ models::Classifier model_from_checkpoint(const Checkpoint& checkpoint, const std
   } catch (const nlohmann::json::exception& e) {
     throw DataError(source, "metadata with model, input_shape and classes", e.what());
   }
+  int64_t file_values = 0;
+  for (const auto& [name, t] : checkpoint.model) file_values += t.numel();
+  check_model_spec(spec, file_values, source);  // a hostile file must not size our allocations
   auto model = models::make_model(spec);
   load_model_state(*model, checkpoint.model, source);
   model->to(device);
