@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <exception>
 #include <string>
+#include <typeinfo>
 
 #include "common/error.h"
 
@@ -63,7 +64,8 @@ int expect_clean(Body&& body) {
   } catch (const spritetorch::Error&) {
     // a clear error: what hostile input must get
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "fuzz: escaped exception (not spritetorch::Error): %s\n", e.what());
+    std::fprintf(stderr, "fuzz: escaped exception %s (not spritetorch::Error): %s\n",
+                 typeid(e).name(), e.what());
     std::abort();
   }
   return 0;

@@ -76,8 +76,16 @@ torch::Tensor read_idx(const std::string& path) {
     throw DataError(path, std::to_string(elements) + " data bytes",
                     std::to_string(payload.size()) + " (truncated file)");
   unsigned char extra;
-  if (gzread(file.get(), &extra, 1) > 0)
+  const int tail = gzread(file.get(), &extra, 1);
+  if (tail > 0)
     throw DataError(path, std::to_string(elements) + " data bytes", "trailing bytes after them");
+  // A .gz whose data is complete but whose trailer (CRC-32, length) is cut or wrong shows up only
+  // here, as a read error at the end.
+  int status = Z_OK;
+  const char* message = gzerror(file.get(), &status);
+  if (tail < 0 || (status != Z_OK && status != Z_STREAM_END))
+    throw DataError(path, "a complete gzip stream with a matching CRC-32",
+                    std::string("a truncated or corrupt one (") + message + ")");
 
   auto out = torch::empty(dims, torch::kUInt8);
   std::memcpy(out.data_ptr<uint8_t>(), payload.data(), payload.size());

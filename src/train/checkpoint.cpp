@@ -157,11 +157,19 @@ Checkpoint load_checkpoint_bytes(const std::string& bytes, const std::string& pa
         out.run[key.substr(4)] = t;
       }
     }
+  } catch (const Error&) {
+    throw;
   } catch (const c10::Error& e) {
     throw DataError(path, "a readable LibTorch archive inside the checkpoint",
                     std::string("an unreadable one (") + e.what_without_backtrace() + ")");
   } catch (const nlohmann::json::exception& e) {
     throw DataError(path, "JSON metadata", std::string("invalid JSON (") + e.what() + ")");
+  } catch (const std::exception& e) {
+    // LibTorch's archive reader also throws torch::jit::ErrorReport (its TorchScript front end),
+    // often with an empty message; found by fuzz/checkpoint_payload_fuzzer.
+    const std::string what = e.what();
+    throw DataError(path, "a readable LibTorch archive inside the checkpoint",
+                    "an unreadable one (" + (what.empty() ? std::string("a malformed archive") : what) + ")");
   }
   return out;
 }

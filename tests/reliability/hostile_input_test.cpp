@@ -72,9 +72,9 @@ TEST(HostileCheckpoint, HugeLengthFieldAndBadCrcAreClearErrors) {
 }
 
 // Each committed input of a fuzz target must give a clean result (a value or DataError/Error).
-void replay(const std::string& folder, const std::function<void(const std::string&)>& read) {
+int replay(const std::string& folder, const std::function<void(const std::string&)>& read) {
   namespace fs = std::filesystem;
-  if (!fs::exists(folder)) return;
+  if (!fs::exists(folder)) return 0;
   int count = 0;
   for (const auto& entry : fs::directory_iterator(folder)) {
     try {
@@ -83,7 +83,8 @@ void replay(const std::string& folder, const std::function<void(const std::strin
     }
     ++count;
   }
-  RecordProperty(fs::path(folder).filename().string(), count);
+  ::testing::Test::RecordProperty(fs::path(folder).filename().string(), count);
+  return count;
 }
 
 const std::string kSource = SPRITETORCH_TEST_DIR "/..";
@@ -92,7 +93,7 @@ TEST(FuzzInputs, IdxCorpusAndRegressionsReadCleanly) {
   for (const char* target : {"idx_fuzzer", "idx_gz_fuzzer"}) {
     replay(kSource + "/tests/data/fuzz/" + target, [](const std::string& p) { data::read_idx(p); });
   }
-  replay(kSource + "/fuzz/corpus/idx_fuzzer", [](const std::string& p) { data::read_idx(p); });
+  EXPECT_GT(replay(kSource + "/fuzz/corpus/idx_fuzzer", [](const std::string& p) { data::read_idx(p); }), 0);
 }
 
 TEST(FuzzInputs, CheckpointCorpusAndRegressionsLoadCleanly) {
@@ -100,7 +101,7 @@ TEST(FuzzInputs, CheckpointCorpusAndRegressionsLoadCleanly) {
     const auto c = train::load_checkpoint(p);
     train::model_from_checkpoint(c, p, torch::kCPU);
   };
-  replay(kSource + "/fuzz/corpus/checkpoint_fuzzer", load);
+  EXPECT_GT(replay(kSource + "/fuzz/corpus/checkpoint_fuzzer", load), 0);
   replay(kSource + "/tests/data/fuzz/checkpoint_fuzzer", load);
 }
 
@@ -120,7 +121,7 @@ TEST(FuzzInputs, CheckpointPayloadCorpusAndRegressionsLoadCleanly) {
     const auto c = train::load_checkpoint_bytes(bytes + payload, p);
     train::model_from_checkpoint(c, p, torch::kCPU);
   };
-  replay(kSource + "/fuzz/corpus/checkpoint_payload_fuzzer", load);
+  EXPECT_GT(replay(kSource + "/fuzz/corpus/checkpoint_payload_fuzzer", load), 0);
   replay(kSource + "/tests/data/fuzz/checkpoint_payload_fuzzer", load);
 }
 
