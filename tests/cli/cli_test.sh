@@ -60,6 +60,8 @@ hdr = bytes([0, 0, 8, 3]) + struct.pack(">III", 1000000000, 28, 28)
 open(f"{t}/liar/train-images-idx3-ubyte", "wb").write(hdr + bytes(100))
 gz = gzip.compress(bytes([0, 0, 8, 3]) + struct.pack(">III", 100, 28, 28) + bytes(range(256)) * 307)
 open(f"{t}/cutgz/train-images-idx3-ubyte.gz", "wb").write(gz[: len(gz) // 2])
+for d in ("liar", "cutgz"):  # valid labels, so that the images file is the one that fails
+    open(f"{t}/{d}/train-labels-idx1-ubyte", "wb").write(bytes([0, 0, 8, 1, 0, 0, 0, 100]) + bytes(100))
 PY
 expect 2 "badcrc.pt: expected a payload matching its CRC-32" -- eval --checkpoint "$tmp/badcrc.pt"
 expect 2 "hugelen.pt: expected 18446744073709551615 payload bytes" -- train --dataset dummy --resume "$tmp/hugelen.pt"
