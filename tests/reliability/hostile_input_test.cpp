@@ -71,6 +71,20 @@ TEST(HostileCheckpoint, HugeLengthFieldAndBadCrcAreClearErrors) {
             std::string::npos);
 }
 
+TEST(HostileCheckpoint, MetadataCannotSizeAnAbsurdModel) {
+  train::Checkpoint c;
+  c.model = train::model_state(*models::make_model({"simplenn", {3}, 2}));  // 62 weights
+  for (const auto& [shape, classes] :
+       std::vector<std::pair<std::vector<int64_t>, int64_t>>{{{1, 65536, 65536}, 10},  // 2^32 inputs
+                                                             {{3}, 1000000},          // 10^6 classes
+                                                             {{-1}, 2},
+                                                             {{}, 2}}) {
+    c.meta = {{"model", "ann"}, {"input_shape", shape}, {"classes", classes}};
+    const std::string msg = data_error_of([&] { train::model_from_checkpoint(c, "evil.ckpt", torch::kCPU); });
+    EXPECT_NE(msg.find("evil.ckpt: expected "), std::string::npos) << msg;
+  }
+}
+
 // Each committed input of a fuzz target must give a clean result (a value or DataError/Error).
 int replay(const std::string& folder, const std::function<void(const std::string&)>& read) {
   namespace fs = std::filesystem;
