@@ -117,6 +117,12 @@ Subcommand add_train_command(CLI::App& app) {
                   "CUDA: let cuDNN pick the fastest conv algorithms (true|false)")->capture_default_str();
   sub->add_option("--save", config->save, "Write a checkpoint here after training");
   sub->add_option("--resume", config->resume, "Continue from this checkpoint")->check(CLI::ExistingFile);
+  sub->add_option("--checkpoint-every", config->checkpoint_every,
+                  "Also checkpoint every N steps, to <save>.step<global step>.pt (0: never)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  sub->add_option("--keep-last", config->keep_last, "Keep only the newest K periodic checkpoints (0: all)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  sub->add_flag("--overwrite", config->overwrite, "Let --save replace an existing file");
   sub->add_flag("--json", *json, "Print a JSON summary on stdout (progress goes to stderr)");
   sub->add_flag("--verbose", *verbose, "Also print the running loss every --log-every steps");
 

@@ -7,6 +7,8 @@
 
 #include "commands.h"
 #include "common/error.h"
+#include "resume_command.h"
+#include "train/interrupt.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"spritetorch: train, evaluate and run small image models (Fashion-MNIST, pixel-art "
@@ -27,6 +29,15 @@ int main(int argc, char** argv) {
   try {
     for (const auto& command : commands)
       if (command.app->parsed()) return command.run();
+    return 2;
+  } catch (const spritetorch::train::Interrupted& e) {
+    std::cerr << "\n" << e.what() << "; checkpoint saved: " << e.checkpoint() << "\n"
+              << "resume with: " << spritetorch::cli::resume_command(argc, argv, e.checkpoint()) << "\n";
+    return e.exit_code();  // 130 for SIGINT, 143 for SIGTERM
+  } catch (const c10::OutOfMemoryError& e) {  // outside the training loop (which saves its state)
+    std::cerr << "error: out of device memory: " << e.what_without_backtrace() << "\n"
+              << "hint: try a smaller --batch-size, bf16 precision, or streaming the data instead "
+                 "of keeping the dataset resident on the device\n";
     return 2;
   } catch (const spritetorch::Error& e) {
     std::cerr << "error: " << e.what() << "\n";

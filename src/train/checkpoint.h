@@ -5,8 +5,15 @@
 //   u32       format version (kCheckpointVersion)
 //   u64       payload length in bytes
 //   u32       CRC-32 of the payload
-//   payload   a LibTorch archive: "meta" (a JSON string), "model.<name>" and "optimizer.<name>"
-//             tensors
+//   payload   (version 2)
+//     u32 meta length, the meta JSON
+//     u32 tensor count, then per tensor: u16 name length, name ("model.<name>", "optimizer.<name>"
+//     or "run.<name>"), u8 dtype (the c10::ScalarType value: uint8, int8, int16, int32, int64,
+//     float16, float32, float64, bool, bfloat16), u8 ndim (0..8), ndim x u64 sizes, then the
+//     elements, contiguous, little-endian.
+// Version 1 payloads were LibTorch archives; loading those runs LibTorch's TorchScript importer,
+// which crashes on hostile input (found by fuzz/checkpoint_payload_fuzzer), so version 2 is a format
+// whose every length is checked against the bytes present before anything is allocated.
 // Files are written atomically: a temporary file in the same folder, flushed and fsynced, then
 // renamed over the target, so a crash leaves either the old file or the new one.
 #pragma once
@@ -19,19 +26,22 @@
 
 namespace spritetorch::train {
 
-constexpr uint32_t kCheckpointVersion = 1;
+constexpr uint32_t kCheckpointVersion = 2;
 
 struct Checkpoint {
   // model, input_shape, classes, class_names, dataset, epoch, seed, optimizer, lr, ...
   nlohmann::json meta;
   std::map<std::string, torch::Tensor> model;      // parameter and buffer name -> tensor (CPU)
   std::map<std::string, torch::Tensor> optimizer;  // optimizer state name -> tensor (CPU)
+  std::map<std::string, torch::Tensor> run;        // mid-run state (train/run_state.h); may be empty
 };
 
 void save_checkpoint(const std::string& path, const Checkpoint& checkpoint);
 // Throws DataError naming the file when it is not a spritetorch checkpoint, is truncated, fails its
 // checksum or comes from a newer format version.
 Checkpoint load_checkpoint(const std::string& path);
+// The same checks on bytes already in memory; `source` names them in errors. (Fuzz targets use it.)
+Checkpoint load_checkpoint_bytes(const std::string& bytes, const std::string& source);
 
 // Writes `bytes` to `path` atomically (temporary file + fsync + rename).
 void write_file_atomically(const std::string& path, const std::string& bytes);

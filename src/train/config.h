@@ -38,6 +38,10 @@ struct TrainConfig {
   bool cuda_graphs = false;                // capture the train step as a CUDA graph (CUDA only)
   bool channels_last = true;               // CNNs on CUDA: channels_last memory format
   bool cudnn_benchmark = true;             // CUDA: let cuDNN time its algorithms (fixed shapes)
+  // Reliability (train/run_state.h, docs/reliability.md).
+  int64_t checkpoint_every = 0;            // steps between periodic checkpoints (0 = none)
+  int64_t keep_last = 0;                   // periodic checkpoints kept (0 = all)
+  bool overwrite = false;                  // --save may replace an existing file
 };
 
 }  // namespace spritetorch::train

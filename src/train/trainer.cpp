@@ -7,6 +7,7 @@
 
 #include "common/cpu_threads.h"
 #include "common/error.h"
+#include "common/output_file.h"
 #include "common/timer.h"
 #include "data/augment.h"
 #include "data/dummy.h"
@@ -16,6 +17,8 @@
 #include "train/amp_step.h"
 #include "train/cuda_graph_step.h"
 #include "train/flat_optimizer.h"
+#include "train/interrupt.h"
+#include "train/run_state.h"
 #include "train/train_step.h"
 
 namespace spritetorch::train {
@@ -89,6 +92,9 @@ models::Classifier model_from_checkpoint(const Checkpoint& checkpoint, const std
   } catch (const nlohmann::json::exception& e) {
     throw DataError(source, "metadata with model, input_shape and classes", e.what());
   }
+  int64_t file_values = 0;
+  for (const auto& [name, t] : checkpoint.model) file_values += t.numel();
+  check_model_spec(spec, file_values, source);  // a hostile file must not size our allocations
   auto model = models::make_model(spec);
   load_model_state(*model, checkpoint.model, source);
   model->to(device);
@@ -105,6 +111,10 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
   if (!observer) observer = &silent;
   if (config.epochs < 0) throw Error("--epochs must be >= 0");
   if (config.batch_size <= 0) throw Error("--batch-size must be positive");
+  // Reliability: signals are caught from here on; outputs are checked before any work.
+  InterruptGuard interrupt_guard;
+  const std::string run_base = run_checkpoint_base(config);
+  check_run_outputs(config, run_base);
 
   // Where: resolved once, named the seeds' way.
   const torch::Device device = device::pick_device(config.device);
@@ -141,10 +151,13 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
   FlatOptimizer optimizer(model->parameters(),
                           OptimizerOptions{config.optimizer, config.lr, 0.9, 0.999, 1e-8, config.momentum});
   int64_t start_epoch = 0;
+  std::optional<RunState> run_state;  // set when resuming mid-epoch
   if (resumed) {
     load_model_state(*model, resumed->model, config.resume);
     optimizer.load_state(resumed->optimizer);
     start_epoch = resumed->meta.value("epoch", int64_t{0});
+    run_state = load_run_state(*resumed, device, config.resume);
+    if (run_state) check_mid_run_resume(config, *resumed, *run_state);
   }
   std::optional<precision::GradScaler> scaler;  // fp16 only
   if (plan.grad_scaling) {
@@ -212,6 +225,55 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
   const auto on_device = torch::TensorOptions().device(device);
   DeviceTimer total_timer(device);
   const int64_t steps = train_loader.batches_per_epoch();
+  // Every checkpoint of this run: the final one (--save) and the periodic/interrupt ones.
+  auto make_checkpoint = [&](int64_t epochs_done) {
+    Checkpoint checkpoint;
+    checkpoint.meta = {
+        {"model", model_name},
+        {"input_shape", spec.input_shape},
+        {"classes", spec.classes},
+        {"class_names", data.train.class_names},
+        {"dataset", config.dataset},
+        {"epoch", epochs_done},
+        {"seed", config.seed},
+        {"optimizer", config.optimizer},
+        {"lr", config.lr},
+        {"batch_size", config.batch_size},
+        {"drop_last", config.drop_last},
+        {"spritetorch_version", SPRITETORCH_VERSION},
+        {"precision", precision::to_string(plan.precision)},
+    };
+    if (scaler) checkpoint.meta["grad_scaler"] = scaler->state();
+    checkpoint.model = model_state(*model);
+    checkpoint.optimizer = optimizer.state();
+    return checkpoint;
+  };
+  std::string last_good;  // newest periodic checkpoint this run wrote
+  auto diverged = [&](const std::string& what, int64_t epoch, const std::string& where) {
+    return Error("training diverged: " + what + " in epoch " +
+                     std::to_string(epoch + 1) + ", " + where,
+                 (last_good.empty() ? std::string("no checkpoint was written (--checkpoint-every N)")
+                                    : "last good checkpoint: " + last_good + " (--resume it)") +
+                     "; lower --lr");
+  };
+  // A periodic or interrupt checkpoint after `rs.step` steps of epoch `rs.epoch`. It is written
+  // only when the loss since the last log and the weights are finite: it is always a good one.
+  auto save_run_checkpoint = [&](RunState rs) {
+    const double pending = rs.interval_loss.item<double>();
+    const bool weights_finite = torch::isfinite(optimizer.values()).all().item<bool>();
+    if (!std::isfinite(pending) || !weights_finite)
+      throw diverged(weights_finite ? "loss is " + std::to_string(pending) : std::string("weights are not finite"),
+                     rs.epoch, "at or before step " + std::to_string(rs.step));
+    capture_rng(rs, device);
+    Checkpoint checkpoint = make_checkpoint(rs.epoch);
+    store_run_state(rs, checkpoint);
+    const std::string path = periodic_checkpoint_path(run_base, rs.epoch * steps + rs.step);
+    save_checkpoint(path, checkpoint);
+    last_good = path;
+    prune_periodic_checkpoints(run_base, config.keep_last);
+    return path;
+  };
+  if (run_state) restore_rng(*run_state, device, config.resume);
   for (int64_t epoch = start_epoch; epoch < config.epochs; ++epoch) {
     model->train();
     DeviceTimer epoch_timer(device);
@@ -222,19 +284,36 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
     int64_t interval_samples = 0, samples = 0, step = 0;
     train_loader.start_epoch(epoch);
     data::Batch batch;
+    if (run_state && run_state->epoch == epoch) {  // resuming mid-epoch: skip the batches done
+      loss_sum = run_state->loss_sum, correct = run_state->correct;
+      interval_loss = run_state->interval_loss;
+      interval_samples = run_state->interval_samples, samples = run_state->samples;
+      for (; step < run_state->step; ++step)
+        if (!train_loader.next(batch))
+          throw DataError(config.resume, "at most " + std::to_string(steps) + " steps per epoch",
+                          "step " + std::to_string(run_state->step));
+      run_state.reset();
+    }
     while (train_loader.next(batch)) {
       if (step == 0)
         device::expect_on_device(batch.inputs, optimizer.values().device(), "the training batch", "the model");
       const int64_t b = batch.labels.size(0);
       if (augment.enabled()) batch.inputs = data::augment_batch(batch.inputs, augment);
-      if (graph_step) {
-        graph_step->run(batch, interval_loss, correct);
-      } else {
-        if (!step_fn->overwrites_grads()) optimizer.zero_grad();
-        step_fn->run(batch, interval_loss, correct);
-        // fp16 on CUDA: the skip-on-inf decision stays on the device (no sync per step).
-        finish_step(optimizer, scaler_ptr, config.clip_grad_norm,
-                    /*on_device=*/scaler_ptr != nullptr && device.is_cuda());
+      try {
+        if (graph_step) {
+          graph_step->run(batch, interval_loss, correct);
+        } else {
+          if (!step_fn->overwrites_grads()) optimizer.zero_grad();
+          step_fn->run(batch, interval_loss, correct);
+          // fp16 on CUDA: the skip-on-inf decision stays on the device (no sync per step).
+          finish_step(optimizer, scaler_ptr, config.clip_grad_norm,
+                      /*on_device=*/scaler_ptr != nullptr && device.is_cuda());
+        }
+      } catch (const c10::OutOfMemoryError& e) {
+        throw out_of_memory(e, config, epoch, step, [&] {
+          return save_run_checkpoint({epoch, step, samples, interval_samples, loss_sum, correct,
+                                      interval_loss, {}, {}});
+        });
       }
       interval_samples += b;
       samples += b;
@@ -242,13 +321,18 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
       if (config.log_every > 0 && step % config.log_every == 0) {
         const double mean = interval_loss.item<double>() / static_cast<double>(interval_samples);
         if (!std::isfinite(mean))
-          throw Error("training diverged: loss is " + std::to_string(mean) + " at epoch " +
-                          std::to_string(epoch + 1) + ", step " + std::to_string(step),
-                      "lower --lr");
+          throw diverged("loss is " + std::to_string(mean), epoch, "steps " + std::to_string(step - config.log_every + 1) + "-" +
+                                          std::to_string(step));
         observer->on_log({epoch + 1, step, steps, mean});
         loss_sum += interval_loss;
         interval_loss.zero_();
         interval_samples = 0;
+      }
+      const int signal = interrupt_signal();
+      if (signal || (config.checkpoint_every > 0 && (epoch * steps + step) % config.checkpoint_every == 0)) {
+        const std::string path = save_run_checkpoint(
+            {epoch, step, samples, interval_samples, loss_sum, correct, interval_loss, {}, {}});
+        if (signal) throw Interrupted(signal, path, epoch + 1, step);
       }
     }
     loss_sum += interval_loss;
@@ -260,10 +344,7 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
     er.accuracy = static_cast<double>(correct.item<int64_t>()) / static_cast<double>(std::max<int64_t>(samples, 1));
     er.seconds = epoch_timer.seconds();
     er.images_per_second = static_cast<double>(samples) / er.seconds;
-    if (!std::isfinite(er.loss))
-      throw Error("training diverged: loss is " + std::to_string(er.loss) + " in epoch " +
-                      std::to_string(er.epoch),
-                  "lower --lr");
+    if (!std::isfinite(er.loss)) throw diverged("loss is " + std::to_string(er.loss), epoch, "by its end (step " + std::to_string(step) + ")");
     report.epochs.push_back(er);
     observer->on_epoch(er);
   }
@@ -271,27 +352,7 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
 
   report.test = evaluate(*model, *test_path.loader, data.test.num_classes());
 
-  if (!config.save.empty()) {
-    Checkpoint checkpoint;
-    checkpoint.meta = {
-        {"model", model_name},
-        {"input_shape", spec.input_shape},
-        {"classes", spec.classes},
-        {"class_names", data.train.class_names},
-        {"dataset", config.dataset},
-        {"epoch", std::max(config.epochs, start_epoch)},
-        {"seed", config.seed},
-        {"optimizer", config.optimizer},
-        {"lr", config.lr},
-        {"batch_size", config.batch_size},
-        {"spritetorch_version", SPRITETORCH_VERSION},
-        {"precision", precision::to_string(plan.precision)},
-    };
-    if (scaler) checkpoint.meta["grad_scaler"] = scaler->state();
-    checkpoint.model = model_state(*model);
-    checkpoint.optimizer = optimizer.state();
-    save_checkpoint(config.save, checkpoint);
-  }
+  if (!config.save.empty()) save_checkpoint(config.save, make_checkpoint(std::max(config.epochs, start_epoch)));
   return report;
 }
 

@@ -51,6 +51,29 @@ expect 0 "Confusion matrix" -- eval --checkpoint "$tmp/s.pt"
 expect 0 "resuming after 2" -- train --dataset dummy --resume "$tmp/s.pt" --epochs 3
 expect 0 "Wrote .*b.json" -- bench --dataset dummy --model simplenn --devices cpu --workers 0 --repeats 1 --out "$tmp/b"
 expect 2 "b.json exists" -- bench --dataset dummy --model simplenn --out "$tmp/b"
+# Reliability (docs/reliability.md): hostile files and the overwrite rule, exit 2 with a clear error.
+expect 2 "refusing to overwrite .*s.pt" -- train --dataset dummy --model simplenn --epochs 1 --save "$tmp/s.pt"
+expect 0 "Saved checkpoint" -- train --dataset dummy --model simplenn --epochs 1 --save "$tmp/s.pt" --overwrite
+python3 - "$tmp" <<'PY'
+import gzip, struct, sys
+t = sys.argv[1]
+ck = bytearray(open(f"{t}/s.pt", "rb").read())
+bad = bytearray(ck); bad[28] ^= 1; open(f"{t}/badcrc.pt", "wb").write(bad)
+huge = bytearray(ck); huge[20:28] = b"\xff" * 8; open(f"{t}/hugelen.pt", "wb").write(huge)
+import os
+for d in ("liar", "cutgz"): os.makedirs(f"{t}/{d}", exist_ok=True)
+hdr = bytes([0, 0, 8, 3]) + struct.pack(">III", 1000000000, 28, 28)
+open(f"{t}/liar/train-images-idx3-ubyte", "wb").write(hdr + bytes(100))
+gz = gzip.compress(bytes([0, 0, 8, 3]) + struct.pack(">III", 100, 28, 28) + bytes(range(256)) * 307)
+open(f"{t}/cutgz/train-images-idx3-ubyte.gz", "wb").write(gz[: len(gz) // 2])
+for d in ("liar", "cutgz"):  # valid labels, so that the images file is the one that fails
+    open(f"{t}/{d}/train-labels-idx1-ubyte", "wb").write(bytes([0, 0, 8, 1, 0, 0, 0, 100]) + bytes(100))
+PY
+expect 2 "badcrc.pt: expected a payload matching its CRC-32" -- eval --checkpoint "$tmp/badcrc.pt"
+expect 2 "hugelen.pt: expected 18446744073709551615 payload bytes" -- train --dataset dummy --resume "$tmp/hugelen.pt"
+expect 2 "train-images-idx3-ubyte: expected at most" -- train --data "$tmp/liar"
+expect 2 "train-images-idx3-ubyte.gz: expected" -- train --data "$tmp/cutgz"
+
 json=$("$bin" train --dataset dummy --model simplenn --epochs 1 --json 2>/dev/null)
 if python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert 0 <= d["accuracy"] <= 1 and d["epochs"][0]["epoch"] == 1' "$json"; then
   passes=$((passes + 1))

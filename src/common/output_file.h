@@ -1,0 +1,14 @@
+// The overwrite rule for every file a command writes (checkpoints, sprite sheets, reports, metrics):
+// an existing file is never replaced unless the user passed --overwrite. Commands call
+// check_new_output for each output path before doing any work, so a refusal costs nothing.
+// (A training run's own periodic checkpoints are the exception: train/run_state.h.)
+#pragma once
+
+#include <string>
+
+namespace spritetorch {
+
+// Throws Error naming `path` and `flag` when `path` exists and !overwrite.
+void check_new_output(const std::string& path, bool overwrite, const std::string& flag);
+
+}  // namespace spritetorch

@@ -1,0 +1,235 @@
+#include "train/run_state.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <mutex>
+
+#include "common/error.h"
+#include "common/output_file.h"
+
+#if SPRITETORCH_WITH_CUDA
+#include <ATen/cuda/CUDAGeneratorImpl.h>
+#endif
+
+namespace spritetorch::train {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+torch::Tensor generator_state(at::Generator gen) {  // a handle: copies share the generator
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+
+void set_generator_state(at::Generator gen, const torch::Tensor& state, const std::string& source,
+                         const std::string& what) {
+  const torch::Tensor current = generator_state(gen);
+  if (!state.defined() || state.scalar_type() != torch::kUInt8 || state.numel() != current.numel())
+    throw DataError(source, what + " state of " + std::to_string(current.numel()) + " bytes",
+                    state.defined() ? std::to_string(state.numel()) + " elements of " +
+                                          std::string(c10::toString(state.scalar_type()))
+                                    : std::string("none"));
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state.contiguous());
+}
+
+const torch::Tensor& run_tensor(const Checkpoint& c, const std::string& name, torch::ScalarType dtype,
+                                const std::string& source) {
+  auto it = c.run.find(name);
+  if (it == c.run.end()) throw DataError(source, "run state tensor 'run." + name + "'", "none");
+  if (it->second.scalar_type() != dtype || it->second.numel() != 1)
+    throw DataError(source, "'run." + name + "' as one " + std::string(c10::toString(dtype)),
+                    std::to_string(it->second.numel()) + " of " +
+                        std::string(c10::toString(it->second.scalar_type())));
+  return it->second;
+}
+
+// (stem, extension) of a base path: "runs/cnn.pt" -> ("runs/cnn", ".pt").
+std::pair<std::string, std::string> split_base(const std::string& base) {
+  const fs::path p(base);
+  return {(p.parent_path() / p.stem()).string(), p.extension().string()};
+}
+
+}  // namespace
+
+void capture_rng(RunState& state, torch::Device device) {
+  state.cpu_rng = generator_state(at::detail::getDefaultCPUGenerator());
+#if SPRITETORCH_WITH_CUDA
+  if (device.is_cuda())
+    state.cuda_rng = generator_state(at::cuda::detail::getDefaultCUDAGenerator(device.index()));
+#else
+  (void)device;
+#endif
+}
+
+void restore_rng(const RunState& state, torch::Device device, const std::string& source) {
+  set_generator_state(at::detail::getDefaultCPUGenerator(), state.cpu_rng, source, "a CPU RNG");
+#if SPRITETORCH_WITH_CUDA
+  if (device.is_cuda() && state.cuda_rng.defined())
+    set_generator_state(at::cuda::detail::getDefaultCUDAGenerator(device.index()), state.cuda_rng,
+                        source, "a CUDA RNG");
+#else
+  (void)device;
+#endif
+}
+
+void store_run_state(const RunState& state, Checkpoint& checkpoint) {
+  checkpoint.meta["run"] = {{"epoch", state.epoch},
+                            {"step", state.step},
+                            {"samples", state.samples},
+                            {"interval_samples", state.interval_samples}};
+  checkpoint.run["loss_sum"] = state.loss_sum.detach().cpu();
+  checkpoint.run["correct"] = state.correct.detach().cpu();
+  checkpoint.run["interval_loss"] = state.interval_loss.detach().cpu();
+  checkpoint.run["cpu_rng"] = state.cpu_rng.cpu();
+  if (state.cuda_rng.defined()) checkpoint.run["cuda_rng"] = state.cuda_rng.cpu();
+}
+
+std::optional<RunState> load_run_state(const Checkpoint& checkpoint, torch::Device device,
+                                       const std::string& source) {
+  if (!checkpoint.meta.contains("run")) return std::nullopt;
+  RunState s;
+  try {
+    const auto& run = checkpoint.meta.at("run");
+    s.epoch = run.at("epoch").get<int64_t>();
+    s.step = run.at("step").get<int64_t>();
+    s.samples = run.at("samples").get<int64_t>();
+    s.interval_samples = run.at("interval_samples").get<int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    throw DataError(source, "run metadata with epoch, step, samples, interval_samples", e.what());
+  }
+  if (s.epoch < 0 || s.step < 0 || s.samples < 0 || s.interval_samples < 0 ||
+      s.interval_samples > s.samples)
+    throw DataError(source, "non-negative run counters", "epoch " + std::to_string(s.epoch) +
+                                                             ", step " + std::to_string(s.step));
+  s.loss_sum = run_tensor(checkpoint, "loss_sum", torch::kFloat32, source).reshape({}).to(device);
+  s.correct = run_tensor(checkpoint, "correct", torch::kInt64, source).reshape({}).to(device);
+  s.interval_loss = run_tensor(checkpoint, "interval_loss", torch::kFloat32, source).reshape({}).to(device);
+  auto cpu = checkpoint.run.find("cpu_rng");
+  if (cpu == checkpoint.run.end()) throw DataError(source, "run state tensor 'run.cpu_rng'", "none");
+  s.cpu_rng = cpu->second;
+  auto cuda = checkpoint.run.find("cuda_rng");
+  if (cuda != checkpoint.run.end()) s.cuda_rng = cuda->second;
+  return s;
+}
+
+std::string periodic_checkpoint_path(const std::string& base, int64_t global_step) {
+  const auto [stem, ext] = split_base(base);
+  return stem + ".step" + std::to_string(global_step) + (ext.empty() ? ".pt" : ext);
+}
+
+std::vector<std::string> periodic_checkpoints(const std::string& base) {
+  const auto [stem, ext] = split_base(base);
+  const fs::path stem_path(stem);
+  const fs::path dir = stem_path.has_parent_path() ? stem_path.parent_path() : fs::path(".");
+  const std::string prefix = stem_path.filename().string() + ".step";
+  const std::string suffix = ext.empty() ? ".pt" : ext;
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() <= prefix.size() + suffix.size() || name.rfind(prefix, 0) != 0 ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    const std::string digits =
+        name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+    if (digits.empty() || digits.size() > 18 ||
+        !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      continue;
+    found.emplace_back(std::stoll(digits), periodic_checkpoint_path(base, std::stoll(digits)));
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> out;
+  for (auto& f : found) out.push_back(std::move(f.second));
+  return out;
+}
+
+void prune_periodic_checkpoints(const std::string& base, int64_t keep) {
+  if (keep <= 0) return;
+  const auto files = periodic_checkpoints(base);
+  for (size_t i = 0; i + static_cast<size_t>(keep) < files.size(); ++i) {
+    std::error_code ec;
+    fs::remove(files[i], ec);  // best effort: a file someone else removed is fine
+  }
+}
+
+void check_model_spec(const models::ModelSpec& spec, int64_t file_values, const std::string& source) {
+  constexpr int64_t kMaxDim = 65536, kMaxClasses = 65536;
+  const std::string shape = nlohmann::json(spec.input_shape).dump();
+  if (spec.input_shape.empty() || spec.input_shape.size() > 3)
+    throw DataError(source, "an input_shape of 1 to 3 dimensions", shape);
+  int64_t features = 1;
+  for (int64_t d : spec.input_shape) {
+    if (d < 1 || d > kMaxDim) throw DataError(source, "input dimensions of 1.." + std::to_string(kMaxDim), shape);
+    features *= d;  // < 2^48 after three factors of at most 2^16: no overflow
+  }
+  if (features > file_values)
+    throw DataError(source, "an input_shape its " + std::to_string(file_values) + " weights can serve", shape);
+  if (spec.classes < 2 || spec.classes > kMaxClasses || spec.classes > file_values)
+    throw DataError(source, "2.." + std::to_string(std::min(kMaxClasses, file_values)) + " classes",
+                    std::to_string(spec.classes));
+}
+
+std::string run_checkpoint_base(const TrainConfig& config) {
+  return config.save.empty() ? std::string("spritetorch-run.pt") : config.save;
+}
+
+namespace {
+bool same_file(const std::string& a, const std::string& b) {
+  std::error_code ec1, ec2;
+  return fs::weakly_canonical(a, ec1) == fs::weakly_canonical(b, ec2) && !ec1 && !ec2;
+}
+}  // namespace
+
+void check_run_outputs(const TrainConfig& config, const std::string& base) {
+  const auto periodic = periodic_checkpoints(base);
+  if (!config.save.empty()) {
+    bool in_place = !config.resume.empty() && same_file(config.save, config.resume);
+    for (const auto& p : periodic) in_place = in_place || (!config.resume.empty() && same_file(p, config.resume));
+    if (!in_place) check_new_output(config.save, config.overwrite, "--save");
+  }
+  if (config.resume.empty() && !config.overwrite && !periodic.empty())
+    throw Error("refusing to overwrite the checkpoints of another run: " + periodic.back() +
+                    " exists (periodic checkpoints are named after " + base + ")",
+                "continue that run with --resume " + periodic.back() +
+                    ", pass --overwrite, or choose another --save path");
+}
+
+void check_mid_run_resume(const TrainConfig& config, const Checkpoint& checkpoint,
+                          const RunState& state) {
+  const auto& meta = checkpoint.meta;
+  auto differs = [&](const char* key, const nlohmann::json& now) {
+    return meta.contains(key) && meta.at(key) != now;
+  };
+  if (differs("batch_size", config.batch_size) || differs("seed", config.seed) ||
+      differs("drop_last", config.drop_last))
+    throw Error("--resume " + config.resume + " stopped inside epoch " +
+                    std::to_string(state.epoch + 1) + " (step " + std::to_string(state.step) +
+                    ") with --batch-size " + meta.value("batch_size", nlohmann::json()).dump() +
+                    ", --seed " + meta.value("seed", nlohmann::json()).dump() + ", --drop-last " +
+                    meta.value("drop_last", nlohmann::json()).dump() + "; this run differs",
+                "resume with the same --batch-size, --seed and --drop-last (the printed resume "
+                "command has them)");
+}
+
+Error out_of_memory(const std::exception& oom, const TrainConfig& config, int64_t epoch,
+                    int64_t step, const std::function<std::string()>& save) {
+  std::string saved;
+  try {
+    saved = "run state saved to " + save() + " (resume with --resume)";
+  } catch (const std::exception& e) {
+    saved = std::string("the run state could not be saved: ") + e.what();
+  }
+  std::string first_line = oom.what();
+  first_line = first_line.substr(0, first_line.find('\n'));
+  return Error("out of device memory in epoch " + std::to_string(epoch + 1) + ", step " +
+                   std::to_string(step + 1) + " (batch " + std::to_string(config.batch_size) +
+                   " on " + config.device + "): " + first_line + "; " + saved,
+               "try a smaller --batch-size, bf16 precision, or streaming the data instead of "
+               "keeping the dataset resident on the device");
+}
+
+}  // namespace spritetorch::train

@@ -1,0 +1,206 @@
+// SIGINT / SIGTERM during training: checkpoint, exit 128+signal, and a resume whose final weights
+// are bit-identical to an uninterrupted run's (CPU, fixed seed).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+#include "train/interrupt.h"
+#include "train/run_state.h"
+#include "train/trainer.h"
+
+extern char** environ;
+
+namespace spritetorch::train {
+namespace {
+
+using spritetorch::testing::ScratchDir;
+
+void expect_same_weights(const std::string& a_path, const std::string& b_path) {
+  const auto a = load_checkpoint(a_path), b = load_checkpoint(b_path);
+  ASSERT_EQ(a.model.size(), b.model.size());
+  for (const auto& [name, t] : a.model)
+    EXPECT_TRUE(torch::equal(t, b.model.at(name))) << name << " differs after resume";
+  ASSERT_EQ(a.optimizer.size(), b.optimizer.size());
+  for (const auto& [name, t] : a.optimizer)
+    EXPECT_TRUE(torch::equal(t, b.optimizer.at(name))) << "optimizer " << name << " differs";
+}
+
+// Calls request_interrupt(SIGTERM) once the log reports (epoch, step): deterministic stand-in for
+// a signal, through the same flag the handler sets.
+class InterruptAt : public TrainObserver {
+ public:
+  InterruptAt(int64_t epoch, int64_t step) : epoch_(epoch), step_(step) {}
+  void on_log(const StepLog& log) override {
+    if (log.epoch == epoch_ && log.step == step_) request_interrupt(SIGTERM);
+  }
+
+ private:
+  int64_t epoch_, step_;
+};
+
+TrainConfig small_cnn_run(const ScratchDir& dir) {
+  TrainConfig c;
+  c.device = "cpu";
+  c.model = "cnn";  // dropout: the global RNG state must survive the interruption
+  c.train_limit = 320;
+  c.test_limit = 64;
+  c.epochs = 2;
+  c.batch_size = 32;  // 10 steps per epoch
+  c.log_every = 1;
+  c.seed = 11;
+  c.save = dir.file("full.pt");
+  return c;
+}
+
+struct InterruptPoint {
+  int64_t epoch, step;  // 1-based epoch, step within it after which the signal lands
+};
+
+class InterruptedRun : public ::testing::TestWithParam<InterruptPoint> {};
+
+TEST_P(InterruptedRun, ResumeGivesBitIdenticalWeights) {
+  SKIP_WITHOUT_FASHION_MNIST();
+  ScratchDir dir;
+  TrainConfig c = small_cnn_run(dir);
+  const TrainReport straight = train(c);
+
+  c.save = dir.file("cut.pt");
+  InterruptAt interrupter(GetParam().epoch, GetParam().step);
+  std::string checkpoint;
+  try {
+    train(c, &interrupter);
+    FAIL() << "the run was not interrupted";
+  } catch (const Interrupted& e) {
+    EXPECT_EQ(e.exit_code(), 143);
+    EXPECT_EQ(e.epoch(), GetParam().epoch);
+    EXPECT_EQ(e.step(), GetParam().step);
+    checkpoint = e.checkpoint();
+  }
+  const int64_t global = (GetParam().epoch - 1) * 10 + GetParam().step;
+  EXPECT_EQ(checkpoint, dir.file("cut.step" + std::to_string(global) + ".pt"));
+
+  c.resume = checkpoint;
+  const TrainReport resumed = train(c);
+  expect_same_weights(dir.file("full.pt"), dir.file("cut.pt"));
+  // The running metrics were restored too: the last epoch's report is the same.
+  EXPECT_EQ(resumed.epochs.back().loss, straight.epochs.back().loss);
+  EXPECT_EQ(resumed.epochs.back().accuracy, straight.epochs.back().accuracy);
+  EXPECT_EQ(resumed.test.accuracy, straight.test.accuracy);
+}
+
+INSTANTIATE_TEST_SUITE_P(Points, InterruptedRun,
+                         ::testing::Values(InterruptPoint{1, 3}, InterruptPoint{1, 10},
+                                           InterruptPoint{2, 7}),
+                         [](const auto& info) {
+                           return "Epoch" + std::to_string(info.param.epoch) + "Step" +
+                                  std::to_string(info.param.step);
+                         });
+
+// Runs argv (argv[0] a path) with stdout+stderr into a pipe; returns its pid and the read end.
+pid_t spawn(const std::vector<std::string>& args, int& out_fd) {
+  int fds[2];
+  if (::pipe(fds) != 0) return -1;
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
+  posix_spawn_file_actions_addclose(&actions, fds[0]);
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ) != 0) pid = -1;
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(fds[1]);
+  out_fd = fds[0];
+  return pid;
+}
+
+// Reads `fd` to EOF, sending `signal` to `pid` once the output contains `trigger`.
+std::string read_and_signal(int fd, pid_t pid, const std::string& trigger, int signal) {
+  std::string out;
+  bool sent = false;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) != 0;) {
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    out.append(buf, static_cast<size_t>(n));
+    if (!sent && out.find(trigger) != std::string::npos) {
+      ::kill(pid, signal);
+      sent = true;
+    }
+  }
+  ::close(fd);
+  return out;
+}
+
+int exit_code(pid_t pid) {
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1000 + WTERMSIG(status);
+}
+
+std::vector<std::string> cnn_command(const ScratchDir& dir, const std::string& save) {
+  return {SPRITETORCH_CLI_PATH, "train", "--device", "cpu", "--model", "cnn", "--train-limit", "960",
+          "--test-limit", "64", "--epochs", "2", "--batch-size", "32", "--seed", "5",
+          "--log-every", "1", "--verbose", "--save", dir.file(save)};
+}
+
+TEST(InterruptProcess, SigtermedTrainExits143AndItsResumeCommandReproducesTheWeights) {
+  SKIP_WITHOUT_FASHION_MNIST();
+  ScratchDir dir;
+  int fd = -1;
+  // The uninterrupted reference.
+  pid_t pid = spawn(cnn_command(dir, "full.pt"), fd);
+  ASSERT_GT(pid, 0);
+  const std::string full_out = read_and_signal(fd, pid, "\x01never", 0);
+  ASSERT_EQ(exit_code(pid), 0) << full_out;
+
+  // SIGTERM from outside, once the run reports its 4th step (30 steps per epoch, 60 in all).
+  pid = spawn(cnn_command(dir, "cut.pt"), fd);
+  ASSERT_GT(pid, 0);
+  const std::string out = read_and_signal(fd, pid, "epoch 1 step 4/30", SIGTERM);
+  ASSERT_EQ(exit_code(pid), 143) << out;
+  const auto at = out.find("resume with: ");
+  ASSERT_NE(at, std::string::npos) << out;
+  const std::string command = out.substr(at + 13, out.find('\n', at) - at - 13);
+  EXPECT_NE(command.find("--resume " + dir.file("cut.step")), std::string::npos) << command;
+  EXPECT_NE(out.find("interrupted by SIGTERM at epoch"), std::string::npos) << out;
+
+  // The printed command, run as printed, finishes the run.
+  pid = spawn({"/bin/sh", "-c", command}, fd);
+  ASSERT_GT(pid, 0);
+  const std::string resumed_out = read_and_signal(fd, pid, "\x01never", 0);
+  ASSERT_EQ(exit_code(pid), 0) << resumed_out;
+  expect_same_weights(dir.file("full.pt"), dir.file("cut.pt"));
+}
+
+TEST(InterruptProcess, SigintExits130WithACheckpoint) {
+  ScratchDir dir;
+  int fd = -1;
+  // Far more epochs than it will live through.
+  const pid_t pid = spawn({SPRITETORCH_CLI_PATH, "train", "--device", "cpu", "--model", "simplenn",
+                           "--dataset", "dummy", "--epochs", "100000", "--log-every", "1",
+                           "--verbose", "--save", dir.file("s.pt")},
+                          fd);
+  ASSERT_GT(pid, 0);
+  const std::string out = read_and_signal(fd, pid, "epoch 1 step 2/", SIGINT);
+  ASSERT_EQ(exit_code(pid), 130) << out;
+  EXPECT_NE(out.find("interrupted by SIGINT"), std::string::npos) << out;
+  const auto saved = periodic_checkpoints(dir.file("s.pt"));
+  ASSERT_EQ(saved.size(), 1u) << out;
+  EXPECT_TRUE(load_checkpoint(saved[0]).meta.contains("run"));
+  EXPECT_EQ(out.find("Exception raised from"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace spritetorch::train
