@@ -5,6 +5,7 @@
 #include <string>
 
 #include "data/fashion_mnist.h"
+#include "data/sprite_sources.h"
 
 namespace spritetorch::train {
 
@@ -28,6 +29,8 @@ struct TrainConfig {
   std::string step = "auto";               // auto | autograd | fused (train/train_step.h)
   std::string save;                        // checkpoint written after the last epoch
   std::string resume;                      // checkpoint to continue from
+  std::string task = "classify";           // classify | generate (diffusion/generator_trainer.h)
+  data::SpriteOptions sprites;             // sprites | folder: | sheet: | npy: datasets
 };
 
 }  // namespace spritetorch::train
