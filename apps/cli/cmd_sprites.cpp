@@ -49,7 +49,7 @@ void print_generator_eval(std::ostream& out, const diffusion::GeneratorEval& r,
 
 }  // namespace
 
-void add_sprite_data_options(CLI::App* sub, train::TrainConfig& config) {
+void add_sprite_data_options(CLI::App* sub, train::TrainConfig& config, bool training) {
   auto& s = config.sprites;
   sub->add_option("--holdout", s.holdout, "Sprite datasets: share held out as the test split (deterministic)")
       ->check(CLI::Range(0.0, 0.95))->capture_default_str();
@@ -65,6 +65,9 @@ void add_sprite_data_options(CLI::App* sub, train::TrainConfig& config) {
       ->check(CLI::ExistingFile);
   sub->add_option("--sprite-count", s.count, "sprites: procedural sprites to generate (before the split)")
       ->check(CLI::PositiveNumber)->capture_default_str();
+  if (training)
+    sub->add_option("--unet-base", config.unet_base, "--task generate: UNet channels at full resolution (x2 below)")
+        ->check(CLI::PositiveNumber)->capture_default_str();
   sub->add_option("--data-seed", s.seed, "sprites: seed of the procedural sprites and of the holdout split")
       ->capture_default_str();
 }
@@ -273,7 +276,7 @@ Subcommand add_data_command(CLI::App& app) {
       ->capture_default_str();
   preview->add_option("--scale", f->scale, "Nearest-neighbour upscale")->check(CLI::Range(1, 64))->capture_default_str();
   preview->add_option("--split", f->split, "train | test")->check(CLI::IsMember({"train", "test"}))->capture_default_str();
-  add_sprite_data_options(preview, *config);
+  add_sprite_data_options(preview, *config, /*training=*/false);
   return {sub, [config, f]() {
             if (!data::is_sprite_dataset(config->dataset)) throw Error("data preview takes sprite datasets");
             const auto sets = train::load_datasets(*config);

@@ -87,7 +87,7 @@ Subcommand add_train_command(CLI::App& app) {
   sub->add_option("--resume", config->resume, "Continue from this checkpoint")->check(CLI::ExistingFile);
   sub->add_option("--task", config->task, "classify | generate (sprite diffusion model; docs/sprites.md)")
       ->check(CLI::IsMember({"classify", "generate"}))->capture_default_str();
-  add_sprite_data_options(sub, *config);
+  add_sprite_data_options(sub, *config, /*training=*/true);
   sub->add_flag("--json", *json, "Print a JSON summary on stdout (progress goes to stderr)");
   sub->add_flag("--verbose", *verbose, "Also print the running loss every --log-every steps");
 

@@ -26,7 +26,7 @@ Subcommand add_generate_command(CLI::App& app);
 Subcommand add_data_command(CLI::App& app);
 
 // Sprite pieces of train and eval (cmd_sprites.cpp).
-void add_sprite_data_options(CLI::App* sub, train::TrainConfig& config);
+void add_sprite_data_options(CLI::App* sub, train::TrainConfig& config, bool training);
 CLI::Validator sprite_dataset_validator();
 int run_generator_training(const train::TrainConfig& config, train::TrainObserver& observer, bool json);
 struct GeneratorEvalFlags {

@@ -52,6 +52,9 @@ GeneratorTrainReport train_generator(const train::TrainConfig& config, train::Tr
                 "use --dataset sprites, folder:PATH, sheet:FILE or npy:FILE");
   UNetOptions unet_options;
   unet_options.classes = train_set.num_classes();
+  if (config.unet_base < 8 || config.unet_base % 8 != 0)
+    throw Error("--unet-base must be a positive multiple of 8, got " + std::to_string(config.unet_base));
+  unet_options.base = config.unet_base;
   UNet net(unet_options);
   net->to(device);
   NoiseSchedule schedule;

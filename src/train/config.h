@@ -31,6 +31,7 @@ struct TrainConfig {
   std::string resume;                      // checkpoint to continue from
   std::string task = "classify";           // classify | generate (diffusion/generator_trainer.h)
   data::SpriteOptions sprites;             // sprites | folder: | sheet: | npy: datasets
+  int64_t unet_base = 32;                  // --task generate: UNet channels at full resolution
 };
 
 }  // namespace spritetorch::train
