@@ -12,7 +12,8 @@ namespace {
 
 // Left halves (16 rows x 8 columns; column 7 meets the mirror axis). '.' empty, '#' body,
 // '?' body or empty at random, 'e' an accent pixel (eyes, windows, a label), '*' accent or empty.
-// Row 0, row 15 and column 0 stay empty so the outline fits inside the 16x16 tile.
+// Row 15 and column 0 hold no body, so the outline fits inside the 16x16 tile (one robot's
+// antenna tip touches row 0 and has no outline above it).
 using Mask = std::array<const char*, 16>;
 
 const std::vector<std::vector<Mask>>& mask_families() {
