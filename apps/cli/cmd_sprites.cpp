@@ -100,6 +100,8 @@ std::shared_ptr<GeneratorEvalFlags> add_generator_eval_options(CLI::App* sub) {
       ->check(CLI::PositiveNumber)->capture_default_str();
   sub->add_option("--guidance", f->options.guidance, "Generator checkpoints: classifier-free guidance scale")
       ->capture_default_str();
+  sub->add_option("--eta", f->options.eta, "Generator checkpoints: DDIM noise (0 deterministic)")
+      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
   sub->add_option("--sampler", f->options.sampler, "Generator checkpoints: ddim | ddpm")
       ->check(CLI::IsMember({"ddim", "ddpm"}))->capture_default_str();
   sub->add_option("--seed", f->options.seed, "Generator checkpoints: sampling seed")->capture_default_str();
@@ -202,6 +204,8 @@ Subcommand add_generate_command(CLI::App& app) {
                   "are the palette [default: no snapping]");
   sub->add_option("--steps", f->sample.steps, "DDIM steps")->check(CLI::PositiveNumber)->capture_default_str();
   sub->add_option("--guidance", f->sample.guidance, "Classifier-free guidance scale (1: none)")->capture_default_str();
+  sub->add_option("--eta", f->sample.eta, "DDIM noise: 0 deterministic, 1 DDPM-like")->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   sub->add_option("--sampler", f->sample.sampler, "ddim (deterministic, --steps) | ddpm (all T steps)")
       ->check(CLI::IsMember({"ddim", "ddpm"}))->capture_default_str();
   sub->add_option("--seed", f->sample.seed, "Sampling seed")->capture_default_str();

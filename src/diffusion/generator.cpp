@@ -1,6 +1,7 @@
 #include "diffusion/generator.h"
 
 #include <cmath>
+#include <optional>
 #include <set>
 #include <unordered_set>
 
@@ -205,7 +206,7 @@ Generator load_generator(const std::string& path, torch::Device device) {
 }
 
 torch::Tensor ddim_sample(UNet& net, const NoiseSchedule& schedule, torch::Tensor x, const torch::Tensor& c,
-                          int64_t steps, double guidance) {
+                          int64_t steps, double guidance, double eta, std::optional<at::Generator> gen) {
   torch::NoGradGuard no_grad;
   const int64_t T = schedule.steps();
   steps = std::clamp<int64_t>(steps, 1, T);
@@ -221,12 +222,15 @@ torch::Tensor ddim_sample(UNet& net, const NoiseSchedule& schedule, torch::Tenso
     const int64_t t = timestep(i), t_prev = timestep(i + 1);
     const double a = ab_a[t], a_prev = t_prev >= 0 ? ab_a[t_prev] : 1.0;
     const auto eps = guided_eps(net, x, torch::full({x.size(0)}, t, opts), c, guidance);
-    const auto x0 = ((x - std::sqrt(1.0 - a) * eps) / std::sqrt(a)).clamp(-1.0, 1.0);
-    // Re-derive eps from the clamped x0 so the update stays on the DDIM trajectory.
-    const auto eps_used = (x - std::sqrt(a) * x0) / std::sqrt(1.0 - a);
-    x = std::sqrt(a_prev) * x0 + std::sqrt(1.0 - a_prev) * eps_used;
+    // No clipping of x0 on the way: clipped predictions at high noise pushed every colour to the
+    // extremes (saturated, noisy sprites); the ODE path of the model itself is cleaner.
+    const auto x0 = (x - std::sqrt(1.0 - a) * eps) / std::sqrt(a);
+    // eta = 0: deterministic DDIM; eta = 1: DDPM-like noise at every step (Song et al., eq. 16).
+    const double sigma = eta * std::sqrt((1.0 - a_prev) / (1.0 - a)) * std::sqrt(std::max(0.0, 1.0 - a / a_prev));
+    x = std::sqrt(a_prev) * x0 + std::sqrt(std::max(0.0, 1.0 - a_prev - sigma * sigma)) * eps;
+    if (sigma > 0 && gen) x = x + sigma * at::randn(x.sizes(), *gen, torch::kFloat32).to(x.device());
   }
-  return x;
+  return x.clamp(-1.0, 1.0);
 }
 
 torch::Tensor ddpm_sample(UNet& net, const NoiseSchedule& schedule, torch::Tensor x, const torch::Tensor& c,
@@ -255,7 +259,8 @@ torch::Tensor sample(Generator& g, const torch::Tensor& labels, const SampleOpti
     const int64_t b = std::min(batch, n - start);
     auto x = at::randn({b, g.net->options().channels, g.size, g.size}, gen, torch::kFloat32).to(device);
     const auto c = labels.narrow(0, start, b).to(device);
-    out.push_back(options.sampler == "ddim" ? ddim_sample(g.net, g.schedule, x, c, options.steps, options.guidance)
+    out.push_back(options.sampler == "ddim" ? ddim_sample(g.net, g.schedule, x, c, options.steps, options.guidance,
+                                                          options.eta, gen)
                                             : ddpm_sample(g.net, g.schedule, x, c, options.guidance, gen));
   }
   return torch::cat(out);

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,7 @@ struct SampleOptions {
   std::string sampler = "ddim";  // ddim | ddpm
   int64_t steps = 25;            // DDIM steps (DDPM always takes the schedule's T)
   double guidance = 2.0;         // classifier-free guidance scale w: eps_u + w (eps_c - eps_u)
+  double eta = 0.0;              // DDIM noise: 0 deterministic, 1 DDPM-like
   uint64_t seed = 1;
   int64_t batch = 512;           // sprites per forward pass
 };
@@ -65,8 +67,10 @@ struct SampleOptions {
 torch::Tensor sample(Generator& generator, const torch::Tensor& labels, const SampleOptions& options);
 
 // DDIM (eta = 0) from x_T along `steps` evenly spaced timesteps. x: (B, 4, S, S), c: (B).
+// eta > 0 adds noise drawn from `gen` at each step (eta = 1 is DDPM-like); eta = 0 needs no gen.
 torch::Tensor ddim_sample(UNet& net, const NoiseSchedule& schedule, torch::Tensor x, const torch::Tensor& c,
-                          int64_t steps, double guidance);
+                          int64_t steps, double guidance, double eta = 0.0,
+                          std::optional<at::Generator> gen = std::nullopt);
 // DDPM ancestral sampling over all T steps; noise drawn from `gen` (CPU).
 torch::Tensor ddpm_sample(UNet& net, const NoiseSchedule& schedule, torch::Tensor x, const torch::Tensor& c,
                           double guidance, at::Generator gen);

@@ -74,6 +74,10 @@ expect 0 "Wrote .*sheet.png" -- generate --checkpoint "$tmp/g.pt" --class robot 
 expect 2 "needs --classifier" -- eval --checkpoint "$tmp/g.pt"
 expect 0 "Class agreement" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2
 if [ -f "$tmp/one/robot_0005.png" ]; then passes=$((passes + 1)); else echo "FAIL: --out-dir wrote no robot_0005.png"; fails=$((fails + 1)); fi
+# The same train command on a folder of PNGs (one subfolder per class), here the generator's own output.
+expect 0 "Wrote 8 PNGs" -- generate --checkpoint "$tmp/g.pt" --count 8 --steps 2 --out-dir "$tmp/gen"
+for f in "$tmp"/gen/*.png; do c=$(basename "$f" | sed 's/_[0-9]*\.png$//'); mkdir -p "$tmp/folder/$c"; cp "$f" "$tmp/folder/$c/"; done
+expect 0 "folder:folder/train \(7 train, 1 test\)" -- train --task classify --dataset "folder:$tmp/folder" --size 32 --epochs 1
 
 echo "cli: $passes passed, $fails failed"
 [ "$fails" -eq 0 ]
