@@ -162,7 +162,7 @@ Subcommand add_classify_command(CLI::App& app) {
               throw Error(f->checkpoint + " is a generator checkpoint", "classify needs a classifier (train --task classify)");
             const auto shape = checkpoint.meta.value("input_shape", std::vector<int64_t>());
             if (shape.size() != 3 || shape[0] != 4 || shape[1] != shape[2])
-              throw DataError(f->checkpoint, "a sprite classifier (input shape (4, S, S))", "input shape " + c10::str(shape));
+              throw DataError(f->checkpoint, "a sprite classifier (input shape (4, S, S))", "input shape " + c10::str(c10::IntArrayRef(shape)));
             const auto names = checkpoint.meta.value("class_names", std::vector<std::string>());
             auto model = train::model_from_checkpoint(checkpoint, f->checkpoint, device);
             model->eval();

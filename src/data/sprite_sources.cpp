@@ -307,12 +307,12 @@ NpyArray parse_npy(const std::string& bytes, const std::string& name) {
   const uint64_t available = bytes.size() - offset;
   for (int64_t d : out.shape) {
     if (d != 0 && elements > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(d))
-      throw DataError(name, "a shape whose size fits in 64 bits", "shape " + c10::str(out.shape));
+      throw DataError(name, "a shape whose size fits in 64 bits", "shape " + c10::str(c10::IntArrayRef(out.shape)));
     elements *= static_cast<uint64_t>(d);
   }
   if (elements > available / type->size || elements * type->size != available)
     throw DataError(name, std::to_string(elements) + " x " + std::to_string(type->size) + " data bytes for shape " +
-                              c10::str(out.shape),
+                              c10::str(c10::IntArrayRef(out.shape)),
                     std::to_string(available) + " bytes after the header", "the file is truncated or corrupt");
   out.data = torch::empty(out.shape, type->type);
   if (elements) std::memcpy(out.data.data_ptr(), bytes.data() + offset, elements * type->size);
@@ -330,7 +330,7 @@ Dataset read_npy_sprites(const std::string& file, const std::string& labels_file
   if (x.dim() == 3) x = x.unsqueeze(3);  // N x H x W grey
   if (x.dim() != 4 || (x.size(3) != 1 && x.size(3) != 3 && x.size(3) != 4) || x.size(0) == 0 || x.size(1) == 0 ||
       x.size(2) == 0)
-    throw DataError(file, "N x H x W x C uint8 with C = 1, 3 or 4 and N, H, W > 0", "shape " + c10::str(images.shape));
+    throw DataError(file, "N x H x W x C uint8 with C = 1, 3 or 4 and N, H, W > 0", "shape " + c10::str(c10::IntArrayRef(images.shape)));
   // Expand to RGBA: grey -> RGB, missing alpha -> opaque.
   if (x.size(3) == 1) x = x.expand({-1, -1, -1, 3});
   if (x.size(3) == 3) x = torch::cat({x, torch::full({x.size(0), x.size(1), x.size(2), 1}, 255, torch::kUInt8)}, 3);
@@ -356,7 +356,7 @@ Dataset read_npy_sprites(const std::string& file, const std::string& labels_file
     } else {
       throw DataError(labels_file, "labels for " + std::to_string(n) + " sprites: one-hot (" + std::to_string(n) +
                                        ", K) or integer (" + std::to_string(n) + ")",
-                      "shape " + c10::str(l.shape) + " descr '" + l.descr + "'");
+                      "shape " + c10::str(c10::IntArrayRef(l.shape)) + " descr '" + l.descr + "'");
     }
     for (size_t k = 0; k < out.class_names.size(); ++k) out.class_names[k] = "class" + std::to_string(k);
     out.labels = labels.contiguous();

@@ -63,9 +63,11 @@ torch::Tensor UNetImpl::forward(const torch::Tensor& x, const torch::Tensor& t, 
   auto h1 = block1(h0, emb);                          // (B, c1, S, S)
   auto h2 = block2(down1(h1), emb);                   // (B, c2, S/2, S/2)
   auto m = mid2(mid1(down2(h2), emb), emb);           // (B, c2, S/4, S/4)
-  auto up = torch::upsample_nearest2d(m, {h2.size(2), h2.size(3)});
+  // x2 nearest-neighbour upsampling (the stride-2 convs halved even sizes exactly); repeat_interleave
+  // rather than upsample_nearest2d, whose overloads differ between LibTorch 1.13 and 2.x.
+  auto up = m.repeat_interleave(2, 2).repeat_interleave(2, 3);
   auto u2 = up2(torch::cat({up, h2}, 1), emb);        // (B, c2, S/2, S/2)
-  up = torch::upsample_nearest2d(u2, {h1.size(2), h1.size(3)});
+  up = u2.repeat_interleave(2, 2).repeat_interleave(2, 3);
   auto u1 = up1(torch::cat({up, h1}, 1), emb);        // (B, c1, S, S)
   return out_conv(torch::silu(out_norm(u1)));         // (B, 4, S, S)
 }

@@ -135,6 +135,19 @@ TEST(Palette, KMeansFindsTheColours) {
   }
 }
 
+TEST(Palette, FromPngTakesDistinctOpaqueColours) {
+  ScratchDir dir;
+  auto strip = torch::zeros({1, 5, 4}, torch::kUInt8);
+  const uint8_t px[5][4] = {{10, 20, 30, 255}, {200, 0, 0, 255}, {10, 20, 30, 255}, {99, 99, 99, 0}, {0, 0, 255, 255}};
+  for (int x = 0; x < 5; ++x)
+    for (int c = 0; c < 4; ++c) strip[0][x][c] = px[x][c];
+  io::write_png(dir.file("palette.png"), strip);
+  const auto p = palette_from_png(dir.file("palette.png"));
+  EXPECT_TRUE(torch::equal(p, torch::tensor({10, 20, 30, 200, 0, 0, 0, 0, 255}, torch::kUInt8).view({3, 3})));
+  io::write_png(dir.file("clear.png"), torch::zeros({2, 2, 4}, torch::kUInt8));
+  EXPECT_THROW(palette_from_png(dir.file("clear.png")), DataError);
+}
+
 TEST(GeneratorTraining, TinyRunSavesALoadableCheckpoint) {
   ScratchDir dir;
   train::TrainConfig config;
