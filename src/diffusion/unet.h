@@ -13,7 +13,7 @@ namespace spritetorch::diffusion {
 
 struct UNetOptions {
   int64_t channels = 4;   // RGBA
-  int64_t base = 32;      // channels at full resolution; 2x at S/2 and S/4
+  int64_t base = 16;      // channels at full resolution; 2x at S/2 and S/4
   int64_t classes = 4;    // real classes; the embedding has classes + 1 rows
   int64_t embed = 128;    // time / class embedding width
 };

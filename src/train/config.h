@@ -29,9 +29,9 @@ struct TrainConfig {
   std::string step = "auto";               // auto | autograd | fused (train/train_step.h)
   std::string save;                        // checkpoint written after the last epoch
   std::string resume;                      // checkpoint to continue from
-  std::string task = "classify";           // classify | generate (diffusion/generator_trainer.h)
+  std::string task = "classify";           // classify | generate (diffusion/generator.h)
   data::SpriteOptions sprites;             // sprites | folder: | sheet: | npy: datasets
-  int64_t unet_base = 32;                  // --task generate: UNet channels at full resolution
+  int64_t unet_base = 16;                  // --task generate: UNet channels at full resolution
 };
 
 }  // namespace spritetorch::train
