@@ -25,15 +25,20 @@ Subcommand add_eval_command(CLI::App& app) {
   sub->add_option("--limit", f->limit, "Evaluate on the first N test samples only (0: all)")
       ->check(CLI::NonNegativeNumber);
   sub->add_flag("--json", f->json, "Print the report as JSON");
+  auto generator_flags = add_generator_eval_options(sub);
 
-  return {sub, [f]() {
+  return {sub, [f, generator_flags]() {
             const torch::Device device = device::pick_device(f->device);
             const train::Checkpoint checkpoint = train::load_checkpoint(f->checkpoint);
+            if (checkpoint.meta.value("task", std::string()) == "generate")
+              return run_generator_eval(*generator_flags, f->checkpoint, f->device, f->json);
             train::TrainConfig config;
             config.dataset = checkpoint.meta.value("dataset", std::string("fashion-mnist"));
             config.data_dir = f->data_dir;
             config.seed = checkpoint.meta.value("seed", uint64_t{1});
             config.test_limit = f->limit;
+            if (checkpoint.meta.contains("sprites"))
+              config.sprites = data::sprite_options_from_json(checkpoint.meta["sprites"]);
             const data::Dataset test = train::load_datasets(config).test;
             auto model = train::model_from_checkpoint(checkpoint, f->checkpoint, device);
             data::ResidentLoader loader(test, device, {f->batch_size, false, false, config.seed});

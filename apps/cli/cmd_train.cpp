@@ -52,10 +52,11 @@ Subcommand add_train_command(CLI::App& app) {
   config->model.clear();  // empty = ann, or the resumed checkpoint's model
   sub->add_option("--device", config->device, "auto | cpu | cuda | cuda:N | mps (auto: CUDA, else MPS, else CPU)")
       ->capture_default_str();
-  sub->add_option("--model", config->model, "ann (seed MLP 784-128-64-10) | cnn | simplenn (seed 003, 3-10-2) [default: ann]")
+  sub->add_option("--model", config->model, "ann (seed MLP 784-128-64-10) | cnn | simplenn (seed 003, 3-10-2) [default: ann; cnn for sprite datasets]")
       ->check(CLI::IsMember(models::model_names()));
-  sub->add_option("--dataset", config->dataset, "fashion-mnist | dummy (random learnable data for simplenn)")
-      ->check(CLI::IsMember({"fashion-mnist", "dummy"}))
+  sub->add_option("--dataset", config->dataset, "fashion-mnist | dummy (random learnable data for simplenn) | "
+                  "sprites | folder:PATH | sheet:FILE | npy:FILE[,LABELS.npy] (docs/sprites.md)")
+      ->check(sprite_dataset_validator())
       ->capture_default_str();
   sub->add_option("--data", config->data_dir, "Folder with the Fashion-MNIST IDX files (plain or .gz)")
       ->capture_default_str();
@@ -123,12 +124,16 @@ Subcommand add_train_command(CLI::App& app) {
   sub->add_option("--keep-last", config->keep_last, "Keep only the newest K periodic checkpoints (0: all)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   sub->add_flag("--overwrite", config->overwrite, "Let --save replace an existing file");
+  sub->add_option("--task", config->task, "classify | generate (sprite diffusion model; docs/sprites.md)")
+      ->check(CLI::IsMember({"classify", "generate"}))->capture_default_str();
+  add_sprite_data_options(sub, *config, /*training=*/true);
   sub->add_flag("--json", *json, "Print a JSON summary on stdout (progress goes to stderr)");
   sub->add_flag("--verbose", *verbose, "Also print the running loss every --log-every steps");
 
   return {sub, [config, json, verbose]() {
             std::ostream& human = *json ? std::cerr : std::cout;
             PrintingObserver printer(human, *verbose);
+            if (config->task == "generate") return run_generator_training(*config, printer, *json);
             const train::TrainReport report = train::train(*config, &printer);
 
             human << std::fixed << std::setprecision(2) << "Train time: " << report.train_seconds

@@ -5,6 +5,11 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <memory>
+
+#include "diffusion/generator.h"
+#include "train/config.h"
+#include "train/trainer.h"
 
 namespace spritetorch::cli {
 
@@ -17,5 +22,21 @@ Subcommand add_devices_command(CLI::App& app);
 Subcommand add_train_command(CLI::App& app);
 Subcommand add_eval_command(CLI::App& app);
 Subcommand add_bench_command(CLI::App& app);
+Subcommand add_classify_command(CLI::App& app);
+Subcommand add_generate_command(CLI::App& app);
+Subcommand add_data_command(CLI::App& app);
+
+// Sprite pieces of train and eval (cmd_sprites.cpp).
+void add_sprite_data_options(CLI::App* sub, train::TrainConfig& config, bool training);
+CLI::Validator sprite_dataset_validator();
+int run_generator_training(const train::TrainConfig& config, train::TrainObserver& observer, bool json);
+struct GeneratorEvalFlags {
+  std::string classifier;
+  int64_t count = 256;
+  diffusion::SampleOptions options;
+};
+std::shared_ptr<GeneratorEvalFlags> add_generator_eval_options(CLI::App* sub);
+int run_generator_eval(const GeneratorEvalFlags& flags, const std::string& checkpoint,
+                       const std::string& device, bool json);
 
 }  // namespace spritetorch::cli

@@ -20,6 +20,9 @@ int main(int argc, char** argv) {
       spritetorch::cli::add_train_command(app),
       spritetorch::cli::add_eval_command(app),
       spritetorch::cli::add_bench_command(app),
+      spritetorch::cli::add_classify_command(app),
+      spritetorch::cli::add_generate_command(app),
+      spritetorch::cli::add_data_command(app),
   };
   try {
     app.parse(argc, argv);

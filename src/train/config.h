@@ -6,6 +6,7 @@
 
 #include "data/data_path.h"
 #include "data/fashion_mnist.h"
+#include "data/sprite_sources.h"
 
 namespace spritetorch::train {
 
@@ -42,6 +43,9 @@ struct TrainConfig {
   int64_t checkpoint_every = 0;            // steps between periodic checkpoints (0 = none)
   int64_t keep_last = 0;                   // periodic checkpoints kept (0 = all)
   bool overwrite = false;                  // --save may replace an existing file
+  std::string task = "classify";           // classify | generate (diffusion/generator.h)
+  data::SpriteOptions sprites;             // sprites | folder: | sheet: | npy: datasets
+  int64_t unet_base = 16;                  // --task generate: UNet channels at full resolution
 };
 
 }  // namespace spritetorch::train

@@ -47,8 +47,14 @@ Datasets load_datasets(const TrainConfig& config) {
   } else if (config.dataset == "dummy") {
     out.train = data::make_dummy_dataset(4096, config.seed);
     out.test = data::make_dummy_dataset(1024, config.seed + 1);
+  } else if (data::is_sprite_dataset(config.dataset)) {
+    auto split = data::holdout_split(data::load_sprite_dataset(config.dataset, config.sprites),
+                                     config.sprites.holdout, config.sprites.seed);
+    out.train = split.train;
+    out.test = split.test;
   } else {
-    throw Error("unknown dataset '" + config.dataset + "': expected fashion-mnist or dummy");
+    throw Error("unknown dataset '" + config.dataset + "': expected fashion-mnist, dummy, sprites, "
+                "folder:PATH, sheet:FILE or npy:FILE[,LABELS.npy]");
   }
   if (config.train_limit > 0) out.train = out.train.head(config.train_limit);
   if (config.test_limit > 0) out.test = out.test.head(config.test_limit);
@@ -129,6 +135,7 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
   // Resume: the checkpoint decides the model; a conflicting --model is an error, not a surprise.
   std::optional<Checkpoint> resumed;
   std::string model_name = config.model.empty() ? "ann" : config.model;
+  if (config.model.empty() && data::is_sprite_dataset(config.dataset)) model_name = "cnn";
   if (!config.resume.empty()) {
     resumed = load_checkpoint(config.resume);
     const auto saved_model = resumed->meta.value("model", std::string());
@@ -244,6 +251,7 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
         {"precision", precision::to_string(plan.precision)},
     };
     if (scaler) checkpoint.meta["grad_scaler"] = scaler->state();
+    if (data::is_sprite_dataset(config.dataset)) checkpoint.meta["sprites"] = data::sprite_options_json(config.sprites);
     checkpoint.model = model_state(*model);
     checkpoint.optimizer = optimizer.state();
     return checkpoint;

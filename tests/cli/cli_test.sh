@@ -81,5 +81,32 @@ else
   echo "FAIL: train --json did not print one JSON object on stdout: $json"; fails=$((fails + 1))
 fi
 
+# Sprites: datasets, classifier, generator, previews (tiny sizes: seconds, not minutes).
+expect 2 "expected fashion-mnist, dummy, sprites" -- train --dataset pokemon
+expect 2 "no such folder" -- train --dataset "folder:$tmp/nowhere"
+printf '\x93NUMPY\x01\x00\x10\x00{garbage}       ' > "$tmp/bad.npy"
+expect 2 "bad.npy: expected a header with 'descr'" -- train --dataset "npy:$tmp/bad.npy"
+echo "not a png" > "$tmp/bad.png"
+expect 2 "bad.png: expected a PNG file" -- train --dataset "sheet:$tmp/bad.png"
+expect 2 "WxH" -- train --dataset sprites --tile 16by16
+expect 0 "Test Accuracy: " -- train --task classify --dataset sprites --sprite-count 200 --epochs 1 --save "$tmp/c.pt"
+mkdir -p "$tmp/sheetdir"
+expect 0 "rows:" -- data preview --dataset sprites --sprite-count 80 --per-class 4 --out "$tmp/preview.png"
+expect 0 "sprite \(" -- data preview --dataset "sheet:$(dirname "$0")/../fixtures/kenney_1bit_colored_packed.png" --out "$tmp/kenney.png"
+expect 0 "$tmp/preview.png	[a-z]+	[01]\.[0-9]+" -- classify --checkpoint "$tmp/c.pt" "$tmp/preview.png"
+expect 2 "is a generator checkpoint|expected a spritetorch checkpoint" -- classify --checkpoint "$tmp/not-a-checkpoint.pt" "$tmp/preview.png"
+expect 0 "Saved checkpoint" -- train --task generate --dataset sprites --sprite-count 64 --epochs 1 --batch-size 16 --save "$tmp/g.pt"
+expect 2 "unknown class 'dragon'" -- generate --checkpoint "$tmp/g.pt" --class dragon --out "$tmp/x.png"
+expect 2 "needs --out" -- generate --checkpoint "$tmp/g.pt"
+expect 2 "expected a generator checkpoint" -- generate --checkpoint "$tmp/c.pt" --out "$tmp/x.png"
+expect 0 "Wrote .*sheet.png" -- generate --checkpoint "$tmp/g.pt" --class robot --count 6 --steps 2 --scale 2 --palette auto --out "$tmp/sheet.png" --out-dir "$tmp/one"
+expect 2 "needs --classifier" -- eval --checkpoint "$tmp/g.pt"
+expect 0 "Class agreement" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2
+if [ -f "$tmp/one/robot_0005.png" ]; then passes=$((passes + 1)); else echo "FAIL: --out-dir wrote no robot_0005.png"; fails=$((fails + 1)); fi
+# The same train command on a folder of PNGs (one subfolder per class), here the generator's own output.
+expect 0 "Wrote 8 PNGs" -- generate --checkpoint "$tmp/g.pt" --count 8 --steps 2 --out-dir "$tmp/gen"
+for f in "$tmp"/gen/*.png; do c=$(basename "$f" | sed 's/_[0-9]*\.png$//'); mkdir -p "$tmp/folder/$c"; cp "$f" "$tmp/folder/$c/"; done
+expect 0 "folder:folder/train \(7 train, 1 test\)" -- train --task classify --dataset "folder:$tmp/folder" --size 32 --epochs 1
+
 echo "cli: $passes passed, $fails failed"
 [ "$fails" -eq 0 ]

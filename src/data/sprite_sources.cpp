@@ -1,0 +1,368 @@
+#include "data/sprite_sources.h"
+
+#include <algorithm>
+#include <cstring>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include "common/error.h"
+#include "data/loader.h"
+#include "data/procedural_sprites.h"
+#include "io/png.h"
+
+namespace spritetorch::data {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool starts_with(const std::string& s, const std::string& prefix) {
+  return s.compare(0, prefix.size(), prefix) == 0;
+}
+
+void check_size(int64_t size) {
+  if (size != 16 && size != 32 && size != 64)
+    throw Error("--size must be 16, 32 or 64, got " + std::to_string(size));
+}
+
+std::string read_all(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) throw DataError(path, what, "no such file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw DataError(path, what, "a file that cannot be opened");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// (H, W, 4) -> (1, 4, size, size), nearest neighbour.
+torch::Tensor to_sprite(const torch::Tensor& hwc, int64_t size) {
+  return io::resize_nearest(hwc.permute({2, 0, 1}).unsqueeze(0), size);
+}
+
+}  // namespace
+
+bool is_sprite_dataset(const std::string& spec) {
+  return spec == "sprites" || starts_with(spec, "folder:") || starts_with(spec, "sheet:") ||
+         starts_with(spec, "npy:");
+}
+
+std::pair<int64_t, int64_t> parse_tile(const std::string& text) {
+  const auto x = text.find('x');
+  try {
+    if (x != std::string::npos) {
+      size_t used_w = 0, used_h = 0;
+      const std::string ws = text.substr(0, x), hs = text.substr(x + 1);
+      const long w = std::stol(ws, &used_w), h = std::stol(hs, &used_h);
+      if (used_w == ws.size() && used_h == hs.size() && w > 0 && h > 0 && w <= 4096 && h <= 4096)
+        return {w, h};
+    }
+  } catch (const std::exception&) {
+  }
+  throw Error("--tile must be WxH with sides in 1..4096 (e.g. 16x16), got '" + text + "'");
+}
+
+Dataset load_sprite_dataset(const std::string& spec, const SpriteOptions& options) {
+  check_size(options.size);
+  if (spec == "sprites") {
+    Dataset d = make_procedural_sprites(options.count, options.seed);
+    if (options.size != kProceduralSpriteSize) d.inputs = io::resize_nearest(d.inputs, options.size);
+    return d;
+  }
+  const auto colon = spec.find(':');
+  const std::string kind = spec.substr(0, colon), arg = spec.substr(colon + 1);
+  if (arg.empty()) throw Error("--dataset " + spec + ": a path is missing after '" + kind + ":'");
+  if (kind == "folder") return read_sprite_folder(arg, options.size);
+  if (kind == "sheet") return read_sprite_sheet(arg, options);
+  if (kind == "npy") {
+    const auto comma = arg.find(',');
+    return read_npy_sprites(arg.substr(0, comma), comma == std::string::npos ? "" : arg.substr(comma + 1),
+                            options.size);
+  }
+  throw Error("unknown sprite dataset '" + spec + "'",
+              "expected sprites, folder:PATH, sheet:FILE or npy:FILE[,LABELS.npy]");
+}
+
+SpriteSplit holdout_split(const Dataset& all, double holdout, uint64_t seed) {
+  if (!(holdout >= 0.0 && holdout < 1.0))
+    throw Error("--holdout must be in [0, 1), got " + std::to_string(holdout));
+  const int64_t n = all.size();
+  int64_t test = static_cast<int64_t>(std::llround(static_cast<double>(n) * holdout));
+  if (holdout > 0 && n >= 2) test = std::clamp<int64_t>(test, 1, n - 1);
+  const auto order = epoch_order(n, seed, /*epoch=*/-1, /*shuffle=*/true);
+  SpriteSplit out;
+  out.train = all;
+  out.test = all;
+  // Sorted indices keep each split in the dataset's own order (stable for a given seed).
+  const auto train_index = std::get<0>(order.narrow(0, 0, n - test).sort());
+  const auto test_index = std::get<0>(order.narrow(0, n - test, test).sort());
+  out.train.inputs = all.inputs.index_select(0, train_index);
+  out.train.labels = all.labels.index_select(0, train_index);
+  out.test.inputs = all.inputs.index_select(0, test_index);
+  out.test.labels = all.labels.index_select(0, test_index);
+  out.train.name = all.name + "/train";
+  out.test.name = all.name + "/test";
+  return out;
+}
+
+Dataset read_sprite_folder(const std::string& path, int64_t size) {
+  check_size(size);
+  std::error_code ec;
+  if (!fs::is_directory(path, ec))
+    throw DataError(path, "a folder with one subfolder of PNG files per class", "no such folder");
+  std::vector<fs::path> class_dirs;
+  for (const auto& entry : fs::directory_iterator(path))
+    if (entry.is_directory()) class_dirs.push_back(entry.path());
+  std::sort(class_dirs.begin(), class_dirs.end());
+  std::vector<torch::Tensor> images;
+  std::vector<int64_t> labels;
+  Dataset out;
+  for (const auto& dir : class_dirs) {
+    std::vector<fs::path> files;
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      std::string ext = entry.path().extension().string();
+      std::transform(ext.begin(), ext.end(), ext.begin(), ::tolower);
+      if (entry.is_regular_file() && ext == ".png") files.push_back(entry.path());
+    }
+    if (files.empty()) continue;
+    std::sort(files.begin(), files.end());
+    const auto label = static_cast<int64_t>(out.class_names.size());
+    out.class_names.push_back(dir.filename().string());
+    for (const auto& f : files) {
+      images.push_back(to_sprite(io::read_png(f.string()), size));
+      labels.push_back(label);
+    }
+  }
+  if (images.empty())
+    throw DataError(path, "subfolders (one per class) holding .png files", "no PNG files in any subfolder",
+                    "lay the data out as PATH/<class>/<name>.png");
+  out.inputs = torch::cat(images);
+  out.labels = torch::tensor(labels, torch::kInt64);
+  out.name = "folder:" + fs::path(path).filename().string();
+  return out;
+}
+
+Dataset read_sprite_sheet(const std::string& file, const SpriteOptions& o) {
+  check_size(o.size);
+  if (o.tile_w <= 0 || o.tile_h <= 0 || o.spacing < 0 || o.margin < 0)
+    throw Error("sheet slicing needs positive --tile sides and non-negative --spacing / --margin");
+  const auto sheet = io::read_png(file);  // (H, W, 4)
+  const int64_t h = sheet.size(0), w = sheet.size(1);
+  const int64_t cols = (w - 2 * o.margin + o.spacing) / (o.tile_w + o.spacing);
+  const int64_t rows = (h - 2 * o.margin + o.spacing) / (o.tile_h + o.spacing);
+  if (cols <= 0 || rows <= 0)
+    throw DataError(file, "at least one " + std::to_string(o.tile_w) + "x" + std::to_string(o.tile_h) +
+                              " tile with margin " + std::to_string(o.margin),
+                    "an image of " + std::to_string(w) + "x" + std::to_string(h));
+  // Optional label map: "TILE_INDEX CLASS" per line; tiles it does not name are left out.
+  std::map<int64_t, std::string> names;
+  if (!o.label_map.empty()) {
+    std::istringstream lines(read_all(o.label_map, "a label map of 'TILE_INDEX CLASS' lines"));
+    std::string line;
+    int64_t line_no = 0;
+    while (std::getline(lines, line)) {
+      ++line_no;
+      if (line.empty() || line[0] == '#') continue;
+      std::istringstream fields(line);
+      int64_t index = -1;
+      std::string name;
+      if (!(fields >> index >> name) || index < 0 || index >= rows * cols)
+        throw DataError(o.label_map, "'TILE_INDEX CLASS' with an index in 0.." + std::to_string(rows * cols - 1),
+                        "'" + line + "' on line " + std::to_string(line_no));
+      names[index] = name;
+    }
+  }
+  std::vector<std::string> class_names;
+  if (names.empty()) {
+    class_names = {"sprite"};
+  } else {
+    for (const auto& [i, n] : names)
+      if (std::find(class_names.begin(), class_names.end(), n) == class_names.end()) class_names.push_back(n);
+    std::sort(class_names.begin(), class_names.end());
+  }
+  std::vector<torch::Tensor> tiles;
+  std::vector<int64_t> labels;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t index = r * cols + c;
+      int64_t label = 0;
+      if (!names.empty()) {
+        auto it = names.find(index);
+        if (it == names.end()) continue;
+        label = std::find(class_names.begin(), class_names.end(), it->second) - class_names.begin();
+      }
+      const auto tile = sheet.narrow(0, o.margin + r * (o.tile_h + o.spacing), o.tile_h)
+                            .narrow(1, o.margin + c * (o.tile_w + o.spacing), o.tile_w);
+      if (tile.select(2, 3).max().item<int>() == 0) continue;  // fully transparent: an empty slot
+      tiles.push_back(to_sprite(tile, o.size));
+      labels.push_back(label);
+    }
+  if (tiles.empty()) throw DataError(file, "at least one non-transparent tile", "none");
+  Dataset out;
+  out.inputs = torch::cat(tiles).contiguous();
+  out.labels = torch::tensor(labels, torch::kInt64);
+  out.class_names = class_names;
+  out.name = "sheet:" + fs::path(file).filename().string();
+  return out;
+}
+
+nlohmann::json sprite_options_json(const SpriteOptions& o) {
+  return {{"size", o.size}, {"count", o.count}, {"seed", o.seed}, {"tile_w", o.tile_w}, {"tile_h", o.tile_h},
+          {"spacing", o.spacing}, {"margin", o.margin}, {"label_map", o.label_map}, {"holdout", o.holdout}};
+}
+
+SpriteOptions sprite_options_from_json(const nlohmann::json& j) {
+  SpriteOptions o;
+  o.size = j.value("size", o.size);
+  o.count = j.value("count", o.count);
+  o.seed = j.value("seed", o.seed);
+  o.tile_w = j.value("tile_w", o.tile_w);
+  o.tile_h = j.value("tile_h", o.tile_h);
+  o.spacing = j.value("spacing", o.spacing);
+  o.margin = j.value("margin", o.margin);
+  o.label_map = j.value("label_map", o.label_map);
+  o.holdout = j.value("holdout", o.holdout);
+  return o;
+}
+
+NpyArray parse_npy(const std::string& bytes, const std::string& name) {
+  static const std::string kMagic = "\x93NUMPY";
+  if (bytes.size() < 10 || bytes.compare(0, 6, kMagic) != 0)
+    throw DataError(name, "a NumPy .npy file (magic \\x93NUMPY)",
+                    bytes.size() < 10 ? std::to_string(bytes.size()) + " bytes" : "other bytes");
+  const int major = static_cast<uint8_t>(bytes[6]);
+  uint64_t header_len = 0, offset = 0;
+  if (major == 1) {
+    header_len = static_cast<uint8_t>(bytes[8]) | (static_cast<uint64_t>(static_cast<uint8_t>(bytes[9])) << 8);
+    offset = 10;
+  } else if (major == 2 || major == 3) {
+    if (bytes.size() < 12) throw DataError(name, "a 12-byte .npy v2 preamble", std::to_string(bytes.size()) + " bytes");
+    for (int i = 0; i < 4; ++i) header_len |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[8 + i])) << (8 * i);
+    offset = 12;
+  } else {
+    throw DataError(name, ".npy format version 1, 2 or 3", "version " + std::to_string(major));
+  }
+  if (header_len > bytes.size() - offset)
+    throw DataError(name, "a header of at most " + std::to_string(bytes.size() - offset) + " bytes",
+                    "a header length of " + std::to_string(header_len));
+  const std::string header = bytes.substr(offset, header_len);
+  offset += header_len;
+  // The header is a Python dict literal: {'descr': '<u1', 'fortran_order': False, 'shape': (N, H, W, C), }
+  auto value_of = [&](const std::string& key) -> std::string {
+    const auto k = header.find("'" + key + "'");
+    if (k == std::string::npos) throw DataError(name, "a header with '" + key + "'", "'" + header + "'");
+    const auto colon = header.find(':', k);
+    if (colon == std::string::npos) throw DataError(name, "'" + key + "': value", "'" + header + "'");
+    return header.substr(colon + 1);
+  };
+  NpyArray out;
+  {
+    const std::string v = value_of("descr");
+    const auto q1 = v.find('\''), q2 = q1 == std::string::npos ? q1 : v.find('\'', q1 + 1);
+    if (q2 == std::string::npos) throw DataError(name, "a quoted descr", "'" + header + "'");
+    out.descr = v.substr(q1 + 1, q2 - q1 - 1);
+  }
+  if (value_of("fortran_order").find("False") != 0 && value_of("fortran_order").find(" False") != 0)
+    throw DataError(name, "fortran_order False (C order)", "'" + header + "'", "save with np.ascontiguousarray");
+  {
+    const std::string v = value_of("shape");
+    const auto open = v.find('('), close = v.find(')');
+    if (open == std::string::npos || close == std::string::npos || close < open)
+      throw DataError(name, "a shape tuple", "'" + header + "'");
+    std::istringstream dims(v.substr(open + 1, close - open - 1));
+    std::string part;
+    while (std::getline(dims, part, ',')) {
+      if (part.find_first_not_of(" \t") == std::string::npos) continue;
+      size_t used = 0;
+      long long d = -1;
+      try {
+        d = std::stoll(part, &used);
+      } catch (const std::exception&) {
+      }
+      if (d < 0 || part.find_first_not_of(" \t", used) != std::string::npos)
+        throw DataError(name, "non-negative integer dimensions", "'" + part + "' in '" + header + "'");
+      out.shape.push_back(d);
+    }
+  }
+  struct Type {
+    const char* descr;
+    torch::ScalarType type;
+    uint64_t size;
+  };
+  static const Type kTypes[] = {{"|u1", torch::kUInt8, 1}, {"<u1", torch::kUInt8, 1}, {"|i1", torch::kInt8, 1},
+                                {"<i4", torch::kInt32, 4}, {"<i8", torch::kInt64, 8}, {"<f4", torch::kFloat32, 4},
+                                {"<f8", torch::kFloat64, 8}, {"|b1", torch::kBool, 1}};
+  const Type* type = nullptr;
+  for (const auto& t : kTypes)
+    if (out.descr == t.descr) type = &t;
+  if (!type)
+    throw DataError(name, "dtype uint8, int8, int32, int64, float32, float64 or bool (little-endian)",
+                    "descr '" + out.descr + "'");
+  // Element count with overflow checks: never trust the header's product.
+  uint64_t elements = 1;
+  const uint64_t available = bytes.size() - offset;
+  for (int64_t d : out.shape) {
+    if (d != 0 && elements > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(d))
+      throw DataError(name, "a shape whose size fits in 64 bits", "shape " + c10::str(c10::IntArrayRef(out.shape)));
+    elements *= static_cast<uint64_t>(d);
+  }
+  if (elements > available / type->size || elements * type->size != available)
+    throw DataError(name, std::to_string(elements) + " x " + std::to_string(type->size) + " data bytes for shape " +
+                              c10::str(c10::IntArrayRef(out.shape)),
+                    std::to_string(available) + " bytes after the header", "the file is truncated or corrupt");
+  out.data = torch::empty(out.shape, type->type);
+  if (elements) std::memcpy(out.data.data_ptr(), bytes.data() + offset, elements * type->size);
+  return out;
+}
+
+NpyArray read_npy(const std::string& file) { return parse_npy(read_all(file, "a NumPy .npy file"), file); }
+
+Dataset read_npy_sprites(const std::string& file, const std::string& labels_file, int64_t size) {
+  check_size(size);
+  NpyArray images = read_npy(file);
+  if (images.data.scalar_type() != torch::kUInt8)
+    throw DataError(file, "uint8 pixels (descr |u1)", "descr '" + images.descr + "'", "save with arr.astype(np.uint8)");
+  auto x = images.data;
+  if (x.dim() == 3) x = x.unsqueeze(3);  // N x H x W grey
+  if (x.dim() != 4 || (x.size(3) != 1 && x.size(3) != 3 && x.size(3) != 4) || x.size(0) == 0 || x.size(1) == 0 ||
+      x.size(2) == 0)
+    throw DataError(file, "N x H x W x C uint8 with C = 1, 3 or 4 and N, H, W > 0", "shape " + c10::str(c10::IntArrayRef(images.shape)));
+  // Expand to RGBA: grey -> RGB, missing alpha -> opaque.
+  if (x.size(3) == 1) x = x.expand({-1, -1, -1, 3});
+  if (x.size(3) == 3) x = torch::cat({x, torch::full({x.size(0), x.size(1), x.size(2), 1}, 255, torch::kUInt8)}, 3);
+  Dataset out;
+  out.inputs = io::resize_nearest(x.permute({0, 3, 1, 2}), size).contiguous();
+  const int64_t n = x.size(0);
+  if (labels_file.empty()) {
+    out.labels = torch::zeros({n}, torch::kInt64);
+    out.class_names = {"sprite"};
+  } else {
+    NpyArray l = read_npy(labels_file);
+    torch::Tensor labels;
+    if (l.data.dim() == 2 && l.data.size(0) == n && l.data.size(1) >= 1) {  // one-hot (N, K)
+      labels = l.data.to(torch::kFloat64).argmax(1);
+      out.class_names.resize(static_cast<size_t>(l.data.size(1)));
+    } else if (l.data.dim() == 1 && l.data.size(0) == n && !l.data.is_floating_point()) {  // integer (N)
+      labels = l.data.to(torch::kInt64);
+      if (n && labels.min().item<int64_t>() < 0)
+        throw DataError(labels_file, "class indices >= 0", std::to_string(labels.min().item<int64_t>()));
+      out.class_names.resize(static_cast<size_t>(n ? labels.max().item<int64_t>() + 1 : 1));
+      if (out.class_names.size() > 100000)
+        throw DataError(labels_file, "class indices below 100000", std::to_string(out.class_names.size() - 1));
+    } else {
+      throw DataError(labels_file, "labels for " + std::to_string(n) + " sprites: one-hot (" + std::to_string(n) +
+                                       ", K) or integer (" + std::to_string(n) + ")",
+                      "shape " + c10::str(c10::IntArrayRef(l.shape)) + " descr '" + l.descr + "'");
+    }
+    for (size_t k = 0; k < out.class_names.size(); ++k) out.class_names[k] = "class" + std::to_string(k);
+    out.labels = labels.contiguous();
+  }
+  out.name = "npy:" + fs::path(file).filename().string();
+  return out;
+}
+
+}  // namespace spritetorch::data

@@ -1,0 +1,67 @@
+// Sprite datasets as users keep them, all turned into data::Dataset with inputs (N, 4, S, S) uint8
+// RGBA and labels (N) int64:
+//   sprites            the built-in procedural sprites (data/procedural_sprites.h)
+//   folder:PATH        one subfolder of PNGs per class (class names = folder names, sorted)
+//   sheet:FILE         a sprite sheet cut into tiles; fully transparent tiles skipped; one class
+//                      "sprite" unless a label map names a class per tile
+//   npy:FILE[,LABELS]  NumPy uint8 N x H x W x C (C = 1, 3 or 4) with optional one-hot (N x K) or
+//                      integer (N) labels
+// Every reader checks its input and throws DataError(file, expected, found) for anything off; none
+// allocates more than the file's real size can fill. Sizes other than S are brought to S by
+// nearest-neighbour scaling only.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "data/dataset.h"
+
+namespace spritetorch::data {
+
+struct SpriteOptions {
+  int64_t size = 16;            // model size S: 16, 32 or 64
+  int64_t count = 8000;         // procedural sprites generated (before the holdout split)
+  uint64_t seed = 1234;         // procedural sprites' seed (the data, not the training order)
+  int64_t tile_w = 16, tile_h = 16;
+  int64_t spacing = 0, margin = 0;  // sheet: pixels between tiles, around the grid
+  std::string label_map;        // sheet: text file of "TILE_INDEX CLASS" lines (row-major, 0-based)
+  double holdout = 0.1;         // share of samples held out as the test split
+};
+
+// True for "sprites", "folder:...", "sheet:...", "npy:...".
+bool is_sprite_dataset(const std::string& spec);
+
+// The whole dataset a spec names (no split).
+Dataset load_sprite_dataset(const std::string& spec, const SpriteOptions& options);
+
+// A deterministic split: a permutation drawn from `seed`, the last round(N * holdout) samples (at
+// least one when holdout > 0 and N >= 2) go to test. Stratification is not attempted.
+struct SpriteSplit {
+  Dataset train, test;
+};
+SpriteSplit holdout_split(const Dataset& all, double holdout, uint64_t seed);
+
+Dataset read_sprite_folder(const std::string& path, int64_t size);
+Dataset read_sprite_sheet(const std::string& file, const SpriteOptions& options);
+Dataset read_npy_sprites(const std::string& file, const std::string& labels_file, int64_t size);
+
+// A parsed .npy array, for the readers above and for tests. data: a CPU tensor of the file's dtype
+// (uint8, int32, int64, float32 or float64), shape as in the header, C order.
+struct NpyArray {
+  std::vector<int64_t> shape;
+  std::string descr;  // e.g. "|u1", "<i8"
+  torch::Tensor data;
+};
+NpyArray read_npy(const std::string& file);
+NpyArray parse_npy(const std::string& bytes, const std::string& name);
+
+// SpriteOptions in a checkpoint's metadata, so eval / classify / generate reload the same data.
+nlohmann::json sprite_options_json(const SpriteOptions& options);
+SpriteOptions sprite_options_from_json(const nlohmann::json& json);
+
+// "16x16" -> {16, 16}; throws Error on anything else.
+std::pair<int64_t, int64_t> parse_tile(const std::string& text);
+
+}  // namespace spritetorch::data

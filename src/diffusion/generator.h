@@ -1,0 +1,102 @@
+// The class-conditional sprite generator: a UNet denoiser trained with the DDPM loss and
+// classifier-free guidance, sampled with DDPM (ancestral, T steps) or DDIM (deterministic, few
+// steps), and turned into sprites: alpha made binary, colours optionally snapped to a palette.
+//
+// Pixels: the model works on RGBA scaled to [-1, 1]; sprites in and out are (N, 4, S, S) uint8.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "data/dataset.h"
+#include "diffusion/schedule.h"
+#include "diffusion/unet.h"
+#include "models/classifier.h"
+#include "train/checkpoint.h"
+#include "train/config.h"
+#include "train/trainer.h"
+
+namespace spritetorch::diffusion {
+
+constexpr double kClassDropout = 0.1;   // share of training labels replaced by "no class"
+constexpr double kEmaDecay = 0.995;     // the saved weights are an exponential moving average
+constexpr int64_t kPaletteColours = 32; // --palette auto: k-means colours of the training set
+
+// A trained generator, ready to sample on `device`.
+struct Generator {
+  UNet net{nullptr};
+  NoiseSchedule schedule;
+  std::vector<std::string> class_names;
+  torch::Tensor palette;  // (K, 3) uint8 on the CPU: the training set's k-means colours
+  nlohmann::json meta;    // the checkpoint's metadata (dataset, sprites options, ...)
+  int64_t size = 16;
+};
+
+struct GeneratorTrainReport {
+  std::string device;
+  train::Settings settings;
+  double train_seconds = 0;  // the step loop only, device-synchronised
+  double final_loss = 0;     // mean loss over the last epoch
+  int64_t steps = 0;
+  std::vector<std::string> class_names;
+};
+
+// Trains on config.dataset's training split (--task generate): epochs, batch_size, lr, seed,
+// device, save and log_every mean what they mean for classifiers. Reports each epoch through the
+// observer (accuracy 0). Saves a checkpoint whose meta has task "generate".
+GeneratorTrainReport train_generator(const train::TrainConfig& config, train::TrainObserver* observer = nullptr);
+
+Generator load_generator(const std::string& path, torch::Device device);
+
+struct SampleOptions {
+  std::string sampler = "ddim";  // ddim | ddpm
+  int64_t steps = 25;            // DDIM steps (DDPM always takes the schedule's T)
+  double guidance = 2.0;         // classifier-free guidance scale w: eps_u + w (eps_c - eps_u)
+  double eta = 0.0;              // DDIM noise: 0 deterministic, 1 DDPM-like
+  uint64_t seed = 1;
+  int64_t batch = 512;           // sprites per forward pass
+};
+
+// labels: (N) int64 class indices -> (N, 4, S, S) float32 in [-1, 1] on the generator's device.
+// The starting noise (and DDPM's per-step noise) comes from a CPU generator seeded with
+// options.seed, so a seed gives the same sprites on every device up to float rounding.
+torch::Tensor sample(Generator& generator, const torch::Tensor& labels, const SampleOptions& options);
+
+// DDIM (eta = 0) from x_T along `steps` evenly spaced timesteps. x: (B, 4, S, S), c: (B).
+// eta > 0 adds noise drawn from `gen` at each step (eta = 1 is DDPM-like); eta = 0 needs no gen.
+torch::Tensor ddim_sample(UNet& net, const NoiseSchedule& schedule, torch::Tensor x, const torch::Tensor& c,
+                          int64_t steps, double guidance, double eta = 0.0,
+                          std::optional<at::Generator> gen = std::nullopt);
+// DDPM ancestral sampling over all T steps; noise drawn from `gen` (CPU).
+torch::Tensor ddpm_sample(UNet& net, const NoiseSchedule& schedule, torch::Tensor x, const torch::Tensor& c,
+                          double guidance, at::Generator gen);
+
+// [-1, 1] float -> uint8 RGBA with alpha 0 or 255 and RGB 0 under transparent pixels. On the CPU.
+torch::Tensor to_sprites(const torch::Tensor& x);
+// Replaces every opaque pixel's RGB by the nearest palette colour. sprites: (N, 4, S, S) uint8;
+// palette: (K, 3) uint8.
+torch::Tensor snap_to_palette(const torch::Tensor& sprites, const torch::Tensor& palette);
+// k-means (k-means++ start, seeded) over the opaque pixels of (N, 4, H, W) uint8 sprites -> (K, 3).
+torch::Tensor kmeans_palette(const torch::Tensor& sprites, int64_t colours, uint64_t seed);
+// The distinct colours of a PNG's opaque pixels (a palette strip, or any image) -> (K, 3) uint8.
+torch::Tensor palette_from_png(const std::string& path);
+
+struct GeneratorEval {
+  int64_t samples = 0;
+  double class_agreement = 0;  // share the classifier assigns to the requested class
+  double distinct = 0;         // share of distinct sprites among the samples
+  double exact_copies = 0;     // share identical to a training sprite
+  std::vector<double> per_class_agreement;
+  double sample_seconds = 0;
+  double sprites_per_second = 0;
+};
+// `count` samples spread evenly over the classes, judged by `classifier` (trained on real data,
+// same class order) and compared with `training` sprites (N, 4, S, S) uint8.
+GeneratorEval evaluate_generator(Generator& generator, models::ClassifierImpl& classifier,
+                                 const torch::Tensor& training, int64_t count, const SampleOptions& options);
+
+}  // namespace spritetorch::diffusion

@@ -1,0 +1,75 @@
+#include "diffusion/unet.h"
+
+#include <cmath>
+
+namespace spritetorch::diffusion {
+
+namespace {
+int64_t groups_for(int64_t channels) { return channels % 8 == 0 ? 8 : 1; }
+}  // namespace
+
+torch::Tensor timestep_embedding(const torch::Tensor& t, int64_t dim) {
+  const int64_t half = dim / 2;
+  auto freqs = torch::exp(torch::arange(half, torch::TensorOptions().dtype(torch::kFloat32).device(t.device())) *
+                          (-std::log(10000.0) / static_cast<double>(half)));  // (dim/2)
+  auto args = t.to(torch::kFloat32).unsqueeze(1) * freqs.unsqueeze(0);    // (B, dim/2)
+  return torch::cat({args.sin(), args.cos()}, 1);                          // (B, dim)
+}
+
+ResBlockImpl::ResBlockImpl(int64_t in, int64_t out, int64_t embed) {
+  using torch::nn::Conv2dOptions;
+  norm1 = register_module("norm1", torch::nn::GroupNorm(groups_for(in), in));
+  conv1 = register_module("conv1", torch::nn::Conv2d(Conv2dOptions(in, out, /*kernel_size=*/3).padding(1)));
+  emb_proj = register_module("emb_proj", torch::nn::Linear(embed, out));
+  norm2 = register_module("norm2", torch::nn::GroupNorm(groups_for(out), out));
+  conv2 = register_module("conv2", torch::nn::Conv2d(Conv2dOptions(out, out, /*kernel_size=*/3).padding(1)));
+  if (in != out) skip = register_module("skip", torch::nn::Conv2d(Conv2dOptions(in, out, /*kernel_size=*/1)));
+}
+
+torch::Tensor ResBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& emb) {
+  auto h = conv1(torch::silu(norm1(x)));
+  h = h + emb_proj(emb).unsqueeze(-1).unsqueeze(-1);  // (B, out, 1, 1) broadcast over H, W
+  h = conv2(torch::silu(norm2(h)));
+  return h + (skip ? skip(x) : x);
+}
+
+UNetImpl::UNetImpl(const UNetOptions& o) : options_(o) {
+  using torch::nn::Conv2dOptions;
+  const int64_t c1 = o.base, c2 = 2 * o.base, e = o.embed;
+  time1 = register_module("time1", torch::nn::Linear(e, e));
+  time2 = register_module("time2", torch::nn::Linear(e, e));
+  class_embed = register_module("class_embed", torch::nn::Embedding(o.classes + 1, e));
+  in_conv = register_module("in_conv", torch::nn::Conv2d(Conv2dOptions(o.channels, c1, 3).padding(1)));
+  block1 = register_module("block1", ResBlock(c1, c1, e));                                        // S
+  down1 = register_module("down1", torch::nn::Conv2d(Conv2dOptions(c1, c1, 3).stride(2).padding(1)));
+  block2 = register_module("block2", ResBlock(c1, c2, e));                                        // S/2
+  down2 = register_module("down2", torch::nn::Conv2d(Conv2dOptions(c2, c2, 3).stride(2).padding(1)));
+  mid1 = register_module("mid1", ResBlock(c2, c2, e));                                            // S/4
+  mid2 = register_module("mid2", ResBlock(c2, c2, e));
+  up2 = register_module("up2", ResBlock(c2 + c2, c2, e));                                          // S/2
+  up1 = register_module("up1", ResBlock(c2 + c1, c1, e));                                          // S
+  out_norm = register_module("out_norm", torch::nn::GroupNorm(groups_for(c1), c1));
+  out_conv = register_module("out_conv", torch::nn::Conv2d(Conv2dOptions(c1, o.channels, 3).padding(1)));
+  // Start from "predict zero noise": a calmer first few hundred steps.
+  torch::NoGradGuard no_grad;
+  out_conv->weight.zero_();
+  out_conv->bias.zero_();
+}
+
+torch::Tensor UNetImpl::forward(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& c) {
+  auto emb = time2(torch::silu(time1(timestep_embedding(t, options_.embed))));  // (B, E)
+  emb = torch::silu(emb + class_embed(c));
+  auto h0 = in_conv(x);                               // (B, c1, S, S)
+  auto h1 = block1(h0, emb);                          // (B, c1, S, S)
+  auto h2 = block2(down1(h1), emb);                   // (B, c2, S/2, S/2)
+  auto m = mid2(mid1(down2(h2), emb), emb);           // (B, c2, S/4, S/4)
+  // x2 nearest-neighbour upsampling (the stride-2 convs halved even sizes exactly); repeat_interleave
+  // rather than upsample_nearest2d, whose overloads differ between LibTorch 1.13 and 2.x.
+  auto up = m.repeat_interleave(2, 2).repeat_interleave(2, 3);
+  auto u2 = up2(torch::cat({up, h2}, 1), emb);        // (B, c2, S/2, S/2)
+  up = u2.repeat_interleave(2, 2).repeat_interleave(2, 3);
+  auto u1 = up1(torch::cat({up, h1}, 1), emb);        // (B, c1, S, S)
+  return out_conv(torch::silu(out_norm(u1)));         // (B, 4, S, S)
+}
+
+}  // namespace spritetorch::diffusion

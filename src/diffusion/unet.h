@@ -1,0 +1,54 @@
+// A small UNet for class-conditional denoising of sprites: (B, 4, S, S) noisy RGBA in [-1, 1], the
+// timestep t and a class index in, the predicted noise (B, 4, S, S) out. Two resolutions below S
+// (S/2, S/4), residual blocks with GroupNorm + SiLU, a sinusoidal time embedding and a learned class
+// embedding added into every block. Class index `classes` is the "no class" token that
+// classifier-free guidance trains by dropping labels at random.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+
+namespace spritetorch::diffusion {
+
+struct UNetOptions {
+  int64_t channels = 4;   // RGBA
+  int64_t base = 16;      // channels at full resolution; 2x at S/2 and S/4
+  int64_t classes = 4;    // real classes; the embedding has classes + 1 rows
+  int64_t embed = 128;    // time / class embedding width
+};
+
+class ResBlockImpl : public torch::nn::Module {
+ public:
+  ResBlockImpl(int64_t in, int64_t out, int64_t embed);
+  // x: (B, in, H, W); emb: (B, embed) -> (B, out, H, W)
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& emb);
+  torch::nn::GroupNorm norm1{nullptr}, norm2{nullptr};
+  torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, skip{nullptr};
+  torch::nn::Linear emb_proj{nullptr};
+};
+TORCH_MODULE(ResBlock);
+
+class UNetImpl : public torch::nn::Module {
+ public:
+  explicit UNetImpl(const UNetOptions& options);
+  // x: (B, 4, S, S) float32; t: (B) int64; c: (B) int64 in [0, classes] (classes = unconditional).
+  // S must be divisible by 4. Returns the predicted noise (B, 4, S, S).
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& c);
+  const UNetOptions& options() const { return options_; }
+
+  torch::nn::Linear time1{nullptr}, time2{nullptr};
+  torch::nn::Embedding class_embed{nullptr};
+  torch::nn::Conv2d in_conv{nullptr}, down1{nullptr}, down2{nullptr}, out_conv{nullptr};
+  ResBlock block1{nullptr}, block2{nullptr}, mid1{nullptr}, mid2{nullptr}, up2{nullptr}, up1{nullptr};
+  torch::nn::GroupNorm out_norm{nullptr};
+
+ private:
+  UNetOptions options_;
+};
+TORCH_MODULE(UNet);
+
+// Sinusoidal embedding of integer timesteps: (B) -> (B, dim) float32, on t's device.
+torch::Tensor timestep_embedding(const torch::Tensor& t, int64_t dim);
+
+}  // namespace spritetorch::diffusion

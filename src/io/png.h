@@ -1,0 +1,39 @@
+// PNG files through libpng's simplified API, and the pixel-art helpers around them: nearest-neighbour
+// upscaling and sprite-sheet grids. Images are (H, W, 4) uint8 RGBA tensors on the CPU; every PNG
+// colour type (RGBA, RGB, grey, grey + alpha, indexed with or without tRNS, 1..16 bits) is expanded
+// to that on read. Not a codec of its own: libpng does the decoding and the checks.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+
+namespace spritetorch::io {
+
+// Reads any PNG as (H, W, 4) uint8 RGBA. Throws DataError naming the file for a missing, truncated
+// or corrupt file, or for one whose decoded size is implausible for its length.
+torch::Tensor read_png(const std::string& path);
+// Same, from bytes in memory; `name` is used in error messages.
+torch::Tensor decode_png(const std::string& bytes, const std::string& name);
+
+// Writes (H, W, 4) or (H, W, 3) uint8 (any device) as an 8-bit RGBA / RGB PNG, atomically.
+void write_png(const std::string& path, const torch::Tensor& image);
+
+// Nearest-neighbour upscale of (H, W, C) or (N, C, H, W) by an integer factor >= 1.
+torch::Tensor upscale_nearest(const torch::Tensor& image, int64_t scale);
+
+// Nearest-neighbour resize of (N, C, H, W) uint8 to (N, C, size, size): pixel repetition or
+// sampling only, never interpolation (pixel art keeps its hard edges and its colours).
+torch::Tensor resize_nearest(const torch::Tensor& images, int64_t size);
+
+struct SheetOptions {
+  int64_t columns = 0;   // 0: ceil(sqrt(N))
+  int64_t padding = 1;   // transparent pixels between tiles and around the sheet (before scaling)
+  int64_t scale = 1;     // nearest-neighbour factor applied to the whole sheet
+};
+// Lays (N, 4, H, W) uint8 sprites out in a grid: (rows*(H+p)+p, cols*(W+p)+p, 4) * scale, RGBA,
+// transparent background. On the CPU.
+torch::Tensor make_sheet(const torch::Tensor& sprites, const SheetOptions& options = {});
+
+}  // namespace spritetorch::io

@@ -1,0 +1,257 @@
+// Procedural sprites, folder / sheet / .npy readers, the holdout split, and corrupt inputs.
+#include "data/sprite_sources.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "common/error.h"
+#include "data/procedural_sprites.h"
+#include "io/png.h"
+#include "test_util.h"
+#include "train/trainer.h"
+
+namespace spritetorch::data {
+namespace {
+
+using spritetorch::testing::ScratchDir;
+using spritetorch::testing::write_bytes;
+
+TEST(ProceduralSprites, DeterministicAndCountIndependent) {
+  const auto a = make_procedural_sprites(40, 5), b = make_procedural_sprites(40, 5);
+  EXPECT_TRUE(torch::equal(a.inputs, b.inputs));
+  EXPECT_TRUE(torch::equal(a.labels, b.labels));
+  const auto longer = make_procedural_sprites(100, 5);
+  EXPECT_TRUE(torch::equal(longer.inputs.narrow(0, 0, 40), a.inputs));  // any count: a prefix
+  EXPECT_FALSE(torch::equal(make_procedural_sprites(40, 6).inputs, a.inputs));
+}
+
+TEST(ProceduralSprites, BalancedSymmetricOutlinedTransparent) {
+  const auto d = make_procedural_sprites(400, 1);
+  EXPECT_EQ(d.inputs.sizes(), (std::vector<int64_t>{400, 4, 16, 16}));
+  EXPECT_EQ(d.class_names.size(), 4u);
+  EXPECT_TRUE(torch::equal(torch::bincount(d.labels), torch::full({4}, 100, torch::kInt64)));
+  const auto alpha = d.inputs.select(1, 3);
+  EXPECT_TRUE(((alpha == 0) | (alpha == 255)).all().item<bool>());
+  EXPECT_TRUE(torch::equal(d.inputs, d.inputs.flip({3})));  // mirror symmetric
+  // Transparent corners, and a transparent background that is a real share.
+  EXPECT_EQ(alpha.select(1, 0).select(1, 0).sum().item<int64_t>(), 0);
+  EXPECT_EQ(alpha.select(1, 15).select(1, 15).sum().item<int64_t>(), 0);
+  const double opaque = (alpha > 0).to(torch::kFloat64).mean().item<double>();
+  EXPECT_GT(opaque, 0.2);
+  EXPECT_LT(opaque, 0.8);
+  // Outline: every opaque pixel whose upper neighbour is background is an outline pixel, and the
+  // outline colour has HSV value <= 0.24 (max channel <= 62).
+  const auto rgb_max = std::get<0>(d.inputs.narrow(1, 0, 3).max(1));  // (N, 16, 16)
+  const auto a = alpha > 0;
+  const auto edge = a & ~(torch::constant_pad_nd(a.to(torch::kUInt8), {1, 1, 1, 1}).narrow(1, 0, 16).narrow(2, 1, 16) > 0);
+  // Row 0 is left out: a robot's antenna tip may touch the top edge.
+  const auto edge_below_top = edge.narrow(1, 1, 15);
+  EXPECT_GT(edge_below_top.sum().item<int64_t>(), 1000);
+  EXPECT_TRUE((rgb_max.narrow(1, 1, 15).index({edge_below_top}) <= 62).all().item<bool>());
+  // Classes differ in their masks: mean alpha images are far apart.
+  const auto means = torch::stack({alpha.index({d.labels == 0}).to(torch::kFloat32).mean(0),
+                                   alpha.index({d.labels == 3}).to(torch::kFloat32).mean(0)});
+  EXPECT_GT((means[0] - means[1]).abs().mean().item<double>(), 10.0);
+}
+
+torch::Tensor solid(int64_t h, int64_t w, uint8_t value) {
+  auto t = torch::full({h, w, 4}, value, torch::kUInt8);
+  t.select(2, 3).fill_(255);
+  return t;
+}
+
+TEST(SpriteSheet, SlicesWithSpacingMarginAndSkipsEmptyTiles) {
+  ScratchDir dir;
+  // 3 columns x 2 rows of 4x4 tiles, spacing 1, margin 2: 2+4+1+4+1+4+2 = 18 wide, 2+4+1+4+2 = 13 high.
+  auto sheet = torch::zeros({13, 18, 4}, torch::kUInt8);
+  sheet.select(2, 3).fill_(0);
+  uint8_t v = 10;
+  for (int r = 0; r < 2; ++r)
+    for (int c = 0; c < 3; ++c, v += 10) {
+      if (r == 1 && c == 1) continue;  // an empty slot
+      sheet.narrow(0, 2 + r * 5, 4).narrow(1, 2 + c * 5, 4).copy_(solid(4, 4, v));
+    }
+  // Spacing pixels painted opaque: they must not leak into tiles.
+  sheet.narrow(0, 6, 1).fill_(255);
+  io::write_png(dir.file("s.png"), sheet);
+  SpriteOptions o;
+  o.tile_w = o.tile_h = 4;
+  o.spacing = 1;
+  o.margin = 2;
+  o.size = 16;
+  const auto d = read_sprite_sheet(dir.file("s.png"), o);
+  ASSERT_EQ(d.size(), 5);
+  EXPECT_EQ(d.inputs.sizes(), (std::vector<int64_t>{5, 4, 16, 16}));
+  EXPECT_EQ(d.class_names, std::vector<std::string>{"sprite"});
+  const std::vector<int> expected = {10, 20, 30, 40, 60};  // tile 4 (value 50) was empty
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(d.inputs[i][0].min().item<int>(), expected[i]) << i;
+    EXPECT_EQ(d.inputs[i][0].max().item<int>(), expected[i]) << i;
+  }
+  // A label map picks tiles and names classes.
+  std::ofstream(dir.file("labels.txt")) << "# tile class\n0 hero\n2 coin\n5 hero\n";
+  o.label_map = dir.file("labels.txt");
+  const auto labelled = read_sprite_sheet(dir.file("s.png"), o);
+  EXPECT_EQ(labelled.class_names, (std::vector<std::string>{"coin", "hero"}));
+  EXPECT_TRUE(torch::equal(labelled.labels, torch::tensor({1, 0, 1}, torch::kInt64)));
+  std::ofstream(dir.file("bad.txt")) << "99 hero\n";
+  o.label_map = dir.file("bad.txt");
+  EXPECT_THROW(read_sprite_sheet(dir.file("s.png"), o), DataError);
+}
+
+TEST(SpriteSheet, KenneyFixture) {
+  SpriteOptions o;
+  const auto d = read_sprite_sheet(std::string(SPRITETORCH_TEST_DIR) + "/fixtures/kenney_1bit_colored_packed.png", o);
+  EXPECT_GT(d.size(), 1000);
+  EXPECT_LE(d.size(), 49 * 22);
+  EXPECT_EQ(d.inputs.sizes().slice(1), (std::vector<int64_t>{4, 16, 16}));
+}
+
+TEST(SpriteFolder, ClassPerSubfolderAnySize) {
+  ScratchDir dir;
+  std::filesystem::create_directories(dir.path() / "b_robot");
+  std::filesystem::create_directories(dir.path() / "a_ship");
+  std::filesystem::create_directories(dir.path() / "empty");
+  io::write_png(dir.file("a_ship/1.png"), solid(8, 8, 1));
+  io::write_png(dir.file("a_ship/2.PNG"), solid(32, 32, 2));
+  io::write_png(dir.file("b_robot/x.png"), solid(16, 16, 3));
+  std::ofstream(dir.file("b_robot/notes.txt")) << "ignored";
+  const auto d = read_sprite_folder(dir.path().string(), 16);
+  EXPECT_EQ(d.class_names, (std::vector<std::string>{"a_ship", "b_robot"}));
+  EXPECT_TRUE(torch::equal(d.labels, torch::tensor({0, 0, 1}, torch::kInt64)));
+  EXPECT_EQ(d.inputs.sizes(), (std::vector<int64_t>{3, 4, 16, 16}));
+  EXPECT_EQ(d.inputs[1][0][15][15].item<int>(), 2);
+  const auto big = read_sprite_folder(dir.path().string(), 32);
+  EXPECT_EQ(big.inputs.size(2), 32);
+  EXPECT_THROW(read_sprite_folder(dir.file("nope"), 16), DataError);
+  write_bytes(dir.file("b_robot/broken.png"), {0x89, 'P', 'N', 'G', 0, 0});
+  try {
+    read_sprite_folder(dir.path().string(), 16);
+    FAIL() << "a corrupt PNG in the folder was accepted";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("broken.png"), std::string::npos);
+  }
+}
+
+std::vector<uint8_t> npy(const std::string& descr, const std::string& shape, const std::vector<uint8_t>& data,
+                         const std::string& fortran = "False") {
+  std::string header = "{'descr': '" + descr + "', 'fortran_order': " + fortran + ", 'shape': " + shape + ", }";
+  while ((10 + header.size() + 1) % 64) header += ' ';
+  header += '\n';
+  std::string bytes = "\x93NUMPY";
+  bytes += '\x01';
+  bytes += '\x00';
+  bytes += static_cast<char>(header.size() & 0xff);
+  bytes += static_cast<char>(header.size() >> 8);
+  bytes += header;
+  bytes.append(reinterpret_cast<const char*>(data.data()), data.size());
+  std::vector<uint8_t> out(bytes.begin(), bytes.end());
+  return out;
+}
+
+TEST(SpriteNpy, ReadsImagesAndBothLabelForms) {
+  ScratchDir dir;
+  std::vector<uint8_t> pixels(3 * 2 * 2 * 3);
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>(i);
+  write_bytes(dir.file("x.npy"), npy("|u1", "(3, 2, 2, 3)", pixels));
+  std::vector<uint8_t> ints;  // int64 labels 2, 0, 1
+  for (int64_t v : {2, 0, 1})
+    for (int b = 0; b < 8; ++b) ints.push_back(static_cast<uint8_t>(v >> (8 * b)));
+  write_bytes(dir.file("y.npy"), npy("<i8", "(3,)", ints));
+  std::vector<uint8_t> onehot;  // float64 one-hot (3, 3) for the same labels
+  for (int64_t v : {2, 0, 1})
+    for (int k = 0; k < 3; ++k) {
+      const double x = k == v ? 1.0 : 0.0;
+      const auto* p = reinterpret_cast<const uint8_t*>(&x);
+      onehot.insert(onehot.end(), p, p + 8);
+    }
+  write_bytes(dir.file("onehot.npy"), npy("<f8", "(3, 3)", onehot));
+  const auto d = read_npy_sprites(dir.file("x.npy"), dir.file("y.npy"), 16);
+  EXPECT_EQ(d.inputs.sizes(), (std::vector<int64_t>{3, 4, 16, 16}));
+  EXPECT_EQ(d.inputs[1][3].min().item<int>(), 255);                 // RGB -> opaque
+  EXPECT_EQ(d.inputs[0][2][0][0].item<int>(), 2);                   // pixel (0,0) channel 2
+  EXPECT_EQ(d.inputs[2][0][15][15].item<int>(), 24 + 9);            // last pixel of sprite 2, red
+  EXPECT_TRUE(torch::equal(d.labels, torch::tensor({2, 0, 1}, torch::kInt64)));
+  EXPECT_EQ(d.num_classes(), 3);
+  const auto h = read_npy_sprites(dir.file("x.npy"), dir.file("onehot.npy"), 16);
+  EXPECT_TRUE(torch::equal(h.labels, d.labels));
+  const auto unlabelled = read_npy_sprites(dir.file("x.npy"), "", 16);
+  EXPECT_EQ(unlabelled.class_names, std::vector<std::string>{"sprite"});
+}
+
+std::string npy_error(const std::vector<uint8_t>& bytes) {
+  try {
+    parse_npy(std::string(bytes.begin(), bytes.end()), "bad.npy");
+  } catch (const DataError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(SpriteNpy, RejectsCorruptHeaders) {
+  const std::vector<uint8_t> data(8, 1);
+  EXPECT_EQ(npy_error(npy("|u1", "(2, 4)", data)), "");
+  EXPECT_NE(npy_error({'N', 'U', 'M', 'P', 'Y', 0, 0, 0, 0, 0, 0}).find("magic"), std::string::npos);
+  auto bad_version = npy("|u1", "(2, 4)", data);
+  bad_version[6] = 9;
+  EXPECT_NE(npy_error(bad_version).find("version"), std::string::npos);
+  auto long_header = npy("|u1", "(2, 4)", data);
+  long_header[8] = 0xff;
+  long_header[9] = 0xff;
+  EXPECT_NE(npy_error(long_header).find("header length"), std::string::npos);
+  EXPECT_NE(npy_error(npy("|u1", "(2, 5)", data)).find("found 8 bytes after the header"), std::string::npos);
+  EXPECT_NE(npy_error(npy("|u1", "(2, 3)", data)).find("bytes after the header"), std::string::npos);
+  // A shape whose product overflows 64 bits must not wrap around to a small number.
+  EXPECT_NE(npy_error(npy("|u1", "(4294967296, 4294967296, 16)", data)).find("64 bits"), std::string::npos);
+  EXPECT_NE(npy_error(npy("|u1", "(4294967296, 4294967295)", data)).find("found 8 bytes after the header"), std::string::npos);
+  EXPECT_NE(npy_error(npy("|u1", "(2, -4)", data)).find("non-negative"), std::string::npos);
+  EXPECT_NE(npy_error(npy(">u2", "(2, 2)", data)).find("descr"), std::string::npos);
+  EXPECT_NE(npy_error(npy("|u1", "(2, 4)", data, "True")).find("fortran_order"), std::string::npos);
+  EXPECT_NE(npy_error(npy("|u1", "[2, 4]", data)).find("shape"), std::string::npos);
+}
+
+TEST(SpriteNpy, RejectsWrongShapesAndLabels) {
+  ScratchDir dir;
+  write_bytes(dir.file("f.npy"), npy("<f4", "(1, 1, 1, 1)", std::vector<uint8_t>(4, 0)));
+  EXPECT_THROW(read_npy_sprites(dir.file("f.npy"), "", 16), DataError);
+  write_bytes(dir.file("c5.npy"), npy("|u1", "(1, 1, 1, 5)", std::vector<uint8_t>(5, 0)));
+  EXPECT_THROW(read_npy_sprites(dir.file("c5.npy"), "", 16), DataError);
+  write_bytes(dir.file("x.npy"), npy("|u1", "(2, 1, 1, 4)", std::vector<uint8_t>(8, 0)));
+  write_bytes(dir.file("y3.npy"), npy("|u1", "(3,)", std::vector<uint8_t>(3, 0)));
+  EXPECT_THROW(read_npy_sprites(dir.file("x.npy"), dir.file("y3.npy"), 16), DataError);
+  EXPECT_THROW(read_npy_sprites(dir.file("missing.npy"), "", 16), DataError);
+}
+
+TEST(SpriteSplit, DeterministicDisjointComplete) {
+  const auto all = make_procedural_sprites(200, 3);
+  const auto a = holdout_split(all, 0.1, 9), b = holdout_split(all, 0.1, 9);
+  EXPECT_EQ(a.test.size(), 20);
+  EXPECT_EQ(a.train.size(), 180);
+  EXPECT_TRUE(torch::equal(a.test.inputs, b.test.inputs));
+  EXPECT_FALSE(torch::equal(holdout_split(all, 0.1, 10).test.inputs, a.test.inputs));
+  // Each sample lands in exactly one split: pixel sums add up.
+  EXPECT_EQ(a.train.inputs.sum().item<int64_t>() + a.test.inputs.sum().item<int64_t>(), all.inputs.sum().item<int64_t>());
+  EXPECT_THROW(holdout_split(all, 1.0, 1), Error);
+}
+
+TEST(SpriteSources, LoadDatasetsHook) {
+  train::TrainConfig config;
+  config.dataset = "sprites";
+  config.sprites.count = 100;
+  const auto sets = train::load_datasets(config);
+  EXPECT_EQ(sets.train.size(), 90);
+  EXPECT_EQ(sets.test.size(), 10);
+  EXPECT_EQ(sets.train.inputs.scalar_type(), torch::kUInt8);
+  config.dataset = "npy:";
+  EXPECT_THROW(train::load_datasets(config), Error);
+  config.dataset = "sprites";
+  config.sprites.size = 20;
+  EXPECT_THROW(train::load_datasets(config), Error);
+  EXPECT_EQ(parse_tile("8x12"), (std::pair<int64_t, int64_t>{8, 12}));
+  EXPECT_THROW(parse_tile("8x"), Error);
+  EXPECT_THROW(parse_tile("0x4"), Error);
+}
+
+}  // namespace
+}  // namespace spritetorch::data

@@ -1,0 +1,175 @@
+// The DDPM schedule against its own Markov chain, DDIM determinism, sprite post-processing,
+// palettes, and a tiny end-to-end generator run.
+#include "diffusion/generator.h"
+
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "io/png.h"
+#include "test_util.h"
+
+namespace spritetorch::diffusion {
+namespace {
+
+using spritetorch::testing::ScratchDir;
+
+TEST(NoiseSchedule, ClosedFormMatchesStepByStepChain) {
+  NoiseSchedule schedule(200);
+  // Many scalar chains from the same x0: x_t = sqrt(alpha_t) x_{t-1} + sqrt(beta_t) eps_t.
+  const int64_t n = 200000;
+  torch::manual_seed(3);
+  const double x0 = 0.8;
+  auto x = torch::full({n}, x0);
+  const auto alphas = schedule.alphas(), betas = schedule.betas(), ab = schedule.alpha_bars();
+  for (int64_t t = 0; t < schedule.steps(); ++t) {
+    x = alphas[t].sqrt() * x + betas[t].sqrt() * torch::randn({n});
+    if (t == 20 || t == 199) {
+      const double mean = x.mean().item<double>(), var = x.var().item<double>();
+      const double a = ab[t].item<double>();
+      EXPECT_NEAR(mean, std::sqrt(a) * x0, 0.01) << "t = " << t;
+      EXPECT_NEAR(var, 1.0 - a, 0.01) << "t = " << t;
+      // The closed form, sampled the same way, has the same moments.
+      const auto direct = schedule.add_noise(torch::full({n, 1, 1, 1}, x0), torch::full({n}, t, torch::kInt64),
+                                             torch::randn({n, 1, 1, 1}));
+      EXPECT_NEAR(direct.mean().item<double>(), mean, 0.01);
+      EXPECT_NEAR(direct.var().item<double>(), var, 0.01);
+    }
+  }
+  EXPECT_LT(ab[199].item<double>(), 0.2);
+  EXPECT_NEAR(ab[0].item<double>(), 1.0 - 1e-4, 1e-7);
+}
+
+Generator tiny_generator(int64_t classes = 3) {
+  torch::manual_seed(1);
+  Generator g;
+  UNetOptions o;
+  o.base = 8;
+  o.embed = 16;
+  o.classes = classes;
+  g.net = UNet(o);
+  // out_conv starts at zero; give it weights so samples depend on the network.
+  {
+    torch::NoGradGuard no_grad;
+    g.net->out_conv->weight.normal_(0, 0.1);
+  }
+  g.net->eval();
+  g.schedule = NoiseSchedule(50);
+  g.class_names = {"a", "b", "c"};
+  g.palette = torch::tensor({0, 0, 0, 255, 0, 0, 40, 200, 90}, torch::kUInt8).view({3, 3});
+  return g;
+}
+
+TEST(Sampler, DdimIsDeterministicForASeed) {
+  auto g = tiny_generator();
+  SampleOptions o;
+  o.steps = 5;
+  o.seed = 11;
+  const auto labels = torch::tensor({0, 1, 2, 0}, torch::kInt64);
+  const auto a = sample(g, labels, o), b = sample(g, labels, o);
+  EXPECT_EQ(a.sizes(), (std::vector<int64_t>{4, 4, 16, 16}));
+  EXPECT_TRUE(torch::equal(a, b));
+  o.seed = 12;
+  EXPECT_FALSE(torch::equal(sample(g, labels, o), a));
+  o.seed = 11;
+  o.batch = 3;  // batching does not change what a seed gives... for the first batch
+  EXPECT_TRUE(torch::allclose(sample(g, labels, o).narrow(0, 0, 3), a.narrow(0, 0, 3), 1e-4, 1e-5));
+  o.sampler = "ddpm";
+  const auto d = sample(g, labels, o);
+  EXPECT_TRUE(torch::isfinite(d).all().item<bool>());
+  EXPECT_LE(d.abs().max().item<double>(), 1.0);
+}
+
+TEST(Sampler, GuidanceCombinesConditionalAndUnconditional) {
+  auto g = tiny_generator();
+  const auto x = torch::randn({2, 4, 16, 16});
+  const auto c = torch::tensor({1, 2}, torch::kInt64);
+  const auto t = torch::full({2}, 10, torch::kInt64);
+  torch::NoGradGuard no_grad;
+  const auto cond = g.net->forward(x, t, c), uncond = g.net->forward(x, t, torch::full({2}, 3, torch::kInt64));
+  EXPECT_FALSE(torch::allclose(cond, uncond));  // the class embedding matters
+  // One DDIM step from t = T - 1 straight to x0 uses eps_u + w (eps_c - eps_u).
+  const auto out = ddim_sample(g.net, g.schedule, x, c, 1, 3.0);
+  const double a = g.schedule.alpha_bars()[49].item<double>();
+  const auto eps_at_t = [&](const torch::Tensor& cc) { return g.net->forward(x, torch::full({2}, 49, torch::kInt64), cc); };
+  const auto e = eps_at_t(torch::full({2}, 3, torch::kInt64)) + 3.0 * (eps_at_t(c) - eps_at_t(torch::full({2}, 3, torch::kInt64)));
+  const auto expected = ((x - std::sqrt(1 - a) * e) / std::sqrt(a)).clamp(-1, 1);
+  EXPECT_TRUE(torch::allclose(out, expected, 1e-4, 1e-4));
+}
+
+TEST(Sprites, AlphaBinaryAndPaletteOnly) {
+  auto g = tiny_generator();
+  SampleOptions o;
+  o.steps = 3;
+  const auto sprites = to_sprites(sample(g, torch::arange(6, torch::kInt64).remainder(3), o));
+  const auto alpha = sprites.select(1, 3);
+  EXPECT_TRUE(((alpha == 0) | (alpha == 255)).all().item<bool>());
+  EXPECT_EQ(sprites.narrow(1, 0, 3).masked_select((alpha == 0).unsqueeze(1).expand({-1, 3, -1, -1})).sum().item<int64_t>(), 0);
+
+  const auto snapped = snap_to_palette(sprites, g.palette);
+  ScratchDir dir;
+  io::write_png(dir.file("sheet.png"), io::make_sheet(snapped, {3, 1, 2}));
+  const auto sheet = io::read_png(dir.file("sheet.png"));
+  // 2 rows x 3 columns of 16x16 with 1-pixel padding, scaled 2x.
+  EXPECT_EQ(sheet.sizes(), (std::vector<int64_t>{2 * (2 * 17 + 1), 2 * (3 * 17 + 1), 4}));
+  const auto px = sheet.reshape({-1, 4});
+  const auto opaque = px.index({px.select(1, 3) == 255}).narrow(1, 0, 3);
+  const auto transparent = px.index({px.select(1, 3) == 0});
+  EXPECT_EQ(opaque.size(0) + transparent.size(0), px.size(0));
+  ASSERT_GT(opaque.size(0), 0);
+  // Every opaque pixel's colour is one of the palette's.
+  const auto dist = torch::cdist(opaque.to(torch::kFloat32), g.palette.to(torch::kFloat32));
+  EXPECT_EQ(std::get<0>(dist.min(1)).max().item<float>(), 0.0f);
+}
+
+TEST(Palette, KMeansFindsTheColours) {
+  auto sprites = torch::zeros({30, 4, 4, 4}, torch::kUInt8);
+  const std::vector<std::array<uint8_t, 3>> colours = {{{250, 10, 10}}, {{10, 250, 10}}, {{20, 20, 240}}};
+  for (int i = 0; i < 30; ++i)
+    for (int c = 0; c < 3; ++c) sprites[i][c].narrow(0, 0, 2).fill_(colours[i % 3][c]);
+  sprites.select(1, 3).narrow(1, 0, 2).fill_(255);  // top half opaque, bottom transparent
+  const auto p = kmeans_palette(sprites, 3, 1);
+  ASSERT_EQ(p.sizes(), (std::vector<int64_t>{3, 3}));
+  for (const auto& c : colours) {
+    const auto want = torch::tensor({c[0], c[1], c[2]}, torch::kUInt8);
+    EXPECT_TRUE((p == want).all(1).any().item<bool>()) << int(c[0]) << "," << int(c[1]) << "," << int(c[2]);
+  }
+}
+
+TEST(Palette, FromPngTakesDistinctOpaqueColours) {
+  ScratchDir dir;
+  auto strip = torch::zeros({1, 5, 4}, torch::kUInt8);
+  const uint8_t px[5][4] = {{10, 20, 30, 255}, {200, 0, 0, 255}, {10, 20, 30, 255}, {99, 99, 99, 0}, {0, 0, 255, 255}};
+  for (int x = 0; x < 5; ++x)
+    for (int c = 0; c < 4; ++c) strip[0][x][c] = px[x][c];
+  io::write_png(dir.file("palette.png"), strip);
+  const auto p = palette_from_png(dir.file("palette.png"));
+  EXPECT_TRUE(torch::equal(p, torch::tensor({10, 20, 30, 200, 0, 0, 0, 0, 255}, torch::kUInt8).view({3, 3})));
+  io::write_png(dir.file("clear.png"), torch::zeros({2, 2, 4}, torch::kUInt8));
+  EXPECT_THROW(palette_from_png(dir.file("clear.png")), DataError);
+}
+
+TEST(GeneratorTraining, TinyRunSavesALoadableCheckpoint) {
+  ScratchDir dir;
+  train::TrainConfig config;
+  config.dataset = "sprites";
+  config.sprites.count = 64;
+  config.epochs = 1;
+  config.batch_size = 16;
+  config.device = "cpu";
+  config.save = dir.file("g.pt");
+  const auto report = train_generator(config);
+  EXPECT_EQ(report.steps, 3);  // 58 training sprites, drop_last: 3 batches of 16
+  EXPECT_TRUE(std::isfinite(report.final_loss));
+  auto g = load_generator(config.save, torch::kCPU);
+  EXPECT_EQ(g.class_names.size(), 4u);
+  EXPECT_EQ(g.palette.size(1), 3);
+  SampleOptions o;
+  o.steps = 2;
+  EXPECT_EQ(sample(g, torch::tensor({0, 3}, torch::kInt64), o).sizes(), (std::vector<int64_t>{2, 4, 16, 16}));
+  config.save.clear();
+  config.dataset = "dummy";
+  EXPECT_THROW(train_generator(config), Error);
+}
+
+}  // namespace
+}  // namespace spritetorch::diffusion
