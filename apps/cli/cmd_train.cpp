@@ -6,6 +6,7 @@
 #include "models/classifier.h"
 #include "output.h"
 #include "train/flat_optimizer.h"
+#include "train/parallel.h"
 #include "train/trainer.h"
 
 namespace spritetorch::cli {
@@ -96,6 +97,19 @@ Subcommand add_train_command(CLI::App& app) {
   sub->add_flag("--drop-last", config->drop_last, "Drop the last partial batch of each epoch");
   sub->add_option("--save", config->save, "Write a checkpoint here after training");
   sub->add_option("--resume", config->resume, "Continue from this checkpoint")->check(CLI::ExistingFile);
+  sub->add_option("--strategy", config->strategy,
+                  "auto | single | dp | ddp (auto: ddp when started by launch/torchrun, else single; "
+                  "dp needs a CUDA build)")
+      ->check(CLI::IsMember(train::strategy_names()))->capture_default_str();
+  sub->add_option("--dist-backend", config->dist_backend, "auto | gloo | nccl (auto: nccl on CUDA, else gloo)")
+      ->check(CLI::IsMember({"auto", "gloo", "nccl"}))->capture_default_str();
+  sub->add_option("--dist-timeout", config->dist_timeout_s,
+                  "Seconds a rank waits for the others (rendezvous, each collective) before failing")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  sub->add_option("--bucket-mb", config->bucket_mb, "Gradient all-reduce bucket size in MB (ddp)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  sub->add_flag("--no-overlap{false}", config->overlap,
+                "ddp: all-reduce the gradients after backward instead of overlapping it");
   sub->add_flag("--json", *json, "Print a JSON summary on stdout (progress goes to stderr)");
   sub->add_flag("--verbose", *verbose, "Also print the running loss every --log-every steps");
 
@@ -103,6 +117,7 @@ Subcommand add_train_command(CLI::App& app) {
             std::ostream& human = *json ? std::cerr : std::cout;
             PrintingObserver printer(human, *verbose);
             const train::TrainReport report = train::train(*config, &printer);
+            if (!report.main_rank) return 0;  // ddp: rank 0 reports
 
             human << std::fixed << std::setprecision(2) << "Train time: " << report.train_seconds
                   << " s\n" << std::setprecision(4) << "Test Accuracy: " << report.test.accuracy

@@ -30,6 +30,12 @@ struct TrainConfig {
   std::string step = "auto";               // auto | autograd | fused (train/train_step.h)
   std::string save;                        // checkpoint written after the last epoch
   std::string resume;                      // checkpoint to continue from
+  // How work is split (train/parallel.h, docs/distributed.md).
+  std::string strategy = "auto";           // auto | single | dp | ddp
+  std::string dist_backend = "auto";       // auto (nccl on CUDA, else gloo) | gloo | nccl
+  double dist_timeout_s = 300;             // rendezvous and every collective
+  double bucket_mb = 25;                   // gradient all-reduce bucket size
+  bool overlap = true;                     // all-reduce buckets during backward (--no-overlap)
 };
 
 }  // namespace spritetorch::train

@@ -62,6 +62,10 @@ void FusedMlpStep::run(const data::Batch& batch, torch::Tensor& loss_sum, torch:
     auto bias_grad = layers_[l]->bias.grad();
     at::mm_out(weight_grad, dz.t(), in);  // (out, in): overwritten, so no zero_grad is needed
     at::sum_out(bias_grad, dz, {0});
+    if (grad_ready_) {
+      grad_ready_(layers_[l]->weight);
+      grad_ready_(layers_[l]->bias);
+    }
     if (l == 0) break;
     auto dz_prev = dz_[l - 1].narrow(0, 0, b);
     at::mm_out(dz_prev, dz, layers_[l]->weight);                 // d a_{l-1}

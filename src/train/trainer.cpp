@@ -10,6 +10,7 @@
 #include "data/dummy.h"
 #include "device/device.h"
 #include "train/flat_optimizer.h"
+#include "train/parallel.h"
 #include "train/train_step.h"
 
 namespace spritetorch::train {
@@ -95,9 +96,13 @@ TrainReport train(const TrainConfig& config, TrainObserver* observer) {
   if (config.epochs < 0) throw Error("--epochs must be >= 0");
   if (config.batch_size <= 0) throw Error("--batch-size must be positive");
 
+  // How the work is split; under ddp only rank 0 talks to the observer.
+  ParallelRun parallel(config, distributed::process_env());
+  if (!parallel.is_main()) observer = &silent;
   // Where: resolved once, named the seeds' way.
-  const torch::Device device = device::pick_device(config.device);
-  const CpuThreads threads = apply_cpu_threads(config.threads, config.blas_threads);
+  const torch::Device device = parallel.pick_device(config.device);
+  const CpuThreads threads = apply_cpu_threads(config.threads, parallel.blas_threads(config.blas_threads));
+  parallel.connect(device);
   torch::manual_seed(config.seed);
 
   Datasets data = load_datasets(config);
@@ -125,9 +130,12 @@ TrainReport train(const TrainConfig& config, TrainObserver* observer) {
     optimizer.load_state(resumed->optimizer);
     start_epoch = resumed->meta.value("epoch", int64_t{0});
   }
+  parallel.broadcast_model(*model, optimizer);
 
   auto step_fn = make_train_step(model, config.batch_size, config.step);
+  parallel.attach(*step_fn, optimizer, model->parameters());
   data::LoaderOptions train_options{config.batch_size, /*shuffle=*/true, config.drop_last, config.seed};
+  parallel.shard(train_options);
   data::DataPath train_path = data::make_data_path(data.train, device, train_options, config.data_path);
   data::Loader& train_loader = *train_path.loader;
   data::DataPath test_path = data::make_data_path(
@@ -154,6 +162,8 @@ TrainReport train(const TrainConfig& config, TrainObserver* observer) {
       {"threads", std::to_string(threads.intra_op) + " intra-op, " +
                       (threads.blas > 0 ? std::to_string(threads.blas) : std::string("?")) + " BLAS"},
   };
+  report.settings.emplace_back("strategy", parallel.describe());
+  report.main_rank = parallel.is_main();
   observer->on_start(report.device, report.settings);
 
   const auto on_device = torch::TensorOptions().device(device);
@@ -175,12 +185,14 @@ TrainReport train(const TrainConfig& config, TrainObserver* observer) {
       const int64_t b = batch.labels.size(0);
       if (!step_fn->overwrites_grads()) optimizer.zero_grad();
       step_fn->run(batch, interval_loss, correct);
+      parallel.reduce_gradients();
       optimizer.step();
       interval_samples += b;
       samples += b;
       ++step;
       if (config.log_every > 0 && step % config.log_every == 0) {
-        const double mean = interval_loss.item<double>() / static_cast<double>(interval_samples);
+        const auto interval = parallel.sum({interval_loss.item<double>(), static_cast<double>(interval_samples)});
+        const double mean = interval[0] / interval[1];
         if (!std::isfinite(mean))
           throw Error("training diverged: loss is " + std::to_string(mean) + " at epoch " +
                           std::to_string(epoch + 1) + ", step " + std::to_string(step),
@@ -192,12 +204,16 @@ TrainReport train(const TrainConfig& config, TrainObserver* observer) {
       }
     }
     loss_sum += interval_loss;
+    // Over all ranks: loss sum, correct count, samples.
+    const auto totals = parallel.sum({loss_sum.item<double>(), static_cast<double>(correct.item<int64_t>()),
+                                      static_cast<double>(samples)});
+    samples = static_cast<int64_t>(totals[2]);
     EpochReport er;
     er.epoch = epoch + 1;
     er.epochs = config.epochs;
     er.samples = samples;
-    er.loss = loss_sum.item<double>() / static_cast<double>(std::max<int64_t>(samples, 1));
-    er.accuracy = static_cast<double>(correct.item<int64_t>()) / static_cast<double>(std::max<int64_t>(samples, 1));
+    er.loss = totals[0] / static_cast<double>(std::max<int64_t>(samples, 1));
+    er.accuracy = totals[1] / static_cast<double>(std::max<int64_t>(samples, 1));
     er.seconds = epoch_timer.seconds();
     er.images_per_second = static_cast<double>(samples) / er.seconds;
     if (!std::isfinite(er.loss))
@@ -208,6 +224,8 @@ TrainReport train(const TrainConfig& config, TrainObserver* observer) {
     observer->on_epoch(er);
   }
   report.train_seconds = total_timer.seconds();
+  parallel.check_in_sync(optimizer);
+  if (!parallel.is_main()) return report;  // rank 0 evaluates, reports and saves
 
   report.test = evaluate(*model, *test_path.loader, data.test.num_classes());
 
