@@ -1,5 +1,7 @@
 #include "distributed/communicator.h"
 
+#include <thread>
+
 #include "common/error.h"
 
 #if SPRITETORCH_WITH_GLOO
@@ -150,7 +152,8 @@ std::shared_ptr<Communicator> create_communicator(const DistEnv& env, const Comm
     store_options.port = static_cast<uint16_t>(env.master_port);
     store_options.isServer = env.rank == 0;
     store_options.numWorkers = static_cast<size_t>(env.world_size);
-    store_options.waitWorkers = true;  // every rank must arrive within the timeout
+    // TCPStore's own wait for the workers gives up silently in 1.13; we count arrivals below.
+    store_options.waitWorkers = false;
     store_options.timeout = timeout;
     store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
   } catch (const std::exception& e) {
@@ -162,6 +165,28 @@ std::shared_ptr<Communicator> create_communicator(const DistEnv& env, const Comm
                     : "is rank 0 running and MASTER_ADDR:MASTER_PORT reachable from this machine? "
                       "(--dist-timeout bounds the wait)");
   }
+
+  // Every rank must arrive within the timeout; otherwise say how many did.
+  int64_t joined = 0;
+  try {
+    joined = store->add("spritetorch/joined", 1);
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (joined < env.world_size && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      joined = store->add("spritetorch/joined", 0);
+    }
+  } catch (const std::exception& e) {
+    throw Error("rank " + std::to_string(env.rank) + ": rendezvous at " + where +
+                    " failed: " + describe(e),
+                "rank 0 (which hosts the rendezvous) probably exited; look at its output");
+  }
+  if (joined < env.world_size)
+    throw Error("rank " + std::to_string(env.rank) + ": rendezvous at " + where + " failed: only " +
+                    std::to_string(joined) + " of " + std::to_string(env.world_size) +
+                    " ranks arrived within " + std::to_string(static_cast<int>(options.timeout_s)) +
+                    " s",
+                "start every rank (WORLD_SIZE=" + std::to_string(env.world_size) +
+                    "), or raise --dist-timeout");
 
   if (options.backend == "gloo") {
     auto group = guarded(env.rank, "connecting the Gloo process group", [&] {
