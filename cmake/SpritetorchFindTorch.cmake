@@ -38,8 +38,8 @@ message(STATUS "spritetorch: LibTorch ${Torch_VERSION} at ${Torch_DIR}; CUDA: ${
 
 # torch.distributed's c10d with the Gloo backend (src/distributed/). The c10d headers ship with
 # LibTorch, but ProcessGroupGloo.hpp includes gloo/... headers that Debian puts in libgloo-dev; a
-# LibTorch built without distributed lacks the symbols. Without either, src/distributed/ compiles to
-# a stub whose functions throw a clear error.
+# LibTorch built without distributed lacks the symbols. Without Gloo (and, in CUDA builds, without
+# <nccl.h>) src/distributed/ compiles to a stub whose functions throw a clear error.
 include(CheckCXXSourceCompiles)
 set(CMAKE_REQUIRED_INCLUDES ${TORCH_INCLUDE_DIRS})
 set(CMAKE_REQUIRED_FLAGS "-std=c++17 ${TORCH_CXX_FLAGS}")
@@ -62,6 +62,6 @@ if(SPRITETORCH_HAVE_C10D_GLOO)
 else()
   set(SPRITETORCH_WITH_GLOO OFF)
   message(STATUS "spritetorch: c10d Gloo not usable (on Debian: apt-get install libgloo-dev); "
-                 "multi-process training (--strategy ddp) is disabled")
+                 "the Gloo backend is left out (CUDA builds may still use NCCL)")
 endif()
 message(STATUS "spritetorch: c10d Gloo: ${SPRITETORCH_WITH_GLOO}")

@@ -4,25 +4,39 @@
 
 #include "common/error.h"
 
+// c10d's headers declare the backends only when USE_C10D_* is defined (LibTorch's own build and
+// Debian's TorchConfig define them); the symbols are in libtorch_cpu (Gloo) and libtorch_cuda
+// (NCCL). NCCL needs <nccl.h>, which a pip torch keeps in the nvidia-nccl package: without it on
+// the include path (CPATH=.../site-packages/nvidia/nccl/include) the NCCL backend is left out.
+#if SPRITETORCH_WITH_CUDA && defined(__has_include)
+#if __has_include(<nccl.h>)
+#define SPRITETORCH_WITH_NCCL 1
+#endif
+#endif
+#ifndef SPRITETORCH_WITH_NCCL
+#define SPRITETORCH_WITH_NCCL 0
+#endif
+#define SPRITETORCH_WITH_C10D (SPRITETORCH_WITH_GLOO || SPRITETORCH_WITH_NCCL)
+
+#if SPRITETORCH_WITH_C10D
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#endif
 #if SPRITETORCH_WITH_GLOO
-// c10d's headers declare the backends only when these are defined (LibTorch's own build defines
-// them); the symbols are in libtorch_cpu (Gloo) and libtorch_cuda (NCCL).
 #ifndef USE_C10D_GLOO
 #define USE_C10D_GLOO 1
 #endif
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#if SPRITETORCH_WITH_CUDA
+#endif
+#if SPRITETORCH_WITH_NCCL
 #ifndef USE_C10D_NCCL
 #define USE_C10D_NCCL 1
 #endif
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
-#endif
 
 namespace spritetorch::distributed {
 
-#if SPRITETORCH_WITH_GLOO
+#if SPRITETORCH_WITH_C10D
 
 namespace {
 
@@ -115,6 +129,7 @@ class C10dCommunicator : public Communicator {
   std::chrono::milliseconds timeout_;
 };
 
+#if SPRITETORCH_WITH_GLOO
 bool is_loopback(const std::string& addr) {
   return addr == "localhost" || addr == "::1" || addr.rfind("127.", 0) == 0;
 }
@@ -128,17 +143,17 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const DistEnv& env) {
     return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
+#endif
 
 }  // namespace
 
 bool distributed_available() { return true; }
 
 std::vector<std::string> backends() {
-#if SPRITETORCH_WITH_CUDA
-  return {"gloo", "nccl"};
-#else
-  return {"gloo"};
-#endif
+  std::vector<std::string> out;
+  if (SPRITETORCH_WITH_GLOO) out.push_back("gloo");
+  if (SPRITETORCH_WITH_NCCL) out.push_back("nccl");
+  return out;
 }
 
 std::shared_ptr<Communicator> create_communicator(const DistEnv& env, const CommOptions& options) {
@@ -189,6 +204,7 @@ std::shared_ptr<Communicator> create_communicator(const DistEnv& env, const Comm
                     "), or raise --dist-timeout");
 
   if (options.backend == "gloo") {
+#if SPRITETORCH_WITH_GLOO
     auto group = guarded(env.rank, "connecting the Gloo process group", [&] {
       auto gloo_options = c10d::ProcessGroupGloo::Options::create(timeout);
       gloo_options->devices.push_back(gloo_device(env));
@@ -197,9 +213,13 @@ std::shared_ptr<Communicator> create_communicator(const DistEnv& env, const Comm
     });
     return std::make_shared<C10dCommunicator<c10d::ProcessGroupGloo>>(
         store, group, "gloo", env.rank, env.world_size, timeout);
+#else
+    throw Error("--dist-backend gloo: this spritetorch was built without c10d's Gloo headers",
+                "use --dist-backend nccl, or install libgloo-dev (Debian) and rebuild");
+#endif
   }
   if (options.backend == "nccl") {
-#if SPRITETORCH_WITH_CUDA
+#if SPRITETORCH_WITH_NCCL
     auto group = guarded(env.rank, "connecting the NCCL process group", [&] {
       auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
       nccl_options->timeout = timeout;
@@ -209,14 +229,19 @@ std::shared_ptr<Communicator> create_communicator(const DistEnv& env, const Comm
     return std::make_shared<C10dCommunicator<c10d::ProcessGroupNCCL>>(
         store, group, "nccl", env.rank, env.world_size, timeout);
 #else
-    throw Error("--dist-backend nccl needs a CUDA build of spritetorch (this one is CPU-only)",
-                "use --dist-backend gloo");
+    throw Error(SPRITETORCH_WITH_CUDA
+                    ? "--dist-backend nccl: this CUDA build found no <nccl.h> when it was compiled"
+                    : "--dist-backend nccl needs a CUDA build of spritetorch (this one is CPU-only)",
+                SPRITETORCH_WITH_CUDA ? "put the NCCL headers on the include path (pip: "
+                                        "CPATH=<site-packages>/nvidia/nccl/include) and rebuild, or "
+                                        "use --dist-backend gloo"
+                                      : "use --dist-backend gloo");
 #endif
   }
   throw Error("unknown --dist-backend '" + options.backend + "': expected gloo or nccl");
 }
 
-#else  // !SPRITETORCH_WITH_GLOO: the stub
+#else  // no c10d backend: the stub
 
 bool distributed_available() { return false; }
 std::vector<std::string> backends() { return {}; }
