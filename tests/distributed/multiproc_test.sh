@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Multi-process ddp through the real binary, two ranks on loopback (Gloo):
 #   - launch: 2 ranks = 1 process with the global batch (test loss within 1e-5), overlapped and
-#     after-backward reduction agree, only rank 0 prints;
+#     after-backward reduction agree, only rank 0 prints, --resume works on every rank;
 #   - faults: a killed rank or a hung one makes the other exit non-zero with a clear error before
 #     --dist-timeout ends (killed) or right after it (hung); launch stops the survivors;
 #   - bad environments are clear errors.
@@ -44,6 +44,13 @@ no_overlap=$("$bin" launch --nproc-per-node 2 -- train "${common[@]}" --epochs 2
 overlap=$("$bin" launch --nproc-per-node 2 -- train "${common[@]}" --epochs 2 --batch-size 32 --step autograd --json 2>/dev/null)
 if [ -n "$overlap" ] && [ "$(json_get "$overlap" '["test"]["loss"]')" = "$(json_get "$no_overlap" '["test"]["loss"]')" ]; then pass; else
   fail "overlap / no-overlap differ: $overlap vs $no_overlap"; fi
+
+# --resume on every rank: 1 epoch saved by rank 0, resumed by both = 2 epochs in one go.
+"$bin" launch --nproc-per-node 2 -- train "${common[@]}" --epochs 1 --batch-size 32 --save "$tmp/e1.pt" >/dev/null 2>&1
+resumed=$("$bin" launch --nproc-per-node 2 -- train "${common[@]}" --epochs 2 --batch-size 32 --resume "$tmp/e1.pt" --json 2>/dev/null)
+if [ -n "$resumed" ] && [ -n "$single" ] &&
+   python3 -c "import sys; sys.exit(0 if abs($(json_get "$resumed" '["test"]["loss"]') - $(json_get "$single" '["test"]["loss"]')) < 1e-5 else 1)"; then pass; else
+  fail "2 ranks resumed after epoch 1 differ from 2 epochs in one run: $resumed"; fi
 
 # --- a rank that dies, a rank that hangs ---------------------------------------------------------
 # start_pair TIMEOUT: two ranks training for a long time; sets r0 and r1 (pids).
