@@ -108,8 +108,8 @@ Subcommand add_train_command(CLI::App& app) {
       ->check(CLI::PositiveNumber)->capture_default_str();
   sub->add_option("--bucket-mb", config->bucket_mb, "Gradient all-reduce bucket size in MB (ddp)")
       ->check(CLI::PositiveNumber)->capture_default_str();
-  sub->add_flag("--no-overlap{false}", config->overlap,
-                "ddp: all-reduce the gradients after backward instead of overlapping it");
+  sub->add_flag_callback("--no-overlap", [config] { config->overlap = false; },
+                         "ddp: all-reduce the gradients after backward instead of overlapping it");
   sub->add_flag("--json", *json, "Print a JSON summary on stdout (progress goes to stderr)");
   sub->add_flag("--verbose", *verbose, "Also print the running loss every --log-every steps");
 

@@ -6,6 +6,10 @@
 #include "common/error.h"
 #include "device/device.h"
 
+#if SPRITETORCH_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
 namespace spritetorch::train {
 
 const std::vector<std::string>& strategy_names() {
@@ -68,6 +72,10 @@ int ParallelRun::blas_threads(int requested) const {
 void ParallelRun::connect(const torch::Device& device) {
   device_ = device;
   if (!distributed()) return;
+#if SPRITETORCH_WITH_CUDA
+  // Make this rank's GPU the current one, so that no rank opens a context on cuda:0 by default.
+  if (device.is_cuda()) c10::cuda::set_device(static_cast<c10::DeviceIndex>(device.index()));
+#endif
   if (comm_options_.backend == "auto") comm_options_.backend = device.is_cuda() ? "nccl" : "gloo";
   if (comm_options_.backend == "nccl" && !device.is_cuda())
     throw Error("--dist-backend nccl needs CUDA devices; this rank trains on " + device.str(),
