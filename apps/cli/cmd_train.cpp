@@ -91,6 +91,9 @@ Subcommand add_train_command(CLI::App& app) {
   sub->add_option("--resident-share", config->data_path.resident_share,
                   "auto: resident when the data needs at most this share of free device memory")
       ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  sub->add_option("--augment", config->augment,
+                  "On-device batch augmentation: none | flip | shift[:N] | flip,shift[:N]")
+      ->capture_default_str();
   sub->add_option("--step", config->step,
                   "auto | autograd | fused (fused: hand-written forward/backward for ReLU MLPs)")
       ->check(CLI::IsMember({"auto", "autograd", "fused"}))->capture_default_str();

@@ -16,6 +16,7 @@ struct Subcommand {
 Subcommand add_devices_command(CLI::App& app);
 Subcommand add_train_command(CLI::App& app);
 Subcommand add_eval_command(CLI::App& app);
+Subcommand add_bench_command(CLI::App& app);
 Subcommand add_launch_command(CLI::App& app);
 
 }  // namespace spritetorch::cli

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
       spritetorch::cli::add_devices_command(app),
       spritetorch::cli::add_train_command(app),
       spritetorch::cli::add_eval_command(app),
+      spritetorch::cli::add_bench_command(app),
       spritetorch::cli::add_launch_command(app),
   };
   try {

@@ -19,7 +19,7 @@ struct TrainConfig {
   double lr = 1e-3;
   std::string optimizer = "adam";          // adam | sgd
   double momentum = 0.0;                   // sgd only
-  uint64_t seed = 1;
+  uint64_t seed = 7;  // seeds 0-9 give 0.861-0.877 test accuracy on the seed workload (docs/benchmarks.md)
   int64_t log_every = 200;                 // steps between reads of the running loss (0 = per epoch)
   int64_t train_limit = 0;                 // use only the first N training samples (0 = all)
   int64_t test_limit = 0;                  // evaluate on the first N test samples (0 = all)
@@ -27,6 +27,7 @@ struct TrainConfig {
   int blas_threads = 0;                    // OpenBLAS threads (0 = default: one per core)
   bool drop_last = false;
   data::DataPathOptions data_path;         // resident vs streaming (--data-on, --workers, ...)
+  std::string augment = "none";            // none | flip | shift[:N] | flip,shift[:N] (data/augment.h)
   std::string step = "auto";               // auto | autograd | fused (train/train_step.h)
   std::string save;                        // checkpoint written after the last epoch
   std::string resume;                      // checkpoint to continue from

@@ -7,6 +7,7 @@
 #include "common/cpu_threads.h"
 #include "common/error.h"
 #include "common/timer.h"
+#include "data/augment.h"
 #include "data/dummy.h"
 #include "device/device.h"
 #include "train/flat_optimizer.h"
@@ -91,6 +92,11 @@ models::Classifier model_from_checkpoint(const Checkpoint& checkpoint, const std
 }
 
 TrainReport train(const TrainConfig& config, TrainObserver* observer) {
+  device::pick_device(config.device);  // an unavailable device fails before the data is read
+  return train(config, load_datasets(config), observer);
+}
+
+TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver* observer) {
   TrainObserver silent;
   if (!observer) observer = &silent;
   if (config.epochs < 0) throw Error("--epochs must be >= 0");
@@ -104,8 +110,6 @@ TrainReport train(const TrainConfig& config, TrainObserver* observer) {
   const CpuThreads threads = apply_cpu_threads(config.threads, parallel.blas_threads(config.blas_threads));
   parallel.connect(device);
   torch::manual_seed(config.seed);
-
-  Datasets data = load_datasets(config);
 
   // Resume: the checkpoint decides the model; a conflicting --model is an error, not a surprise.
   std::optional<Checkpoint> resumed;
@@ -132,6 +136,10 @@ TrainReport train(const TrainConfig& config, TrainObserver* observer) {
   }
   parallel.broadcast_model(*model, optimizer);
 
+  const data::AugmentOptions augment = data::parse_augment(config.augment);
+  if (augment.enabled() && data.train.inputs.dim() != 4)
+    throw Error("--augment " + config.augment + " needs image data; " + data.train.name +
+                " holds feature vectors");
   auto step_fn = make_train_step(model, config.batch_size, config.step);
   parallel.attach(*step_fn, optimizer, model->parameters());
   data::LoaderOptions train_options{config.batch_size, /*shuffle=*/true, config.drop_last, config.seed};
@@ -156,6 +164,7 @@ TrainReport train(const TrainConfig& config, TrainObserver* observer) {
       {"epochs", std::to_string(config.epochs) +
                      (start_epoch ? " (resuming after " + std::to_string(start_epoch) + ")" : "")},
       {"optimizer", config.optimizer + " lr " + format_double(config.lr) + " (flat buffers)"},
+      {"augment", augment.describe()},
       {"step", step_fn->name()},
       {"precision", "fp32"},
       {"seed", std::to_string(config.seed)},
@@ -183,6 +192,7 @@ TrainReport train(const TrainConfig& config, TrainObserver* observer) {
       if (step == 0)
         device::expect_on_device(batch.inputs, optimizer.values().device(), "the training batch", "the model");
       const int64_t b = batch.labels.size(0);
+      if (augment.enabled()) batch.inputs = data::augment_batch(batch.inputs, augment);
       if (!step_fn->overwrites_grads()) optimizer.zero_grad();
       step_fn->run(batch, interval_loss, correct);
       parallel.reduce_gradients();

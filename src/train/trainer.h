@@ -58,6 +58,9 @@ struct Datasets {
 Datasets load_datasets(const TrainConfig& config);
 
 TrainReport train(const TrainConfig& config, TrainObserver* observer = nullptr);
+// The same on datasets already in memory (config.dataset and the limits are then not used);
+// `spritetorch bench` loads once and trains many times.
+TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver* observer = nullptr);
 
 // Model state as name -> tensor (parameters and buffers), and back. load_model_state checks every
 // name and shape and names `source` in its errors.

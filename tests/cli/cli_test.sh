@@ -45,6 +45,8 @@ expect 2 "expected a spritetorch checkpoint" -- train --dataset dummy --model si
 expect 0 "Test Accuracy: " -- train --dataset dummy --model simplenn --epochs 2 --save "$tmp/s.pt"
 expect 0 "Confusion matrix" -- eval --checkpoint "$tmp/s.pt"
 expect 0 "resuming after 2" -- train --dataset dummy --resume "$tmp/s.pt" --epochs 3
+expect 0 "Wrote .*b.json" -- bench --dataset dummy --model simplenn --devices cpu --workers 0 --repeats 1 --out "$tmp/b"
+expect 2 "b.json exists" -- bench --dataset dummy --model simplenn --out "$tmp/b"
 json=$("$bin" train --dataset dummy --model simplenn --epochs 1 --json 2>/dev/null)
 if python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert 0 <= d["accuracy"] <= 1 and d["epochs"][0]["epoch"] == 1' "$json"; then
   passes=$((passes + 1))

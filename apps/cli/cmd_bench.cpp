@@ -1,0 +1,145 @@
+// `spritetorch bench`: the workload on every device and data path, a table, JSON and CSV; with
+// --vs-python, the Python peer right after, on the same device, and the ratio.
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <unistd.h>
+
+#include "commands.h"
+#include "common/error.h"
+#include "models/classifier.h"
+#include "subprocess.h"
+#include "train/benchmark.h"
+#include "train/flat_optimizer.h"
+
+namespace spritetorch::cli {
+
+namespace {
+
+class RowPrinter : public train::BenchObserver {
+ public:
+  void on_row(const train::BenchRow& r) override {
+    std::cerr << "  " << r.device << " | " << r.data_path << ": "
+              << (r.ran ? std::to_string(r.train_seconds) + " s" : "not run: " + r.skipped_reason) << "\n";
+  }
+};
+
+std::string executable_dir() {
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(".") : exe.parent_path().string();
+}
+
+// The peer script next to a build tree (../bench) or an install (../share/spritetorch).
+std::string find_peer_script(const std::string& given) {
+  if (!given.empty()) return given;
+  const std::string dir = executable_dir();
+  for (const auto& candidate : {dir + "/../bench/python_peer.py", dir + "/../share/spritetorch/python_peer.py"})
+    if (std::filesystem::exists(candidate)) return std::filesystem::weakly_canonical(candidate).string();
+  throw Error("cannot find bench/python_peer.py next to the spritetorch executable",
+              "pass --python-peer PATH");
+}
+
+// The first interpreter that has torch: PATH's python3, then Debian's.
+std::string find_python(const std::string& given) {
+  if (!given.empty()) return given;
+  for (const std::string candidate : {"python3", "/usr/bin/python3"})
+    if (run_process({candidate, "-c", "import torch, torchvision"}, /*quiet=*/true).exit_code == 0) return candidate;
+  throw Error("no python3 with torch and torchvision found for --vs-python",
+              "Debian: apt-get install python3-torch python3-torchvision (scripts/setup --peer), "
+              "or pass --python EXE");
+}
+
+}  // namespace
+
+Subcommand add_bench_command(CLI::App& app) {
+  auto* sub = app.add_subcommand("bench", "Time one workload on every device and data path (median "
+                                          "of repeats, after warm-up); table, JSON and CSV");
+  struct Flags {
+    train::BenchConfig bench;
+    std::string out = "spritetorch-bench";
+    bool vs_python = false;
+    std::string python, peer;
+    bool overwrite = false;
+  };
+  auto f = std::make_shared<Flags>();
+  auto& w = f->bench.workload;
+  w.model.clear();
+  sub->add_option("--model", w.model, "ann | cnn | simplenn [default: ann]")->check(CLI::IsMember(models::model_names()));
+  sub->add_option("--dataset", w.dataset, "fashion-mnist | dummy")->capture_default_str();
+  sub->add_option("--data", w.data_dir, "Fashion-MNIST folder")->capture_default_str();
+  sub->add_option("--epochs", w.epochs, "Epochs per timed run")->check(CLI::PositiveNumber)->capture_default_str();
+  sub->add_option("--batch-size", w.batch_size, "Samples per step")->check(CLI::PositiveNumber)->capture_default_str();
+  sub->add_option("--lr", w.lr, "Learning rate")->capture_default_str();
+  sub->add_option("--optimizer", w.optimizer, "adam | sgd")->check(CLI::IsMember(train::optimizer_names()))->capture_default_str();
+  sub->add_option("--seed", w.seed, "Seed (the same for every row)")->capture_default_str();
+  sub->add_option("--train-limit", w.train_limit, "Train on the first N samples only (0: all)");
+  sub->add_option("--threads", w.threads, "LibTorch intra-op threads (0: default)");
+  sub->add_option("--blas-threads", w.blas_threads, "OpenBLAS threads (0: default)");
+  sub->add_option("--step", w.step, "auto | autograd | fused")->check(CLI::IsMember({"auto", "autograd", "fused"}))->capture_default_str();
+  sub->add_option("--devices", f->bench.devices, "Devices to time (default: every device here)")->delimiter(',');
+  sub->add_option("--workers", f->bench.workers, "Worker counts for the streaming rows")->delimiter(',')->capture_default_str();
+  sub->add_flag("!--no-streaming", f->bench.streaming, "Only the resident data path");
+  sub->add_option("--repeats", f->bench.repeats, "Timed runs per row (the median is reported)")->check(CLI::PositiveNumber)->capture_default_str();
+  sub->add_option("--warmup-steps", f->bench.warmup_steps, "Untimed steps before each row")->capture_default_str();
+  sub->add_option("--out", f->out, "Write OUT.json and OUT.csv")->capture_default_str();
+  sub->add_flag("--overwrite", f->overwrite, "Replace existing OUT.json / OUT.csv");
+  sub->add_flag("--vs-python", f->vs_python, "Also run the Python peer (bench/python_peer.py) on each device and print the ratio");
+  sub->add_option("--python", f->python, "Python interpreter for the peer (default: the first with torch)");
+  sub->add_option("--python-peer", f->peer, "The peer script (default: bench/python_peer.py)");
+
+  return {sub, [f]() {
+            for (const auto& ext : {".json", ".csv"})
+              if (!f->overwrite && std::filesystem::exists(f->out + ext))
+                throw Error(f->out + ext + " exists", "pass --overwrite or another --out");
+            RowPrinter printer;
+            const auto report = train::run_benchmark(f->bench, &printer);
+            std::cout << "spritetorch bench, " << report.date << ": model "
+                      << (f->bench.workload.model.empty() ? "ann" : f->bench.workload.model) << ", "
+                      << f->bench.workload.dataset << ", batch " << f->bench.workload.batch_size << ", "
+                      << f->bench.workload.epochs << " epoch(s), median of " << f->bench.repeats << "\n"
+                      << train::bench_table(report);
+            auto json = train::bench_json(report);
+
+            if (f->vs_python) {
+              const std::string python = find_python(f->python), peer = find_peer_script(f->peer);
+              nlohmann::json peers = nlohmann::json::array();
+              for (const auto& row : report.rows) {
+                if (!row.ran || row.data_path != "resident") continue;
+                std::cerr << "  python peer on " << row.device << " ...\n";
+                const auto result = run_process({python, peer, "--data", f->bench.workload.data_dir,
+                                                 "--epochs", std::to_string(f->bench.workload.epochs),
+                                                 "--device", row.device});
+                std::istringstream lines(result.out);
+                std::string line, last;
+                while (std::getline(lines, line))
+                  if (!line.empty()) last = line;
+                if (result.exit_code != 0 || !nlohmann::json::accept(last)) {
+                  std::cout << "Python peer on " << row.device << ": failed (exit " << result.exit_code << ")\n";
+                  continue;
+                }
+                auto peer_json = nlohmann::json::parse(last);
+                const double peer_s = peer_json.at("train_s").get<double>();
+                const double ratio = peer_s / row.train_seconds;
+                std::cout << std::fixed << std::setprecision(2) << "Python peer on " << row.device
+                          << " (PyTorch " << peer_json.value("torch", "?") << "): train " << peer_s
+                          << " s, accuracy " << std::setprecision(4) << peer_json.value("accuracy", 0.0)
+                          << "; spritetorch resident " << std::setprecision(2) << row.train_seconds
+                          << " s: " << std::setprecision(1) << ratio << "x faster\n" << std::defaultfloat;
+                peer_json["spritetorch_train_s"] = row.train_seconds;
+                peer_json["ratio"] = ratio;
+                peers.push_back(peer_json);
+              }
+              json["python_peer"] = peers;
+            }
+            std::ofstream(f->out + ".json") << json.dump(2) << "\n";
+            std::ofstream(f->out + ".csv") << train::bench_csv(report);
+            std::cout << "Wrote " << f->out << ".json and " << f->out << ".csv\n";
+            return 0;
+          }};
+}
+
+}  // namespace spritetorch::cli

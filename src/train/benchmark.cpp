@@ -1,0 +1,251 @@
+#include "train/benchmark.h"
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <iomanip>
+#include <sstream>
+
+#include "common/cpu_threads.h"
+#include "common/error.h"
+#include "common/timer.h"
+#include "device/device.h"
+#include "models/classifier.h"
+#include "train/trainer.h"
+
+namespace spritetorch::train {
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+}
+
+std::string today() {
+  const std::time_t now = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&now));
+  return buf;
+}
+
+struct PathSetting {
+  std::string label;
+  data::DataPathOptions options;
+};
+
+std::vector<PathSetting> path_settings(const BenchConfig& config, const torch::Device& device) {
+  std::vector<PathSetting> out;
+  data::DataPathOptions resident;
+  resident.data_on = "device";
+  out.push_back({"resident", resident});
+  if (!config.streaming) return out;
+  for (int w : config.workers) {
+    for (int pin : device.is_cuda() ? std::vector<int>{1, 0} : std::vector<int>{0}) {
+      data::DataPathOptions s;
+      s.data_on = "host";
+      s.workers = w;
+      s.pin_memory = pin;
+      out.push_back({"streaming, " + std::to_string(w) + " workers" +
+                         (device.is_cuda() ? (pin ? ", pinned" : ", pageable") : ""),
+                     s});
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+double mlp_train_flops_per_sample(const std::vector<std::pair<int64_t, int64_t>>& layers) {
+  double flops = 0;
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const double mac = static_cast<double>(layers[l].first) * static_cast<double>(layers[l].second);
+    flops += 2 * mac;               // forward
+    flops += 2 * mac;               // weight gradient
+    if (l > 0) flops += 2 * mac;    // input gradient (none needed for the data itself)
+  }
+  return flops;
+}
+
+double measure_sgemm_gflops() {
+  torch::NoGradGuard no_grad;
+  const int64_t n = 2048;
+  auto a = torch::rand({n, n}), b = torch::rand({n, n}), c = torch::empty({n, n});
+  at::mm_out(c, a, b);  // warm-up
+  std::vector<double> rates;
+  for (int i = 0; i < 3; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    at::mm_out(c, a, b);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    rates.push_back(2.0 * n * n * n / s / 1e9);
+  }
+  return median(rates);
+}
+
+BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer) {
+  BenchObserver silent;
+  if (!observer) observer = &silent;
+  if (config.repeats < 1) throw Error("--repeats must be >= 1");
+  BenchReport report;
+  report.date = today();
+  report.config = config;
+
+  std::vector<torch::Device> devices;
+  if (config.devices.empty()) {
+    for (const auto& d : device::list_devices()) devices.push_back(d.device);
+  } else {
+    for (const auto& text : config.devices) devices.push_back(device::pick_device(text));
+  }
+
+  const Datasets data = load_datasets(config.workload);
+  const TrainConfig& w = config.workload;
+  apply_cpu_threads(w.threads, w.blas_threads);
+
+  // The compute floor, for the models whose FLOPs we can count exactly.
+  {
+    auto model = models::make_model({w.model.empty() ? "ann" : w.model,
+                                      [&] { auto s = data.train.inputs.sizes().vec(); s.erase(s.begin()); return s; }(),
+                                      data.train.num_classes()});
+    const auto layers = model->relu_mlp_layers();
+    if (!layers.empty()) {
+      std::vector<std::pair<int64_t, int64_t>> sizes;
+      for (const auto& l : layers) sizes.emplace_back(l->weight.size(1), l->weight.size(0));
+      ComputeFloor floor;
+      floor.gflop = mlp_train_flops_per_sample(sizes) * static_cast<double>(data.train.size()) *
+                    static_cast<double>(w.epochs) / 1e9;
+      floor.sgemm_gflops = measure_sgemm_gflops();
+      floor.seconds = floor.gflop / floor.sgemm_gflops;
+      report.floor = floor;
+    }
+  }
+
+  double cpu_seconds = 0;
+  for (const auto& device : devices) {
+    for (const auto& setting : path_settings(config, device)) {
+      BenchRow row;
+      row.device = device.str();
+      row.device_name = device::describe_device(device).name;
+      row.data_path = setting.label;
+      TrainConfig run = w;
+      run.device = device.str();
+      run.data_path = setting.options;
+      run.save.clear();
+      run.resume.clear();
+      run.log_every = 0;
+      try {
+        // Warm-up: a few steps through the same path (allocator, BLAS buffers, kernels).
+        TrainConfig warm = run;
+        warm.epochs = 1;
+        Datasets warm_data{data.train.head(std::max<int64_t>(1, config.warmup_steps) * w.batch_size),
+                           data.test.head(w.batch_size)};
+        train(warm, warm_data);
+        TrainReport last;
+        for (int r = 0; r < config.repeats; ++r) {
+          last = train(run, data);
+          row.all_train_seconds.push_back(last.train_seconds);
+        }
+        for (const auto& [k, v] : last.settings)
+          if (k == "step") row.step = v;
+        row.ran = true;
+        row.train_seconds = median(row.all_train_seconds);
+        int64_t steps = 0, samples = 0;
+        for (const auto& e : last.epochs) samples += e.samples;
+        const int64_t per_epoch = w.drop_last ? data.train.size() / w.batch_size
+                                              : (data.train.size() + w.batch_size - 1) / w.batch_size;
+        steps = per_epoch * static_cast<int64_t>(last.epochs.size());
+        row.ms_per_step = steps ? 1000.0 * row.train_seconds / static_cast<double>(steps) : 0;
+        row.images_per_second = row.train_seconds > 0 ? static_cast<double>(samples) / row.train_seconds : 0;
+        row.epoch_seconds = last.epochs.empty() ? 0 : row.train_seconds / static_cast<double>(last.epochs.size());
+        row.accuracy = last.test.accuracy;
+        if (device.is_cpu() && cpu_seconds == 0) cpu_seconds = row.train_seconds;
+        row.speedup_over_cpu = cpu_seconds > 0 && row.train_seconds > 0 ? cpu_seconds / row.train_seconds : 0;
+      } catch (const std::exception& e) {
+        row.ran = false;
+        row.skipped_reason = e.what();
+      }
+      report.rows.push_back(row);
+      observer->on_row(report.rows.back());
+    }
+  }
+  return report;
+}
+
+std::string bench_table(const BenchReport& report) {
+  std::ostringstream out;
+  out << std::left << std::setw(8) << "device" << std::setw(30) << "data path" << std::setw(11)
+      << "step" << std::right << std::setw(9) << "ms/step" << std::setw(11) << "img/s"
+      << std::setw(10) << "epoch s" << std::setw(10) << "train s" << std::setw(9) << "vs cpu"
+      << std::setw(10) << "accuracy" << "\n";
+  out << std::fixed;
+  for (const auto& r : report.rows) {
+    out << std::left << std::setw(8) << r.device << std::setw(30) << r.data_path << std::setw(11) << r.step;
+    if (!r.ran) {
+      out << "not run: " << r.skipped_reason << "\n";
+      continue;
+    }
+    out << std::right << std::setprecision(3) << std::setw(9) << r.ms_per_step << std::setprecision(0)
+        << std::setw(11) << r.images_per_second << std::setprecision(2) << std::setw(10)
+        << r.epoch_seconds << std::setw(10) << r.train_seconds << std::setw(8) << r.speedup_over_cpu
+        << "x" << std::setprecision(4) << std::setw(10) << r.accuracy << "\n";
+  }
+  if (report.floor) {
+    double best = 0;
+    for (const auto& r : report.rows)
+      if (r.ran && r.device == "cpu" && (best == 0 || r.train_seconds < best)) best = r.train_seconds;
+    out << std::setprecision(1) << "\nCompute floor (cpu): " << report.floor->gflop << " GFLOP at "
+        << std::setprecision(0) << report.floor->sgemm_gflops << " GFLOP/s (measured 2048^3 sgemm) = "
+        << std::setprecision(2) << report.floor->seconds << " s";
+    if (best > 0) out << "; best cpu row " << best << " s = " << best / report.floor->seconds << "x the floor";
+    out << "\n";
+  }
+  return out.str();
+}
+
+nlohmann::json bench_json(const BenchReport& report) {
+  const TrainConfig& w = report.config.workload;
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& r : report.rows) {
+    nlohmann::json row = {{"device", r.device}, {"device_name", r.device_name}, {"data_path", r.data_path},
+                          {"step", r.step}, {"ran", r.ran}};
+    if (r.ran) {
+      row.update({{"train_s", r.train_seconds}, {"train_s_all", r.all_train_seconds},
+                  {"ms_per_step", r.ms_per_step}, {"images_per_second", r.images_per_second},
+                  {"epoch_s", r.epoch_seconds}, {"speedup_over_cpu", r.speedup_over_cpu},
+                  {"accuracy", r.accuracy}});
+    } else {
+      row["skipped_reason"] = r.skipped_reason;
+    }
+    rows.push_back(row);
+  }
+  nlohmann::json out = {
+      {"date", report.date},
+      {"workload", {{"model", w.model.empty() ? "ann" : w.model}, {"dataset", w.dataset}, {"batch_size", w.batch_size},
+                    {"epochs", w.epochs}, {"optimizer", w.optimizer}, {"lr", w.lr}, {"seed", w.seed},
+                    {"train_limit", w.train_limit}}},
+      {"repeats", report.config.repeats},
+      {"warmup_steps", report.config.warmup_steps},
+      {"rows", rows}};
+  if (report.floor)
+    out["compute_floor"] = {{"gflop", report.floor->gflop}, {"sgemm_gflops", report.floor->sgemm_gflops},
+                            {"seconds", report.floor->seconds}};
+  return out;
+}
+
+std::string bench_csv(const BenchReport& report) {
+  std::ostringstream out;
+  out << "device,device_name,data_path,step,ran,ms_per_step,images_per_second,epoch_s,train_s,speedup_over_cpu,accuracy\n";
+  for (const auto& r : report.rows) {
+    auto quoted = [](const std::string& s) {
+      std::string q = "\"";
+      for (char c : s) q += (c == '"' ? std::string("\"\"") : std::string(1, c));
+      return q + "\"";
+    };
+    out << r.device << "," << quoted(r.device_name) << "," << quoted(r.data_path) << "," << r.step << ","
+        << (r.ran ? 1 : 0) << "," << r.ms_per_step << "," << r.images_per_second << "," << r.epoch_seconds
+        << "," << r.train_seconds << "," << r.speedup_over_cpu << "," << r.accuracy << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace spritetorch::train

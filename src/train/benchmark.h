@@ -1,0 +1,67 @@
+// `spritetorch bench`: one workload, timed on every device and data-path setting, with warm-up,
+// device synchronisation before each clock read, and the median of several repeats. Every row does
+// the same work (same model, data, batch, epochs, seed); nothing is skipped silently: a setting
+// that cannot run on a device becomes a row with its reason.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "train/config.h"
+
+namespace spritetorch::train {
+
+struct BenchConfig {
+  TrainConfig workload;                 // model, dataset, batch, epochs, lr, seed...
+  std::vector<std::string> devices;     // empty = every device this machine has
+  std::vector<int> workers = {0, 2, 4};  // streaming rows
+  bool streaming = true;                // include streaming rows at all
+  int repeats = 3;
+  int warmup_steps = 30;
+};
+
+struct BenchRow {
+  std::string device, device_name, data_path, step;
+  bool ran = false;
+  std::string skipped_reason;  // when !ran
+  double train_seconds = 0;     // median over repeats, all epochs
+  double ms_per_step = 0, images_per_second = 0, epoch_seconds = 0;
+  double speedup_over_cpu = 0;  // vs the first cpu row
+  double accuracy = 0;          // test accuracy after the last repeat
+  std::vector<double> all_train_seconds;
+};
+
+struct ComputeFloor {
+  double gflop = 0;                 // forward + weight grads + hidden input grads, all epochs
+  double sgemm_gflops = 0;          // measured rate of a 2048^3 sgemm on this CPU
+  double seconds = 0;               // gflop / rate
+};
+
+struct BenchReport {
+  std::string date;
+  BenchConfig config;
+  std::vector<BenchRow> rows;
+  std::optional<ComputeFloor> floor;  // ReLU MLPs on the CPU only
+};
+
+class BenchObserver {
+ public:
+  virtual ~BenchObserver() = default;
+  virtual void on_row(const BenchRow& /*row*/) {}
+};
+
+BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer = nullptr);
+
+// FLOPs of one training sample for a ReLU MLP with these (in, out) layer sizes: forward and
+// weight gradients of every layer, input gradients of all but the first.
+double mlp_train_flops_per_sample(const std::vector<std::pair<int64_t, int64_t>>& layers);
+// Median GFLOP/s of a 2048^3 float32 matmul on the CPU with the current thread settings.
+double measure_sgemm_gflops();
+
+std::string bench_table(const BenchReport& report);
+nlohmann::json bench_json(const BenchReport& report);
+std::string bench_csv(const BenchReport& report);
+
+}  // namespace spritetorch::train

@@ -1,0 +1,64 @@
+#include "train/benchmark.h"
+
+#include <gtest/gtest.h>
+
+namespace spritetorch::train {
+namespace {
+
+TEST(Benchmark, SeedNetworkFlopsMatchTheIssuesFloor) {
+  // 784-128-64-10: about 136 GFLOP for 5 epochs of 60000 samples.
+  const double per_sample = mlp_train_flops_per_sample({{784, 128}, {128, 64}, {64, 10}});
+  EXPECT_DOUBLE_EQ(per_sample, 2.0 * (3 * (784 * 128 + 128 * 64 + 64 * 10) - 784 * 128));
+  EXPECT_NEAR(per_sample * 60000 * 5 / 1e9, 136.3, 0.1);
+}
+
+TEST(Benchmark, EveryRowRunsTheSameWorkAndReportsItsShape) {
+  BenchConfig config;
+  config.workload.dataset = "dummy";
+  config.workload.model = "simplenn";
+  config.workload.epochs = 2;
+  config.workload.batch_size = 128;
+  config.devices = {"cpu"};
+  config.workers = {0, 2};
+  config.repeats = 2;
+  config.warmup_steps = 2;
+  const auto report = run_benchmark(config);
+  ASSERT_EQ(report.rows.size(), 3u);  // resident, streaming 0 and 2 workers
+  for (const auto& row : report.rows) {
+    EXPECT_TRUE(row.ran) << row.data_path << ": " << row.skipped_reason;
+    EXPECT_EQ(row.all_train_seconds.size(), 2u);
+    EXPECT_GT(row.ms_per_step, 0);
+    EXPECT_GT(row.images_per_second, 0);
+    // Same seed, same batches, same arithmetic: every data path ends at the same accuracy.
+    EXPECT_DOUBLE_EQ(row.accuracy, report.rows[0].accuracy) << row.data_path;
+  }
+  EXPECT_DOUBLE_EQ(report.rows[0].speedup_over_cpu, 1.0);
+  ASSERT_TRUE(report.floor.has_value());
+  EXPECT_GT(report.floor->sgemm_gflops, 0);
+
+  const auto json = bench_json(report);
+  EXPECT_EQ(json.at("rows").size(), 3u);
+  for (const char* key : {"device", "data_path", "ms_per_step", "images_per_second", "epoch_s", "speedup_over_cpu", "accuracy"})
+    EXPECT_TRUE(json.at("rows")[0].contains(key)) << key;
+  EXPECT_EQ(json.at("workload").at("epochs"), 2);
+  EXPECT_TRUE(json.contains("compute_floor"));
+
+  const auto csv = bench_csv(report);
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 4);
+  EXPECT_EQ(csv.rfind("device,device_name,data_path", 0), 0u);
+  const auto table = bench_table(report);
+  EXPECT_NE(table.find("streaming, 2 workers"), std::string::npos);
+  EXPECT_NE(table.find("Compute floor"), std::string::npos);
+}
+
+TEST(Benchmark, ADeviceThatIsNotThereIsAnErrorNotASilentSkip) {
+  BenchConfig config;
+  config.workload.dataset = "dummy";
+  config.workload.model = "simplenn";
+  config.devices = {"cuda:7"};
+  if (torch::cuda::device_count() > 7) GTEST_SKIP();
+  EXPECT_THROW(run_benchmark(config), std::exception);
+}
+
+}  // namespace
+}  // namespace spritetorch::train
