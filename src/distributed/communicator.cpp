@@ -172,8 +172,9 @@ std::shared_ptr<Communicator> create_communicator(const DistEnv& env, const Comm
     store_options.timeout = timeout;
     store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
   } catch (const std::exception& e) {
-    throw Error("rank " + std::to_string(env.rank) + ": rendezvous at " + where + " failed within " +
-                    std::to_string(static_cast<int>(options.timeout_s)) + " s: " + describe(e),
+    throw Error("rank " + std::to_string(env.rank) + ": rendezvous at " + where +
+                    " failed within " + std::to_string(static_cast<int>(options.timeout_s)) +
+                    " s: " + describe(e),
                 env.rank == 0
                     ? "is MASTER_PORT free, and did all " + std::to_string(env.world_size) +
                           " ranks start? (--dist-timeout bounds the wait)"
@@ -229,13 +230,13 @@ std::shared_ptr<Communicator> create_communicator(const DistEnv& env, const Comm
     return std::make_shared<C10dCommunicator<c10d::ProcessGroupNCCL>>(
         store, group, "nccl", env.rank, env.world_size, timeout);
 #else
-    throw Error(SPRITETORCH_WITH_CUDA
-                    ? "--dist-backend nccl: this CUDA build found no <nccl.h> when it was compiled"
-                    : "--dist-backend nccl needs a CUDA build of spritetorch (this one is CPU-only)",
-                SPRITETORCH_WITH_CUDA ? "put the NCCL headers on the include path (pip: "
-                                        "CPATH=<site-packages>/nvidia/nccl/include) and rebuild, or "
-                                        "use --dist-backend gloo"
-                                      : "use --dist-backend gloo");
+    if (SPRITETORCH_WITH_CUDA)
+      throw Error("--dist-backend nccl: this CUDA build found no <nccl.h> when it was compiled",
+                  "put the NCCL headers on the include path (pip torch: "
+                  "CPATH=<site-packages>/nvidia/nccl/include) and rebuild, or use --dist-backend "
+                  "gloo");
+    throw Error("--dist-backend nccl needs a CUDA build of spritetorch (this one is CPU-only)",
+                "use --dist-backend gloo");
 #endif
   }
   throw Error("unknown --dist-backend '" + options.backend + "': expected gloo or nccl");

@@ -81,7 +81,8 @@ void GradReducer::install_autograd_hooks() {
     // The AccumulateGrad node is held weakly by the parameter; holding it here keeps the hook
     // alive across steps (DDP's reducer does the same).
     auto node = torch::autograd::impl::grad_accumulator(parameters_[i]);
-    if (!node) throw Error("gradient reducer: parameter " + std::to_string(i) + " needs no gradient");
+    if (!node)
+      throw Error("gradient reducer: parameter " + std::to_string(i) + " needs no gradient");
     const uintptr_t key = node->add_post_hook(
         std::make_unique<torch::autograd::utils::LambdaPostHook>(
             [this, i](const torch::autograd::variable_list& outputs,

@@ -68,7 +68,8 @@ LaunchResult launch_local_ranks(const LaunchOptions& options,
   if (options.args.empty())
     throw Error("launch: no command to run", "spritetorch launch --nproc-per-node 2 -- train ...");
   if (options.nnodes > 1 && options.master_port == 0)
-    throw Error("launch: --master-port is required with --nnodes > 1 (every node must agree on it)");
+    throw Error("launch: --master-port is required with --nnodes > 1",
+                "every node must pass the same --master-addr and --master-port");
   const int port = options.master_port ? options.master_port : free_tcp_port();
   const int world = options.nnodes * options.nproc_per_node;
   const std::string exe = self_executable();
