@@ -97,6 +97,9 @@ Subcommand add_train_command(CLI::App& app) {
   sub->add_option("--step", config->step,
                   "auto | autograd | fused (fused: hand-written forward/backward for ReLU MLPs)")
       ->check(CLI::IsMember({"auto", "autograd", "fused"}))->capture_default_str();
+  sub->add_option("--step-shards", config->step_shards,
+                  "Fused step on the CPU: threads that split each batch (0: one per core)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   sub->add_flag("--drop-last", config->drop_last, "Drop the last partial batch of each epoch");
   sub->add_option("--save", config->save, "Write a checkpoint here after training");
   sub->add_option("--resume", config->resume, "Continue from this checkpoint")->check(CLI::ExistingFile);

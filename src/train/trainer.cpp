@@ -3,6 +3,7 @@
 #include <cmath>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include "common/cpu_threads.h"
 #include "common/error.h"
@@ -107,7 +108,7 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
   if (!parallel.is_main()) observer = &silent;
   // Where: resolved once, named the seeds' way.
   const torch::Device device = parallel.pick_device(config.device);
-  const CpuThreads threads = apply_cpu_threads(config.threads, parallel.blas_threads(config.blas_threads));
+  CpuThreads threads = apply_cpu_threads(config.threads, parallel.blas_threads(config.blas_threads));
   parallel.connect(device);
   torch::manual_seed(config.seed);
 
@@ -140,7 +141,15 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
   if (augment.enabled() && data.train.inputs.dim() != 4)
     throw Error("--augment " + config.augment + " needs image data; " + data.train.name +
                 " holds feature vectors");
-  auto step_fn = make_train_step(model, config.batch_size, config.step);
+  // The fused step splits each batch over the cores itself; BLAS then runs one thread per shard.
+  // Under ddp the ranks of a machine share its cores.
+  const int cores = parallel.distributed()
+                        ? parallel.blas_threads(0)
+                        : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int shards = device.is_cpu() ? (config.step_shards > 0 ? config.step_shards : cores) : 1;
+  auto step_fn = make_train_step(model, config.batch_size, config.step, shards);
+  const auto* fused = dynamic_cast<const FusedMlpStep*>(step_fn.get());
+  if (fused && fused->shards() > 1 && config.blas_threads == 0) threads = apply_cpu_threads(config.threads, 1);
   parallel.attach(*step_fn, optimizer, model->parameters());
   data::LoaderOptions train_options{config.batch_size, /*shuffle=*/true, config.drop_last, config.seed};
   parallel.shard(train_options);
@@ -165,7 +174,8 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
                      (start_epoch ? " (resuming after " + std::to_string(start_epoch) + ")" : "")},
       {"optimizer", config.optimizer + " lr " + format_double(config.lr) + " (flat buffers)"},
       {"augment", augment.describe()},
-      {"step", step_fn->name()},
+      {"step", std::string(step_fn->name()) +
+                   (fused && fused->shards() > 1 ? " (" + std::to_string(fused->shards()) + " shards)" : "")},
       {"precision", "fp32"},
       {"seed", std::to_string(config.seed)},
       {"threads", std::to_string(threads.intra_op) + " intra-op, " +

@@ -1,0 +1,85 @@
+#include "common/shard_pool.h"
+
+#include <ATen/Parallel.h>
+
+#include <chrono>
+
+namespace spritetorch {
+
+namespace {
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+constexpr auto kSpinFor = std::chrono::microseconds(200);
+}  // namespace
+
+ShardPool::ShardPool(int shards) : shards_(std::max(1, shards)) {
+  for (int s = 1; s < shards_; ++s) threads_.emplace_back([this, s] { worker(s); });
+}
+
+ShardPool::~ShardPool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+    generation_.fetch_add(1);
+  }
+  wake_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void ShardPool::worker(int shard) {
+  at::set_num_threads(1);  // each shard is one core's worth of work
+  uint64_t seen = 0;
+  while (true) {
+    // Spin for a while, then sleep until the next generation.
+    const auto spin_until = std::chrono::steady_clock::now() + kSpinFor;
+    while (generation_.load(std::memory_order_acquire) == seen &&
+           std::chrono::steady_clock::now() < spin_until)
+      cpu_relax();
+    if (generation_.load(std::memory_order_acquire) == seen) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return generation_.load() != seen; });
+    }
+    seen = generation_.load(std::memory_order_acquire);
+    if (stopping_) return;
+    try {
+      (*task_)(shard);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!error_) error_ = std::current_exception();
+    }
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
+void ShardPool::run(const std::function<void(int)>& fn) {
+  if (shards_ == 1) {
+    fn(0);
+    return;
+  }
+  task_ = &fn;
+  pending_.store(shards_ - 1, std::memory_order_release);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);  // pairs with the sleepers' wait
+    generation_.fetch_add(1, std::memory_order_acq_rel);
+  }
+  wake_.notify_all();
+  std::exception_ptr mine;
+  try {
+    fn(0);
+  } catch (...) {
+    mine = std::current_exception();
+  }
+  while (pending_.load(std::memory_order_acquire) > 0) cpu_relax();
+  task_ = nullptr;
+  if (mine) std::rethrow_exception(mine);
+  if (error_) {
+    auto e = error_;
+    error_ = nullptr;
+    std::rethrow_exception(e);
+  }
+}
+
+}  // namespace spritetorch
