@@ -72,7 +72,7 @@ RankResult train_rank(models::Classifier model, const data::Dataset& d, TrainCon
   parallel.connect(torch::kCPU);
   FlatOptimizer optimizer(model->parameters(), OptimizerOptions{});
   parallel.broadcast_model(*model, optimizer);
-  auto step = make_train_step(model, batch, config.step);
+  auto step = make_train_step(model, batch, config.step, std::max(1, config.step_shards));
   parallel.attach(*step, optimizer, model->parameters());
   data::LoaderOptions options{batch, true, false, 5};
   parallel.shard(options);
@@ -169,6 +169,16 @@ TEST(DataParallel, FusedStepReportsGradientsLayerByLayer) {
   EXPECT_EQ(fused[0].launched_early, static_cast<int64_t>(fused[0].buckets));
   const auto single = single_process("fused");
   EXPECT_LT((fused[0].values - single).abs().max().item<double>(), 1e-5);
+}
+
+TEST(DataParallel, ShardedFusedStepReportsEachLayerAfterItsShardSum) {
+  if (!has_gloo()) GTEST_SKIP() << "built without c10d Gloo";
+  auto config = ddp_config("fused", true);
+  config.step_shards = 2;
+  const auto fused = train_two_ranks(config);
+  EXPECT_TRUE(torch::equal(fused[0].values, fused[1].values));
+  EXPECT_EQ(fused[0].launched_early, static_cast<int64_t>(fused[0].buckets));
+  EXPECT_LT((fused[0].values - single_process("fused")).abs().max().item<double>(), 1e-5);
 }
 
 TEST(DataParallel, RendezvousWithoutTheOtherRanksFailsWithinTheTimeout) {
