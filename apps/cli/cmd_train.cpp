@@ -5,6 +5,7 @@
 #include "commands.h"
 #include "models/classifier.h"
 #include "output.h"
+#include "precision/precision.h"
 #include "train/flat_optimizer.h"
 #include "train/parallel.h"
 #include "train/trainer.h"
@@ -101,6 +102,20 @@ Subcommand add_train_command(CLI::App& app) {
                   "Fused step on the CPU: threads that split each batch (0: one per core)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   sub->add_flag("--drop-last", config->drop_last, "Drop the last partial batch of each epoch");
+  sub->add_option("--precision", config->precision,
+                  "fp32 | bf16 | fp16 | auto (bf16/fp16: autocast with fp32 weights; fp16 is CUDA "
+                  "only and adds dynamic loss scaling; auto: bf16 where the device has native bf16)")
+      ->check(CLI::IsMember(precision::precision_names()))->capture_default_str();
+  sub->add_option("--clip-grad-norm", config->clip_grad_norm,
+                  "Clip the gradients' L2 norm to this, after loss unscaling (0: off)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  sub->add_flag("--cuda-graphs", config->cuda_graphs,
+                "CUDA only: capture the whole train step as a CUDA graph after 3 warm-up steps and "
+                "replay it (drops the last partial batch)");
+  sub->add_option("--channels-last", config->channels_last,
+                  "CNNs on CUDA: channels_last memory format (true|false)")->capture_default_str();
+  sub->add_option("--cudnn-benchmark", config->cudnn_benchmark,
+                  "CUDA: let cuDNN pick the fastest conv algorithms (true|false)")->capture_default_str();
   sub->add_option("--save", config->save, "Write a checkpoint here after training");
   sub->add_option("--resume", config->resume, "Continue from this checkpoint")->check(CLI::ExistingFile);
   sub->add_option("--strategy", config->strategy,

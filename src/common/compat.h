@@ -2,6 +2,7 @@
 // Everything else in spritetorch calls these and never tests TORCH_VERSION_* itself.
 #pragma once
 
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
@@ -18,5 +19,64 @@ inline int cuda_device_count() { return static_cast<int>(torch::cuda::device_cou
 inline bool mps_available() { return at::hasMPS(); }
 
 inline std::string torch_version() { return TORCH_VERSION; }
+
+// --- autocast (precision/autocast_guard.h) -------------------------------------------------------
+// 1.13 to 2.3: one pair of functions per backend (set_enabled / set_cpu_enabled, the "gpu" and
+// "cpu" dtype). 2.4 added device-typed functions and deprecated the old ones (a warning, so an
+// error under -Werror), hence the split at 2.4. Only CPU and CUDA are offered: MPS autocast exists
+// only in newer releases and is not wired up here.
+inline bool autocast_supported(c10::DeviceType type) {
+  return type == c10::DeviceType::CPU || type == c10::DeviceType::CUDA;
+}
+
+inline bool autocast_enabled(c10::DeviceType type) {
+#if SPRITETORCH_TORCH_AT_LEAST(2, 4)
+  return at::autocast::is_autocast_enabled(type);
+#else
+  return type == c10::DeviceType::CUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+#endif
+}
+
+inline void set_autocast_enabled(c10::DeviceType type, bool enabled) {
+#if SPRITETORCH_TORCH_AT_LEAST(2, 4)
+  at::autocast::set_autocast_enabled(type, enabled);
+#else
+  if (type == c10::DeviceType::CUDA)
+    at::autocast::set_enabled(enabled);
+  else
+    at::autocast::set_cpu_enabled(enabled);
+#endif
+}
+
+inline at::ScalarType autocast_dtype(c10::DeviceType type) {
+#if SPRITETORCH_TORCH_AT_LEAST(2, 4)
+  return at::autocast::get_autocast_dtype(type);
+#else
+  return type == c10::DeviceType::CUDA ? at::autocast::get_autocast_gpu_dtype()
+                                       : at::autocast::get_autocast_cpu_dtype();
+#endif
+}
+
+inline void set_autocast_dtype(c10::DeviceType type, at::ScalarType dtype) {
+#if SPRITETORCH_TORCH_AT_LEAST(2, 4)
+  at::autocast::set_autocast_dtype(type, dtype);
+#else
+  if (type == c10::DeviceType::CUDA)
+    at::autocast::set_autocast_gpu_dtype(dtype);
+  else
+    at::autocast::set_autocast_cpu_dtype(dtype);
+#endif
+}
+
+// --- fused AMP kernels (precision/grad_scaler.h) ---------------------------------------------------
+// _amp_foreach_non_finite_check_and_unscale_ and _amp_update_scale_ have CUDA kernels in every
+// release we build against; CPU kernels arrived in 2.3. Elsewhere the scaler uses plain tensor ops.
+inline bool fused_amp_kernels(const torch::Device& device) {
+  if (device.is_cuda()) return true;
+#if SPRITETORCH_TORCH_AT_LEAST(2, 3)
+  if (device.is_cpu()) return true;
+#endif
+  return false;
+}
 
 }  // namespace spritetorch::compat

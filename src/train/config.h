@@ -38,6 +38,12 @@ struct TrainConfig {
   double dist_timeout_s = 300;             // rendezvous and every collective
   double bucket_mb = 25;                   // gradient all-reduce bucket size
   bool overlap = true;                     // all-reduce buckets during backward (--no-overlap)
+  // Mixed precision and CUDA graphs (docs/precision.md).
+  std::string precision = "fp32";          // fp32 | bf16 | fp16 | auto (precision/precision.h)
+  double clip_grad_norm = 0.0;             // clip the gradients' L2 norm to this (0 = off)
+  bool cuda_graphs = false;                // capture the train step as a CUDA graph (CUDA only)
+  bool channels_last = true;               // CNNs on CUDA: channels_last memory format
+  bool cudnn_benchmark = true;             // CUDA: let cuDNN time its algorithms (fixed shapes)
 };
 
 }  // namespace spritetorch::train

@@ -31,11 +31,17 @@ FlatOptimizer::FlatOptimizer(const std::vector<torch::Tensor>& parameters, Optim
   int64_t offset = 0;
   for (auto p : parameters) {
     const int64_t n = p.numel();
-    auto value_view = values_.narrow(0, offset, n).view(p.sizes());
+    // A dense parameter in another memory format (channels_last conv weights) keeps its strides.
+    const bool dense = p.is_non_overlapping_and_dense();
+    auto as_param = [&](const torch::Tensor& flat) {
+      auto chunk = flat.narrow(0, offset, n);
+      return dense ? chunk.as_strided(p.sizes(), p.strides()) : chunk.view(p.sizes());
+    };
+    auto value_view = as_param(values_);
     value_view.copy_(p);
     p.set_data(value_view);
     // Autograd accumulates into a defined .grad in place, so backward writes straight into grads_.
-    p.mutable_grad() = grads_.narrow(0, offset, n).view(p.sizes());
+    p.mutable_grad() = as_param(grads_);
     offset += n;
   }
   exp_avg_ = torch::zeros({total}, opts);
@@ -44,11 +50,55 @@ FlatOptimizer::FlatOptimizer(const std::vector<torch::Tensor>& parameters, Optim
 
 void FlatOptimizer::step() {
   torch::NoGradGuard no_grad;
+  if (step_t_.defined()) {  // back from step_on_device(): one read to resume counting on the host
+    steps_ = steps_taken();
+    step_t_ = torch::Tensor();
+  }
   ++steps_;
   if (options_.kind == "adam")
     adam_step();
   else
     sgd_step();
+}
+
+int64_t FlatOptimizer::steps_taken() const {
+  return step_t_.defined() ? static_cast<int64_t>(step_t_.item<double>()) : steps_;
+}
+
+void FlatOptimizer::step_on_device(const torch::Tensor& found_inf) {
+  torch::NoGradGuard no_grad;
+  if (!step_t_.defined()) step_t_ = torch::full({}, static_cast<double>(steps_), values_.options());
+  // keep: () 1 = take the step, 0 = skip it. Multiplying every change by keep skips without a branch.
+  torch::Tensor keep;
+  if (found_inf.defined()) {
+    keep = found_inf.reshape({}).eq(0).to(values_.scalar_type());
+    grads_.nan_to_num_(0.0, 0.0, 0.0);  // a skipped step's inf/NaN must not reach the moments
+  } else {
+    keep = torch::ones({}, values_.options());
+  }
+  step_t_.add_(keep);
+  if (options_.kind == "adam") {
+    const double b1 = options_.beta1, b2 = options_.beta2;
+    // m += keep (1 - b1) (g - m);  v += keep (1 - b2) (g^2 - v)   (torch.optim.Adam's lerp form)
+    exp_avg_.lerp_(grads_, keep * (1.0 - b1));
+    exp_avg_sq_.lerp_(grads_.square(), keep * (1.0 - b2));
+    // Bias corrections from the device step count; clamped so a skipped first step divides by
+    // something nonzero (its update is multiplied by keep = 0 anyway).
+    auto bias1 = (1.0 - torch::pow(b1, step_t_)).clamp_min_(1e-30);
+    auto bias2_sqrt = (1.0 - torch::pow(b2, step_t_)).sqrt_().clamp_min_(1e-30);
+    auto denom = (exp_avg_sq_.sqrt() / bias2_sqrt).add_(options_.eps);
+    auto step_size = keep * (-options_.lr) / bias1;  // ()
+    values_.addcmul_(exp_avg_ / denom, step_size);
+    return;
+  }
+  if (options_.momentum != 0.0) {
+    // buf = momentum * buf + g (buf starts at zero, so the first step gives buf = g as in PyTorch);
+    // skipped: buf unchanged. buf * (1 - keep (1 - momentum)) + keep * g does both.
+    exp_avg_.mul_(1.0 - keep * (1.0 - options_.momentum)).addcmul_(grads_, keep);
+    values_.addcmul_(exp_avg_, keep, -options_.lr);
+  } else {
+    values_.addcmul_(grads_, keep, -options_.lr);
+  }
 }
 
 void FlatOptimizer::adam_step() {
@@ -101,7 +151,7 @@ void FlatOptimizer::sgd_step() {
 
 std::map<std::string, torch::Tensor> FlatOptimizer::state() const {
   std::map<std::string, torch::Tensor> out;
-  out["step"] = torch::tensor({steps_}, torch::kInt64);
+  out["step"] = torch::tensor({steps_taken()}, torch::kInt64);
   out["exp_avg"] = exp_avg_.cpu();
   if (exp_avg_sq_.defined()) out["exp_avg_sq"] = exp_avg_sq_.cpu();
   return out;
@@ -120,6 +170,7 @@ void FlatOptimizer::load_state(const std::map<std::string, torch::Tensor>& state
   auto step_it = state.find("step");
   if (step_it == state.end() || step_it->second.numel() != 1) throw Error("optimizer state lacks 'step'");
   steps_ = step_it->second.item<int64_t>();
+  if (step_t_.defined()) step_t_.fill_(static_cast<double>(steps_));
   take("exp_avg", exp_avg_);
   if (exp_avg_sq_.defined()) take("exp_avg_sq", exp_avg_sq_);
 }

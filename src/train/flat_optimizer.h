@@ -29,10 +29,17 @@ class FlatOptimizer {
 
   void zero_grad() { grads_.zero_(); }
   void step();
+  // The same update with nothing read from or decided on the host, for CUDA graph capture and for
+  // fp16 loss scaling without a per-step synchronisation (precision/grad_scaler.h): the step count
+  // lives on the device and the bias corrections are computed there. found_inf: (1) or () float on
+  // the buffers' device, or undefined; where it is nonzero the step changes nothing (parameters,
+  // moments and step count stay as they were, inf/NaN in the gradients never reach the moments).
+  // Several small kernels where step() has one loop on the CPU: use step() when neither applies.
+  void step_on_device(const torch::Tensor& found_inf = {});
 
   torch::Tensor& values() { return values_; }  // (P) all parameters, in registration order
   torch::Tensor& grads() { return grads_; }    // (P) their gradients
-  int64_t steps_taken() const { return steps_; }
+  int64_t steps_taken() const;
   const OptimizerOptions& options() const { return options_; }
 
   // For checkpoints: named state tensors (on the CPU when saved), and back.
@@ -47,6 +54,7 @@ class FlatOptimizer {
   torch::Tensor values_, grads_;     // (P)
   torch::Tensor exp_avg_, exp_avg_sq_;  // (P) adam moments; exp_avg_ doubles as sgd momentum
   int64_t steps_ = 0;
+  torch::Tensor step_t_;  // () float32 on device once step_on_device() ran; then it counts, not steps_
 };
 
 const std::vector<std::string>& optimizer_names();

@@ -11,6 +11,10 @@
 #include "data/augment.h"
 #include "data/dummy.h"
 #include "device/device.h"
+#include "precision/grad_scaler.h"
+#include "precision/precision.h"
+#include "train/amp_step.h"
+#include "train/cuda_graph_step.h"
 #include "train/flat_optimizer.h"
 #include "train/parallel.h"
 #include "train/train_step.h"
@@ -110,6 +114,11 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
   const torch::Device device = parallel.pick_device(config.device);
   CpuThreads threads = apply_cpu_threads(config.threads, parallel.blas_threads(config.blas_threads));
   parallel.connect(device);
+  // Precision (docs/precision.md): resolved once against the device, before any data is read, so
+  // an impossible combination fails at once.
+  const precision::PrecisionPlan plan = precision::resolve_precision(
+      precision::parse_precision(config.precision), device::describe_device(device));
+  if (config.cuda_graphs) check_cuda_graphs(device, config.data_path.data_on == "host" ? "streaming" : "resident");
   torch::manual_seed(config.seed);
 
   // Resume: the checkpoint decides the model; a conflicting --model is an error, not a surprise.
@@ -127,6 +136,13 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
   models::ModelSpec spec{model_name, sample_shape(data.train), data.train.num_classes()};
   models::Classifier model = models::make_model(spec);
   model->to(device);  // once, before the loop
+  // channels_last must be set before the flat optimizer re-points the parameters (it keeps their
+  // strides).
+  bool has_conv = false;
+  for (const auto& p : model->parameters()) has_conv |= p.dim() == 4;
+  const bool channels_last = device.is_cuda() && config.channels_last && has_conv;
+  if (channels_last) apply_channels_last(*model);
+  if (device.is_cuda()) at::globalContext().setBenchmarkCuDNN(config.cudnn_benchmark);
   FlatOptimizer optimizer(model->parameters(),
                           OptimizerOptions{config.optimizer, config.lr, 0.9, 0.999, 1e-8, config.momentum});
   int64_t start_epoch = 0;
@@ -136,6 +152,13 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
     start_epoch = resumed->meta.value("epoch", int64_t{0});
   }
   parallel.broadcast_model(*model, optimizer);
+  std::optional<precision::GradScaler> scaler;  // fp16 only
+  if (plan.grad_scaling) {
+    scaler.emplace(device);
+    if (resumed && resumed->meta.contains("grad_scaler"))
+      scaler->load_state(resumed->meta.at("grad_scaler"), config.resume);
+  }
+  precision::GradScaler* scaler_ptr = scaler ? &*scaler : nullptr;
 
   const data::AugmentOptions augment = data::parse_augment(config.augment);
   if (augment.enabled() && data.train.inputs.dim() != 4)
@@ -147,11 +170,21 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
                         ? parallel.blas_threads(0)
                         : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int shards = device.is_cpu() ? (config.step_shards > 0 ? config.step_shards : cores) : 1;
-  auto step_fn = make_train_step(model, config.batch_size, config.step, shards);
+  auto step_fn = make_precision_train_step(
+      model, config.batch_size, config.step,
+      StepPrecision{plan, scaler_ptr, channels_last, /*autocast_cache=*/!config.cuda_graphs}, shards);
   const auto* fused = dynamic_cast<const FusedMlpStep*>(step_fn.get());
   if (fused && fused->shards() > 1 && config.blas_threads == 0) threads = apply_cpu_threads(config.threads, 1);
   parallel.attach(*step_fn, optimizer, model->parameters());
-  data::LoaderOptions train_options{config.batch_size, /*shuffle=*/true, config.drop_last, config.seed};
+  if (config.cuda_graphs && parallel.distributed())
+    throw Error("--cuda-graphs cannot be combined with ddp: the gradient all-reduce runs outside "
+                "the captured step", "drop --cuda-graphs, or train with one process");
+  std::unique_ptr<CudaGraphStep> graph_step;  // graphs replay full batches only: drop the last
+  if (config.cuda_graphs)
+    graph_step = std::make_unique<CudaGraphStep>(*step_fn, optimizer, scaler_ptr,
+                                                 config.clip_grad_norm, config.batch_size, device);
+  const bool drop_last = config.drop_last || config.cuda_graphs;
+  data::LoaderOptions train_options{config.batch_size, /*shuffle=*/true, drop_last, config.seed};
   parallel.shard(train_options);
   data::DataPath train_path = data::make_data_path(data.train, device, train_options, config.data_path);
   data::Loader& train_loader = *train_path.loader;
@@ -169,20 +202,27 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
       {"dataset", data.train.name + " (" + std::to_string(data.train.size()) + " train, " +
                       std::to_string(data.test.size()) + " test)"},
       {"data path", train_path.description},
-      {"batch", std::to_string(config.batch_size) + (config.drop_last ? " (drop last)" : "")},
+      {"batch", std::to_string(config.batch_size) + (drop_last ? " (drop last)" : "")},
       {"epochs", std::to_string(config.epochs) +
                      (start_epoch ? " (resuming after " + std::to_string(start_epoch) + ")" : "")},
       {"optimizer", config.optimizer + " lr " + format_double(config.lr) + " (flat buffers)"},
       {"augment", augment.describe()},
       {"step", std::string(step_fn->name()) +
                    (fused && fused->shards() > 1 ? " (" + std::to_string(fused->shards()) + " shards)" : "")},
-      {"precision", "fp32"},
+      {"precision", plan.description + (config.clip_grad_norm > 0
+                                            ? ", clip grad norm " + format_double(config.clip_grad_norm)
+                                            : std::string())},
       {"seed", std::to_string(config.seed)},
       {"threads", std::to_string(threads.intra_op) + " intra-op, " +
                       (threads.blas > 0 ? std::to_string(threads.blas) : std::string("?")) + " BLAS"},
   };
   report.settings.emplace_back("strategy", parallel.describe());
   report.main_rank = parallel.is_main();
+  if (channels_last) report.settings.push_back({"memory format", "channels_last"});
+  if (graph_step)
+    report.settings.push_back({"cuda graphs", "whole step captured after " +
+                                                  std::to_string(CudaGraphStep::kWarmupSteps) +
+                                                  " eager warm-up steps"});
   observer->on_start(report.device, report.settings);
 
   const auto on_device = torch::TensorOptions().device(device);
@@ -203,10 +243,16 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
         device::expect_on_device(batch.inputs, optimizer.values().device(), "the training batch", "the model");
       const int64_t b = batch.labels.size(0);
       if (augment.enabled()) batch.inputs = data::augment_batch(batch.inputs, augment);
-      if (!step_fn->overwrites_grads()) optimizer.zero_grad();
-      step_fn->run(batch, interval_loss, correct);
-      parallel.reduce_gradients();
-      optimizer.step();
+      if (graph_step) {
+        graph_step->run(batch, interval_loss, correct);
+      } else {
+        if (!step_fn->overwrites_grads()) optimizer.zero_grad();
+        step_fn->run(batch, interval_loss, correct);
+        parallel.reduce_gradients();  // ddp: averaged gradients before unscaling / clipping
+        // fp16 on CUDA: the skip-on-inf decision stays on the device (no sync per step).
+        finish_step(optimizer, scaler_ptr, config.clip_grad_norm,
+                    /*on_device=*/scaler_ptr != nullptr && device.is_cuda());
+      }
       interval_samples += b;
       samples += b;
       ++step;
@@ -263,7 +309,9 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
         {"lr", config.lr},
         {"batch_size", config.batch_size},
         {"spritetorch_version", SPRITETORCH_VERSION},
+        {"precision", precision::to_string(plan.precision)},
     };
+    if (scaler) checkpoint.meta["grad_scaler"] = scaler->state();
     checkpoint.model = model_state(*model);
     checkpoint.optimizer = optimizer.state();
     save_checkpoint(config.save, checkpoint);

@@ -35,6 +35,10 @@ expect 2 "--nonsense" -- train --nonsense
 expect 2 "not in" -- train --model resnet
 expect 2 "train-images-idx3-ubyte" -- train --data "$tmp/nowhere"
 expect 2 "needs image inputs" -- train --dataset dummy --model cnn
+expect 2 "fp16 is not supported on the CPU" -- train --device cpu --precision fp16 --dataset dummy --model simplenn
+expect 2 "needs a CUDA device" -- train --device cpu --cuda-graphs --dataset dummy --model simplenn
+expect 2 "fp32 only" -- train --device cpu --precision bf16 --step fused --dataset dummy --model simplenn
+expect 0 "bf16 autocast" -- train --device cpu --precision bf16 --dataset dummy --model simplenn --epochs 1
 
 # A file that is not ours, given to eval and to --resume.
 echo "hello" > "$tmp/not-a-checkpoint.pt"

@@ -1,0 +1,63 @@
+// Mixed precision in the training loop: the autocast training step, the ordered optimizer update
+// (unscale -> clip -> step unless inf/NaN -> rescale) and the channels_last conversion for CNNs.
+// train_step.h's steps stay the fp32 path; make_precision_train_step picks between them.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+
+#include "precision/autocast_guard.h"
+#include "precision/grad_scaler.h"
+#include "precision/precision.h"
+#include "train/flat_optimizer.h"
+#include "train/train_step.h"
+
+namespace spritetorch::train {
+
+struct StepPrecision {
+  precision::PrecisionPlan plan;               // resolved (precision/precision.h)
+  const precision::GradScaler* scaler = nullptr;  // set when plan.grad_scaling
+  bool channels_last = false;                  // feed 4-D batches as channels_last
+  bool autocast_cache = true;                  // false under CUDA graph capture
+};
+
+// model->forward under AutocastGuard (plan.device_type, plan.compute_dtype), cross-entropy on the
+// logits cast to fp32 after it, backward outside it on the scaled loss when a scaler is set. Weights and gradients stay fp32: autocast casts copies of the weights for the matmuls, and
+// autograd casts their gradients back to fp32 into the flat buffer.
+class AmpAutogradStep : public TrainStep {
+ public:
+  AmpAutogradStep(models::Classifier model, StepPrecision precision)
+      : model_(std::move(model)), precision_(std::move(precision)) {}
+  void run(const data::Batch& batch, torch::Tensor& loss_sum, torch::Tensor& correct) override;
+  const char* name() const override { return "autograd"; }
+  bool overwrites_grads() const override { return false; }
+
+ private:
+  models::Classifier model_;
+  StepPrecision precision_;
+};
+
+// fp32 without loss scaling or channels_last: make_train_step(model, max_batch, kind) unchanged.
+// Otherwise AmpAutogradStep. The fused MLP step computes in fp32 only: with bf16/fp16, kind "auto"
+// falls back to autograd + autocast (at the seed's sizes autocast's per-op casts cost more than the
+// bf16 matmuls save: docs/precision.md) and kind "fused" is an error.
+std::unique_ptr<TrainStep> make_precision_train_step(const models::Classifier& model,
+                                                     int64_t max_batch, const std::string& kind,
+                                                     const StepPrecision& precision, int shards = 1);
+
+// The update after backward, in the only correct order:
+//   unscale the gradients (scaler) -> clip their norm (clip_grad_norm > 0) -> optimizer step,
+//   skipped when the scaler found inf/NaN -> let the scaler back off or grow.
+// on_device: decide the skip on the device (FlatOptimizer::step_on_device, no host read; needed for
+// CUDA graphs and avoids a sync per step on CUDA). Otherwise the scaler's found_inf is read once
+// (free on the CPU, where nothing is asynchronous) and the fast FlatOptimizer::step() runs.
+void finish_step(FlatOptimizer& optimizer, precision::GradScaler* scaler, double clip_grad_norm,
+                 bool on_device);
+
+// Converts the model's 4-D parameters (conv weights) to channels_last in place. Call before
+// building the FlatOptimizer (it keeps their strides).
+void apply_channels_last(torch::nn::Module& model);
+
+}  // namespace spritetorch::train
