@@ -3,7 +3,8 @@
 #   2. the pip torch of `python3`, if it imports and its cmake prefix exists
 #      (Debian's python3-torch reports a prefix that does not exist: it is checked, not trusted);
 #   3. Debian's libtorch-dev (1.13, CPU), found by plain find_package.
-# Defines SPRITETORCH_WITH_CUDA (ON when the found LibTorch has CUDA) and SPRITETORCH_WITH_DISTRIBUTED.
+# Defines SPRITETORCH_WITH_CUDA (ON when the found LibTorch has CUDA) and SPRITETORCH_WITH_GLOO
+# (ON when c10d's Gloo backend compiles and links).
 
 find_package(Torch QUIET CONFIG)
 if(NOT Torch_FOUND)
@@ -34,3 +35,33 @@ endif()
 # -fno-math-errno lets the compiler vectorise sqrt in the flat optimizer loops.
 set(CMAKE_CXX_FLAGS "${CMAKE_CXX_FLAGS} ${TORCH_CXX_FLAGS} -fno-math-errno")
 message(STATUS "spritetorch: LibTorch ${Torch_VERSION} at ${Torch_DIR}; CUDA: ${SPRITETORCH_WITH_CUDA}")
+
+# torch.distributed's c10d with the Gloo backend (src/distributed/). The c10d headers ship with
+# LibTorch, but ProcessGroupGloo.hpp includes gloo/... headers that Debian puts in libgloo-dev; a
+# LibTorch built without distributed lacks the symbols. Without Gloo (and, in CUDA builds, without
+# <nccl.h>) src/distributed/ compiles to a stub whose functions throw a clear error.
+include(CheckCXXSourceCompiles)
+set(CMAKE_REQUIRED_INCLUDES ${TORCH_INCLUDE_DIRS})
+set(CMAKE_REQUIRED_FLAGS "-std=c++17 ${TORCH_CXX_FLAGS}")
+set(CMAKE_REQUIRED_LIBRARIES ${TORCH_LIBRARIES})
+check_cxx_source_compiles([=[
+#define USE_C10D_GLOO 1
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+int main() {
+  auto device = c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  c10d::TCPStoreOptions options;
+  return device && options.port ? 0 : 1;
+}
+]=] SPRITETORCH_HAVE_C10D_GLOO)
+unset(CMAKE_REQUIRED_INCLUDES)
+unset(CMAKE_REQUIRED_FLAGS)
+unset(CMAKE_REQUIRED_LIBRARIES)
+if(SPRITETORCH_HAVE_C10D_GLOO)
+  set(SPRITETORCH_WITH_GLOO ON)
+else()
+  set(SPRITETORCH_WITH_GLOO OFF)
+  message(STATUS "spritetorch: c10d Gloo not usable (on Debian: apt-get install libgloo-dev); "
+                 "the Gloo backend is left out (CUDA builds may still use NCCL)")
+endif()
+message(STATUS "spritetorch: c10d Gloo: ${SPRITETORCH_WITH_GLOO}")

@@ -7,6 +7,7 @@
 #include "output.h"
 #include "precision/precision.h"
 #include "train/flat_optimizer.h"
+#include "train/parallel.h"
 #include "train/trainer.h"
 
 namespace spritetorch::cli {
@@ -127,6 +128,19 @@ Subcommand add_train_command(CLI::App& app) {
   sub->add_option("--task", config->task, "classify | generate (sprite diffusion model; docs/sprites.md)")
       ->check(CLI::IsMember({"classify", "generate"}))->capture_default_str();
   add_sprite_data_options(sub, *config, /*training=*/true);
+  sub->add_option("--strategy", config->strategy,
+                  "auto | single | dp | ddp (auto: ddp when started by launch/torchrun, else single; "
+                  "dp needs a CUDA build)")
+      ->check(CLI::IsMember(train::strategy_names()))->capture_default_str();
+  sub->add_option("--dist-backend", config->dist_backend, "auto | gloo | nccl (auto: nccl on CUDA, else gloo)")
+      ->check(CLI::IsMember({"auto", "gloo", "nccl"}))->capture_default_str();
+  sub->add_option("--dist-timeout", config->dist_timeout_s,
+                  "Seconds a rank waits for the others (rendezvous, each collective) before failing")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  sub->add_option("--bucket-mb", config->bucket_mb, "Gradient all-reduce bucket size in MB (ddp)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  sub->add_flag_callback("--no-overlap", [config] { config->overlap = false; },
+                         "ddp: all-reduce the gradients after backward instead of overlapping it");
   sub->add_flag("--json", *json, "Print a JSON summary on stdout (progress goes to stderr)");
   sub->add_flag("--verbose", *verbose, "Also print the running loss every --log-every steps");
 
@@ -135,6 +149,7 @@ Subcommand add_train_command(CLI::App& app) {
             PrintingObserver printer(human, *verbose);
             if (config->task == "generate") return run_generator_training(*config, printer, *json);
             const train::TrainReport report = train::train(*config, &printer);
+            if (!report.main_rank) return 0;  // ddp: rank 0 reports
 
             human << std::fixed << std::setprecision(2) << "Train time: " << report.train_seconds
                   << " s\n" << std::setprecision(4) << "Test Accuracy: " << report.test.accuracy

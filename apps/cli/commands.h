@@ -38,5 +38,6 @@ struct GeneratorEvalFlags {
 std::shared_ptr<GeneratorEvalFlags> add_generator_eval_options(CLI::App* sub);
 int run_generator_eval(const GeneratorEvalFlags& flags, const std::string& checkpoint,
                        const std::string& device, bool json);
+Subcommand add_launch_command(CLI::App& app);
 
 }  // namespace spritetorch::cli

@@ -1,6 +1,7 @@
 #include "data/loader.h"
 
 #include "common/error.h"
+#include "data/distributed_sampler.h"
 
 namespace spritetorch::data {
 
@@ -29,11 +30,16 @@ ResidentLoader::ResidentLoader(const Dataset& dataset, torch::Device device, Loa
 }
 
 int64_t ResidentLoader::batches_per_epoch() const {
-  return count_batches(inputs_.size(0), options_.batch_size, options_.drop_last);
+  return count_batches(epoch_size(), options_.batch_size, options_.drop_last);
+}
+
+int64_t ResidentLoader::epoch_size() const {
+  const int64_t n = inputs_.size(0);
+  return options_.shard_count > 1 ? shard_size(n, options_.shard_count, options_.drop_last) : n;
 }
 
 int64_t ResidentLoader::samples_per_epoch() const {
-  const int64_t n = inputs_.size(0);
+  const int64_t n = epoch_size();
   return options_.drop_last ? n / options_.batch_size * options_.batch_size : n;
 }
 
@@ -42,10 +48,14 @@ void ResidentLoader::start_epoch(int64_t epoch) {
   order_ = options_.shuffle
                ? epoch_order(inputs_.size(0), options_.seed, epoch, true).to(device_)
                : torch::Tensor();
+  if (options_.shard_count > 1) {
+    const auto full = order_.defined() ? order_ : torch::arange(inputs_.size(0), torch::kInt64).to(device_);
+    order_ = shard_order(full, options_.shard_rank, options_.shard_count, options_.drop_last);
+  }
 }
 
 bool ResidentLoader::next(Batch& batch) {
-  const int64_t n = inputs_.size(0);
+  const int64_t n = epoch_size();
   const int64_t remaining = n - cursor_;
   if (remaining <= 0 || (options_.drop_last && remaining < options_.batch_size)) return false;
   const int64_t b = std::min(options_.batch_size, remaining);

@@ -27,6 +27,9 @@ struct LoaderOptions {
   bool shuffle = true;
   bool drop_last = false;  // drop the last partial batch instead of serving it short
   uint64_t seed = 1;
+  // Distributed training (data/distributed_sampler.h): this rank's share of each epoch's order.
+  // drop_last also decides the tail: dropped when set, padded otherwise.
+  int64_t shard_rank = 0, shard_count = 1;
 };
 
 class Loader {
@@ -53,6 +56,7 @@ class ResidentLoader : public Loader {
   torch::Device device() const override { return device_; }
 
  private:
+  int64_t epoch_size() const;  // samples this loader serves per epoch (this rank's shard)
   torch::Tensor inputs_;  // the dataset's inputs, on device_
   torch::Tensor labels_;  // (N) int64, on device_
   torch::Tensor order_;   // (N) int64, on device_; undefined when not shuffling

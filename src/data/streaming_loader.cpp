@@ -1,6 +1,7 @@
 #include "data/streaming_loader.h"
 
 #include "common/error.h"
+#include "data/distributed_sampler.h"
 
 #if SPRITETORCH_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
@@ -24,7 +25,11 @@ StreamingLoader::StreamingLoader(const Dataset& dataset, torch::Device device,
   if (streaming_.workers < 0) throw Error("--workers must be >= 0");
   streaming_.prefetch = std::max(1, streaming_.prefetch);
   streaming_.pin_memory = streaming_.pin_memory && device_.is_cuda();
-  const int64_t n = inputs_.size(0);
+  // Distributed: this rank's shard of each epoch (data/distributed_sampler.h).
+  epoch_size_ = options_.shard_count > 1
+                    ? shard_size(inputs_.size(0), options_.shard_count, options_.drop_last)
+                    : inputs_.size(0);
+  const int64_t n = epoch_size_;
   batches_ = options_.drop_last ? n / options_.batch_size : (n + options_.batch_size - 1) / options_.batch_size;
 }
 
@@ -33,12 +38,12 @@ StreamingLoader::~StreamingLoader() { stop_workers(); }
 int64_t StreamingLoader::batches_per_epoch() const { return batches_; }
 
 int64_t StreamingLoader::samples_per_epoch() const {
-  return std::min(inputs_.size(0), batches_ * options_.batch_size);
+  return std::min(epoch_size_, batches_ * options_.batch_size);
 }
 
 StreamingLoader::HostBatch StreamingLoader::gather(int64_t index) const {
   const int64_t start = index * options_.batch_size;
-  const int64_t b = std::min(options_.batch_size, inputs_.size(0) - start);
+  const int64_t b = std::min(options_.batch_size, epoch_size_ - start);
   HostBatch out;
   if (!order_.defined()) {  // not shuffled: a contiguous slice, no copy unless pinning
     out.inputs = inputs_.narrow(0, start, b);
@@ -100,6 +105,9 @@ void StreamingLoader::stop_workers() {
 void StreamingLoader::start_epoch(int64_t epoch) {
   stop_workers();
   order_ = options_.shuffle ? epoch_order(inputs_.size(0), options_.seed, epoch, true) : torch::Tensor();
+  if (options_.shard_count > 1)
+    order_ = shard_order(order_.defined() ? order_ : torch::arange(inputs_.size(0), torch::kInt64),
+                         options_.shard_rank, options_.shard_count, options_.drop_last);
   ready_.clear();
   in_flight_.clear();
   next_to_claim_ = next_to_take_ = next_to_send_ = 0;

@@ -55,6 +55,7 @@ class StreamingLoader : public Loader {
   StreamingOptions streaming_;
   torch::Tensor order_;  // (N) int64, host
   int64_t batches_ = 0;
+  int64_t epoch_size_ = 0;  // samples per epoch: the dataset, or this rank's shard
 
   // Producer/consumer state. Workers claim batch indices in order but only up to `capacity`
   // ahead of the consumer, so memory stays bounded.

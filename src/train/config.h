@@ -33,6 +33,12 @@ struct TrainConfig {
   int step_shards = 0;                     // fused step on the CPU: threads splitting each batch (0 = one per core)               // auto | autograd | fused (train/train_step.h)
   std::string save;                        // checkpoint written after the last epoch
   std::string resume;                      // checkpoint to continue from
+  // How work is split (train/parallel.h, docs/distributed.md).
+  std::string strategy = "auto";           // auto | single | dp | ddp
+  std::string dist_backend = "auto";       // auto (nccl on CUDA, else gloo) | gloo | nccl
+  double dist_timeout_s = 300;             // rendezvous and every collective
+  double bucket_mb = 25;                   // gradient all-reduce bucket size
+  bool overlap = true;                     // all-reduce buckets during backward (--no-overlap)
   // Mixed precision and CUDA graphs (docs/precision.md).
   std::string precision = "fp32";          // fp32 | bf16 | fp16 | auto (precision/precision.h)
   double clip_grad_norm = 0.0;             // clip the gradients' L2 norm to this (0 = off)

@@ -114,6 +114,12 @@ void FusedMlpStep::run_shard(Shard& shard, const torch::Tensor& x_all, const tor
     const auto& in = l == 0 ? x : a[l - 1];
     at::mm_out(shard.weight_grad[l], dz.t(), in);  // (out, in): overwritten, no zero_grad needed
     at::sum_out(shard.bias_grad[l], dz, {0});
+    // One shard writes the model's gradients directly: they are final now, so a distributed
+    // reducer may start on them while the earlier layers are differentiated.
+    if (grad_ready_ && shards_.size() == 1) {
+      grad_ready_(layers_[l]->weight);
+      grad_ready_(layers_[l]->bias);
+    }
     if (l == 0) break;
     auto dz_prev = shard.dz[l - 1].narrow(0, 0, b);
     at::mm_out(dz_prev, dz, layers_[l]->weight);                 // d a_{l-1}
@@ -136,12 +142,18 @@ void FusedMlpStep::run(const data::Batch& batch, torch::Tensor& loss_sum, torch:
     run_shard(*shards_[0], x, batch.labels, b);
   } else {
     pool_->run([&](int s) { run_shard(*shards_[s], x, batch.labels, b); });
-    // Sum the other shards' gradients into shard 0's (the model's .grad views).
-    for (int s = 1; s < n; ++s)
-      for (size_t l = 0; l < layers_.size(); ++l) {
+    // Sum the other shards' gradients into shard 0's (the model's .grad views), last layer first,
+    // reporting each layer as soon as its sum is complete (distributed reducer, grad_ready_).
+    for (size_t l = layers_.size(); l-- > 0;) {
+      for (int s = 1; s < n; ++s) {
         shards_[0]->weight_grad[l].add_(shards_[s]->weight_grad[l]);
         shards_[0]->bias_grad[l].add_(shards_[s]->bias_grad[l]);
       }
+      if (grad_ready_) {
+        grad_ready_(layers_[l]->weight);
+        grad_ready_(layers_[l]->bias);
+      }
+    }
   }
   for (auto& shard : shards_) {
     loss_sum.add_(shard->loss);

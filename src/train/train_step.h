@@ -11,6 +11,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -28,6 +29,15 @@ class TrainStep {
   virtual const char* name() const = 0;
   // True when run() writes the gradients rather than adding to them (no zero_grad needed).
   virtual bool overwrites_grads() const = 0;
+
+  // Called with each parameter whose gradient run() has finished writing, during the backward
+  // pass, so a distributed gradient reducer can start its all-reduce early. The fused step calls
+  // it layer by layer; autograd steps leave it to autograd hooks (distributed/grad_reducer.h).
+  using GradReadyFn = std::function<void(const torch::Tensor& parameter)>;
+  void on_grad_ready(GradReadyFn fn) { grad_ready_ = std::move(fn); }
+
+ protected:
+  GradReadyFn grad_ready_;
 };
 
 class AutogradStep : public TrainStep {

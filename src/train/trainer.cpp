@@ -19,6 +19,7 @@
 #include "train/flat_optimizer.h"
 #include "train/interrupt.h"
 #include "train/run_state.h"
+#include "train/parallel.h"
 #include "train/train_step.h"
 
 namespace spritetorch::train {
@@ -122,9 +123,13 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
   const std::string run_base = run_checkpoint_base(config);
   check_run_outputs(config, run_base);
 
+  // How the work is split; under ddp only rank 0 talks to the observer.
+  ParallelRun parallel(config, distributed::process_env());
+  if (!parallel.is_main()) observer = &silent;
   // Where: resolved once, named the seeds' way.
-  const torch::Device device = device::pick_device(config.device);
-  CpuThreads threads = apply_cpu_threads(config.threads, config.blas_threads);
+  const torch::Device device = parallel.pick_device(config.device);
+  CpuThreads threads = apply_cpu_threads(config.threads, parallel.blas_threads(config.blas_threads));
+  parallel.connect(device);
   // Precision (docs/precision.md): resolved once against the device, before any data is read, so
   // an impossible combination fails at once.
   const precision::PrecisionPlan plan = precision::resolve_precision(
@@ -166,6 +171,7 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
     run_state = load_run_state(*resumed, device, config.resume);
     if (run_state) check_mid_run_resume(config, *resumed, *run_state);
   }
+  parallel.broadcast_model(*model, optimizer);
   std::optional<precision::GradScaler> scaler;  // fp16 only
   if (plan.grad_scaling) {
     scaler.emplace(device);
@@ -179,19 +185,27 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
     throw Error("--augment " + config.augment + " needs image data; " + data.train.name +
                 " holds feature vectors");
   // The fused step splits each batch over the cores itself; BLAS then runs one thread per shard.
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // Under ddp the ranks of a machine share its cores.
+  const int cores = parallel.distributed()
+                        ? parallel.blas_threads(0)
+                        : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int shards = device.is_cpu() ? (config.step_shards > 0 ? config.step_shards : cores) : 1;
   auto step_fn = make_precision_train_step(
       model, config.batch_size, config.step,
       StepPrecision{plan, scaler_ptr, channels_last, /*autocast_cache=*/!config.cuda_graphs}, shards);
   const auto* fused = dynamic_cast<const FusedMlpStep*>(step_fn.get());
   if (fused && fused->shards() > 1 && config.blas_threads == 0) threads = apply_cpu_threads(config.threads, 1);
+  parallel.attach(*step_fn, optimizer, model->parameters());
+  if (config.cuda_graphs && parallel.distributed())
+    throw Error("--cuda-graphs cannot be combined with ddp: the gradient all-reduce runs outside "
+                "the captured step", "drop --cuda-graphs, or train with one process");
   std::unique_ptr<CudaGraphStep> graph_step;  // graphs replay full batches only: drop the last
   if (config.cuda_graphs)
     graph_step = std::make_unique<CudaGraphStep>(*step_fn, optimizer, scaler_ptr,
                                                  config.clip_grad_norm, config.batch_size, device);
   const bool drop_last = config.drop_last || config.cuda_graphs;
   data::LoaderOptions train_options{config.batch_size, /*shuffle=*/true, drop_last, config.seed};
+  parallel.shard(train_options);
   data::DataPath train_path = data::make_data_path(data.train, device, train_options, config.data_path);
   data::Loader& train_loader = *train_path.loader;
   data::DataPath test_path = data::make_data_path(
@@ -222,6 +236,8 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
       {"threads", std::to_string(threads.intra_op) + " intra-op, " +
                       (threads.blas > 0 ? std::to_string(threads.blas) : std::string("?")) + " BLAS"},
   };
+  report.settings.emplace_back("strategy", parallel.describe());
+  report.main_rank = parallel.is_main();
   if (channels_last) report.settings.push_back({"memory format", "channels_last"});
   if (graph_step)
     report.settings.push_back({"cuda graphs", "whole step captured after " +
@@ -272,10 +288,11 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
     if (!std::isfinite(pending) || !weights_finite)
       throw diverged(weights_finite ? "loss is " + std::to_string(pending) : std::string("weights are not finite"),
                      rs.epoch, "at or before step " + std::to_string(rs.step));
+    const std::string path = periodic_checkpoint_path(run_base, rs.epoch * steps + rs.step);
+    if (!parallel.is_main()) return path;  // ddp: ranks are identical; rank 0 writes
     capture_rng(rs, device);
     Checkpoint checkpoint = make_checkpoint(rs.epoch);
     store_run_state(rs, checkpoint);
-    const std::string path = periodic_checkpoint_path(run_base, rs.epoch * steps + rs.step);
     save_checkpoint(path, checkpoint);
     last_good = path;
     prune_periodic_checkpoints(run_base, config.keep_last);
@@ -313,6 +330,7 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
         } else {
           if (!step_fn->overwrites_grads()) optimizer.zero_grad();
           step_fn->run(batch, interval_loss, correct);
+          parallel.reduce_gradients();  // ddp: averaged gradients before unscaling / clipping
           // fp16 on CUDA: the skip-on-inf decision stays on the device (no sync per step).
           finish_step(optimizer, scaler_ptr, config.clip_grad_norm,
                       /*on_device=*/scaler_ptr != nullptr && device.is_cuda());
@@ -327,7 +345,8 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
       samples += b;
       ++step;
       if (config.log_every > 0 && step % config.log_every == 0) {
-        const double mean = interval_loss.item<double>() / static_cast<double>(interval_samples);
+        const auto interval = parallel.sum({interval_loss.item<double>(), static_cast<double>(interval_samples)});
+        const double mean = interval[0] / interval[1];
         if (!std::isfinite(mean))
           throw diverged("loss is " + std::to_string(mean), epoch, "steps " + std::to_string(step - config.log_every + 1) + "-" +
                                           std::to_string(step));
@@ -344,12 +363,16 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
       }
     }
     loss_sum += interval_loss;
+    // Over all ranks: loss sum, correct count, samples.
+    const auto totals = parallel.sum({loss_sum.item<double>(), static_cast<double>(correct.item<int64_t>()),
+                                      static_cast<double>(samples)});
+    samples = static_cast<int64_t>(totals[2]);
     EpochReport er;
     er.epoch = epoch + 1;
     er.epochs = config.epochs;
     er.samples = samples;
-    er.loss = loss_sum.item<double>() / static_cast<double>(std::max<int64_t>(samples, 1));
-    er.accuracy = static_cast<double>(correct.item<int64_t>()) / static_cast<double>(std::max<int64_t>(samples, 1));
+    er.loss = totals[0] / static_cast<double>(std::max<int64_t>(samples, 1));
+    er.accuracy = totals[1] / static_cast<double>(std::max<int64_t>(samples, 1));
     er.seconds = epoch_timer.seconds();
     er.images_per_second = static_cast<double>(samples) / er.seconds;
     if (!std::isfinite(er.loss)) throw diverged("loss is " + std::to_string(er.loss), epoch, "by its end (step " + std::to_string(step) + ")");
@@ -357,6 +380,8 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
     observer->on_epoch(er);
   }
   report.train_seconds = total_timer.seconds();
+  parallel.check_in_sync(optimizer);
+  if (!parallel.is_main()) return report;  // rank 0 evaluates, reports and saves
 
   report.test = evaluate(*model, *test_path.loader, data.test.num_classes());
 

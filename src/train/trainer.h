@@ -40,6 +40,7 @@ struct TrainReport {
   double train_seconds = 0;  // the epoch loop only, device-synchronised
   EvalReport test;
   std::vector<std::string> class_names;
+  bool main_rank = true;  // false on ranks other than 0 of a ddp run: no test report, no checkpoint
 };
 
 class TrainObserver {

@@ -1,0 +1,154 @@
+#include "distributed/launcher.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "common/error.h"
+
+namespace spritetorch::distributed {
+
+int free_tcp_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw Error("launch: cannot open a socket to find a free port");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  ::close(fd);
+  if (!ok) throw Error("launch: cannot find a free TCP port", "pass --master-port");
+  return ntohs(addr.sin_port);
+}
+
+namespace {
+
+std::string self_executable() {
+  char buffer[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
+  if (n <= 0) throw Error("launch: cannot find this program's path (/proc/self/exe)");
+  return std::string(buffer, static_cast<size_t>(n));
+}
+
+int exit_code_of(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+std::string describe_status(int status) {
+  if (WIFSIGNALED(status))
+    return "was killed by signal " + std::to_string(WTERMSIG(status)) + " (" +
+           strsignal(WTERMSIG(status)) + ")";
+  return "exited with code " + std::to_string(exit_code_of(status));
+}
+
+}  // namespace
+
+LaunchResult launch_local_ranks(const LaunchOptions& options,
+                                const std::function<void(const std::string&)>& log) {
+  if (options.nproc_per_node < 1) throw Error("--nproc-per-node must be at least 1");
+  if (options.nnodes < 1) throw Error("--nnodes must be at least 1");
+  if (options.node_rank < 0 || options.node_rank >= options.nnodes)
+    throw Error("--node-rank " + std::to_string(options.node_rank) + " is not in [0, " +
+                std::to_string(options.nnodes) + ")");
+  if (options.args.empty())
+    throw Error("launch: no command to run", "spritetorch launch --nproc-per-node 2 -- train ...");
+  if (options.nnodes > 1 && options.master_port == 0)
+    throw Error("launch: --master-port is required with --nnodes > 1",
+                "every node must pass the same --master-addr and --master-port");
+  const int port = options.master_port ? options.master_port : free_tcp_port();
+  const int world = options.nnodes * options.nproc_per_node;
+  const std::string exe = self_executable();
+
+  std::vector<std::string> argv_text = {exe};
+  argv_text.insert(argv_text.end(), options.args.begin(), options.args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_text) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  const pid_t launcher = ::getpid();
+  std::vector<pid_t> pids(static_cast<size_t>(options.nproc_per_node), -1);
+  std::vector<bool> running(pids.size(), false);
+  auto stop_all = [&](int signal) {
+    for (size_t i = 0; i < pids.size(); ++i)
+      if (running[i]) ::kill(pids[i], signal);
+  };
+  for (int local = 0; local < options.nproc_per_node; ++local) {
+    const int rank = options.node_rank * options.nproc_per_node + local;
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      stop_all(SIGKILL);
+      throw Error("launch: fork failed for rank " + std::to_string(rank));
+    }
+    if (pid == 0) {
+      // The child: die with the launcher; become rank `rank`.
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (::getppid() != launcher) ::_exit(1);
+      ::setenv("RANK", std::to_string(rank).c_str(), 1);
+      ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+      ::setenv("LOCAL_RANK", std::to_string(local).c_str(), 1);
+      ::setenv("LOCAL_WORLD_SIZE", std::to_string(options.nproc_per_node).c_str(), 1);
+      ::setenv("GROUP_RANK", std::to_string(options.node_rank).c_str(), 1);
+      ::setenv("MASTER_ADDR", options.master_addr.c_str(), 1);
+      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      ::execv(exe.c_str(), argv.data());
+      ::_exit(127);
+    }
+    pids[static_cast<size_t>(local)] = pid;
+    running[static_cast<size_t>(local)] = true;
+  }
+  log("launch: " + std::to_string(options.nproc_per_node) + " rank(s) of " + std::to_string(world) +
+      " started, rendezvous at " + options.master_addr + ":" + std::to_string(port));
+
+  LaunchResult result;
+  int alive = options.nproc_per_node;
+  std::chrono::steady_clock::time_point kill_at{};
+  bool stopping = false;
+  while (alive > 0) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, stopping ? WNOHANG : 0);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      break;  // no children left
+    }
+    if (pid == 0) {  // stopping, nobody exited yet
+      if (std::chrono::steady_clock::now() >= kill_at) stop_all(SIGKILL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    for (size_t i = 0; i < pids.size(); ++i) {
+      if (pids[i] != pid || !running[i]) continue;
+      running[i] = false;
+      --alive;
+      const int rank = options.node_rank * options.nproc_per_node + static_cast<int>(i);
+      const int code = exit_code_of(status);
+      if (code != 0 && result.exit_code == 0 && !stopping) {
+        result.exit_code = code;
+        result.failed_rank = rank;
+        log("launch: rank " + std::to_string(rank) + " " + describe_status(status) +
+            "; stopping the other ranks");
+        stopping = true;
+        stop_all(SIGTERM);
+        kill_at = std::chrono::steady_clock::now() +
+                  std::chrono::milliseconds(static_cast<int64_t>(options.grace_s * 1000));
+      }
+    }
+  }
+  return result;
+}
+
+}  // namespace spritetorch::distributed

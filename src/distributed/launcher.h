@@ -1,0 +1,40 @@
+// `spritetorch launch`: starts the local ranks of a ddp run itself, like torchrun does, so one
+// command trains on every GPU (or several CPU processes) of a machine.
+//
+// Each rank is this same executable (/proc/self/exe) re-run with the given arguments and the
+// torchrun environment: RANK = node_rank * nproc_per_node + local rank, WORLD_SIZE, LOCAL_RANK,
+// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT. When a rank fails (non-zero exit or a signal) the
+// others are stopped (SIGTERM, then SIGKILL after a grace period) and its exit code is returned;
+// the ranks also get SIGTERM if the launcher itself dies (PR_SET_PDEATHSIG).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace spritetorch::distributed {
+
+struct LaunchOptions {
+  int nproc_per_node = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;  // 0: a free port of this machine (one node only)
+  std::vector<std::string> args;  // the subcommand and its flags, e.g. {"train", "--epochs", "2"}
+  double grace_s = 5;  // between SIGTERM and SIGKILL for the surviving ranks
+};
+
+struct LaunchResult {
+  int exit_code = 0;     // 0 when every rank succeeded; else the first failure (128 + signal)
+  int failed_rank = -1;  // global rank of the first failure
+};
+
+// Starts the ranks and waits for them. `log` receives one line per notable event (start, the
+// first failure); the library itself prints nothing. Throws spritetorch::Error for bad options.
+LaunchResult launch_local_ranks(const LaunchOptions& options,
+                                const std::function<void(const std::string&)>& log);
+
+// A TCP port on this machine that was free a moment ago (bind to port 0, read it, close).
+int free_tcp_port();
+
+}  // namespace spritetorch::distributed

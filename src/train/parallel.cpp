@@ -1,0 +1,154 @@
+#include "train/parallel.h"
+
+#include <sstream>
+#include <thread>
+
+#include "common/error.h"
+#include "device/device.h"
+
+#if SPRITETORCH_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
+namespace spritetorch::train {
+
+const std::vector<std::string>& strategy_names() {
+  static const std::vector<std::string> kNames = {"auto", "single", "dp", "ddp"};
+  return kNames;
+}
+
+ParallelRun::ParallelRun(const TrainConfig& config, const distributed::EnvLookup& env) {
+  const std::string& s = config.strategy;
+  if (s != "auto" && s != "single" && s != "dp" && s != "ddp")
+    throw Error("unknown --strategy '" + s + "': expected auto, single, dp or ddp");
+  if (s == "dp") {
+#if SPRITETORCH_WITH_CUDA
+    throw Error("--strategy dp (DataParallel) is not available yet: spritetorch's models are not "
+                "Cloneable, which LibTorch's data_parallel needs to replicate them",
+                "use one process per GPU: spritetorch launch --nproc-per-node N -- train ...");
+#else
+    throw Error("--strategy dp (DataParallel over several GPUs in one process) needs a CUDA build "
+                "of spritetorch; this one is CPU-only",
+                "for several processes on the CPU use --strategy ddp with spritetorch launch "
+                "--nproc-per-node N -- train ...");
+#endif
+  }
+  if (s == "ddp" || (s == "auto" && distributed::launched_as_rank(env))) {
+    kind_ = StrategyKind::kDdp;
+    env_ = distributed::read_dist_env(env);
+    if (!distributed::distributed_available())
+      distributed::create_communicator(env_, {});  // throws the stub's explanation
+  }
+  comm_options_.backend = config.dist_backend;
+  comm_options_.timeout_s = config.dist_timeout_s;
+  if (!(comm_options_.timeout_s > 0))
+    throw Error("--dist-timeout must be positive, got " + std::to_string(config.dist_timeout_s));
+  reducer_options_.bucket_mb = config.bucket_mb;
+  reducer_options_.overlap = config.overlap;
+  if (!(reducer_options_.bucket_mb > 0))
+    throw Error("--bucket-mb must be positive, got " + std::to_string(config.bucket_mb));
+}
+
+ParallelRun::~ParallelRun() = default;
+
+torch::Device ParallelRun::pick_device(const std::string& text) const {
+  if (!distributed()) return device::pick_device(text);
+  const auto spec = device::parse_device_spec(text);
+  torch::Device picked = device::resolve_device(spec, device::probe_availability());
+  // One rank per GPU: cuda (or auto on a CUDA machine) means this rank's local GPU.
+  if (picked.is_cuda() && spec.index < 0) {
+    device::DeviceSpec local{device::DeviceKind::kCuda, env_.local_rank};
+    picked = device::resolve_device(local, device::probe_availability());
+  }
+  return picked;
+}
+
+int ParallelRun::blas_threads(int requested) const {
+  if (requested > 0 || !distributed()) return requested;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / std::max(1, env_.local_world_size));
+}
+
+void ParallelRun::connect(const torch::Device& device) {
+  device_ = device;
+  if (!distributed()) return;
+#if SPRITETORCH_WITH_CUDA
+  // Make this rank's GPU the current one, so that no rank opens a context on cuda:0 by default.
+  if (device.is_cuda()) c10::cuda::set_device(static_cast<c10::DeviceIndex>(device.index()));
+#endif
+  if (comm_options_.backend == "auto") comm_options_.backend = device.is_cuda() ? "nccl" : "gloo";
+  if (comm_options_.backend == "nccl" && !device.is_cuda())
+    throw Error("--dist-backend nccl needs CUDA devices; this rank trains on " + device.str(),
+                "use --dist-backend gloo on the CPU");
+  comm_ = distributed::create_communicator(env_, comm_options_);
+}
+
+void ParallelRun::broadcast_model(torch::nn::Module& model, FlatOptimizer& optimizer) {
+  if (!comm_) return;
+  torch::NoGradGuard no_grad;
+  comm_->broadcast(optimizer.values(), 0);  // every parameter: one flat buffer, one collective
+  for (auto& buffer : model.buffers()) {
+    auto contiguous = buffer.contiguous();
+    comm_->broadcast(contiguous, 0);
+    if (!contiguous.is_same(buffer)) buffer.copy_(contiguous);
+  }
+}
+
+void ParallelRun::attach(TrainStep& step, FlatOptimizer& optimizer,
+                         const std::vector<torch::Tensor>& params) {
+  if (!comm_) return;
+  reducer_ = std::make_unique<distributed::GradReducer>(comm_, params, optimizer.grads(),
+                                                        reducer_options_);
+  if (reducer_options_.overlap) {
+    reducer_->install_autograd_hooks();
+    auto* reducer = reducer_.get();
+    step.on_grad_ready([reducer](const torch::Tensor& p) { reducer->mark_ready(p); });
+  }
+}
+
+void ParallelRun::shard(data::LoaderOptions& options) const {
+  if (!distributed()) return;
+  options.shard_rank = env_.rank;
+  options.shard_count = env_.world_size;
+}
+
+void ParallelRun::reduce_gradients() {
+  if (reducer_) reducer_->finish();
+}
+
+std::vector<double> ParallelRun::sum(std::vector<double> values) {
+  if (!comm_ || values.empty()) return values;
+  auto t = torch::tensor(values, torch::kFloat64).to(device_);  // (V) float64
+  comm_->allreduce_sum(t);
+  t = t.cpu();
+  for (size_t i = 0; i < values.size(); ++i) values[i] = t[static_cast<int64_t>(i)].item<double>();
+  return values;
+}
+
+void ParallelRun::check_in_sync(FlatOptimizer& optimizer) {
+  if (!comm_) return;
+  torch::NoGradGuard no_grad;
+  auto root = optimizer.values().clone();
+  comm_->broadcast(root, 0);
+  const double diff = (root - optimizer.values()).abs().max().item<double>();
+  // Every rank must learn the verdict, or the good ones would wait for the bad one's next move.
+  const double worst = sum({diff})[0];
+  if (worst != 0.0)
+    throw Error("rank " + std::to_string(env_.rank) + ": the ranks' parameters differ after "
+                "training (largest difference summed over ranks: " + std::to_string(worst) + ")",
+                "this is a bug in spritetorch's gradient reduction; please report it");
+}
+
+std::string ParallelRun::describe() const {
+  if (!distributed()) return "single process";
+  std::ostringstream s;
+  s << "ddp, rank " << env_.rank << " of " << env_.world_size << ", "
+    << (comm_ ? comm_->backend() : comm_options_.backend);
+  if (reducer_)
+    s << ", " << reducer_->buckets().size() << " bucket(s) <= " << reducer_options_.bucket_mb
+      << " MB, " << (reducer_options_.overlap ? "overlapped with backward" : "after backward");
+  s << ", timeout " << comm_options_.timeout_s << " s";
+  return s.str();
+}
+
+}  // namespace spritetorch::train

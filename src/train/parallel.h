@@ -1,0 +1,82 @@
+// How the training work is split (the "strategy" axis, next to device and precision):
+//   single — one process, one device;
+//   ddp    — one process per device, started by `spritetorch launch`, torchrun or a Slurm wrapper
+//            (distributed/dist_env.h); parameters broadcast from rank 0, the training data sharded
+//            (data/distributed_sampler.h), gradients averaged by distributed::GradReducer, metrics
+//            summed over ranks; only rank 0 evaluates, reports and writes checkpoints;
+//   dp     — DataParallel: one process, each batch split over the visible GPUs (CUDA builds).
+// auto = ddp when the process was started as a rank (RANK / WORLD_SIZE set), else single.
+//
+// For single, every method here is a no-op, so the trainer calls them unconditionally.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/loader.h"
+#include "distributed/communicator.h"
+#include "distributed/dist_env.h"
+#include "distributed/grad_reducer.h"
+#include "train/config.h"
+#include "train/flat_optimizer.h"
+#include "train/train_step.h"
+
+namespace spritetorch::train {
+
+enum class StrategyKind { kSingle, kDataParallel, kDdp };
+
+class ParallelRun {
+ public:
+  // Resolves --strategy and, for ddp, reads and validates the rank environment (no network yet).
+  // Throws spritetorch::Error for a bad combination (dp without CUDA, bad env, ...).
+  ParallelRun(const TrainConfig& config, const distributed::EnvLookup& env);
+  ~ParallelRun();
+
+  StrategyKind kind() const { return kind_; }
+  bool distributed() const { return kind_ == StrategyKind::kDdp; }
+  bool is_main() const { return env_.rank == 0; }
+  int rank() const { return env_.rank; }
+  int world_size() const { return env_.world_size; }
+
+  // The device for this rank: under ddp, "auto" / "cuda" become cuda:LOCAL_RANK.
+  torch::Device pick_device(const std::string& text) const;
+  // OpenBLAS threads: under ddp the ranks of one machine share its cores.
+  int blas_threads(int requested) const;
+  // Rendezvous and process group (ddp only); call once the device is known.
+  void connect(const torch::Device& device);
+
+  // Rank 0's parameters (the optimizer's flat buffer) and the model's buffers to every rank.
+  void broadcast_model(torch::nn::Module& model, FlatOptimizer& optimizer);
+  // Builds the gradient reducer and hooks it to autograd and to `step`.
+  void attach(TrainStep& step, FlatOptimizer& optimizer, const std::vector<torch::Tensor>& params);
+  // This rank's shard of the training data.
+  void shard(data::LoaderOptions& options) const;
+  // After backward, before the optimizer step: averaged gradients on every rank.
+  void reduce_gradients();
+  // Element-wise sums over ranks (identity for single).
+  std::vector<double> sum(std::vector<double> values);
+  // Throws when the ranks' parameters differ (a bug or a corrupted rank), after training.
+  void check_in_sync(FlatOptimizer& optimizer);
+
+  // The reducer of a ddp run after attach(); nullptr otherwise. For tests and reports.
+  const distributed::GradReducer* reducer() const { return reducer_.get(); }
+
+  // One settings row: "ddp, rank 0 of 2, gloo, buckets 1 x 25 MB, overlapped".
+  std::string describe() const;
+
+ private:
+  StrategyKind kind_ = StrategyKind::kSingle;
+  distributed::DistEnv env_;
+  distributed::CommOptions comm_options_;
+  distributed::ReducerOptions reducer_options_;
+  torch::Device device_ = torch::kCPU;
+  std::shared_ptr<distributed::Communicator> comm_;
+  std::unique_ptr<distributed::GradReducer> reducer_;
+};
+
+const std::vector<std::string>& strategy_names();  // auto, single, dp, ddp
+
+}  // namespace spritetorch::train

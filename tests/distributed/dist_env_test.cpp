@@ -1,0 +1,83 @@
+// The rank environment: what torchrun sets, validated with clear errors.
+#include "distributed/dist_env.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "common/error.h"
+
+namespace spritetorch::distributed {
+namespace {
+
+EnvLookup fake(std::map<std::string, std::string> vars) {
+  auto shared = std::make_shared<std::map<std::string, std::string>>(std::move(vars));
+  return [shared](const char* name) -> const char* {
+    auto it = shared->find(name);
+    return it == shared->end() ? nullptr : it->second.c_str();
+  };
+}
+
+std::map<std::string, std::string> good() {
+  return {{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
+          {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29500"}};
+}
+
+std::string error_of(const std::map<std::string, std::string>& vars) {
+  try {
+    read_dist_env(fake(vars));
+  } catch (const Error& e) {
+    return std::string(e.what()) + " | " + e.hint();
+  }
+  return "no error";
+}
+
+TEST(DistEnv, ReadsTorchrunVariables) {
+  const DistEnv env = read_dist_env(fake(good()));
+  EXPECT_EQ(env.rank, 1);
+  EXPECT_EQ(env.world_size, 4);
+  EXPECT_EQ(env.local_rank, 1);
+  EXPECT_EQ(env.local_world_size, 2);
+  EXPECT_EQ(env.master_addr, "10.0.0.1");
+  EXPECT_EQ(env.master_port, 29500);
+  EXPECT_TRUE(launched_as_rank(fake(good())));
+  EXPECT_FALSE(launched_as_rank(fake({})));
+}
+
+TEST(DistEnv, LocalVariablesDefaultToOneMachine) {
+  auto vars = good();
+  vars.erase("LOCAL_RANK");
+  vars.erase("LOCAL_WORLD_SIZE");
+  const DistEnv env = read_dist_env(fake(vars));
+  EXPECT_EQ(env.local_rank, 1);
+  EXPECT_EQ(env.local_world_size, 4);
+}
+
+TEST(DistEnv, MissingVariablesAreNamedWithALaunchHint) {
+  auto vars = good();
+  vars.erase("MASTER_ADDR");
+  vars.erase("MASTER_PORT");
+  const auto message = error_of(vars);
+  EXPECT_NE(message.find("MASTER_ADDR, MASTER_PORT"), std::string::npos) << message;
+  EXPECT_NE(message.find("spritetorch launch"), std::string::npos) << message;
+}
+
+TEST(DistEnv, RankMustBeBelowWorldSize) {
+  auto vars = good();
+  vars["RANK"] = "4";
+  EXPECT_NE(error_of(vars).find("RANK=4 is not below WORLD_SIZE=4"), std::string::npos);
+}
+
+TEST(DistEnv, MalformedNumbersAreRejected) {
+  for (const auto& [name, value] : std::map<std::string, std::string>{
+           {"RANK", "one"}, {"WORLD_SIZE", "0"}, {"MASTER_PORT", "70000"}, {"RANK", "-1"},
+           {"LOCAL_RANK", "1x"}}) {
+    auto vars = good();
+    vars[name] = value;
+    const auto message = error_of(vars);
+    EXPECT_NE(message.find(name + "='" + value + "'"), std::string::npos) << message;
+  }
+}
+
+}  // namespace
+}  // namespace spritetorch::distributed

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Multi-process ddp through the real binary, two ranks on loopback (Gloo):
+#   - launch: 2 ranks = 1 process with the global batch (test loss within 1e-5), overlapped and
+#     after-backward reduction agree, only rank 0 prints, --resume works on every rank;
+#   - faults: a killed rank or a hung one makes the other exit non-zero with a clear error before
+#     --dist-timeout ends (killed) or right after it (hung); launch stops the survivors;
+#   - bad environments are clear errors.
+# Every wait is bounded; stray processes are killed by pid on exit.
+set -u
+bin=$1
+tmp=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"; }
+trap cleanup EXIT
+fails=0 passes=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+pass() { passes=$((passes + 1)); }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+json_get() { python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(eval("d"+sys.argv[2]))' "$1" "$2"; }
+# Seconds since $1 (date +%s.%N), as a float.
+since() { python3 -c "import sys,time; print(round(time.time()-float(sys.argv[1]),2))" "$1"; }
+# Waits up to $2 seconds for the background job $1 to end; sets rc to its exit code (or "running").
+wait_for() {
+  local pid=$1 limit=$2 t=0
+  while kill -0 "$pid" 2>/dev/null && [ "$t" -lt $((limit * 10)) ]; do sleep 0.1; t=$((t + 1)); done
+  if kill -0 "$pid" 2>/dev/null; then rc=running; else wait "$pid"; rc=$?; fi
+}
+common=(--dataset dummy --model simplenn --threads 1 --blas-threads 1 --seed 3)
+
+# --- 2 ranks vs 1 process over the same global batch --------------------------------------------
+single=$("$bin" train "${common[@]}" --epochs 2 --batch-size 64 --json 2>"$tmp/single.err")
+ddp=$("$bin" launch --nproc-per-node 2 -- train "${common[@]}" --epochs 2 --batch-size 32 --json 2>"$tmp/ddp.err")
+rc=$?
+if [ $rc -ne 0 ]; then fail "launch 2 ranks exited $rc: $(tail -5 "$tmp/ddp.err")"; else
+  a=$(json_get "$single" '["test"]["loss"]'); b=$(json_get "$ddp" '["test"]["loss"]')
+  if python3 -c "import sys; sys.exit(0 if abs($a-$b) < 1e-5 else 1)"; then pass; else
+    fail "2 ranks x batch 32 test loss $b != 1 process x batch 64 test loss $a"; fi
+  [ "$(json_get "$ddp" '["epochs"][1]["loss"] > 0')" = True ] && pass || fail "no epoch loss in $ddp"
+  grep -q "ddp, rank 0 of 2, gloo" <<<"$(json_get "$ddp" '["settings"]["strategy"]')" && pass ||
+    fail "strategy row: $(json_get "$ddp" '["settings"]')"
+  [ "$(grep -c "^Epoch 2/2" "$tmp/ddp.err")" = 1 ] && pass || fail "only rank 0 should print: $(cat "$tmp/ddp.err")"
+fi
+no_overlap=$("$bin" launch --nproc-per-node 2 -- train "${common[@]}" --epochs 2 --batch-size 32 --step autograd --no-overlap --json 2>/dev/null)
+overlap=$("$bin" launch --nproc-per-node 2 -- train "${common[@]}" --epochs 2 --batch-size 32 --step autograd --json 2>/dev/null)
+if [ -n "$overlap" ] && [ "$(json_get "$overlap" '["test"]["loss"]')" = "$(json_get "$no_overlap" '["test"]["loss"]')" ]; then pass; else
+  fail "overlap / no-overlap differ: $overlap vs $no_overlap"; fi
+
+# --resume on every rank: 1 epoch saved by rank 0, resumed by both = 2 epochs in one go.
+"$bin" launch --nproc-per-node 2 -- train "${common[@]}" --epochs 1 --batch-size 32 --save "$tmp/e1.pt" >/dev/null 2>&1
+resumed=$("$bin" launch --nproc-per-node 2 -- train "${common[@]}" --epochs 2 --batch-size 32 --resume "$tmp/e1.pt" --json 2>/dev/null)
+if [ -n "$resumed" ] && [ -n "$single" ] &&
+   python3 -c "import sys; sys.exit(0 if abs($(json_get "$resumed" '["test"]["loss"]') - $(json_get "$single" '["test"]["loss"]')) < 1e-5 else 1)"; then pass; else
+  fail "2 ranks resumed after epoch 1 differ from 2 epochs in one run: $resumed"; fi
+
+# --- a rank that dies, a rank that hangs ---------------------------------------------------------
+# start_pair TIMEOUT: two ranks training for a long time; sets r0 and r1 (pids).
+start_pair() {
+  local port; port=$(free_port)
+  for r in 0 1; do
+    RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$bin" train "${common[@]}" \
+      --epochs 100000 --batch-size 8 --dist-timeout "$1" --verbose --log-every 20 >"$tmp/r$r.log" 2>&1 &
+    pids+=($!)
+    eval "r$r=$!"
+  done
+  local t=0
+  while ! grep -qs "step" "$tmp/r0.log" && [ $t -lt 300 ]; do sleep 0.1; t=$((t + 1)); done
+  grep -qs "step" "$tmp/r0.log" || fail "ranks did not start training: $(tail -5 "$tmp/r0.log")"
+}
+start_pair 30
+kill -9 "$r1"; t0=$(date +%s.%N)
+wait_for "$r0" 40; took=$(since "$t0")
+if [ "$rc" = 2 ] && grep -q "rank 0: .* failed" "$tmp/r0.log" && ! grep -q "frame #" "$tmp/r0.log" &&
+   python3 -c "import sys; sys.exit(0 if $took < 30 else 1)"; then pass; else
+  fail "killed rank 1: rank 0 exit $rc after ${took}s (timeout 30): $(tail -3 "$tmp/r0.log")"; fi
+
+start_pair 3
+kill -STOP "$r1"; t0=$(date +%s.%N)
+wait_for "$r0" 30; took=$(since "$t0")
+kill -9 "$r1"
+if [ "$rc" = 2 ] && grep -q "rank 0: .* failed" "$tmp/r0.log" && python3 -c "import sys; sys.exit(0 if $took < 20 else 1)"; then pass; else
+  fail "hung rank 1: rank 0 exit $rc after ${took}s (timeout 3): $(tail -3 "$tmp/r0.log")"; fi
+
+# launch: one rank killed -> launch exits non-zero, the other rank is stopped.
+"$bin" launch --nproc-per-node 2 -- train "${common[@]}" --epochs 100000 --batch-size 8 --dist-timeout 30 >"$tmp/l.log" 2>&1 &
+launcher=$!; pids+=($launcher)
+t=0; children=""
+while [ $t -lt 100 ]; do children=$(pgrep -P "$launcher" | tr '\n' ' '); [ "$(wc -w <<<"$children")" = 2 ] && break; sleep 0.1; t=$((t + 1)); done
+sleep 2
+victim=$(cut -d' ' -f2 <<<"$children"); survivor=$(cut -d' ' -f1 <<<"$children")
+kill -9 "$victim"
+wait_for "$launcher" 20
+if [ "$rc" != 0 ] && [ "$rc" != running ] && ! kill -0 "$survivor" 2>/dev/null && grep -q "rank 1 was killed by signal 9" "$tmp/l.log"; then pass; else
+  fail "launch with a killed rank: exit $rc, survivor alive: $(kill -0 "$survivor" 2>/dev/null && echo yes), log: $(tail -3 "$tmp/l.log")"; fi
+
+# --- bad environments --------------------------------------------------------------------------
+expect_error() {  # expect_error PATTERN ENV... -- ARGS...
+  local pattern=$1; shift
+  local envs=(); while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
+  local out rc
+  out=$(env "${envs[@]}" "$bin" "$@" 2>&1); rc=$?
+  if [ $rc -eq 2 ] && grep -qE -- "$pattern" <<<"$out" && ! grep -q "frame #" <<<"$out"; then pass; else
+    fail "env ${envs[*]} spritetorch $*: exit $rc, wanted 2 and /$pattern/: $(head -3 <<<"$out")"; fi
+}
+port=$(free_port)
+expect_error "RANK=2 is not below WORLD_SIZE=2" RANK=2 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port -- train "${common[@]}"
+expect_error "needs the environment variables MASTER_ADDR, MASTER_PORT" RANK=0 WORLD_SIZE=2 -- train "${common[@]}"
+expect_error "needs the environment variables RANK, WORLD_SIZE" X=1 -- train "${common[@]}" --strategy ddp
+t0=$(date +%s.%N)
+expect_error "rendezvous at 127.0.0.1:$port failed" RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port -- train "${common[@]}" --dist-timeout 2
+python3 -c "import sys; sys.exit(0 if $(since "$t0") < 10 else 1)" && pass || fail "unreachable master took over 10 s with --dist-timeout 2"
+expect_error "needs a CUDA build" X=1 -- train "${common[@]}" --strategy dp
+expect_error "nccl" X=1 -- launch --nproc-per-node 1 -- train "${common[@]}" --dist-backend nccl
+
+echo "multiproc: $passes passed, $fails failed"
+[ "$fails" -eq 0 ]
