@@ -16,7 +16,7 @@ echo "## 1. spritetorch bench --epochs 5 --repeats 3 --vs-python"
 
 median_train() {  # median train_s and the accuracy of 3 runs of `train --json ARGS`
   for _ in 1 2 3; do "$bin" train --json "$@" 2>/dev/null; done |
-    python3 -c 'import json,sys; r=[json.loads(l) for l in sys.stdin]; t=sorted(x["train_s"] for x in r); print(f"{t[1]:.2f} s  acc {r[-1][\"accuracy\"]:.4f}  [{r[-1][\"settings\"][\"step\"]}; {r[-1][\"settings\"][\"threads\"]}]")'
+    python3 -c 'import json,sys; r=[json.loads(l) for l in sys.stdin]; t=sorted(x["train_s"] for x in r); last=r[-1]; print("%.2f s  acc %.4f  [%s; %s]" % (t[1], last["accuracy"], last["settings"]["step"], last["settings"]["threads"]))'
 }
 echo "## 2. thread settings x step (seed workload, 5 epochs, median of 3)"
 for step in autograd fused; do
