@@ -139,6 +139,11 @@ Subcommand add_train_command(CLI::App& app) {
       ->check(CLI::PositiveNumber)->capture_default_str();
   sub->add_option("--bucket-mb", config->bucket_mb, "Gradient all-reduce bucket size in MB (ddp)")
       ->check(CLI::PositiveNumber)->capture_default_str();
+  sub->add_option("--dist-shard", config->dist_shard,
+                  "ddp: auto | global (each epoch's order re-sharded over the ranks: the batches of "
+                  "a single process) | local (a fixed 1/R share per rank, all a rank keeps; auto: "
+                  "local on CUDA, else global)")
+      ->check(CLI::IsMember({"auto", "global", "local"}))->capture_default_str();
   sub->add_flag_callback("--no-overlap", [config] { config->overlap = false; },
                          "ddp: all-reduce the gradients after backward instead of overlapping it");
   sub->add_flag("--json", *json, "Print a JSON summary on stdout (progress goes to stderr)");

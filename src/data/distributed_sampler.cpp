@@ -1,6 +1,7 @@
 #include "data/distributed_sampler.h"
 
 #include "common/error.h"
+#include "data/loader.h"
 
 namespace spritetorch::data {
 
@@ -24,6 +25,18 @@ torch::Tensor shard_order(const torch::Tensor& order, int64_t rank, int64_t rank
   auto positions = torch::arange(rank, total, ranks, torch::TensorOptions().dtype(torch::kInt64));
   if (total > n) positions = positions.remainder(n);
   return order.index_select(0, positions.to(order.device()));
+}
+
+Dataset local_shard(const Dataset& full, int64_t rank, int64_t ranks, uint64_t seed, bool drop_tail) {
+  // The split must not depend on the epoch: epoch_order's epoch argument is fixed to -1, which no
+  // training epoch uses, so the split differs from every epoch's own order.
+  const auto order = epoch_order(full.size(), seed, /*epoch=*/-1, /*shuffle=*/true);
+  const auto rows = shard_order(order, rank, ranks, drop_tail);  // (shard) int64, CPU
+  Dataset shard = full;
+  shard.inputs = full.inputs.index_select(0, rows.to(full.inputs.device()));
+  shard.labels = full.labels.index_select(0, rows.to(full.labels.device()));
+  shard.name = full.name + ", shard " + std::to_string(rank) + "/" + std::to_string(ranks);
+  return shard;
 }
 
 }  // namespace spritetorch::data

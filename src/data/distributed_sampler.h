@@ -17,7 +17,18 @@
 
 #include <cstdint>
 
+#include "data/dataset.h"
+
 namespace spritetorch::data {
+
+// Local shards (--dist-shard local): an alternative to re-sharding every epoch's order. The
+// dataset is split once, from a shuffle seeded by `seed` alone, into R fixed disjoint shards of
+// equal size (padded or dropped as above), and each rank keeps only its own; every epoch then
+// reshuffles within the shard. A rank's resident copy costs 1/R of the dataset's device memory,
+// at the price of batches that differ from a single process's (each rank sees a fixed subset).
+//
+// full: the whole dataset -> rank's shard (its rows, copied; named "<name>, shard r/R").
+Dataset local_shard(const Dataset& full, int64_t rank, int64_t ranks, uint64_t seed, bool drop_tail);
 
 // Samples per rank per epoch.
 int64_t shard_size(int64_t n, int64_t ranks, bool drop_tail);

@@ -18,6 +18,8 @@ std::string shape_string(const std::vector<int64_t>& dims) {
   return out + ")";
 }
 
+Classifier make_model_of_kind(const ModelSpec& spec);  // below: one constructor call per name
+
 }  // namespace
 
 AnnImpl::AnnImpl(int64_t in_features, int64_t classes) {
@@ -64,6 +66,34 @@ const std::vector<std::string>& model_names() {
 }
 
 Classifier make_model(const ModelSpec& spec) {
+  Classifier model = make_model_of_kind(spec);
+  model->spec_ = spec;
+  return model;
+}
+
+std::shared_ptr<torch::nn::Module> ClassifierImpl::clone(
+    const c10::optional<torch::Device>& device) const {
+  if (spec_.name.empty())
+    throw Error("this classifier was not made by models::make_model and cannot be cloned");
+  Classifier copy = make_model(spec_);
+  torch::NoGradGuard no_grad;
+  // set_data keeps the copy's Parameter objects (and their names) but gives them new storage.
+  auto copy_into = [&device](const torch::Tensor& from, torch::Tensor to) {
+    to.set_data(device ? from.to(*device, /*non_blocking=*/false, /*copy=*/true) : from.clone());
+  };
+  const auto params = named_parameters(/*recurse=*/true);
+  const auto copy_params = copy->named_parameters(/*recurse=*/true);
+  for (const auto& p : params) copy_into(p.value(), copy_params[p.key()]);
+  const auto buffers = named_buffers(/*recurse=*/true);
+  const auto copy_buffers = copy->named_buffers(/*recurse=*/true);
+  for (const auto& b : buffers) copy_into(b.value(), copy_buffers[b.key()]);
+  copy->train(is_training());
+  return copy;
+}
+
+namespace {
+
+Classifier make_model_of_kind(const ModelSpec& spec) {
   if (spec.classes < 2) throw Error("a classifier needs at least 2 classes, got " + std::to_string(spec.classes));
   const int64_t features = product(spec.input_shape);
   if (spec.name == "ann") return std::make_shared<AnnImpl>(features, spec.classes);
@@ -80,5 +110,7 @@ Classifier make_model(const ModelSpec& spec) {
   for (const auto& n : model_names()) names += (names.empty() ? "" : ", ") + n;
   throw Error("unknown model '" + spec.name + "': expected one of " + names);
 }
+
+}  // namespace
 
 }  // namespace spritetorch::models

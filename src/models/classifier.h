@@ -22,6 +22,18 @@ class ClassifierImpl : public torch::nn::Module {
   // Non-empty when the model is exactly Linear, ReLU, Linear, ..., Linear on flattened inputs:
   // then the trainer may use its fused step (train/train_step.h).
   virtual std::vector<torch::nn::Linear> relu_mlp_layers() { return {}; }
+
+  // What make_model built this from (empty name for models made otherwise).
+  const ModelSpec& spec() const { return spec_; }
+  // A deep copy (own storage, same values, same train/eval mode), optionally on another device:
+  // LibTorch's data_parallel replicates the model onto each GPU with this. Built by make_model
+  // from spec(), so only models made by make_model can be cloned.
+  std::shared_ptr<torch::nn::Module> clone(
+      const c10::optional<torch::Device>& device = c10::nullopt) const override;
+
+ private:
+  friend std::shared_ptr<ClassifierImpl> make_model(const ModelSpec& spec);
+  ModelSpec spec_;
 };
 using Classifier = std::shared_ptr<ClassifierImpl>;
 

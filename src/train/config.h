@@ -39,6 +39,7 @@ struct TrainConfig {
   double dist_timeout_s = 300;             // rendezvous and every collective
   double bucket_mb = 25;                   // gradient all-reduce bucket size
   bool overlap = true;                     // all-reduce buckets during backward (--no-overlap)
+  std::string dist_shard = "auto";         // auto | global | local (data/distributed_sampler.h)
   // Mixed precision and CUDA graphs (docs/precision.md).
   std::string precision = "fp32";          // fp32 | bf16 | fp16 | auto (precision/precision.h)
   double clip_grad_norm = 0.0;             // clip the gradients' L2 norm to this (0 = off)

@@ -4,7 +4,9 @@
 #include <thread>
 
 #include "common/error.h"
+#include "data/distributed_sampler.h"
 #include "device/device.h"
+#include "train/data_parallel.h"
 
 #if SPRITETORCH_WITH_CUDA
 #include <c10/cuda/CUDAFunctions.h>
@@ -23,9 +25,20 @@ ParallelRun::ParallelRun(const TrainConfig& config, const distributed::EnvLookup
     throw Error("unknown --strategy '" + s + "': expected auto, single, dp or ddp");
   if (s == "dp") {
 #if SPRITETORCH_WITH_CUDA
-    throw Error("--strategy dp (DataParallel) is not available yet: spritetorch's models are not "
-                "Cloneable, which LibTorch's data_parallel needs to replicate them",
-                "use one process per GPU: spritetorch launch --nproc-per-node N -- train ...");
+    kind_ = StrategyKind::kDataParallel;
+    const int gpus = static_cast<int>(torch::cuda::device_count());
+    if (gpus == 0)
+      throw Error("--strategy dp (DataParallel) needs CUDA GPUs; none is visible",
+                  "check nvidia-smi and CUDA_VISIBLE_DEVICES, or train with --strategy single");
+    for (int i = 0; i < gpus; ++i)
+      dp_devices_.emplace_back(torch::kCUDA, static_cast<torch::DeviceIndex>(i));
+    if (config.step == "fused")
+      throw Error("--step fused cannot run under --strategy dp: DataParallel replicates the model "
+                  "and needs autograd's backward", "use --step auto or autograd");
+    if (config.cuda_graphs)
+      throw Error("--cuda-graphs cannot be combined with --strategy dp: DataParallel replicates "
+                  "the model on every step, which a captured graph cannot do",
+                  "drop --cuda-graphs, or use ddp (one process per GPU)");
 #else
     throw Error("--strategy dp (DataParallel over several GPUs in one process) needs a CUDA build "
                 "of spritetorch; this one is CPU-only",
@@ -43,6 +56,9 @@ ParallelRun::ParallelRun(const TrainConfig& config, const distributed::EnvLookup
   comm_options_.timeout_s = config.dist_timeout_s;
   if (!(comm_options_.timeout_s > 0))
     throw Error("--dist-timeout must be positive, got " + std::to_string(config.dist_timeout_s));
+  dist_shard_ = config.dist_shard;
+  if (dist_shard_ != "auto" && dist_shard_ != "global" && dist_shard_ != "local")
+    throw Error("unknown --dist-shard '" + dist_shard_ + "': expected auto, global or local");
   reducer_options_.bucket_mb = config.bucket_mb;
   reducer_options_.overlap = config.overlap;
   if (!(reducer_options_.bucket_mb > 0))
@@ -52,6 +68,15 @@ ParallelRun::ParallelRun(const TrainConfig& config, const distributed::EnvLookup
 ParallelRun::~ParallelRun() = default;
 
 torch::Device ParallelRun::pick_device(const std::string& text) const {
+  if (kind_ == StrategyKind::kDataParallel) {
+    // DataParallel gathers on the first GPU: the model, the data and the loss live there.
+    const torch::Device picked = device::pick_device(text);
+    if (picked != dp_devices_.front())
+      throw Error("--strategy dp trains on every visible GPU and gathers on cuda:0; --device " +
+                      text + " resolves to " + picked.str(),
+                  "use --device auto or cuda, and choose the GPUs with CUDA_VISIBLE_DEVICES");
+    return picked;
+  }
   if (!distributed()) return device::pick_device(text);
   const auto spec = device::parse_device_spec(text);
   torch::Device picked = device::resolve_device(spec, device::probe_availability());
@@ -106,10 +131,21 @@ void ParallelRun::attach(TrainStep& step, FlatOptimizer& optimizer,
   }
 }
 
-void ParallelRun::shard(data::LoaderOptions& options) const {
-  if (!distributed()) return;
-  options.shard_rank = env_.rank;
-  options.shard_count = env_.world_size;
+models::Classifier ParallelRun::step_model(const models::Classifier& model) const {
+  if (kind_ != StrategyKind::kDataParallel) return model;
+  return std::make_shared<DataParallelClassifierImpl>(model, dp_devices_);
+}
+
+const data::Dataset& ParallelRun::shard(const data::Dataset& full, data::LoaderOptions& options) {
+  if (!distributed()) return full;
+  local_shards_ = dist_shard_ == "local" || (dist_shard_ == "auto" && device_.is_cuda());
+  if (!local_shards_) {
+    options.shard_rank = env_.rank;
+    options.shard_count = env_.world_size;
+    return full;
+  }
+  local_data_ = data::local_shard(full, env_.rank, env_.world_size, options.seed, options.drop_last);
+  return local_data_;
 }
 
 void ParallelRun::reduce_gradients() {
@@ -140,6 +176,11 @@ void ParallelRun::check_in_sync(FlatOptimizer& optimizer) {
 }
 
 std::string ParallelRun::describe() const {
+  if (kind_ == StrategyKind::kDataParallel) {
+    std::string s = "dp (DataParallel) over " + std::to_string(dp_devices_.size()) + " GPU(s):";
+    for (const auto& d : dp_devices_) s += " " + d.str();
+    return dp_devices_.size() == 1 ? s + " (one GPU: nothing to split)" : s;
+  }
   if (!distributed()) return "single process";
   std::ostringstream s;
   s << "ddp, rank " << env_.rank << " of " << env_.world_size << ", "
@@ -147,7 +188,8 @@ std::string ParallelRun::describe() const {
   if (reducer_)
     s << ", " << reducer_->buckets().size() << " bucket(s) <= " << reducer_options_.bucket_mb
       << " MB, " << (reducer_options_.overlap ? "overlapped with backward" : "after backward");
-  s << ", timeout " << comm_options_.timeout_s << " s";
+  s << ", " << (local_shards_ ? "local data shards" : "global data shards")
+    << ", timeout " << comm_options_.timeout_s << " s";
   return s.str();
 }
 

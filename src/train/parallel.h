@@ -16,10 +16,12 @@
 #include <string>
 #include <vector>
 
+#include "data/dataset.h"
 #include "data/loader.h"
 #include "distributed/communicator.h"
 #include "distributed/dist_env.h"
 #include "distributed/grad_reducer.h"
+#include "models/classifier.h"
 #include "train/config.h"
 #include "train/flat_optimizer.h"
 #include "train/train_step.h"
@@ -52,8 +54,15 @@ class ParallelRun {
   void broadcast_model(torch::nn::Module& model, FlatOptimizer& optimizer);
   // Builds the gradient reducer and hooks it to autograd and to `step`.
   void attach(TrainStep& step, FlatOptimizer& optimizer, const std::vector<torch::Tensor>& params);
-  // This rank's shard of the training data.
-  void shard(data::LoaderOptions& options) const;
+  // The model the train step runs: under dp a DataParallel wrapper around `model` (whose
+  // parameters stay the ones the optimizer holds), else `model` itself.
+  models::Classifier step_model(const models::Classifier& model) const;
+  // The training data this rank loads. ddp with local shards (--dist-shard): a fixed 1/R share of
+  // `full`, kept alone (data::local_shard); otherwise `full` itself, with `options` set to take
+  // this rank's share of every epoch's order. auto = local on CUDA, where device memory is what
+  // runs out, and global elsewhere (batches identical to a single process's; docs/distributed.md).
+  const data::Dataset& shard(const data::Dataset& full, data::LoaderOptions& options);
+  bool local_shards() const { return local_shards_; }
   // After backward, before the optimizer step: averaged gradients on every rank.
   void reduce_gradients();
   // Element-wise sums over ranks (identity for single).
@@ -73,6 +82,10 @@ class ParallelRun {
   distributed::CommOptions comm_options_;
   distributed::ReducerOptions reducer_options_;
   torch::Device device_ = torch::kCPU;
+  std::vector<torch::Device> dp_devices_;
+  std::string dist_shard_ = "auto";
+  bool local_shards_ = false;
+  data::Dataset local_data_;  // local shards: this rank's share  // dp: every visible GPU, cuda:0 first
   std::shared_ptr<distributed::Communicator> comm_;
   std::unique_ptr<distributed::GradReducer> reducer_;
 };

@@ -191,7 +191,7 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
                         : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int shards = device.is_cpu() ? (config.step_shards > 0 ? config.step_shards : cores) : 1;
   auto step_fn = make_precision_train_step(
-      model, config.batch_size, config.step,
+      parallel.step_model(model), config.batch_size, config.step,
       StepPrecision{plan, scaler_ptr, channels_last, /*autocast_cache=*/!config.cuda_graphs}, shards);
   const auto* fused = dynamic_cast<const FusedMlpStep*>(step_fn.get());
   if (fused && fused->shards() > 1 && config.blas_threads == 0) threads = apply_cpu_threads(config.threads, 1);
@@ -205,8 +205,8 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
                                                  config.clip_grad_norm, config.batch_size, device);
   const bool drop_last = config.drop_last || config.cuda_graphs;
   data::LoaderOptions train_options{config.batch_size, /*shuffle=*/true, drop_last, config.seed};
-  parallel.shard(train_options);
-  data::DataPath train_path = data::make_data_path(data.train, device, train_options, config.data_path);
+  const data::Dataset& train_data = parallel.shard(data.train, train_options);  // ddp: this rank's
+  data::DataPath train_path = data::make_data_path(train_data, device, train_options, config.data_path);
   data::Loader& train_loader = *train_path.loader;
   data::DataPath test_path = data::make_data_path(
       data.test, device, {std::max<int64_t>(config.batch_size, 1000), false, false, config.seed},

@@ -104,5 +104,40 @@ TEST(DistributedSampler, ResidentLoaderServesOnlyItsShard) {
   EXPECT_EQ(seen_rows.size(), 100u);
 }
 
+// Local shards: fixed, disjoint, together the whole dataset (padding repeats at most R-1 rows),
+// the same split on every call (every rank computes its own), and independent of the epoch.
+TEST(DistributedSampler, LocalShardsAreFixedDisjointAndCoverTheData) {
+  const Dataset d = make_dummy_dataset(100, 5);
+  auto row_of = [&d](const torch::Tensor& sample) {
+    const auto match = (d.inputs == sample).all(1).nonzero();
+    EXPECT_EQ(match.size(0), 1);
+    return match[0][0].item<int64_t>();
+  };
+  std::multiset<int64_t> rows;
+  for (int64_t rank = 0; rank < 3; ++rank) {
+    const Dataset shard = local_shard(d, rank, 3, /*seed=*/4, /*drop_tail=*/false);
+    ASSERT_EQ(shard.size(), 34);
+    EXPECT_NE(shard.name.find("shard " + std::to_string(rank) + "/3"), std::string::npos);
+    EXPECT_TRUE(torch::equal(shard.inputs, local_shard(d, rank, 3, 4, false).inputs));
+    for (int64_t i = 0; i < shard.size(); ++i) {
+      const int64_t row = row_of(shard.inputs[i]);
+      EXPECT_EQ(shard.labels[i].item<int64_t>(), d.labels[row].item<int64_t>());
+      rows.insert(row);
+    }
+  }
+  std::set<int64_t> distinct(rows.begin(), rows.end());
+  EXPECT_EQ(distinct.size(), 100u);
+  EXPECT_EQ(rows.size(), 102u);
+  // Dropping the tail: 33 each, no row twice.
+  std::set<int64_t> dropped;
+  for (int64_t rank = 0; rank < 3; ++rank) {
+    const Dataset shard = local_shard(d, rank, 3, 4, /*drop_tail=*/true);
+    ASSERT_EQ(shard.size(), 33);
+    for (int64_t i = 0; i < shard.size(); ++i) EXPECT_TRUE(dropped.insert(row_of(shard.inputs[i])).second);
+  }
+  // Another seed, another split.
+  EXPECT_FALSE(torch::equal(local_shard(d, 0, 3, 5, false).inputs, local_shard(d, 0, 3, 4, false).inputs));
+}
+
 }  // namespace
 }  // namespace spritetorch::data

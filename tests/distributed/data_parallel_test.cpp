@@ -15,6 +15,7 @@
 #include "distributed/communicator.h"
 #include "distributed/launcher.h"
 #include "models/classifier.h"
+#include "train/data_parallel.h"
 #include "train/flat_optimizer.h"
 #include "train/parallel.h"
 #include "train/train_step.h"
@@ -75,8 +76,8 @@ RankResult train_rank(models::Classifier model, const data::Dataset& d, TrainCon
   auto step = make_train_step(model, batch, config.step, std::max(1, config.step_shards));
   parallel.attach(*step, optimizer, model->parameters());
   data::LoaderOptions options{batch, true, false, 5};
-  parallel.shard(options);
-  data::ResidentLoader loader(d, torch::kCPU, options);
+  const data::Dataset& mine = parallel.shard(d, options);
+  data::ResidentLoader loader(mine, torch::kCPU, options);
   auto loss = torch::zeros({}, torch::kFloat32);
   auto correct = torch::zeros({}, torch::kInt64);
   for (int64_t epoch = 0; epoch < 3; ++epoch) {
@@ -203,6 +204,65 @@ TEST(DataParallel, RendezvousWithoutTheOtherRanksFailsWithinTheTimeout) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     EXPECT_LT(seconds, 10.0) << "rank " << rank;
   }
+}
+
+// Local shards: each rank trains on its own fixed share, yet the averaged gradients keep the ranks
+// identical.
+TEST(DataParallel, LocalShardsKeepTheRanksInSync) {
+  if (!has_gloo()) GTEST_SKIP() << "built without Gloo";
+  TrainConfig c = ddp_config("autograd", true);
+  c.dist_shard = "local";
+  const auto ranks = train_two_ranks(c);
+  EXPECT_TRUE(torch::equal(ranks[0].values, ranks[1].values));
+  c.dist_shard = "global";
+  const auto global = train_two_ranks(c);
+  EXPECT_FALSE(torch::allclose(global[0].values, ranks[0].values))
+      << "local shards must change which samples share a step";
+}
+
+// DataParallel's single-device path on the CPU: the wrapper must be transparent — same logits, and
+// the gradients land in the wrapped model's own parameters (what the optimizer steps).
+TEST(DataParallel, WrapperOnOneDeviceMatchesThePlainModel) {
+  auto plain = make_ann(5);
+  auto inner = make_ann(5);
+  auto wrapped = std::make_shared<DataParallelClassifierImpl>(inner, std::vector<torch::Device>{torch::kCPU});
+  const auto x = torch::rand({8, 1, 16, 16});
+  const auto labels = torch::randint(0, 10, {8}, torch::kInt64);
+  const auto a = plain->forward(x), b = wrapped->forward(x);
+  EXPECT_TRUE(torch::allclose(a, b));
+  torch::nn::functional::cross_entropy(a, labels).backward();
+  torch::nn::functional::cross_entropy(b, labels).backward();
+  EXPECT_TRUE(wrapped->parameters().empty()) << "the wrapper must not own parameters";
+  const auto pg = plain->parameters(), ig = inner->parameters();
+  ASSERT_EQ(pg.size(), ig.size());
+  for (size_t i = 0; i < pg.size(); ++i) {
+    ASSERT_TRUE(ig[i].grad().defined());
+    EXPECT_TRUE(torch::allclose(pg[i].grad(), ig[i].grad())) << i;
+  }
+}
+
+// Two GPUs or more: a dp run equals a single-device run over the same batches (the batch split and
+// the gradient reduce-add are exact up to float summation order).
+TEST(DataParallel, DataParallelStrategyMatchesSingleOnCuda) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  TrainConfig c;
+  c.strategy = "dp";
+  c.device = "cuda";
+  ParallelRun run(c, fake_env({}));
+  ASSERT_EQ(run.kind(), StrategyKind::kDataParallel);
+  const torch::Device cuda0 = run.pick_device("cuda");
+  auto single = make_ann(9), inner = make_ann(9);
+  single->to(cuda0);
+  inner->to(cuda0);
+  auto dp = run.step_model(inner);
+  const auto x = torch::rand({64, 1, 16, 16}).to(cuda0);
+  const auto labels = torch::randint(0, 10, {64}, torch::kInt64).to(cuda0);
+  torch::nn::functional::cross_entropy(single->forward(x), labels).backward();
+  torch::nn::functional::cross_entropy(dp->forward(x), labels).backward();
+  const auto sp = single->parameters(), ip = inner->parameters();
+  for (size_t i = 0; i < sp.size(); ++i)
+    EXPECT_TRUE(torch::allclose(sp[i].grad(), ip[i].grad(), 1e-4, 1e-6)) << i;
+  EXPECT_NE(run.describe().find("dp (DataParallel) over"), std::string::npos) << run.describe();
 }
 
 TEST(DataParallel, DataParallelStrategyIsRefusedWithoutCuda) {

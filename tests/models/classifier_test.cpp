@@ -33,6 +33,34 @@ TEST(Models, SeedNetworkHasTheSeedsLayersAndNames) {
   EXPECT_TRUE(make_model({"cnn", {1, 28, 28}, 10})->relu_mlp_layers().empty());
 }
 
+TEST(Models, CloneIsADeepCopyWithTheSameOutputsAndMode) {
+  for (const auto& name : {"ann", "cnn", "simplenn"}) {
+    const std::vector<int64_t> shape =
+        std::string(name) == "simplenn" ? std::vector<int64_t>{3} : std::vector<int64_t>{1, 16, 16};
+    torch::manual_seed(3);
+    auto model = make_model({name, shape, 4});
+    model->eval();  // dropout off, so the outputs can be compared
+    auto copy = std::dynamic_pointer_cast<ClassifierImpl>(model->clone());
+    ASSERT_TRUE(copy) << name;
+    EXPECT_FALSE(copy->is_training()) << name;
+    EXPECT_EQ(copy->spec().name, name);
+    std::vector<int64_t> batch_shape = {5};
+    batch_shape.insert(batch_shape.end(), shape.begin(), shape.end());
+    const auto x = torch::rand(batch_shape);
+    EXPECT_TRUE(torch::equal(model->forward(x), copy->forward(x))) << name;
+    // Own storage: changing the copy leaves the original alone.
+    const auto before = model->parameters()[0].clone();
+    {
+      torch::NoGradGuard no_grad;
+      copy->parameters()[0].add_(1.0);
+    }
+    EXPECT_TRUE(torch::equal(model->parameters()[0], before)) << name;
+    EXPECT_EQ(copy->named_parameters().keys(), model->named_parameters().keys()) << name;
+  }
+  auto train_mode = make_model({"ann", {1, 16, 16}, 4});
+  EXPECT_TRUE(std::dynamic_pointer_cast<ClassifierImpl>(train_mode->clone())->is_training());
+}
+
 TEST(Models, BadRequestsAreClearErrors) {
   EXPECT_THROW(make_model({"resnet", {1, 28, 28}, 10}), Error);
   EXPECT_THROW(make_model({"cnn", {3}, 2}), Error);
