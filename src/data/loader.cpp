@@ -14,11 +14,9 @@ torch::Tensor epoch_order(int64_t n, uint64_t seed, int64_t epoch, bool shuffle)
   return torch::randperm(n, gen, torch::TensorOptions().dtype(torch::kInt64));
 }
 
-namespace {
-int64_t count_batches(int64_t samples, int64_t batch, bool drop_last) {
-  return drop_last ? samples / batch : (samples + batch - 1) / batch;
+int64_t count_batches(int64_t samples, int64_t batch_size, bool drop_last) {
+  return drop_last ? samples / batch_size : (samples + batch_size - 1) / batch_size;
 }
-}  // namespace
 
 ResidentLoader::ResidentLoader(const Dataset& dataset, torch::Device device, LoaderOptions options)
     : device_(device), options_(options) {

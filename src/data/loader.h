@@ -18,6 +18,9 @@ struct Batch {
   torch::Tensor labels;  // (B) int64, on the loader's device
 };
 
+// Steps in an epoch of `samples` samples: the last partial batch counts unless drop_last.
+int64_t count_batches(int64_t samples, int64_t batch_size, bool drop_last);
+
 // The sample order of one epoch: a permutation of 0..n-1 drawn from a generator seeded with
 // (seed, epoch), or 0..n-1 when not shuffling. (n) int64 on the CPU.
 torch::Tensor epoch_order(int64_t n, uint64_t seed, int64_t epoch, bool shuffle);

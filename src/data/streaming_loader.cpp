@@ -30,7 +30,7 @@ StreamingLoader::StreamingLoader(const Dataset& dataset, torch::Device device,
                     ? shard_size(inputs_.size(0), options_.shard_count, options_.drop_last)
                     : inputs_.size(0);
   const int64_t n = epoch_size_;
-  batches_ = options_.drop_last ? n / options_.batch_size : (n + options_.batch_size - 1) / options_.batch_size;
+  batches_ = count_batches(n, options_.batch_size, options_.drop_last);
 }
 
 StreamingLoader::~StreamingLoader() { stop_workers(); }

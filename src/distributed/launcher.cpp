@@ -56,6 +56,37 @@ std::string describe_status(int status) {
   return "exited with code " + std::to_string(exit_code_of(status));
 }
 
+// SIGINT / SIGTERM to the launcher: recorded here, forwarded to the ranks by the wait loop.
+volatile sig_atomic_t g_received_signal = 0;
+volatile sig_atomic_t g_signal_count = 0;
+extern "C" void on_launcher_signal(int signal) {
+  g_received_signal = signal;
+  g_signal_count = g_signal_count + 1;
+}
+
+// Installs the forwarding handlers for the launcher's lifetime.
+class ForwardSignals {
+ public:
+  ForwardSignals() {
+    g_received_signal = 0;
+    g_signal_count = 0;
+    struct sigaction action {};
+    action.sa_handler = on_launcher_signal;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, &old_int_);
+    sigaction(SIGTERM, &action, &old_term_);
+  }
+  ~ForwardSignals() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  ForwardSignals(const ForwardSignals&) = delete;
+  ForwardSignals& operator=(const ForwardSignals&) = delete;
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};
+};
+
 }  // namespace
 
 LaunchResult launch_local_ranks(const LaunchOptions& options,
@@ -81,6 +112,7 @@ LaunchResult launch_local_ranks(const LaunchOptions& options,
   argv.push_back(nullptr);
 
   const pid_t launcher = ::getpid();
+  ForwardSignals forward_signals;
   std::vector<pid_t> pids(static_cast<size_t>(options.nproc_per_node), -1);
   std::vector<bool> running(pids.size(), false);
   auto stop_all = [&](int signal) {
@@ -95,7 +127,10 @@ LaunchResult launch_local_ranks(const LaunchOptions& options,
       throw Error("launch: fork failed for rank " + std::to_string(rank));
     }
     if (pid == 0) {
-      // The child: die with the launcher; become rank `rank`.
+      // The child: die with the launcher; become rank `rank`. Its own process group keeps a
+      // terminal's Ctrl-C from reaching it directly: the launcher forwards exactly one signal,
+      // since a second one would kill a rank before it has saved its checkpoint.
+      ::setpgid(0, 0);
       ::prctl(PR_SET_PDEATHSIG, SIGTERM);
       if (::getppid() != launcher) ::_exit(1);
       ::setenv("RANK", std::to_string(rank).c_str(), 1);
@@ -117,16 +152,27 @@ LaunchResult launch_local_ranks(const LaunchOptions& options,
   LaunchResult result;
   int alive = options.nproc_per_node;
   std::chrono::steady_clock::time_point kill_at{};
-  bool stopping = false;
+  bool stopping = false;   // a rank failed: the others are being stopped
+  int forwarded = 0;       // signals passed on to the ranks (the first checkpoints, a second kills)
   while (alive > 0) {
+    if (g_signal_count > forwarded) {
+      forwarded = g_signal_count;
+      const int signal = forwarded == 1 ? static_cast<int>(g_received_signal) : SIGKILL;
+      log(std::string("launch: ") + strsignal(g_received_signal) +
+          (forwarded == 1 ? "; passing it on to the ranks (they checkpoint and stop; a second "
+                            "signal kills them)"
+                          : " again; killing the ranks"));
+      stop_all(signal);
+    }
+    // Polled rather than blocking, so a signal that lands just before the wait is not missed.
     int status = 0;
-    const pid_t pid = ::waitpid(-1, &status, stopping ? WNOHANG : 0);
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
     if (pid < 0) {
       if (errno == EINTR) continue;
       break;  // no children left
     }
-    if (pid == 0) {  // stopping, nobody exited yet
-      if (std::chrono::steady_clock::now() >= kill_at) stop_all(SIGKILL);
+    if (pid == 0) {  // nobody exited yet
+      if (stopping && std::chrono::steady_clock::now() >= kill_at) stop_all(SIGKILL);
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       continue;
     }
@@ -136,9 +182,13 @@ LaunchResult launch_local_ranks(const LaunchOptions& options,
       --alive;
       const int rank = options.node_rank * options.nproc_per_node + static_cast<int>(i);
       const int code = exit_code_of(status);
-      if (code != 0 && result.exit_code == 0 && !stopping) {
+      if (code != 0 && result.exit_code == 0) {
         result.exit_code = code;
         result.failed_rank = rank;
+      }
+      // A rank stopping because of a forwarded signal is expected; the others stop on their own
+      // at the same step (train/parallel.h), so they are not hurried.
+      if (code != 0 && !stopping && forwarded == 0) {
         log("launch: rank " + std::to_string(rank) + " " + describe_status(status) +
             "; stopping the other ranks");
         stopping = true;

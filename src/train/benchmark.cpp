@@ -8,6 +8,7 @@
 
 #include "common/cpu_threads.h"
 #include "common/error.h"
+#include "data/loader.h"
 #include "common/timer.h"
 #include "device/device.h"
 #include "models/classifier.h"
@@ -149,11 +150,10 @@ BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer) {
           if (k == "step") row.step = v;
         row.ran = true;
         row.train_seconds = median(row.all_train_seconds);
-        int64_t steps = 0, samples = 0;
+        int64_t samples = 0;
         for (const auto& e : last.epochs) samples += e.samples;
-        const int64_t per_epoch = w.drop_last ? data.train.size() / w.batch_size
-                                              : (data.train.size() + w.batch_size - 1) / w.batch_size;
-        steps = per_epoch * static_cast<int64_t>(last.epochs.size());
+        const int64_t steps = data::count_batches(data.train.size(), w.batch_size, w.drop_last) *
+                              static_cast<int64_t>(last.epochs.size());
         row.ms_per_step = steps ? 1000.0 * row.train_seconds / static_cast<double>(steps) : 0;
         row.images_per_second = row.train_seconds > 0 ? static_cast<double>(samples) / row.train_seconds : 0;
         row.epoch_seconds = last.epochs.empty() ? 0 : row.train_seconds / static_cast<double>(last.epochs.size());

@@ -1,5 +1,6 @@
 #include "train/parallel.h"
 
+#include <csignal>
 #include <sstream>
 #include <thread>
 
@@ -150,6 +151,15 @@ const data::Dataset& ParallelRun::shard(const data::Dataset& full, data::LoaderO
 
 void ParallelRun::reduce_gradients() {
   if (reducer_) reducer_->finish();
+}
+
+int ParallelRun::agreed_interrupt(int local_signal, int64_t step) {
+  if (!comm_) return local_signal;
+  if (step % kInterruptCheckSteps != 0) return 0;
+  // Ten steps between checks: a small host read every few tens of milliseconds even on a GPU.
+  const auto pending = sum({local_signal == SIGINT ? 1.0 : 0.0, local_signal == SIGTERM ? 1.0 : 0.0});
+  if (pending[1] > 0) return SIGTERM;
+  return pending[0] > 0 ? SIGINT : 0;
 }
 
 std::vector<double> ParallelRun::sum(std::vector<double> values) {

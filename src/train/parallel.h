@@ -65,6 +65,13 @@ class ParallelRun {
   bool local_shards() const { return local_shards_; }
   // After backward, before the optimizer step: averaged gradients on every rank.
   void reduce_gradients();
+  // The signal that stops the run after global step `step` (0: go on), given this process's own
+  // pending signal. ddp: ranks must stop at the same step, or those still training would wait in
+  // a collective for the stopped ones until --dist-timeout. So a signal is acted on only every
+  // kInterruptCheckSteps steps, where the ranks exchange their pending signals and stop together
+  // (SIGTERM wins over SIGINT). Single: `local_signal` at once.
+  int agreed_interrupt(int local_signal, int64_t step);
+  static constexpr int64_t kInterruptCheckSteps = 10;
   // Element-wise sums over ranks (identity for single).
   std::vector<double> sum(std::vector<double> values);
   // Throws when the ranks' parameters differ (a bug or a corrupted rank), after training.

@@ -355,7 +355,7 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
         interval_loss.zero_();
         interval_samples = 0;
       }
-      const int signal = interrupt_signal();
+      const int signal = parallel.agreed_interrupt(interrupt_signal(), epoch * steps + step);
       if (signal || (config.checkpoint_every > 0 && (epoch * steps + step) % config.checkpoint_every == 0)) {
         const std::string path = save_run_checkpoint(
             {epoch, step, samples, interval_samples, loss_sum, correct, interval_loss, {}, {}});

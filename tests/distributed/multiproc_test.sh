@@ -92,6 +92,26 @@ wait_for "$launcher" 20
 if [ "$rc" != 0 ] && [ "$rc" != running ] && ! kill -0 "$survivor" 2>/dev/null && grep -q "rank 1 was killed by signal 9" "$tmp/l.log"; then pass; else
   fail "launch with a killed rank: exit $rc, survivor alive: $(kill -0 "$survivor" 2>/dev/null && echo yes), log: $(tail -3 "$tmp/l.log")"; fi
 
+# launch: SIGTERM to the launcher is passed on once; the ranks agree on a step to stop at, rank 0
+# checkpoints, and all exit 143 long before --dist-timeout (a rank stopping alone would leave the
+# other waiting in a collective until the timeout).
+"$bin" launch --nproc-per-node 2 -- train "${common[@]}" --epochs 100000 --batch-size 8 --dist-timeout 30 \
+  --save "$tmp/sig.pt" >"$tmp/s.log" 2>&1 &
+launcher=$!; pids+=($launcher)
+t=0; children=""
+while [ $t -lt 100 ]; do children=$(pgrep -P "$launcher" | tr '\n' ' '); [ "$(wc -w <<<"$children")" = 2 ] && break; sleep 0.1; t=$((t + 1)); done
+sleep 3
+kill -TERM "$launcher"; t0=$(date +%s.%N)
+wait_for "$launcher" 25; took=$(since "$t0")
+ckpt=$(sed -n 's/.*checkpoint saved: \(.*\)$/\1/p' "$tmp/s.log" | head -1)
+alive=""; for c in $children; do kill -0 "$c" 2>/dev/null && alive="$alive $c"; done
+if [ "$rc" = 143 ] && [ -n "$ckpt" ] && [ -f "$ckpt" ] && [ -z "$alive" ] && grep -q "resume with: " "$tmp/s.log" &&
+   python3 -c "import sys; sys.exit(0 if $took < 15 else 1)"; then pass; else
+  fail "SIGTERM to launch: exit $rc after ${took}s, checkpoint '$ckpt', ranks alive:$alive, log: $(tail -5 "$tmp/s.log")"; fi
+if [ -n "$ckpt" ] && [ -f "$ckpt" ]; then
+  "$bin" eval --checkpoint "$ckpt" >/dev/null 2>&1 && pass || fail "interrupt checkpoint $ckpt does not evaluate"
+fi
+
 # --- bad environments --------------------------------------------------------------------------
 expect_error() {  # expect_error PATTERN ENV... -- ARGS...
   local pattern=$1; shift
