@@ -89,6 +89,7 @@ train::Checkpoint checkpoint_from_python(const TensorFile& state, const models::
     if (!used.count(key))
       throw DataError(source, "only the tensors of model '" + spec.name + "' (" + python_keys(spec.name, *model) + ")",
                       "an extra tensor '" + key + "'", "is --model right? a state dict of a different module?");
+  if (!meta.is_object()) meta = nlohmann::json::object();
   meta["model"] = spec.name;
   meta["input_shape"] = spec.input_shape;
   meta["classes"] = spec.classes;
