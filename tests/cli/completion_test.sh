@@ -18,7 +18,7 @@ complete_words() {
 }
 expect() {  # expect "WORDS" EXPECTED: the candidates are exactly EXPECTED (space-separated, sorted)
   local got
-  got=$(complete_words $1 | sort | xargs)
+  got=$(complete_words $1 | sort | paste -sd ' ' -)
   if [ "$got" != "$2" ]; then
     echo "FAIL: completing '$1': expected '$2', got '$got'"
     failures=$((failures + 1))
