@@ -223,7 +223,7 @@ def main():
         if have_fashion:  # the imported weights classify Fashion-MNIST exactly as Python does
             images, labels = fashion_mnist_test(300)
             with torch.no_grad():
-                python_acc = (ann(model_input(images)).argmax(1) == labels).float().mean().item()
+                python_acc = (ann(model_input(images)).argmax(1) == labels).sum().item() / len(labels)
             out = run(cli, "eval", "--checkpoint", ann_ckpt, "--device", "cpu", "--limit", "300", "--json").stdout
             cpp_acc = json.loads(out)["accuracy"]
             if abs(cpp_acc - python_acc) > 1e-9:
