@@ -64,7 +64,8 @@ TEST(PythonState, ExportThenImportGivesTheSameLogits) {
   const auto imported = checkpoint_from_python(read_safetensors_bytes(safetensors_bytes(state), "mem"), spec,
                                                {{"dataset", "fashion-mnist"}}, "mem");
   EXPECT_EQ(imported.meta.at("model"), "cnn");
-  EXPECT_EQ(imported.meta.at("input_shape").get<std::vector<int64_t>>(), (std::vector<int64_t>{1, 28, 28}));
+  EXPECT_EQ(imported.meta.at("input_shape").get<std::vector<int64_t>>(),
+            (std::vector<int64_t>{1, 28, 28}));
   auto a = train::model_from_checkpoint(original, "a", torch::kCPU);
   auto b = train::model_from_checkpoint(imported, "b", torch::kCPU);
   a->eval();
