@@ -28,11 +28,13 @@ int main(int argc, char** argv) {
     config.save = checkpoint_path;
     config.overwrite = true;
     const st::train::TrainReport report = st::train::train(config);  // no observer: silent
-    std::cout << "SimpleNN on " << report.device << ": test accuracy " << report.test.accuracy << "\n";
+    std::cout << "SimpleNN on " << report.device << ": test accuracy " << report.test.accuracy
+              << "\n";
 
     const st::train::Checkpoint checkpoint = st::train::load_checkpoint(checkpoint_path);
     auto model = st::train::model_from_checkpoint(checkpoint, checkpoint_path, torch::kCPU);
-    st::interop::write_safetensors(out, st::interop::python_state_dict(checkpoint, checkpoint_path));
+    st::interop::write_safetensors(out,
+                                   st::interop::python_state_dict(checkpoint, checkpoint_path));
     // The file holds what the model holds: read it back and compare one forward pass.
     const auto reread = st::interop::read_safetensors(out);
     const auto x = torch::randn({4, 3});  // (B, F) features

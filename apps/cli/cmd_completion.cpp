@@ -31,8 +31,8 @@ void write_node(std::ostream& out, const CLI::App& node, const std::string& path
       if (option->get_type_size_max() > 0) valued.push_back(n);
     }
   }
-  out << "    \"" << path << "\") subs=\"" << join(subs) << "\"; opts=\"" << join(flags) << "\"; valued=\""
-      << join(valued) << "\" ;;\n";
+  out << "    \"" << path << "\") subs=\"" << join(subs) << "\"; opts=\"" << join(flags)
+      << "\"; valued=\"" << join(valued) << "\" ;;\n";
   for (const CLI::App* child : node.get_subcommands({}))
     write_node(out, *child, path.empty() ? child->get_name() : path + " " + child->get_name());
 }
@@ -52,9 +52,11 @@ std::string bash_completion_script(const CLI::App& app) {
          "  esac\n"
          "}\n"
          "_spritetorch() {\n"
-         "  local cur=\"${COMP_WORDS[COMP_CWORD]}\" prev=\"\" path=\"\" subs opts valued word i skip=0\n"
+         "  local cur=\"${COMP_WORDS[COMP_CWORD]}\" prev=\"\" path=\"\" subs opts valued word i "
+         "skip=0\n"
          "  _spritetorch_node \"\"\n"
-         "  # Walk the words before the cursor: subcommands deepen the path, valued flags eat a word.\n"
+         "  # Walk the words before the cursor: subcommands deepen the path, valued flags eat a "
+         "word.\n"
          "  for ((i = 1; i < COMP_CWORD; i++)); do\n"
          "    word=\"${COMP_WORDS[i]}\"\n"
          "    if ((skip)); then skip=0; continue; fi\n"
@@ -80,7 +82,8 @@ std::string bash_completion_script(const CLI::App& app) {
 }
 
 Subcommand add_completion_command(CLI::App& app) {
-  auto* sub = app.add_subcommand("completion", "Print a shell completion script (bash), generated from "
+  auto* sub = app.add_subcommand("completion",
+                                 "Print a shell completion script (bash), generated from "
                                  "these very options: source <(spritetorch completion bash)");
   auto shell = std::make_shared<std::string>();
   sub->add_option("shell", *shell, "bash")->required()->check(CLI::IsMember({"bash"}));

@@ -39,6 +39,7 @@ train::Checkpoint checkpoint_from_python(const TensorFile& state, const models::
 // them (eval mode, CPU): "inputs" is uint8 (N, C, H, W) for image models (the Python side feeds
 // inputs.float() / 255) or float32 (N, F) for feature models (fed as they are); "logits" is
 // float32 (N, classes). Python checks its load_state_dict against these.
-TensorFile reference_outputs(const train::Checkpoint& checkpoint, const std::string& source, int64_t count);
+TensorFile reference_outputs(const train::Checkpoint& checkpoint, const std::string& source,
+                             int64_t count);
 
 }  // namespace spritetorch::interop

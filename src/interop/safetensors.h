@@ -1,7 +1,8 @@
 // The safetensors file format (Hugging Face's; what Python's `safetensors.torch.save_file` writes):
 //
 //   u64 little-endian  N, the length of the JSON header
-//   N bytes            JSON: {"NAME": {"dtype": "F32", "shape": [..], "data_offsets": [BEGIN, END]},
+//   N bytes            JSON: {"NAME": {"dtype": "F32", "shape": [..], "data_offsets": [BEGIN,
+//   END]},
 //                             ..., "__metadata__": {"KEY": "VALUE", ...}}   (optional metadata)
 //   data               every tensor's elements, row-major, little-endian; offsets are relative to
 //                      the start of this section and must tile it with no gap or overlap

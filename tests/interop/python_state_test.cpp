@@ -16,8 +16,12 @@ train::Checkpoint fresh_checkpoint(const models::ModelSpec& spec, uint64_t seed)
   torch::manual_seed(seed);
   auto model = models::make_model(spec);
   train::Checkpoint c;
-  c.meta = {{"model", spec.name}, {"input_shape", spec.input_shape}, {"classes", spec.classes},
-            {"dataset", "dummy"}, {"epoch", 1}, {"run", {{"step", 3}}}};
+  c.meta = {{"model", spec.name},
+            {"input_shape", spec.input_shape},
+            {"classes", spec.classes},
+            {"dataset", "dummy"},
+            {"epoch", 1},
+            {"run", {{"step", 3}}}};
   c.model = train::model_state(*model);
   return c;
 }
@@ -39,9 +43,10 @@ std::string import_error(const TensorFile& state, const models::ModelSpec& spec)
 
 TEST(PythonState, ExportUsesPythonNamesOrderAndShapes) {
   const auto ann = python_state_dict(fresh_checkpoint({"ann", {1, 28, 28}, 10}, 1), "c.pt");
-  EXPECT_EQ(names(ann), (std::vector<std::string>{"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias",
-                                                  "out.weight", "out.bias"}));
-  EXPECT_EQ(ann.tensors[0].second.sizes(), (std::vector<int64_t>{128, 784}));  // (out, in), as nn.Linear
+  EXPECT_EQ(names(ann), (std::vector<std::string>{"fc1.weight", "fc1.bias", "fc2.weight",
+                                                  "fc2.bias", "out.weight", "out.bias"}));
+  EXPECT_EQ(ann.tensors[0].second.sizes(),
+            (std::vector<int64_t>{128, 784}));  // (out, in), as nn.Linear
   EXPECT_EQ(ann.tensors[5].second.sizes(), (std::vector<int64_t>{10}));
   const auto meta = nlohmann::json::parse(ann.metadata.at("spritetorch"));
   EXPECT_EQ(meta.at("model"), "ann");
@@ -49,20 +54,23 @@ TEST(PythonState, ExportUsesPythonNamesOrderAndShapes) {
   EXPECT_EQ(ann.metadata.at("format"), "pt");
 
   const auto cnn = python_state_dict(fresh_checkpoint({"cnn", {4, 16, 16}, 4}, 1), "c.pt");
-  EXPECT_EQ(names(cnn), (std::vector<std::string>{"conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias",
-                                                  "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}));
+  EXPECT_EQ(names(cnn),
+            (std::vector<std::string>{"conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias",
+                                      "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}));
   EXPECT_EQ(cnn.tensors[0].second.sizes(), (std::vector<int64_t>{32, 4, 3, 3}));
   EXPECT_EQ(cnn.tensors[4].second.sizes(), (std::vector<int64_t>{128, 64 * 4 * 4}));
   const auto simple = python_state_dict(fresh_checkpoint({"simplenn", {3}, 2}, 1), "c.pt");
-  EXPECT_EQ(names(simple), (std::vector<std::string>{"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}));
+  EXPECT_EQ(names(simple),
+            (std::vector<std::string>{"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}));
 }
 
 TEST(PythonState, ExportThenImportGivesTheSameLogits) {
   const models::ModelSpec spec{"cnn", {1, 28, 28}, 10};
   const auto original = fresh_checkpoint(spec, 5);
   const auto state = python_state_dict(original, "c.pt");
-  const auto imported = checkpoint_from_python(read_safetensors_bytes(safetensors_bytes(state), "mem"), spec,
-                                               {{"dataset", "fashion-mnist"}}, "mem");
+  const auto imported =
+      checkpoint_from_python(read_safetensors_bytes(safetensors_bytes(state), "mem"), spec,
+                             {{"dataset", "fashion-mnist"}}, "mem");
   EXPECT_EQ(imported.meta.at("model"), "cnn");
   EXPECT_EQ(imported.meta.at("input_shape").get<std::vector<int64_t>>(),
             (std::vector<int64_t>{1, 28, 28}));
@@ -94,7 +102,8 @@ TEST(PythonState, ImportNamesTheOffendingKey) {
 
   TensorFile dtype = good;
   dtype.tensors[2].second = dtype.tensors[2].second.to(torch::kFloat64);
-  EXPECT_NE(import_error(dtype, spec).find("'fc2.weight' of shape [2, 10] F32, found F64"), std::string::npos);
+  EXPECT_NE(import_error(dtype, spec).find("'fc2.weight' of shape [2, 10] F32, found F64"),
+            std::string::npos);
 
   TensorFile nan = good;
   nan.tensors[3].second = torch::full({2}, NAN);
@@ -115,7 +124,8 @@ TEST(PythonState, TorchFileHoldsTheDictInOrder) {
   const auto state = python_state_dict(fresh_checkpoint({"ann", {1, 28, 28}, 10}, 3), "c.pt");
   write_torch_state_dict(dir.file("w.pt"), state);
   std::ifstream in(dir.file("w.pt"), std::ios::binary);
-  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
+                                std::istreambuf_iterator<char>());
   ASSERT_GT(bytes.size(), 4u);
   EXPECT_EQ(std::string(bytes.data(), 2), "PK");  // torch.save's zip container
   const auto dict = torch::pickle_load(bytes).toGenericDict();

@@ -36,9 +36,10 @@ std::string read_error(const std::string& bytes) {
 
 TEST(Safetensors, ReadsAHandmadeFile) {
   const auto file = read_safetensors_bytes(
-      handmade(R"({"__metadata__":{"format":"pt"},"b":{"dtype":"I64","shape":[],"data_offsets":[8,16]},)"
-               R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
-               floats({1.5f, -2.0f}) + std::string("\x07\0\0\0\0\0\0\0", 8)),
+      handmade(
+          R"({"__metadata__":{"format":"pt"},"b":{"dtype":"I64","shape":[],"data_offsets":[8,16]},)"
+          R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+          floats({1.5f, -2.0f}) + std::string("\x07\0\0\0\0\0\0\0", 8)),
       "hand");
   ASSERT_EQ(file.tensors.size(), 2u);
   EXPECT_EQ(file.tensors[0].first, "a");  // data order
@@ -70,7 +71,8 @@ TEST(Safetensors, RoundTripKeepsOrderDtypesAndMetadata) {
   for (size_t i = 0; i < file.tensors.size(); ++i) {
     EXPECT_EQ(back.tensors[i].first, file.tensors[i].first);
     EXPECT_EQ(back.tensors[i].second.scalar_type(), file.tensors[i].second.scalar_type());
-    EXPECT_TRUE(torch::equal(back.tensors[i].second, file.tensors[i].second)) << file.tensors[i].first;
+    EXPECT_TRUE(torch::equal(back.tensors[i].second, file.tensors[i].second))
+        << file.tensors[i].first;
   }
   EXPECT_EQ(back.metadata, file.metadata);
 }
@@ -99,8 +101,10 @@ TEST(Safetensors, WriterRefusesWhatTheFormatCannotHold) {
 
 TEST(Safetensors, RejectsMalformedFilesNamingTheProblem) {
   const std::string two = floats({1, 2});
-  const auto entry = [](const std::string& dtype, const std::string& shape, const std::string& offsets) {
-    return R"({"w":{"dtype":")" + dtype + R"(","shape":)" + shape + R"(,"data_offsets":)" + offsets + "}}";
+  const auto entry = [](const std::string& dtype, const std::string& shape,
+                        const std::string& offsets) {
+    return R"({"w":{"dtype":")" + dtype + R"(","shape":)" + shape + R"(,"data_offsets":)" +
+           offsets + "}}";
   };
   EXPECT_NE(read_error("abc").find("3 bytes"), std::string::npos);
   std::string huge_header = handmade("{}", "");
@@ -108,15 +112,23 @@ TEST(Safetensors, RejectsMalformedFilesNamingTheProblem) {
   EXPECT_NE(read_error(huge_header).find("header length"), std::string::npos);
   EXPECT_NE(read_error(handmade("{\"w\":", "")).find("invalid JSON"), std::string::npos);
   EXPECT_NE(read_error(handmade("[1,2]", "")).find("a JSON array"), std::string::npos);
-  EXPECT_NE(read_error(handmade(entry("F33", "[2]", "[0,8]"), two)).find("dtype \"F33\""), std::string::npos);
-  EXPECT_NE(read_error(handmade(entry("F32", "[-2]", "[0,8]"), two)).find("non-negative"), std::string::npos);
-  EXPECT_NE(read_error(handmade(entry("F32", "[2]", "[0,8]"), floats({1}))).find("truncated"), std::string::npos);
-  EXPECT_NE(read_error(handmade(entry("F32", "[3]", "[0,8]"), two)).find("12 bytes"), std::string::npos);
-  EXPECT_NE(read_error(handmade(entry("F32", "[4611686018427387904,4]", "[0,8]"), two)).find("64 bits"),
+  EXPECT_NE(read_error(handmade(entry("F33", "[2]", "[0,8]"), two)).find("dtype \"F33\""),
             std::string::npos);
-  EXPECT_NE(read_error(handmade(entry("F32", "[2]", "[8,0]"), two)).find("data_offsets"), std::string::npos);
-  EXPECT_NE(read_error(handmade(entry("F32", "[2]", "[0,8]"), two + "xx")).find("10 bytes"), std::string::npos);
-  EXPECT_NE(read_error(handmade(entry("F32", "[1]", "[4,8]"), two)).find("at byte 4"), std::string::npos);
+  EXPECT_NE(read_error(handmade(entry("F32", "[-2]", "[0,8]"), two)).find("non-negative"),
+            std::string::npos);
+  EXPECT_NE(read_error(handmade(entry("F32", "[2]", "[0,8]"), floats({1}))).find("truncated"),
+            std::string::npos);
+  EXPECT_NE(read_error(handmade(entry("F32", "[3]", "[0,8]"), two)).find("12 bytes"),
+            std::string::npos);
+  EXPECT_NE(
+      read_error(handmade(entry("F32", "[4611686018427387904,4]", "[0,8]"), two)).find("64 bits"),
+      std::string::npos);
+  EXPECT_NE(read_error(handmade(entry("F32", "[2]", "[8,0]"), two)).find("data_offsets"),
+            std::string::npos);
+  EXPECT_NE(read_error(handmade(entry("F32", "[2]", "[0,8]"), two + "xx")).find("10 bytes"),
+            std::string::npos);
+  EXPECT_NE(read_error(handmade(entry("F32", "[1]", "[4,8]"), two)).find("at byte 4"),
+            std::string::npos);
   EXPECT_NE(read_error(handmade(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                                 R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
                                 two))
@@ -127,8 +139,10 @@ TEST(Safetensors, RejectsMalformedFilesNamingTheProblem) {
                                 two))
                 .find("'a' twice"),
             std::string::npos);
-  EXPECT_NE(read_error(handmade(R"({"__metadata__":{"k":1}})", "")).find("string values"), std::string::npos);
-  EXPECT_NE(read_error(handmade(entry("BOOL", "[2]", "[0,2]"), std::string("\x01\x02", 2))).find("byte value 2"),
+  EXPECT_NE(read_error(handmade(R"({"__metadata__":{"k":1}})", "")).find("string values"),
+            std::string::npos);
+  EXPECT_NE(read_error(handmade(entry("BOOL", "[2]", "[0,2]"), std::string("\x01\x02", 2)))
+                .find("byte value 2"),
             std::string::npos);
   EXPECT_NE(read_error(handmade(R"({"w":{"dtype":"F32","shape":[2]}})", two)).find("data_offsets"),
             std::string::npos);
