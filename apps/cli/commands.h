@@ -39,5 +39,11 @@ std::shared_ptr<GeneratorEvalFlags> add_generator_eval_options(CLI::App* sub);
 int run_generator_eval(const GeneratorEvalFlags& flags, const std::string& checkpoint,
                        const std::string& device, bool json);
 Subcommand add_launch_command(CLI::App& app);
+// Python interop (cmd_interop.cpp) and shell completion (cmd_completion.cpp).
+Subcommand add_export_command(CLI::App& app);
+Subcommand add_import_command(CLI::App& app);
+Subcommand add_completion_command(CLI::App& app);
+// The bash completion script for `app` and its subcommands, from their registered options.
+std::string bash_completion_script(const CLI::App& app);
 
 }  // namespace spritetorch::cli

@@ -24,6 +24,9 @@ int main(int argc, char** argv) {
       spritetorch::cli::add_generate_command(app),
       spritetorch::cli::add_data_command(app),
       spritetorch::cli::add_launch_command(app),
+      spritetorch::cli::add_export_command(app),
+      spritetorch::cli::add_import_command(app),
+      spritetorch::cli::add_completion_command(app),
   };
   try {
     app.parse(argc, argv);

@@ -1,0 +1,171 @@
+// `spritetorch export` and `spritetorch import`: classifier weights to and from Python PyTorch
+// (docs/interop.md). Export writes safetensors or a torch.save-style dict under Python's names;
+// import turns a Python state dict saved as safetensors into a spritetorch checkpoint.
+#include <filesystem>
+#include <iostream>
+
+#include "commands.h"
+#include "common/error.h"
+#include "common/output_file.h"
+#include "interop/python_state.h"
+#include "interop/torch_file.h"
+#include "models/classifier.h"
+#include "train/trainer.h"
+
+namespace spritetorch::cli {
+
+namespace {
+
+std::string format_from_extension(const std::string& path) {
+  const std::string ext = std::filesystem::path(path).extension().string();
+  if (ext == ".safetensors") return "safetensors";
+  if (ext == ".pt" || ext == ".pth" || ext == ".bin") return "torch";
+  throw Error("cannot tell the format of '" + path + "' from its extension",
+              "pass --format safetensors|torch, or name it *.safetensors / *.pt");
+}
+
+int64_t parameter_count(const interop::TensorFile& file) {
+  int64_t n = 0;
+  for (const auto& [name, t] : file.tensors) n += t.numel();
+  return n;
+}
+
+}  // namespace
+
+Subcommand add_export_command(CLI::App& app) {
+  auto* sub = app.add_subcommand(
+      "export",
+      "Write a classifier checkpoint's weights for Python PyTorch (load_state_dict) as "
+      "safetensors or a torch.load-able dict");
+  struct Flags {
+    std::string checkpoint, format = "auto", out, reference;
+    int64_t reference_count = 16;
+    bool overwrite = false;
+  };
+  auto f = std::make_shared<Flags>();
+  sub->add_option("--checkpoint", f->checkpoint, "Checkpoint written by train --save or import")
+      ->required()
+      ->check(CLI::ExistingFile);
+  sub->add_option("--format", f->format,
+                  "safetensors | torch (torch.save's zip dict) | auto: from OUT's "
+                  "extension (.safetensors; .pt .pth .bin)")
+      ->check(CLI::IsMember({"auto", "safetensors", "torch"}))
+      ->capture_default_str();
+  sub->add_option("out", f->out, "Output file")->required();
+  sub->add_option(
+      "--reference", f->reference,
+      "Also write this safetensors file: 'inputs' (deterministic "
+      "samples; uint8 images, to be fed as inputs.float() / 255) and the 'logits' spritetorch "
+      "computes for them, to check the Python side against");
+  sub->add_option("--reference-count", f->reference_count, "Samples in --reference")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  sub->add_flag("--overwrite", f->overwrite, "Replace OUT (and --reference) if they exist");
+  return {sub, [f]() {
+            check_new_output(f->out, f->overwrite, "--overwrite");
+            if (!f->reference.empty()) check_new_output(f->reference, f->overwrite, "--overwrite");
+            const std::string format =
+                f->format == "auto" ? format_from_extension(f->out) : f->format;
+            const auto checkpoint = train::load_checkpoint(f->checkpoint);
+            const auto state = interop::python_state_dict(checkpoint, f->checkpoint);
+            if (format == "safetensors") {
+              interop::write_safetensors(f->out, state);
+            } else {
+              interop::write_torch_state_dict(f->out, state);
+            }
+            std::cout << "Wrote " << f->out << " (" << format << "): model "
+                      << checkpoint.meta.value("model", std::string("?")) << ", "
+                      << state.tensors.size() << " tensors, " << parameter_count(state)
+                      << " parameters\n";
+            for (const auto& [name, t] : state.tensors)
+              std::cout << "  " << name << "  " << t.sizes() << "\n";
+            if (!f->reference.empty()) {
+              interop::write_safetensors(
+                  f->reference,
+                  interop::reference_outputs(checkpoint, f->checkpoint, f->reference_count));
+              std::cout << "Wrote " << f->reference << ": " << f->reference_count
+                        << " reference inputs and logits\n";
+            }
+            std::cout << "Python: model.load_state_dict(state_dict); the model classes are in "
+                         "docs/interop.md\n";
+            return 0;
+          }};
+}
+
+Subcommand add_import_command(CLI::App& app) {
+  auto* sub = app.add_subcommand(
+      "import", "Turn a Python state dict saved as safetensors into a spritetorch checkpoint");
+  auto config = std::make_shared<train::TrainConfig>();
+  struct Flags {
+    std::string in, out;
+    bool overwrite = false;
+  };
+  auto f = std::make_shared<Flags>();
+  config->model.clear();
+  sub->add_option("in", f->in, "safetensors file with the state dict (Python names, float32)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  sub->add_option("out", f->out, "Checkpoint to write")->required();
+  sub->add_option("--model", config->model,
+                  "ann | cnn | simplenn: the Python class of docs/interop.md "
+                  "[default: the file's spritetorch metadata, else ann; cnn for sprite datasets]")
+      ->check(CLI::IsMember(models::model_names()));
+  sub->add_option("--dataset", config->dataset,
+                  "The dataset the weights are for (input shape, classes, "
+                  "what eval uses) [default: the file's spritetorch metadata, else fashion-mnist]")
+      ->check(sprite_dataset_validator());
+  sub->add_option("--data", config->data_dir, "Folder with the Fashion-MNIST IDX files")
+      ->capture_default_str();
+  sub->add_option("--seed", config->seed,
+                  "Seed recorded in the checkpoint (the dummy dataset depends on it)")
+      ->capture_default_str();
+  add_sprite_data_options(sub, *config, /*training=*/false);
+  sub->add_flag("--overwrite", f->overwrite, "Replace OUT if it exists");
+  return {
+      sub, [sub, f, config]() {
+        check_new_output(f->out, f->overwrite, "--overwrite");
+        const interop::TensorFile state = interop::read_safetensors(f->in);
+        // Our own exports carry their checkpoint's metadata: it fills what the flags leave open.
+        nlohmann::json exported;
+        if (auto it = state.metadata.find("spritetorch"); it != state.metadata.end()) {
+          exported = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+          if (!exported.is_object())
+            throw DataError(f->in, "__metadata__.spritetorch holding a JSON object",
+                            it->second.substr(0, 200));
+        }
+        if (!sub->count("--dataset") && exported.contains("dataset") &&
+            exported["dataset"].is_string()) {
+          config->dataset = exported["dataset"].get<std::string>();
+          if (exported.contains("sprites"))
+            config->sprites = data::sprite_options_from_json(exported["sprites"]);
+        }
+        if (config->model.empty() && exported.contains("model") && exported["model"].is_string())
+          config->model = exported["model"].get<std::string>();
+        if (config->model.empty())
+          config->model = data::is_sprite_dataset(config->dataset) ? "cnn" : "ann";
+
+        // The dataset decides the input shape and the classes, exactly as training would.
+        config->train_limit = config->test_limit = 1;
+        const auto sets = train::load_datasets(*config);
+        auto shape = sets.test.inputs.sizes().vec();
+        shape.erase(shape.begin());
+        const models::ModelSpec spec{config->model, shape, sets.test.num_classes()};
+        nlohmann::json meta = {{"class_names", sets.test.class_names},
+                               {"dataset", config->dataset},
+                               {"epoch", 0},
+                               {"seed", config->seed},
+                               {"imported_from", f->in},
+                               {"spritetorch_version", SPRITETORCH_VERSION}};
+        if (data::is_sprite_dataset(config->dataset))
+          meta["sprites"] = data::sprite_options_json(config->sprites);
+        const auto checkpoint = interop::checkpoint_from_python(state, spec, meta, f->in);
+        train::save_checkpoint(f->out, checkpoint);
+        std::cout << "Wrote " << f->out << ": model " << spec.name << " for " << config->dataset
+                  << " (" << spec.classes << " classes), " << checkpoint.model.size()
+                  << " tensors from " << f->in << "\nEvaluate it: spritetorch eval --checkpoint "
+                  << f->out << "\n";
+        return 0;
+      }};
+}
+
+}  // namespace spritetorch::cli

@@ -1,0 +1,128 @@
+#include "interop/python_state.h"
+
+#include <map>
+#include <set>
+
+#include "common/error.h"
+#include "data/dataset.h"
+#include "train/trainer.h"
+
+namespace spritetorch::interop {
+
+namespace {
+
+// (model, our name) -> Python name, for layers whose C++ name differs from the Python attribute.
+// Empty: every classifier registers its layers under the Python names (models/classifier.cpp).
+const std::map<std::pair<std::string, std::string>, std::string>& renames() {
+  static const std::map<std::pair<std::string, std::string>, std::string> kRenames;
+  return kRenames;
+}
+
+std::string dims(const torch::Tensor& t) { return c10::str(t.sizes()); }
+
+std::string python_keys(const std::string& model_name, torch::nn::Module& model) {
+  std::string out;
+  for (const auto& p : model.named_parameters())
+    out += (out.empty() ? "" : ", ") + python_name(model_name, p.key());
+  return out;
+}
+
+}  // namespace
+
+std::string python_name(const std::string& model, const std::string& ours) {
+  const auto it = renames().find({model, ours});
+  return it == renames().end() ? ours : it->second;
+}
+
+std::string our_name(const std::string& model, const std::string& python) {
+  for (const auto& [key, py] : renames())
+    if (key.first == model && py == python) return key.second;
+  return python;
+}
+
+TensorFile python_state_dict(const train::Checkpoint& checkpoint, const std::string& source) {
+  if (checkpoint.meta.value("task", std::string()) == "generate")
+    throw DataError(source, "a classifier checkpoint (ann, simplenn, cnn)",
+                    "a sprite generator checkpoint",
+                    "export covers the classifiers; the generator's UNet has no Python twin in "
+                    "docs/interop.md");
+  // Building the model checks the checkpoint's tensors against it and gives Python's order.
+  auto model = train::model_from_checkpoint(checkpoint, source, torch::kCPU);
+  const std::string model_name = checkpoint.meta.at("model").get<std::string>();
+  TensorFile out;
+  for (const auto& p : model->named_parameters())
+    out.tensors.emplace_back(python_name(model_name, p.key()),
+                             p.value().detach().to(torch::kFloat32).contiguous());
+  for (const auto& b : model->named_buffers())
+    out.tensors.emplace_back(python_name(model_name, b.key()), b.value().contiguous());
+  nlohmann::json meta = checkpoint.meta;
+  meta.erase("run");  // mid-run state belongs to resuming, not to the weights
+  meta.erase("grad_scaler");
+  out.metadata["format"] = "pt";  // what Hugging Face's loaders expect of a PyTorch state dict
+  out.metadata["spritetorch"] = meta.dump();
+  return out;
+}
+
+train::Checkpoint checkpoint_from_python(const TensorFile& state, const models::ModelSpec& spec,
+                                         nlohmann::json meta, const std::string& source) {
+  auto model = models::make_model(spec);
+  train::Checkpoint out;
+  std::set<std::string> used;
+  auto take = [&](const std::string& ours, const torch::Tensor& target) {
+    const std::string key = python_name(spec.name, ours);
+    const torch::Tensor* found = state.find(key);
+    const std::string wanted = "'" + key + "' of shape " + dims(target) + " F32";
+    if (!found)
+      throw DataError(source, "a tensor " + wanted + " (model '" + spec.name + "')", "no such key",
+                      "the keys of model '" + spec.name + "' are " +
+                          python_keys(spec.name, *model) + " (docs/interop.md)");
+    if (found->scalar_type() != torch::kFloat32)
+      throw DataError(source, "tensor " + wanted, safetensors_dtype(found->scalar_type()),
+                      "save the state dict of model.float()");
+    if (found->sizes() != target.sizes())
+      throw DataError(source, "tensor " + wanted, "shape " + dims(*found),
+                      "check --model and the dataset options (input shape, class count)");
+    if (!torch::isfinite(*found).all().item<bool>())
+      throw DataError(source, "finite values in tensor '" + key + "'", "NaN or infinity");
+    out.model[ours] = found->clone();
+    used.insert(key);
+  };
+  for (const auto& p : model->named_parameters()) take(p.key(), p.value());
+  for (const auto& b : model->named_buffers()) take(b.key(), b.value());
+  for (const auto& [key, tensor] : state.tensors)
+    if (!used.count(key))
+      throw DataError(
+          source,
+          "only the tensors of model '" + spec.name + "' (" + python_keys(spec.name, *model) + ")",
+          "an extra tensor '" + key + "'", "is --model right? a state dict of a different module?");
+  if (!meta.is_object()) meta = nlohmann::json::object();
+  meta["model"] = spec.name;
+  meta["input_shape"] = spec.input_shape;
+  meta["classes"] = spec.classes;
+  meta.erase("run");
+  meta.erase("grad_scaler");
+  out.meta = std::move(meta);
+  return out;
+}
+
+TensorFile reference_outputs(const train::Checkpoint& checkpoint, const std::string& source,
+                             int64_t count) {
+  auto model = train::model_from_checkpoint(checkpoint, source, torch::kCPU);
+  const auto shape = checkpoint.meta.at("input_shape").get<std::vector<int64_t>>();
+  std::vector<int64_t> batch_shape{count};
+  batch_shape.insert(batch_shape.end(), shape.begin(), shape.end());
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(/*seed=*/20240);
+  // Images are stored as uint8 pixels, features as float32: the same kinds a Dataset holds.
+  const torch::Tensor inputs = shape.size() == 3
+                                   ? at::randint(0, 256, batch_shape, generator, torch::kUInt8)
+                                   : at::randn(batch_shape, generator, torch::kFloat32);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  TensorFile out;
+  out.tensors = {{"inputs", inputs},
+                 {"logits", model->forward(data::to_model_input(inputs)).contiguous()}};
+  out.metadata["model"] = checkpoint.meta.at("model").get<std::string>();
+  return out;
+}
+
+}  // namespace spritetorch::interop

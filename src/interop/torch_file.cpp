@@ -1,0 +1,17 @@
+#include "interop/torch_file.h"
+
+#include <torch/serialize.h>
+
+#include "train/checkpoint.h"
+
+namespace spritetorch::interop {
+
+void write_torch_state_dict(const std::string& path, const TensorFile& file) {
+  c10::Dict<std::string, at::Tensor> dict;  // keeps insertion order, like Python's state_dict
+  for (const auto& [name, tensor] : file.tensors)
+    dict.insert(name, tensor.detach().cpu().contiguous());
+  const std::vector<char> bytes = torch::pickle_save(c10::IValue(dict));
+  train::write_file_atomically(path, std::string(bytes.begin(), bytes.end()));
+}
+
+}  // namespace spritetorch::interop

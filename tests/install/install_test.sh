@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# cmake --install into a scratch prefix, then build examples/ against it with
+# find_package(spritetorch) and run the example; also checks the installed CLI and its completion.
+#   install_test.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+build=$(cd "$1" && pwd)
+source_dir=$(cd "$2" && pwd)
+work=$(mktemp -d "${TMPDIR:-/tmp}/spritetorch-install.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+prefix=$work/prefix
+
+cmake --install "$build" --prefix "$prefix" > "$work/install.log"
+for f in bin/spritetorch lib/libspritetorch.a include/spritetorch/train/trainer.h \
+         include/spritetorch/common/error.h include/spritetorch/interop/safetensors.h \
+         lib/cmake/spritetorch/spritetorchConfig.cmake lib/cmake/spritetorch/spritetorchConfigVersion.cmake \
+         lib/cmake/spritetorch/spritetorchTargets.cmake share/bash-completion/completions/spritetorch; do
+  [ -e "$prefix/$f" ] || { echo "FAIL: $f not installed"; cat "$work/install.log"; exit 1; }
+done
+"$prefix/bin/spritetorch" --version | grep -q '^spritetorch [0-9]' || { echo "FAIL: installed --version"; exit 1; }
+grep -q 'complete -F _spritetorch spritetorch' "$prefix/share/bash-completion/completions/spritetorch"
+
+generator=()
+command -v ninja > /dev/null && generator=(-G Ninja)
+cmake -S "$source_dir/examples" -B "$work/examples" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$prefix" > "$work/configure.log" || { cat "$work/configure.log"; exit 1; }
+grep -q "$prefix" "$work/examples/CMakeCache.txt"  # it found the installed package, not the source tree
+cmake --build "$work/examples" > "$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
+"$work/examples/train_and_export" "$work/simplenn.safetensors"
+[ -s "$work/simplenn.safetensors" ]
+echo "PASS: installed to $prefix, examples/ built with find_package(spritetorch) and ran"
