@@ -148,9 +148,19 @@ std::string TomlConfig::to_config(const CLI::App* app, bool default_also, bool w
       if (write_description) out << "# " << prefix << name << " = (not set: the built-in default)\n";
       continue;
     }
+    // A negated flag (bench's !--no-streaming) stores the inverted value; the file states the
+    // flag itself, as get_flag_value() reads it back.
+    bool negated = false;
+    if (kind == OptionKind::kFlag) {
+      try {
+        negated = !truthy(option->get_flag_value(name, "true"));
+      } catch (const CLI::Error&) {
+      }
+    }
     std::vector<std::string> literals;
     for (const auto& value : values) {
       std::string literal = toml_literal(kind, value);
+      if (negated && option->count() > 0) literal = truthy(value) ? "false" : "true";
       literals.push_back(literal.empty() ? config::toml_string_literal(value) : literal);
     }
     out << prefix << name << " = ";

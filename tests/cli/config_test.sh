@@ -72,6 +72,14 @@ diff "$tmp/a.toml" "$tmp/b.toml" >"$tmp/diff" 2>&1 && [ "$(value tile <"$tmp/a.t
   [ "$(value lr <"$tmp/a.toml")" = 0.0003 ] && [ "$(value channels-last <"$tmp/a.toml")" = false ]
 check "print-config -> config round trip" $? "$(cat "$tmp/diff" "$tmp/a.toml")"
 
+# A negated flag (bench's !--no-streaming) survives the round trip.
+out=$("$bin" bench --no-streaming --print-config 2>&1)
+printf '%s\n' "$out" >"$tmp/bench.toml"
+[ "$(value no-streaming <<<"$out")" = true ] &&
+  [ "$("$bin" bench --config "$tmp/bench.toml" --print-config 2>&1 | value no-streaming)" = true ] &&
+  [ "$("$bin" bench --print-config 2>&1 | value no-streaming)" = false ]
+check "negated flags round-trip" $? "$out"
+
 # Errors: file:line, the key, expected and found; exit 2, one line plus a hint.
 printf 'epochs = 3\n\nbatchsize = 64\n' >"$tmp/unknown.toml"
 expect 2 "unknown.toml:3: unknown key 'batchsize'" -- train --config "$tmp/unknown.toml"
