@@ -31,10 +31,14 @@ OptionKind option_kind(const CLI::Option& option) {
 std::string expected_text(OptionKind kind) {
   switch (kind) {
     case OptionKind::kFlag:
-    case OptionKind::kBoolean: return "a boolean (true or false)";
-    case OptionKind::kInteger: return "an integer";
-    case OptionKind::kNumber: return "a number";
-    case OptionKind::kString: return "a string (in quotes)";
+    case OptionKind::kBoolean:
+      return "a boolean (true or false)";
+    case OptionKind::kInteger:
+      return "an integer";
+    case OptionKind::kNumber:
+      return "a number";
+    case OptionKind::kString:
+      return "a string (in quotes)";
   }
   return "a value";
 }
@@ -42,18 +46,22 @@ std::string expected_text(OptionKind kind) {
 bool kind_fits(OptionKind expected, config::ValueKind found) {
   switch (expected) {
     case OptionKind::kFlag:
-    case OptionKind::kBoolean: return found == config::ValueKind::kBoolean;
-    case OptionKind::kInteger: return found == config::ValueKind::kInteger;
+    case OptionKind::kBoolean:
+      return found == config::ValueKind::kBoolean;
+    case OptionKind::kInteger:
+      return found == config::ValueKind::kInteger;
     case OptionKind::kNumber:
       return found == config::ValueKind::kInteger || found == config::ValueKind::kFloat;
-    case OptionKind::kString: return found == config::ValueKind::kString;
+    case OptionKind::kString:
+      return found == config::ValueKind::kString;
   }
   return false;
 }
 
 // Options that make no sense to replay: they refer to this one invocation.
 bool one_shot(const std::string& name) {
-  static const std::set<std::string> names = {"config", "print-config", "help", "resume", "overwrite"};
+  static const std::set<std::string> names = {"config", "print-config", "help", "resume",
+                                              "overwrite"};
   return names.count(name) > 0;
 }
 
@@ -69,12 +77,13 @@ bool truthy(const std::string& text) {
 std::string toml_literal(OptionKind kind, const std::string& text) {
   switch (kind) {
     case OptionKind::kFlag:
-    case OptionKind::kBoolean: return truthy(text) ? "true" : "false";
+    case OptionKind::kBoolean:
+      return truthy(text) ? "true" : "false";
     case OptionKind::kInteger: {
-      const bool digits = !text.empty() &&
-                          text.find_first_not_of("0123456789", text[0] == '-' ? 1 : 0) ==
-                              std::string::npos &&
-                          text != "-";
+      const bool digits =
+          !text.empty() &&
+          text.find_first_not_of("0123456789", text[0] == '-' ? 1 : 0) == std::string::npos &&
+          text != "-";
       return digits ? text : std::string();
     }
     case OptionKind::kNumber: {
@@ -83,7 +92,8 @@ std::string toml_literal(OptionKind kind, const std::string& text) {
       if (text.empty() || *end != '\0') return {};
       return config::toml_float_literal(value);
     }
-    case OptionKind::kString: return config::toml_string_literal(text);
+    case OptionKind::kString:
+      return config::toml_string_literal(text);
   }
   return {};
 }
@@ -145,7 +155,8 @@ std::string TomlConfig::to_config(const CLI::App* app, bool default_also, bool w
     }
     if (write_description) out << "\n# " << option->get_description() << "\n";
     if (values.empty()) {
-      if (write_description) out << "# " << prefix << name << " = (not set: the built-in default)\n";
+      if (write_description)
+        out << "# " << prefix << name << " = (not set: the built-in default)\n";
       continue;
     }
     // A negated flag (bench's !--no-streaming) stores the inverted value; the file states the
@@ -191,8 +202,8 @@ std::vector<CLI::ConfigItem> TomlConfig::from_config(std::istream& input) const 
 const std::vector<std::pair<std::string, std::string>>& environment_mirrors() {
   // The settings that belong to a machine rather than to an experiment.
   static const std::vector<std::pair<std::string, std::string>> mirrors = {
-      {"device", "SPRITETORCH_DEVICE"},   {"data", "SPRITETORCH_DATA"},
-      {"threads", "SPRITETORCH_THREADS"}, {"blas-threads", "SPRITETORCH_BLAS_THREADS"},
+      {"device", "SPRITETORCH_DEVICE"},       {"data", "SPRITETORCH_DATA"},
+      {"threads", "SPRITETORCH_THREADS"},     {"blas-threads", "SPRITETORCH_BLAS_THREADS"},
       {"precision", "SPRITETORCH_PRECISION"}, {"workers", "SPRITETORCH_WORKERS"},
   };
   return mirrors;
@@ -208,12 +219,14 @@ void add_environment_mirrors(CLI::App* sub) {
 
 void add_config_options(CLI::App* sub) {
   sub->config_formatter(std::make_shared<TomlConfig>());
-  sub->add_option("--config", "Read options from this TOML file (keys: the long options without "
-                              "dashes, e.g. batch-size = 64); command line > environment > file")
+  sub->add_option("--config",
+                  "Read options from this TOML file (keys: the long options without "
+                  "dashes, e.g. batch-size = 64); command line > environment > file")
       ->type_name("FILE")
       ->configurable(false);
-  sub->add_flag("--print-config", "Print the effective configuration as TOML (what --config reads) "
-                                  "and exit")
+  sub->add_flag("--print-config",
+                "Print the effective configuration as TOML (what --config reads) "
+                "and exit")
       ->configurable(false);
 }
 
@@ -229,11 +242,13 @@ bool resolve_config(CLI::App& sub, std::ostream& out) {
                     unknown_key_hint(sub, entry.key));
       const OptionKind kind = option_kind(*option);
       const bool many = option->get_expected_max() > 1;
-      const bool fits = entry.kind == config::ValueKind::kArray ? many : kind_fits(kind, entry.kind);
+      const bool fits =
+          entry.kind == config::ValueKind::kArray ? many : kind_fits(kind, entry.kind);
       if (!fits)
         throw DataError(at, "'" + entry.key + "' to be " + expected_text(kind),
                         config::kind_name(entry.kind) + " (" +
-                            (entry.values.empty() ? std::string("[]") : entry.values.front()) + ")");
+                            (entry.values.empty() ? std::string("[]") : entry.values.front()) +
+                            ")");
       if (option->count() > 0) continue;  // the command line or the environment set it
       try {
         if (kind == OptionKind::kFlag)

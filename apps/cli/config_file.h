@@ -10,7 +10,6 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <iosfwd>
 #include <string>
 #include <vector>

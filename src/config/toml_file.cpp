@@ -2,13 +2,14 @@
 // entries with line numbers and rejects what a flat option file cannot mean.
 #include "config/toml_file.h"
 
+#include <toml++/toml.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
-#include <toml++/toml.h>
 
 #include "common/error.h"
 
@@ -47,12 +48,18 @@ bool scalar_text(const toml::node& node, ValueKind& kind, std::string& text) {
 
 std::string kind_name(ValueKind kind) {
   switch (kind) {
-    case ValueKind::kString: return "a string";
-    case ValueKind::kInteger: return "an integer";
-    case ValueKind::kFloat: return "a float";
-    case ValueKind::kBoolean: return "a boolean";
-    case ValueKind::kArray: return "an array";
-    case ValueKind::kDateTime: return "a date/time";
+    case ValueKind::kString:
+      return "a string";
+    case ValueKind::kInteger:
+      return "an integer";
+    case ValueKind::kFloat:
+      return "a float";
+    case ValueKind::kBoolean:
+      return "a boolean";
+    case ValueKind::kArray:
+      return "an array";
+    case ValueKind::kDateTime:
+      return "a date/time";
   }
   return "a value";
 }
@@ -62,9 +69,9 @@ std::vector<Entry> parse_flat_toml(const std::string& text, const std::string& s
   try {
     table = toml::parse(text, source);
   } catch (const toml::parse_error& e) {
-    throw Error(where(source, e.source().begin) + ": TOML syntax error: " +
-                    std::string(e.description()),
-                "config files are TOML: one `key = value` per line, strings in quotes");
+    throw Error(
+        where(source, e.source().begin) + ": TOML syntax error: " + std::string(e.description()),
+        "config files are TOML: one `key = value` per line, strings in quotes");
   }
   std::vector<Entry> entries;
   for (const auto& [key, node] : table) {
@@ -81,7 +88,8 @@ std::vector<Entry> parse_flat_toml(const std::string& text, const std::string& s
       for (const auto& element : *array) {
         ValueKind element_kind;
         if (!scalar_text(element, element_kind, value))
-          throw Error(at + ": key '" + entry.key + "': expected an array of plain values, found a "
+          throw Error(at + ": key '" + entry.key +
+                      "': expected an array of plain values, found a "
                       "nested array or table");
         entry.values.push_back(std::move(value));
       }
@@ -111,11 +119,21 @@ std::string toml_string_literal(const std::string& text) {
   std::string out = "\"";
   for (const unsigned char c : text) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
       default:
         if (c < 0x20 || c == 0x7f) {
           char escaped[8];

@@ -26,7 +26,9 @@ void put_varint(std::string& out, uint64_t value) {
   out += static_cast<char>(value);
 }
 
-void put_key(std::string& out, uint32_t field, WireType type) { put_varint(out, (field << 3) | type); }
+void put_key(std::string& out, uint32_t field, WireType type) {
+  put_varint(out, (field << 3) | type);
+}
 
 void put_little_endian(std::string& out, uint64_t value, int bytes) {
   for (int i = 0; i < bytes; ++i) out += static_cast<char>((value >> (8 * i)) & 0xFF);
@@ -156,7 +158,8 @@ void TensorBoardObserver::on_start(const std::string& device, const train::Setti
 }
 
 void TensorBoardObserver::on_log(const train::StepLog& log) {
-  writer_.add_scalar("train/loss_running", log.running_loss, (log.epoch - 1) * log.steps + log.step);
+  writer_.add_scalar("train/loss_running", log.running_loss,
+                     (log.epoch - 1) * log.steps + log.step);
   if (next_) next_->on_log(log);
 }
 

@@ -1,12 +1,12 @@
 // TensorBoard event files, written the way PyTorch's SummaryWriter writes them, so that
-// `tensorboard --logdir DIR` shows scalars and images. No TensorFlow or protobuf library: the file is
-// TFRecord framing around tensorflow.Event messages whose few fields we encode by hand
-// (field numbers from tensorboard/compat/proto/event.proto and summary.proto):
+// `tensorboard --logdir DIR` shows scalars and images. No TensorFlow or protobuf library: the file
+// is TFRecord framing around tensorflow.Event messages whose few fields we encode by hand (field
+// numbers from tensorboard/compat/proto/event.proto and summary.proto):
 //
-//   record  = uint64 LE length | uint32 LE masked CRC-32C(length) | payload | masked CRC-32C(payload)
-//   Event   = wall_time (1, double) | step (2, int64) | file_version (3, string) | summary (5)
-//   Summary = repeated Value (1);  Value = tag (1) | simple_value (2, float) | image (4)
-//   Image   = height (1) | width (2) | colorspace (3) | encoded_image_string (4, PNG)
+//   record  = uint64 LE length | uint32 LE masked CRC-32C(length) | payload | masked
+//   CRC-32C(payload) Event   = wall_time (1, double) | step (2, int64) | file_version (3, string) |
+//   summary (5) Summary = repeated Value (1);  Value = tag (1) | simple_value (2, float) | image
+//   (4) Image   = height (1) | width (2) | colorspace (3) | encoded_image_string (4, PNG)
 //
 // This is the writer only; tests/report/read_tfevents.py reads the files back with protobuf.
 #pragma once

@@ -1,12 +1,13 @@
-// Flat TOML config files: entries with kinds and lines, errors with file:line(:column), literals that
-// read back as the same value.
+// Flat TOML config files: entries with kinds and lines, errors with file:line(:column), literals
+// that read back as the same value.
+#include "config/toml_file.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 
 #include "common/error.h"
-#include "config/toml_file.h"
 
 namespace spritetorch::config {
 namespace {
@@ -88,7 +89,8 @@ TEST(TomlFileTest, FloatLiteralsAreShortAndReadBackExactly) {
     const double value = std::pow(10.0, exponent(rng)) * (i % 2 ? -1 : 1);
     const auto entries = parse_flat_toml("x = " + toml_float_literal(value) + "\n", "t.toml");
     ASSERT_EQ(entries[0].kind, ValueKind::kFloat) << toml_float_literal(value);
-    EXPECT_EQ(std::strtod(entries[0].values[0].c_str(), nullptr), value) << toml_float_literal(value);
+    EXPECT_EQ(std::strtod(entries[0].values[0].c_str(), nullptr), value)
+        << toml_float_literal(value);
   }
 }
 

@@ -1,6 +1,8 @@
 // The TensorBoard writer: CRC-32C against RFC 3720's vectors, TFRecord framing, and the whole file
 // read back by tests/report/read_tfevents.py, which decodes it with crcmod and protobuf (no code
 // shared with the writer).
+#include "report/tensorboard.h"
+
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -14,7 +16,6 @@
 
 #include "common/error.h"
 #include "report/crc32c.h"
-#include "report/tensorboard.h"
 #include "test_util.h"
 
 namespace spritetorch::report {
@@ -52,7 +53,8 @@ TEST(TfRecordTest, FramesPayloadWithLengthAndMaskedCrcs) {
   EXPECT_EQ(read_le(record, 0, 8), payload.size());
   EXPECT_EQ(read_le(record, 8, 4), mask_crc32c(crc32c(record.data(), 8)));
   EXPECT_EQ(record.substr(12, payload.size()), payload);
-  EXPECT_EQ(read_le(record, 12 + payload.size(), 4), mask_crc32c(crc32c(payload.data(), payload.size())));
+  EXPECT_EQ(read_le(record, 12 + payload.size(), 4),
+            mask_crc32c(crc32c(payload.data(), payload.size())));
 }
 
 // The interpreter with Debian's modules: /usr/bin/python3 first (a pyenv or venv python3 on PATH
@@ -63,8 +65,8 @@ std::string python() {
 
 // Runs the independent reader; the events as JSON, or GTEST_SKIP-worthy status 77.
 int read_events(const std::string& path, std::vector<nlohmann::json>& events, std::string& output) {
-  const std::string command = python() + " " + SPRITETORCH_TEST_DIR "/report/read_tfevents.py '" +
-                              path + "' 2>&1";
+  const std::string command =
+      python() + " " + SPRITETORCH_TEST_DIR "/report/read_tfevents.py '" + path + "' 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
   if (!pipe) return -1;
   std::array<char, 4096> buffer;
@@ -105,7 +107,8 @@ TEST(TensorBoardTest, IndependentReaderDecodesScalarsAndImages) {
     EXPECT_EQ(live.size(), 9u);
   }
   const std::string name = std::filesystem::path(path).filename().string();
-  EXPECT_TRUE(std::regex_match(name, std::regex(R"(events\.out\.tfevents\.\d{10}\..+\.\d+\.\d+)"))) << name;
+  EXPECT_TRUE(std::regex_match(name, std::regex(R"(events\.out\.tfevents\.\d{10}\..+\.\d+\.\d+)")))
+      << name;
 
   std::vector<nlohmann::json> events;
   std::string output;
@@ -136,7 +139,8 @@ TEST(TensorBoardTest, IndependentReaderDecodesScalarsAndImages) {
   for (int y = 0; y < 2; ++y)
     for (int x = 0; x < 3; ++x)
       for (int c = 0; c < 3; ++c)
-        EXPECT_EQ(png["rows"][y][x * 3 + c].get<int>(), image[y][x][c].item<int>()) << y << "," << x;
+        EXPECT_EQ(png["rows"][y][x * 3 + c].get<int>(), image[y][x][c].item<int>())
+            << y << "," << x;
 
   EXPECT_EQ(value_of(5)["tag"], "train/loss_running");
   EXPECT_EQ(events[5]["step"], 15);  // (epoch 2 - 1) * 10 steps + step 5
