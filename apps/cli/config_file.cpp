@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <iterator>
 #include <set>
 #include <sstream>
 
@@ -19,7 +20,7 @@ namespace {
 enum class OptionKind { kFlag, kInteger, kNumber, kBoolean, kString };
 
 OptionKind option_kind(const CLI::Option& option) {
-  if (option.get_type_size() == 0) return OptionKind::kFlag;
+  if (option.get_expected_min() == 0) return OptionKind::kFlag;
   std::string type = option.get_type_name();
   type = type.substr(0, type.find(':'));
   if (type == "INT" || type == "UINT") return OptionKind::kInteger;
@@ -152,6 +153,14 @@ std::string TomlConfig::to_config(const CLI::App* app, bool default_also, bool w
       values = {"false"};
     } else if (default_also && !option->get_default_str().empty()) {
       values = {option->get_default_str()};
+      // A list's default reads "0 2 4" (or "[0,2,4]"): one value per element.
+      if (option->get_expected_max() > 1) {
+        std::string text = values.front();
+        for (char& c : text)
+          if (c == '[' || c == ']' || c == ',') c = ' ';
+        std::istringstream elements(text);
+        values.assign(std::istream_iterator<std::string>(elements), {});
+      }
     }
     if (write_description) out << "\n# " << option->get_description() << "\n";
     if (values.empty()) {

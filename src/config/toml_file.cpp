@@ -151,6 +151,11 @@ std::string shortest_double_text(double value) {
   if (std::isnan(value)) return "nan";
   if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
   char buffer[40];
+  // Whole numbers print whole ("300", not %g's "3e+02"), up to where doubles stop being exact.
+  if (value == std::floor(value) && std::fabs(value) < 1e15) {
+    std::snprintf(buffer, sizeof buffer, "%.0f", value);
+    return buffer;
+  }
   for (int digits = 1; digits <= 17; ++digits) {
     std::snprintf(buffer, sizeof buffer, "%.*g", digits, value);
     if (std::strtod(buffer, nullptr) == value) break;

@@ -2,7 +2,7 @@
 # Config files and environment mirrors through the real CLI: precedence (command line > environment
 # > file), errors naming file:line, and the round trip --print-config -> --config -> --print-config.
 set -u
-bin=$1
+bin=$(realpath "$1")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fails=0 passes=0
@@ -80,25 +80,26 @@ printf '%s\n' "$out" >"$tmp/bench.toml"
   [ "$("$bin" bench --print-config 2>&1 | value no-streaming)" = false ]
 check "negated flags round-trip" $? "$out"
 
-# Errors: file:line, the key, expected and found; exit 2, one line plus a hint.
+# Errors: file:line, the key, expected and found; exit 2, one line plus a hint. (--print-config:
+# should the check fail to fire, nothing trains.)
 printf 'epochs = 3\n\nbatchsize = 64\n' >"$tmp/unknown.toml"
-expect 2 "unknown.toml:3: unknown key 'batchsize'" -- train --config "$tmp/unknown.toml"
-expect 2 "did you mean 'batch-size'" -- train --config "$tmp/unknown.toml"
+expect 2 "unknown.toml:3: unknown key 'batchsize'" -- train --config "$tmp/unknown.toml" --print-config
+expect 2 "did you mean 'batch-size'" -- train --config "$tmp/unknown.toml" --print-config
 printf 'epochs = "ten"\n' >"$tmp/type.toml"
-expect 2 "type.toml:1: expected 'epochs' to be an integer, found a string \(ten\)" -- train --config "$tmp/type.toml"
+expect 2 "type.toml:1: expected 'epochs' to be an integer, found a string \(ten\)" -- train --config "$tmp/type.toml" --print-config
 printf 'lr = 0.1\ndrop-last = "yes"\n' >"$tmp/flag.toml"
-expect 2 "flag.toml:2: expected 'drop-last' to be a boolean" -- train --config "$tmp/flag.toml"
+expect 2 "flag.toml:2: expected 'drop-last' to be a boolean" -- train --config "$tmp/flag.toml" --print-config
 printf 'device = 0\n' >"$tmp/str.toml"
-expect 2 "str.toml:1: expected 'device' to be a string" -- train --config "$tmp/str.toml"
+expect 2 "str.toml:1: expected 'device' to be a string" -- train --config "$tmp/str.toml" --print-config
 printf 'epochs = 3\nlr = \n' >"$tmp/syntax.toml"
-expect 2 "syntax.toml:2:[0-9]+: TOML syntax error" -- train --config "$tmp/syntax.toml"
+expect 2 "syntax.toml:2:[0-9]+: TOML syntax error" -- train --config "$tmp/syntax.toml" --print-config
 printf '\nmodel = "resnet"\n' >"$tmp/value.toml"
-expect 2 "value.toml:2: 'model': .*resnet" -- train --config "$tmp/value.toml"
+expect 2 "value.toml:2: 'model': .*resnet" -- train --config "$tmp/value.toml" --print-config
 printf '[train]\nepochs = 3\n' >"$tmp/table.toml"
-expect 2 "table.toml:1: \[train\]" -- train --config "$tmp/table.toml"
+expect 2 "table.toml:1: \[train\]" -- train --config "$tmp/table.toml" --print-config
 printf 'config = "other.toml"\n' >"$tmp/self.toml"
-expect 2 "self.toml:1: unknown key 'config'" -- train --config "$tmp/self.toml"
-expect 2 "cannot read config file" -- train --config "$tmp/missing.toml"
+expect 2 "self.toml:1: unknown key 'config'" -- train --config "$tmp/self.toml" --print-config
+expect 2 "cannot read config file" -- train --config "$tmp/missing.toml" --print-config
 out=$(SPRITETORCH_THREADS=many "$bin" train --print-config 2>&1); rc=$?
 [ "$rc" -eq 2 ]
 check "a bad environment value is a usage error" $? "$out"
