@@ -126,7 +126,7 @@ std::string unknown_key_hint(const CLI::App& sub, const std::string& key) {
     const std::string name = long_name(*option);
     if (name.empty() || !option->get_configurable()) continue;
     const size_t d = distance(key, name);
-    if (d < best_distance) best_distance = d, best = name;
+    if (d < best_distance && d < key.size()) best_distance = d, best = name;
   }
   std::string hint = best.empty() ? std::string() : "did you mean '" + best + "'? ";
   return hint + "keys are the long options of `spritetorch " + sub.get_name() +
