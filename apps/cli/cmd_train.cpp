@@ -6,6 +6,7 @@
 #include "models/classifier.h"
 #include "output.h"
 #include "precision/precision.h"
+#include "tensorboard_output.h"
 #include "train/flat_optimizer.h"
 #include "train/parallel.h"
 #include "train/trainer.h"
@@ -148,13 +149,32 @@ Subcommand add_train_command(CLI::App& app) {
                          "ddp: all-reduce the gradients after backward instead of overlapping it");
   sub->add_flag("--json", *json, "Print a JSON summary on stdout (progress goes to stderr)");
   sub->add_flag("--verbose", *verbose, "Also print the running loss every --log-every steps");
+  auto tensorboard = std::make_shared<bool>(false);
+  sub->add_flag("--tensorboard", *tensorboard,
+                "Write TensorBoard event files (running and epoch loss, accuracy, test results, a "
+                "sheet of training samples) to runs/<date>_<host>/: tensorboard --logdir runs");
 
-  return {sub, [config, json, verbose]() {
+  return {sub, [config, json, verbose, tensorboard]() {
             std::ostream& human = *json ? std::cerr : std::cout;
             PrintingObserver printer(human, *verbose);
-            if (config->task == "generate") return run_generator_training(*config, printer, *json);
-            const train::TrainReport report = train::train(*config, &printer);
+            train::TrainObserver* observer = &printer;
+            std::unique_ptr<report::EventWriter> events;
+            std::unique_ptr<report::TensorBoardObserver> tensorboard_observer;
+            if (*tensorboard && (events = open_tensorboard(*config))) {
+              human << "TensorBoard events: " << events->path() << "\n";
+              log_training_samples(*events, *config);
+              tensorboard_observer = std::make_unique<report::TensorBoardObserver>(*events, &printer);
+              observer = tensorboard_observer.get();
+            }
+            if (config->task == "generate") return run_generator_training(*config, *observer, *json);
+            const train::TrainReport report = train::train(*config, observer);
             if (!report.main_rank) return 0;  // ddp: rank 0 reports
+            if (events) {
+              const int64_t last_epoch = report.start_epoch + static_cast<int64_t>(report.epochs.size());
+              events->add_scalar("test/accuracy", report.test.accuracy, last_epoch);
+              events->add_scalar("test/loss", report.test.loss, last_epoch);
+              events->flush();
+            }
 
             human << std::fixed << std::setprecision(2) << "Train time: " << report.train_seconds
                   << " s\n" << std::setprecision(4) << "Test Accuracy: " << report.test.accuracy

@@ -7,6 +7,7 @@
 
 #include "commands.h"
 #include "common/error.h"
+#include "config_file.h"
 #include "resume_command.h"
 #include "train/interrupt.h"
 
@@ -28,14 +29,23 @@ int main(int argc, char** argv) {
       spritetorch::cli::add_import_command(app),
       spritetorch::cli::add_completion_command(app),
   };
+  for (const auto& command : commands) {
+    spritetorch::cli::add_environment_mirrors(command.app);
+    const std::string name = command.app->get_name();
+    if (name == "train" || name == "eval" || name == "bench" || name == "generate")
+      spritetorch::cli::add_config_options(command.app);
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;  // prints help, the version or the parse error
   }
   try {
-    for (const auto& command : commands)
-      if (command.app->parsed()) return command.run();
+    for (const auto& command : commands) {
+      if (!command.app->parsed()) continue;
+      if (spritetorch::cli::resolve_config(*command.app, std::cout)) return 0;  // --print-config
+      return command.run();
+    }
     return 2;
   } catch (const spritetorch::train::Interrupted& e) {
     std::cerr << "\n" << e.what() << "; checkpoint saved: " << e.checkpoint() << "\n"

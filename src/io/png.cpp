@@ -65,25 +65,30 @@ torch::Tensor decode_png(const std::string& bytes, const std::string& name) {
 
 torch::Tensor read_png(const std::string& path) { return decode_png(read_all(path), path); }
 
-void write_png(const std::string& path, const torch::Tensor& image_in) {
-  if (image_in.dim() != 3 || (image_in.size(2) != 4 && image_in.size(2) != 3) ||
+std::string encode_png(const torch::Tensor& image_in, const std::string& name) {
+  if (image_in.dim() != 3 || (image_in.size(2) != 4 && image_in.size(2) != 3 && image_in.size(2) != 1) ||
       image_in.scalar_type() != torch::kUInt8)
-    throw Error("write_png " + path + ": expected (H, W, 4|3) uint8, found " +
+    throw Error("encoding " + name + " as PNG: expected (H, W, 4|3|1) uint8, found " +
                 c10::str(image_in.sizes()) + " " + c10::toString(image_in.scalar_type()));
   const auto image = image_in.cpu().contiguous();
   png_image png{};
   png.version = PNG_IMAGE_VERSION;
   png.width = static_cast<png_uint_32>(image.size(1));
   png.height = static_cast<png_uint_32>(image.size(0));
-  png.format = image.size(2) == 4 ? PNG_FORMAT_RGBA : PNG_FORMAT_RGB;
+  const int64_t channels = image.size(2);
+  png.format = channels == 4 ? PNG_FORMAT_RGBA : channels == 3 ? PNG_FORMAT_RGB : PNG_FORMAT_GRAY;
   png_alloc_size_t size = 0;
   if (!png_image_write_get_memory_size(png, size, 0, image.data_ptr<uint8_t>(), 0, nullptr))
-    throw Error("cannot encode " + path + ": libpng: " + png.message);
+    throw Error("cannot encode " + name + ": libpng: " + png.message);
   std::string bytes(size, '\0');
   if (!png_image_write_to_memory(&png, bytes.data(), &size, 0, image.data_ptr<uint8_t>(), 0, nullptr))
-    throw Error("cannot encode " + path + ": libpng: " + png.message);
+    throw Error("cannot encode " + name + ": libpng: " + png.message);
   bytes.resize(size);
-  train::write_file_atomically(path, bytes);
+  return bytes;
+}
+
+void write_png(const std::string& path, const torch::Tensor& image) {
+  train::write_file_atomically(path, encode_png(image, path));
 }
 
 torch::Tensor upscale_nearest(const torch::Tensor& image, int64_t scale) {

@@ -17,7 +17,10 @@ torch::Tensor read_png(const std::string& path);
 // Same, from bytes in memory; `name` is used in error messages.
 torch::Tensor decode_png(const std::string& bytes, const std::string& name);
 
-// Writes (H, W, 4) or (H, W, 3) uint8 (any device) as an 8-bit RGBA / RGB PNG, atomically.
+// Encodes (H, W, 4), (H, W, 3) or (H, W, 1) uint8 (any device) as an 8-bit RGBA / RGB / grey PNG
+// in memory; `name` is used in error messages.
+std::string encode_png(const torch::Tensor& image, const std::string& name);
+// The same, written to `path` atomically.
 void write_png(const std::string& path, const torch::Tensor& image);
 
 // Nearest-neighbour upscale of (H, W, C) or (N, C, H, W) by an integer factor >= 1.

@@ -1,0 +1,279 @@
+// --config, --print-config and the environment mirrors. CLI11 2.1 reads config files only for the
+// top-level app and without line numbers, so the subcommands' files are applied here, after the
+// command line and the environment (which is what makes them the lowest-precedence source).
+#include "config_file.h"
+
+#include <algorithm>
+#include <iostream>
+#include <iterator>
+#include <set>
+#include <sstream>
+
+#include "common/error.h"
+#include "config/toml_file.h"
+
+namespace spritetorch::cli {
+
+namespace {
+
+// What TOML value an option takes, from CLI11's type name ("INT:POSITIVE" -> INT).
+enum class OptionKind { kFlag, kInteger, kNumber, kBoolean, kString };
+
+OptionKind option_kind(const CLI::Option& option) {
+  if (option.get_expected_min() == 0) return OptionKind::kFlag;
+  std::string type = option.get_type_name();
+  type = type.substr(0, type.find(':'));
+  if (type == "INT" || type == "UINT") return OptionKind::kInteger;
+  if (type == "FLOAT") return OptionKind::kNumber;
+  if (type == "BOOLEAN") return OptionKind::kBoolean;
+  return OptionKind::kString;
+}
+
+std::string expected_text(OptionKind kind) {
+  switch (kind) {
+    case OptionKind::kFlag:
+    case OptionKind::kBoolean:
+      return "a boolean (true or false)";
+    case OptionKind::kInteger:
+      return "an integer";
+    case OptionKind::kNumber:
+      return "a number";
+    case OptionKind::kString:
+      return "a string (in quotes)";
+  }
+  return "a value";
+}
+
+bool kind_fits(OptionKind expected, config::ValueKind found) {
+  switch (expected) {
+    case OptionKind::kFlag:
+    case OptionKind::kBoolean:
+      return found == config::ValueKind::kBoolean;
+    case OptionKind::kInteger:
+      return found == config::ValueKind::kInteger;
+    case OptionKind::kNumber:
+      return found == config::ValueKind::kInteger || found == config::ValueKind::kFloat;
+    case OptionKind::kString:
+      return found == config::ValueKind::kString;
+  }
+  return false;
+}
+
+// Options that make no sense to replay: they refer to this one invocation.
+bool one_shot(const std::string& name) {
+  static const std::set<std::string> names = {"config", "print-config", "help", "resume",
+                                              "overwrite"};
+  return names.count(name) > 0;
+}
+
+bool truthy(const std::string& text) {
+  try {
+    return CLI::detail::to_flag_value(text) > 0;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+// The value as a TOML literal of the option's kind; empty when the text does not fit the kind.
+std::string toml_literal(OptionKind kind, const std::string& text) {
+  switch (kind) {
+    case OptionKind::kFlag:
+    case OptionKind::kBoolean:
+      return truthy(text) ? "true" : "false";
+    case OptionKind::kInteger: {
+      const bool digits =
+          !text.empty() &&
+          text.find_first_not_of("0123456789", text[0] == '-' ? 1 : 0) == std::string::npos &&
+          text != "-";
+      return digits ? text : std::string();
+    }
+    case OptionKind::kNumber: {
+      char* end = nullptr;
+      const double value = std::strtod(text.c_str(), &end);
+      if (text.empty() || *end != '\0') return {};
+      return config::toml_float_literal(value);
+    }
+    case OptionKind::kString:
+      return config::toml_string_literal(text);
+  }
+  return {};
+}
+
+std::string long_name(const CLI::Option& option) {
+  return option.get_lnames().empty() ? std::string() : option.get_lnames().front();
+}
+
+// Edit distance, for "did you mean" on unknown keys.
+size_t distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string unknown_key_hint(const CLI::App& sub, const std::string& key) {
+  std::string best;
+  size_t best_distance = 3;  // farther than this is no suggestion
+  for (const CLI::Option* option : sub.get_options()) {
+    const std::string name = long_name(*option);
+    if (name.empty() || !option->get_configurable()) continue;
+    const size_t d = distance(key, name);
+    if (d < best_distance && d < key.size()) best_distance = d, best = name;
+  }
+  std::string hint = best.empty() ? std::string() : "did you mean '" + best + "'? ";
+  return hint + "keys are the long options of `spritetorch " + sub.get_name() +
+         " --help` without the dashes";
+}
+
+}  // namespace
+
+std::string TomlConfig::to_config(const CLI::App* app, bool default_also, bool write_description,
+                                  std::string prefix) const {
+  std::ostringstream out;
+  if (prefix.empty())
+    out << "# spritetorch " << app->get_name() << " " << SPRITETORCH_VERSION
+        << ": the effective configuration.\n# Replay: spritetorch " << app->get_name()
+        << " --config FILE (command-line flags and SPRITETORCH_* variables override it).\n";
+  for (const CLI::Option* option : app->get_options()) {
+    const std::string name = long_name(*option);
+    if (name.empty() || !option->get_configurable() || one_shot(name)) continue;
+    const OptionKind kind = option_kind(*option);
+    std::vector<std::string> values;
+    if (option->count() > 0) {
+      values = option->reduced_results();
+    } else if (kind == OptionKind::kFlag) {
+      values = {"false"};
+    } else if (default_also && !option->get_default_str().empty()) {
+      values = {option->get_default_str()};
+      // A list's default reads "0 2 4" (or "[0,2,4]"): one value per element.
+      if (option->get_expected_max() > 1) {
+        std::string text = values.front();
+        for (char& c : text)
+          if (c == '[' || c == ']' || c == ',') c = ' ';
+        std::istringstream elements(text);
+        values.assign(std::istream_iterator<std::string>(elements), {});
+      }
+    }
+    if (write_description) out << "\n# " << option->get_description() << "\n";
+    if (values.empty()) {
+      if (write_description)
+        out << "# " << prefix << name << " = (not set: the built-in default)\n";
+      continue;
+    }
+    // A negated flag (bench's !--no-streaming) stores the inverted value; the file states the
+    // flag itself, as get_flag_value() reads it back.
+    bool negated = false;
+    if (kind == OptionKind::kFlag) {
+      try {
+        negated = !truthy(option->get_flag_value(name, "true"));
+      } catch (const CLI::Error&) {
+      }
+    }
+    std::vector<std::string> literals;
+    for (const auto& value : values) {
+      std::string literal = toml_literal(kind, value);
+      if (negated && option->count() > 0) literal = truthy(value) ? "false" : "true";
+      literals.push_back(literal.empty() ? config::toml_string_literal(value) : literal);
+    }
+    out << prefix << name << " = ";
+    if (literals.size() == 1) {
+      out << literals[0] << "\n";
+    } else {
+      out << "[";
+      for (size_t i = 0; i < literals.size(); ++i) out << (i ? ", " : "") << literals[i];
+      out << "]\n";
+    }
+  }
+  return out.str();
+}
+
+std::vector<CLI::ConfigItem> TomlConfig::from_config(std::istream& input) const {
+  std::ostringstream text;
+  text << input.rdbuf();
+  std::vector<CLI::ConfigItem> items;
+  for (auto& entry : config::parse_flat_toml(text.str(), "config")) {
+    CLI::ConfigItem item;
+    item.name = entry.key;
+    item.inputs = std::move(entry.values);
+    items.push_back(std::move(item));
+  }
+  return items;
+}
+
+const std::vector<std::pair<std::string, std::string>>& environment_mirrors() {
+  // The settings that belong to a machine rather than to an experiment.
+  static const std::vector<std::pair<std::string, std::string>> mirrors = {
+      {"device", "SPRITETORCH_DEVICE"},       {"data", "SPRITETORCH_DATA"},
+      {"threads", "SPRITETORCH_THREADS"},     {"blas-threads", "SPRITETORCH_BLAS_THREADS"},
+      {"precision", "SPRITETORCH_PRECISION"}, {"workers", "SPRITETORCH_WORKERS"},
+  };
+  return mirrors;
+}
+
+void add_environment_mirrors(CLI::App* sub) {
+  for (const auto& [name, variable] : environment_mirrors()) {
+    CLI::Option* option = sub->get_option_no_throw("--" + name);
+    // A list option of the same name (bench --workers 0,2,4) means something else: no mirror.
+    if (option && option->get_expected_max() <= 1) option->envname(variable);
+  }
+}
+
+void add_config_options(CLI::App* sub) {
+  sub->config_formatter(std::make_shared<TomlConfig>());
+  sub->add_option("--config",
+                  "Read options from this TOML file (keys: the long options without "
+                  "dashes, e.g. batch-size = 64); command line > environment > file")
+      ->type_name("FILE")
+      ->configurable(false);
+  sub->add_flag("--print-config",
+                "Print the effective configuration as TOML (what --config reads) "
+                "and exit")
+      ->configurable(false);
+}
+
+bool resolve_config(CLI::App& sub, std::ostream& out) {
+  const CLI::Option* config_option = sub.get_option_no_throw("--config");
+  if (config_option && config_option->count() > 0) {
+    const std::string path = config_option->as<std::string>();
+    for (const config::Entry& entry : config::read_flat_toml_file(path)) {
+      const std::string at = path + ":" + std::to_string(entry.line);
+      CLI::Option* option = sub.get_option_no_throw("--" + entry.key);
+      if (!option || !option->get_configurable() || long_name(*option) != entry.key)
+        throw Error(at + ": unknown key '" + entry.key + "' for spritetorch " + sub.get_name(),
+                    unknown_key_hint(sub, entry.key));
+      const OptionKind kind = option_kind(*option);
+      const bool many = option->get_expected_max() > 1;
+      const bool fits =
+          entry.kind == config::ValueKind::kArray ? many : kind_fits(kind, entry.kind);
+      if (!fits)
+        throw DataError(at, "'" + entry.key + "' to be " + expected_text(kind),
+                        config::kind_name(entry.kind) + " (" +
+                            (entry.values.empty() ? std::string("[]") : entry.values.front()) +
+                            ")");
+      if (option->count() > 0) continue;  // the command line or the environment set it
+      try {
+        if (kind == OptionKind::kFlag)
+          option->add_result(option->get_flag_value(entry.key, entry.values.front()));
+        else
+          option->add_result(entry.values);
+        option->run_callback();
+      } catch (const CLI::Error& e) {
+        throw Error(at + ": '" + entry.key + "': " + e.what());
+      }
+    }
+  }
+  const CLI::Option* print_option = sub.get_option_no_throw("--print-config");
+  if (!print_option || print_option->count() == 0) return false;
+  out << sub.config_to_str(/*default_also=*/true, /*write_description=*/true);
+  return true;
+}
+
+}  // namespace spritetorch::cli

@@ -1,0 +1,45 @@
+// Config files and environment mirrors for the subcommands.
+//
+//   spritetorch train --config run.toml --epochs 3
+//
+// A config file is flat TOML whose keys are the subcommand's long option names without the dashes
+// (`batch-size = 64`, `drop-last = true`). Precedence: command line > environment variable
+// (SPRITETORCH_DEVICE, ...) > config file > built-in default. Unknown keys, wrong types and invalid
+// values are errors naming the file and line. `--print-config` prints the effective configuration
+// in the same format (config_to_str goes through TomlConfig), and `--config` replays it as is.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace spritetorch::cli {
+
+// CLI11's config formatter, speaking TOML through toml++ (config/toml_file.h).
+class TomlConfig : public CLI::Config {
+ public:
+  // Every configurable option of `app` with its effective value, typed as TOML (numbers bare,
+  // strings quoted, flags true/false); options neither set nor defaulted are written as comments.
+  // --config, --help, --print-config and one-shot options (--resume, --overwrite) are left out.
+  std::string to_config(const CLI::App* app, bool default_also, bool write_description,
+                        std::string prefix) const override;
+  std::vector<CLI::ConfigItem> from_config(std::istream& input) const override;
+};
+
+// The environment variables mirroring options, option long name -> variable.
+const std::vector<std::pair<std::string, std::string>>& environment_mirrors();
+
+// Sets the environment mirrors of the single-valued options `sub` already has (call after adding
+// them); `--help` shows them as (Env:SPRITETORCH_...).
+void add_environment_mirrors(CLI::App* sub);
+// Adds --config FILE and --print-config to `sub` and installs TomlConfig as its formatter.
+void add_config_options(CLI::App* sub);
+
+// After parsing: applies the --config file of `sub` (when given) to the options that neither the
+// command line nor the environment set, checking keys, types and values (errors name file:line).
+// Then, with --print-config, prints the effective configuration to `out` and returns true: the
+// command should stop there.
+bool resolve_config(CLI::App& sub, std::ostream& out);
+
+}  // namespace spritetorch::cli

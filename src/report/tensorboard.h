@@ -1,0 +1,68 @@
+// TensorBoard event files, written the way PyTorch's SummaryWriter writes them, so that
+// `tensorboard --logdir DIR` shows scalars and images. No TensorFlow or protobuf library: the file
+// is TFRecord framing around tensorflow.Event messages whose few fields we encode by hand (field
+// numbers from tensorboard/compat/proto/event.proto and summary.proto):
+//
+//   record  = uint64 LE length | uint32 LE masked CRC-32C(length) | payload | masked
+//   CRC-32C(payload) Event   = wall_time (1, double) | step (2, int64) | file_version (3, string) |
+//   summary (5) Summary = repeated Value (1);  Value = tag (1) | simple_value (2, float) | image
+//   (4) Image   = height (1) | width (2) | colorspace (3) | encoded_image_string (4, PNG)
+//
+// This is the writer only; tests/report/read_tfevents.py reads the files back with protobuf.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+
+#include "train/trainer.h"
+
+namespace spritetorch::report {
+
+// One TFRecord: the framing around `payload`.
+std::string tfrecord(const std::string& payload);
+
+// Appends events to a new file events.out.tfevents.<unix secs>.<hostname>.<pid>.<n> in `dir`
+// (created with its parents). The first record is the file_version event "brain.Event:2".
+// Events are buffered; flush() makes them visible to a running TensorBoard.
+class EventWriter {
+ public:
+  explicit EventWriter(const std::string& dir);
+  ~EventWriter();  // flushes; errors at that point are swallowed (call flush() to see them)
+  EventWriter(const EventWriter&) = delete;
+  EventWriter& operator=(const EventWriter&) = delete;
+
+  void add_scalar(const std::string& tag, double value, int64_t step);
+  // image: (H, W, C) uint8, C = 1 (grey), 3 (RGB) or 4 (RGBA), any device; stored as PNG.
+  void add_image(const std::string& tag, const torch::Tensor& image, int64_t step);
+  void flush();  // throws Error when the file cannot be written (disk full, ...)
+
+  const std::string& path() const { return path_; }
+
+ private:
+  void write_event(int64_t step, const std::string& summary_or_version_field);
+
+  std::string path_;
+  std::ofstream out_;
+};
+
+// Training progress into an EventWriter: the running loss at every log interval (step = global
+// step: (epoch - 1) * steps per epoch + step), and per epoch loss, accuracy and throughput
+// (step = epoch). Everything is also passed on to `next` (the CLI's printer), when given. Flushes
+// after every epoch so a live TensorBoard follows the run.
+class TensorBoardObserver : public train::TrainObserver {
+ public:
+  explicit TensorBoardObserver(EventWriter& writer, train::TrainObserver* next = nullptr)
+      : writer_(writer), next_(next) {}
+  void on_start(const std::string& device, const train::Settings& settings) override;
+  void on_log(const train::StepLog& log) override;
+  void on_epoch(const train::EpochReport& report) override;
+
+ private:
+  EventWriter& writer_;
+  train::TrainObserver* next_;
+};
+
+}  // namespace spritetorch::report

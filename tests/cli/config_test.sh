@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Config files and environment mirrors through the real CLI: precedence (command line > environment
+# > file), errors naming file:line, and the round trip --print-config -> --config -> --print-config.
+set -u
+bin=$(realpath "$1")
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0 passes=0
+unset SPRITETORCH_DEVICE SPRITETORCH_DATA SPRITETORCH_THREADS SPRITETORCH_BLAS_THREADS \
+  SPRITETORCH_PRECISION SPRITETORCH_WORKERS
+
+check() {  # check NAME CONDITION-STATUS OUTPUT
+  if [ "$2" -eq 0 ]; then passes=$((passes + 1)); else echo "FAIL: $1"; echo "$3" | head -20; fails=$((fails + 1)); fi
+}
+# expect CODE PATTERN -- ARGS...: exit code CODE and output matching PATTERN (grep -E).
+expect() {
+  local code=$1 pattern=$2
+  shift 3
+  local out rc
+  out=$("$bin" "$@" 2>&1)
+  rc=$?
+  [ "$rc" -eq "$code" ] && grep -qE -- "$pattern" <<<"$out" && ! grep -q "frame #" <<<"$out"
+  check "spritetorch $* -> exit $rc (wanted $code, /$pattern/)" $? "$out"
+}
+# value KEY: the value of KEY in the --print-config output on stdin.
+value() { sed -n "s/^$1 = //p"; }
+
+# The file sets values; the printed configuration shows them, typed.
+cat >"$tmp/run.toml" <<'TOML'
+# a comment
+epochs = 3
+batch-size = 32
+lr = 0.01
+optimizer = "sgd"
+drop-last = true
+no-overlap = true
+device = "cpu"
+threads = 1
+TOML
+out=$("$bin" train --config "$tmp/run.toml" --print-config 2>&1)
+[ "$(value epochs <<<"$out")" = 3 ] && [ "$(value batch-size <<<"$out")" = 32 ] &&
+  [ "$(value lr <<<"$out")" = 0.01 ] && [ "$(value optimizer <<<"$out")" = '"sgd"' ] &&
+  [ "$(value drop-last <<<"$out")" = true ] && [ "$(value no-overlap <<<"$out")" = true ] &&
+  [ "$(value device <<<"$out")" = '"cpu"' ]
+check "values from the file" $? "$out"
+! grep -qE '^(config|print-config|resume|overwrite|help) =' <<<"$out"
+check "one-shot options stay out of the dump" $? "$out"
+
+# Precedence: command line > environment > file > default.
+out=$(SPRITETORCH_DEVICE=auto "$bin" train --config "$tmp/run.toml" --print-config 2>&1)
+[ "$(value device <<<"$out")" = '"auto"' ]
+check "environment beats the file" $? "$out"
+out=$(SPRITETORCH_DEVICE=auto "$bin" train --config "$tmp/run.toml" --device cpu --epochs 7 --print-config 2>&1)
+[ "$(value device <<<"$out")" = '"cpu"' ] && [ "$(value epochs <<<"$out")" = 7 ] && [ "$(value batch-size <<<"$out")" = 32 ]
+check "command line beats environment and file" $? "$out"
+out=$(SPRITETORCH_THREADS=2 SPRITETORCH_PRECISION=bf16 SPRITETORCH_WORKERS=3 SPRITETORCH_DATA=/x "$bin" train --print-config 2>&1)
+[ "$(value threads <<<"$out")" = 2 ] && [ "$(value precision <<<"$out")" = '"bf16"' ] &&
+  [ "$(value workers <<<"$out")" = 3 ] && [ "$(value data <<<"$out")" = '"/x"' ]
+check "environment mirrors" $? "$out"
+out=$("$bin" train --print-config 2>&1)
+[ "$(value epochs <<<"$out")" = 5 ] && [ "$(value batch-size <<<"$out")" = 64 ] && [ "$(value drop-last <<<"$out")" = false ]
+check "defaults without a file" $? "$out"
+expect 0 "SPRITETORCH_DEVICE" -- train --help
+expect 0 "--config" -- eval --help
+
+# Round trip: flags -> dump A; A replayed with no flags -> dump B; A == B (every value, typed).
+"$bin" train --model cnn --dataset sprites --epochs 2 --lr 0.0003 --seed 11 --augment flip,shift:2 \
+  --no-overlap --drop-last --channels-last false --tile 8x8 --holdout 0.25 --precision bf16 \
+  --tensorboard --print-config >"$tmp/a.toml" 2>&1
+"$bin" train --config "$tmp/a.toml" --print-config >"$tmp/b.toml" 2>&1
+diff "$tmp/a.toml" "$tmp/b.toml" >"$tmp/diff" 2>&1 && [ "$(value tile <"$tmp/a.toml")" = '"8x8"' ] &&
+  [ "$(value lr <"$tmp/a.toml")" = 0.0003 ] && [ "$(value channels-last <"$tmp/a.toml")" = false ]
+check "print-config -> config round trip" $? "$(cat "$tmp/diff" "$tmp/a.toml")"
+
+# A negated flag (bench's !--no-streaming) survives the round trip.
+out=$("$bin" bench --no-streaming --print-config 2>&1)
+printf '%s\n' "$out" >"$tmp/bench.toml"
+[ "$(value no-streaming <<<"$out")" = true ] &&
+  [ "$("$bin" bench --config "$tmp/bench.toml" --print-config 2>&1 | value no-streaming)" = true ] &&
+  [ "$("$bin" bench --print-config 2>&1 | value no-streaming)" = false ]
+check "negated flags round-trip" $? "$out"
+
+# Errors: file:line, the key, expected and found; exit 2, one line plus a hint. (--print-config:
+# should the check fail to fire, nothing trains.)
+printf 'epochs = 3\n\nbatchsize = 64\n' >"$tmp/unknown.toml"
+expect 2 "unknown.toml:3: unknown key 'batchsize'" -- train --config "$tmp/unknown.toml" --print-config
+expect 2 "did you mean 'batch-size'" -- train --config "$tmp/unknown.toml" --print-config
+printf 'epochs = "ten"\n' >"$tmp/type.toml"
+expect 2 "type.toml:1: expected 'epochs' to be an integer, found a string \(ten\)" -- train --config "$tmp/type.toml" --print-config
+printf 'lr = 0.1\ndrop-last = "yes"\n' >"$tmp/flag.toml"
+expect 2 "flag.toml:2: expected 'drop-last' to be a boolean" -- train --config "$tmp/flag.toml" --print-config
+printf 'device = 0\n' >"$tmp/str.toml"
+expect 2 "str.toml:1: expected 'device' to be a string" -- train --config "$tmp/str.toml" --print-config
+printf 'epochs = 3\nlr = \n' >"$tmp/syntax.toml"
+expect 2 "syntax.toml:2:[0-9]+: TOML syntax error" -- train --config "$tmp/syntax.toml" --print-config
+printf '\nmodel = "resnet"\n' >"$tmp/value.toml"
+expect 2 "value.toml:2: 'model': .*resnet" -- train --config "$tmp/value.toml" --print-config
+printf '[train]\nepochs = 3\n' >"$tmp/table.toml"
+expect 2 "table.toml:1: \[train\]" -- train --config "$tmp/table.toml" --print-config
+printf 'config = "other.toml"\n' >"$tmp/self.toml"
+expect 2 "self.toml:1: unknown key 'config'" -- train --config "$tmp/self.toml" --print-config
+expect 2 "cannot read config file" -- train --config "$tmp/missing.toml" --print-config
+out=$(SPRITETORCH_THREADS=many "$bin" train --print-config 2>&1); rc=$?
+[ "$rc" -eq 2 ]
+check "a bad environment value is a usage error" $? "$out"
+
+# A config file drives a real (tiny) run, and --tensorboard writes an event file.
+printf 'dataset = "dummy"\nmodel = "simplenn"\nepochs = 1\ndevice = "cpu"\ntensorboard = true\n' >"$tmp/tiny.toml"
+out=$(cd "$tmp" && "$bin" train --config tiny.toml 2>&1); rc=$?
+[ "$rc" -eq 0 ] && grep -q "Epoch 1/1" <<<"$out" && ls "$tmp"/runs/*/events.out.tfevents.* >/dev/null 2>&1
+check "a config file drives a run; --tensorboard writes events" $? "$out"
+
+echo "config_test: $passes passed, $fails failed"
+[ "$fails" -eq 0 ]

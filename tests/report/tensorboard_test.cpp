@@ -1,0 +1,191 @@
+// The TensorBoard writer: CRC-32C against RFC 3720's vectors, TFRecord framing, and the whole file
+// read back by tests/report/read_tfevents.py, which decodes it with crcmod and protobuf (no code
+// shared with the writer).
+#include "report/tensorboard.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+
+#include "common/error.h"
+#include "report/crc32c.h"
+#include "test_util.h"
+
+namespace spritetorch::report {
+namespace {
+
+TEST(Crc32cTest, MatchesRfc3720Vectors) {
+  std::array<uint8_t, 32> bytes{};
+  EXPECT_EQ(crc32c(bytes.data(), bytes.size()), 0x8A9136AAu);  // 32 zero bytes
+  bytes.fill(0xFF);
+  EXPECT_EQ(crc32c(bytes.data(), bytes.size()), 0x62A8AB43u);
+  for (int i = 0; i < 32; ++i) bytes[i] = static_cast<uint8_t>(i);
+  EXPECT_EQ(crc32c(bytes.data(), bytes.size()), 0x46DD794Eu);  // incrementing
+  for (int i = 0; i < 32; ++i) bytes[i] = static_cast<uint8_t>(31 - i);
+  EXPECT_EQ(crc32c(bytes.data(), bytes.size()), 0x113FDB5Cu);  // decrementing
+  EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u);              // the usual check value
+  // Continuing over a split gives the CRC of the whole.
+  EXPECT_EQ(crc32c("56789", 5, crc32c("1234", 4)), 0xE3069283u);
+}
+
+TEST(Crc32cTest, MaskRotatesAndAddsTensorFlowsConstant) {
+  EXPECT_EQ(mask_crc32c(0), 0xA282EAD8u);
+  EXPECT_EQ(mask_crc32c(0x8000u), 0x00000001u + 0xA282EAD8u);  // bit 15 rotates to bit 0
+}
+
+uint64_t read_le(const std::string& bytes, size_t at, int width) {
+  uint64_t value = 0;
+  for (int i = width - 1; i >= 0; --i) value = (value << 8) | static_cast<uint8_t>(bytes[at + i]);
+  return value;
+}
+
+TEST(TfRecordTest, FramesPayloadWithLengthAndMaskedCrcs) {
+  const std::string payload = "hello, tensorboard";
+  const std::string record = tfrecord(payload);
+  ASSERT_EQ(record.size(), 8 + 4 + payload.size() + 4);
+  EXPECT_EQ(read_le(record, 0, 8), payload.size());
+  EXPECT_EQ(read_le(record, 8, 4), mask_crc32c(crc32c(record.data(), 8)));
+  EXPECT_EQ(record.substr(12, payload.size()), payload);
+  EXPECT_EQ(read_le(record, 12 + payload.size(), 4),
+            mask_crc32c(crc32c(payload.data(), payload.size())));
+}
+
+// The interpreter with Debian's modules: /usr/bin/python3 first (a pyenv or venv python3 on PATH
+// may lack them).
+std::string python() {
+  return std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+}
+
+// Runs the independent reader; the events as JSON, or GTEST_SKIP-worthy status 77.
+int read_events(const std::string& path, std::vector<nlohmann::json>& events, std::string& output) {
+  const std::string command =
+      python() + " " + SPRITETORCH_TEST_DIR "/report/read_tfevents.py '" + path + "' 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return -1;
+  std::array<char, 4096> buffer;
+  size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (code != 0) return code;
+  std::istringstream lines(output);
+  for (std::string line; std::getline(lines, line);) events.push_back(nlohmann::json::parse(line));
+  return 0;
+}
+
+TEST(TensorBoardTest, IndependentReaderDecodesScalarsAndImages) {
+  testing::ScratchDir dir;
+  const std::string log_dir = dir.file("logs/run1");  // created with its parents
+  std::string path;
+  // A 2x3 RGB image with distinct pixels.
+  const auto image = torch::arange(18, torch::kUInt8).mul(13).reshape({2, 3, 3});
+  {
+    EventWriter writer(log_dir);
+    path = writer.path();
+    writer.add_scalar("train/loss", 0.75, 1);
+    writer.add_scalar("train/loss", 0.5, 2);
+    writer.add_scalar("big/step", -3.25, int64_t{1} << 40);
+    writer.add_image("samples", image, 7);
+    // The observer: running loss at the global step, epoch scalars at the epoch.
+    TensorBoardObserver observer(writer);
+    observer.on_log({/*epoch=*/2, /*step=*/5, /*steps=*/10, /*running_loss=*/0.25});
+    train::EpochReport epoch;
+    epoch.epoch = 2, epoch.loss = 0.125, epoch.accuracy = 0.875, epoch.images_per_second = 1000;
+    observer.on_epoch(epoch);  // flushes: the file is complete before the writer closes
+    std::vector<nlohmann::json> live;
+    std::string live_output;
+    const int live_code = read_events(path, live, live_output);
+    if (live_code == 77) GTEST_SKIP() << live_output;
+    ASSERT_EQ(live_code, 0) << live_output;
+    EXPECT_EQ(live.size(), 9u);
+  }
+  const std::string name = std::filesystem::path(path).filename().string();
+  EXPECT_TRUE(std::regex_match(name, std::regex(R"(events\.out\.tfevents\.\d{10}\..+\.\d+\.\d+)")))
+      << name;
+
+  std::vector<nlohmann::json> events;
+  std::string output;
+  ASSERT_EQ(read_events(path, events, output), 0) << output;
+  ASSERT_EQ(events.size(), 9u) << output;
+  EXPECT_EQ(events[0]["file_version"], "brain.Event:2");
+  EXPECT_GT(events[0]["wall_time"].get<double>(), 1.6e9);
+
+  auto value_of = [&](size_t i) { return events[i]["values"][0]; };
+  EXPECT_EQ(value_of(1)["tag"], "train/loss");
+  EXPECT_EQ(events[1]["step"], 1);
+  EXPECT_FLOAT_EQ(value_of(1)["simple_value"].get<float>(), 0.75f);
+  EXPECT_EQ(events[2]["step"], 2);
+  EXPECT_FLOAT_EQ(value_of(2)["simple_value"].get<float>(), 0.5f);
+  EXPECT_EQ(events[3]["step"].get<int64_t>(), int64_t{1} << 40);
+  EXPECT_FLOAT_EQ(value_of(3)["simple_value"].get<float>(), -3.25f);
+
+  const auto& image_value = value_of(4);
+  EXPECT_EQ(image_value["tag"], "samples");
+  EXPECT_EQ(events[4]["step"], 7);
+  EXPECT_EQ(image_value["image"]["height"], 2);
+  EXPECT_EQ(image_value["image"]["width"], 3);
+  EXPECT_EQ(image_value["image"]["colorspace"], 3);
+  const auto& png = image_value["image"]["png"];
+  EXPECT_EQ(png["width"], 3);
+  EXPECT_EQ(png["height"], 2);
+  EXPECT_EQ(png["channels"], 3);
+  for (int y = 0; y < 2; ++y)
+    for (int x = 0; x < 3; ++x)
+      for (int c = 0; c < 3; ++c)
+        EXPECT_EQ(png["rows"][y][x * 3 + c].get<int>(), image[y][x][c].item<int>())
+            << y << "," << x;
+
+  EXPECT_EQ(value_of(5)["tag"], "train/loss_running");
+  EXPECT_EQ(events[5]["step"], 15);  // (epoch 2 - 1) * 10 steps + step 5
+  EXPECT_FLOAT_EQ(value_of(5)["simple_value"].get<float>(), 0.25f);
+  EXPECT_EQ(value_of(6)["tag"], "epoch/loss");
+  EXPECT_EQ(events[6]["step"], 2);
+  EXPECT_FLOAT_EQ(value_of(6)["simple_value"].get<float>(), 0.125f);
+  EXPECT_EQ(value_of(7)["tag"], "epoch/accuracy");
+  EXPECT_FLOAT_EQ(value_of(7)["simple_value"].get<float>(), 0.875f);
+  EXPECT_EQ(value_of(8)["tag"], "epoch/images_per_second");
+}
+
+TEST(TensorBoardTest, ReaderRejectsACorruptedRecord) {
+  testing::ScratchDir dir;
+  std::string path;
+  {
+    EventWriter writer(dir.file("logs"));
+    path = writer.path();
+    writer.add_scalar("x", 1.0, 1);
+  }
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  bytes[bytes.size() - 6] ^= 0x01;  // a payload byte of the last record
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  std::vector<nlohmann::json> events;
+  std::string output;
+  const int code = read_events(path, events, output);
+  if (code == 77) GTEST_SKIP() << output;
+  EXPECT_EQ(code, 1) << output;  // the reader checks the CRCs: it is a real second opinion
+  EXPECT_NE(output.find("CRC mismatch"), std::string::npos) << output;
+}
+
+TEST(TensorBoardTest, UnwritableFolderIsAClearError) {
+  testing::ScratchDir dir;
+  std::ofstream(dir.file("file")) << "x";
+  try {
+    EventWriter writer(dir.file("file") + "/logs");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("TensorBoard folder"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace spritetorch::report
