@@ -29,7 +29,8 @@ Subcommand add_data_command(CLI::App& app);
 // Sprite pieces of train and eval (cmd_sprites.cpp).
 void add_sprite_data_options(CLI::App* sub, train::TrainConfig& config, bool training);
 CLI::Validator sprite_dataset_validator();
-int run_generator_training(const train::TrainConfig& config, train::TrainObserver& observer, bool json);
+class RunSession;  // run_session.h
+int run_generator_training(const train::TrainConfig& config, RunSession& session, bool json);
 struct GeneratorEvalFlags {
   std::string classifier;
   int64_t count = 256;
@@ -39,5 +40,6 @@ std::shared_ptr<GeneratorEvalFlags> add_generator_eval_options(CLI::App* sub);
 int run_generator_eval(const GeneratorEvalFlags& flags, const std::string& checkpoint,
                        const std::string& device, bool json);
 Subcommand add_launch_command(CLI::App& app);
+Subcommand add_runs_command(CLI::App& app);
 
 }  // namespace spritetorch::cli

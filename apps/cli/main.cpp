@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
       spritetorch::cli::add_generate_command(app),
       spritetorch::cli::add_data_command(app),
       spritetorch::cli::add_launch_command(app),
+      spritetorch::cli::add_runs_command(app),
   };
   try {
     app.parse(argc, argv);
