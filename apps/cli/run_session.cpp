@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "common/error.h"
 #include "data/sprite_sources.h"
 #include "train/checkpoint.h"
 

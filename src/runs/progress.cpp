@@ -1,10 +1,11 @@
 #include "runs/progress.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <ostream>
-#include <sstream>
+#include <utility>
 
 namespace spritetorch::runs {
 

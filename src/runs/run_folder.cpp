@@ -1,5 +1,6 @@
 #include "runs/run_folder.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -30,7 +31,7 @@ std::string summary_checkpoint(const std::string& folder, const std::string& che
   if (checkpoint.empty()) return {};
   const auto relative = fs::path(checkpoint).lexically_proximate(folder);
   // Inside the folder: relative, so the folder can move; elsewhere: as given.
-  return !relative.empty() && *relative.begin() != ".." ? relative.string() : checkpoint;
+  return !relative.empty() && relative.begin()->string() != ".." ? relative.string() : checkpoint;
 }
 
 }  // namespace
