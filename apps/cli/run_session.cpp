@@ -79,10 +79,11 @@ RunSession::RunSession(const RunFlags& flags, train::TrainConfig& config, const 
     const std::string config_toml = sub.config_to_str(/*default_also=*/true, /*write_description=*/true);
     std::string folder;
     if (!flags.run_dir.empty()) {
-      runs::claim_run_folder(flags.run_dir);
+      made_folder_ = runs::claim_run_folder(flags.run_dir);
       folder = flags.run_dir;
     } else {
       folder = runs::create_run_folder(flags.runs_root, config.task, model_for_name(config), std::time(nullptr));
+      made_folder_ = true;
     }
     if (config.save.empty()) config.save = (std::filesystem::path(folder) / "checkpoint.pt").string();
     if (config.task == "generate" && sub.count("--sample-every") == 0) config.sample_every = 1;
@@ -92,6 +93,11 @@ RunSession::RunSession(const RunFlags& flags, train::TrainConfig& config, const 
   }
   observers_ = std::make_unique<runs::ObserverList>(
       std::vector<train::TrainObserver*>{printer_.get(), recorder_.get()});
+}
+
+RunSession::~RunSession() {
+  printer_->finish_line();
+  if (recorder_ && !recorder_->started()) recorder_->discard(made_folder_);
 }
 
 void RunSession::report(const runs::RunRecorder::Finished& finished) {

@@ -34,8 +34,9 @@ class RunSession {
   // folder: config.toml from `sub`'s effective flags; config.save defaults to its checkpoint.pt
   // and config.sample_every is applied. json: human output goes to stderr.
   RunSession(const RunFlags& flags, train::TrainConfig& config, const CLI::App& sub, bool json);
-  // Clears a progress line left on the terminal (an error message follows on the same screen).
-  ~RunSession() { printer_->finish_line(); }
+  // Clears a progress line left on the terminal (an error message follows on the same screen);
+  // a run that never started (bad flags or data) leaves no folder behind.
+  ~RunSession();
   RunSession(const RunSession&) = delete;
   RunSession& operator=(const RunSession&) = delete;
   train::TrainObserver& observer() { return *observers_; }
@@ -52,6 +53,7 @@ class RunSession {
 
   std::ostream& human_;
   bool quiet_;
+  bool made_folder_ = false;  // the folder was created for this run (not an empty --run-dir)
   std::unique_ptr<runs::ProgressPrinter> printer_;
   std::unique_ptr<runs::RunRecorder> recorder_;
   std::unique_ptr<runs::ObserverList> observers_;

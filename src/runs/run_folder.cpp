@@ -65,7 +65,7 @@ std::string create_run_folder(const std::string& root, const std::string& task, 
   throw Error("too many runs named " + base + " in " + root);
 }
 
-void claim_run_folder(const std::string& folder) {
+bool claim_run_folder(const std::string& folder) {
   std::error_code error;
   if (fs::exists(folder, error)) {
     if (!fs::is_directory(folder))
@@ -73,10 +73,11 @@ void claim_run_folder(const std::string& folder) {
     if (!fs::is_empty(folder))
       throw Error("--run-dir " + folder + " exists and is not empty: refusing to mix two runs",
                   "give a new folder, or leave out --run-dir for a fresh runs/<date>-<time>-... folder");
-    return;
+    return false;
   }
   fs::create_directories(folder, error);
   if (error) throw Error("cannot create --run-dir " + folder + ": " + error.message());
+  return true;
 }
 
 RunRecorder::RunRecorder(std::string folder, RunIdentity identity, const std::string& config_toml)
@@ -89,6 +90,14 @@ RunRecorder::RunRecorder(std::string folder, RunIdentity identity, const std::st
   }
   metrics_.open(file("metrics.jsonl"), std::ios::trunc);
   if (!metrics_) throw Error("could not write " + file("metrics.jsonl"));
+}
+
+void RunRecorder::discard(bool remove_folder) {
+  metrics_.close();
+  std::error_code ignored;  // best effort: this runs while another error is on its way out
+  fs::remove(file("metrics.jsonl"), ignored);
+  fs::remove(file("config.toml"), ignored);
+  if (remove_folder) fs::remove(folder_, ignored);  // only if empty
 }
 
 std::string RunRecorder::file(const std::string& name) const { return (fs::path(folder_) / name).string(); }

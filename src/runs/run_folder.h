@@ -29,8 +29,9 @@ constexpr int kMetricsSchema = 1;  // "schema" of metrics.jsonl's start line and
 // is taken, -2, -3, ... are appended: a run never writes into another run's folder.
 std::string create_run_folder(const std::string& root, const std::string& task, const std::string& model,
                               std::time_t now);
-// --run-dir: creates `folder` (and its parents); an existing folder must be empty.
-void claim_run_folder(const std::string& folder);
+// --run-dir: creates `folder` (and its parents); an existing folder must be empty. Returns
+// whether it made the folder.
+bool claim_run_folder(const std::string& folder);
 
 struct RunIdentity {
   std::string task;     // classify | generate
@@ -44,6 +45,11 @@ class RunRecorder : public train::TrainObserver {
   RunRecorder(std::string folder, RunIdentity identity, const std::string& config_toml);
 
   const std::string& folder() const { return folder_; }
+  // True once training has started (on_start): from then on the folder is a run, finished or not.
+  bool started() const { return !device_.empty(); }
+  // For a run that failed before it started (bad flags, bad data): removes the files written so
+  // far, and the folder itself when `remove_folder` (it was made for this run) and it is empty.
+  void discard(bool remove_folder);
   std::string file(const std::string& name) const;
 
   void on_start(const std::string& device, const train::Settings& settings) override;

@@ -140,6 +140,8 @@ expect 0 "Test Accuracy" -- "${small[@]}" --no-run-dir --quiet
 quiet_out=$("$bin" "${small[@]}" --no-run-dir --quiet 2>&1)
 check "--quiet: the results only" [ "$(grep -vc '^Train time\|^Test Accuracy' <<<"$quiet_out")" = 0 ]
 expect 2 "contradict" -- "${small[@]}" --quiet --verbose
+expect 2 "refusing to overwrite" -- "${small[@]}" --save "$tmp/s.pt" --run-dir "$tmp/r0"
+check "a run refused before it starts leaves no folder" test ! -e "$tmp/r0"
 # gnuplot hidden from PATH: the run still succeeds, with one line saying which pictures are skipped.
 PATH=/nonexistent "$bin" "${small[@]}" --run-dir "$tmp/r4" >"$tmp/r4.out" 2>&1
 check "without gnuplot: exit 0" [ $? = 0 ]

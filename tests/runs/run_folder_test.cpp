@@ -179,10 +179,10 @@ TEST(RunFolder, FreshNamesNeverCollideAndAClaimedFolderMustBeEmpty) {
   EXPECT_EQ(b, a + "-2");
   EXPECT_NE(fs::path(a).filename().string().find("-classify-ann"), std::string::npos);
   EXPECT_EQ(create_run_folder(dir.file("runs"), "x/../y", "m", when).find(".."), std::string::npos);
-  claim_run_folder(dir.file("new/deeper"));  // made
+  EXPECT_TRUE(claim_run_folder(dir.file("new/deeper")));  // made
   std::ofstream(a + "/metrics.jsonl") << "{}\n";
   EXPECT_THROW(claim_run_folder(a), Error);
-  EXPECT_NO_THROW(claim_run_folder(b));  // exists, empty
+  EXPECT_FALSE(claim_run_folder(b));  // exists, empty: used, not made
 }
 
 TEST(Gnuplot, QuotedStringsCannotEndTheLiteralOrTheCommand) {
