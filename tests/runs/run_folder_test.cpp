@@ -94,8 +94,11 @@ TEST(RunFolder, ATinyRunKeepsConfigMetricsSummaryCheckpointAndPictures) {
   EXPECT_EQ(kinds["eval"], 2);  // --eval-every 1: the test curve has a point per epoch
   EXPECT_EQ(lines.back()["kind"], "end");
   EXPECT_EQ(lines.back()["step"], 2 * steps_per_epoch);
-  for (const auto& line : lines)
-    if (line["kind"] == "log") EXPECT_TRUE(line["values"]["loss"].is_number()) << line;
+  for (const auto& line : lines) {
+    if (line["kind"] == "log") {
+      EXPECT_TRUE(line["values"]["loss"].is_number()) << line;
+    }
+  }
 
   const auto summary = read_json(folder + "/summary.json");
   EXPECT_EQ(summary["status"], "complete");
