@@ -15,6 +15,7 @@
 #include "diffusion/generator.h"
 #include "io/png.h"
 #include "output.h"
+#include "run_session.h"
 #include "train/trainer.h"
 
 namespace spritetorch::cli {
@@ -74,15 +75,17 @@ void add_sprite_data_options(CLI::App* sub, train::TrainConfig& config, bool tra
 
 CLI::Validator sprite_dataset_validator() { return CLI::Validator(dataset_check, "DATASET"); }
 
-int run_generator_training(const train::TrainConfig& config, train::TrainObserver& observer, bool json) {
-  std::ostream& human = json ? std::cerr : std::cout;
-  const auto report = diffusion::train_generator(config, &observer);
+int run_generator_training(const train::TrainConfig& config, RunSession& session, bool json) {
+  std::ostream& human = session.human();
+  const auto report = diffusion::train_generator(config, &session.observer());
   human << std::fixed << std::setprecision(2) << "Train time: " << report.train_seconds << " s ("
         << report.steps << " steps)\n" << std::setprecision(4) << "Final loss: " << report.final_loss
         << std::defaultfloat << "\n";
   if (!config.save.empty()) human << "Saved checkpoint: " << config.save << "\n";
+  session.finish(report, config.save);
   if (json)
-    std::cout << nlohmann::json{{"device", report.device}, {"task", "generate"}, {"train_s", report.train_seconds},
+    std::cout << nlohmann::json{{"device", report.device}, {"task", "generate"}, {"run_dir", session.folder()},
+                                {"train_s", report.train_seconds},
                                 {"steps", report.steps}, {"loss", report.final_loss}}
                      .dump()
               << "\n";

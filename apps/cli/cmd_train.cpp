@@ -5,6 +5,7 @@
 #include "commands.h"
 #include "models/classifier.h"
 #include "output.h"
+#include "run_session.h"
 #include "precision/precision.h"
 #include "tensorboard_output.h"
 #include "train/flat_optimizer.h"
@@ -13,44 +14,11 @@
 
 namespace spritetorch::cli {
 
-namespace {
-
-// Human-readable progress; goes to stderr when stdout carries JSON.
-class PrintingObserver : public train::TrainObserver {
- public:
-  PrintingObserver(std::ostream& out, bool print_steps) : out_(out), print_steps_(print_steps) {}
-  void on_start(const std::string& device, const train::Settings& settings) override {
-    out_ << "Using device: " << device << "\n";
-    print_settings(out_, settings);
-    out_.flush();
-  }
-  void on_log(const train::StepLog& log) override {
-    if (!print_steps_) return;
-    out_ << "  epoch " << log.epoch << " step " << log.step << "/" << log.steps << "  loss "
-         << std::fixed << std::setprecision(4) << log.running_loss << std::defaultfloat << "\n";
-    out_.flush();
-  }
-  void on_epoch(const train::EpochReport& r) override {
-    out_ << "Epoch " << r.epoch << "/" << r.epochs << "  loss " << std::fixed << std::setprecision(4)
-         << r.loss << "  train acc " << r.accuracy << "  " << std::setprecision(2) << r.seconds
-         << " s  " << std::setprecision(0) << r.images_per_second << " img/s" << std::defaultfloat
-         << "\n";
-    out_.flush();
-  }
-
- private:
-  std::ostream& out_;
-  bool print_steps_;
-};
-
-}  // namespace
-
 Subcommand add_train_command(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "train", "Train a classifier (default: the seeds' Fashion-MNIST MLP, 5 epochs) and evaluate it");
   auto config = std::make_shared<train::TrainConfig>();
   auto json = std::make_shared<bool>(false);
-  auto verbose = std::make_shared<bool>(false);
   config->model.clear();  // empty = ann, or the resumed checkpoint's model
   sub->add_option("--device", config->device, "auto | cpu | cuda | cuda:N | mps (auto: CUDA, else MPS, else CPU)")
       ->capture_default_str();
@@ -148,26 +116,26 @@ Subcommand add_train_command(CLI::App& app) {
   sub->add_flag_callback("--no-overlap", [config] { config->overlap = false; },
                          "ddp: all-reduce the gradients after backward instead of overlapping it");
   sub->add_flag("--json", *json, "Print a JSON summary on stdout (progress goes to stderr)");
-  sub->add_flag("--verbose", *verbose, "Also print the running loss every --log-every steps");
+  auto run_flags = add_run_options(sub, *config);
   auto tensorboard = std::make_shared<bool>(false);
   sub->add_flag("--tensorboard", *tensorboard,
-                "Write TensorBoard event files (running and epoch loss, accuracy, test results, a "
-                "sheet of training samples) to runs/<date>_<host>/: tensorboard --logdir runs");
+                "Also write TensorBoard event files (running and epoch loss, accuracy, test "
+                "results, a sheet of training samples) into the run folder: tensorboard --logdir runs");
 
-  return {sub, [config, json, verbose, tensorboard]() {
-            std::ostream& human = *json ? std::cerr : std::cout;
-            PrintingObserver printer(human, *verbose);
-            train::TrainObserver* observer = &printer;
+  return {sub, [sub, config, json, run_flags, tensorboard]() {
+            RunSession session(*run_flags, *config, *sub, *json);
+            std::ostream& human = session.human();
             std::unique_ptr<report::EventWriter> events;
             std::unique_ptr<report::TensorBoardObserver> tensorboard_observer;
-            if (*tensorboard && (events = open_tensorboard(*config))) {
-              human << "TensorBoard events: " << events->path() << "\n";
+            if (*tensorboard && (events = open_tensorboard(session.folder(), run_flags->runs_root))) {
+              if (!session.quiet()) human << "TensorBoard events: " << events->path() << "
+";
               log_training_samples(*events, *config);
-              tensorboard_observer = std::make_unique<report::TensorBoardObserver>(*events, &printer);
-              observer = tensorboard_observer.get();
+              tensorboard_observer = std::make_unique<report::TensorBoardObserver>(*events);
+              session.add_observer(tensorboard_observer.get());
             }
-            if (config->task == "generate") return run_generator_training(*config, *observer, *json);
-            const train::TrainReport report = train::train(*config, observer);
+            if (config->task == "generate") return run_generator_training(*config, session, *json);
+            const train::TrainReport report = train::train(*config, &session.observer());
             if (!report.main_rank) return 0;  // ddp: rank 0 reports
             if (events) {
               const int64_t last_epoch = report.start_epoch + static_cast<int64_t>(report.epochs.size());
@@ -180,14 +148,21 @@ Subcommand add_train_command(CLI::App& app) {
                   << " s\n" << std::setprecision(4) << "Test Accuracy: " << report.test.accuracy
                   << std::defaultfloat << "\n";
             if (!config->save.empty()) human << "Saved checkpoint: " << config->save << "\n";
+            session.finish(report, config->save);  // pictures and summary.json, after the figures
             if (*json) {
               nlohmann::json epochs = nlohmann::json::array();
-              for (const auto& e : report.epochs)
+              for (const auto& e : report.epochs) {
                 epochs.push_back({{"epoch", e.epoch}, {"loss", e.loss}, {"accuracy", e.accuracy},
                                   {"seconds", e.seconds}, {"images_per_second", e.images_per_second}});
+                if (e.has_test) {
+                  epochs.back()["test_loss"] = e.test_loss;
+                  epochs.back()["test_accuracy"] = e.test_accuracy;
+                }
+              }
               nlohmann::json settings = nlohmann::json::object();
               for (const auto& [k, v] : report.settings) settings[k] = v;
               std::cout << nlohmann::json{{"device", report.device},
+                                          {"run_dir", session.folder()},
                                           {"settings", settings},
                                           {"epochs", epochs},
                                           {"train_s", report.train_seconds},

@@ -29,7 +29,8 @@ Subcommand add_data_command(CLI::App& app);
 // Sprite pieces of train and eval (cmd_sprites.cpp).
 void add_sprite_data_options(CLI::App* sub, train::TrainConfig& config, bool training);
 CLI::Validator sprite_dataset_validator();
-int run_generator_training(const train::TrainConfig& config, train::TrainObserver& observer, bool json);
+class RunSession;  // run_session.h
+int run_generator_training(const train::TrainConfig& config, RunSession& session, bool json);
 struct GeneratorEvalFlags {
   std::string classifier;
   int64_t count = 256;
@@ -45,5 +46,6 @@ Subcommand add_import_command(CLI::App& app);
 Subcommand add_completion_command(CLI::App& app);
 // The bash completion script for `app` and its subcommands, from their registered options.
 std::string bash_completion_script(const CLI::App& app);
+Subcommand add_runs_command(CLI::App& app);
 
 }  // namespace spritetorch::cli

@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
       spritetorch::cli::add_export_command(app),
       spritetorch::cli::add_import_command(app),
       spritetorch::cli::add_completion_command(app),
+      spritetorch::cli::add_runs_command(app),
   };
   for (const auto& command : commands) {
     spritetorch::cli::add_environment_mirrors(command.app);

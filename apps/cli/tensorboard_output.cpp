@@ -12,7 +12,8 @@
 
 namespace spritetorch::cli {
 
-std::string tensorboard_dir(const train::TrainConfig& /*config*/) {
+std::string tensorboard_dir(const std::string& run_folder, const std::string& runs_root) {
+  if (!run_folder.empty()) return run_folder;
   const std::time_t now = std::time(nullptr);
   std::tm local{};
   localtime_r(&now, &local);
@@ -21,14 +22,15 @@ std::string tensorboard_dir(const train::TrainConfig& /*config*/) {
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) != 0 || host[0] == '\0')
     std::snprintf(host, sizeof host, "localhost");
-  return (std::filesystem::path("runs") / (std::string(stamp) + "_" + host)).string();
+  return (std::filesystem::path(runs_root) / (std::string(stamp) + "_" + host)).string();
 }
 
-std::unique_ptr<report::EventWriter> open_tensorboard(const train::TrainConfig& config) {
+std::unique_ptr<report::EventWriter> open_tensorboard(const std::string& run_folder,
+                                                      const std::string& runs_root) {
   const auto env = distributed::process_env();
   if (distributed::launched_as_rank(env) && distributed::read_dist_env(env).rank != 0)
     return nullptr;
-  return std::make_unique<report::EventWriter>(tensorboard_dir(config));
+  return std::make_unique<report::EventWriter>(tensorboard_dir(run_folder, runs_root));
 }
 
 void log_training_samples(report::EventWriter& events, const train::TrainConfig& config) {

@@ -10,14 +10,15 @@
 
 namespace spritetorch::cli {
 
-// The folder of this run's event files: runs/<YYYY-mm-dd_HH-MM-SS>_<host>, one TensorBoard run per
-// training run (like PyTorch's SummaryWriter default), so `tensorboard --logdir runs` lists them.
-// The one place to change when the run folder becomes the home of the event files.
-std::string tensorboard_dir(const train::TrainConfig& config);
+// The folder of this run's event files: the run folder (docs/runs.md) when there is one, so that
+// `tensorboard --logdir runs` shows one TensorBoard run per training run; with --no-run-dir,
+// <runs root>/<YYYY-mm-dd_HH-MM-SS>_<host> (like PyTorch's SummaryWriter default).
+std::string tensorboard_dir(const std::string& run_folder, const std::string& runs_root);
 
 // The writer for this process, or nullptr on ranks other than 0 of a multi-process run (rank 0
 // speaks for the job, as with the printed progress).
-std::unique_ptr<report::EventWriter> open_tensorboard(const train::TrainConfig& config);
+std::unique_ptr<report::EventWriter> open_tensorboard(const std::string& run_folder,
+                                                      const std::string& runs_root);
 
 // A sheet of the first training images ("data/train_samples", step 0); nothing for feature
 // datasets (dummy), which are not images.

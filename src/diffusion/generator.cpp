@@ -33,6 +33,40 @@ torch::Tensor palette_tensor(const nlohmann::json& j) {
   return torch::tensor(flat, torch::kUInt8).view({-1, 3}).clone();
 }
 
+// --sample-every sheets: a row of 8 sprites per class, at most 64 sprites in all.
+int64_t sheet_per_class(int64_t classes) {
+  return std::max<int64_t>(1, std::min<int64_t>(8, 64 / std::max<int64_t>(classes, 1)));
+}
+
+// A sheet's worth of sprites from the EMA weights (what a checkpoint would hold), sheet_per_class
+// per class, the same starting noise every time so that sheets of successive epochs compare.
+// The training weights are put back afterwards; the global RNG is not touched (CPU generator).
+torch::Tensor sample_with_ema(UNet& net, const std::vector<torch::Tensor>& params,
+                              const std::vector<torch::Tensor>& ema, const NoiseSchedule& schedule,
+                              const data::Dataset& train_set) {
+  const int64_t classes = train_set.num_classes();
+  const int64_t per_class = sheet_per_class(classes);
+  std::vector<torch::Tensor> saved;
+  torch::Tensor sprites;
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params.size(); ++i) {
+      saved.push_back(params[i].detach().clone());
+      params[i].detach().copy_(ema[i]);
+    }
+    net->eval();
+    Generator generator;
+    generator.net = net;
+    generator.schedule = schedule;
+    generator.size = train_set.inputs.size(2);
+    const auto labels = torch::arange(classes, torch::kInt64).repeat_interleave(per_class);  // (K * per_class)
+    sprites = to_sprites(sample(generator, labels, SampleOptions{}));
+    net->train();
+    for (size_t i = 0; i < params.size(); ++i) params[i].detach().copy_(saved[i]);
+  }
+  return sprites;
+}
+
 }  // namespace
 
 GeneratorTrainReport train_generator(const train::TrainConfig& config, train::TrainObserver* observer) {
@@ -116,6 +150,7 @@ GeneratorTrainReport train_generator(const train::TrainConfig& config, train::Tr
       ++step;
       ++interval_steps;
       ++report.steps;
+      observer->on_step({epoch + 1, config.epochs, step, steps_per_epoch, step * config.batch_size});
       if (config.log_every > 0 && step % config.log_every == 0) {
         const double mean = interval.item<double>() / static_cast<double>(interval_steps);
         if (!std::isfinite(mean)) throw Error("generator training diverged (loss " + std::to_string(mean) + ")", "lower --lr");
@@ -136,8 +171,15 @@ GeneratorTrainReport train_generator(const train::TrainConfig& config, train::Tr
     if (!std::isfinite(er.loss)) throw Error("generator training diverged in epoch " + std::to_string(er.epoch), "lower --lr");
     report.final_loss = er.loss;
     observer->on_epoch(er);
+    const bool last_epoch = epoch + 1 == config.epochs;
+    if (config.sample_every > 0 && (last_epoch || (epoch + 1) % config.sample_every == 0)) {
+      DeviceTimer sample_timer(device);
+      observer->on_samples(epoch + 1, sample_with_ema(net, params, ema, schedule, train_set),
+                           sheet_per_class(train_set.num_classes()));
+      report.sample_seconds += sample_timer.seconds();
+    }
   }
-  report.train_seconds = total.seconds();
+  report.train_seconds = total.seconds() - report.sample_seconds;
 
   if (!config.save.empty()) {
     // Palette for --palette auto, from the training sprites (at most 20,000 pixels' worth of work).

@@ -39,7 +39,8 @@ struct Generator {
 struct GeneratorTrainReport {
   std::string device;
   train::Settings settings;
-  double train_seconds = 0;  // the step loop only, device-synchronised
+  double train_seconds = 0;  // the step loop only, device-synchronised, without sample sheets
+  double sample_seconds = 0; // drawing the --sample-every sheets
   double final_loss = 0;     // mean loss over the last epoch
   int64_t steps = 0;
   std::vector<std::string> class_names;
@@ -47,7 +48,8 @@ struct GeneratorTrainReport {
 
 // Trains on config.dataset's training split (--task generate): epochs, batch_size, lr, seed,
 // device, save and log_every mean what they mean for classifiers. Reports each epoch through the
-// observer (accuracy 0). Saves a checkpoint whose meta has task "generate".
+// observer (accuracy 0), and every config.sample_every epochs a sheet of samples (on_samples).
+// Saves a checkpoint whose meta has task "generate".
 GeneratorTrainReport train_generator(const train::TrainConfig& config, train::TrainObserver* observer = nullptr);
 
 Generator load_generator(const std::string& path, torch::Device device);

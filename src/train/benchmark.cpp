@@ -134,6 +134,7 @@ BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer) {
       run.save.clear();
       run.resume.clear();
       run.log_every = 0;
+      run.eval_every = 0;  // bench times training; only the final evaluation, outside the timer
       try {
         // Warm-up: a few steps through the same path (allocator, BLAS buffers, kernels).
         TrainConfig warm = run;

@@ -24,6 +24,8 @@ struct TrainConfig {
   int64_t log_every = 200;                 // steps between reads of the running loss (0 = per epoch)
   int64_t train_limit = 0;                 // use only the first N training samples (0 = all)
   int64_t test_limit = 0;                  // evaluate on the first N test samples (0 = all)
+  int64_t eval_every = 1;                  // epochs between test evaluations, untimed (0 = final only)
+  int64_t sample_every = 0;                // --task generate: epochs between sample sheets (0 = none)
   int threads = 0;                         // CPU intra-op threads (0 = default: 1)
   int blas_threads = 0;                    // OpenBLAS threads (0 = default: one per core)
   bool drop_last = false;

@@ -6,7 +6,8 @@
 
 namespace spritetorch::train {
 
-EvalReport evaluate(models::ClassifierImpl& model, data::Loader& loader, int64_t classes) {
+EvalReport evaluate(models::ClassifierImpl& model, data::Loader& loader, int64_t classes,
+                    bool keep_predictions) {
   const bool was_training = model.is_training();
   model.eval();
   const torch::Device device = loader.device();
@@ -20,6 +21,7 @@ EvalReport evaluate(models::ClassifierImpl& model, data::Loader& loader, int64_t
     loader.start_epoch(0);
     data::Batch batch;
     bool checked = false;
+    std::vector<torch::Tensor> predictions;  // (B) int64 per batch, on the device
     while (loader.next(batch)) {
       if (!checked) {
         const auto params = model.parameters();
@@ -30,9 +32,12 @@ EvalReport evaluate(models::ClassifierImpl& model, data::Loader& loader, int64_t
       auto logits = model.forward(batch.inputs);  // (B, K)
       loss_sum += torch::cross_entropy_loss(logits, batch.labels, {}, at::Reduction::Sum).to(torch::kFloat64);
       auto predicted = logits.argmax(1);
+      if (keep_predictions) predictions.push_back(predicted);
       confusion += torch::bincount(batch.labels * classes + predicted, {}, classes * classes);
     }
     report.confusion = confusion.view({classes, classes}).cpu();
+    if (keep_predictions)
+      report.predictions = predictions.empty() ? torch::zeros({0}, torch::kInt64) : torch::cat(predictions).cpu();
     report.samples = report.confusion.sum().item<int64_t>();
     report.loss = report.samples ? loss_sum.item<double>() / static_cast<double>(report.samples) : 0.0;
   }

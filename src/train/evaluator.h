@@ -17,9 +17,12 @@ struct EvalReport {
   int64_t samples = 0;
   std::vector<double> per_class_accuracy;  // (K); NaN for a class with no samples
   torch::Tensor confusion;                 // (K, K) int64 on the CPU: row = true, column = predicted
+  torch::Tensor predictions;               // (N) int64 on the CPU, loader order; keep_predictions only
 };
 
 // Runs under inference mode with the model in eval mode; restores train mode if it was on.
-EvalReport evaluate(models::ClassifierImpl& model, data::Loader& loader, int64_t classes);
+// keep_predictions: also return every predicted class (read back once, at the end).
+EvalReport evaluate(models::ClassifierImpl& model, data::Loader& loader, int64_t classes,
+                    bool keep_predictions = false);
 
 }  // namespace spritetorch::train

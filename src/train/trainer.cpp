@@ -38,6 +38,20 @@ std::string format_double(double v) {
   return s.str();
 }
 
+// The first kMisclassifiedKept test samples whose prediction is wrong. predictions: (N) int64 on
+// the CPU in test-set order (the test loader does not shuffle).
+Misclassified pick_misclassified(const data::Dataset& test, const torch::Tensor& predictions) {
+  Misclassified out;
+  if (!predictions.defined() || predictions.size(0) != test.size()) return out;
+  const auto wrong = torch::nonzero(predictions != test.labels.cpu()).flatten();  // (E) int64
+  out.total = wrong.size(0);
+  const auto kept = wrong.narrow(0, 0, std::min(out.total, kMisclassifiedKept));
+  out.inputs = test.inputs.cpu().index_select(0, kept);
+  out.labels = test.labels.cpu().index_select(0, kept);
+  out.predicted = predictions.index_select(0, kept);
+  return out;
+}
+
 }  // namespace
 
 Datasets load_datasets(const TrainConfig& config) {
@@ -299,6 +313,7 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
     return path;
   };
   if (run_state) restore_rng(*run_state, device, config.resume);
+  std::optional<EvalReport> final_test;  // evaluated at the end of the last epoch
   for (int64_t epoch = start_epoch; epoch < config.epochs; ++epoch) {
     model->train();
     DeviceTimer epoch_timer(device);
@@ -344,6 +359,7 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
       interval_samples += b;
       samples += b;
       ++step;
+      observer->on_step({epoch + 1, config.epochs, step, steps, samples});
       if (config.log_every > 0 && step % config.log_every == 0) {
         const auto interval = parallel.sum({interval_loss.item<double>(), static_cast<double>(interval_samples)});
         const double mean = interval[0] / interval[1];
@@ -376,14 +392,29 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
     er.seconds = epoch_timer.seconds();
     er.images_per_second = static_cast<double>(samples) / er.seconds;
     if (!std::isfinite(er.loss)) throw diverged("loss is " + std::to_string(er.loss), epoch, "by its end (step " + std::to_string(step) + ")");
+    // The test set after this epoch, for the test curves: rank 0 only, outside train_seconds. The
+    // last epoch's evaluation is the final one (with predictions): no second pass.
+    const bool last_epoch = epoch + 1 == config.epochs;
+    if (parallel.is_main() &&
+        (last_epoch || (config.eval_every > 0 && (epoch + 1) % config.eval_every == 0))) {
+      DeviceTimer eval_timer(device);
+      EvalReport test = evaluate(*model, *test_path.loader, data.test.num_classes(), last_epoch);
+      report.eval_seconds += eval_timer.seconds();
+      er.has_test = true;
+      er.test_loss = test.loss;
+      er.test_accuracy = test.accuracy;
+      if (last_epoch) final_test = std::move(test);
+    }
     report.epochs.push_back(er);
     observer->on_epoch(er);
   }
-  report.train_seconds = total_timer.seconds();
+  report.train_seconds = total_timer.seconds() - report.eval_seconds;
   parallel.check_in_sync(optimizer);
   if (!parallel.is_main()) return report;  // rank 0 evaluates, reports and saves
 
-  report.test = evaluate(*model, *test_path.loader, data.test.num_classes());
+  report.test = final_test ? std::move(*final_test)
+                           : evaluate(*model, *test_path.loader, data.test.num_classes(), true);
+  report.misclassified = pick_misclassified(data.test, report.test.predictions);
 
   if (!config.save.empty()) save_checkpoint(config.save, make_checkpoint(std::max(config.epochs, start_epoch)));
   return report;

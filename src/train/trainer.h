@@ -23,22 +23,43 @@ struct StepLog {
   double running_loss = 0;                 // mean loss since the last log
 };
 
+// After every step: host-side counters only (reading them costs no device sync).
+struct StepTick {
+  int64_t epoch = 0, epochs = 0;  // 1-based epoch, epochs in the run
+  int64_t step = 0, steps = 0;    // steps done in this epoch, steps per epoch
+  int64_t samples = 0;            // samples done in this epoch (this rank)
+};
+
 struct EpochReport {
   int64_t epoch = 0, epochs = 0;  // 1-based
   double loss = 0;                // mean training loss over the epoch's samples
   double accuracy = 0;            // training accuracy over the epoch (model in train mode)
-  double seconds = 0;
+  double seconds = 0;             // the epoch's training only (its test evaluation is not in it)
   double images_per_second = 0;
   int64_t samples = 0;
+  // The test set after this epoch (--eval-every; always after the last epoch). Rank 0 only.
+  bool has_test = false;
+  double test_loss = 0, test_accuracy = 0;
 };
+
+// Up to kMisclassifiedKept test samples the final model gets wrong, in test-set order.
+struct Misclassified {
+  torch::Tensor inputs;     // (M, ...) the samples as stored (uint8 images), on the CPU
+  torch::Tensor labels;     // (M) int64 true classes
+  torch::Tensor predicted;  // (M) int64 predicted classes
+  int64_t total = 0;        // misclassified samples in the whole test set
+};
+constexpr int64_t kMisclassifiedKept = 36;
 
 struct TrainReport {
   std::string device;  // display name, e.g. "cpu (AMD EPYC 7B13)"
   Settings settings;
   int64_t start_epoch = 0;  // epochs already done by a resumed checkpoint
   std::vector<EpochReport> epochs;
-  double train_seconds = 0;  // the epoch loop only, device-synchronised
+  double train_seconds = 0;  // the epoch loop only, device-synchronised, without its evaluations
+  double eval_seconds = 0;   // the per-epoch test evaluations (--eval-every)
   EvalReport test;
+  Misclassified misclassified;  // from the final evaluation (no extra pass)
   std::vector<std::string> class_names;
   bool main_rank = true;  // false on ranks other than 0 of a ddp run: no test report, no checkpoint
 };
@@ -47,8 +68,13 @@ class TrainObserver {
  public:
   virtual ~TrainObserver() = default;
   virtual void on_start(const std::string& /*device*/, const Settings& /*settings*/) {}
+  // Every step, from the training loop: must stay cheap (counters only, no device reads).
+  virtual void on_step(const StepTick& /*tick*/) {}
   virtual void on_log(const StepLog& /*log*/) {}
   virtual void on_epoch(const EpochReport& /*report*/) {}
+  // Generators (--sample-every): sprites (N, 4, S, S) uint8 on the CPU, drawn with the EMA weights
+  // after `epoch` (1-based), `per_class` consecutive sprites per class.
+  virtual void on_samples(int64_t /*epoch*/, const torch::Tensor& /*sprites*/, int64_t /*per_class*/) {}
 };
 
 struct Datasets {

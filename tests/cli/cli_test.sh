@@ -5,6 +5,8 @@ set -u
 bin=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# Every training run below keeps its run folder here (docs/runs.md), not in the working directory.
+export SPRITETORCH_RUNS_ROOT="$tmp/runs"
 fails=0 passes=0
 
 # expect CODE PATTERN -- ARGS...: exit code CODE and stdout+stderr matching PATTERN (grep -E).
@@ -107,6 +109,64 @@ if [ -f "$tmp/one/robot_0005.png" ]; then passes=$((passes + 1)); else echo "FAI
 expect 0 "Wrote 8 PNGs" -- generate --checkpoint "$tmp/g.pt" --count 8 --steps 2 --out-dir "$tmp/gen"
 for f in "$tmp"/gen/*.png; do c=$(basename "$f" | sed 's/_[0-9]*\.png$//'); mkdir -p "$tmp/folder/$c"; cp "$f" "$tmp/folder/$c/"; done
 expect 0 "folder:folder/train \(7 train, 1 test\)" -- train --task classify --dataset "folder:$tmp/folder" --size 32 --epochs 1
+
+# Run folders, progress output and `runs` (docs/runs.md).
+check() {  # check DESCRIPTION COMMAND...: a shell condition that must hold
+  local what=$1; shift
+  if "$@"; then passes=$((passes + 1)); else echo "FAIL: $what"; fails=$((fails + 1)); fi
+}
+small=(train --dataset dummy --model simplenn --epochs 2 --log-every 20)
+expect 0 "Run folder: $tmp/r1" -- "${small[@]}" --run-dir "$tmp/r1"
+for f in config.toml metrics.jsonl summary.json checkpoint.pt; do check "run folder has $f" test -s "$tmp/r1/$f"; done
+check "metrics.jsonl: every line an object with kind, step, epoch, wall_s, values; log, epoch and eval lines" \
+  python3 - "$tmp/r1/metrics.jsonl" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+assert all({"kind", "step", "epoch", "wall_s", "values"} <= set(l) for l in lines), lines
+kinds = [l["kind"] for l in lines]
+assert kinds[0] == "start" and kinds[-1] == "end" and {"log", "epoch", "eval"} <= set(kinds), kinds
+assert kinds.count("epoch") == 2 and kinds.count("eval") == 2, kinds
+PY
+check "config.toml holds the effective flags, not --run-dir" grep -q "epochs" "$tmp/r1/config.toml"
+check "config.toml has no run-dir" bash -c "! grep -q '^run-dir' '$tmp/r1/config.toml'"
+check "summary.json names the checkpoint and the test accuracy" python3 -c "
+import json, sys; s = json.load(open('$tmp/r1/summary.json'))
+assert s['status'] == 'complete' and s['checkpoint'] == 'checkpoint.pt' and 0 <= s['test']['accuracy'] <= 1, s"
+out=$("$bin" "${small[@]}" --run-dir "$tmp/r2" 2>&1)
+check "not a terminal: no carriage returns, no escape codes" bash -c "! grep -q $'[\r\033]' <<<\"\$1\"" _ "$out"
+check "not a terminal: a plain line per log interval" grep -q "epoch 1 step 20/" <<<"$out"
+expect 2 "not empty" -- "${small[@]}" --run-dir "$tmp/r1"
+expect 0 "Test Accuracy" -- "${small[@]}" --no-run-dir --quiet
+quiet_out=$("$bin" "${small[@]}" --no-run-dir --quiet 2>&1)
+check "--quiet: the results only" [ "$(grep -vc '^Train time\|^Test Accuracy' <<<"$quiet_out")" = 0 ]
+expect 2 "contradict" -- "${small[@]}" --quiet --verbose
+expect 2 "refusing to overwrite" -- "${small[@]}" --save "$tmp/s.pt" --run-dir "$tmp/r0"
+check "a run refused before it starts leaves no folder" test ! -e "$tmp/r0"
+# gnuplot hidden from PATH: the run still succeeds, with one line saying which pictures are skipped.
+PATH=/nonexistent "$bin" "${small[@]}" --run-dir "$tmp/r4" >"$tmp/r4.out" 2>&1
+check "without gnuplot: exit 0" [ $? = 0 ]
+check "without gnuplot: one notice" [ "$(grep -c 'gnuplot not found: skipping curves.png' "$tmp/r4.out")" = 1 ]
+check "without gnuplot: still a summary" test -s "$tmp/r4/summary.json"
+if command -v gnuplot >/dev/null; then
+  "$bin" train --dataset sprites --sprite-count 200 --epochs 2 --run-dir "$tmp/r5" >/dev/null 2>&1
+  for f in curves.png confusion.png; do check "a default run draws $f" test -s "$tmp/r5/$f"; done
+fi
+if command -v script >/dev/null; then  # a pseudo-terminal: the bar is redrawn; colour unless NO_COLOR
+  tty_out=$(script -qec "'$bin' ${small[*]} --no-run-dir" /dev/null)
+  check "terminal: progress redrawn with \\r, in colour" bash -c "grep -q $'\r' <<<\"\$1\" && grep -q $'\033\\[' <<<\"\$1\"" _ "$tty_out"
+  tty_out=$(NO_COLOR=1 script -qec "'$bin' ${small[*]} --no-run-dir" /dev/null)
+  check "terminal with NO_COLOR: no escape codes" bash -c "! grep -q $'\033' <<<\"\$1\"" _ "$tty_out"
+fi
+"$bin" train --task generate --dataset sprites --sprite-count 64 --epochs 2 --batch-size 16 --unet-base 8 --run-dir "$tmp/g1" >/dev/null 2>&1
+for f in samples/epoch-001.png samples/epoch-002.png summary.json; do check "generator run folder has $f" test -s "$tmp/g1/$f"; done
+mkdir -p "$tmp/listing" && mv "$tmp/r1" "$tmp/g1" "$tmp/listing/"
+mkdir -p "$tmp/listing/broken" && echo "{ nope" > "$tmp/listing/broken/summary.json"
+expect 0 "corrupt: summary.json is not valid JSON" -- runs --dir "$tmp/listing"
+expect 0 "complete" -- runs --dir "$tmp/listing"
+check "runs --json: one object per folder" python3 -c "
+import json, subprocess; r = json.loads(subprocess.run(['$bin', 'runs', '--dir', '$tmp/listing', '--json'], capture_output=True, text=True).stdout)
+assert len(r) == 3 and {x['status'] for x in r} == {'complete', 'corrupt'}, r"
+expect 0 "No runs in" -- runs --dir "$tmp/nothing-here"
 
 echo "cli: $passes passed, $fails failed"
 [ "$fails" -eq 0 ]

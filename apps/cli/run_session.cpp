@@ -1,0 +1,125 @@
+#include "run_session.h"
+
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+
+#include "common/error.h"
+#include "data/sprite_sources.h"
+#include "train/checkpoint.h"
+
+namespace spritetorch::cli {
+
+namespace {
+
+// The model the trainer will build, for the folder name (trainer.cpp decides the same way).
+std::string model_for_name(const train::TrainConfig& config) {
+  if (config.task == "generate") return "unet";
+  if (!config.model.empty()) return config.model;
+  if (!config.resume.empty()) {
+    try {
+      return train::load_checkpoint(config.resume).meta.value("model", std::string("resumed"));
+    } catch (const Error&) {
+      return "resumed";  // the trainer reports the bad file properly
+    }
+  }
+  return data::is_sprite_dataset(config.dataset) ? "cnn" : "ann";
+}
+
+// ddp ranks other than 0 keep no folder (rank 0 writes for all, as with checkpoints).
+bool main_rank() {
+  const char* rank = std::getenv("RANK");
+  return rank == nullptr || std::string(rank).empty() || std::string(rank) == "0";
+}
+
+}  // namespace
+
+std::shared_ptr<RunFlags> add_run_options(CLI::App* sub, train::TrainConfig& config) {
+  auto flags = std::make_shared<RunFlags>();
+  const std::string group = "Progress and run folders (docs/runs.md)";
+  sub->add_option("--run-dir", flags->run_dir,
+                  "Keep this run in exactly this folder (new or empty) [default: a fresh "
+                  "<runs-root>/<date>-<time>-<task>-<model>]")
+      ->group(group)
+      ->configurable(false);  // a replayed config must not aim a second run at the same folder
+  sub->add_option("--runs-root", flags->runs_root, "Where fresh run folders go")
+      ->envname("SPRITETORCH_RUNS_ROOT")->capture_default_str()->group(group);
+  sub->add_flag("--no-run-dir", flags->no_run_dir,
+                "Keep no run folder (scripted runs; --save still writes its checkpoint)")
+      ->group(group);
+  sub->add_flag("--quiet,-q", flags->quiet, "Print only the results and errors")->group(group);
+  sub->add_flag("--verbose", flags->verbose,
+                "Also print the running loss every --log-every steps on a terminal, and more detail")
+      ->group(group);
+  sub->add_option("--eval-every", config.eval_every,
+                  "Evaluate the test set every N epochs for the test curves, outside the timed "
+                  "training (0: after the last epoch only)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str()->group(group);
+  sub->add_option("--sample-every", config.sample_every,
+                  "--task generate: a sample sheet samples/epoch-NNN.png every N epochs in the run "
+                  "folder (0: none) [default: 1 with a run folder]")
+      ->check(CLI::NonNegativeNumber)->group(group);
+  return flags;
+}
+
+RunSession::RunSession(const RunFlags& flags, train::TrainConfig& config, const CLI::App& sub, bool json)
+    : human_(json ? std::cerr : std::cout), quiet_(flags.quiet) {
+  if (flags.quiet && flags.verbose) throw Error("--quiet and --verbose contradict each other");
+  runs::ProgressOptions options;
+  options.style = runs::detect_terminal(json ? 2 : 1);
+  options.verbosity = flags.quiet     ? runs::Verbosity::kQuiet
+                      : flags.verbose ? runs::Verbosity::kVerbose
+                                      : runs::Verbosity::kNormal;
+  printer_ = std::make_unique<runs::ProgressPrinter>(human_, options);
+
+  const bool keep = !flags.no_run_dir && main_rank();
+  if (flags.no_run_dir && !flags.run_dir.empty()) throw Error("--run-dir and --no-run-dir contradict each other");
+  if (keep) {
+    const std::string config_toml = sub.config_to_str(/*default_also=*/true, /*write_description=*/true);
+    std::string folder;
+    if (!flags.run_dir.empty()) {
+      made_folder_ = runs::claim_run_folder(flags.run_dir);
+      folder = flags.run_dir;
+    } else {
+      folder = runs::create_run_folder(flags.runs_root, config.task, model_for_name(config), std::time(nullptr));
+      made_folder_ = true;
+    }
+    if (config.save.empty()) config.save = (std::filesystem::path(folder) / "checkpoint.pt").string();
+    if (config.task == "generate" && sub.count("--sample-every") == 0) config.sample_every = 1;
+    recorder_ = std::make_unique<runs::RunRecorder>(
+        folder, runs::RunIdentity{config.task, model_for_name(config), config.dataset}, config_toml);
+    if (!quiet_) human_ << "Run folder: " << folder << "\n";
+  }
+  observers_ = std::make_unique<runs::ObserverList>(
+      std::vector<train::TrainObserver*>{printer_.get(), recorder_.get()});
+}
+
+RunSession::~RunSession() {
+  printer_->finish_line();
+  if (recorder_ && !recorder_->started()) recorder_->discard(made_folder_);
+}
+
+void RunSession::report(const runs::RunRecorder::Finished& finished) {
+  printer_->finish_line();
+  // --quiet means results and errors only; summary.json's "pictures" still says what exists.
+  if (!quiet_)
+    for (const auto& notice : finished.notices) std::cerr << "note: " << notice << "\n";
+  if (recorder_ && !quiet_) {
+    human_ << "Run kept in " << recorder_->folder() << ":";
+    for (const auto& [name, path] : finished.pictures) human_ << " " << path;
+    human_ << " summary.json metrics.jsonl\n";
+  }
+}
+
+void RunSession::finish(const train::TrainReport& report_in, const std::string& checkpoint) {
+  if (!recorder_ || !report_in.main_rank) return;
+  report(recorder_->finish(report_in, checkpoint));
+}
+
+void RunSession::finish(const diffusion::GeneratorTrainReport& report_in, const std::string& checkpoint) {
+  if (!recorder_) return;
+  report(recorder_->finish(report_in, checkpoint));
+}
+
+}  // namespace spritetorch::cli

@@ -1,0 +1,258 @@
+#include "runs/run_folder.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iomanip>
+#include <sstream>
+
+#include "common/error.h"
+#include "io/png.h"
+#include "runs/gnuplot.h"
+
+namespace spritetorch::runs {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// Folder-name safe: letters, digits, '.', '_' and '-'; anything else becomes '_'.
+std::string name_part(const std::string& text) {
+  std::string out;
+  for (char c : text) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-') ? c : '_';
+  return out.empty() ? "run" : out;
+}
+
+// JSON has no NaN or infinity: null instead.
+nlohmann::json finite(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
+std::string summary_checkpoint(const std::string& folder, const std::string& checkpoint) {
+  if (checkpoint.empty()) return {};
+  const auto relative = fs::path(checkpoint).lexically_proximate(folder);
+  // Inside the folder: relative, so the folder can move; elsewhere: as given.
+  return !relative.empty() && relative.begin()->string() != ".." ? relative.string() : checkpoint;
+}
+
+}  // namespace
+
+std::string iso_time(std::time_t when) {
+  std::tm local{};
+  localtime_r(&when, &local);
+  char buffer[40];
+  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%S%z", &local);
+  return buffer;
+}
+
+std::string create_run_folder(const std::string& root, const std::string& task, const std::string& model,
+                              std::time_t now) {
+  std::tm local{};
+  localtime_r(&now, &local);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y-%m-%d-%H%M%S", &local);
+  const std::string base = std::string(stamp) + "-" + name_part(task) + "-" + name_part(model);
+  std::error_code error;
+  fs::create_directories(root, error);
+  if (error || !fs::is_directory(root))
+    throw Error("cannot create the runs folder " + root + ": " + error.message(),
+                "choose another with --runs-root DIR (or SPRITETORCH_RUNS_ROOT), or --no-run-dir");
+  for (int attempt = 1; attempt < 1000; ++attempt) {
+    const fs::path folder = fs::path(root) / (attempt == 1 ? base : base + "-" + std::to_string(attempt));
+    // create_directory is atomic: false when the name exists (another run, same second).
+    if (fs::create_directory(folder, error)) return folder.string();
+    if (error) throw Error("cannot create run folder " + folder.string() + ": " + error.message());
+  }
+  throw Error("too many runs named " + base + " in " + root);
+}
+
+bool claim_run_folder(const std::string& folder) {
+  std::error_code error;
+  if (fs::exists(folder, error)) {
+    if (!fs::is_directory(folder))
+      throw Error("--run-dir " + folder + " exists and is not a folder");
+    if (!fs::is_empty(folder))
+      throw Error("--run-dir " + folder + " exists and is not empty: refusing to mix two runs",
+                  "give a new folder, or leave out --run-dir for a fresh runs/<date>-<time>-... folder");
+    return false;
+  }
+  fs::create_directories(folder, error);
+  if (error) throw Error("cannot create --run-dir " + folder + ": " + error.message());
+  return true;
+}
+
+RunRecorder::RunRecorder(std::string folder, RunIdentity identity, const std::string& config_toml)
+    : folder_(std::move(folder)), identity_(std::move(identity)), start_(std::chrono::steady_clock::now()),
+      started_(iso_time(std::time(nullptr))) {
+  {
+    std::ofstream config(file("config.toml"), std::ios::trunc);
+    config << config_toml;
+    if (!config) throw Error("could not write " + file("config.toml"));
+  }
+  metrics_.open(file("metrics.jsonl"), std::ios::trunc);
+  if (!metrics_) throw Error("could not write " + file("metrics.jsonl"));
+}
+
+void RunRecorder::discard(bool remove_folder) {
+  metrics_.close();
+  std::error_code ignored;  // best effort: this runs while another error is on its way out
+  fs::remove(file("metrics.jsonl"), ignored);
+  fs::remove(file("config.toml"), ignored);
+  if (remove_folder) fs::remove(folder_, ignored);  // only if empty
+}
+
+std::string RunRecorder::file(const std::string& name) const { return (fs::path(folder_) / name).string(); }
+
+double RunRecorder::wall_seconds() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+void RunRecorder::write_line(nlohmann::json line) {
+  line["wall_s"] = std::round(wall_seconds() * 1000.0) / 1000.0;
+  // One line per event, flushed: `tail -f metrics.jsonl` follows a run, and a killed run keeps
+  // every line it reached.
+  metrics_ << line.dump() << "\n";
+  metrics_.flush();
+}
+
+void RunRecorder::on_start(const std::string& device, const train::Settings& settings) {
+  device_ = device;
+  settings_ = settings;
+  nlohmann::json settings_json = nlohmann::json::object();
+  for (const auto& [key, value] : settings) settings_json[key] = value;
+  write_line({{"kind", "start"}, {"schema", kMetricsSchema}, {"step", 0}, {"epoch", 0},
+              {"time", started_}, {"task", identity_.task}, {"model", identity_.model},
+              {"dataset", identity_.dataset}, {"device", device}, {"values", nlohmann::json::object()},
+              {"settings", settings_json}});
+}
+
+void RunRecorder::on_log(const train::StepLog& log) {
+  const int64_t global = (log.epoch - 1) * log.steps + log.step;
+  write_line({{"kind", "log"}, {"step", global}, {"epoch", log.epoch}, {"epoch_step", log.step},
+              {"steps_per_epoch", log.steps}, {"values", {{"loss", finite(log.running_loss)}}}});
+  if (log.steps > 0)
+    curves_.logs.push_back({static_cast<double>(log.epoch - 1) + static_cast<double>(log.step) /
+                                                                   static_cast<double>(log.steps),
+                            log.running_loss});
+}
+
+void RunRecorder::on_epoch(const train::EpochReport& r) {
+  write_line({{"kind", "epoch"}, {"step", global_step_}, {"epoch", r.epoch},
+              {"values", {{"loss", finite(r.loss)}, {"accuracy", finite(r.accuracy)},
+                          {"seconds", r.seconds}, {"images_per_second", finite(r.images_per_second)},
+                          {"samples", r.samples}}}});
+  if (r.has_test)
+    write_line({{"kind", "eval"}, {"split", "test"}, {"step", global_step_}, {"epoch", r.epoch},
+                {"values", {{"loss", finite(r.test_loss)}, {"accuracy", finite(r.test_accuracy)}}}});
+  curves_.epochs.push_back({r.epoch, r.loss, r.accuracy, r.has_test, r.test_loss, r.test_accuracy});
+}
+
+void RunRecorder::on_samples(int64_t epoch, const torch::Tensor& sprites, int64_t per_class) {
+  char name[40];
+  std::snprintf(name, sizeof name, "samples/epoch-%03lld.png", static_cast<long long>(epoch));
+  fs::create_directories(file("samples"));
+  const int64_t scale = std::max<int64_t>(1, 64 / std::max<int64_t>(sprites.size(2), 1));
+  io::write_png(file(name), io::make_sheet(sprites, {per_class, 1, scale}));
+  sample_sheets_.push_back(name);
+  write_line({{"kind", "samples"}, {"step", global_step_}, {"epoch", epoch}, {"path", name},
+              {"values", {{"count", sprites.size(0)}, {"per_class", per_class}}}});
+}
+
+void RunRecorder::draw(const std::vector<PlotScript>& scripts, const char* gnuplot_path, Finished& finished) {
+  std::vector<PlotScript> todo;
+  for (const auto& s : scripts)
+    if (!s.script.empty()) todo.push_back(s);
+  if (todo.empty()) return;
+  const auto gnuplot = find_gnuplot(gnuplot_path);
+  if (!gnuplot) {
+    std::string names;
+    for (const auto& s : todo) names += (names.empty() ? "" : ", ") + s.picture;
+    finished.notices.push_back("gnuplot not found: skipping " + names +
+                               " (apt-get install gnuplot-nox; then `cd " + folder_ +
+                               " && gnuplot plots/*.gp` draws them from the data kept in plots/)");
+    return;
+  }
+  for (const auto& s : todo) {
+    const auto result = run_gnuplot(*gnuplot, s.script, folder_, "plots/gnuplot.log");
+    if (result.ok && fs::exists(file(s.picture)))
+      finished.pictures[s.picture.substr(0, s.picture.rfind('.'))] = s.picture;
+    else
+      finished.notices.push_back("skipping " + s.picture + ": " +
+                                 (result.ok ? "gnuplot wrote no picture" : result.message));
+  }
+}
+
+nlohmann::json RunRecorder::summary_base(const std::string& checkpoint, const Finished& finished) const {
+  nlohmann::json settings = nlohmann::json::object();
+  for (const auto& [key, value] : settings_) settings[key] = value;
+  nlohmann::json pictures = nlohmann::json::object();
+  for (const auto& [name, path] : finished.pictures) pictures[name] = path;
+  return {{"schema", kMetricsSchema}, {"status", "complete"}, {"task", identity_.task},
+          {"model", identity_.model}, {"dataset", identity_.dataset}, {"device", device_},
+          {"started", started_}, {"finished", iso_time(std::time(nullptr))},
+          {"wall_s", wall_seconds()}, {"settings", settings}, {"pictures", pictures},
+          {"checkpoint", summary_checkpoint(folder_, checkpoint)}, {"config", "config.toml"},
+          {"metrics", "metrics.jsonl"}, {"spritetorch_version", SPRITETORCH_VERSION}};
+}
+
+void RunRecorder::write_summary(const nlohmann::json& summary) {
+  // Atomic: `runs` never sees half a summary (its presence marks a finished run).
+  const std::string path = file("summary.json"), partial = path + ".partial";
+  {
+    std::ofstream out(partial, std::ios::trunc);
+    out << summary.dump(2) << "\n";
+    if (!out) throw Error("could not write " + partial);
+  }
+  fs::rename(partial, path);
+}
+
+RunRecorder::Finished RunRecorder::finish(const train::TrainReport& report, const std::string& checkpoint,
+                                          const char* gnuplot_path) {
+  Finished finished;
+  std::string why_not;
+  const auto misclassified = write_misclassified_plot(folder_, report.misclassified, report.class_names, &why_not);
+  draw({write_curves_plot(folder_, curves_, fs::path(folder_).filename().string()),
+        write_confusion_plot(folder_, report.test.confusion, report.class_names), misclassified},
+       gnuplot_path, finished);
+  if (misclassified.script.empty()) finished.notices.push_back("no misclassified.png: " + why_not);
+
+  const int64_t epochs = report.start_epoch + static_cast<int64_t>(report.epochs.size());
+  nlohmann::json summary = summary_base(checkpoint, finished);
+  nlohmann::json per_class = nlohmann::json::object();
+  for (size_t k = 0; k < report.class_names.size() && k < report.test.per_class_accuracy.size(); ++k)
+    per_class[report.class_names[k]] = finite(report.test.per_class_accuracy[k]);
+  summary["epochs"] = epochs;
+  summary["train_seconds"] = report.train_seconds;
+  summary["eval_seconds"] = report.eval_seconds;
+  summary["test"] = {{"loss", finite(report.test.loss)}, {"accuracy", finite(report.test.accuracy)},
+                     {"samples", report.test.samples}, {"per_class_accuracy", per_class},
+                     {"misclassified", report.misclassified.total}};
+  if (!report.epochs.empty())
+    summary["train"] = {{"loss", finite(report.epochs.back().loss)},
+                        {"accuracy", finite(report.epochs.back().accuracy)}};
+  write_line({{"kind", "end"}, {"step", global_step_}, {"epoch", epochs},
+              {"values", {{"test_loss", finite(report.test.loss)}, {"test_accuracy", finite(report.test.accuracy)},
+                          {"train_seconds", report.train_seconds}}}});
+  write_summary(summary);
+  return finished;
+}
+
+RunRecorder::Finished RunRecorder::finish(const diffusion::GeneratorTrainReport& report,
+                                          const std::string& checkpoint, const char* gnuplot_path) {
+  Finished finished;
+  curves_.accuracy = false;
+  draw({write_curves_plot(folder_, curves_, fs::path(folder_).filename().string())}, gnuplot_path, finished);
+  nlohmann::json summary = summary_base(checkpoint, finished);
+  summary["epochs"] = static_cast<int64_t>(curves_.epochs.size());
+  summary["steps"] = report.steps;
+  summary["train_seconds"] = report.train_seconds;
+  summary["sample_seconds"] = report.sample_seconds;
+  summary["final_loss"] = finite(report.final_loss);
+  summary["samples"] = sample_sheets_;
+  if (!sample_sheets_.empty()) summary["pictures"]["samples"] = sample_sheets_.back();
+  write_line({{"kind", "end"}, {"step", global_step_}, {"epoch", static_cast<int64_t>(curves_.epochs.size())},
+              {"values", {{"loss", finite(report.final_loss)}, {"train_seconds", report.train_seconds}}}});
+  write_summary(summary);
+  return finished;
+}
+
+}  // namespace spritetorch::runs

@@ -1,0 +1,105 @@
+#include "runs/run_list.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace spritetorch::runs {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::optional<double> number_at(const nlohmann::json& j, const nlohmann::json::json_pointer& at) {
+  if (!j.contains(at) || !j.at(at).is_number()) return std::nullopt;
+  return j.at(at).get<double>();
+}
+
+std::string text_at(const nlohmann::json& j, const char* key) {
+  return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
+}
+
+// An unfinished run: what its metrics.jsonl reached. Damaged lines (a run killed mid-write) are
+// skipped and named in `problem`.
+void read_metrics(const std::string& path, RunEntry& entry) {
+  std::ifstream in(path);
+  if (!in) {
+    entry.problem = "no metrics.jsonl";
+    return;
+  }
+  std::string line;
+  int64_t number = 0, damaged = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    if (line.empty()) continue;
+    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object()) {
+      ++damaged;
+      continue;
+    }
+    const std::string kind = text_at(j, "kind");
+    if (kind == "start") {
+      entry.started = text_at(j, "time");
+      entry.task = text_at(j, "task");
+      entry.model = text_at(j, "model");
+      entry.dataset = text_at(j, "dataset");
+      entry.device = text_at(j, "device");
+    } else if (kind == "epoch") {
+      entry.epochs = j.value("epoch", entry.epochs);
+      entry.final_loss = number_at(j, "/values/loss"_json_pointer);
+    } else if (kind == "eval") {
+      entry.test_accuracy = number_at(j, "/values/accuracy"_json_pointer);
+    }
+  }
+  entry.problem = "no summary.json (still running, interrupted or failed)";
+  if (damaged) entry.problem += "; " + std::to_string(damaged) + " damaged line(s) in metrics.jsonl";
+}
+
+}  // namespace
+
+RunEntry read_run(const std::string& folder) {
+  RunEntry entry;
+  entry.path = folder;
+  entry.name = fs::path(folder).filename().string();
+  const std::string summary_path = (fs::path(folder) / "summary.json").string();
+  if (!fs::exists(summary_path)) {
+    entry.status = "incomplete";
+    read_metrics((fs::path(folder) / "metrics.jsonl").string(), entry);
+    return entry;
+  }
+  std::ifstream in(summary_path);
+  const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) {
+    entry.status = "corrupt";
+    entry.problem = "summary.json is not valid JSON";
+    return entry;
+  }
+  entry.status = text_at(j, "status").empty() ? "corrupt" : text_at(j, "status");
+  if (entry.status == "corrupt") entry.problem = "summary.json has no status";
+  entry.started = text_at(j, "started");
+  entry.task = text_at(j, "task");
+  entry.model = text_at(j, "model");
+  entry.dataset = text_at(j, "dataset");
+  entry.device = text_at(j, "device");
+  if (j.contains("epochs") && j["epochs"].is_number_integer()) entry.epochs = j["epochs"].get<int64_t>();
+  entry.test_accuracy = number_at(j, "/test/accuracy"_json_pointer);
+  entry.final_loss = number_at(j, "/final_loss"_json_pointer);
+  if (!entry.final_loss) entry.final_loss = number_at(j, "/train/loss"_json_pointer);
+  entry.train_seconds = number_at(j, "/train_seconds"_json_pointer);
+  return entry;
+}
+
+std::vector<RunEntry> list_runs(const std::string& root) {
+  std::vector<RunEntry> out;
+  std::error_code error;
+  if (!fs::is_directory(root, error)) return out;
+  std::vector<std::string> folders;
+  for (const auto& item : fs::directory_iterator(root, error))
+    if (item.is_directory(error)) folders.push_back(item.path().string());
+  std::sort(folders.begin(), folders.end());
+  for (const auto& folder : folders) out.push_back(read_run(folder));
+  return out;
+}
+
+}  // namespace spritetorch::runs

@@ -1,0 +1,30 @@
+// What `spritetorch runs` shows: every run folder under a root, with its main figures, read from
+// summary.json (finished runs) or metrics.jsonl (unfinished ones). A folder that is damaged or not
+// a run at all is listed as such, never a reason to stop.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace spritetorch::runs {
+
+struct RunEntry {
+  std::string name;    // folder name
+  std::string path;
+  std::string status;  // complete | incomplete | corrupt
+  std::string problem; // for incomplete / corrupt: what is missing or wrong
+  std::string started, task, model, dataset, device;
+  int64_t epochs = 0;
+  std::optional<double> test_accuracy;  // classifiers
+  std::optional<double> final_loss;     // generators (or the last epoch's loss of an unfinished run)
+  std::optional<double> train_seconds;
+};
+
+// The run folders directly under `root`, oldest first (names start with the date). A missing
+// root gives an empty list.
+std::vector<RunEntry> list_runs(const std::string& root);
+// One folder.
+RunEntry read_run(const std::string& folder);
+
+}  // namespace spritetorch::runs

@@ -1,0 +1,98 @@
+// The progress printer's two renderings (terminal / plain lines), colour rules, verbosity, throttle.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "runs/progress.h"
+#include "runs/terminal.h"
+
+namespace spritetorch::runs {
+namespace {
+
+// Drives a printer through one short epoch: 4 steps, a log read at step 2 and 4.
+std::string render(TerminalStyle style, Verbosity verbosity, double seconds_per_step = 0.5) {
+  std::ostringstream out;
+  double now = 0;
+  ProgressOptions options;
+  options.style = style;
+  options.verbosity = verbosity;
+  options.clock = [&now] { return now; };
+  ProgressPrinter printer(out, options);
+  printer.on_start("cpu (test)", {{"device", "cpu"}, {"batch", "8"}});
+  for (int64_t step = 1; step <= 4; ++step) {
+    now += seconds_per_step;
+    printer.on_step({1, 2, step, 4, step * 8});
+    if (step % 2 == 0) printer.on_log({1, step, 4, 0.25 * static_cast<double>(step)});
+  }
+  train::EpochReport epoch;
+  epoch.epoch = 1, epoch.epochs = 2, epoch.loss = 0.75, epoch.accuracy = 0.5, epoch.seconds = 2;
+  epoch.images_per_second = 16, epoch.samples = 32, epoch.has_test = true, epoch.test_accuracy = 0.625;
+  printer.on_epoch(epoch);
+  return out.str();
+}
+
+TEST(TerminalStyle, RedrawOnlyOnATerminalAndColourUnlessNoColor) {
+  EXPECT_FALSE(terminal_style(false, nullptr, "xterm").redraw);
+  EXPECT_FALSE(terminal_style(false, nullptr, "xterm").color);
+  EXPECT_TRUE(terminal_style(true, nullptr, "xterm").redraw);
+  EXPECT_TRUE(terminal_style(true, nullptr, "xterm").color);
+  EXPECT_TRUE(terminal_style(true, "1", "xterm").redraw);
+  EXPECT_FALSE(terminal_style(true, "1", "xterm").color);
+  EXPECT_TRUE(terminal_style(true, "", "xterm").color);  // no-color.org: empty does not count
+  EXPECT_FALSE(terminal_style(true, nullptr, "dumb").redraw);
+}
+
+TEST(ProgressPrinter, NotATerminalGivesPlainLinesPerLogIntervalAndEpoch) {
+  const std::string out = render({false, false}, Verbosity::kNormal);
+  EXPECT_EQ(out.find('\r'), std::string::npos) << out;
+  EXPECT_EQ(out.find('\033'), std::string::npos) << out;
+  EXPECT_NE(out.find("Using device: cpu (test)\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("  batch   8\n"), std::string::npos) << out;  // the settings table
+  EXPECT_NE(out.find("  epoch 1 step 2/4  loss 0.5000  16 img/s  ETA 0:01\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("  epoch 1 step 4/4  loss 1.0000"), std::string::npos) << out;
+  EXPECT_NE(out.find("Epoch 1/2  loss 0.7500  train acc 0.5000  test acc 0.6250  2.00 s  16 img/s\n"),
+            std::string::npos) << out;
+}
+
+TEST(ProgressPrinter, TerminalRedrawsOneLineInPlaceThenEndsItWithTheEpochLine) {
+  const std::string out = render({true, false}, Verbosity::kNormal);
+  EXPECT_NE(out.find("\repoch 1/2 [============>           ] 2/4  16 img/s  ETA 0:01"), std::string::npos) << out;
+  EXPECT_NE(out.find("loss 0.5000"), std::string::npos) << out;  // the running loss, once read
+  EXPECT_EQ(out.find("  epoch 1 step 2/4"), std::string::npos) << out;  // no log lines on a terminal
+  EXPECT_EQ(out.find('\033'), std::string::npos) << out;  // NO_COLOR: no escape codes at all
+  const auto epoch_line = out.find("Epoch 1/2");
+  ASSERT_NE(epoch_line, std::string::npos) << out;
+  EXPECT_EQ(out[epoch_line - 1], '\r') << out;  // the bar is cleared, the epoch line stays
+  EXPECT_EQ(out.back(), '\n');
+}
+
+TEST(ProgressPrinter, TerminalRedrawsAtMostTenTimesASecond) {
+  // 4 steps in 0.04 s: the first is drawn, then nothing until the epoch's last step.
+  const std::string out = render({true, false}, Verbosity::kNormal, 0.01);
+  EXPECT_NE(out.find(" 1/4"), std::string::npos) << out;
+  EXPECT_EQ(out.find(" 2/4"), std::string::npos) << out;
+  EXPECT_EQ(out.find(" 3/4"), std::string::npos) << out;
+  EXPECT_NE(out.find(" 4/4"), std::string::npos) << out;
+}
+
+TEST(ProgressPrinter, ColourOnlyWhenAsked) {
+  EXPECT_NE(render({true, true}, Verbosity::kNormal).find("\033[1mEpoch 1/2\033[0m"), std::string::npos);
+}
+
+TEST(ProgressPrinter, QuietPrintsNothingVerboseAddsLogLinesOnATerminal) {
+  EXPECT_EQ(render({true, true}, Verbosity::kQuiet), "");
+  EXPECT_EQ(render({false, false}, Verbosity::kQuiet), "");
+  const std::string verbose = render({true, false}, Verbosity::kVerbose);
+  EXPECT_NE(verbose.find("  epoch 1 step 2/4  loss 0.5000"), std::string::npos) << verbose;
+  EXPECT_NE(verbose.find("test loss"), std::string::npos) << verbose;
+}
+
+TEST(FormatDuration, MinutesAndHours) {
+  EXPECT_EQ(format_duration(0), "0:00");
+  EXPECT_EQ(format_duration(65.4), "1:05");
+  EXPECT_EQ(format_duration(3723), "1:02:03");
+  EXPECT_EQ(format_duration(-1), "?");
+}
+
+}  // namespace
+}  // namespace spritetorch::runs

@@ -1,0 +1,236 @@
+// Run folders end to end: a tiny real training run recorded into one (files, metrics.jsonl schema,
+// summary.json, pictures when gnuplot is there, a notice when it is not), generator sample sheets,
+// folder naming and claiming, gnuplot quoting, and `runs` listing damaged folders.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "common/error.h"
+#include "diffusion/generator.h"
+#include "io/png.h"
+#include "runs/gnuplot.h"
+#include "runs/observer_list.h"
+#include "runs/run_folder.h"
+#include "runs/run_list.h"
+#include "test_util.h"
+#include "train/trainer.h"
+
+namespace spritetorch::runs {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::ScratchDir;
+
+std::vector<nlohmann::json> metrics_lines(const std::string& folder) {
+  std::ifstream in(folder + "/metrics.jsonl");
+  std::vector<nlohmann::json> lines;
+  std::string line;
+  while (std::getline(in, line)) lines.push_back(nlohmann::json::parse(line));  // throws if not JSON
+  return lines;
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+// 2 epochs of the sprite CNN on 240 procedural sprites: seconds on the CPU, and real images.
+train::TrainConfig tiny_sprite_run(const std::string& folder) {
+  train::TrainConfig config;
+  config.device = "cpu";
+  config.dataset = "sprites";
+  config.sprites.count = 240;
+  config.sprites.holdout = 0.25;
+  config.epochs = 2;
+  config.batch_size = 32;
+  config.log_every = 2;
+  config.save = folder + "/checkpoint.pt";
+  return config;
+}
+
+struct RecordedRun {
+  train::TrainReport report;
+  RunRecorder::Finished finished;
+};
+
+RecordedRun record(const std::string& folder, const char* gnuplot_path) {
+  claim_run_folder(folder);
+  auto config = tiny_sprite_run(folder);
+  RunRecorder recorder(folder, {"classify", "cnn", "sprites"}, "epochs = 2\n");
+  ObserverList observers({&recorder, nullptr});
+  RecordedRun run;
+  run.report = train::train(config, &observers);
+  run.finished = recorder.finish(run.report, config.save, gnuplot_path);
+  return run;
+}
+
+TEST(RunFolder, ATinyRunKeepsConfigMetricsSummaryCheckpointAndPictures) {
+  ScratchDir dir;
+  const std::string folder = dir.file("run");
+  const auto run = record(folder, nullptr);
+  for (const char* name : {"config.toml", "metrics.jsonl", "summary.json", "checkpoint.pt"})
+    EXPECT_TRUE(fs::exists(folder + "/" + name)) << name;
+  EXPECT_FALSE(fs::exists(folder + "/summary.json.partial"));
+
+  // metrics.jsonl: every line an object with the required keys; each kind where it belongs.
+  const auto lines = metrics_lines(folder);
+  std::map<std::string, int> kinds;
+  int64_t last_step = -1;
+  for (const auto& line : lines) {
+    for (const char* key : {"kind", "step", "epoch", "wall_s", "values"}) ASSERT_TRUE(line.contains(key)) << line;
+    EXPECT_TRUE(line["values"].is_object()) << line;
+    EXPECT_GE(line["step"].get<int64_t>(), last_step) << "steps never go back: " << line;
+    last_step = line["step"].get<int64_t>();
+    ++kinds[line["kind"].get<std::string>()];
+  }
+  const int64_t steps_per_epoch = (180 + 31) / 32;  // 240 sprites, 25% held out, batch 32: 6 steps
+  EXPECT_EQ(lines.front()["kind"], "start");
+  EXPECT_EQ(lines.front()["settings"]["device"], run.report.device);
+  EXPECT_EQ(kinds["log"], 2 * (steps_per_epoch / 2));
+  EXPECT_EQ(kinds["epoch"], 2);
+  EXPECT_EQ(kinds["eval"], 2);  // --eval-every 1: the test curve has a point per epoch
+  EXPECT_EQ(lines.back()["kind"], "end");
+  EXPECT_EQ(lines.back()["step"], 2 * steps_per_epoch);
+  for (const auto& line : lines) {
+    if (line["kind"] == "log") {
+      EXPECT_TRUE(line["values"]["loss"].is_number()) << line;
+    }
+  }
+
+  const auto summary = read_json(folder + "/summary.json");
+  EXPECT_EQ(summary["status"], "complete");
+  EXPECT_EQ(summary["epochs"], 2);
+  EXPECT_EQ(summary["checkpoint"], "checkpoint.pt");  // relative: the folder can move
+  EXPECT_DOUBLE_EQ(summary["test"]["accuracy"].get<double>(), run.report.test.accuracy);
+  EXPECT_EQ(summary["test"]["samples"], 60);
+  EXPECT_GT(summary["train_seconds"].get<double>(), 0.0);
+
+  // The final evaluation's misclassified samples came with it (no second pass).
+  ASSERT_TRUE(run.report.misclassified.inputs.defined());
+  const int64_t wrong = 60 - run.report.test.confusion.diagonal().sum().item<int64_t>();
+  EXPECT_EQ(run.report.misclassified.total, wrong);
+  EXPECT_EQ(run.report.misclassified.inputs.size(0), std::min<int64_t>(wrong, train::kMisclassifiedKept));
+
+  if (!find_gnuplot()) GTEST_SKIP() << "gnuplot not installed (apt-get install gnuplot-nox): pictures not checked";
+  EXPECT_TRUE(run.finished.notices.empty() || wrong == 0) << run.finished.notices.front();
+  const auto curves = io::read_png(folder + "/curves.png");
+  EXPECT_EQ(curves.size(0), 480);
+  EXPECT_EQ(curves.size(1), 1280);
+  const auto confusion = io::read_png(folder + "/confusion.png");
+  EXPECT_EQ(confusion.size(0), 4 * 64 + 220);  // 4 classes, 64-pixel cells
+  EXPECT_EQ(summary["pictures"]["curves"], "curves.png");
+  EXPECT_EQ(summary["pictures"]["confusion"], "confusion.png");
+  if (wrong > 0) {
+    const auto grid = io::read_png(folder + "/misclassified.png");
+    EXPECT_GT(grid.size(0), 112);
+    EXPECT_EQ(summary["pictures"]["misclassified"], "misclassified.png");
+  }
+}
+
+TEST(RunFolder, WithoutGnuplotTheRunFinishesWithOneNotice) {
+  ScratchDir dir;
+  const std::string folder = dir.file("run");
+  const auto run = record(folder, "/nonexistent-bin");
+  ASSERT_GE(run.finished.notices.size(), 1u);
+  EXPECT_NE(run.finished.notices[0].find("gnuplot not found: skipping curves.png, confusion.png"), std::string::npos)
+      << run.finished.notices[0];
+  EXPECT_NE(run.finished.notices[0].find("apt-get install gnuplot-nox"), std::string::npos);
+  for (const auto& n : run.finished.notices) EXPECT_EQ(n.find("failed"), std::string::npos) << n;
+  EXPECT_TRUE(run.finished.pictures.empty());
+  EXPECT_FALSE(fs::exists(folder + "/curves.png"));
+  EXPECT_TRUE(fs::exists(folder + "/plots/curves.gp"));  // drawable later
+  EXPECT_EQ(read_json(folder + "/summary.json")["status"], "complete");
+}
+
+TEST(RunFolder, GeneratorRunsKeepASampleSheetPerEpoch) {
+  ScratchDir dir;
+  const std::string folder = dir.file("gen");
+  claim_run_folder(folder);
+  auto config = tiny_sprite_run(folder);
+  config.task = "generate";
+  config.unet_base = 8;
+  config.batch_size = 16;
+  config.sample_every = 1;
+  RunRecorder recorder(folder, {"generate", "unet", "sprites"}, "");
+  const auto report = diffusion::train_generator(config, &recorder);
+  recorder.finish(report, config.save, "/nonexistent-bin");
+  for (const char* sheet : {"samples/epoch-001.png", "samples/epoch-002.png"}) {
+    ASSERT_TRUE(fs::exists(folder + "/" + sheet)) << sheet;
+    const auto png = io::read_png(folder + "/" + sheet);
+    // 4 classes x 8 sprites of 16 px, 1 px padding, scaled x4.
+    EXPECT_EQ(png.size(0), (4 * 17 + 1) * 4);
+    EXPECT_EQ(png.size(1), (8 * 17 + 1) * 4);
+  }
+  const auto summary = read_json(folder + "/summary.json");
+  EXPECT_EQ(summary["samples"].size(), 2u);
+  EXPECT_EQ(summary["pictures"]["samples"], "samples/epoch-002.png");
+  EXPECT_TRUE(fs::exists(folder + "/checkpoint.pt"));
+  std::set<std::string> kinds;
+  for (const auto& line : metrics_lines(folder)) kinds.insert(line["kind"].get<std::string>());
+  EXPECT_EQ(kinds, (std::set<std::string>{"start", "log", "epoch", "samples", "end"}));
+}
+
+TEST(RunFolder, FreshNamesNeverCollideAndAClaimedFolderMustBeEmpty) {
+  ScratchDir dir;
+  const std::time_t when = 1700000000;
+  const std::string a = create_run_folder(dir.file("runs"), "classify", "ann", when);
+  const std::string b = create_run_folder(dir.file("runs"), "classify", "ann", when);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(b, a + "-2");
+  EXPECT_NE(fs::path(a).filename().string().find("-classify-ann"), std::string::npos);
+  // A name part with a path in it stays one folder name, directly under the root.
+  EXPECT_EQ(fs::path(create_run_folder(dir.file("runs"), "x/../y", "m", when)).parent_path(),
+            fs::path(dir.file("runs")));
+  EXPECT_TRUE(claim_run_folder(dir.file("new/deeper")));  // made
+  std::ofstream(a + "/metrics.jsonl") << "{}\n";
+  EXPECT_THROW(claim_run_folder(a), Error);
+  EXPECT_FALSE(claim_run_folder(b));  // exists, empty: used, not made
+}
+
+TEST(Gnuplot, QuotedStringsCannotEndTheLiteralOrTheCommand) {
+  EXPECT_EQ(gnuplot_quote("plain"), "'plain'");
+  EXPECT_EQ(gnuplot_quote("it's"), "'it''s'");
+  EXPECT_EQ(gnuplot_quote("a\nsystem('rm')"), "'a system(''rm'')'");
+  EXPECT_FALSE(find_gnuplot("/nonexistent-bin").has_value());
+}
+
+TEST(RunList, ListsCompleteIncompleteAndCorruptFoldersWithoutFailing) {
+  ScratchDir dir;
+  const std::string root = dir.file("runs");
+  fs::create_directories(root + "/2024-01-01-000000-classify-ann");
+  std::ofstream(root + "/2024-01-01-000000-classify-ann/summary.json")
+      << R"({"status":"complete","task":"classify","model":"ann","dataset":"fashion-mnist","epochs":5,)"
+      << R"("started":"2024-01-01T00:00:00+0000","test":{"accuracy":0.87},"train":{"loss":0.3},"train_seconds":12.5})";
+  fs::create_directories(root + "/2024-01-02-000000-classify-cnn");
+  std::ofstream(root + "/2024-01-02-000000-classify-cnn/metrics.jsonl")
+      << R"({"kind":"start","step":0,"epoch":0,"wall_s":0,"values":{},"task":"classify","model":"cnn"})" << "\n"
+      << R"({"kind":"epoch","step":10,"epoch":1,"wall_s":1,"values":{"loss":0.5}})" << "\n"
+      << R"({"kind":"epo)";  // killed mid-line
+  fs::create_directories(root + "/2024-01-03-000000-classify-ann");
+  std::ofstream(root + "/2024-01-03-000000-classify-ann/summary.json") << "{ not json";
+  fs::create_directories(root + "/zz-empty");
+  std::ofstream(root + "/stray-file.txt") << "not a folder";
+
+  const auto runs = list_runs(root);
+  ASSERT_EQ(runs.size(), 4u);
+  EXPECT_EQ(runs[0].status, "complete");
+  EXPECT_EQ(runs[0].epochs, 5);
+  ASSERT_TRUE(runs[0].test_accuracy.has_value());
+  EXPECT_DOUBLE_EQ(*runs[0].test_accuracy, 0.87);
+  EXPECT_DOUBLE_EQ(*runs[0].train_seconds, 12.5);
+  EXPECT_EQ(runs[1].status, "incomplete");
+  EXPECT_EQ(runs[1].model, "cnn");
+  EXPECT_EQ(runs[1].epochs, 1);
+  EXPECT_NE(runs[1].problem.find("1 damaged line"), std::string::npos) << runs[1].problem;
+  EXPECT_EQ(runs[2].status, "corrupt");
+  EXPECT_NE(runs[2].problem.find("not valid JSON"), std::string::npos);
+  EXPECT_EQ(runs[3].status, "incomplete");
+  EXPECT_NE(runs[3].problem.find("no metrics.jsonl"), std::string::npos);
+  EXPECT_TRUE(list_runs(dir.file("nowhere")).empty());
+}
+
+}  // namespace
+}  // namespace spritetorch::runs
