@@ -128,8 +128,7 @@ Subcommand add_train_command(CLI::App& app) {
             std::unique_ptr<report::EventWriter> events;
             std::unique_ptr<report::TensorBoardObserver> tensorboard_observer;
             if (*tensorboard && (events = open_tensorboard(session.folder(), run_flags->runs_root))) {
-              if (!session.quiet()) human << "TensorBoard events: " << events->path() << "
-";
+              if (!session.quiet()) human << "TensorBoard events: " << events->path() << "\n";
               log_training_samples(*events, *config);
               tensorboard_observer = std::make_unique<report::TensorBoardObserver>(*events);
               session.add_observer(tensorboard_observer.get());
