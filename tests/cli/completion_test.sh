@@ -50,7 +50,8 @@ touch "$tmp/weights.safetensors"
 expect "spritetorch export --checkpoint $tmp/wei" "$tmp/weights.safetensors"
 rm -rf "$tmp"
 # Every flag of every command in --help is offered: the script comes from the same table.
-flags=$("$cli" train --help | grep -oE -- '--[a-z][a-z0-9-]+' | sort -u)
+# (Option names only: the first column of each option line, not flags quoted in descriptions.)
+flags=$("$cli" train --help | grep -E -- '^ +(-[a-zA-Z], )?--[a-z]' | sed -E 's/^ +(-[a-zA-Z], )?(--[a-z][a-z0-9-]+).*/\2/' | sort -u)
 [ -n "$flags" ] || { echo "FAIL: no flags in train --help"; failures=$((failures + 1)); }
 for flag in $flags; do
   complete_words spritetorch train "${flag:0:5}" | grep -qx -- "$flag" ||
