@@ -176,6 +176,52 @@ TEST(TensorBoardTest, ReaderRejectsACorruptedRecord) {
   EXPECT_NE(output.find("CRC mismatch"), std::string::npos) << output;
 }
 
+// The strongest check: TensorBoard's own reader (EventAccumulator, what `tensorboard --logdir`
+// uses). Debian packages no tensorboard, so this skips here and in CI; it runs where tensorboard
+// is installed, e.g. the GPU machine's pip environment (issue 9).
+TEST(TensorBoardTest, TensorBoardItselfReadsOurEvents) {
+  testing::ScratchDir dir;
+  const std::string log_dir = dir.file("tb");
+  {
+    EventWriter writer(log_dir);
+    writer.add_scalar("train/loss", 0.75, 1);
+    writer.add_scalar("train/loss", 0.5, 2);
+    writer.add_image("samples", torch::arange(18, torch::kUInt8).reshape({2, 3, 3}), 7);
+  }
+  std::string output;
+  int code = 77;
+  for (const std::string interpreter : {"python3", "/usr/bin/python3"}) {
+    output.clear();
+    const std::string command = interpreter + " " SPRITETORCH_TEST_DIR
+                                "/report/read_with_tensorboard.py '" + log_dir + "' 2>&1";
+    FILE* pipe = popen(command.c_str(), "r");
+    if (!pipe) continue;
+    std::array<char, 4096> buffer;
+    size_t n;
+    while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
+    const int status = pclose(pipe);
+    code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    if (code != 77) break;
+  }
+  if (code == 77) GTEST_SKIP() << output;
+  ASSERT_EQ(code, 0) << output;
+  std::vector<nlohmann::json> events;
+  std::istringstream lines(output);
+  for (std::string line; std::getline(lines, line);)
+    if (!line.empty() && line[0] == '{') events.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(events.size(), 3u) << output;
+  EXPECT_EQ(events[0]["tag"], "train/loss");
+  EXPECT_EQ(events[0]["step"], 1);
+  EXPECT_FLOAT_EQ(events[0]["value"].get<float>(), 0.75f);
+  EXPECT_EQ(events[1]["step"], 2);
+  EXPECT_FLOAT_EQ(events[1]["value"].get<float>(), 0.5f);
+  EXPECT_EQ(events[2]["tag"], "samples");
+  EXPECT_EQ(events[2]["step"], 7);
+  EXPECT_EQ(events[2]["width"], 3);
+  EXPECT_EQ(events[2]["height"], 2);
+  EXPECT_GT(events[2]["png_bytes"].get<int>(), 8);
+}
+
 TEST(TensorBoardTest, UnwritableFolderIsAClearError) {
   testing::ScratchDir dir;
   std::ofstream(dir.file("file")) << "x";
