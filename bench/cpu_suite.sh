@@ -15,7 +15,7 @@ echo "## 1. spritetorch bench --epochs 5 --repeats 3 --vs-python"
 "$bin" bench --epochs 5 --repeats 3 --workers 0,2,4 --vs-python --out "$out/bench" --overwrite
 
 median_train() {  # median train_s and the accuracy of 3 runs of `train --json ARGS`
-  for _ in 1 2 3; do "$bin" train --json "$@" 2>/dev/null; done |
+  for _ in 1 2 3; do "$bin" train --json --no-run-dir "$@" 2>/dev/null; done |
     python3 -c 'import json,sys; r=[json.loads(l) for l in sys.stdin]; t=sorted(x["train_s"] for x in r); last=r[-1]; print("%.2f s  acc %.4f  [%s; %s]" % (t[1], last["accuracy"], last["settings"]["step"], last["settings"]["threads"]))'
 }
 echo "## 2. thread settings x step (seed workload, 5 epochs, median of 3)"
@@ -30,5 +30,5 @@ echo "defaults: $(median_train)"
 
 echo "## 3. accuracy over seeds (defaults)"
 for s in 0 1 2 3 4 5 6 7 8 9; do
-  "$bin" train --json --seed $s 2>/dev/null | python3 -c "import json,sys; print($s, json.load(sys.stdin)['accuracy'])"
+  "$bin" train --json --no-run-dir --seed $s 2>/dev/null | python3 -c "import json,sys; print($s, json.load(sys.stdin)['accuracy'])"
 done

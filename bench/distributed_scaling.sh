@@ -10,7 +10,7 @@ set -euo pipefail
 bin=${1:-build}/spritetorch
 limit=${2:-4096}
 repeat=${3:-2}
-common=(--model cnn --device cpu --train-limit "$limit" --test-limit 500 --log-every 0 --json)
+common=(--model cnn --device cpu --train-limit "$limit" --test-limit 500 --log-every 0 --json --no-run-dir)
 declare -A best_ips best_cpu
 cpu_of() {  # cpu_of ARGS...: prints "user+sys seconds" then the command's stdout
   local t; t=$(mktemp)
