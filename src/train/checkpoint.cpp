@@ -1,6 +1,7 @@
 #include "train/checkpoint.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -48,6 +49,23 @@ uint32_t crc_of(const char* data, size_t size) {
   throw Error(what + " " + path + ": " + std::strerror(errno));
 }
 
+// A writer killed mid-save (SIGKILL, power loss) leaves its ".<name>.tmp-<pid>" behind. The next
+// save of the same file removes those whose process is gone; a live writer's file is left alone.
+void remove_stale_temporaries(const std::filesystem::path& dir, const std::string& name) {
+  namespace fs = std::filesystem;
+  const std::string prefix = "." + name + ".tmp-";
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string file = it->path().filename().string();
+    if (file.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string pid_text = file.substr(prefix.size());
+    if (pid_text.empty() || pid_text.find_first_not_of("0123456789") != std::string::npos) continue;
+    const long pid = std::strtol(pid_text.c_str(), nullptr, 10);
+    if (pid <= 0 || pid == ::getpid()) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) fs::remove(it->path(), ec);
+  }
+}
+
 }  // namespace
 
 void write_file_atomically(const std::string& path, const std::string& bytes) {
@@ -84,6 +102,7 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
     ::fsync(dir_fd);
     ::close(dir_fd);
   }
+  remove_stale_temporaries(dir, target.filename().string());
 }
 
 namespace {
