@@ -63,17 +63,22 @@ std::string python() {
   return std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
 }
 
-// Runs the independent reader; the events as JSON, or GTEST_SKIP-worthy status 77.
-int read_events(const std::string& path, std::vector<nlohmann::json>& events, std::string& output) {
-  const std::string command =
-      python() + " " + SPRITETORCH_TEST_DIR "/report/read_tfevents.py '" + path + "' 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
+// Runs a shell command; its stdout+stderr appended to `output`, its exit code returned (-1 when it
+// could not run or did not exit).
+int run_command(const std::string& command, std::string& output) {
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
   if (!pipe) return -1;
   std::array<char, 4096> buffer;
   size_t n;
   while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
   const int status = pclose(pipe);
-  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// Runs the independent reader; the events as JSON, or GTEST_SKIP-worthy status 77.
+int read_events(const std::string& path, std::vector<nlohmann::json>& events, std::string& output) {
+  const int code = run_command(
+      python() + " " + SPRITETORCH_TEST_DIR "/report/read_tfevents.py '" + path + "'", output);
   if (code != 0) return code;
   std::istringstream lines(output);
   for (std::string line; std::getline(lines, line);) events.push_back(nlohmann::json::parse(line));
@@ -192,15 +197,9 @@ TEST(TensorBoardTest, TensorBoardItselfReadsOurEvents) {
   int code = 77;
   for (const std::string interpreter : {"python3", "/usr/bin/python3"}) {
     output.clear();
-    const std::string command = interpreter + " " SPRITETORCH_TEST_DIR
-                                "/report/read_with_tensorboard.py '" + log_dir + "' 2>&1";
-    FILE* pipe = popen(command.c_str(), "r");
-    if (!pipe) continue;
-    std::array<char, 4096> buffer;
-    size_t n;
-    while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
-    const int status = pclose(pipe);
-    code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    code = run_command(interpreter + " " SPRITETORCH_TEST_DIR "/report/read_with_tensorboard.py '" +
+                           log_dir + "'",
+                       output);
     if (code != 77) break;
   }
   if (code == 77) GTEST_SKIP() << output;
