@@ -22,10 +22,10 @@ echo "## 2. thread settings x step (seed workload, 5 epochs, median of 3)"
 for step in autograd fused; do
   for t in "1 1" "1 2" "2 2" "2 1"; do
     set -- $t
-    echo "step $step, --threads $1 --blas-threads $2 --step-shards 1: $(median_train --step $step --threads "$1" --blas-threads "$2" --step-shards 1)"
+    echo "step $step, --threads $1 --blas-threads $2 --step-threads 1: $(median_train --step $step --threads "$1" --blas-threads "$2" --step-threads 1)"
   done
 done
-echo "fused, 2 shards x 1 BLAS: $(median_train --step fused --step-shards 2 --blas-threads 1)"
+echo "fused, 2 step threads x 1 BLAS: $(median_train --step fused --step-threads 2 --blas-threads 1)"
 echo "defaults: $(median_train)"
 
 echo "## 3. accuracy over seeds (defaults)"

@@ -68,8 +68,9 @@ Subcommand add_train_command(CLI::App& app) {
   sub->add_option("--step", config->step,
                   "auto | autograd | fused (fused: hand-written forward/backward for ReLU MLPs)")
       ->check(CLI::IsMember({"auto", "autograd", "fused"}))->capture_default_str();
-  sub->add_option("--step-shards", config->step_shards,
-                  "Fused step on the CPU: threads that split each batch (0: one per core)")
+  sub->add_option("--step-threads,--step-shards", config->step_threads,
+                  "Fused step on the CPU: threads that split each step (0: one per core, or cores / "
+                  "--blas-threads when that is given)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   sub->add_flag("--drop-last", config->drop_last, "Drop the last partial batch of each epoch");
   sub->add_option("--precision", config->precision,

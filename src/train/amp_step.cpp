@@ -28,9 +28,9 @@ void AmpAutogradStep::run(const data::Batch& batch, torch::Tensor& loss_sum, tor
 
 std::unique_ptr<TrainStep> make_precision_train_step(const models::Classifier& model,
                                                      int64_t max_batch, const std::string& kind,
-                                                     const StepPrecision& precision, int shards) {
+                                                     const StepPrecision& precision, int cpu_threads) {
   const bool plain = !precision.plan.autocast && !precision.scaler && !precision.channels_last;
-  if (plain) return make_train_step(model, max_batch, kind, shards);
+  if (plain) return make_train_step(model, max_batch, kind, cpu_threads);
   if (kind != "auto" && kind != "autograd" && kind != "fused")
     throw Error("unknown step '" + kind + "': expected auto, autograd or fused");
   if (kind == "fused")

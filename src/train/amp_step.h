@@ -45,7 +45,7 @@ class AmpAutogradStep : public TrainStep {
 // bf16 matmuls save: docs/precision.md) and kind "fused" is an error.
 std::unique_ptr<TrainStep> make_precision_train_step(const models::Classifier& model,
                                                      int64_t max_batch, const std::string& kind,
-                                                     const StepPrecision& precision, int shards = 1);
+                                                     const StepPrecision& precision, int cpu_threads = 1);
 
 // The update after backward, in the only correct order:
 //   unscale the gradients (scaler) -> clip their norm (clip_grad_norm > 0) -> optimizer step,

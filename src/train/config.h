@@ -31,8 +31,8 @@ struct TrainConfig {
   bool drop_last = false;
   data::DataPathOptions data_path;         // resident vs streaming (--data-on, --workers, ...)
   std::string augment = "none";            // none | flip | shift[:N] | flip,shift[:N] (data/augment.h)
-  std::string step = "auto";
-  int step_shards = 0;                     // fused step on the CPU: threads splitting each batch (0 = one per core)               // auto | autograd | fused (train/train_step.h)
+  std::string step = "auto";               // auto | autograd | fused (train/train_step.h)
+  int step_threads = 0;                    // fused step on the CPU: threads splitting each step (0: see trainer)
   std::string save;                        // checkpoint written after the last epoch
   std::string resume;                      // checkpoint to continue from
   // How work is split (train/parallel.h, docs/distributed.md).

@@ -1,10 +1,81 @@
 #include "train/flat_optimizer.h"
 
+#include <cfloat>
 #include <cmath>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "common/error.h"
 
 namespace spritetorch::train {
+
+namespace {
+
+struct AdamScalars {
+  float b1, b2, one_minus_b1, one_minus_b2, inv_bias2_sqrt, eps, neg_step;
+};
+
+// One pass over memory instead of six (the seed MLP's 109k parameters stay in cache).
+void adam_update_scalar(float* p, const float* g, float* m, float* v, int64_t begin, int64_t end,
+                        const AdamScalars& k) {
+  for (int64_t i = begin; i < end; ++i) {
+    const float gi = g[i];
+    const float mi = m[i] * k.b1 + k.one_minus_b1 * gi;
+    const float vi = v[i] * k.b2 + k.one_minus_b2 * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] += k.neg_step * mi / (std::sqrt(vi) * k.inv_bias2_sqrt + k.eps);
+  }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define SPRITETORCH_ADAM_AVX2 1
+// The same update, 8 lanes at a time. The square root and the division were the loop's whole
+// cost (on Zen 2 each takes ~14 cycles per 8 lanes); the hardware estimates of 1/sqrt and 1/x,
+// refined by one Newton step each, are within a few float ulps of them (tests compare the
+// optimizer with torch.optim.Adam's arithmetic). Built for AVX2+FMA, chosen at run time.
+__attribute__((target("avx2,fma"))) void adam_update_avx2(float* p, const float* g, float* m,
+                                                           float* v, int64_t begin, int64_t end,
+                                                           const AdamScalars& k) {
+  const __m256 b1 = _mm256_set1_ps(k.b1), b2 = _mm256_set1_ps(k.b2);
+  const __m256 c1 = _mm256_set1_ps(k.one_minus_b1), c2 = _mm256_set1_ps(k.one_minus_b2);
+  const __m256 scale = _mm256_set1_ps(k.inv_bias2_sqrt), eps = _mm256_set1_ps(k.eps);
+  const __m256 neg_step = _mm256_set1_ps(k.neg_step), tiny = _mm256_set1_ps(FLT_MIN);
+  const __m256 half = _mm256_set1_ps(0.5f), three_halves = _mm256_set1_ps(1.5f);
+  const __m256 two = _mm256_set1_ps(2.0f);
+  int64_t i = begin;
+  for (; i + 8 <= end; i += 8) {
+    const __m256 gi = _mm256_loadu_ps(g + i);
+    const __m256 mi = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(m + i), b1), _mm256_mul_ps(c1, gi));
+    const __m256 vi = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(v + i), b2),
+                                    _mm256_mul_ps(_mm256_mul_ps(c2, gi), gi));
+    _mm256_storeu_ps(m + i, mi);
+    _mm256_storeu_ps(v + i, vi);
+    // sqrt(v) = v / sqrt(v) = v * rsqrt(v); v = 0 gives 0 (rsqrt of FLT_MIN is finite).
+    const __m256 vc = _mm256_max_ps(vi, tiny);
+    __m256 r = _mm256_rsqrt_ps(vc);
+    r = _mm256_mul_ps(r, _mm256_fnmadd_ps(_mm256_mul_ps(half, vc), _mm256_mul_ps(r, r), three_halves));
+    const __m256 denom = _mm256_fmadd_ps(_mm256_mul_ps(vi, r), scale, eps);
+    __m256 q = _mm256_rcp_ps(denom);
+    q = _mm256_mul_ps(q, _mm256_fnmadd_ps(denom, q, two));
+    _mm256_storeu_ps(p + i, _mm256_fmadd_ps(_mm256_mul_ps(neg_step, mi), q, _mm256_loadu_ps(p + i)));
+  }
+  adam_update_scalar(p, g, m, v, i, end, k);
+}
+#endif
+
+void adam_update(float* p, const float* g, float* m, float* v, int64_t begin, int64_t end,
+                 const AdamScalars& k) {
+#ifdef SPRITETORCH_ADAM_AVX2
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (avx2) return adam_update_avx2(p, g, m, v, begin, end, k);
+#endif
+  adam_update_scalar(p, g, m, v, begin, end, k);
+}
+
+}  // namespace
 
 const std::vector<std::string>& optimizer_names() {
   static const std::vector<std::string> kNames = {"adam", "sgd"};
@@ -108,25 +179,30 @@ void FlatOptimizer::adam_step() {
   const double step_size = options_.lr / bias1;
 
   if (values_.is_cpu() && values_.scalar_type() == torch::kFloat32) {
-    // One pass over memory instead of six: the seed MLP's 109k parameters fit in L2.
+    AdamScalars k;
+    k.b1 = static_cast<float>(b1);
+    k.b2 = static_cast<float>(b2);
+    k.one_minus_b1 = static_cast<float>(1.0 - b1);
+    k.one_minus_b2 = static_cast<float>(1.0 - b2);
+    k.inv_bias2_sqrt = static_cast<float>(1.0 / bias2_sqrt);
+    k.eps = static_cast<float>(options_.eps);
+    k.neg_step = static_cast<float>(-step_size);
     float* p = values_.data_ptr<float>();
     const float* g = grads_.data_ptr<float>();
     float* m = exp_avg_.data_ptr<float>();
     float* v = exp_avg_sq_.data_ptr<float>();
-    const float fb1 = static_cast<float>(b1), fb2 = static_cast<float>(b2);
-    const float one_minus_b1 = static_cast<float>(1.0 - b1), one_minus_b2 = static_cast<float>(1.0 - b2);
-    const float inv_bias2_sqrt = static_cast<float>(1.0 / bias2_sqrt);
-    const float eps = static_cast<float>(options_.eps);
-    const float neg_step = static_cast<float>(-step_size);
     const int64_t n = values_.numel();
-    for (int64_t i = 0; i < n; ++i) {
-      const float gi = g[i];
-      const float mi = m[i] * fb1 + one_minus_b1 * gi;
-      const float vi = v[i] * fb2 + one_minus_b2 * gi * gi;
-      m[i] = mi;
-      v[i] = vi;
-      p[i] += neg_step * mi / (std::sqrt(vi) * inv_bias2_sqrt + eps);
+    if (!pool_ || pool_->size() == 1) {
+      adam_update(p, g, m, v, 0, n, k);
+      return;
     }
+    const int parts = pool_->size();
+    pool_->run([&](int t) {
+      // Ranges on 64-byte boundaries, so no two threads write one cache line.
+      const int64_t begin = n * t / parts / 16 * 16;
+      const int64_t end = t + 1 == parts ? n : n * (t + 1) / parts / 16 * 16;
+      adam_update(p, g, m, v, begin, end, k);
+    });
     return;
   }
   // Any other device: five whole-buffer kernels, the same arithmetic.

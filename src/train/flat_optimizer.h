@@ -9,8 +9,11 @@
 #include <torch/torch.h>
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "common/shard_pool.h"
 
 namespace spritetorch::train {
 
@@ -29,6 +32,8 @@ class FlatOptimizer {
 
   void zero_grad() { grads_.zero_(); }
   void step();
+  // CPU: split step()'s Adam loop over these threads (the fused step's, train_step.h); null: one.
+  void use_thread_pool(std::shared_ptr<ShardPool> pool) { pool_ = std::move(pool); }
   // The same update with nothing read from or decided on the host, for CUDA graph capture and for
   // fp16 loss scaling without a per-step synchronisation (precision/grad_scaler.h): the step count
   // lives on the device and the bias corrections are computed there. found_inf: (1) or () float on
@@ -54,6 +59,7 @@ class FlatOptimizer {
   torch::Tensor values_, grads_;     // (P)
   torch::Tensor exp_avg_, exp_avg_sq_;  // (P) adam moments; exp_avg_ doubles as sgd momentum
   int64_t steps_ = 0;
+  std::shared_ptr<ShardPool> pool_;
   torch::Tensor step_t_;  // () float32 on device once step_on_device() ran; then it counts, not steps_
 };
 

@@ -6,7 +6,9 @@
 //  - AutogradStep: model->forward, cross-entropy, backward. Any model.
 //  - FusedMlpStep: for ReLU MLPs (ann, simplenn), forward and backward written out as a dozen
 //    whole-batch kernels into buffers allocated once: no autograd graph, no allocation per step.
-//    At the seed's batch of 64 the autograd bookkeeping costs as much as the matrix work.
+//    At the seed's batch of 64 the autograd bookkeeping costs as much as the matrix work. Any
+//    device; on the CPU in float32, make_train_step picks its raw-buffer, multi-threaded twin
+//    CpuMlpStep (cpu_mlp_step.h) instead.
 #pragma once
 
 #include <torch/torch.h>
@@ -29,6 +31,10 @@ class TrainStep {
   virtual const char* name() const = 0;
   // True when run() writes the gradients rather than adding to them (no zero_grad needed).
   virtual bool overwrites_grads() const = 0;
+  // Threads the step splits its own work over (CPU); BLAS should then run one thread each.
+  virtual int threads() const { return 1; }
+  // Those threads, for the optimizer's step to use as well (null when the step has none).
+  virtual std::shared_ptr<ShardPool> thread_pool() const { return nullptr; }
 
   // Called with each parameter whose gradient run() has finished writing, during the backward
   // pass, so a distributed gradient reducer can start its all-reduce early. The fused step calls
@@ -55,29 +61,25 @@ class FusedMlpStep : public TrainStep {
  public:
   // layers: the model's Linear layers in order, ReLU between them (ClassifierImpl::relu_mlp_layers).
   // Their parameters must have gradients defined (the flat optimizer does that).
-  // shards > 1 (CPU): the batch's rows are split over that many threads, each running its own
-  // single-threaded BLAS calls; their gradients are summed. At batch 64 this uses the cores far
-  // better than one multi-threaded BLAS call per small matrix product.
-  FusedMlpStep(std::vector<torch::nn::Linear> layers, int64_t max_batch, int shards = 1);
-  ~FusedMlpStep() override;
+  FusedMlpStep(std::vector<torch::nn::Linear> layers, int64_t max_batch);
   void run(const data::Batch& batch, torch::Tensor& loss_sum, torch::Tensor& correct) override;
   const char* name() const override { return "fused-mlp"; }
   bool overwrites_grads() const override { return true; }
-  int shards() const { return static_cast<int>(shards_.size()); }
 
  private:
-  struct Shard;
-  void run_shard(Shard& shard, const torch::Tensor& x, const torch::Tensor& labels, int64_t batch);
-
   std::vector<torch::nn::Linear> layers_;
-  std::vector<std::unique_ptr<Shard>> shards_;
-  std::unique_ptr<ShardPool> pool_;
+  std::vector<torch::Tensor> z_;   // per layer: (max_batch, out) pre-activations, ReLU'd in place
+  std::vector<torch::Tensor> dz_;  // per layer: (max_batch, out) gradient w.r.t. z
+  torch::Tensor log_probs_;        // (max_batch, K)
+  torch::Tensor minus_ones_;       // (max_batch, 1) of -1, for subtracting one-hot labels
+  torch::Tensor loss_, correct_;   // () this step's loss sum and correct count
   int64_t max_batch_;
 };
 
 // kind: "auto" (fused when the model is a ReLU MLP, else autograd), "autograd" or "fused"
-// (an error for models that are not ReLU MLPs). shards: see FusedMlpStep.
+// (an error for models that are not ReLU MLPs). cpu_threads: threads the fused step may split
+// each step over on the CPU (CpuMlpStep); ignored elsewhere.
 std::unique_ptr<TrainStep> make_train_step(const models::Classifier& model, int64_t max_batch,
-                                           const std::string& kind, int shards = 1);
+                                           const std::string& kind, int cpu_threads = 1);
 
 }  // namespace spritetorch::train

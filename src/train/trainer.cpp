@@ -26,6 +26,14 @@ namespace spritetorch::train {
 
 namespace {
 
+// A non-finite loss as "nan" or "inf": its sign depends on the order of the float operations that
+// produced it, which says nothing to the user.
+std::string loss_text(double loss) {
+  if (std::isnan(loss)) return "nan";
+  if (std::isinf(loss)) return loss > 0 ? "inf" : "-inf";
+  return std::to_string(loss);
+}
+
 std::vector<int64_t> sample_shape(const data::Dataset& d) {
   auto sizes = d.inputs.sizes().vec();
   sizes.erase(sizes.begin());
@@ -198,17 +206,20 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
   if (augment.enabled() && data.train.inputs.dim() != 4)
     throw Error("--augment " + config.augment + " needs image data; " + data.train.name +
                 " holds feature vectors");
-  // The fused step splits each batch over the cores itself; BLAS then runs one thread per shard.
-  // Under ddp the ranks of a machine share its cores.
+  // The fused CPU step splits each step over the cores itself; BLAS then runs one thread in each
+  // (more would oversubscribe the cores: docs/benchmarks.md). Under ddp the ranks of a machine
+  // share its cores.
   const int cores = parallel.distributed()
                         ? parallel.blas_threads(0)
                         : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int shards = device.is_cpu() ? (config.step_shards > 0 ? config.step_shards : cores) : 1;
+  int step_threads = config.step_threads;
+  if (step_threads == 0) step_threads = config.blas_threads > 0 ? std::max(1, cores / config.blas_threads) : cores;
   auto step_fn = make_precision_train_step(
       parallel.step_model(model), config.batch_size, config.step,
-      StepPrecision{plan, scaler_ptr, channels_last, /*autocast_cache=*/!config.cuda_graphs}, shards);
-  const auto* fused = dynamic_cast<const FusedMlpStep*>(step_fn.get());
-  if (fused && fused->shards() > 1 && config.blas_threads == 0) threads = apply_cpu_threads(config.threads, 1);
+      StepPrecision{plan, scaler_ptr, channels_last, /*autocast_cache=*/!config.cuda_graphs},
+      device.is_cpu() ? step_threads : 1);
+  if (step_fn->threads() > 1 && config.blas_threads == 0) threads = apply_cpu_threads(config.threads, 1);
+  optimizer.use_thread_pool(step_fn->thread_pool());  // the optimizer step splits over them too
   parallel.attach(*step_fn, optimizer, model->parameters());
   if (config.cuda_graphs && parallel.distributed())
     throw Error("--cuda-graphs cannot be combined with ddp: the gradient all-reduce runs outside "
@@ -242,7 +253,7 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
       {"optimizer", config.optimizer + " lr " + format_double(config.lr) + " (flat buffers)"},
       {"augment", augment.describe()},
       {"step", std::string(step_fn->name()) +
-                   (fused && fused->shards() > 1 ? " (" + std::to_string(fused->shards()) + " shards)" : "")},
+                   (step_fn->threads() > 1 ? " (" + std::to_string(step_fn->threads()) + " threads)" : "")},
       {"precision", plan.description + (config.clip_grad_norm > 0
                                             ? ", clip grad norm " + format_double(config.clip_grad_norm)
                                             : std::string())},
@@ -300,7 +311,7 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
     const double pending = rs.interval_loss.item<double>();
     const bool weights_finite = torch::isfinite(optimizer.values()).all().item<bool>();
     if (!std::isfinite(pending) || !weights_finite)
-      throw diverged(weights_finite ? "loss is " + std::to_string(pending) : std::string("weights are not finite"),
+      throw diverged(weights_finite ? "loss is " + loss_text(pending) : std::string("weights are not finite"),
                      rs.epoch, "at or before step " + std::to_string(rs.step));
     const std::string path = periodic_checkpoint_path(run_base, rs.epoch * steps + rs.step);
     if (!parallel.is_main()) return path;  // ddp: ranks are identical; rank 0 writes
@@ -364,7 +375,7 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
         const auto interval = parallel.sum({interval_loss.item<double>(), static_cast<double>(interval_samples)});
         const double mean = interval[0] / interval[1];
         if (!std::isfinite(mean))
-          throw diverged("loss is " + std::to_string(mean), epoch, "steps " + std::to_string(step - config.log_every + 1) + "-" +
+          throw diverged("loss is " + loss_text(mean), epoch, "steps " + std::to_string(step - config.log_every + 1) + "-" +
                                           std::to_string(step));
         observer->on_log({epoch + 1, step, steps, mean});
         loss_sum += interval_loss;
@@ -391,7 +402,7 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
     er.accuracy = totals[1] / static_cast<double>(std::max<int64_t>(samples, 1));
     er.seconds = epoch_timer.seconds();
     er.images_per_second = static_cast<double>(samples) / er.seconds;
-    if (!std::isfinite(er.loss)) throw diverged("loss is " + std::to_string(er.loss), epoch, "by its end (step " + std::to_string(step) + ")");
+    if (!std::isfinite(er.loss)) throw diverged("loss is " + loss_text(er.loss), epoch, "by its end (step " + std::to_string(step) + ")");
     // The test set after this epoch, for the test curves: rank 0 only, outside train_seconds. The
     // last epoch's evaluation is the final one (with predictions): no second pass.
     const bool last_epoch = epoch + 1 == config.epochs;

@@ -73,7 +73,7 @@ RankResult train_rank(models::Classifier model, const data::Dataset& d, TrainCon
   parallel.connect(torch::kCPU);
   FlatOptimizer optimizer(model->parameters(), OptimizerOptions{});
   parallel.broadcast_model(*model, optimizer);
-  auto step = make_train_step(model, batch, config.step, std::max(1, config.step_shards));
+  auto step = make_train_step(model, batch, config.step, std::max(1, config.step_threads));
   parallel.attach(*step, optimizer, model->parameters());
   data::LoaderOptions options{batch, true, false, 5};
   const data::Dataset& mine = parallel.shard(d, options);
@@ -175,7 +175,7 @@ TEST(DataParallel, FusedStepReportsGradientsLayerByLayer) {
 TEST(DataParallel, ShardedFusedStepReportsEachLayerAfterItsShardSum) {
   if (!has_gloo()) GTEST_SKIP() << "built without c10d Gloo";
   auto config = ddp_config("fused", true);
-  config.step_shards = 2;
+  config.step_threads = 2;
   const auto fused = train_two_ranks(config);
   EXPECT_TRUE(torch::equal(fused[0].values, fused[1].values));
   EXPECT_EQ(fused[0].launched_early, static_cast<int64_t>(fused[0].buckets));

@@ -9,7 +9,8 @@ namespace {
 
 // Runs `steps` steps of the same loss with the flat optimizer and with LibTorch's own, from the
 // same initial weights, and returns the largest parameter difference.
-double max_difference(const std::string& kind, double momentum, int steps) {
+double max_difference(const std::string& kind, double momentum, int steps,
+                      std::shared_ptr<ShardPool> pool = nullptr) {
   torch::manual_seed(3);
   auto a = models::make_model({"ann", {1, 8, 8}, 4});
   auto b = models::make_model({"ann", {1, 8, 8}, 4});
@@ -19,6 +20,7 @@ double max_difference(const std::string& kind, double momentum, int steps) {
     for (size_t i = 0; i < pa.size(); ++i) pb[i].copy_(pa[i]);
   }
   FlatOptimizer flat(a->parameters(), {kind, 0.01, 0.9, 0.999, 1e-8, momentum});
+  flat.use_thread_pool(std::move(pool));
   std::unique_ptr<torch::optim::Optimizer> stock;
   if (kind == "adam")
     stock = std::make_unique<torch::optim::Adam>(b->parameters(), torch::optim::AdamOptions(0.01));
@@ -42,6 +44,23 @@ double max_difference(const std::string& kind, double momentum, int steps) {
 }
 
 TEST(FlatOptimizer, AdamMatchesLibTorchAdamOverTwentySteps) { EXPECT_LT(max_difference("adam", 0, 20), 1e-5); }
+TEST(FlatOptimizer, AdamOverThreadsMatchesLibTorchAdam) {
+  // 3 threads: ranges that do not divide the parameter count evenly.
+  EXPECT_LT(max_difference("adam", 0, 20, std::make_shared<ShardPool>(3)), 1e-5);
+}
+
+TEST(FlatOptimizer, AdamStaysExactWhereTheSecondMomentIsZero) {
+  // A parameter whose gradient is always zero has v = 0: the fast square root must give 0 there
+  // (not NaN), so the parameter does not move.
+  auto p = torch::full({37}, 0.5);
+  FlatOptimizer flat({p}, {"adam", 0.1, 0.9, 0.999, 1e-8, 0});
+  for (int s = 0; s < 3; ++s) {
+    flat.zero_grad();
+    flat.step();
+  }
+  EXPECT_TRUE(torch::equal(flat.values(), torch::full({37}, 0.5)));
+}
+
 TEST(FlatOptimizer, SgdMatchesLibTorchSgd) { EXPECT_LT(max_difference("sgd", 0, 20), 1e-6); }
 TEST(FlatOptimizer, SgdMomentumMatchesLibTorchSgd) { EXPECT_LT(max_difference("sgd", 0.9, 20), 1e-5); }
 

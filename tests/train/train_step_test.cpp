@@ -2,15 +2,23 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <functional>
+
+#include "common/blas.h"
 #include "common/error.h"
+#include "train/cpu_mlp_step.h"
 #include "train/flat_optimizer.h"
 
 namespace spritetorch::train {
 namespace {
 
-// Trains two copies of one model for a few steps, one per step implementation, with batches of
-// varying size (the last one short), and compares the weights.
-void expect_fused_matches_autograd(const models::ModelSpec& spec, int64_t batch) {
+using StepMaker = std::function<std::unique_ptr<TrainStep>(const models::Classifier&, int64_t batch)>;
+
+// Trains two copies of one model for a few steps, autograd's and the given step's, with batches of
+// the given sizes, and compares losses, correct counts and weights.
+void expect_matches_autograd(const models::ModelSpec& spec, int64_t batch, const StepMaker& make,
+                             const std::vector<int64_t>& batches) {
   torch::manual_seed(11);
   auto a = models::make_model(spec), b = models::make_model(spec);
   {
@@ -20,12 +28,13 @@ void expect_fused_matches_autograd(const models::ModelSpec& spec, int64_t batch)
   }
   FlatOptimizer oa(a->parameters(), {}), ob(b->parameters(), {});
   auto autograd = make_train_step(a, batch, "autograd");
-  auto fused = make_train_step(b, batch, "fused");
+  auto fused = make(b, batch);
   ASSERT_STREQ(fused->name(), "fused-mlp");
+  ob.use_thread_pool(fused->thread_pool());
   auto shape = spec.input_shape;
   auto la = torch::zeros({}), lb = torch::zeros({});
   auto ca = torch::zeros({}, torch::kInt64), cb = torch::zeros({}, torch::kInt64);
-  for (int64_t rows : {batch, batch, batch / 2 + 1}) {
+  for (int64_t rows : batches) {
     std::vector<int64_t> dims{rows};
     dims.insert(dims.end(), shape.begin(), shape.end());
     data::Batch x{torch::rand(dims), torch::randint(0, spec.classes, {rows}, torch::kInt64)};
@@ -33,6 +42,7 @@ void expect_fused_matches_autograd(const models::ModelSpec& spec, int64_t batch)
     autograd->run(x, la, ca);
     oa.step();
     fused->run(x, lb, cb);  // overwrites the gradients: no zero_grad
+    EXPECT_LT((oa.grads() - ob.grads()).abs().max().item<double>(), 1e-6) << rows << " rows";
     ob.step();
   }
   EXPECT_NEAR(la.item<double>(), lb.item<double>(), 1e-4);
@@ -40,13 +50,88 @@ void expect_fused_matches_autograd(const models::ModelSpec& spec, int64_t batch)
   EXPECT_LT((oa.values() - ob.values()).abs().max().item<double>(), 1e-5);
 }
 
-TEST(FusedMlpStep, MatchesAutogradOnTheSeedNetwork) { expect_fused_matches_autograd({"ann", {1, 28, 28}, 10}, 64); }
-TEST(FusedMlpStep, MatchesAutogradOnSimpleNn) { expect_fused_matches_autograd({"simplenn", {3}, 2}, 32); }
+StepMaker torch_ops_step() {
+  return [](const models::Classifier& m, int64_t batch) {
+    return std::make_unique<FusedMlpStep>(m->relu_mlp_layers(), batch);
+  };
+}
+StepMaker cpu_step(int threads) {
+  return [threads](const models::Classifier& m, int64_t batch) {
+    auto step = std::make_unique<CpuMlpStep>(m->relu_mlp_layers(), batch, threads);
+    EXPECT_EQ(step->threads(), threads);
+    EXPECT_EQ(step->thread_pool() != nullptr, threads > 1);
+    return step;
+  };
+}
+
+const models::ModelSpec kSeedNetwork{"ann", {1, 28, 28}, 10};
+const models::ModelSpec kSimpleNn{"simplenn", {3}, 2};
+
+TEST(FusedMlpStep, MatchesAutogradOnTheSeedNetwork) {
+  expect_matches_autograd(kSeedNetwork, 64, torch_ops_step(), {64, 64, 33});
+}
+TEST(FusedMlpStep, MatchesAutogradOnSimpleNn) {
+  expect_matches_autograd(kSimpleNn, 32, torch_ops_step(), {32, 32, 17});
+}
+
+// The raw-buffer CPU step: one thread, and threads that split units and rows unevenly, with short
+// batches, a batch smaller than the thread count (threads without rows) and a batch of one.
+TEST(CpuMlpStep, MatchesAutogradOnTheSeedNetwork) {
+  ASSERT_TRUE(blas::has_sgemm()) << "Debian's LibTorch links a BLAS with cblas_sgemm";
+  for (int threads : {1, 2, 3})
+    expect_matches_autograd(kSeedNetwork, 64, cpu_step(threads), {64, 64, 33, 2, 1});
+}
+TEST(CpuMlpStep, MatchesAutogradOnSimpleNn) {
+  for (int threads : {1, 2, 5}) expect_matches_autograd(kSimpleNn, 32, cpu_step(threads), {32, 17, 3});
+}
+
+TEST(CpuMlpStep, ReportsEachGradientOnceWhenFinal) {
+  auto model = models::make_model(kSeedNetwork);
+  FlatOptimizer o(model->parameters(), {});
+  CpuMlpStep step(model->relu_mlp_layers(), 8, 2);
+  std::vector<const void*> reported;
+  step.on_grad_ready([&](const torch::Tensor& p) {
+    EXPECT_NE(p.grad().abs().sum().item<double>(), 0.0);  // written by then
+    reported.push_back(p.unsafeGetTensorImpl());
+  });
+  auto loss = torch::zeros({});
+  auto correct = torch::zeros({}, torch::kInt64);
+  step.run({torch::rand({8, 1, 28, 28}), torch::randint(0, 10, {8}, torch::kInt64)}, loss, correct);
+  auto params = model->parameters();
+  ASSERT_EQ(reported.size(), params.size());
+  for (const auto& p : params)
+    EXPECT_EQ(std::count(reported.begin(), reported.end(), p.unsafeGetTensorImpl()), 1);
+}
+
+TEST(CpuMlpStep, RejectsLabelsOutsideTheClasses) {
+  auto model = models::make_model(kSeedNetwork);
+  FlatOptimizer o(model->parameters(), {});
+  CpuMlpStep step(model->relu_mlp_layers(), 4, 2);
+  auto loss = torch::zeros({});
+  auto correct = torch::zeros({}, torch::kInt64);
+  const auto labels = torch::tensor({1, 2, 10, 3}, torch::kInt64);
+  try {
+    step.run({torch::rand({4, 1, 28, 28}), labels}, loss, correct);
+    FAIL() << "label 10 of 10 classes accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("label 10 in batch row 2 is outside 0..9"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(step.run({torch::rand({5, 1, 28, 28}), torch::zeros({5}, torch::kInt64)}, loss, correct),
+               Error);  // larger than its buffers
+  EXPECT_THROW(step.run({torch::rand({4, 1, 27, 28}), torch::zeros({4}, torch::kInt64)}, loss, correct),
+               Error);  // wrong feature count
+  EXPECT_EQ(loss.item<double>(), 0.0);
+}
 
 TEST(TrainStepChoice, AutoPicksFusedForMlpsAndAutogradOtherwise) {
   auto ann = models::make_model({"ann", {1, 8, 8}, 3});
   FlatOptimizer o(ann->parameters(), {});
   EXPECT_STREQ(make_train_step(ann, 8, "auto")->name(), "fused-mlp");
+  // On the CPU in float32 the fused step is the raw-buffer one, with the threads asked for.
+  auto cpu = make_train_step(ann, 8, "fused", 2);
+  EXPECT_NE(dynamic_cast<CpuMlpStep*>(cpu.get()), nullptr);
+  EXPECT_EQ(cpu->threads(), 2);
   EXPECT_STREQ(make_train_step(ann, 8, "autograd")->name(), "autograd");
   auto cnn = models::make_model({"cnn", {1, 8, 8}, 3});
   EXPECT_STREQ(make_train_step(cnn, 8, "auto")->name(), "autograd");

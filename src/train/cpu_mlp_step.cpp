@@ -1,0 +1,286 @@
+#include "train/cpu_mlp_step.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "common/blas.h"
+#include "common/error.h"
+
+namespace spritetorch::train {
+
+namespace {
+
+// [begin, end) of part `t` when `n` items are split into `parts` nearly equal ranges.
+struct Range {
+  int begin, end;
+  int size() const { return end - begin; }
+};
+Range split(int64_t n, int t, int parts) {
+  return {static_cast<int>(n * t / parts), static_cast<int>(n * (t + 1) / parts)};
+}
+
+// rows x cols block at `z` (row stride ld): z = relu(z + bias) when relu, else z + bias.
+// `v < 0 ? 0 : v` keeps NaN, as torch's clamp_min does.
+void add_bias(float* z, int rows, int cols, int ld, const float* bias, bool relu) {
+  for (int r = 0; r < rows; ++r) {
+    float* row = z + static_cast<int64_t>(r) * ld;
+    if (relu) {
+      for (int j = 0; j < cols; ++j) {
+        const float v = row[j] + bias[j];
+        row[j] = v < 0.0f ? 0.0f : v;
+      }
+    } else {
+      for (int j = 0; j < cols; ++j) row[j] += bias[j];
+    }
+  }
+}
+
+// Through the ReLU: grad = 0 where the activation is not positive (torch's threshold_backward).
+void relu_backward(float* grad, const float* activation, int rows, int cols, int ld) {
+  for (int r = 0; r < rows; ++r) {
+    float* g = grad + static_cast<int64_t>(r) * ld;
+    const float* a = activation + static_cast<int64_t>(r) * ld;
+    for (int j = 0; j < cols; ++j) g[j] = a[j] > 0.0f ? g[j] : 0.0f;
+  }
+}
+
+// bias_grad[j] = sum over rows of grad[r][j].
+void column_sums(const float* grad, int rows, int cols, int ld, float* out) {
+  for (int j = 0; j < cols; ++j) out[j] = 0.0f;
+  for (int r = 0; r < rows; ++r) {
+    const float* g = grad + static_cast<int64_t>(r) * ld;
+    for (int j = 0; j < cols; ++j) out[j] += g[j];
+  }
+}
+
+}  // namespace
+
+// One Linear layer's parameters and this step's buffers. Shared buffers are (max_batch, out) with
+// row stride `out`; threads write disjoint column ranges (layer 1) or row ranges (the others).
+struct CpuMlpStep::Layer {
+  int in = 0, out = 0;
+  const float* weight = nullptr;  // (out, in): the module's parameter, re-read every step
+  const float* bias = nullptr;    // (out)
+  float* weight_grad = nullptr;   // (out, in): the module's .grad (thread 0's partial, layers >= 2)
+  float* bias_grad = nullptr;     // (out)
+  torch::Tensor activations;      // (max_batch, out): relu(z); the logits for the last layer
+  torch::Tensor grad;             // (max_batch, out): dL/dz (layer 1: dL/da first, then dL/dz)
+  torch::Tensor partials;         // (threads - 1, out * in + out): threads >= 1's partial gradients
+  float* partial_weight(int t) { return partials.data_ptr<float>() + (t - 1) * (out * in + out); }
+  float* partial_bias(int t) { return partial_weight(t) + out * in; }
+};
+
+bool CpuMlpStep::applies_to(const std::vector<torch::nn::Linear>& layers) {
+  if (layers.size() < 2 || !blas::has_sgemm()) return false;
+  for (const auto& layer : layers)
+    for (const auto& p : {layer->weight, layer->bias})
+      if (!p.defined() || !p.is_cpu() || p.scalar_type() != torch::kFloat32 || !p.is_contiguous())
+        return false;
+  return true;
+}
+
+CpuMlpStep::CpuMlpStep(std::vector<torch::nn::Linear> layers, int64_t max_batch, int threads)
+    : modules_(std::move(layers)), max_batch_(max_batch), threads_(std::max(1, threads)) {
+  if (!applies_to(modules_))
+    throw Error("CPU MLP step: needs >= 2 float32 CPU Linear layers and cblas_sgemm");
+  if (max_batch_ <= 0 || max_batch_ > (1 << 30)) throw Error("CPU MLP step: bad batch size");
+  const auto options = torch::TensorOptions().dtype(torch::kFloat32);
+  for (size_t l = 0; l < modules_.size(); ++l) {
+    const auto& m = modules_[l];
+    if (!m->weight.grad().defined() || !m->bias.grad().defined())
+      throw Error("CPU MLP step: gradients must be allocated first (FlatOptimizer does it)");
+    if (l > 0 && m->weight.size(1) != modules_[l - 1]->weight.size(0))
+      throw Error("CPU MLP step: layer " + std::to_string(l + 1) + " does not take layer " +
+                  std::to_string(l) + "'s outputs");
+    auto layer = std::make_unique<Layer>();
+    layer->out = static_cast<int>(m->weight.size(0));
+    layer->in = static_cast<int>(m->weight.size(1));
+    layer->activations = torch::empty({max_batch_, layer->out}, options);
+    layer->grad = torch::empty({max_batch_, layer->out}, options);
+    if (l > 0 && threads_ > 1)
+      layer->partials = torch::empty({threads_ - 1, int64_t{layer->out} * layer->in + layer->out}, options);
+    layers_.push_back(std::move(layer));
+  }
+  thread_loss_.assign(threads_, 0.0);
+  thread_correct_.assign(threads_, 0);
+  if (threads_ > 1) pool_ = std::make_shared<ShardPool>(threads_);
+}
+
+CpuMlpStep::~CpuMlpStep() = default;
+
+// Phase 1: a_1[:, units of t] = relu(x W_1[units]^T + b_1[units]).
+void CpuMlpStep::forward_first_layer(int t, const float* x, int batch) {
+  Layer& first = *layers_[0];
+  const Range units = split(first.out, t, threads_);
+  if (units.size() == 0) return;
+  float* a = first.activations.data_ptr<float>() + units.begin;
+  blas::sgemm(false, true, batch, units.size(), first.in, x, first.in,
+              first.weight + int64_t{units.begin} * first.in, first.in, 0.0f, a, first.out);
+  add_bias(a, batch, units.size(), first.out, first.bias + units.begin, /*relu=*/true);
+}
+
+// Phase 2: rows of t through layers 2..L, the loss, and back to dL/da_1 for those rows.
+void CpuMlpStep::rows_forward_backward(int t, const int64_t* labels, int batch) {
+  const Range rows = split(batch, t, threads_);
+  const int count = static_cast<int>(layers_.size());
+  auto weight_grad = [&](Layer& layer) { return t == 0 ? layer.weight_grad : layer.partial_weight(t); };
+  auto bias_grad = [&](Layer& layer) { return t == 0 ? layer.bias_grad : layer.partial_bias(t); };
+  thread_loss_[t] = 0.0;
+  thread_correct_[t] = 0;
+  if (rows.size() == 0) {  // fewer rows than threads: this thread's partial gradients are zero
+    for (int l = 1; l < count; ++l) {
+      Layer& layer = *layers_[l];
+      std::fill_n(weight_grad(layer), int64_t{layer.out} * layer.in, 0.0f);
+      std::fill_n(bias_grad(layer), layer.out, 0.0f);
+    }
+    return;
+  }
+  const int m = rows.size();
+  auto at_row = [&](torch::Tensor& buffer, const Layer& layer) {
+    return buffer.data_ptr<float>() + int64_t{rows.begin} * layer.out;
+  };
+
+  for (int l = 1; l < count; ++l) {
+    Layer& prev = *layers_[l - 1];
+    Layer& layer = *layers_[l];
+    float* z = at_row(layer.activations, layer);
+    blas::sgemm(false, true, m, layer.out, layer.in, at_row(prev.activations, prev), layer.in,
+                layer.weight, layer.in, 0.0f, z, layer.out);
+    add_bias(z, m, layer.out, layer.out, layer.bias, /*relu=*/l + 1 < count);
+  }
+
+  // Mean cross-entropy over the WHOLE batch: dz_L = (softmax - onehot) / batch, so the rows'
+  // contributions add up to the full batch's gradient.
+  Layer& last = *layers_[count - 1];
+  const int classes = last.out;
+  const float inv_batch = 1.0f / static_cast<float>(batch);
+  double loss = 0.0;
+  int64_t correct = 0;
+  for (int r = rows.begin; r < rows.end; ++r) {
+    const float* logits = last.activations.data_ptr<float>() + int64_t{r} * classes;
+    float* dz = last.grad.data_ptr<float>() + int64_t{r} * classes;
+    int best = 0;
+    for (int k = 1; k < classes; ++k)
+      if (logits[k] > logits[best]) best = k;  // the first maximum, as torch's argmax
+    const float max = logits[best];
+    float sum = 0.0f;
+    for (int k = 0; k < classes; ++k) sum += std::exp(logits[k] - max);
+    const float log_sum = max + std::log(sum);
+    const int64_t label = labels[r];
+    loss += static_cast<double>(log_sum - logits[label]);
+    correct += best == label;
+    for (int k = 0; k < classes; ++k) dz[k] = std::exp(logits[k] - log_sum) * inv_batch;
+    dz[label] -= inv_batch;
+  }
+  thread_loss_[t] = loss;
+  thread_correct_[t] = correct;
+
+  for (int l = count - 1; l >= 1; --l) {
+    Layer& prev = *layers_[l - 1];
+    Layer& layer = *layers_[l];
+    const float* dz = at_row(layer.grad, layer);
+    const float* a_prev = at_row(prev.activations, prev);
+    // dW (out, in) = dz^T (out, m) a_prev (m, in); db = column sums of dz.
+    blas::sgemm(true, false, layer.out, layer.in, m, dz, layer.out, a_prev, layer.in, 0.0f,
+                weight_grad(layer), layer.in);
+    column_sums(dz, m, layer.out, layer.out, bias_grad(layer));
+    // dL/da_prev (m, in) = dz (m, out) W (out, in); through the ReLU unless prev is layer 1,
+    // whose columns phase 3 handles.
+    float* d_prev = at_row(prev.grad, prev);
+    blas::sgemm(false, false, m, layer.in, layer.out, dz, layer.out, layer.weight, layer.in, 0.0f,
+                d_prev, layer.in);
+    if (l - 1 >= 1) relu_backward(d_prev, a_prev, m, prev.out, prev.out);
+  }
+}
+
+// Phase 3: layer 1's gradients for the units of t, and t's share of the partial-gradient sums.
+void CpuMlpStep::backward_first_layer(int t, const float* x, int batch) {
+  Layer& first = *layers_[0];
+  const Range units = split(first.out, t, threads_);
+  if (units.size() > 0) {
+    float* dz = first.grad.data_ptr<float>() + units.begin;
+    relu_backward(dz, first.activations.data_ptr<float>() + units.begin, batch, units.size(),
+                  first.out);
+    // dW_1[units] (n, in) = dz[:, units]^T (n, B) x (B, in)
+    blas::sgemm(true, false, units.size(), first.in, batch, dz, first.out, x, first.in, 0.0f,
+                first.weight_grad + int64_t{units.begin} * first.in, first.in);
+    column_sums(dz, batch, units.size(), first.out, first.bias_grad + units.begin);
+  }
+  for (size_t l = 1; l < layers_.size(); ++l) {
+    Layer& layer = *layers_[l];
+    const int64_t weights = int64_t{layer.out} * layer.in;
+    const Range w = split(weights, t, threads_), b = split(layer.out, t, threads_);
+    for (int s = 1; s < threads_; ++s) {
+      const float* pw = layer.partial_weight(s);
+      const float* pb = layer.partial_bias(s);
+      for (int i = w.begin; i < w.end; ++i) layer.weight_grad[i] += pw[i];
+      for (int i = b.begin; i < b.end; ++i) layer.bias_grad[i] += pb[i];
+    }
+  }
+}
+
+void CpuMlpStep::run(const data::Batch& batch, torch::Tensor& loss_sum, torch::Tensor& correct) {
+  torch::NoGradGuard no_grad;
+  const int64_t b = batch.labels.size(0);
+  if (b > max_batch_) throw Error("CPU MLP step: batch of " + std::to_string(b) +
+                                  " is larger than its buffers (" + std::to_string(max_batch_) + ")");
+  Layer& first = *layers_[0];
+  // x: (B, in) float32, contiguous (a no-op for the loaders' batches).
+  const auto x = batch.inputs.reshape({b, -1}).contiguous();
+  if (!x.is_cpu() || x.scalar_type() != torch::kFloat32 || x.size(1) != first.in)
+    throw Error("CPU MLP step: expected float32 CPU inputs of " + std::to_string(first.in) +
+                " features, got " + std::string(c10::toString(x.scalar_type())) + " on " +
+                x.device().str() + " with " + std::to_string(x.size(1)));
+  const auto labels = batch.labels.to(torch::kInt64).contiguous();
+  const int64_t classes = layers_.back()->out;
+  const int64_t* label = labels.data_ptr<int64_t>();
+  for (int64_t r = 0; r < b; ++r)
+    if (label[r] < 0 || label[r] >= classes)
+      throw Error("label " + std::to_string(label[r]) + " in batch row " + std::to_string(r) +
+                  " is outside 0.." + std::to_string(classes - 1));
+
+  if (b == 0) {  // nothing to learn from: zero gradients, nothing added to the sums
+    for (auto& m : modules_) {
+      m->weight.mutable_grad().zero_();
+      m->bias.mutable_grad().zero_();
+    }
+    return;
+  }
+  // Parameters are re-read every step: the flat optimizer or a checkpoint load may re-point them.
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    Layer& layer = *layers_[l];
+    auto& m = modules_[l];
+    layer.weight = m->weight.data_ptr<float>();
+    layer.bias = m->bias.data_ptr<float>();
+    layer.weight_grad = m->weight.mutable_grad().data_ptr<float>();
+    layer.bias_grad = m->bias.mutable_grad().data_ptr<float>();
+  }
+  const float* xp = x.data_ptr<float>();
+  const int rows = static_cast<int>(b);
+  if (threads_ == 1) {
+    forward_first_layer(0, xp, rows);
+    rows_forward_backward(0, label, rows);
+    backward_first_layer(0, xp, rows);
+  } else {
+    pool_->run([&](int t) { forward_first_layer(t, xp, rows); });
+    pool_->run([&](int t) { rows_forward_backward(t, label, rows); });
+    pool_->run([&](int t) { backward_first_layer(t, xp, rows); });
+  }
+  // All gradients are final now; a distributed reducer may start, last layer first.
+  if (grad_ready_)
+    for (size_t l = modules_.size(); l-- > 0;) {
+      grad_ready_(modules_[l]->weight);
+      grad_ready_(modules_[l]->bias);
+    }
+  double loss = 0.0;
+  int64_t right = 0;
+  for (int t = 0; t < threads_; ++t) {
+    loss += thread_loss_[t];
+    right += thread_correct_[t];
+  }
+  loss_sum.add_(loss);
+  correct.add_(right);
+}
+
+}  // namespace spritetorch::train

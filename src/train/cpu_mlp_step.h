@@ -1,0 +1,62 @@
+// The fused MLP step on the CPU in float32, written on raw buffers and split over the cores.
+//
+// FusedMlpStep (train_step.h) runs the same arithmetic as a dozen LibTorch ops per layer; at the
+// seed's batch of 64 the dispatch of those ops and the wait between them cost about as much as the
+// matrix products. Here every product is one cblas_sgemm call on raw pointers, the element-wise
+// parts are plain loops, and the work of one step is split over T threads in three phases (one
+// fork-join each, common/shard_pool.h):
+//
+//   1. layer 1 forward, split by its output units: thread t computes units [u_t, u_t+1) of
+//      a_1 = relu(x W_1^T + b_1) for the whole batch (x: (B, in), the largest product);
+//   2. layers 2..L forward, the loss, and backward down to d a_1, split by batch rows; each thread
+//      writes its own partial gradients for layers 2..L;
+//   3. layer 1 backward, split by units again: thread t owns rows [u_t, u_t+1) of dW_1 (no sum
+//      needed, and the product keeps the whole batch as its inner dimension); and the partial
+//      gradients of layers 2..L are summed, each thread over its own share of the elements.
+//
+// Layer 1 holds ~90% of the seed MLP's FLOPs, so splitting it by units keeps every thread's
+// products as large as the batch allows. Results equal FusedMlpStep's within float rounding
+// (tests compare both with autograd). Needs cblas_sgemm (common/blas.h) and at least two layers;
+// make_train_step falls back to FusedMlpStep otherwise.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "common/shard_pool.h"
+#include "train/train_step.h"
+
+namespace spritetorch::train {
+
+class CpuMlpStep : public TrainStep {
+ public:
+  // layers: the model's Linear layers in order, ReLU between them, float32 on the CPU, gradients
+  // allocated (the flat optimizer does that). threads >= 1.
+  CpuMlpStep(std::vector<torch::nn::Linear> layers, int64_t max_batch, int threads);
+  ~CpuMlpStep() override;
+
+  // Whether this step can run the given layers here (CPU float32, >= 2 layers, cblas found).
+  static bool applies_to(const std::vector<torch::nn::Linear>& layers);
+
+  void run(const data::Batch& batch, torch::Tensor& loss_sum, torch::Tensor& correct) override;
+  const char* name() const override { return "fused-mlp"; }
+  bool overwrites_grads() const override { return true; }
+  int threads() const override { return threads_; }
+  std::shared_ptr<ShardPool> thread_pool() const override { return pool_; }
+
+ private:
+  struct Layer;
+  void forward_first_layer(int thread, const float* x, int batch);
+  void rows_forward_backward(int thread, const int64_t* labels, int batch);
+  void backward_first_layer(int thread, const float* x, int batch);
+
+  std::vector<torch::nn::Linear> modules_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  int64_t max_batch_;
+  int threads_;
+  std::shared_ptr<ShardPool> pool_;
+  std::vector<double> thread_loss_;    // per thread: this step's loss sum over its rows
+  std::vector<int64_t> thread_correct_;
+};
+
+}  // namespace spritetorch::train
