@@ -82,6 +82,29 @@ TEST(ResidentLoader, ConvertsPixelsToUnitRangeAndKeepsFeatures) {
   EXPECT_TRUE(torch::equal(b.inputs, dummy.inputs));
 }
 
+// The CPU path gathers images into a reused buffer: a batch the caller still holds must never be
+// overwritten by the next, and the values equal the general conversion's (to_model_input).
+TEST(ResidentLoader, HeldBatchesStayIntactAndEqualTheGeneralConversion) {
+  const int64_t n = 50;
+  Dataset d = indexed_dataset(n);
+  d.inputs = torch::randint(0, 256, {n, 1, 4, 3}, torch::kUInt8);
+  for (bool shuffle : {true, false}) {
+    ResidentLoader loader(d, torch::kCPU, {8, shuffle, false, 3});
+    loader.start_epoch(1);
+    std::vector<Batch> held;
+    std::vector<torch::Tensor> copies;
+    Batch b;
+    while (loader.next(b)) {
+      EXPECT_TRUE(torch::equal(b.inputs, to_model_input(d.inputs.index_select(0, b.labels))));
+      EXPECT_EQ(b.inputs.sizes(), (std::vector<int64_t>{b.labels.size(0), 1, 4, 3}));
+      held.push_back(b);  // shares b's tensors: the loader must not write into them again
+      copies.push_back(b.inputs.clone());
+    }
+    ASSERT_EQ(held.size(), 7u);  // 6 x 8 + 2
+    for (size_t i = 0; i < held.size(); ++i) EXPECT_TRUE(torch::equal(held[i].inputs, copies[i])) << i;
+  }
+}
+
 TEST(DummyData, DeterministicLearnableAndBothClasses) {
   const auto a = make_dummy_dataset(500, 9), b = make_dummy_dataset(500, 9);
   EXPECT_TRUE(torch::equal(a.inputs, b.inputs));
