@@ -8,6 +8,7 @@
 #include <sstream>
 #include <unistd.h>
 
+#include "checks.h"
 #include "commands.h"
 #include "common/error.h"
 #include "models/classifier.h"
@@ -71,8 +72,8 @@ Subcommand add_bench_command(CLI::App& app) {
   sub->add_option("--model", w.model, "ann | cnn | simplenn [default: ann]")->check(CLI::IsMember(models::model_names()));
   sub->add_option("--dataset", w.dataset, "fashion-mnist | dummy")->capture_default_str();
   sub->add_option("--data", w.data_dir, "Fashion-MNIST folder")->capture_default_str();
-  sub->add_option("--epochs", w.epochs, "Epochs per timed run")->check(CLI::PositiveNumber)->capture_default_str();
-  sub->add_option("--batch-size", w.batch_size, "Samples per step")->check(CLI::PositiveNumber)->capture_default_str();
+  sub->add_option("--epochs", w.epochs, "Epochs per timed run")->check(kPositive)->capture_default_str();
+  sub->add_option("--batch-size", w.batch_size, "Samples per step")->check(kPositive)->capture_default_str();
   sub->add_option("--lr", w.lr, "Learning rate")->capture_default_str();
   sub->add_option("--optimizer", w.optimizer, "adam | sgd")->check(CLI::IsMember(train::optimizer_names()))->capture_default_str();
   sub->add_option("--seed", w.seed, "Seed (the same for every row)")->capture_default_str();
@@ -83,7 +84,7 @@ Subcommand add_bench_command(CLI::App& app) {
   sub->add_option("--devices", f->bench.devices, "Devices to time (default: every device here)")->delimiter(',');
   sub->add_option("--workers", f->bench.workers, "Worker counts for the streaming rows")->delimiter(',')->capture_default_str();
   sub->add_flag("!--no-streaming", f->bench.streaming, "Only the resident data path");
-  sub->add_option("--repeats", f->bench.repeats, "Timed runs per row (the median is reported)")->check(CLI::PositiveNumber)->capture_default_str();
+  sub->add_option("--repeats", f->bench.repeats, "Timed runs per row (the median is reported)")->check(kPositive)->capture_default_str();
   sub->add_option("--warmup-steps", f->bench.warmup_steps, "Untimed steps before each row")->capture_default_str();
   sub->add_option("--out", f->out, "Write OUT.json and OUT.csv")->capture_default_str();
   sub->add_flag("--overwrite", f->overwrite, "Replace existing OUT.json / OUT.csv");

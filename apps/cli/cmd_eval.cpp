@@ -1,6 +1,7 @@
 // `spritetorch eval --checkpoint PATH`: loss, accuracy, per-class accuracy, confusion matrix.
 #include <iostream>
 
+#include "checks.h"
 #include "commands.h"
 #include "common/error.h"
 #include "device/device.h"
@@ -20,10 +21,10 @@ Subcommand add_eval_command(CLI::App& app) {
   sub->add_option("--checkpoint", f->checkpoint, "Checkpoint written by train --save")->required();
   sub->add_option("--device", f->device, "auto | cpu | cuda | cuda:N | mps")->capture_default_str();
   sub->add_option("--data", f->data_dir, "Folder with the Fashion-MNIST IDX files")->capture_default_str();
-  sub->add_option("--batch-size", f->batch_size, "Samples per forward pass")->check(CLI::PositiveNumber)
+  sub->add_option("--batch-size", f->batch_size, "Samples per forward pass")->check(kPositive)
       ->capture_default_str();
   sub->add_option("--limit", f->limit, "Evaluate on the first N test samples only (0: all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   sub->add_flag("--json", f->json, "Print the report as JSON");
   auto generator_flags = add_generator_eval_options(sub);
 

@@ -2,6 +2,7 @@
 // (distributed/launcher.h) and returns the first failing rank's exit code.
 #include <iostream>
 
+#include "checks.h"
 #include "commands.h"
 #include "distributed/launcher.h"
 
@@ -15,11 +16,11 @@ Subcommand add_launch_command(CLI::App& app) {
   auto options = std::make_shared<distributed::LaunchOptions>();
   sub->add_option("--nproc-per-node", options->nproc_per_node,
                   "Ranks on this machine (one per GPU; on the CPU they share the cores)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(kPositive)->capture_default_str();
   sub->add_option("--nnodes", options->nnodes, "Machines in the job")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(kPositive)->capture_default_str();
   sub->add_option("--node-rank", options->node_rank, "This machine's index in [0, nnodes)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(kNonNegative)->capture_default_str();
   sub->add_option("--master-addr", options->master_addr, "Address of node 0 (rank 0's rendezvous)")
       ->capture_default_str();
   sub->add_option("--master-port", options->master_port,

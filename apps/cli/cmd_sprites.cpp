@@ -7,6 +7,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "checks.h"
 #include "commands.h"
 #include "common/error.h"
 #include "common/timer.h"
@@ -60,15 +61,15 @@ void add_sprite_data_options(CLI::App* sub, train::TrainConfig& config, bool tra
          "--tile", [&s](const std::string& text) { std::tie(s.tile_w, s.tile_h) = data::parse_tile(text); },
          "sheet: tile size WxH [default: 16x16]")
       ->check(CLI::Validator(tile_check, "WxH"));
-  sub->add_option("--spacing", s.spacing, "sheet: pixels between tiles")->check(CLI::NonNegativeNumber);
-  sub->add_option("--margin", s.margin, "sheet: pixels around the tile grid")->check(CLI::NonNegativeNumber);
+  sub->add_option("--spacing", s.spacing, "sheet: pixels between tiles")->check(kNonNegative);
+  sub->add_option("--margin", s.margin, "sheet: pixels around the tile grid")->check(kNonNegative);
   sub->add_option("--labels", s.label_map, "sheet: label map, lines of 'TILE_INDEX CLASS' (row-major, from 0)")
       ->check(CLI::ExistingFile);
   sub->add_option("--sprite-count", s.count, "sprites: procedural sprites to generate (before the split)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(kPositive)->capture_default_str();
   if (training)
     sub->add_option("--unet-base", config.unet_base, "--task generate: UNet channels at full resolution (x2 below)")
-        ->check(CLI::PositiveNumber)->capture_default_str();
+        ->check(kPositive)->capture_default_str();
   sub->add_option("--data-seed", s.seed, "sprites: seed of the procedural sprites and of the holdout split")
       ->capture_default_str();
 }
@@ -98,9 +99,9 @@ std::shared_ptr<GeneratorEvalFlags> add_generator_eval_options(CLI::App* sub) {
                   "Generator checkpoints: a classifier checkpoint trained on the real data, to judge the samples")
       ->check(CLI::ExistingFile);
   sub->add_option("--count", f->count, "Generator checkpoints: samples to draw (spread over the classes)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(kPositive)->capture_default_str();
   sub->add_option("--steps", f->options.steps, "Generator checkpoints: DDIM steps")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(kPositive)->capture_default_str();
   sub->add_option("--guidance", f->options.guidance, "Generator checkpoints: classifier-free guidance scale")
       ->capture_default_str();
   sub->add_option("--eta", f->options.eta, "Generator checkpoints: DDIM noise (0 deterministic)")
@@ -197,22 +198,22 @@ Subcommand add_generate_command(CLI::App& app) {
   auto f = std::make_shared<Flags>();
   sub->add_option("--checkpoint", f->checkpoint, "Generator checkpoint (train --task generate --save)")->required();
   sub->add_option("--class", f->class_name, "Class to draw (default: all classes in turn)");
-  sub->add_option("--count", f->count, "Sprites to draw")->check(CLI::PositiveNumber)->capture_default_str();
+  sub->add_option("--count", f->count, "Sprites to draw")->check(kPositive)->capture_default_str();
   sub->add_option("--out", f->out, "Sprite sheet PNG (grid with 1-pixel transparent padding)");
   sub->add_option("--out-dir", f->out_dir, "Also write one PNG per sprite into this folder");
   sub->add_option("--scale", f->scale, "Nearest-neighbour upscale factor")->check(CLI::Range(1, 64))->capture_default_str();
-  sub->add_option("--columns", f->columns, "Sheet columns (0: square-ish)")->check(CLI::NonNegativeNumber);
+  sub->add_option("--columns", f->columns, "Sheet columns (0: square-ish)")->check(kNonNegative);
   sub->add_option("--palette", f->palette,
                   "Snap colours to a palette: auto (k-means of the training set) or a PNG whose opaque colours "
                   "are the palette [default: no snapping]");
-  sub->add_option("--steps", f->sample.steps, "DDIM steps")->check(CLI::PositiveNumber)->capture_default_str();
+  sub->add_option("--steps", f->sample.steps, "DDIM steps")->check(kPositive)->capture_default_str();
   sub->add_option("--guidance", f->sample.guidance, "Classifier-free guidance scale (1: none)")->capture_default_str();
   sub->add_option("--eta", f->sample.eta, "DDIM noise: 0 deterministic, 1 DDPM-like")->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   sub->add_option("--sampler", f->sample.sampler, "ddim (deterministic, --steps) | ddpm (all T steps)")
       ->check(CLI::IsMember({"ddim", "ddpm"}))->capture_default_str();
   sub->add_option("--seed", f->sample.seed, "Sampling seed")->capture_default_str();
-  sub->add_option("--batch-size", f->sample.batch, "Sprites per forward pass")->check(CLI::PositiveNumber)
+  sub->add_option("--batch-size", f->sample.batch, "Sprites per forward pass")->check(kPositive)
       ->capture_default_str();
   sub->add_option("--device", f->device, "auto | cpu | cuda | cuda:N | mps")->capture_default_str();
   sub->add_flag("--json", f->json, "Print a JSON summary");
@@ -279,7 +280,7 @@ Subcommand add_data_command(CLI::App& app) {
   preview->add_option("--dataset", config->dataset, "sprites | folder:PATH | sheet:FILE | npy:FILE[,LABELS.npy]")
       ->check(sprite_dataset_validator())->capture_default_str();
   preview->add_option("--out", f->out, "PNG to write")->required();
-  preview->add_option("--per-class", f->per_class, "Samples per class (one row each)")->check(CLI::PositiveNumber)
+  preview->add_option("--per-class", f->per_class, "Samples per class (one row each)")->check(kPositive)
       ->capture_default_str();
   preview->add_option("--scale", f->scale, "Nearest-neighbour upscale")->check(CLI::Range(1, 64))->capture_default_str();
   preview->add_option("--split", f->split, "train | test")->check(CLI::IsMember({"train", "test"}))->capture_default_str();

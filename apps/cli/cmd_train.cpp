@@ -2,6 +2,7 @@
 #include <iomanip>
 #include <iostream>
 
+#include "checks.h"
 #include "commands.h"
 #include "models/classifier.h"
 #include "output.h"
@@ -31,32 +32,32 @@ Subcommand add_train_command(CLI::App& app) {
   sub->add_option("--data", config->data_dir, "Folder with the Fashion-MNIST IDX files (plain or .gz)")
       ->capture_default_str();
   sub->add_option("--epochs", config->epochs, "Epochs to train (in total, when resuming)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(kNonNegative)->capture_default_str();
   sub->add_option("--batch-size", config->batch_size, "Samples per step")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  sub->add_option("--lr", config->lr, "Learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(kPositive)->capture_default_str();
+  sub->add_option("--lr", config->lr, "Learning rate")->check(kPositive)->capture_default_str();
   sub->add_option("--optimizer", config->optimizer, "adam | sgd")
       ->check(CLI::IsMember(train::optimizer_names()))->capture_default_str();
   sub->add_option("--momentum", config->momentum, "SGD momentum")->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   sub->add_option("--seed", config->seed, "Seed for weights and data order")->capture_default_str();
   sub->add_option("--log-every", config->log_every, "Steps between running-loss lines (0: per epoch only)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(kNonNegative)->capture_default_str();
   sub->add_option("--train-limit", config->train_limit, "Train on the first N samples only (0: all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   sub->add_option("--test-limit", config->test_limit, "Evaluate on the first N test samples only (0: all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   sub->add_option("--threads", config->threads, "LibTorch intra-op CPU threads (0: default, 1)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(kNonNegative)->capture_default_str();
   sub->add_option("--blas-threads", config->blas_threads, "OpenBLAS threads (0: default, one per core)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(kNonNegative)->capture_default_str();
   sub->add_option("--data-on", config->data_path.data_on,
                   "auto | device (whole dataset resident on the device) | host (streamed by workers)")
       ->check(CLI::IsMember({"auto", "device", "host"}))->capture_default_str();
   sub->add_option("--workers", config->data_path.workers, "Streaming: batch-assembling threads (0: in the training thread)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(kNonNegative)->capture_default_str();
   sub->add_option("--prefetch", config->data_path.prefetch, "Streaming: batches in flight to the device")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(kPositive)->capture_default_str();
   sub->add_option("--pin-memory", config->data_path.pin_memory, "Streaming: pinned host buffers, 1/0 (default: on for CUDA)")
       ->check(CLI::Range(0, 1));
   sub->add_option("--resident-share", config->data_path.resident_share,
@@ -71,7 +72,7 @@ Subcommand add_train_command(CLI::App& app) {
   sub->add_option("--step-threads,--step-shards", config->step_threads,
                   "Fused step on the CPU: threads that split each step (0: one per core, or cores / "
                   "--blas-threads when that is given)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(kNonNegative)->capture_default_str();
   sub->add_flag("--drop-last", config->drop_last, "Drop the last partial batch of each epoch");
   sub->add_option("--precision", config->precision,
                   "fp32 | bf16 | fp16 | auto (bf16/fp16: autocast with fp32 weights; fp16 is CUDA "
@@ -79,7 +80,7 @@ Subcommand add_train_command(CLI::App& app) {
       ->check(CLI::IsMember(precision::precision_names()))->capture_default_str();
   sub->add_option("--clip-grad-norm", config->clip_grad_norm,
                   "Clip the gradients' L2 norm to this, after loss unscaling (0: off)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(kNonNegative)->capture_default_str();
   sub->add_flag("--cuda-graphs", config->cuda_graphs,
                 "CUDA only: capture the whole train step as a CUDA graph after 3 warm-up steps and "
                 "replay it (drops the last partial batch)");
@@ -91,9 +92,9 @@ Subcommand add_train_command(CLI::App& app) {
   sub->add_option("--resume", config->resume, "Continue from this checkpoint")->check(CLI::ExistingFile);
   sub->add_option("--checkpoint-every", config->checkpoint_every,
                   "Also checkpoint every N steps, to <save>.step<global step>.pt (0: never)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(kNonNegative)->capture_default_str();
   sub->add_option("--keep-last", config->keep_last, "Keep only the newest K periodic checkpoints (0: all)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(kNonNegative)->capture_default_str();
   sub->add_flag("--overwrite", config->overwrite, "Let --save replace an existing file");
   sub->add_option("--task", config->task, "classify | generate (sprite diffusion model; docs/sprites.md)")
       ->check(CLI::IsMember({"classify", "generate"}))->capture_default_str();
@@ -106,9 +107,9 @@ Subcommand add_train_command(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "gloo", "nccl"}))->capture_default_str();
   sub->add_option("--dist-timeout", config->dist_timeout_s,
                   "Seconds a rank waits for the others (rendezvous, each collective) before failing")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(kPositive)->capture_default_str();
   sub->add_option("--bucket-mb", config->bucket_mb, "Gradient all-reduce bucket size in MB (ddp)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(kPositive)->capture_default_str();
   sub->add_option("--dist-shard", config->dist_shard,
                   "ddp: auto | global (each epoch's order re-sharded over the ranks: the batches of "
                   "a single process) | local (a fixed 1/R share per rank, all a rank keeps; auto: "

@@ -5,6 +5,7 @@
 
 #include <iostream>
 
+#include "checks.h"
 #include "commands.h"
 #include "common/error.h"
 #include "config_file.h"
@@ -39,6 +40,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    const std::string from_environment = spritetorch::cli::environment_error(e, argc, argv);
+    if (!from_environment.empty()) {
+      std::cerr << "error: " << from_environment << "\nhint: fix or unset the variable\n";
+      return 2;
+    }
     return app.exit(e) == 0 ? 0 : 2;  // prints help, the version or the parse error
   }
   try {

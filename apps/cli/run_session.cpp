@@ -1,3 +1,4 @@
+#include "checks.h"
 #include "run_session.h"
 
 #include <cstdlib>
@@ -55,11 +56,11 @@ std::shared_ptr<RunFlags> add_run_options(CLI::App* sub, train::TrainConfig& con
   sub->add_option("--eval-every", config.eval_every,
                   "Evaluate the test set every N epochs for the test curves, outside the timed "
                   "training (0: after the last epoch only)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str()->group(group);
+      ->check(kNonNegative)->capture_default_str()->group(group);
   sub->add_option("--sample-every", config.sample_every,
                   "--task generate: a sample sheet samples/epoch-NNN.png every N epochs in the run "
                   "folder (0: none) [default: 1 with a run folder]")
-      ->check(CLI::NonNegativeNumber)->group(group);
+      ->check(kNonNegative)->group(group);
   return flags;
 }
 
