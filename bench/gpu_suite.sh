@@ -3,10 +3,12 @@
 # machine, after `scripts/gpu-build` (the device tool's time is short: one call runs all of it).
 #   0. the machine: GPU, driver, torch and CUDA versions, date
 #   1. the CUDA build's whole test suite (ctest), with its summary line
-#   2. `spritetorch bench` on DEVICE and cpu, every data path, median of 3, Python peer after
-#   3. the seed workload on DEVICE by precision, eager vs CUDA graphs, and streamed with pinned memory
-#   4. the CNN's time to 90% and 92% test accuracy on DEVICE (per-epoch evaluation, not timed)
+#   2. `spritetorch bench` on DEVICE and cpu: every data path, each precision eager and as a CUDA
+#      graph, median of 3, the Python peer after (JSON and CSV copied to $OUT when set)
+#   3. the CNN's time to 90% and 92% test accuracy on DEVICE (per-epoch evaluation, not timed)
 # Usage: bench/gpu_suite.sh [BUILD_DIR] [DEVICE] [DATA] > results.txt
+#   On the device tool, two calls keep each under its 10 minutes: `scripts/gpu-build && ctest
+#   --test-dir build-gpu -j 16` (or this script), then `SUITE_SKIP_TESTS=1 bench/gpu_suite.sh`.
 #   defaults: build-gpu, cuda, .gpu-deps/fashion-mnist. Sections that cannot run say why and the
 #   rest go on. To try the script itself on a CPU: SUITE_QUICK=1 (1 epoch, 1 repeat) and
 #   SUITE_SKIP_TESTS=1, DEVICE cpu.
@@ -36,31 +38,15 @@ else
   grep -E "tests passed|tests failed|Failed|\(Skipped\)" "$out/ctest.log" | tail -20
 fi
 
-echo "## 2. spritetorch bench --devices $device cpu --epochs $epochs --repeats $repeats --vs-python"
+echo "## 2. spritetorch bench --devices $device cpu --precisions fp32,bf16,fp16 --cuda-graphs --vs-python"
+# Resident rows per precision, eager and graphed; streaming rows (0/2/4 workers, pinned and
+# pageable on CUDA); rows a device cannot run say why. The Python peer runs after, per device.
 "$bin" bench --data "$data" --devices "$device" cpu --epochs "$epochs" --repeats "$repeats" \
-  --workers 0 2 4 --vs-python --out "$out/bench" --overwrite 2>&1 | grep -v "^  "
+  --precisions fp32,bf16,fp16 --cuda-graphs --workers 0,2,4 --vs-python --out "$out/bench" \
+  --overwrite 2>&1 | grep -v "^  "
+cp "$out/bench.json" "$out/bench.csv" "${OUT:-$out}/" 2>/dev/null || true
 
-run_train() {  # median train_s, accuracy and ms/step of REPEATS runs of `train --json ARGS`
-  for _ in $(seq "$repeats"); do
-    "$bin" train --json --no-run-dir --eval-every 0 --data "$data" --device "$device" \
-      --epochs "$epochs" "$@" 2>"$out/train.err" || { tail -2 "$out/train.err" >&2; return 0; }
-  done | python3 -c '
-import json, sys
-runs = [json.loads(line) for line in sys.stdin if line.strip()]
-if not runs: print("did not run"); sys.exit()
-times = sorted(r["train_s"] for r in runs)
-print("%.2f s  acc %.4f  [%s; %s]" % (times[len(times) // 2], runs[-1]["accuracy"],
-      runs[-1]["settings"].get("precision", "?"), runs[-1]["settings"].get("data path", "?")))'
-}
-echo "## 3. seed workload on $device: precision x eager/graphs, and streaming (median of $repeats)"
-for precision in fp32 bf16 fp16; do
-  echo "$precision eager:  $(run_train --precision "$precision")"
-  echo "$precision graphs: $(run_train --precision "$precision" --cuda-graphs)"
-done
-echo "fp32 streaming, 2 workers, pinned: $(run_train --data-on host --workers 2 --pin-memory 1)"
-echo "fp32 streaming, 2 workers, pageable: $(run_train --data-on host --workers 2 --pin-memory 0)"
-
-echo "## 4. CNN time to accuracy on $device ($cnn_epochs epochs, test set after each)"
+echo "## 3. CNN time to accuracy on $device ($cnn_epochs epochs, test set after each)"
 "$bin" train --json --no-run-dir --model cnn --data "$data" --device "$device" --epochs "$cnn_epochs" \
   --eval-every 1 2>"$out/cnn.err" | python3 -c '
 import json, sys

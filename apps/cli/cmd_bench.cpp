@@ -84,6 +84,12 @@ Subcommand add_bench_command(CLI::App& app) {
   sub->add_option("--devices", f->bench.devices, "Devices to time (default: every device here)")->delimiter(',');
   sub->add_option("--workers", f->bench.workers, "Worker counts for the streaming rows")->delimiter(',')->capture_default_str();
   sub->add_flag("!--no-streaming", f->bench.streaming, "Only the resident data path");
+  sub->add_option("--precisions", f->bench.precisions,
+                  "Precisions of the resident rows (fp32 bf16 fp16 auto); streaming rows use the first")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16", "auto"}))->delimiter(',')->capture_default_str();
+  sub->add_flag("--cuda-graphs", f->bench.cuda_graphs,
+                "Also time each resident row with the step replayed as a CUDA graph (other devices "
+                "list those rows as not run, with the reason)");
   sub->add_option("--repeats", f->bench.repeats, "Timed runs per row (the median is reported)")->check(kPositive)->capture_default_str();
   sub->add_option("--warmup-steps", f->bench.warmup_steps, "Untimed steps before each row")->capture_default_str();
   sub->add_option("--out", f->out, "Write OUT.json and OUT.csv")->capture_default_str();

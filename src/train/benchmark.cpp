@@ -35,13 +35,26 @@ std::string today() {
 struct PathSetting {
   std::string label;
   data::DataPathOptions options;
+  std::string precision = "fp32";
+  bool cuda_graphs = false;
 };
 
+// The rows for one device: resident per precision (and per CUDA-graph setting), then streaming in
+// the first precision. Every row is listed on every device; one that cannot run there says why.
 std::vector<PathSetting> path_settings(const BenchConfig& config, const torch::Device& device) {
   std::vector<PathSetting> out;
+  const std::vector<std::string> precisions = config.precisions.empty()
+                                                  ? std::vector<std::string>{"fp32"}
+                                                  : config.precisions;
+  // The precision goes into the label when the table has more than fp32 in it.
+  const bool name_precision = precisions.size() > 1 || precisions[0] != "fp32";
   data::DataPathOptions resident;
   resident.data_on = "device";
-  out.push_back({"resident", resident});
+  for (const auto& precision : precisions)
+    for (bool graphs : config.cuda_graphs ? std::vector<bool>{false, true} : std::vector<bool>{false})
+      out.push_back({"resident" + (name_precision ? ", " + precision : std::string()) +
+                         (graphs ? ", cuda graphs" : ""),
+                     resident, precision, graphs});
   if (!config.streaming) return out;
   for (int w : config.workers) {
     for (int pin : device.is_cuda() ? std::vector<int>{1, 0} : std::vector<int>{0}) {
@@ -50,8 +63,9 @@ std::vector<PathSetting> path_settings(const BenchConfig& config, const torch::D
       s.workers = w;
       s.pin_memory = pin;
       out.push_back({"streaming, " + std::to_string(w) + " workers" +
-                         (device.is_cuda() ? (pin ? ", pinned" : ", pageable") : ""),
-                     s});
+                         (device.is_cuda() ? (pin ? ", pinned" : ", pageable") : "") +
+                         (name_precision ? ", " + precisions[0] : std::string()),
+                     s, precisions[0], false});
     }
   }
   return out;
@@ -135,9 +149,13 @@ BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer) {
       row.device = device.str();
       row.device_name = device::describe_device(device).name;
       row.data_path = setting.label;
+      row.precision = setting.precision;
+      row.cuda_graphs = setting.cuda_graphs;
       TrainConfig run = w;
       run.device = device.str();
       run.data_path = setting.options;
+      run.precision = setting.precision;
+      run.cuda_graphs = setting.cuda_graphs;
       run.save.clear();
       run.resume.clear();
       run.log_every = 0;
@@ -181,13 +199,13 @@ BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer) {
 
 std::string bench_table(const BenchReport& report) {
   std::ostringstream out;
-  out << std::left << std::setw(8) << "device" << std::setw(30) << "data path" << std::setw(11)
+  out << std::left << std::setw(8) << "device" << std::setw(30) << "data path" << std::setw(23)
       << "step" << std::right << std::setw(9) << "ms/step" << std::setw(11) << "img/s"
       << std::setw(10) << "epoch s" << std::setw(10) << "train s" << std::setw(9) << "vs cpu"
       << std::setw(10) << "accuracy" << "\n";
   out << std::fixed;
   for (const auto& r : report.rows) {
-    out << std::left << std::setw(8) << r.device << std::setw(30) << r.data_path << std::setw(11) << r.step;
+    out << std::left << std::setw(8) << r.device << std::setw(30) << r.data_path << std::setw(23) << r.step;
     if (!r.ran) {
       out << "not run: " << r.skipped_reason << "\n";
       continue;
@@ -215,6 +233,7 @@ nlohmann::json bench_json(const BenchReport& report) {
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& r : report.rows) {
     nlohmann::json row = {{"device", r.device}, {"device_name", r.device_name}, {"data_path", r.data_path},
+                          {"precision", r.precision}, {"cuda_graphs", r.cuda_graphs},
                           {"step", r.step}, {"ran", r.ran}};
     if (r.ran) {
       row.update({{"train_s", r.train_seconds}, {"train_s_all", r.all_train_seconds},
@@ -242,14 +261,16 @@ nlohmann::json bench_json(const BenchReport& report) {
 
 std::string bench_csv(const BenchReport& report) {
   std::ostringstream out;
-  out << "device,device_name,data_path,step,ran,ms_per_step,images_per_second,epoch_s,train_s,speedup_over_cpu,accuracy\n";
+  out << "device,device_name,data_path,precision,cuda_graphs,step,ran,ms_per_step,images_per_second,"
+         "epoch_s,train_s,speedup_over_cpu,accuracy\n";
   for (const auto& r : report.rows) {
     auto quoted = [](const std::string& s) {
       std::string q = "\"";
       for (char c : s) q += (c == '"' ? std::string("\"\"") : std::string(1, c));
       return q + "\"";
     };
-    out << r.device << "," << quoted(r.device_name) << "," << quoted(r.data_path) << "," << r.step << ","
+    out << r.device << "," << quoted(r.device_name) << "," << quoted(r.data_path) << "," << r.precision
+        << "," << (r.cuda_graphs ? 1 : 0) << "," << quoted(r.step) << ","
         << (r.ran ? 1 : 0) << "," << r.ms_per_step << "," << r.images_per_second << "," << r.epoch_seconds
         << "," << r.train_seconds << "," << r.speedup_over_cpu << "," << r.accuracy << "\n";
   }

@@ -18,12 +18,17 @@ struct BenchConfig {
   std::vector<std::string> devices;     // empty = every device this machine has
   std::vector<int> workers = {0, 2, 4};  // streaming rows
   bool streaming = true;                // include streaming rows at all
+  // Resident rows, one per precision (fp32 | bf16 | fp16 | auto); streaming rows use the first.
+  std::vector<std::string> precisions = {"fp32"};
+  bool cuda_graphs = false;  // also each resident row with the step replayed as a CUDA graph
   int repeats = 3;
   int warmup_steps = 30;
 };
 
 struct BenchRow {
   std::string device, device_name, data_path, step;
+  std::string precision = "fp32";
+  bool cuda_graphs = false;
   bool ran = false;
   std::string skipped_reason;  // when !ran
   double train_seconds = 0;     // median over repeats, all epochs

@@ -51,6 +51,40 @@ TEST(Benchmark, EveryRowRunsTheSameWorkAndReportsItsShape) {
   EXPECT_NE(table.find("Compute floor"), std::string::npos);
 }
 
+// Precision and CUDA-graph rows: every combination is a row on every device; one that cannot run
+// here says why instead of vanishing.
+TEST(Benchmark, PrecisionAndGraphRowsAreListedAndExplainedWhereTheyCannotRun) {
+  BenchConfig config;
+  config.workload.dataset = "dummy";
+  config.workload.model = "simplenn";
+  config.workload.epochs = 1;
+  config.workload.batch_size = 256;
+  config.devices = {"cpu"};
+  config.streaming = false;
+  config.precisions = {"fp32", "fp16"};
+  config.cuda_graphs = true;
+  config.repeats = 1;
+  config.warmup_steps = 1;
+  const auto report = run_benchmark(config);
+  std::vector<std::string> labels;
+  for (const auto& row : report.rows) labels.push_back(row.data_path);
+  EXPECT_EQ(labels, (std::vector<std::string>{"resident, fp32", "resident, fp32, cuda graphs",
+                                              "resident, fp16", "resident, fp16, cuda graphs"}));
+  ASSERT_EQ(report.rows.size(), 4u);
+  EXPECT_TRUE(report.rows[0].ran) << report.rows[0].skipped_reason;
+  EXPECT_EQ(report.rows[0].precision, "fp32");
+  for (size_t i = 1; i < 4; ++i) {  // graphs need CUDA; fp16 is refused on the CPU
+    EXPECT_FALSE(report.rows[i].ran) << report.rows[i].data_path;
+    EXPECT_FALSE(report.rows[i].skipped_reason.empty());
+  }
+  EXPECT_NE(report.rows[1].skipped_reason.find("CUDA"), std::string::npos) << report.rows[1].skipped_reason;
+  EXPECT_NE(report.rows[2].skipped_reason.find("fp16"), std::string::npos) << report.rows[2].skipped_reason;
+  const auto json = bench_json(report);
+  EXPECT_EQ(json.at("rows")[1].at("cuda_graphs"), true);
+  EXPECT_EQ(json.at("rows")[2].at("precision"), "fp16");
+  EXPECT_NE(bench_table(report).find("not run: "), std::string::npos);
+}
+
 TEST(Benchmark, ADeviceThatIsNotThereIsAnErrorNotASilentSkip) {
   BenchConfig config;
   config.workload.dataset = "dummy";
