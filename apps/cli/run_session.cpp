@@ -1,4 +1,3 @@
-#include "checks.h"
 #include "run_session.h"
 
 #include <cstdlib>
@@ -6,6 +5,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "checks.h"
 #include "common/error.h"
 #include "data/sprite_sources.h"
 #include "train/checkpoint.h"
