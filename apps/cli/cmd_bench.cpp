@@ -81,6 +81,9 @@ Subcommand add_bench_command(CLI::App& app) {
   sub->add_option("--threads", w.threads, "LibTorch intra-op threads (0: default)");
   sub->add_option("--blas-threads", w.blas_threads, "OpenBLAS threads (0: default)");
   sub->add_option("--step", w.step, "auto | autograd | fused")->check(CLI::IsMember({"auto", "autograd", "fused"}))->capture_default_str();
+  sub->add_option("--step-threads", w.step_threads,
+                  "Fused step on the CPU: threads that split each step (0: one per core)")
+      ->check(kNonNegative)->capture_default_str();
   sub->add_option("--devices", f->bench.devices, "Devices to time (default: every device here)")->delimiter(',');
   sub->add_option("--workers", f->bench.workers, "Worker counts for the streaming rows")->delimiter(',')->capture_default_str();
   sub->add_flag("!--no-streaming", f->bench.streaming, "Only the resident data path");
