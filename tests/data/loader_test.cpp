@@ -82,8 +82,8 @@ TEST(ResidentLoader, ConvertsPixelsToUnitRangeAndKeepsFeatures) {
   EXPECT_TRUE(torch::equal(b.inputs, dummy.inputs));
 }
 
-// The CPU path gathers images into a reused buffer: a batch the caller still holds must never be
-// overwritten by the next, and the values equal the general conversion's (to_model_input).
+// The CPU path gathers images itself: a batch the caller still holds must never be overwritten by
+// the next, and the values equal the general conversion's (to_model_input).
 TEST(ResidentLoader, HeldBatchesStayIntactAndEqualTheGeneralConversion) {
   const int64_t n = 50;
   Dataset d = indexed_dataset(n);

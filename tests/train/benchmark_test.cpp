@@ -12,16 +12,22 @@ TEST(Benchmark, SeedNetworkFlopsMatchTheIssuesFloor) {
   EXPECT_NEAR(per_sample * 60000 * 5 / 1e9, 136.3, 0.1);
 }
 
-TEST(Benchmark, EveryRowRunsTheSameWorkAndReportsItsShape) {
+// A bench of SimpleNN on the dummy data, on the CPU: seconds, not minutes.
+BenchConfig small_cpu_bench(int64_t epochs, int64_t batch_size, int repeats, int warmup_steps) {
   BenchConfig config;
   config.workload.dataset = "dummy";
   config.workload.model = "simplenn";
-  config.workload.epochs = 2;
-  config.workload.batch_size = 128;
+  config.workload.epochs = epochs;
+  config.workload.batch_size = batch_size;
   config.devices = {"cpu"};
+  config.repeats = repeats;
+  config.warmup_steps = warmup_steps;
+  return config;
+}
+
+TEST(Benchmark, EveryRowRunsTheSameWorkAndReportsItsShape) {
+  BenchConfig config = small_cpu_bench(2, 128, 2, 2);
   config.workers = {0, 2};
-  config.repeats = 2;
-  config.warmup_steps = 2;
   const auto report = run_benchmark(config);
   ASSERT_EQ(report.rows.size(), 3u);  // resident, streaming 0 and 2 workers
   for (const auto& row : report.rows) {
@@ -54,17 +60,10 @@ TEST(Benchmark, EveryRowRunsTheSameWorkAndReportsItsShape) {
 // Precision and CUDA-graph rows: every combination is a row on every device; one that cannot run
 // here says why instead of vanishing.
 TEST(Benchmark, PrecisionAndGraphRowsAreListedAndExplainedWhereTheyCannotRun) {
-  BenchConfig config;
-  config.workload.dataset = "dummy";
-  config.workload.model = "simplenn";
-  config.workload.epochs = 1;
-  config.workload.batch_size = 256;
-  config.devices = {"cpu"};
+  BenchConfig config = small_cpu_bench(1, 256, 1, 1);
   config.streaming = false;
   config.precisions = {"fp32", "fp16"};
   config.cuda_graphs = true;
-  config.repeats = 1;
-  config.warmup_steps = 1;
   const auto report = run_benchmark(config);
   std::vector<std::string> labels;
   for (const auto& row : report.rows) labels.push_back(row.data_path);
