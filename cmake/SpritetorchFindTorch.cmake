@@ -43,7 +43,12 @@ message(STATUS "spritetorch: LibTorch ${Torch_VERSION} at ${Torch_DIR}; CUDA: ${
 include(CheckCXXSourceCompiles)
 set(CMAKE_REQUIRED_INCLUDES ${TORCH_INCLUDE_DIRS})
 set(CMAKE_REQUIRED_FLAGS "-std=c++17 ${TORCH_CXX_FLAGS}")
-set(CMAKE_REQUIRED_LIBRARIES ${TORCH_LIBRARIES})
+# The check links the library files, not TORCH_LIBRARIES' imported targets: a pip torch's targets
+# name protobuf::libprotobuf, which a try_compile project cannot resolve (CMake 4 fails the whole
+# configure on it). The symbols looked for live in torch_cpu; c10 is what it needs beside it.
+find_library(SPRITETORCH_TORCH_CPU_LIBRARY torch_cpu HINTS "${TORCH_INSTALL_PREFIX}/lib")
+find_library(SPRITETORCH_C10_LIBRARY c10 HINTS "${TORCH_INSTALL_PREFIX}/lib")
+set(CMAKE_REQUIRED_LIBRARIES ${SPRITETORCH_TORCH_CPU_LIBRARY} ${SPRITETORCH_C10_LIBRARY} pthread)
 check_cxx_source_compiles([=[
 #define USE_C10D_GLOO 1
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "common/blas.h"
+#include "common/compat.h"
 #include "data/fashion_mnist.h"
 
 namespace spritetorch::testing {
@@ -56,6 +58,16 @@ inline void write_gz(const std::string& path, const std::vector<uint8_t>& bytes)
 inline bool fashion_mnist_installed() {
   return std::filesystem::exists(std::string(data::kDefaultFashionMnistDir) + "/train-images-idx3-ubyte.gz");
 }
+
+// The raw-buffer CPU step needs an exported cblas_sgemm: required of Debian's LibTorch, skipped
+// where a LibTorch 2.x keeps its BLAS to itself (compat::cblas_expected).
+#define SKIP_WITHOUT_CBLAS()                                                                   \
+  do {                                                                                         \
+    if (!::spritetorch::blas::has_sgemm()) {                                                   \
+      if (::spritetorch::compat::cblas_expected()) FAIL() << "no cblas_sgemm in LibTorch's BLAS"; \
+      GTEST_SKIP() << "this LibTorch exports no cblas_sgemm (bundled MKL)";                    \
+    }                                                                                          \
+  } while (0)
 
 #define SKIP_WITHOUT_FASHION_MNIST()                                                         \
   if (!::spritetorch::testing::fashion_mnist_installed())                                    \

@@ -117,8 +117,16 @@ Subcommand add_bench_command(CLI::App& app) {
             if (f->vs_python) {
               const std::string python = find_python(f->python), peer = find_peer_script(f->peer);
               nlohmann::json peers = nlohmann::json::array();
+              // Once per device, against the same workload: the resident fp32 eager row. The
+              // fastest resident row of that device (another precision, graphed) is named too.
               for (const auto& row : report.rows) {
-                if (!row.ran || row.data_path != "resident") continue;
+                const bool resident = row.data_path.rfind("resident", 0) == 0;
+                if (!row.ran || !resident || row.precision != "fp32" || row.cuda_graphs) continue;
+                const train::BenchRow* best = &row;
+                for (const auto& other : report.rows)
+                  if (other.ran && other.device == row.device && other.data_path.rfind("resident", 0) == 0 &&
+                      other.train_seconds < best->train_seconds)
+                    best = &other;
                 std::cerr << "  python peer on " << row.device << " ...\n";
                 const auto result = run_process({python, peer, "--data", f->bench.workload.data_dir,
                                                  "--epochs", std::to_string(f->bench.workload.epochs),
@@ -133,14 +141,21 @@ Subcommand add_bench_command(CLI::App& app) {
                 }
                 auto peer_json = nlohmann::json::parse(last);
                 const double peer_s = peer_json.at("train_s").get<double>();
-                const double ratio = peer_s / row.train_seconds;
+                const double ratio = peer_s / row.train_seconds, best_ratio = peer_s / best->train_seconds;
                 std::cout << std::fixed << std::setprecision(2) << "Python peer on " << row.device
                           << " (PyTorch " << peer_json.value("torch", "?") << "): train " << peer_s
                           << " s, accuracy " << std::setprecision(4) << peer_json.value("accuracy", 0.0)
-                          << "; spritetorch resident " << std::setprecision(2) << row.train_seconds
-                          << " s: " << std::setprecision(1) << ratio << "x faster\n" << std::defaultfloat;
+                          << "; spritetorch " << row.data_path << " " << std::setprecision(2)
+                          << row.train_seconds << " s: " << std::setprecision(1) << ratio << "x faster";
+                if (best != &row)
+                  std::cout << "; " << best->data_path << " " << std::setprecision(2) << best->train_seconds
+                            << " s: " << std::setprecision(1) << best_ratio << "x";
+                std::cout << "\n" << std::defaultfloat;
                 peer_json["spritetorch_train_s"] = row.train_seconds;
                 peer_json["ratio"] = ratio;
+                peer_json["best_row"] = best->data_path;
+                peer_json["best_train_s"] = best->train_seconds;
+                peer_json["best_ratio"] = best_ratio;
                 peers.push_back(peer_json);
               }
               json["python_peer"] = peers;

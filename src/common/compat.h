@@ -79,4 +79,11 @@ inline bool fused_amp_kernels(const torch::Device& device) {
   return false;
 }
 
+// --- CBLAS (common/blas.h) --------------------------------------------------------------------------
+// Debian's LibTorch 1.13 links the system libblas.so.3 (OpenBLAS after scripts/setup), whose
+// cblas_sgemm the CPU MLP step calls. pip and unpacked LibTorch 2.x builds carry MKL inside
+// libtorch_cpu without exporting it; there the step falls back to FusedMlpStep. The tests use this
+// to tell a missing symbol that is expected from a broken Debian setup.
+inline bool cblas_expected() { return !SPRITETORCH_TORCH_AT_LEAST(2, 0); }
+
 }  // namespace spritetorch::compat

@@ -142,7 +142,6 @@ BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer) {
     }
   }
 
-  double cpu_seconds = 0;
   for (const auto& device : devices) {
     for (const auto& setting : path_settings(config, device)) {
       BenchRow row;
@@ -184,8 +183,6 @@ BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer) {
         row.images_per_second = row.train_seconds > 0 ? static_cast<double>(samples) / row.train_seconds : 0;
         row.epoch_seconds = last.epochs.empty() ? 0 : row.train_seconds / static_cast<double>(last.epochs.size());
         row.accuracy = last.test.accuracy;
-        if (device.is_cpu() && cpu_seconds == 0) cpu_seconds = row.train_seconds;
-        row.speedup_over_cpu = cpu_seconds > 0 && row.train_seconds > 0 ? cpu_seconds / row.train_seconds : 0;
       } catch (const std::exception& e) {
         row.ran = false;
         row.skipped_reason = e.what();
@@ -194,18 +191,24 @@ BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer) {
       observer->on_row(report.rows.back());
     }
   }
+  // vs cpu: against the first CPU row that ran, which may come after the others (--devices cuda cpu).
+  double cpu_seconds = 0;
+  for (const auto& row : report.rows)
+    if (row.ran && cpu_seconds == 0 && row.device == "cpu") cpu_seconds = row.train_seconds;
+  for (auto& row : report.rows)
+    row.speedup_over_cpu = cpu_seconds > 0 && row.ran && row.train_seconds > 0 ? cpu_seconds / row.train_seconds : 0;
   return report;
 }
 
 std::string bench_table(const BenchReport& report) {
   std::ostringstream out;
-  out << std::left << std::setw(8) << "device" << std::setw(30) << "data path" << std::setw(23)
+  out << std::left << std::setw(8) << "device" << std::setw(37) << "data path" << std::setw(23)
       << "step" << std::right << std::setw(9) << "ms/step" << std::setw(11) << "img/s"
       << std::setw(10) << "epoch s" << std::setw(10) << "train s" << std::setw(9) << "vs cpu"
       << std::setw(10) << "accuracy" << "\n";
   out << std::fixed;
   for (const auto& r : report.rows) {
-    out << std::left << std::setw(8) << r.device << std::setw(30) << r.data_path << std::setw(23) << r.step;
+    out << std::left << std::setw(8) << r.device << std::setw(37) << r.data_path << std::setw(23) << r.step;
     if (!r.ran) {
       out << "not run: " << r.skipped_reason << "\n";
       continue;

@@ -3,13 +3,15 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "test_util.h"
+
 namespace spritetorch::blas {
 namespace {
 
 // Every transpose combination, with leading dimensions wider than the matrices (C written into a
 // column slice of a larger buffer, as the CPU MLP step does) and beta 0 and 1.
 TEST(Blas, SgemmMatchesTorchMmForEveryLayout) {
-  ASSERT_TRUE(has_sgemm());
+  SKIP_WITHOUT_CBLAS();
   torch::manual_seed(5);
   const int m = 7, n = 5, k = 9, pad = 3;
   for (bool ta : {false, true})

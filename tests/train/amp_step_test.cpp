@@ -220,10 +220,13 @@ TEST(AmpStep, ChannelsLastCnnKeepsItsStridesInTheFlatBufferAndTrainsTheSame) {
     oa.step();
     ob.step();
   }
-  // Per parameter: the flat buffers hold the conv weights in different element orders.
+  // Per parameter: the flat buffers hold the conv weights in different element orders. Adam moves
+  // each weight by about lr (1e-3) per step whatever the gradient's size, so a weight whose
+  // gradient is near 0 can move differently on rounding alone (2.2e-5 with MKL-DNN's convolutions
+  // on a Xeon); a mis-ordered gradient would move weights by ~lr in the wrong places.
   auto pa = a->parameters(), pb = b->parameters();
   for (size_t i = 0; i < pa.size(); ++i)
-    EXPECT_LT((pa[i] - pb[i]).abs().max().item<double>(), 1e-5) << "parameter " << i;
+    EXPECT_LT((pa[i] - pb[i]).abs().max().item<double>(), 2e-4) << "parameter " << i;
 }
 
 // --- CUDA graphs ----------------------------------------------------------------------------------
