@@ -36,7 +36,8 @@ class ScratchDir {
   std::filesystem::path path_;
 };
 
-inline std::vector<uint8_t> idx_bytes(const std::vector<uint32_t>& dims, const std::vector<uint8_t>& data) {
+inline std::vector<uint8_t> idx_bytes(const std::vector<uint32_t>& dims,
+                                      const std::vector<uint8_t>& data) {
   std::vector<uint8_t> out = {0, 0, 0x08, static_cast<uint8_t>(dims.size())};
   for (uint32_t d : dims)
     for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<uint8_t>(d >> shift));
@@ -45,8 +46,9 @@ inline std::vector<uint8_t> idx_bytes(const std::vector<uint32_t>& dims, const s
 }
 
 inline void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
-                                               static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
 }
 
 inline void write_gz(const std::string& path, const std::vector<uint8_t>& bytes) {
@@ -56,21 +58,22 @@ inline void write_gz(const std::string& path, const std::vector<uint8_t>& bytes)
 }
 
 inline bool fashion_mnist_installed() {
-  return std::filesystem::exists(std::string(data::kDefaultFashionMnistDir) + "/train-images-idx3-ubyte.gz");
+  return std::filesystem::exists(std::string(data::kDefaultFashionMnistDir) +
+                                 "/train-images-idx3-ubyte.gz");
 }
 
 // The raw-buffer CPU step needs an exported cblas_sgemm: required of Debian's LibTorch, skipped
 // where a LibTorch 2.x keeps its BLAS to itself (compat::cblas_expected).
-#define SKIP_WITHOUT_CBLAS()                                                                   \
-  do {                                                                                         \
-    if (!::spritetorch::blas::has_sgemm()) {                                                   \
+#define SKIP_WITHOUT_CBLAS()                                                                      \
+  do {                                                                                            \
+    if (!::spritetorch::blas::has_sgemm()) {                                                      \
       if (::spritetorch::compat::cblas_expected()) FAIL() << "no cblas_sgemm in LibTorch's BLAS"; \
-      GTEST_SKIP() << "this LibTorch exports no cblas_sgemm (bundled MKL)";                    \
-    }                                                                                          \
+      GTEST_SKIP() << "this LibTorch exports no cblas_sgemm (bundled MKL)";                       \
+    }                                                                                             \
   } while (0)
 
-#define SKIP_WITHOUT_FASHION_MNIST()                                                         \
-  if (!::spritetorch::testing::fashion_mnist_installed())                                    \
+#define SKIP_WITHOUT_FASHION_MNIST()                      \
+  if (!::spritetorch::testing::fashion_mnist_installed()) \
   GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)"
 
 }  // namespace spritetorch::testing

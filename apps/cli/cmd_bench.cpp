@@ -1,12 +1,12 @@
 // `spritetorch bench`: the workload on every device and data path, a table, JSON and CSV; with
 // --vs-python, the Python peer right after, on the same device, and the ratio.
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <unistd.h>
 
 #include "checks.h"
 #include "commands.h"
@@ -24,7 +24,8 @@ class RowPrinter : public train::BenchObserver {
  public:
   void on_row(const train::BenchRow& r) override {
     std::cerr << "  " << r.device << " | " << r.data_path << ": "
-              << (r.ran ? std::to_string(r.train_seconds) + " s" : "not run: " + r.skipped_reason) << "\n";
+              << (r.ran ? std::to_string(r.train_seconds) + " s" : "not run: " + r.skipped_reason)
+              << "\n";
   }
 };
 
@@ -38,8 +39,10 @@ std::string executable_dir() {
 std::string find_peer_script(const std::string& given) {
   if (!given.empty()) return given;
   const std::string dir = executable_dir();
-  for (const auto& candidate : {dir + "/../bench/python_peer.py", dir + "/../share/spritetorch/python_peer.py"})
-    if (std::filesystem::exists(candidate)) return std::filesystem::weakly_canonical(candidate).string();
+  for (const auto& candidate :
+       {dir + "/../bench/python_peer.py", dir + "/../share/spritetorch/python_peer.py"})
+    if (std::filesystem::exists(candidate))
+      return std::filesystem::weakly_canonical(candidate).string();
   throw Error("cannot find bench/python_peer.py next to the spritetorch executable",
               "pass --python-peer PATH");
 }
@@ -48,7 +51,8 @@ std::string find_peer_script(const std::string& given) {
 std::string find_python(const std::string& given) {
   if (!given.empty()) return given;
   for (const std::string candidate : {"python3", "/usr/bin/python3"})
-    if (run_process({candidate, "-c", "import torch, torchvision"}, /*quiet=*/true).exit_code == 0) return candidate;
+    if (run_process({candidate, "-c", "import torch, torchvision"}, /*quiet=*/true).exit_code == 0)
+      return candidate;
   throw Error("no python3 with torch and torchvision found for --vs-python",
               "Debian: apt-get install python3-torch python3-torchvision (scripts/setup --peer), "
               "or pass --python EXE");
@@ -57,8 +61,9 @@ std::string find_python(const std::string& given) {
 }  // namespace
 
 Subcommand add_bench_command(CLI::App& app) {
-  auto* sub = app.add_subcommand("bench", "Time one workload on every device and data path (median "
-                                          "of repeats, after warm-up); table, JSON and CSV");
+  auto* sub = app.add_subcommand("bench",
+                                 "Time one workload on every device and data path (median "
+                                 "of repeats, after warm-up); table, JSON and CSV");
   struct Flags {
     train::BenchConfig bench;
     std::string out = "spritetorch-bench";
@@ -69,36 +74,58 @@ Subcommand add_bench_command(CLI::App& app) {
   auto f = std::make_shared<Flags>();
   auto& w = f->bench.workload;
   w.model.clear();
-  sub->add_option("--model", w.model, "ann | cnn | simplenn [default: ann]")->check(CLI::IsMember(models::model_names()));
+  sub->add_option("--model", w.model, "ann | cnn | simplenn [default: ann]")
+      ->check(CLI::IsMember(models::model_names()));
   sub->add_option("--dataset", w.dataset, "fashion-mnist | dummy")->capture_default_str();
   sub->add_option("--data", w.data_dir, "Fashion-MNIST folder")->capture_default_str();
-  sub->add_option("--epochs", w.epochs, "Epochs per timed run")->check(kPositive)->capture_default_str();
-  sub->add_option("--batch-size", w.batch_size, "Samples per step")->check(kPositive)->capture_default_str();
+  sub->add_option("--epochs", w.epochs, "Epochs per timed run")
+      ->check(kPositive)
+      ->capture_default_str();
+  sub->add_option("--batch-size", w.batch_size, "Samples per step")
+      ->check(kPositive)
+      ->capture_default_str();
   sub->add_option("--lr", w.lr, "Learning rate")->capture_default_str();
-  sub->add_option("--optimizer", w.optimizer, "adam | sgd")->check(CLI::IsMember(train::optimizer_names()))->capture_default_str();
+  sub->add_option("--optimizer", w.optimizer, "adam | sgd")
+      ->check(CLI::IsMember(train::optimizer_names()))
+      ->capture_default_str();
   sub->add_option("--seed", w.seed, "Seed (the same for every row)")->capture_default_str();
   sub->add_option("--train-limit", w.train_limit, "Train on the first N samples only (0: all)");
   sub->add_option("--threads", w.threads, "LibTorch intra-op threads (0: default)");
   sub->add_option("--blas-threads", w.blas_threads, "OpenBLAS threads (0: default)");
-  sub->add_option("--step", w.step, "auto | autograd | fused")->check(CLI::IsMember({"auto", "autograd", "fused"}))->capture_default_str();
+  sub->add_option("--step", w.step, "auto | autograd | fused")
+      ->check(CLI::IsMember({"auto", "autograd", "fused"}))
+      ->capture_default_str();
   sub->add_option("--step-threads", w.step_threads,
                   "Fused step on the CPU: threads that split each step (0: one per core)")
-      ->check(kNonNegative)->capture_default_str();
-  sub->add_option("--devices", f->bench.devices, "Devices to time (default: every device here)")->delimiter(',');
-  sub->add_option("--workers", f->bench.workers, "Worker counts for the streaming rows")->delimiter(',')->capture_default_str();
+      ->check(kNonNegative)
+      ->capture_default_str();
+  sub->add_option("--devices", f->bench.devices, "Devices to time (default: every device here)")
+      ->delimiter(',');
+  sub->add_option("--workers", f->bench.workers, "Worker counts for the streaming rows")
+      ->delimiter(',')
+      ->capture_default_str();
   sub->add_flag("!--no-streaming", f->bench.streaming, "Only the resident data path");
-  sub->add_option("--precisions", f->bench.precisions,
-                  "Precisions of the resident rows (fp32 bf16 fp16 auto); streaming rows use the first")
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16", "auto"}))->delimiter(',')->capture_default_str();
+  sub->add_option(
+         "--precisions", f->bench.precisions,
+         "Precisions of the resident rows (fp32 bf16 fp16 auto); streaming rows use the first")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16", "auto"}))
+      ->delimiter(',')
+      ->capture_default_str();
   sub->add_flag("--cuda-graphs", f->bench.cuda_graphs,
                 "Also time each resident row with the step replayed as a CUDA graph (other devices "
                 "list those rows as not run, with the reason)");
-  sub->add_option("--repeats", f->bench.repeats, "Timed runs per row (the median is reported)")->check(kPositive)->capture_default_str();
-  sub->add_option("--warmup-steps", f->bench.warmup_steps, "Untimed steps before each row")->capture_default_str();
+  sub->add_option("--repeats", f->bench.repeats, "Timed runs per row (the median is reported)")
+      ->check(kPositive)
+      ->capture_default_str();
+  sub->add_option("--warmup-steps", f->bench.warmup_steps, "Untimed steps before each row")
+      ->capture_default_str();
   sub->add_option("--out", f->out, "Write OUT.json and OUT.csv")->capture_default_str();
   sub->add_flag("--overwrite", f->overwrite, "Replace existing OUT.json / OUT.csv");
-  sub->add_flag("--vs-python", f->vs_python, "Also run the Python peer (bench/python_peer.py) on each device and print the ratio");
-  sub->add_option("--python", f->python, "Python interpreter for the peer (default: the first with torch)");
+  sub->add_flag(
+      "--vs-python", f->vs_python,
+      "Also run the Python peer (bench/python_peer.py) on each device and print the ratio");
+  sub->add_option("--python", f->python,
+                  "Python interpreter for the peer (default: the first with torch)");
   sub->add_option("--python-peer", f->peer, "The peer script (default: bench/python_peer.py)");
 
   return {sub, [f]() {
@@ -109,8 +136,9 @@ Subcommand add_bench_command(CLI::App& app) {
             const auto report = train::run_benchmark(f->bench, &printer);
             std::cout << "spritetorch bench, " << report.date << ": model "
                       << (f->bench.workload.model.empty() ? "ann" : f->bench.workload.model) << ", "
-                      << f->bench.workload.dataset << ", batch " << f->bench.workload.batch_size << ", "
-                      << f->bench.workload.epochs << " epoch(s), median of " << f->bench.repeats << "\n"
+                      << f->bench.workload.dataset << ", batch " << f->bench.workload.batch_size
+                      << ", " << f->bench.workload.epochs << " epoch(s), median of "
+                      << f->bench.repeats << "\n"
                       << train::bench_table(report);
             auto json = train::bench_json(report);
 
@@ -124,32 +152,37 @@ Subcommand add_bench_command(CLI::App& app) {
                 if (!row.ran || !resident || row.precision != "fp32" || row.cuda_graphs) continue;
                 const train::BenchRow* best = &row;
                 for (const auto& other : report.rows)
-                  if (other.ran && other.device == row.device && other.data_path.rfind("resident", 0) == 0 &&
+                  if (other.ran && other.device == row.device &&
+                      other.data_path.rfind("resident", 0) == 0 &&
                       other.train_seconds < best->train_seconds)
                     best = &other;
                 std::cerr << "  python peer on " << row.device << " ...\n";
-                const auto result = run_process({python, peer, "--data", f->bench.workload.data_dir,
-                                                 "--epochs", std::to_string(f->bench.workload.epochs),
-                                                 "--device", row.device});
+                const auto result =
+                    run_process({python, peer, "--data", f->bench.workload.data_dir, "--epochs",
+                                 std::to_string(f->bench.workload.epochs), "--device", row.device});
                 std::istringstream lines(result.out);
                 std::string line, last;
                 while (std::getline(lines, line))
                   if (!line.empty()) last = line;
                 if (result.exit_code != 0 || !nlohmann::json::accept(last)) {
-                  std::cout << "Python peer on " << row.device << ": failed (exit " << result.exit_code << ")\n";
+                  std::cout << "Python peer on " << row.device << ": failed (exit "
+                            << result.exit_code << ")\n";
                   continue;
                 }
                 auto peer_json = nlohmann::json::parse(last);
                 const double peer_s = peer_json.at("train_s").get<double>();
-                const double ratio = peer_s / row.train_seconds, best_ratio = peer_s / best->train_seconds;
+                const double ratio = peer_s / row.train_seconds,
+                             best_ratio = peer_s / best->train_seconds;
                 std::cout << std::fixed << std::setprecision(2) << "Python peer on " << row.device
                           << " (PyTorch " << peer_json.value("torch", "?") << "): train " << peer_s
-                          << " s, accuracy " << std::setprecision(4) << peer_json.value("accuracy", 0.0)
-                          << "; spritetorch " << row.data_path << " " << std::setprecision(2)
-                          << row.train_seconds << " s: " << std::setprecision(1) << ratio << "x faster";
+                          << " s, accuracy " << std::setprecision(4)
+                          << peer_json.value("accuracy", 0.0) << "; spritetorch " << row.data_path
+                          << " " << std::setprecision(2) << row.train_seconds
+                          << " s: " << std::setprecision(1) << ratio << "x faster";
                 if (best != &row)
-                  std::cout << "; " << best->data_path << " " << std::setprecision(2) << best->train_seconds
-                            << " s: " << std::setprecision(1) << best_ratio << "x";
+                  std::cout << "; " << best->data_path << " " << std::setprecision(2)
+                            << best->train_seconds << " s: " << std::setprecision(1) << best_ratio
+                            << "x";
                 std::cout << "\n" << std::defaultfloat;
                 peer_json["spritetorch_train_s"] = row.train_seconds;
                 peer_json["ratio"] = ratio;

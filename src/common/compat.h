@@ -33,7 +33,8 @@ inline bool autocast_enabled(c10::DeviceType type) {
 #if SPRITETORCH_TORCH_AT_LEAST(2, 4)
   return at::autocast::is_autocast_enabled(type);
 #else
-  return type == c10::DeviceType::CUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+  return type == c10::DeviceType::CUDA ? at::autocast::is_enabled()
+                                       : at::autocast::is_cpu_enabled();
 #endif
 }
 
@@ -68,7 +69,7 @@ inline void set_autocast_dtype(c10::DeviceType type, at::ScalarType dtype) {
 #endif
 }
 
-// --- fused AMP kernels (precision/grad_scaler.h) ---------------------------------------------------
+// --- fused AMP kernels (precision/grad_scaler.h) -------------------------------------------------
 // _amp_foreach_non_finite_check_and_unscale_ and _amp_update_scale_ have CUDA kernels in every
 // release we build against; CPU kernels arrived in 2.3. Elsewhere the scaler uses plain tensor ops.
 inline bool fused_amp_kernels(const torch::Device& device) {
@@ -79,7 +80,7 @@ inline bool fused_amp_kernels(const torch::Device& device) {
   return false;
 }
 
-// --- CBLAS (common/blas.h) --------------------------------------------------------------------------
+// --- CBLAS (common/blas.h) -----------------------------------------------------------------------
 // Debian's LibTorch 1.13 links the system libblas.so.3 (OpenBLAS after scripts/setup), whose
 // cblas_sgemm the CPU MLP step calls. pip and unpacked LibTorch 2.x builds carry MKL inside
 // libtorch_cpu without exporting it; there the step falls back to FusedMlpStep. The tests use this

@@ -2,15 +2,15 @@
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
 #include <ctime>
 #include <iomanip>
 #include <sstream>
+#include <thread>
 
 #include "common/cpu_threads.h"
 #include "common/error.h"
-#include "data/loader.h"
 #include "common/timer.h"
+#include "data/loader.h"
 #include "device/device.h"
 #include "models/classifier.h"
 #include "train/trainer.h"
@@ -43,15 +43,15 @@ struct PathSetting {
 // the first precision. Every row is listed on every device; one that cannot run there says why.
 std::vector<PathSetting> path_settings(const BenchConfig& config, const torch::Device& device) {
   std::vector<PathSetting> out;
-  const std::vector<std::string> precisions = config.precisions.empty()
-                                                  ? std::vector<std::string>{"fp32"}
-                                                  : config.precisions;
+  const std::vector<std::string> precisions =
+      config.precisions.empty() ? std::vector<std::string>{"fp32"} : config.precisions;
   // The precision goes into the label when the table has more than fp32 in it.
   const bool name_precision = precisions.size() > 1 || precisions[0] != "fp32";
   data::DataPathOptions resident;
   resident.data_on = "device";
   for (const auto& precision : precisions)
-    for (bool graphs : config.cuda_graphs ? std::vector<bool>{false, true} : std::vector<bool>{false})
+    for (bool graphs :
+         config.cuda_graphs ? std::vector<bool>{false, true} : std::vector<bool>{false})
       out.push_back({"resident" + (name_precision ? ", " + precision : std::string()) +
                          (graphs ? ", cuda graphs" : ""),
                      resident, precision, graphs});
@@ -77,9 +77,9 @@ double mlp_train_flops_per_sample(const std::vector<std::pair<int64_t, int64_t>>
   double flops = 0;
   for (size_t l = 0; l < layers.size(); ++l) {
     const double mac = static_cast<double>(layers[l].first) * static_cast<double>(layers[l].second);
-    flops += 2 * mac;               // forward
-    flops += 2 * mac;               // weight gradient
-    if (l > 0) flops += 2 * mac;    // input gradient (none needed for the data itself)
+    flops += 2 * mac;             // forward
+    flops += 2 * mac;             // weight gradient
+    if (l > 0) flops += 2 * mac;  // input gradient (none needed for the data itself)
   }
   return flops;
 }
@@ -127,8 +127,12 @@ BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer) {
   // The compute floor, for the models whose FLOPs we can count exactly.
   {
     auto model = models::make_model({w.model.empty() ? "ann" : w.model,
-                                      [&] { auto s = data.train.inputs.sizes().vec(); s.erase(s.begin()); return s; }(),
-                                      data.train.num_classes()});
+                                     [&] {
+                                       auto s = data.train.inputs.sizes().vec();
+                                       s.erase(s.begin());
+                                       return s;
+                                     }(),
+                                     data.train.num_classes()});
     const auto layers = model->relu_mlp_layers();
     if (!layers.empty()) {
       std::vector<std::pair<int64_t, int64_t>> sizes;
@@ -163,8 +167,9 @@ BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer) {
         // Warm-up: a few steps through the same path (allocator, BLAS buffers, kernels).
         TrainConfig warm = run;
         warm.epochs = 1;
-        Datasets warm_data{data.train.head(std::max<int64_t>(1, config.warmup_steps) * w.batch_size),
-                           data.test.head(w.batch_size)};
+        Datasets warm_data{
+            data.train.head(std::max<int64_t>(1, config.warmup_steps) * w.batch_size),
+            data.test.head(w.batch_size)};
         train(warm, warm_data);
         TrainReport last;
         for (int r = 0; r < config.repeats; ++r) {
@@ -180,8 +185,10 @@ BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer) {
         const int64_t steps = data::count_batches(data.train.size(), w.batch_size, w.drop_last) *
                               static_cast<int64_t>(last.epochs.size());
         row.ms_per_step = steps ? 1000.0 * row.train_seconds / static_cast<double>(steps) : 0;
-        row.images_per_second = row.train_seconds > 0 ? static_cast<double>(samples) / row.train_seconds : 0;
-        row.epoch_seconds = last.epochs.empty() ? 0 : row.train_seconds / static_cast<double>(last.epochs.size());
+        row.images_per_second =
+            row.train_seconds > 0 ? static_cast<double>(samples) / row.train_seconds : 0;
+        row.epoch_seconds =
+            last.epochs.empty() ? 0 : row.train_seconds / static_cast<double>(last.epochs.size());
         row.accuracy = last.test.accuracy;
       } catch (const std::exception& e) {
         row.ran = false;
@@ -191,12 +198,14 @@ BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer) {
       observer->on_row(report.rows.back());
     }
   }
-  // vs cpu: against the first CPU row that ran, which may come after the others (--devices cuda cpu).
+  // vs cpu: against the first CPU row that ran, which may come after the others (--devices cuda
+  // cpu).
   double cpu_seconds = 0;
   for (const auto& row : report.rows)
     if (row.ran && cpu_seconds == 0 && row.device == "cpu") cpu_seconds = row.train_seconds;
   for (auto& row : report.rows)
-    row.speedup_over_cpu = cpu_seconds > 0 && row.ran && row.train_seconds > 0 ? cpu_seconds / row.train_seconds : 0;
+    row.speedup_over_cpu =
+        cpu_seconds > 0 && row.ran && row.train_seconds > 0 ? cpu_seconds / row.train_seconds : 0;
   return report;
 }
 
@@ -205,27 +214,32 @@ std::string bench_table(const BenchReport& report) {
   out << std::left << std::setw(8) << "device" << std::setw(37) << "data path" << std::setw(23)
       << "step" << std::right << std::setw(9) << "ms/step" << std::setw(11) << "img/s"
       << std::setw(10) << "epoch s" << std::setw(10) << "train s" << std::setw(9) << "vs cpu"
-      << std::setw(10) << "accuracy" << "\n";
+      << std::setw(10) << "accuracy"
+      << "\n";
   out << std::fixed;
   for (const auto& r : report.rows) {
-    out << std::left << std::setw(8) << r.device << std::setw(37) << r.data_path << std::setw(23) << r.step;
+    out << std::left << std::setw(8) << r.device << std::setw(37) << r.data_path << std::setw(23)
+        << r.step;
     if (!r.ran) {
       out << "not run: " << r.skipped_reason << "\n";
       continue;
     }
-    out << std::right << std::setprecision(3) << std::setw(9) << r.ms_per_step << std::setprecision(0)
-        << std::setw(11) << r.images_per_second << std::setprecision(2) << std::setw(10)
-        << r.epoch_seconds << std::setw(10) << r.train_seconds << std::setw(8) << r.speedup_over_cpu
-        << "x" << std::setprecision(4) << std::setw(10) << r.accuracy << "\n";
+    out << std::right << std::setprecision(3) << std::setw(9) << r.ms_per_step
+        << std::setprecision(0) << std::setw(11) << r.images_per_second << std::setprecision(2)
+        << std::setw(10) << r.epoch_seconds << std::setw(10) << r.train_seconds << std::setw(8)
+        << r.speedup_over_cpu << "x" << std::setprecision(4) << std::setw(10) << r.accuracy << "\n";
   }
   if (report.floor) {
     double best = 0;
     for (const auto& r : report.rows)
-      if (r.ran && r.device == "cpu" && (best == 0 || r.train_seconds < best)) best = r.train_seconds;
+      if (r.ran && r.device == "cpu" && (best == 0 || r.train_seconds < best))
+        best = r.train_seconds;
     out << std::setprecision(1) << "\nCompute floor (cpu): " << report.floor->gflop << " GFLOP at "
-        << std::setprecision(0) << report.floor->sgemm_gflops << " GFLOP/s (measured 2048^3 sgemm, all cores) = "
-        << std::setprecision(2) << report.floor->seconds << " s";
-    if (best > 0) out << "; best cpu row " << best << " s = " << best / report.floor->seconds << "x the floor";
+        << std::setprecision(0) << report.floor->sgemm_gflops
+        << " GFLOP/s (measured 2048^3 sgemm, all cores) = " << std::setprecision(2)
+        << report.floor->seconds << " s";
+    if (best > 0)
+      out << "; best cpu row " << best << " s = " << best / report.floor->seconds << "x the floor";
     out << "\n";
   }
   return out.str();
@@ -235,36 +249,50 @@ nlohmann::json bench_json(const BenchReport& report) {
   const TrainConfig& w = report.config.workload;
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& r : report.rows) {
-    nlohmann::json row = {{"device", r.device}, {"device_name", r.device_name}, {"data_path", r.data_path},
-                          {"precision", r.precision}, {"cuda_graphs", r.cuda_graphs},
-                          {"step", r.step}, {"ran", r.ran}};
+    nlohmann::json row = {{"device", r.device},
+                          {"device_name", r.device_name},
+                          {"data_path", r.data_path},
+                          {"precision", r.precision},
+                          {"cuda_graphs", r.cuda_graphs},
+                          {"step", r.step},
+                          {"ran", r.ran}};
     if (r.ran) {
-      row.update({{"train_s", r.train_seconds}, {"train_s_all", r.all_train_seconds},
-                  {"ms_per_step", r.ms_per_step}, {"images_per_second", r.images_per_second},
-                  {"epoch_s", r.epoch_seconds}, {"speedup_over_cpu", r.speedup_over_cpu},
+      row.update({{"train_s", r.train_seconds},
+                  {"train_s_all", r.all_train_seconds},
+                  {"ms_per_step", r.ms_per_step},
+                  {"images_per_second", r.images_per_second},
+                  {"epoch_s", r.epoch_seconds},
+                  {"speedup_over_cpu", r.speedup_over_cpu},
                   {"accuracy", r.accuracy}});
     } else {
       row["skipped_reason"] = r.skipped_reason;
     }
     rows.push_back(row);
   }
-  nlohmann::json out = {
-      {"date", report.date},
-      {"workload", {{"model", w.model.empty() ? "ann" : w.model}, {"dataset", w.dataset}, {"batch_size", w.batch_size},
-                    {"epochs", w.epochs}, {"optimizer", w.optimizer}, {"lr", w.lr}, {"seed", w.seed},
-                    {"train_limit", w.train_limit}}},
-      {"repeats", report.config.repeats},
-      {"warmup_steps", report.config.warmup_steps},
-      {"rows", rows}};
+  nlohmann::json out = {{"date", report.date},
+                        {"workload",
+                         {{"model", w.model.empty() ? "ann" : w.model},
+                          {"dataset", w.dataset},
+                          {"batch_size", w.batch_size},
+                          {"epochs", w.epochs},
+                          {"optimizer", w.optimizer},
+                          {"lr", w.lr},
+                          {"seed", w.seed},
+                          {"train_limit", w.train_limit}}},
+                        {"repeats", report.config.repeats},
+                        {"warmup_steps", report.config.warmup_steps},
+                        {"rows", rows}};
   if (report.floor)
-    out["compute_floor"] = {{"gflop", report.floor->gflop}, {"sgemm_gflops", report.floor->sgemm_gflops},
+    out["compute_floor"] = {{"gflop", report.floor->gflop},
+                            {"sgemm_gflops", report.floor->sgemm_gflops},
                             {"seconds", report.floor->seconds}};
   return out;
 }
 
 std::string bench_csv(const BenchReport& report) {
   std::ostringstream out;
-  out << "device,device_name,data_path,precision,cuda_graphs,step,ran,ms_per_step,images_per_second,"
+  out << "device,device_name,data_path,precision,cuda_graphs,step,ran,ms_per_step,images_per_"
+         "second,"
          "epoch_s,train_s,speedup_over_cpu,accuracy\n";
   for (const auto& r : report.rows) {
     auto quoted = [](const std::string& s) {
@@ -272,10 +300,11 @@ std::string bench_csv(const BenchReport& report) {
       for (char c : s) q += (c == '"' ? std::string("\"\"") : std::string(1, c));
       return q + "\"";
     };
-    out << r.device << "," << quoted(r.device_name) << "," << quoted(r.data_path) << "," << r.precision
-        << "," << (r.cuda_graphs ? 1 : 0) << "," << quoted(r.step) << ","
-        << (r.ran ? 1 : 0) << "," << r.ms_per_step << "," << r.images_per_second << "," << r.epoch_seconds
-        << "," << r.train_seconds << "," << r.speedup_over_cpu << "," << r.accuracy << "\n";
+    out << r.device << "," << quoted(r.device_name) << "," << quoted(r.data_path) << ","
+        << r.precision << "," << (r.cuda_graphs ? 1 : 0) << "," << quoted(r.step) << ","
+        << (r.ran ? 1 : 0) << "," << r.ms_per_step << "," << r.images_per_second << ","
+        << r.epoch_seconds << "," << r.train_seconds << "," << r.speedup_over_cpu << ","
+        << r.accuracy << "\n";
   }
   return out.str();
 }

@@ -5,9 +5,9 @@
 #include <limits>
 
 #include "common/error.h"
+#include "test_util.h"
 #include "train/cuda_graph_step.h"
 #include "train/trainer.h"
-#include "test_util.h"
 
 namespace spritetorch::train {
 namespace {
@@ -50,7 +50,9 @@ double on_device_vs_host(const std::string& kind, double momentum) {
 
 TEST(StepOnDevice, AdamMatchesTheHostStep) { EXPECT_LT(on_device_vs_host("adam", 0), 1e-5); }
 TEST(StepOnDevice, SgdMatchesTheHostStep) { EXPECT_LT(on_device_vs_host("sgd", 0), 1e-6); }
-TEST(StepOnDevice, SgdMomentumMatchesTheHostStep) { EXPECT_LT(on_device_vs_host("sgd", 0.9), 1e-6); }
+TEST(StepOnDevice, SgdMomentumMatchesTheHostStep) {
+  EXPECT_LT(on_device_vs_host("sgd", 0.9), 1e-6);
+}
 
 TEST(StepOnDevice, FoundInfSkipsTheWholeUpdateIncludingTheStepCount) {
   for (const std::string kind : {"adam", "sgd"}) {
@@ -86,7 +88,7 @@ TEST(FinishStep, UnscalesBeforeClippingSoTheClipSeesTrueGradients) {
   const auto before = opt.values().clone();
   auto true_grad = torch::zeros_like(opt.grads());
   true_grad[0] = 3.0f;
-  true_grad[1] = 4.0f;  // norm 5
+  true_grad[1] = 4.0f;                    // norm 5
   opt.grads().copy_(true_grad * 1024.0);  // what backward of the scaled loss leaves
   finish_step(opt, &scaler, /*clip_grad_norm=*/1.0, /*on_device=*/false);
   const auto moved = before - opt.values();
@@ -117,7 +119,7 @@ TEST(FinishStep, InjectedInfSkipsTheStepAndHalvesTheScaleOnBothPaths) {
   }
 }
 
-// --- the autocast step ----------------------------------------------------------------------------
+// --- the autocast step ---------------------------------------------------------------------------
 
 TEST(AmpStep, Bf16StepLeavesFp32GradientsCloseToTheFp32Step) {
   torch::manual_seed(3);
@@ -229,7 +231,7 @@ TEST(AmpStep, ChannelsLastCnnKeepsItsStridesInTheFlatBufferAndTrainsTheSame) {
     EXPECT_LT((pa[i] - pb[i]).abs().max().item<double>(), 2e-4) << "parameter " << i;
 }
 
-// --- CUDA graphs ----------------------------------------------------------------------------------
+// --- CUDA graphs ---------------------------------------------------------------------------------
 
 TEST(CudaGraphs, RefusedOnTheCpuWithAClearMessage) {
   TrainConfig c;
@@ -287,13 +289,17 @@ void expect_graph_matches_eager(const std::string& precision_name, const std::st
     sb.emplace(cuda);
   }
   auto eager = make_precision_train_step(a, 32, "auto", {plan, sa ? &*sa : nullptr, false, true});
-  auto graphed_inner = make_precision_train_step(b, 32, "auto", {plan, sb ? &*sb : nullptr, false, false});
+  auto graphed_inner =
+      make_precision_train_step(b, 32, "auto", {plan, sb ? &*sb : nullptr, false, false});
   CudaGraphStep graphed(*graphed_inner, ob, sb ? &*sb : nullptr, 0.0, 32, cuda);
   torch::manual_seed(22);
   for (int step = 0; step < 12; ++step) {
-    data::Batch batch{torch::rand({32, 1, 28, 28}, cuda), torch::randint(0, 10, {32}, torch::TensorOptions().device(cuda).dtype(torch::kInt64))};
+    data::Batch batch{
+        torch::rand({32, 1, 28, 28}, cuda),
+        torch::randint(0, 10, {32}, torch::TensorOptions().device(cuda).dtype(torch::kInt64))};
     auto la = torch::zeros({}, cuda), lb = torch::zeros({}, cuda);
-    auto ca = torch::zeros({}, torch::TensorOptions().device(cuda).dtype(torch::kInt64)), cb = ca.clone();
+    auto ca = torch::zeros({}, torch::TensorOptions().device(cuda).dtype(torch::kInt64)),
+         cb = ca.clone();
     if (!eager->overwrites_grads()) oa.zero_grad();
     eager->run(batch, la, ca);
     finish_step(oa, sa ? &*sa : nullptr, 0.0, /*on_device=*/true);

@@ -23,12 +23,15 @@ namespace {
 // Ops that only make views or allocate: they launch nothing.
 bool is_metadata_op(const std::string& name) {
   static const std::set<std::string> names = {
-      "aten::as_strided", "aten::resolve_conj", "aten::resolve_neg", "aten::view",
-      "aten::_reshape_alias", "aten::reshape", "aten::empty", "aten::empty_strided",
-      "aten::empty_like", "aten::resize_", "aten::scalar_tensor", "aten::t", "aten::transpose",
-      "aten::narrow", "aten::slice", "aten::select", "aten::expand", "aten::unsqueeze",
-      "aten::squeeze", "aten::detach", "aten::alias", "aten::lift_fresh", "aten::item",
-      "aten::_local_scalar_dense", "aten::result_type"};
+      "aten::as_strided", "aten::resolve_conj",   "aten::resolve_neg",
+      "aten::view",       "aten::_reshape_alias", "aten::reshape",
+      "aten::empty",      "aten::empty_strided",  "aten::empty_like",
+      "aten::resize_",    "aten::scalar_tensor",  "aten::t",
+      "aten::transpose",  "aten::narrow",         "aten::slice",
+      "aten::select",     "aten::expand",         "aten::unsqueeze",
+      "aten::squeeze",    "aten::detach",         "aten::alias",
+      "aten::lift_fresh", "aten::item",           "aten::_local_scalar_dense",
+      "aten::result_type"};
   return names.count(name) > 0;
 }
 

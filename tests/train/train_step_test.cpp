@@ -8,14 +8,15 @@
 #include "common/blas.h"
 #include "common/compat.h"
 #include "common/error.h"
+#include "test_util.h"
 #include "train/cpu_mlp_step.h"
 #include "train/flat_optimizer.h"
-#include "test_util.h"
 
 namespace spritetorch::train {
 namespace {
 
-using StepMaker = std::function<std::unique_ptr<TrainStep>(const models::Classifier&, int64_t batch)>;
+using StepMaker =
+    std::function<std::unique_ptr<TrainStep>(const models::Classifier&, int64_t batch)>;
 
 // Trains two copies of one model for a few steps, autograd's and the given step's, with batches of
 // the given sizes, and compares losses, correct counts and weights.
@@ -85,7 +86,8 @@ TEST(CpuMlpStep, MatchesAutogradOnTheSeedNetwork) {
 }
 TEST(CpuMlpStep, MatchesAutogradOnSimpleNn) {
   SKIP_WITHOUT_CBLAS();
-  for (int threads : {1, 2, 5}) expect_matches_autograd(kSimpleNn, 32, cpu_step(threads), {32, 17, 3});
+  for (int threads : {1, 2, 5})
+    expect_matches_autograd(kSimpleNn, 32, cpu_step(threads), {32, 17, 3});
 }
 
 TEST(CpuMlpStep, ReportsEachGradientOnceWhenFinal) {
@@ -119,13 +121,16 @@ TEST(CpuMlpStep, RejectsLabelsOutsideTheClasses) {
     step.run({torch::rand({4, 1, 28, 28}), labels}, loss, correct);
     FAIL() << "label 10 of 10 classes accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("label 10 in batch row 2 is outside 0..9"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("label 10 in batch row 2 is outside 0..9"),
+              std::string::npos)
         << e.what();
   }
-  EXPECT_THROW(step.run({torch::rand({5, 1, 28, 28}), torch::zeros({5}, torch::kInt64)}, loss, correct),
-               Error);  // larger than its buffers
-  EXPECT_THROW(step.run({torch::rand({4, 1, 27, 28}), torch::zeros({4}, torch::kInt64)}, loss, correct),
-               Error);  // wrong feature count
+  EXPECT_THROW(
+      step.run({torch::rand({5, 1, 28, 28}), torch::zeros({5}, torch::kInt64)}, loss, correct),
+      Error);  // larger than its buffers
+  EXPECT_THROW(
+      step.run({torch::rand({4, 1, 27, 28}), torch::zeros({4}, torch::kInt64)}, loss, correct),
+      Error);  // wrong feature count
   EXPECT_EQ(loss.item<double>(), 0.0);
 }
 
