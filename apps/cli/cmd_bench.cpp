@@ -147,13 +147,14 @@ Subcommand add_bench_command(CLI::App& app) {
               nlohmann::json peers = nlohmann::json::array();
               // Once per device, against the same workload: the resident fp32 eager row. The
               // fastest resident row of that device (another precision, graphed) is named too.
+              auto resident = [](const train::BenchRow& r) {
+                return r.ran && r.data_path.rfind("resident", 0) == 0;
+              };
               for (const auto& row : report.rows) {
-                const bool resident = row.data_path.rfind("resident", 0) == 0;
-                if (!row.ran || !resident || row.precision != "fp32" || row.cuda_graphs) continue;
+                if (!resident(row) || row.precision != "fp32" || row.cuda_graphs) continue;
                 const train::BenchRow* best = &row;
                 for (const auto& other : report.rows)
-                  if (other.ran && other.device == row.device &&
-                      other.data_path.rfind("resident", 0) == 0 &&
+                  if (resident(other) && other.device == row.device &&
                       other.train_seconds < best->train_seconds)
                     best = &other;
                 std::cerr << "  python peer on " << row.device << " ...\n";

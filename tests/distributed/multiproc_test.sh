@@ -26,12 +26,13 @@ wait_for() {
   if kill -0 "$pid" 2>/dev/null; then rc=running; else wait "$pid"; rc=$?; fi
 }
 # Gloo is the only CPU backend: a LibTorch without its headers (a pip torch) cannot run any of this.
-if "$bin" devices | grep -q "Gloo headers: no"; then
+devices=$("$bin" devices)
+if grep -q "Gloo headers: no" <<<"$devices"; then
   echo "skipped: this build has no Gloo backend (pip torch ships no gloo headers)"
   exit 77
 fi
 cuda_build=no
-"$bin" devices | grep -q "built with CUDA: yes" && cuda_build=yes
+grep -q "built with CUDA: yes" <<<"$devices" && cuda_build=yes
 # --device cpu: on a machine with a GPU, auto would put every rank on cuda:RANK.
 common=(--device cpu --dataset dummy --model simplenn --threads 1 --blas-threads 1 --seed 3)
 
