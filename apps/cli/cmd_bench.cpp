@@ -58,6 +58,24 @@ std::string find_python(const std::string& given) {
               "or pass --python EXE");
 }
 
+// The peer trains the seed workload only (ann on Fashion-MNIST, Adam 1e-3, batch 64, all the
+// data): against any other workload its ratio would compare different work.
+void check_peer_workload(const train::TrainConfig& w) {
+  std::string differs;
+  if (!w.model.empty() && w.model != "ann") differs += " --model " + w.model;
+  if (w.dataset != "fashion-mnist") differs += " --dataset " + w.dataset;
+  if (w.batch_size != 64) differs += " --batch-size " + std::to_string(w.batch_size);
+  if (w.optimizer != "adam") differs += " --optimizer " + w.optimizer;
+  if (w.lr != 1e-3) differs += " --lr (not 0.001)";
+  if (w.train_limit != 0) differs += " --train-limit " + std::to_string(w.train_limit);
+  if (!differs.empty())
+    throw Error(
+        "--vs-python times the seed workload (ann, fashion-mnist, adam lr 0.001, batch 64, "
+        "all the data); this bench differs:" +
+            differs,
+        "drop those options, or run the bench without --vs-python");
+}
+
 }  // namespace
 
 Subcommand add_bench_command(CLI::App& app) {
@@ -123,12 +141,14 @@ Subcommand add_bench_command(CLI::App& app) {
   sub->add_flag("--overwrite", f->overwrite, "Replace existing OUT.json / OUT.csv");
   sub->add_flag(
       "--vs-python", f->vs_python,
-      "Also run the Python peer (bench/python_peer.py) on each device and print the ratio");
+      "Also run the Python peer (bench/python_peer.py) on each device and print the ratio "
+      "(the seed workload only: ann, fashion-mnist, adam lr 0.001, batch 64)");
   sub->add_option("--python", f->python,
                   "Python interpreter for the peer (default: the first with torch)");
   sub->add_option("--python-peer", f->peer, "The peer script (default: bench/python_peer.py)");
 
   return {sub, [f]() {
+            if (f->vs_python) check_peer_workload(f->bench.workload);
             for (const auto& ext : {".json", ".csv"})
               if (!f->overwrite && std::filesystem::exists(f->out + ext))
                 throw Error(f->out + ext + " exists", "pass --overwrite or another --out");

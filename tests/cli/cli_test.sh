@@ -41,6 +41,9 @@ expect 2 "fp16 is not supported on the CPU" -- train --device cpu --precision fp
 expect 2 "needs a CUDA device" -- train --device cpu --cuda-graphs --dataset dummy --model simplenn
 expect 2 "fp32 only" -- train --device cpu --precision bf16 --step fused --dataset dummy --model simplenn
 expect 0 "bf16 autocast" -- train --device cpu --precision bf16 --dataset dummy --model simplenn --epochs 1
+# --vs-python compares the seed workload only: any other workload is refused before anything runs.
+expect 2 "this bench differs: --model cnn --dataset dummy" -- bench --vs-python --model cnn --dataset dummy --out "$tmp/peer"
+expect 2 "this bench differs: --batch-size 32" -- bench --vs-python --batch-size 32 --out "$tmp/peer"
 # The fused CPU step's threads: asked for (old name too), and never on top of explicit BLAS threads.
 # They need the raw-buffer CPU step, i.e. a LibTorch whose BLAS exports CBLAS (Debian's OpenBLAS;
 # a pip torch's bundled MKL does not, and `devices` says so).
