@@ -34,10 +34,12 @@ std::string environment_error(const CLI::ParseError& error, int argc, const char
     const std::string flag = "--" + name;
     const char* value = std::getenv(variable.c_str());
     if (!value || *value == 0) continue;
-    if (message.find(flag + ":") == std::string::npos && message.find(flag + " =") == std::string::npos)
+    if (message.find(flag + ":") == std::string::npos &&
+        message.find(flag + " =") == std::string::npos)
       continue;
     if (message.find(value) == std::string::npos) continue;  // about another value
-    for (int i = 1; i < argc; ++i) {  // the same value given on the command line: not the variable's
+    for (int i = 1; i < argc;
+         ++i) {  // the same value given on the command line: not the variable's
       const std::string arg = argv[i];
       if (arg == value || arg == flag + "=" + value) return std::string();
     }

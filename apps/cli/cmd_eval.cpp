@@ -20,8 +20,10 @@ Subcommand add_eval_command(CLI::App& app) {
   auto f = std::make_shared<Flags>();
   sub->add_option("--checkpoint", f->checkpoint, "Checkpoint written by train --save")->required();
   sub->add_option("--device", f->device, "auto | cpu | cuda | cuda:N | mps")->capture_default_str();
-  sub->add_option("--data", f->data_dir, "Folder with the Fashion-MNIST IDX files")->capture_default_str();
-  sub->add_option("--batch-size", f->batch_size, "Samples per forward pass")->check(kPositive)
+  sub->add_option("--data", f->data_dir, "Folder with the Fashion-MNIST IDX files")
+      ->capture_default_str();
+  sub->add_option("--batch-size", f->batch_size, "Samples per forward pass")
+      ->check(kPositive)
       ->capture_default_str();
   sub->add_option("--limit", f->limit, "Evaluate on the first N test samples only (0: all)")
       ->check(kNonNegative);
@@ -48,8 +50,9 @@ Subcommand add_eval_command(CLI::App& app) {
               std::cout << eval_json(report, test.class_names).dump() << "\n";
             } else {
               std::cout << "Using device: " << device::display_name(device) << "\n"
-                        << "Checkpoint: " << f->checkpoint << " (" << checkpoint.meta.value("model", std::string("?"))
-                        << ", epoch " << checkpoint.meta.value("epoch", int64_t{0}) << ")\n";
+                        << "Checkpoint: " << f->checkpoint << " ("
+                        << checkpoint.meta.value("model", std::string("?")) << ", epoch "
+                        << checkpoint.meta.value("epoch", int64_t{0}) << ")\n";
               print_eval(std::cout, report, test.class_names);
             }
             return 0;

@@ -6,8 +6,8 @@
 #include "commands.h"
 #include "models/classifier.h"
 #include "output.h"
-#include "run_session.h"
 #include "precision/precision.h"
+#include "run_session.h"
 #include "tensorboard_output.h"
 #include "train/flat_optimizer.h"
 #include "train/parallel.h"
@@ -17,163 +17,219 @@ namespace spritetorch::cli {
 
 Subcommand add_train_command(CLI::App& app) {
   auto* sub = app.add_subcommand(
-      "train", "Train a classifier (default: the seeds' Fashion-MNIST MLP, 5 epochs) and evaluate it");
+      "train",
+      "Train a classifier (default: the seeds' Fashion-MNIST MLP, 5 epochs) and evaluate it");
   auto config = std::make_shared<train::TrainConfig>();
   auto json = std::make_shared<bool>(false);
   config->model.clear();  // empty = ann, or the resumed checkpoint's model
-  sub->add_option("--device", config->device, "auto | cpu | cuda | cuda:N | mps (auto: CUDA, else MPS, else CPU)")
+  sub->add_option("--device", config->device,
+                  "auto | cpu | cuda | cuda:N | mps (auto: CUDA, else MPS, else CPU)")
       ->capture_default_str();
-  sub->add_option("--model", config->model, "ann (seed MLP 784-128-64-10) | cnn | simplenn (seed 003, 3-10-2) [default: ann; cnn for sprite datasets]")
+  sub->add_option("--model", config->model,
+                  "ann (seed MLP 784-128-64-10) | cnn | simplenn (seed 003, 3-10-2) [default: ann; "
+                  "cnn for sprite datasets]")
       ->check(CLI::IsMember(models::model_names()));
-  sub->add_option("--dataset", config->dataset, "fashion-mnist | dummy (random learnable data for simplenn) | "
+  sub->add_option("--dataset", config->dataset,
+                  "fashion-mnist | dummy (random learnable data for simplenn) | "
                   "sprites | folder:PATH | sheet:FILE | npy:FILE[,LABELS.npy] (docs/sprites.md)")
       ->check(sprite_dataset_validator())
       ->capture_default_str();
-  sub->add_option("--data", config->data_dir, "Folder with the Fashion-MNIST IDX files (plain or .gz)")
+  sub->add_option("--data", config->data_dir,
+                  "Folder with the Fashion-MNIST IDX files (plain or .gz)")
       ->capture_default_str();
   sub->add_option("--epochs", config->epochs, "Epochs to train (in total, when resuming)")
-      ->check(kNonNegative)->capture_default_str();
+      ->check(kNonNegative)
+      ->capture_default_str();
   sub->add_option("--batch-size", config->batch_size, "Samples per step")
-      ->check(kPositive)->capture_default_str();
+      ->check(kPositive)
+      ->capture_default_str();
   sub->add_option("--lr", config->lr, "Learning rate")->check(kPositive)->capture_default_str();
   sub->add_option("--optimizer", config->optimizer, "adam | sgd")
-      ->check(CLI::IsMember(train::optimizer_names()))->capture_default_str();
-  sub->add_option("--momentum", config->momentum, "SGD momentum")->check(CLI::Range(0.0, 1.0))
+      ->check(CLI::IsMember(train::optimizer_names()))
+      ->capture_default_str();
+  sub->add_option("--momentum", config->momentum, "SGD momentum")
+      ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   sub->add_option("--seed", config->seed, "Seed for weights and data order")->capture_default_str();
-  sub->add_option("--log-every", config->log_every, "Steps between running-loss lines (0: per epoch only)")
-      ->check(kNonNegative)->capture_default_str();
-  sub->add_option("--train-limit", config->train_limit, "Train on the first N samples only (0: all)")
+  sub->add_option("--log-every", config->log_every,
+                  "Steps between running-loss lines (0: per epoch only)")
+      ->check(kNonNegative)
+      ->capture_default_str();
+  sub->add_option("--train-limit", config->train_limit,
+                  "Train on the first N samples only (0: all)")
       ->check(kNonNegative);
-  sub->add_option("--test-limit", config->test_limit, "Evaluate on the first N test samples only (0: all)")
+  sub->add_option("--test-limit", config->test_limit,
+                  "Evaluate on the first N test samples only (0: all)")
       ->check(kNonNegative);
   sub->add_option("--threads", config->threads, "LibTorch intra-op CPU threads (0: default, 1)")
-      ->check(kNonNegative)->capture_default_str();
-  sub->add_option("--blas-threads", config->blas_threads, "OpenBLAS threads (0: default, one per core)")
-      ->check(kNonNegative)->capture_default_str();
-  sub->add_option("--data-on", config->data_path.data_on,
-                  "auto | device (whole dataset resident on the device) | host (streamed by workers)")
-      ->check(CLI::IsMember({"auto", "device", "host"}))->capture_default_str();
-  sub->add_option("--workers", config->data_path.workers, "Streaming: batch-assembling threads (0: in the training thread)")
-      ->check(kNonNegative)->capture_default_str();
-  sub->add_option("--prefetch", config->data_path.prefetch, "Streaming: batches in flight to the device")
-      ->check(kPositive)->capture_default_str();
-  sub->add_option("--pin-memory", config->data_path.pin_memory, "Streaming: pinned host buffers, 1/0 (default: on for CUDA)")
+      ->check(kNonNegative)
+      ->capture_default_str();
+  sub->add_option("--blas-threads", config->blas_threads,
+                  "OpenBLAS threads (0: default, one per core)")
+      ->check(kNonNegative)
+      ->capture_default_str();
+  sub->add_option(
+         "--data-on", config->data_path.data_on,
+         "auto | device (whole dataset resident on the device) | host (streamed by workers)")
+      ->check(CLI::IsMember({"auto", "device", "host"}))
+      ->capture_default_str();
+  sub->add_option("--workers", config->data_path.workers,
+                  "Streaming: batch-assembling threads (0: in the training thread)")
+      ->check(kNonNegative)
+      ->capture_default_str();
+  sub->add_option("--prefetch", config->data_path.prefetch,
+                  "Streaming: batches in flight to the device")
+      ->check(kPositive)
+      ->capture_default_str();
+  sub->add_option("--pin-memory", config->data_path.pin_memory,
+                  "Streaming: pinned host buffers, 1/0 (default: on for CUDA)")
       ->check(CLI::Range(0, 1));
   sub->add_option("--resident-share", config->data_path.resident_share,
                   "auto: resident when the data needs at most this share of free device memory")
-      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   sub->add_option("--augment", config->augment,
                   "On-device batch augmentation: none | flip | shift[:N] | flip,shift[:N]")
       ->capture_default_str();
   sub->add_option("--step", config->step,
                   "auto | autograd | fused (fused: hand-written forward/backward for ReLU MLPs)")
-      ->check(CLI::IsMember({"auto", "autograd", "fused"}))->capture_default_str();
-  sub->add_option("--step-threads,--step-shards", config->step_threads,
-                  "Fused step on the CPU: threads that split each step (0: one per core, or cores / "
-                  "--blas-threads when that is given)")
-      ->check(kNonNegative)->capture_default_str();
+      ->check(CLI::IsMember({"auto", "autograd", "fused"}))
+      ->capture_default_str();
+  sub->add_option(
+         "--step-threads,--step-shards", config->step_threads,
+         "Fused step on the CPU: threads that split each step (0: one per core, or cores / "
+         "--blas-threads when that is given)")
+      ->check(kNonNegative)
+      ->capture_default_str();
   sub->add_flag("--drop-last", config->drop_last, "Drop the last partial batch of each epoch");
-  sub->add_option("--precision", config->precision,
-                  "fp32 | bf16 | fp16 | auto (bf16/fp16: autocast with fp32 weights; fp16 is CUDA "
-                  "only and adds dynamic loss scaling; auto: bf16 where the device has native bf16)")
-      ->check(CLI::IsMember(precision::precision_names()))->capture_default_str();
+  sub->add_option(
+         "--precision", config->precision,
+         "fp32 | bf16 | fp16 | auto (bf16/fp16: autocast with fp32 weights; fp16 is CUDA "
+         "only and adds dynamic loss scaling; auto: bf16 where the device has native bf16)")
+      ->check(CLI::IsMember(precision::precision_names()))
+      ->capture_default_str();
   sub->add_option("--clip-grad-norm", config->clip_grad_norm,
                   "Clip the gradients' L2 norm to this, after loss unscaling (0: off)")
-      ->check(kNonNegative)->capture_default_str();
+      ->check(kNonNegative)
+      ->capture_default_str();
   sub->add_flag("--cuda-graphs", config->cuda_graphs,
                 "CUDA only: capture the whole train step as a CUDA graph after 3 warm-up steps and "
                 "replay it (drops the last partial batch)");
   sub->add_option("--channels-last", config->channels_last,
-                  "CNNs on CUDA: channels_last memory format (true|false)")->capture_default_str();
+                  "CNNs on CUDA: channels_last memory format (true|false)")
+      ->capture_default_str();
   sub->add_option("--cudnn-benchmark", config->cudnn_benchmark,
-                  "CUDA: let cuDNN pick the fastest conv algorithms (true|false)")->capture_default_str();
+                  "CUDA: let cuDNN pick the fastest conv algorithms (true|false)")
+      ->capture_default_str();
   sub->add_option("--save", config->save, "Write a checkpoint here after training");
-  sub->add_option("--resume", config->resume, "Continue from this checkpoint")->check(CLI::ExistingFile);
+  sub->add_option("--resume", config->resume, "Continue from this checkpoint")
+      ->check(CLI::ExistingFile);
   sub->add_option("--checkpoint-every", config->checkpoint_every,
                   "Also checkpoint every N steps, to <save>.step<global step>.pt (0: never)")
-      ->check(kNonNegative)->capture_default_str();
-  sub->add_option("--keep-last", config->keep_last, "Keep only the newest K periodic checkpoints (0: all)")
-      ->check(kNonNegative)->capture_default_str();
+      ->check(kNonNegative)
+      ->capture_default_str();
+  sub->add_option("--keep-last", config->keep_last,
+                  "Keep only the newest K periodic checkpoints (0: all)")
+      ->check(kNonNegative)
+      ->capture_default_str();
   sub->add_flag("--overwrite", config->overwrite, "Let --save replace an existing file");
-  sub->add_option("--task", config->task, "classify | generate (sprite diffusion model; docs/sprites.md)")
-      ->check(CLI::IsMember({"classify", "generate"}))->capture_default_str();
+  sub->add_option("--task", config->task,
+                  "classify | generate (sprite diffusion model; docs/sprites.md)")
+      ->check(CLI::IsMember({"classify", "generate"}))
+      ->capture_default_str();
   add_sprite_data_options(sub, *config, /*training=*/true);
-  sub->add_option("--strategy", config->strategy,
-                  "auto | single | dp | ddp (auto: ddp when started by launch/torchrun, else single; "
-                  "dp needs a CUDA build)")
-      ->check(CLI::IsMember(train::strategy_names()))->capture_default_str();
-  sub->add_option("--dist-backend", config->dist_backend, "auto | gloo | nccl (auto: nccl on CUDA, else gloo)")
-      ->check(CLI::IsMember({"auto", "gloo", "nccl"}))->capture_default_str();
-  sub->add_option("--dist-timeout", config->dist_timeout_s,
-                  "Seconds a rank waits for the others (rendezvous, each collective) before failing")
-      ->check(kPositive)->capture_default_str();
+  sub->add_option(
+         "--strategy", config->strategy,
+         "auto | single | dp | ddp (auto: ddp when started by launch/torchrun, else single; "
+         "dp needs a CUDA build)")
+      ->check(CLI::IsMember(train::strategy_names()))
+      ->capture_default_str();
+  sub->add_option("--dist-backend", config->dist_backend,
+                  "auto | gloo | nccl (auto: nccl on CUDA, else gloo)")
+      ->check(CLI::IsMember({"auto", "gloo", "nccl"}))
+      ->capture_default_str();
+  sub->add_option(
+         "--dist-timeout", config->dist_timeout_s,
+         "Seconds a rank waits for the others (rendezvous, each collective) before failing")
+      ->check(kPositive)
+      ->capture_default_str();
   sub->add_option("--bucket-mb", config->bucket_mb, "Gradient all-reduce bucket size in MB (ddp)")
-      ->check(kPositive)->capture_default_str();
-  sub->add_option("--dist-shard", config->dist_shard,
-                  "ddp: auto | global (each epoch's order re-sharded over the ranks: the batches of "
-                  "a single process) | local (a fixed 1/R share per rank, all a rank keeps; auto: "
-                  "local on CUDA, else global)")
-      ->check(CLI::IsMember({"auto", "global", "local"}))->capture_default_str();
-  sub->add_flag_callback("--no-overlap", [config] { config->overlap = false; },
-                         "ddp: all-reduce the gradients after backward instead of overlapping it");
+      ->check(kPositive)
+      ->capture_default_str();
+  sub->add_option(
+         "--dist-shard", config->dist_shard,
+         "ddp: auto | global (each epoch's order re-sharded over the ranks: the batches of "
+         "a single process) | local (a fixed 1/R share per rank, all a rank keeps; auto: "
+         "local on CUDA, else global)")
+      ->check(CLI::IsMember({"auto", "global", "local"}))
+      ->capture_default_str();
+  sub->add_flag_callback(
+      "--no-overlap", [config] { config->overlap = false; },
+      "ddp: all-reduce the gradients after backward instead of overlapping it");
   sub->add_flag("--json", *json, "Print a JSON summary on stdout (progress goes to stderr)");
   auto run_flags = add_run_options(sub, *config);
   auto tensorboard = std::make_shared<bool>(false);
-  sub->add_flag("--tensorboard", *tensorboard,
-                "Also write TensorBoard event files (running and epoch loss, accuracy, test "
-                "results, a sheet of training samples) into the run folder: tensorboard --logdir runs");
+  sub->add_flag(
+      "--tensorboard", *tensorboard,
+      "Also write TensorBoard event files (running and epoch loss, accuracy, test "
+      "results, a sheet of training samples) into the run folder: tensorboard --logdir runs");
 
-  return {sub, [sub, config, json, run_flags, tensorboard]() {
-            RunSession session(*run_flags, *config, *sub, *json);
-            std::ostream& human = session.human();
-            std::unique_ptr<report::EventWriter> events;
-            std::unique_ptr<report::TensorBoardObserver> tensorboard_observer;
-            if (*tensorboard && (events = open_tensorboard(session.folder(), run_flags->runs_root))) {
-              if (!session.quiet()) human << "TensorBoard events: " << events->path() << "\n";
-              log_training_samples(*events, *config);
-              tensorboard_observer = std::make_unique<report::TensorBoardObserver>(*events);
-              session.add_observer(tensorboard_observer.get());
-            }
-            if (config->task == "generate") return run_generator_training(*config, session, *json);
-            const train::TrainReport report = train::train(*config, &session.observer());
-            if (!report.main_rank) return 0;  // ddp: rank 0 reports
-            if (events) {
-              const int64_t last_epoch = report.start_epoch + static_cast<int64_t>(report.epochs.size());
-              events->add_scalar("test/accuracy", report.test.accuracy, last_epoch);
-              events->add_scalar("test/loss", report.test.loss, last_epoch);
-              events->flush();
-            }
+  return {
+      sub, [sub, config, json, run_flags, tensorboard]() {
+        RunSession session(*run_flags, *config, *sub, *json);
+        std::ostream& human = session.human();
+        std::unique_ptr<report::EventWriter> events;
+        std::unique_ptr<report::TensorBoardObserver> tensorboard_observer;
+        if (*tensorboard && (events = open_tensorboard(session.folder(), run_flags->runs_root))) {
+          if (!session.quiet()) human << "TensorBoard events: " << events->path() << "\n";
+          log_training_samples(*events, *config);
+          tensorboard_observer = std::make_unique<report::TensorBoardObserver>(*events);
+          session.add_observer(tensorboard_observer.get());
+        }
+        if (config->task == "generate") return run_generator_training(*config, session, *json);
+        const train::TrainReport report = train::train(*config, &session.observer());
+        if (!report.main_rank) return 0;  // ddp: rank 0 reports
+        if (events) {
+          const int64_t last_epoch =
+              report.start_epoch + static_cast<int64_t>(report.epochs.size());
+          events->add_scalar("test/accuracy", report.test.accuracy, last_epoch);
+          events->add_scalar("test/loss", report.test.loss, last_epoch);
+          events->flush();
+        }
 
-            human << std::fixed << std::setprecision(2) << "Train time: " << report.train_seconds
-                  << " s\n" << std::setprecision(4) << "Test Accuracy: " << report.test.accuracy
-                  << std::defaultfloat << "\n";
-            if (!config->save.empty()) human << "Saved checkpoint: " << config->save << "\n";
-            session.finish(report, config->save);  // pictures and summary.json, after the figures
-            if (*json) {
-              nlohmann::json epochs = nlohmann::json::array();
-              for (const auto& e : report.epochs) {
-                epochs.push_back({{"epoch", e.epoch}, {"loss", e.loss}, {"accuracy", e.accuracy},
-                                  {"seconds", e.seconds}, {"images_per_second", e.images_per_second}});
-                if (e.has_test) {
-                  epochs.back()["test_loss"] = e.test_loss;
-                  epochs.back()["test_accuracy"] = e.test_accuracy;
-                }
-              }
-              nlohmann::json settings = nlohmann::json::object();
-              for (const auto& [k, v] : report.settings) settings[k] = v;
-              std::cout << nlohmann::json{{"device", report.device},
-                                          {"run_dir", session.folder()},
-                                          {"settings", settings},
-                                          {"epochs", epochs},
-                                          {"train_s", report.train_seconds},
-                                          {"test", eval_json(report.test, report.class_names)},
-                                          {"accuracy", report.test.accuracy}}
-                               .dump()
-                        << "\n";
+        human << std::fixed << std::setprecision(2) << "Train time: " << report.train_seconds
+              << " s\n"
+              << std::setprecision(4) << "Test Accuracy: " << report.test.accuracy
+              << std::defaultfloat << "\n";
+        if (!config->save.empty()) human << "Saved checkpoint: " << config->save << "\n";
+        session.finish(report, config->save);  // pictures and summary.json, after the figures
+        if (*json) {
+          nlohmann::json epochs = nlohmann::json::array();
+          for (const auto& e : report.epochs) {
+            epochs.push_back({{"epoch", e.epoch},
+                              {"loss", e.loss},
+                              {"accuracy", e.accuracy},
+                              {"seconds", e.seconds},
+                              {"images_per_second", e.images_per_second}});
+            if (e.has_test) {
+              epochs.back()["test_loss"] = e.test_loss;
+              epochs.back()["test_accuracy"] = e.test_accuracy;
             }
-            return 0;
-          }};
+          }
+          nlohmann::json settings = nlohmann::json::object();
+          for (const auto& [k, v] : report.settings) settings[k] = v;
+          std::cout << nlohmann::json{{"device", report.device},
+                                      {"run_dir", session.folder()},
+                                      {"settings", settings},
+                                      {"epochs", epochs},
+                                      {"train_s", report.train_seconds},
+                                      {"test", eval_json(report.test, report.class_names)},
+                                      {"accuracy", report.test.accuracy}}
+                           .dump()
+                    << "\n";
+        }
+        return 0;
+      }};
 }
 
 }  // namespace spritetorch::cli

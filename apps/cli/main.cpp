@@ -13,23 +13,18 @@
 #include "train/interrupt.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"spritetorch: train, evaluate and run small image models (Fashion-MNIST, pixel-art "
-               "sprites) on CUDA, MPS or the CPU"};
+  CLI::App app{
+      "spritetorch: train, evaluate and run small image models (Fashion-MNIST, pixel-art "
+      "sprites) on CUDA, MPS or the CPU"};
   app.set_version_flag("--version", std::string("spritetorch ") + SPRITETORCH_VERSION);
   app.require_subcommand(1, 1);
   const std::vector<spritetorch::cli::Subcommand> commands = {
-      spritetorch::cli::add_devices_command(app),
-      spritetorch::cli::add_train_command(app),
-      spritetorch::cli::add_eval_command(app),
-      spritetorch::cli::add_bench_command(app),
-      spritetorch::cli::add_classify_command(app),
-      spritetorch::cli::add_generate_command(app),
-      spritetorch::cli::add_data_command(app),
-      spritetorch::cli::add_launch_command(app),
-      spritetorch::cli::add_export_command(app),
-      spritetorch::cli::add_import_command(app),
-      spritetorch::cli::add_completion_command(app),
-      spritetorch::cli::add_runs_command(app),
+      spritetorch::cli::add_devices_command(app),    spritetorch::cli::add_train_command(app),
+      spritetorch::cli::add_eval_command(app),       spritetorch::cli::add_bench_command(app),
+      spritetorch::cli::add_classify_command(app),   spritetorch::cli::add_generate_command(app),
+      spritetorch::cli::add_data_command(app),       spritetorch::cli::add_launch_command(app),
+      spritetorch::cli::add_export_command(app),     spritetorch::cli::add_import_command(app),
+      spritetorch::cli::add_completion_command(app), spritetorch::cli::add_runs_command(app),
   };
   for (const auto& command : commands) {
     spritetorch::cli::add_environment_mirrors(command.app);
@@ -55,9 +50,11 @@ int main(int argc, char** argv) {
     }
     return 2;
   } catch (const spritetorch::train::Interrupted& e) {
-    std::cerr << "\n" << e.what() << "; checkpoint saved: " << e.checkpoint() << "\n"
-              << "resume with: " << spritetorch::cli::resume_command(argc, argv, e.checkpoint()) << "\n";
-    return e.exit_code();  // 130 for SIGINT, 143 for SIGTERM
+    std::cerr << "\n"
+              << e.what() << "; checkpoint saved: " << e.checkpoint() << "\n"
+              << "resume with: " << spritetorch::cli::resume_command(argc, argv, e.checkpoint())
+              << "\n";
+    return e.exit_code();                     // 130 for SIGINT, 143 for SIGTERM
   } catch (const c10::OutOfMemoryError& e) {  // outside the training loop (which saves its state)
     std::cerr << "error: out of device memory: " << e.what_without_backtrace() << "\n"
               << "hint: try a smaller --batch-size, bf16 precision, or streaming the data instead "

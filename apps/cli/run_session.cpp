@@ -45,26 +45,33 @@ std::shared_ptr<RunFlags> add_run_options(CLI::App* sub, train::TrainConfig& con
       ->group(group)
       ->configurable(false);  // a replayed config must not aim a second run at the same folder
   sub->add_option("--runs-root", flags->runs_root, "Where fresh run folders go")
-      ->envname("SPRITETORCH_RUNS_ROOT")->capture_default_str()->group(group);
+      ->envname("SPRITETORCH_RUNS_ROOT")
+      ->capture_default_str()
+      ->group(group);
   sub->add_flag("--no-run-dir", flags->no_run_dir,
                 "Keep no run folder (scripted runs; --save still writes its checkpoint)")
       ->group(group);
   sub->add_flag("--quiet,-q", flags->quiet, "Print only the results and errors")->group(group);
-  sub->add_flag("--verbose", flags->verbose,
-                "Also print the running loss every --log-every steps on a terminal, and more detail")
+  sub->add_flag(
+         "--verbose", flags->verbose,
+         "Also print the running loss every --log-every steps on a terminal, and more detail")
       ->group(group);
   sub->add_option("--eval-every", config.eval_every,
                   "Evaluate the test set every N epochs for the test curves, outside the timed "
                   "training (0: after the last epoch only)")
-      ->check(kNonNegative)->capture_default_str()->group(group);
+      ->check(kNonNegative)
+      ->capture_default_str()
+      ->group(group);
   sub->add_option("--sample-every", config.sample_every,
                   "--task generate: a sample sheet samples/epoch-NNN.png every N epochs in the run "
                   "folder (0: none) [default: 1 with a run folder]")
-      ->check(kNonNegative)->group(group);
+      ->check(kNonNegative)
+      ->group(group);
   return flags;
 }
 
-RunSession::RunSession(const RunFlags& flags, train::TrainConfig& config, const CLI::App& sub, bool json)
+RunSession::RunSession(const RunFlags& flags, train::TrainConfig& config, const CLI::App& sub,
+                       bool json)
     : human_(json ? std::cerr : std::cout), quiet_(flags.quiet) {
   if (flags.quiet && flags.verbose) throw Error("--quiet and --verbose contradict each other");
   runs::ProgressOptions options;
@@ -75,21 +82,26 @@ RunSession::RunSession(const RunFlags& flags, train::TrainConfig& config, const 
   printer_ = std::make_unique<runs::ProgressPrinter>(human_, options);
 
   const bool keep = !flags.no_run_dir && main_rank();
-  if (flags.no_run_dir && !flags.run_dir.empty()) throw Error("--run-dir and --no-run-dir contradict each other");
+  if (flags.no_run_dir && !flags.run_dir.empty())
+    throw Error("--run-dir and --no-run-dir contradict each other");
   if (keep) {
-    const std::string config_toml = sub.config_to_str(/*default_also=*/true, /*write_description=*/true);
+    const std::string config_toml =
+        sub.config_to_str(/*default_also=*/true, /*write_description=*/true);
     std::string folder;
     if (!flags.run_dir.empty()) {
       made_folder_ = runs::claim_run_folder(flags.run_dir);
       folder = flags.run_dir;
     } else {
-      folder = runs::create_run_folder(flags.runs_root, config.task, model_for_name(config), std::time(nullptr));
+      folder = runs::create_run_folder(flags.runs_root, config.task, model_for_name(config),
+                                       std::time(nullptr));
       made_folder_ = true;
     }
-    if (config.save.empty()) config.save = (std::filesystem::path(folder) / "checkpoint.pt").string();
+    if (config.save.empty())
+      config.save = (std::filesystem::path(folder) / "checkpoint.pt").string();
     if (config.task == "generate" && sub.count("--sample-every") == 0) config.sample_every = 1;
     recorder_ = std::make_unique<runs::RunRecorder>(
-        folder, runs::RunIdentity{config.task, model_for_name(config), config.dataset}, config_toml);
+        folder, runs::RunIdentity{config.task, model_for_name(config), config.dataset},
+        config_toml);
     if (!quiet_) human_ << "Run folder: " << folder << "\n";
   }
   observers_ = std::make_unique<runs::ObserverList>(
@@ -118,7 +130,8 @@ void RunSession::finish(const train::TrainReport& report_in, const std::string& 
   report(recorder_->finish(report_in, checkpoint));
 }
 
-void RunSession::finish(const diffusion::GeneratorTrainReport& report_in, const std::string& checkpoint) {
+void RunSession::finish(const diffusion::GeneratorTrainReport& report_in,
+                        const std::string& checkpoint) {
   if (!recorder_) return;
   report(recorder_->finish(report_in, checkpoint));
 }

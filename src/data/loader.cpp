@@ -43,18 +43,19 @@ int64_t ResidentLoader::samples_per_epoch() const {
 
 void ResidentLoader::start_epoch(int64_t epoch) {
   cursor_ = 0;
-  order_ = options_.shuffle
-               ? epoch_order(inputs_.size(0), options_.seed, epoch, true).to(device_)
-               : torch::Tensor();
+  order_ = options_.shuffle ? epoch_order(inputs_.size(0), options_.seed, epoch, true).to(device_)
+                            : torch::Tensor();
   if (options_.shard_count > 1) {
-    const auto full = order_.defined() ? order_ : torch::arange(inputs_.size(0), torch::kInt64).to(device_);
+    const auto full =
+        order_.defined() ? order_ : torch::arange(inputs_.size(0), torch::kInt64).to(device_);
     order_ = shard_order(full, options_.shard_rank, options_.shard_count, options_.drop_last);
   }
   if (order_.defined()) order_ = order_.contiguous();  // read through data_ptr on the CPU
   prefetch_rows(0);
 }
 
-torch::Tensor ResidentLoader::gather_cpu_uint8(const torch::Tensor& index, int64_t start, int64_t b) {
+torch::Tensor ResidentLoader::gather_cpu_uint8(const torch::Tensor& index, int64_t start,
+                                               int64_t b) {
   auto shape = inputs_.sizes().vec();
   shape[0] = b;
   auto batch = torch::empty(shape, torch::kFloat32);
@@ -91,7 +92,8 @@ bool ResidentLoader::next(Batch& batch) {
   if (inputs_.is_cpu() && inputs_.scalar_type() == torch::kUInt8) {
     // The CPU's uint8 images: gathered and converted in one pass (no uint8 intermediate), and the
     // next batch's rows prefetched while the step computes. Same values as the general path below.
-    const auto index = order_.defined() ? order_.narrow(0, cursor_, b).contiguous() : torch::Tensor();
+    const auto index =
+        order_.defined() ? order_.narrow(0, cursor_, b).contiguous() : torch::Tensor();
     batch.inputs = gather_cpu_uint8(index, cursor_, b);
     batch.labels = index.defined() ? labels_.index_select(0, index) : labels_.narrow(0, cursor_, b);
     prefetch_rows(cursor_ + b);

@@ -63,9 +63,9 @@ class ResidentLoader : public Loader {
   // rows `index` (b int64), or [start, start + b) when index is undefined, as float32 / 255.
   torch::Tensor gather_cpu_uint8(const torch::Tensor& index, int64_t start, int64_t b);
   void prefetch_rows(int64_t from) const;  // CPU: start fetching the rows of the batch at `from`
-  torch::Tensor inputs_;  // the dataset's inputs, on device_
-  torch::Tensor labels_;  // (N) int64, on device_
-  torch::Tensor order_;   // (N) int64, on device_; undefined when not shuffling
+  torch::Tensor inputs_;                   // the dataset's inputs, on device_
+  torch::Tensor labels_;                   // (N) int64, on device_
+  torch::Tensor order_;                    // (N) int64, on device_; undefined when not shuffling
   torch::Device device_;
   LoaderOptions options_;
   int64_t cursor_ = 0;

@@ -14,10 +14,10 @@
 namespace spritetorch::train {
 
 struct BenchConfig {
-  TrainConfig workload;                 // model, dataset, batch, epochs, lr, seed...
-  std::vector<std::string> devices;     // empty = every device this machine has
+  TrainConfig workload;                  // model, dataset, batch, epochs, lr, seed...
+  std::vector<std::string> devices;      // empty = every device this machine has
   std::vector<int> workers = {0, 2, 4};  // streaming rows
-  bool streaming = true;                // include streaming rows at all
+  bool streaming = true;                 // include streaming rows at all
   // Resident rows, one per precision (fp32 | bf16 | fp16 | auto); streaming rows use the first.
   std::vector<std::string> precisions = {"fp32"};
   bool cuda_graphs = false;  // also each resident row with the step replayed as a CUDA graph
@@ -31,7 +31,7 @@ struct BenchRow {
   bool cuda_graphs = false;
   bool ran = false;
   std::string skipped_reason;  // when !ran
-  double train_seconds = 0;     // median over repeats, all epochs
+  double train_seconds = 0;    // median over repeats, all epochs
   double ms_per_step = 0, images_per_second = 0, epoch_seconds = 0;
   double speedup_over_cpu = 0;  // vs the first cpu row
   double accuracy = 0;          // test accuracy after the last repeat
@@ -39,9 +39,9 @@ struct BenchRow {
 };
 
 struct ComputeFloor {
-  double gflop = 0;                 // forward + weight grads + hidden input grads, all epochs
-  double sgemm_gflops = 0;          // measured rate of a 2048^3 sgemm on this CPU
-  double seconds = 0;               // gflop / rate
+  double gflop = 0;         // forward + weight grads + hidden input grads, all epochs
+  double sgemm_gflops = 0;  // measured rate of a 2048^3 sgemm on this CPU
+  double seconds = 0;       // gflop / rate
 };
 
 struct BenchReport {

@@ -101,7 +101,8 @@ TEST(ResidentLoader, HeldBatchesStayIntactAndEqualTheGeneralConversion) {
       copies.push_back(b.inputs.clone());
     }
     ASSERT_EQ(held.size(), 7u);  // 6 x 8 + 2
-    for (size_t i = 0; i < held.size(); ++i) EXPECT_TRUE(torch::equal(held[i].inputs, copies[i])) << i;
+    for (size_t i = 0; i < held.size(); ++i)
+      EXPECT_TRUE(torch::equal(held[i].inputs, copies[i])) << i;
   }
 }
 

@@ -44,7 +44,8 @@ TEST(Benchmark, EveryRowRunsTheSameWorkAndReportsItsShape) {
 
   const auto json = bench_json(report);
   EXPECT_EQ(json.at("rows").size(), 3u);
-  for (const char* key : {"device", "data_path", "ms_per_step", "images_per_second", "epoch_s", "speedup_over_cpu", "accuracy"})
+  for (const char* key : {"device", "data_path", "ms_per_step", "images_per_second", "epoch_s",
+                          "speedup_over_cpu", "accuracy"})
     EXPECT_TRUE(json.at("rows")[0].contains(key)) << key;
   EXPECT_EQ(json.at("workload").at("epochs"), 2);
   EXPECT_TRUE(json.contains("compute_floor"));
@@ -76,8 +77,10 @@ TEST(Benchmark, PrecisionAndGraphRowsAreListedAndExplainedWhereTheyCannotRun) {
     EXPECT_FALSE(report.rows[i].ran) << report.rows[i].data_path;
     EXPECT_FALSE(report.rows[i].skipped_reason.empty());
   }
-  EXPECT_NE(report.rows[1].skipped_reason.find("CUDA"), std::string::npos) << report.rows[1].skipped_reason;
-  EXPECT_NE(report.rows[2].skipped_reason.find("fp16"), std::string::npos) << report.rows[2].skipped_reason;
+  EXPECT_NE(report.rows[1].skipped_reason.find("CUDA"), std::string::npos)
+      << report.rows[1].skipped_reason;
+  EXPECT_NE(report.rows[2].skipped_reason.find("fp16"), std::string::npos)
+      << report.rows[2].skipped_reason;
   const auto json = bench_json(report);
   EXPECT_EQ(json.at("rows")[1].at("cuda_graphs"), true);
   EXPECT_EQ(json.at("rows")[2].at("precision"), "fp16");
