@@ -50,10 +50,13 @@ int main(int argc, char** argv) {
     }
     return 2;
   } catch (const spritetorch::train::Interrupted& e) {
-    std::cerr << "\n"
-              << e.what() << "; checkpoint saved: " << e.checkpoint() << "\n"
-              << "resume with: " << spritetorch::cli::resume_command(argc, argv, e.checkpoint())
-              << "\n";
+    // Rank 0 speaks for a ddp run (the others stop at the same step). One write: ranks of a
+    // launch share stderr, and piecewise writes of two processes interleave mid-line.
+    if (e.main_rank())
+      std::cerr << ("\n" + std::string(e.what()) + "; checkpoint saved: " + e.checkpoint() +
+                    "\nresume with: " + spritetorch::cli::resume_command(argc, argv, e.checkpoint()) +
+                    "\n")
+                << std::flush;
     return e.exit_code();                     // 130 for SIGINT, 143 for SIGTERM
   } catch (const c10::OutOfMemoryError& e) {  // outside the training loop (which saves its state)
     std::cerr << "error: out of device memory: " << e.what_without_backtrace() << "\n"

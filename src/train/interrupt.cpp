@@ -45,13 +45,14 @@ void request_interrupt(int signal) {
   g_signal.compare_exchange_strong(expected, signal);
 }
 
-Interrupted::Interrupted(int signal, std::string checkpoint, int64_t epoch, int64_t step)
+Interrupted::Interrupted(int signal, std::string checkpoint, int64_t epoch, int64_t step, bool main_rank)
     : std::runtime_error("interrupted by " + signal_name(signal) + " at epoch " +
                          std::to_string(epoch) + ", step " + std::to_string(step)),
       signal_(signal),
       checkpoint_(std::move(checkpoint)),
       epoch_(epoch),
-      step_(step) {}
+      step_(step),
+      main_rank_(main_rank) {}
 
 std::string signal_name(int signal) {
   if (signal == SIGINT) return "SIGINT";

@@ -29,9 +29,12 @@ void request_interrupt(int signal);
 // Thrown by train() after the checkpoint of an interrupted run is on disk.
 class Interrupted : public std::runtime_error {
  public:
-  Interrupted(int signal, std::string checkpoint, int64_t epoch, int64_t step);
+  // main_rank: this process wrote the checkpoint (false on ddp ranks other than 0, which stop at
+  // the same step and leave the reporting to rank 0).
+  Interrupted(int signal, std::string checkpoint, int64_t epoch, int64_t step, bool main_rank = true);
   int signal() const { return signal_; }
   const std::string& checkpoint() const { return checkpoint_; }  // written atomically
+  bool main_rank() const { return main_rank_; }
   int64_t epoch() const { return epoch_; }                       // 1-based epoch in progress
   int64_t step() const { return step_; }                         // steps done within it
   int exit_code() const { return 128 + signal_; }
@@ -40,6 +43,7 @@ class Interrupted : public std::runtime_error {
   int signal_;
   std::string checkpoint_;
   int64_t epoch_, step_;
+  bool main_rank_;
 };
 
 // "SIGINT", "SIGTERM", or "signal N".

@@ -386,7 +386,7 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
       if (signal || (config.checkpoint_every > 0 && (epoch * steps + step) % config.checkpoint_every == 0)) {
         const std::string path = save_run_checkpoint(
             {epoch, step, samples, interval_samples, loss_sum, correct, interval_loss, {}, {}});
-        if (signal) throw Interrupted(signal, path, epoch + 1, step);
+        if (signal) throw Interrupted(signal, path, epoch + 1, step, parallel.is_main());
       }
     }
     loss_sum += interval_loss;

@@ -117,6 +117,7 @@ alive=""; for c in $children; do kill -0 "$c" 2>/dev/null && alive="$alive $c"; 
 if [ "$rc" = 143 ] && [ -n "$ckpt" ] && [ -f "$ckpt" ] && [ -z "$alive" ] && grep -q "resume with: " "$tmp/s.log" &&
    python3 -c "import sys; sys.exit(0 if $took < 15 else 1)"; then pass; else
   fail "SIGTERM to launch: exit $rc after ${took}s, checkpoint '$ckpt', ranks alive:$alive, log: $(tail -5 "$tmp/s.log")"; fi
+[ "$(grep -c "checkpoint saved" "$tmp/s.log")" = 1 ] && pass || fail "only rank 0 should report the interrupt: $(cat "$tmp/s.log")"
 if [ -n "$ckpt" ] && [ -f "$ckpt" ]; then
   "$bin" eval --checkpoint "$ckpt" >/dev/null 2>&1 && pass || fail "interrupt checkpoint $ckpt does not evaluate"
 fi
