@@ -54,8 +54,8 @@ int main(int argc, char** argv) {
     // launch share stderr, and piecewise writes of two processes interleave mid-line.
     if (e.main_rank())
       std::cerr << ("\n" + std::string(e.what()) + "; checkpoint saved: " + e.checkpoint() +
-                    "\nresume with: " + spritetorch::cli::resume_command(argc, argv, e.checkpoint()) +
-                    "\n")
+                    "\nresume with: " +
+                    spritetorch::cli::resume_command(argc, argv, e.checkpoint()) + "\n")
                 << std::flush;
     return e.exit_code();                     // 130 for SIGINT, 143 for SIGTERM
   } catch (const c10::OutOfMemoryError& e) {  // outside the training loop (which saves its state)

@@ -45,7 +45,8 @@ void request_interrupt(int signal) {
   g_signal.compare_exchange_strong(expected, signal);
 }
 
-Interrupted::Interrupted(int signal, std::string checkpoint, int64_t epoch, int64_t step, bool main_rank)
+Interrupted::Interrupted(int signal, std::string checkpoint, int64_t epoch, int64_t step,
+                         bool main_rank)
     : std::runtime_error("interrupted by " + signal_name(signal) + " at epoch " +
                          std::to_string(epoch) + ", step " + std::to_string(step)),
       signal_(signal),

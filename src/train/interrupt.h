@@ -1,7 +1,7 @@
 // SIGINT / SIGTERM during training: finish the current step, checkpoint, stop.
 //
-// While an InterruptGuard lives, the first SIGINT or SIGTERM only sets a flag that the training loop
-// reads after each step (an atomic load: no device sync). A second signal restores the default
+// While an InterruptGuard lives, the first SIGINT or SIGTERM only sets a flag that the training
+// loop reads after each step (an atomic load: no device sync). A second signal restores the default
 // action and re-raises it, so a stuck run can still be killed with a second Ctrl-C.
 // The loop then saves a checkpoint and throws Interrupted; the CLI turns it into exit 128 + signal
 // (130 for SIGINT, 143 for SIGTERM) and prints the command that resumes the run.
@@ -31,12 +31,13 @@ class Interrupted : public std::runtime_error {
  public:
   // main_rank: this process wrote the checkpoint (false on ddp ranks other than 0, which stop at
   // the same step and leave the reporting to rank 0).
-  Interrupted(int signal, std::string checkpoint, int64_t epoch, int64_t step, bool main_rank = true);
+  Interrupted(int signal, std::string checkpoint, int64_t epoch, int64_t step,
+              bool main_rank = true);
   int signal() const { return signal_; }
   const std::string& checkpoint() const { return checkpoint_; }  // written atomically
   bool main_rank() const { return main_rank_; }
-  int64_t epoch() const { return epoch_; }                       // 1-based epoch in progress
-  int64_t step() const { return step_; }                         // steps done within it
+  int64_t epoch() const { return epoch_; }  // 1-based epoch in progress
+  int64_t step() const { return step_; }    // steps done within it
   int exit_code() const { return 128 + signal_; }
 
  private:
