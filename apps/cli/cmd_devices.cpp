@@ -6,6 +6,7 @@
 #include "commands.h"
 #include "common/compat.h"
 #include "common/cpu_threads.h"
+#include "common/small_gemm.h"
 #include "device/device.h"
 
 #if __has_include(<torch/csrc/distributed/c10d/ProcessGroup.hpp>)
@@ -26,15 +27,17 @@ namespace {
 std::string gib(int64_t bytes) {
   if (bytes < 0) return "?";
   std::ostringstream s;
-  s << std::fixed << std::setprecision(1) << static_cast<double>(bytes) / (1024.0 * 1024 * 1024) << " GiB";
+  s << std::fixed << std::setprecision(1) << static_cast<double>(bytes) / (1024.0 * 1024 * 1024)
+    << " GiB";
   return s.str();
 }
 
 }  // namespace
 
 Subcommand add_devices_command(CLI::App& app) {
-  auto* sub = app.add_subcommand("devices", "List every device with its memory and capabilities, "
-                                            "and the one --device auto picks");
+  auto* sub = app.add_subcommand("devices",
+                                 "List every device with its memory and capabilities, "
+                                 "and the one --device auto picks");
   auto json = std::make_shared<bool>(false);
   sub->add_flag("--json", *json, "Print one JSON object instead of the table");
   return {sub, [json]() {
@@ -44,11 +47,15 @@ Subcommand add_devices_command(CLI::App& app) {
             if (*json) {
               nlohmann::json list = nlohmann::json::array();
               for (const auto& d : devices)
-                list.push_back({{"device", d.device.str()}, {"name", d.name},
-                                {"total_memory", d.total_memory}, {"free_memory", d.free_memory},
+                list.push_back({{"device", d.device.str()},
+                                {"name", d.name},
+                                {"total_memory", d.total_memory},
+                                {"free_memory", d.free_memory},
                                 {"compute_capability", d.compute_capability},
-                                {"bf16", d.bf16}, {"fp16", d.fp16}});
-              std::cout << nlohmann::json{{"devices", list}, {"auto", picked.str()},
+                                {"bf16", d.bf16},
+                                {"fp16", d.fp16}});
+              std::cout << nlohmann::json{{"devices", list},
+                                          {"auto", picked.str()},
                                           {"libtorch", compat::torch_version()},
                                           {"cuda_built", SPRITETORCH_WITH_CUDA != 0},
                                           {"mps_available", compat::mps_available()},
@@ -62,20 +69,25 @@ Subcommand add_devices_command(CLI::App& app) {
               return 0;
             }
             std::cout << std::left << std::setw(8) << "device" << std::setw(44) << "name"
-                      << std::setw(12) << "total" << std::setw(12) << "free" << std::setw(6)
-                      << "cc" << std::setw(6) << "bf16" << "fp16\n";
+                      << std::setw(12) << "total" << std::setw(12) << "free" << std::setw(6) << "cc"
+                      << std::setw(6) << "bf16"
+                      << "fp16\n";
             for (const auto& d : devices)
               std::cout << std::setw(8) << d.device.str() << std::setw(44) << d.name.substr(0, 43)
-                        << std::setw(12) << gib(d.total_memory) << std::setw(12) << gib(d.free_memory)
-                        << std::setw(6) << (d.compute_capability.empty() ? "-" : d.compute_capability)
-                        << std::setw(6) << (d.bf16 ? "yes" : "no") << (d.fp16 ? "yes" : "no") << "\n";
+                        << std::setw(12) << gib(d.total_memory) << std::setw(12)
+                        << gib(d.free_memory) << std::setw(6)
+                        << (d.compute_capability.empty() ? "-" : d.compute_capability)
+                        << std::setw(6) << (d.bf16 ? "yes" : "no") << (d.fp16 ? "yes" : "no")
+                        << "\n";
             std::cout << "\nauto picks: " << device::display_name(picked) << "\n"
-                      << "LibTorch " << compat::torch_version() << "; built with CUDA: "
-                      << (SPRITETORCH_WITH_CUDA ? "yes" : "no")
+                      << "LibTorch " << compat::torch_version()
+                      << "; built with CUDA: " << (SPRITETORCH_WITH_CUDA ? "yes" : "no")
                       << "; MPS: " << (compat::mps_available() ? "yes" : "no")
                       << "; distributed (c10d): " << (SPRITETORCH_HAS_C10D ? "yes" : "no")
                       << ", Gloo headers: " << (SPRITETORCH_HAS_GLOO ? "yes" : "no") << "\n"
                       << "BLAS: " << threads.blas_name << "\n"
+                      << "fused MLP step's matrix kernels (CPU): "
+                      << gemm::kernel_name(gemm::best_kernel()) << "\n"
                       << "CPU threads: " << threads.intra_op << " intra-op, "
                       << (threads.blas > 0 ? std::to_string(threads.blas) : std::string("?"))
                       << " BLAS\n";

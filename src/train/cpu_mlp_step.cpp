@@ -4,8 +4,8 @@
 #include <cmath>
 #include <string>
 
-#include "common/blas.h"
 #include "common/error.h"
+#include "common/small_gemm.h"
 
 namespace spritetorch::train {
 
@@ -18,22 +18,6 @@ struct Range {
 };
 Range split(int64_t n, int t, int parts) {
   return {static_cast<int>(n * t / parts), static_cast<int>(n * (t + 1) / parts)};
-}
-
-// rows x cols block at `z` (row stride ld): z = relu(z + bias) when relu, else z + bias.
-// `v < 0 ? 0 : v` keeps NaN, as torch's clamp_min does.
-void add_bias(float* z, int rows, int cols, int ld, const float* bias, bool relu) {
-  for (int r = 0; r < rows; ++r) {
-    float* row = z + static_cast<int64_t>(r) * ld;
-    if (relu) {
-      for (int j = 0; j < cols; ++j) {
-        const float v = row[j] + bias[j];
-        row[j] = v < 0.0f ? 0.0f : v;
-      }
-    } else {
-      for (int j = 0; j < cols; ++j) row[j] += bias[j];
-    }
-  }
 }
 
 // Through the ReLU: grad = 0 where the activation is not positive (torch's threshold_backward).
@@ -71,19 +55,32 @@ struct CpuMlpStep::Layer {
   float* partial_bias(int t) { return partial_weight(t) + out * in; }
 };
 
-bool CpuMlpStep::applies_to(const std::vector<torch::nn::Linear>& layers) {
-  if (layers.size() < 2 || !blas::has_sgemm()) return false;
+namespace {
+// >= 2 float32 CPU Linear layers with contiguous parameters.
+bool layers_fit(const std::vector<torch::nn::Linear>& layers) {
+  if (layers.size() < 2) return false;
   for (const auto& layer : layers)
     for (const auto& p : {layer->weight, layer->bias})
       if (!p.defined() || !p.is_cpu() || p.scalar_type() != torch::kFloat32 || !p.is_contiguous())
         return false;
   return true;
 }
+}  // namespace
 
-CpuMlpStep::CpuMlpStep(std::vector<torch::nn::Linear> layers, int64_t max_batch, int threads)
-    : modules_(std::move(layers)), max_batch_(max_batch), threads_(std::max(1, threads)) {
-  if (!applies_to(modules_))
-    throw Error("CPU MLP step: needs >= 2 float32 CPU Linear layers and cblas_sgemm");
+bool CpuMlpStep::applies_to(const std::vector<torch::nn::Linear>& layers) {
+  return layers_fit(layers) && gemm::best_kernel() != gemm::Kernel::loops;
+}
+
+CpuMlpStep::CpuMlpStep(std::vector<torch::nn::Linear> layers, int64_t max_batch, int threads,
+                       gemm::Kernel kernel)
+    : modules_(std::move(layers)),
+      max_batch_(max_batch),
+      threads_(std::max(1, threads)),
+      kernel_(kernel) {
+  if (!layers_fit(modules_)) throw Error("CPU MLP step: needs >= 2 float32 CPU Linear layers");
+  if (!gemm::available(kernel_))
+    throw Error(std::string("CPU MLP step: the ") + gemm::kernel_name(kernel_) +
+                " kernel cannot run here");
   if (max_batch_ <= 0 || max_batch_ > (1 << 30)) throw Error("CPU MLP step: bad batch size");
   const auto options = torch::TensorOptions().dtype(torch::kFloat32);
   for (size_t l = 0; l < modules_.size(); ++l) {
@@ -99,7 +96,8 @@ CpuMlpStep::CpuMlpStep(std::vector<torch::nn::Linear> layers, int64_t max_batch,
     layer->activations = torch::empty({max_batch_, layer->out}, options);
     layer->grad = torch::empty({max_batch_, layer->out}, options);
     if (l > 0 && threads_ > 1)
-      layer->partials = torch::empty({threads_ - 1, int64_t{layer->out} * layer->in + layer->out}, options);
+      layer->partials =
+          torch::empty({threads_ - 1, int64_t{layer->out} * layer->in + layer->out}, options);
     layers_.push_back(std::move(layer));
   }
   thread_loss_.assign(threads_, 0.0);
@@ -115,16 +113,18 @@ void CpuMlpStep::forward_first_layer(int t, const float* x, int batch) {
   const Range units = split(first.out, t, threads_);
   if (units.size() == 0) return;
   float* a = first.activations.data_ptr<float>() + units.begin;
-  blas::sgemm(false, true, batch, units.size(), first.in, x, first.in,
-              first.weight + int64_t{units.begin} * first.in, first.in, 0.0f, a, first.out);
-  add_bias(a, batch, units.size(), first.out, first.bias + units.begin, /*relu=*/true);
+  gemm::nt(batch, units.size(), first.in, x, first.in,
+           first.weight + int64_t{units.begin} * first.in, first.in, a, first.out,
+           first.bias + units.begin, /*relu=*/true, kernel_);
 }
 
 // Phase 2: rows of t through layers 2..L, the loss, and back to dL/da_1 for those rows.
 void CpuMlpStep::rows_forward_backward(int t, const int64_t* labels, int batch) {
   const Range rows = split(batch, t, threads_);
   const int count = static_cast<int>(layers_.size());
-  auto weight_grad = [&](Layer& layer) { return t == 0 ? layer.weight_grad : layer.partial_weight(t); };
+  auto weight_grad = [&](Layer& layer) {
+    return t == 0 ? layer.weight_grad : layer.partial_weight(t);
+  };
   auto bias_grad = [&](Layer& layer) { return t == 0 ? layer.bias_grad : layer.partial_bias(t); };
   thread_loss_[t] = 0.0;
   thread_correct_[t] = 0;
@@ -144,10 +144,9 @@ void CpuMlpStep::rows_forward_backward(int t, const int64_t* labels, int batch) 
   for (int l = 1; l < count; ++l) {
     Layer& prev = *layers_[l - 1];
     Layer& layer = *layers_[l];
-    float* z = at_row(layer.activations, layer);
-    blas::sgemm(false, true, m, layer.out, layer.in, at_row(prev.activations, prev), layer.in,
-                layer.weight, layer.in, 0.0f, z, layer.out);
-    add_bias(z, m, layer.out, layer.out, layer.bias, /*relu=*/l + 1 < count);
+    gemm::nt(m, layer.out, layer.in, at_row(prev.activations, prev), layer.in, layer.weight,
+             layer.in, at_row(layer.activations, layer), layer.out, layer.bias,
+             /*relu=*/l + 1 < count, kernel_);
   }
 
   // Mean cross-entropy over the WHOLE batch: dz_L = (softmax - onehot) / batch, so the rows'
@@ -182,14 +181,14 @@ void CpuMlpStep::rows_forward_backward(int t, const int64_t* labels, int batch) 
     const float* dz = at_row(layer.grad, layer);
     const float* a_prev = at_row(prev.activations, prev);
     // dW (out, in) = dz^T (out, m) a_prev (m, in); db = column sums of dz.
-    blas::sgemm(true, false, layer.out, layer.in, m, dz, layer.out, a_prev, layer.in, 0.0f,
-                weight_grad(layer), layer.in);
+    gemm::nn(layer.out, layer.in, m, dz, 1, layer.out, a_prev, layer.in, weight_grad(layer),
+             layer.in, kernel_);
     column_sums(dz, m, layer.out, layer.out, bias_grad(layer));
     // dL/da_prev (m, in) = dz (m, out) W (out, in); through the ReLU unless prev is layer 1,
     // whose columns phase 3 handles.
     float* d_prev = at_row(prev.grad, prev);
-    blas::sgemm(false, false, m, layer.in, layer.out, dz, layer.out, layer.weight, layer.in, 0.0f,
-                d_prev, layer.in);
+    gemm::nn(m, layer.in, layer.out, dz, layer.out, 1, layer.weight, layer.in, d_prev, layer.in,
+             kernel_);
     if (l - 1 >= 1) relu_backward(d_prev, a_prev, m, prev.out, prev.out);
   }
 }
@@ -203,8 +202,8 @@ void CpuMlpStep::backward_first_layer(int t, const float* x, int batch) {
     relu_backward(dz, first.activations.data_ptr<float>() + units.begin, batch, units.size(),
                   first.out);
     // dW_1[units] (n, in) = dz[:, units]^T (n, B) x (B, in)
-    blas::sgemm(true, false, units.size(), first.in, batch, dz, first.out, x, first.in, 0.0f,
-                first.weight_grad + int64_t{units.begin} * first.in, first.in);
+    gemm::nn(units.size(), first.in, batch, dz, 1, first.out, x, first.in,
+             first.weight_grad + int64_t{units.begin} * first.in, first.in, kernel_);
     column_sums(dz, batch, units.size(), first.out, first.bias_grad + units.begin);
   }
   for (size_t l = 1; l < layers_.size(); ++l) {
@@ -223,8 +222,9 @@ void CpuMlpStep::backward_first_layer(int t, const float* x, int batch) {
 void CpuMlpStep::run(const data::Batch& batch, torch::Tensor& loss_sum, torch::Tensor& correct) {
   torch::NoGradGuard no_grad;
   const int64_t b = batch.labels.size(0);
-  if (b > max_batch_) throw Error("CPU MLP step: batch of " + std::to_string(b) +
-                                  " is larger than its buffers (" + std::to_string(max_batch_) + ")");
+  if (b > max_batch_)
+    throw Error("CPU MLP step: batch of " + std::to_string(b) + " is larger than its buffers (" +
+                std::to_string(max_batch_) + ")");
   Layer& first = *layers_[0];
   // x: (B, in) float32, contiguous (a no-op for the loaders' batches).
   const auto x = batch.inputs.reshape({b, -1}).contiguous();

@@ -2,9 +2,10 @@
 //
 // FusedMlpStep (train_step.h) runs the same arithmetic as a dozen LibTorch ops per layer; at the
 // seed's batch of 64 the dispatch of those ops and the wait between them cost about as much as the
-// matrix products. Here every product is one cblas_sgemm call on raw pointers, the element-wise
-// parts are plain loops, and the work of one step is split over T threads in three phases (one
-// fork-join each, common/shard_pool.h):
+// matrix products. Here every product is one call of a small-matrix kernel on raw pointers
+// (common/small_gemm.h: no packing, bias and ReLU fused in), the element-wise parts are loops,
+// and the work of one step is split over T threads in three phases (one fork-join each,
+// common/shard_pool.h):
 //
 //   1. layer 1 forward, split by its output units: thread t computes units [u_t, u_t+1) of
 //      a_1 = relu(x W_1^T + b_1) for the whole batch (x: (B, in), the largest product);
@@ -16,14 +17,15 @@
 //
 // Layer 1 holds ~90% of the seed MLP's FLOPs, so splitting it by units keeps every thread's
 // products as large as the batch allows. Results equal FusedMlpStep's within float rounding
-// (tests compare both with autograd). Needs cblas_sgemm (common/blas.h) and at least two layers;
-// make_train_step falls back to FusedMlpStep otherwise.
+// (tests compare both with autograd). Needs at least two layers and, to be chosen by
+// make_train_step, AVX2+FMA or a BLAS library (else it falls back to FusedMlpStep).
 #pragma once
 
 #include <memory>
 #include <vector>
 
 #include "common/shard_pool.h"
+#include "common/small_gemm.h"
 #include "train/train_step.h"
 
 namespace spritetorch::train {
@@ -31,11 +33,14 @@ namespace spritetorch::train {
 class CpuMlpStep : public TrainStep {
  public:
   // layers: the model's Linear layers in order, ReLU between them, float32 on the CPU, gradients
-  // allocated (the flat optimizer does that). threads >= 1.
-  CpuMlpStep(std::vector<torch::nn::Linear> layers, int64_t max_batch, int threads);
+  // allocated (the flat optimizer does that). threads >= 1. kernel: which code runs the matrix
+  // products (tests run each; the loops are always there but slow).
+  CpuMlpStep(std::vector<torch::nn::Linear> layers, int64_t max_batch, int threads,
+             gemm::Kernel kernel = gemm::best_kernel());
   ~CpuMlpStep() override;
 
-  // Whether this step can run the given layers here (CPU float32, >= 2 layers, cblas found).
+  // Whether this step should run the given layers here (CPU float32, >= 2 layers, and AVX2+FMA
+  // or a BLAS library for the products).
   static bool applies_to(const std::vector<torch::nn::Linear>& layers);
 
   void run(const data::Batch& batch, torch::Tensor& loss_sum, torch::Tensor& correct) override;
@@ -54,8 +59,9 @@ class CpuMlpStep : public TrainStep {
   std::vector<std::unique_ptr<Layer>> layers_;
   int64_t max_batch_;
   int threads_;
+  gemm::Kernel kernel_;
   std::shared_ptr<ShardPool> pool_;
-  std::vector<double> thread_loss_;    // per thread: this step's loss sum over its rows
+  std::vector<double> thread_loss_;  // per thread: this step's loss sum over its rows
   std::vector<int64_t> thread_correct_;
 };
 

@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <functional>
 
-#include "common/blas.h"
 #include "common/compat.h"
 #include "common/error.h"
+#include "common/small_gemm.h"
 #include "test_util.h"
 #include "train/cpu_mlp_step.h"
 #include "train/flat_optimizer.h"
@@ -58,13 +58,21 @@ StepMaker torch_ops_step() {
     return std::make_unique<FusedMlpStep>(m->relu_mlp_layers(), batch);
   };
 }
-StepMaker cpu_step(int threads) {
-  return [threads](const models::Classifier& m, int64_t batch) {
-    auto step = std::make_unique<CpuMlpStep>(m->relu_mlp_layers(), batch, threads);
+StepMaker cpu_step(int threads, gemm::Kernel kernel = gemm::best_kernel()) {
+  return [threads, kernel](const models::Classifier& m, int64_t batch) {
+    auto step = std::make_unique<CpuMlpStep>(m->relu_mlp_layers(), batch, threads, kernel);
     EXPECT_EQ(step->threads(), threads);
     EXPECT_EQ(step->thread_pool() != nullptr, threads > 1);
     return step;
   };
+}
+
+// Every matrix kernel this machine can run (the plain loops always can).
+std::vector<gemm::Kernel> kernels_here() {
+  std::vector<gemm::Kernel> out;
+  for (auto k : {gemm::Kernel::avx2, gemm::Kernel::blas, gemm::Kernel::loops})
+    if (gemm::available(k)) out.push_back(k);
+  return out;
 }
 
 const models::ModelSpec kSeedNetwork{"ann", {1, 28, 28}, 10};
@@ -80,18 +88,23 @@ TEST(FusedMlpStep, MatchesAutogradOnSimpleNn) {
 // The raw-buffer CPU step: one thread, and threads that split units and rows unevenly, with short
 // batches, a batch smaller than the thread count (threads without rows) and a batch of one.
 TEST(CpuMlpStep, MatchesAutogradOnTheSeedNetwork) {
-  SKIP_WITHOUT_CBLAS();
-  for (int threads : {1, 2, 3})
-    expect_matches_autograd(kSeedNetwork, 64, cpu_step(threads), {64, 64, 33, 2, 1});
+  for (auto kernel : kernels_here())
+    for (int threads : {1, 2, 3}) {
+      SCOPED_TRACE(std::string(gemm::kernel_name(kernel)) + " kernel, " + std::to_string(threads) +
+                   " threads");
+      expect_matches_autograd(kSeedNetwork, 64, cpu_step(threads, kernel), {64, 64, 33, 2, 1});
+    }
 }
 TEST(CpuMlpStep, MatchesAutogradOnSimpleNn) {
-  SKIP_WITHOUT_CBLAS();
-  for (int threads : {1, 2, 5})
-    expect_matches_autograd(kSimpleNn, 32, cpu_step(threads), {32, 17, 3});
+  for (auto kernel : kernels_here())
+    for (int threads : {1, 2, 5}) {
+      SCOPED_TRACE(std::string(gemm::kernel_name(kernel)) + " kernel, " + std::to_string(threads) +
+                   " threads");
+      expect_matches_autograd(kSimpleNn, 32, cpu_step(threads, kernel), {32, 17, 3});
+    }
 }
 
 TEST(CpuMlpStep, ReportsEachGradientOnceWhenFinal) {
-  SKIP_WITHOUT_CBLAS();
   auto model = models::make_model(kSeedNetwork);
   FlatOptimizer o(model->parameters(), {});
   CpuMlpStep step(model->relu_mlp_layers(), 8, 2);
@@ -110,7 +123,6 @@ TEST(CpuMlpStep, ReportsEachGradientOnceWhenFinal) {
 }
 
 TEST(CpuMlpStep, RejectsLabelsOutsideTheClasses) {
-  SKIP_WITHOUT_CBLAS();
   auto model = models::make_model(kSeedNetwork);
   FlatOptimizer o(model->parameters(), {});
   CpuMlpStep step(model->relu_mlp_layers(), 4, 2);
@@ -140,10 +152,10 @@ TEST(TrainStepChoice, AutoPicksFusedForMlpsAndAutogradOtherwise) {
   EXPECT_STREQ(make_train_step(ann, 8, "auto")->name(), "fused-mlp");
   // On the CPU in float32 the fused step is the raw-buffer one, with the threads asked for.
   auto cpu = make_train_step(ann, 8, "fused", 2);
-  if (blas::has_sgemm()) {
+  if (gemm::best_kernel() != gemm::Kernel::loops) {
     EXPECT_NE(dynamic_cast<CpuMlpStep*>(cpu.get()), nullptr);
     EXPECT_EQ(cpu->threads(), 2);
-  } else {  // no exported CBLAS: the ATen fused step, one thread
+  } else {  // neither AVX2 nor an exported CBLAS: the ATen fused step, one thread
     EXPECT_FALSE(compat::cblas_expected()) << "Debian's LibTorch should export cblas_sgemm";
     EXPECT_EQ(dynamic_cast<CpuMlpStep*>(cpu.get()), nullptr);
     EXPECT_STREQ(cpu->name(), "fused-mlp");

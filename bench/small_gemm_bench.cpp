@@ -1,0 +1,77 @@
+// The products of one seed-MLP step (784-128-64-10, batch 64, two step threads), each timed
+// with every kernel this machine can run (common/small_gemm.h): the hand-written AVX2 kernels
+// against the BLAS library's sgemm, on the shapes and strides CpuMlpStep passes them.
+//
+//   build/bench/small_gemm_bench                      # all shapes, all kernels
+//   build/bench/small_gemm_bench --benchmark_filter=layer1
+//
+// Counters: GFLOP/s of the product (2 m n k per call). One thread; the step runs one per core.
+#include <benchmark/benchmark.h>
+
+#include <string>
+#include <vector>
+
+#include "common/small_gemm.h"
+
+namespace {
+
+using spritetorch::gemm::Kernel;
+
+// A product in one of the two forms, with its operands' strides as the step lays them out.
+struct Shape {
+  const char* name;
+  bool nt;  // nt: C = A B^T; else nn: C = op(A) B
+  int m, n, k;
+  int a_row, a_col;  // A's strides (nt: a_row is lda and a_col is 1)
+  int ldb, ldc;
+  bool bias_relu;  // nt only
+};
+
+// Per step thread: layer 1 is split by units (64 of 128 each), the rest by batch rows (32 each).
+const std::vector<Shape> kShapes = {
+    {"layer1_forward", true, 64, 64, 784, 784, 1, 784, 128, true},
+    {"layer1_weight_grad", false, 64, 784, 64, 1, 128, 784, 784, false},
+    {"layer2_forward", true, 32, 64, 128, 128, 1, 128, 64, true},
+    {"layer2_weight_grad", false, 64, 128, 32, 1, 64, 128, 128, false},
+    {"layer2_input_grad", false, 32, 128, 64, 64, 1, 128, 128, false},
+    {"layer3_forward", true, 32, 10, 64, 64, 1, 64, 10, false},
+};
+
+void run_shape(benchmark::State& state, const Shape& s, Kernel kernel) {
+  if (!spritetorch::gemm::available(kernel)) {
+    state.SkipWithError(
+        (std::string(spritetorch::gemm::kernel_name(kernel)) + " cannot run here").c_str());
+    return;
+  }
+  // Operands sized generously for their strides; values do not affect the time.
+  const size_t a_size = static_cast<size_t>(
+      s.nt ? s.m * s.a_row : (s.m + 1) * (s.k + 1) * std::max(s.a_row, s.a_col));
+  std::vector<float> a(a_size, 0.5f), b(static_cast<size_t>((s.nt ? s.n : s.k) * s.ldb), 0.25f);
+  std::vector<float> c(static_cast<size_t>(s.m * s.ldc)), bias(static_cast<size_t>(s.n), 0.1f);
+  for (auto _ : state) {
+    if (s.nt)
+      spritetorch::gemm::nt(s.m, s.n, s.k, a.data(), s.a_row, b.data(), s.ldb, c.data(), s.ldc,
+                            s.bias_relu ? bias.data() : nullptr, s.bias_relu, kernel);
+    else
+      spritetorch::gemm::nn(s.m, s.n, s.k, a.data(), s.a_row, s.a_col, b.data(), s.ldb, c.data(),
+                            s.ldc, kernel);
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * s.m * s.n * s.k, benchmark::Counter::kIsIterationInvariantRate,
+                         benchmark::Counter::kIs1000);
+}
+
+const bool kRegistered = [] {
+  for (const Shape& s : kShapes)
+    for (Kernel kernel : {Kernel::avx2, Kernel::blas})
+      benchmark::RegisterBenchmark(
+          (std::string(s.name) + "/" + spritetorch::gemm::kernel_name(kernel)).c_str(),
+          [s, kernel](benchmark::State& state) { run_shape(state, s, kernel); });
+  return true;
+}();
+
+}  // namespace
+
+BENCHMARK_MAIN();

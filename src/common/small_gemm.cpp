@@ -1,0 +1,321 @@
+#include "common/small_gemm.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "common/blas.h"
+#include "common/error.h"
+
+namespace spritetorch::gemm {
+
+namespace {
+
+// The layer's epilogue on one value: + bias, then ReLU as torch's clamp_min(0) (NaN stays NaN).
+inline float finish(float v, const float* bias, int j, bool relu) {
+  if (bias) v += bias[j];
+  return relu && v < 0.0f ? 0.0f : v;
+}
+
+void nt_loops(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c,
+              int ldc, const float* bias, bool relu) {
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      const float* ai = a + int64_t{i} * lda;
+      const float* bj = b + int64_t{j} * ldb;
+      float sum = 0.0f;
+      for (int p = 0; p < k; ++p) sum += ai[p] * bj[p];
+      c[int64_t{i} * ldc + j] = finish(sum, bias, j, relu);
+    }
+}
+
+void nn_loops(int m, int n, int k, const float* a, int a_row, int a_col, const float* b, int ldb,
+              float* c, int ldc) {
+  for (int i = 0; i < m; ++i) {
+    float* ci = c + int64_t{i} * ldc;
+    std::fill_n(ci, n, 0.0f);
+    for (int p = 0; p < k; ++p) {
+      const float aip = a[int64_t{i} * a_row + int64_t{p} * a_col];
+      const float* bp = b + int64_t{p} * ldb;
+      for (int j = 0; j < n; ++j) ci[j] += aip * bp[j];
+    }
+  }
+}
+
+void nt_blas(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c,
+             int ldc, const float* bias, bool relu) {
+  blas::sgemm(false, true, m, n, k, a, lda, b, ldb, 0.0f, c, ldc);
+  if (!bias && !relu) return;
+  for (int i = 0; i < m; ++i) {
+    float* ci = c + int64_t{i} * ldc;
+    for (int j = 0; j < n; ++j) ci[j] = finish(ci[j], bias, j, relu);
+  }
+}
+
+void nn_blas(int m, int n, int k, const float* a, int a_row, int a_col, const float* b, int ldb,
+             float* c, int ldc) {
+  // cblas wants A's row stride at least its row length; other strides take the loops.
+  if (a_col == 1 && a_row >= std::max(1, k))
+    blas::sgemm(false, false, m, n, k, a, a_row, b, ldb, 0.0f, c, ldc);
+  else if (a_row == 1 && a_col >= std::max(1, m))
+    blas::sgemm(true, false, m, n, k, a, a_col, b, ldb, 0.0f, c, ldc);
+  else
+    nn_loops(m, n, k, a, a_row, a_col, b, ldb, c, ldc);
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define SPRITETORCH_GEMM_AVX2 1
+#define SPRITETORCH_AVX2 __attribute__((target("avx2,fma")))
+// Loops over a block's registers, unrolled before GCC decides what lives in memory: without it
+// the accumulator arrays were stored to the stack on every step (half the speed).
+#define SPRITETORCH_UNROLL _Pragma("GCC unroll 16")
+
+// Lanes [0, count) set.
+SPRITETORCH_AVX2 inline __m256i lane_mask(int count) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(count), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// {sum of v0's lanes, ..., sum of v3's lanes}.
+SPRITETORCH_AVX2 inline __m128 lane_sums(__m256 v0, __m256 v1, __m256 v2, __m256 v3) {
+  const __m256 pairs = _mm256_hadd_ps(_mm256_hadd_ps(v0, v1), _mm256_hadd_ps(v2, v3));
+  return _mm_add_ps(_mm256_castps256_ps128(pairs), _mm256_extractf128_ps(pairs, 1));
+}
+
+// nt, one MR x NR block of C (NR <= 4): MR * 4 accumulators of 8 lanes along the inner dimension,
+// summed across lanes at the end. MR = 3, NR = 4 uses all 16 registers: 12 sums, 3 rows of A,
+// 1 row of B; per 8 steps of k, 7 loads feed 12 FMAs.
+template <int MR, int NR>
+SPRITETORCH_AVX2 void nt_block(int k, const float* a, int lda, const float* b, int ldb, float* c,
+                               int ldc, const float* bias, bool relu) {
+  __m256 acc[MR][4];
+  SPRITETORCH_UNROLL
+  for (int i = 0; i < MR; ++i) SPRITETORCH_UNROLL
+  for (int j = 0; j < 4; ++j) acc[i][j] = _mm256_setzero_ps();
+  int p = 0;
+  for (; p + 8 <= k; p += 8) {
+    __m256 av[MR];
+    SPRITETORCH_UNROLL
+    for (int i = 0; i < MR; ++i) av[i] = _mm256_loadu_ps(a + int64_t{i} * lda + p);
+    SPRITETORCH_UNROLL
+    for (int j = 0; j < NR; ++j) {
+      const __m256 bv = _mm256_loadu_ps(b + int64_t{j} * ldb + p);
+      SPRITETORCH_UNROLL
+      for (int i = 0; i < MR; ++i) acc[i][j] = _mm256_fmadd_ps(av[i], bv, acc[i][j]);
+    }
+  }
+  if (p < k) {  // the last k % 8 steps; masked-off lanes read nothing and load 0
+    const __m256i mask = lane_mask(k - p);
+    __m256 av[MR];
+    SPRITETORCH_UNROLL
+    for (int i = 0; i < MR; ++i) av[i] = _mm256_maskload_ps(a + int64_t{i} * lda + p, mask);
+    SPRITETORCH_UNROLL
+    for (int j = 0; j < NR; ++j) {
+      const __m256 bv = _mm256_maskload_ps(b + int64_t{j} * ldb + p, mask);
+      SPRITETORCH_UNROLL
+      for (int i = 0; i < MR; ++i) acc[i][j] = _mm256_fmadd_ps(av[i], bv, acc[i][j]);
+    }
+  }
+  float bias_lanes[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (bias) SPRITETORCH_UNROLL
+  for (int j = 0; j < NR; ++j) bias_lanes[j] = bias[j];
+  const __m128 bias4 = _mm_loadu_ps(bias_lanes);
+  SPRITETORCH_UNROLL
+  for (int i = 0; i < MR; ++i) {
+    __m128 sums = _mm_add_ps(lane_sums(acc[i][0], acc[i][1], acc[i][2], acc[i][3]), bias4);
+    if (relu) sums = _mm_max_ps(_mm_setzero_ps(), sums);  // max(0, NaN) is NaN in this order
+    float* ci = c + int64_t{i} * ldc;
+    if (NR == 4) {
+      _mm_storeu_ps(ci, sums);
+    } else {
+      float lanes[4];
+      _mm_storeu_ps(lanes, sums);
+      SPRITETORCH_UNROLL
+      for (int j = 0; j < NR; ++j) ci[j] = lanes[j];
+    }
+  }
+}
+
+using NtBlock = void (*)(int, const float*, int, const float*, int, float*, int, const float*,
+                         bool);
+constexpr int kNtRows = 3, kNtCols = 4;
+constexpr NtBlock kNtBlocks[kNtRows][kNtCols] = {
+    {nt_block<1, 1>, nt_block<1, 2>, nt_block<1, 3>, nt_block<1, 4>},
+    {nt_block<2, 1>, nt_block<2, 2>, nt_block<2, 3>, nt_block<2, 4>},
+    {nt_block<3, 1>, nt_block<3, 2>, nt_block<3, 3>, nt_block<3, 4>},
+};
+
+// Columns outside, rows inside: the NR rows of B (4 * k floats: 12.5 KB for k = 784) stay in L1
+// while the rows of A stream past them.
+SPRITETORCH_AVX2 void nt_avx2(int m, int n, int k, const float* a, int lda, const float* b, int ldb,
+                              float* c, int ldc, const float* bias, bool relu) {
+  for (int j = 0; j < n; j += kNtCols) {
+    const int nr = std::min(kNtCols, n - j);
+    for (int i = 0; i < m; i += kNtRows) {
+      const int mr = std::min(kNtRows, m - i);
+      kNtBlocks[mr - 1][nr - 1](k, a + int64_t{i} * lda, lda, b + int64_t{j} * ldb, ldb,
+                                c + int64_t{i} * ldc + j, ldc, bias ? bias + j : nullptr, relu);
+    }
+  }
+}
+
+// nn, one MR x (8 NV) block of C: per step of k, NV vectors of B's row times MR broadcast
+// elements of A. MR = 4, NV = 3 uses all 16 registers (12 sums, 3 of B, 1 of A). MASKED: the
+// last vector holds `last` < 8 columns.
+template <int MR, int NV, bool MASKED>
+SPRITETORCH_AVX2 void nn_block(int k, const float* a, int a_row, int a_col, const float* b, int ldb,
+                               float* c, int ldc, int last) {
+  const __m256i mask = lane_mask(last);
+  __m256 acc[MR][NV];
+  SPRITETORCH_UNROLL
+  for (int i = 0; i < MR; ++i) SPRITETORCH_UNROLL
+  for (int v = 0; v < NV; ++v) acc[i][v] = _mm256_setzero_ps();
+  for (int p = 0; p < k; ++p) {
+    const float* bp = b + int64_t{p} * ldb;
+    const float* ap = a + int64_t{p} * a_col;
+    __m256 bv[NV];
+    SPRITETORCH_UNROLL
+    for (int v = 0; v < NV; ++v)
+      bv[v] = MASKED && v == NV - 1 ? _mm256_maskload_ps(bp + 8 * v, mask)
+                                    : _mm256_loadu_ps(bp + 8 * v);
+    SPRITETORCH_UNROLL
+    for (int i = 0; i < MR; ++i) {
+      const __m256 ai = _mm256_broadcast_ss(ap + int64_t{i} * a_row);
+      SPRITETORCH_UNROLL
+      for (int v = 0; v < NV; ++v) acc[i][v] = _mm256_fmadd_ps(ai, bv[v], acc[i][v]);
+    }
+  }
+  SPRITETORCH_UNROLL
+  for (int i = 0; i < MR; ++i) {
+    float* ci = c + int64_t{i} * ldc;
+    SPRITETORCH_UNROLL
+    for (int v = 0; v < NV; ++v) {
+      if (MASKED && v == NV - 1)
+        _mm256_maskstore_ps(ci + 8 * v, mask, acc[i][v]);
+      else
+        _mm256_storeu_ps(ci + 8 * v, acc[i][v]);
+    }
+  }
+}
+
+using NnBlock = void (*)(int, const float*, int, int, const float*, int, float*, int, int);
+constexpr int kNnRows = 4, kNnVectors = 3;
+constexpr NnBlock kNnBlocks[2][kNnRows][kNnVectors] = {
+    {{nn_block<1, 1, false>, nn_block<1, 2, false>, nn_block<1, 3, false>},
+     {nn_block<2, 1, false>, nn_block<2, 2, false>, nn_block<2, 3, false>},
+     {nn_block<3, 1, false>, nn_block<3, 2, false>, nn_block<3, 3, false>},
+     {nn_block<4, 1, false>, nn_block<4, 2, false>, nn_block<4, 3, false>}},
+    {{nn_block<1, 1, true>, nn_block<1, 2, true>, nn_block<1, 3, true>},
+     {nn_block<2, 1, true>, nn_block<2, 2, true>, nn_block<2, 3, true>},
+     {nn_block<3, 1, true>, nn_block<3, 2, true>, nn_block<3, 3, true>},
+     {nn_block<4, 1, true>, nn_block<4, 2, true>, nn_block<4, 3, true>}},
+};
+
+// Columns outside, rows inside: a k x 24 panel of B (6 KB for k = 64) stays in L1 while every
+// row block of C is computed from it.
+SPRITETORCH_AVX2 void nn_avx2(int m, int n, int k, const float* a, int a_row, int a_col,
+                              const float* b, int ldb, float* c, int ldc) {
+  constexpr int kPanel = 8 * kNnVectors;
+  for (int j = 0; j < n; j += kPanel) {
+    const int cols = std::min(kPanel, n - j);
+    const int vectors = (cols + 7) / 8;
+    const int last = cols - 8 * (vectors - 1);  // columns in the last vector, 1..8
+    for (int i = 0; i < m; i += kNnRows) {
+      const int mr = std::min(kNnRows, m - i);
+      kNnBlocks[last < 8][mr - 1][vectors - 1](k, a + int64_t{i} * a_row, a_row, a_col, b + j, ldb,
+                                               c + int64_t{i} * ldc + j, ldc, last);
+    }
+  }
+}
+#endif
+
+bool cpu_has_avx2() {
+#ifdef SPRITETORCH_GEMM_AVX2
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return avx2;
+#else
+  return false;
+#endif
+}
+
+void check(Kernel kernel) {
+  if (!available(kernel))
+    throw Error(std::string("small_gemm: the ") + kernel_name(kernel) + " kernel cannot run here");
+}
+
+}  // namespace
+
+bool available(Kernel kernel) {
+  switch (kernel) {
+    case Kernel::avx2:
+      return cpu_has_avx2();
+    case Kernel::blas:
+      return blas::has_sgemm();
+    case Kernel::loops:
+      return true;
+  }
+  return false;
+}
+
+Kernel best_kernel() {
+  static const Kernel best = available(Kernel::avx2)   ? Kernel::avx2
+                             : available(Kernel::blas) ? Kernel::blas
+                                                       : Kernel::loops;
+  return best;
+}
+
+const char* kernel_name(Kernel kernel) {
+  switch (kernel) {
+    case Kernel::avx2:
+      return "avx2";
+    case Kernel::blas:
+      return "blas";
+    case Kernel::loops:
+      return "loops";
+  }
+  return "?";
+}
+
+void nt(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc,
+        const float* bias, bool relu, Kernel kernel) {
+  if (m <= 0 || n <= 0) return;
+  switch (kernel) {
+    case Kernel::avx2:
+#ifdef SPRITETORCH_GEMM_AVX2
+      check(kernel);
+      return nt_avx2(m, n, k, a, lda, b, ldb, c, ldc, bias, relu);
+#else
+      check(kernel);
+      return;
+#endif
+    case Kernel::blas:
+      check(kernel);
+      return nt_blas(m, n, k, a, lda, b, ldb, c, ldc, bias, relu);
+    case Kernel::loops:
+      return nt_loops(m, n, k, a, lda, b, ldb, c, ldc, bias, relu);
+  }
+}
+
+void nn(int m, int n, int k, const float* a, int a_row, int a_col, const float* b, int ldb,
+        float* c, int ldc, Kernel kernel) {
+  if (m <= 0 || n <= 0) return;
+  switch (kernel) {
+    case Kernel::avx2:
+#ifdef SPRITETORCH_GEMM_AVX2
+      check(kernel);
+      return nn_avx2(m, n, k, a, a_row, a_col, b, ldb, c, ldc);
+#else
+      check(kernel);
+      return;
+#endif
+    case Kernel::blas:
+      check(kernel);
+      return nn_blas(m, n, k, a, a_row, a_col, b, ldb, c, ldc);
+    case Kernel::loops:
+      return nn_loops(m, n, k, a, a_row, a_col, b, ldb, c, ldc);
+  }
+}
+
+}  // namespace spritetorch::gemm
