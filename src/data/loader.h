@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "common/shard_pool.h"
 #include "data/dataset.h"
 
 namespace spritetorch::data {
@@ -44,6 +45,9 @@ class Loader {
   // Fills `batch` and returns true, or returns false at the end of the epoch.
   virtual bool next(Batch& batch) = 0;
   virtual torch::Device device() const = 0;
+  // CPU: assemble each batch on these threads (the fused step's, which are idle meanwhile).
+  // Loaders that do their work elsewhere ignore it.
+  virtual void use_thread_pool(std::shared_ptr<ShardPool> /*pool*/) {}
 };
 
 // "Prepare data on the GPU if possible": the whole dataset is uploaded once, as uint8, and each
@@ -57,18 +61,22 @@ class ResidentLoader : public Loader {
   void start_epoch(int64_t epoch) override;
   bool next(Batch& batch) override;
   torch::Device device() const override { return device_; }
+  void use_thread_pool(std::shared_ptr<ShardPool> pool) override { pool_ = std::move(pool); }
 
  private:
   int64_t epoch_size() const;  // samples this loader serves per epoch (this rank's shard)
-  // rows `index` (b int64), or [start, start + b) when index is undefined, as float32 / 255.
-  torch::Tensor gather_cpu_uint8(const torch::Tensor& index, int64_t start, int64_t b);
-  void prefetch_rows(int64_t from) const;  // CPU: start fetching the rows of the batch at `from`
-  torch::Tensor inputs_;                   // the dataset's inputs, on device_
-  torch::Tensor labels_;                   // (N) int64, on device_
-  torch::Tensor order_;                    // (N) int64, on device_; undefined when not shuffling
+  // CPU, uint8 inputs: rows[0..b) (or [start, start + b) when rows is null) as float32 / 255,
+  // and a prefetch of next_rows[0..next_count), the next batch's.
+  torch::Tensor gather_cpu_uint8(const int64_t* rows, int64_t start, int64_t b,
+                                 const int64_t* next_rows, int64_t next_count);
+  torch::Tensor gather_cpu_labels(const int64_t* rows, int64_t b) const;  // (b) int64
+  torch::Tensor inputs_;  // the dataset's inputs, on device_
+  torch::Tensor labels_;  // (N) int64, on device_
+  torch::Tensor order_;   // (N) int64, on device_; undefined when not shuffling
   torch::Device device_;
   LoaderOptions options_;
   int64_t cursor_ = 0;
+  std::shared_ptr<ShardPool> pool_;  // null: one thread
 };
 
 }  // namespace spritetorch::data

@@ -279,8 +279,15 @@ void CpuMlpStep::run(const data::Batch& batch, torch::Tensor& loss_sum, torch::T
     loss += thread_loss_[t];
     right += thread_correct_[t];
   }
-  loss_sum.add_(loss);
-  correct.add_(right);
+  // The trainer's CPU scalars, added to in place: add_() costs ~2 us of dispatch each.
+  if (loss_sum.is_cpu() && loss_sum.scalar_type() == torch::kFloat32 && loss_sum.numel() == 1)
+    *loss_sum.data_ptr<float>() += static_cast<float>(loss);
+  else
+    loss_sum.add_(loss);
+  if (correct.is_cpu() && correct.scalar_type() == torch::kInt64 && correct.numel() == 1)
+    *correct.data_ptr<int64_t>() += right;
+  else
+    correct.add_(right);
 }
 
 }  // namespace spritetorch::train

@@ -233,6 +233,7 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
   const data::Dataset& train_data = parallel.shard(data.train, train_options);  // ddp: this rank's
   data::DataPath train_path = data::make_data_path(train_data, device, train_options, config.data_path);
   data::Loader& train_loader = *train_path.loader;
+  train_loader.use_thread_pool(step_fn->thread_pool());
   data::DataPath test_path = data::make_data_path(
       data.test, device, {std::max<int64_t>(config.batch_size, 1000), false, false, config.seed},
       config.data_path);
