@@ -281,19 +281,15 @@ const char* kernel_name(Kernel kernel) {
 void nt(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc,
         const float* bias, bool relu, Kernel kernel) {
   if (m <= 0 || n <= 0) return;
+  check(kernel);  // so the avx2 case below is only reached where it was compiled and can run
   switch (kernel) {
-    case Kernel::avx2:
 #ifdef SPRITETORCH_GEMM_AVX2
-      check(kernel);
+    case Kernel::avx2:
       return nt_avx2(m, n, k, a, lda, b, ldb, c, ldc, bias, relu);
-#else
-      check(kernel);
-      return;
 #endif
     case Kernel::blas:
-      check(kernel);
       return nt_blas(m, n, k, a, lda, b, ldb, c, ldc, bias, relu);
-    case Kernel::loops:
+    default:
       return nt_loops(m, n, k, a, lda, b, ldb, c, ldc, bias, relu);
   }
 }
@@ -301,19 +297,15 @@ void nt(int m, int n, int k, const float* a, int lda, const float* b, int ldb, f
 void nn(int m, int n, int k, const float* a, int a_row, int a_col, const float* b, int ldb,
         float* c, int ldc, Kernel kernel) {
   if (m <= 0 || n <= 0) return;
+  check(kernel);
   switch (kernel) {
-    case Kernel::avx2:
 #ifdef SPRITETORCH_GEMM_AVX2
-      check(kernel);
+    case Kernel::avx2:
       return nn_avx2(m, n, k, a, a_row, a_col, b, ldb, c, ldc);
-#else
-      check(kernel);
-      return;
 #endif
     case Kernel::blas:
-      check(kernel);
       return nn_blas(m, n, k, a, a_row, a_col, b, ldb, c, ldc);
-    case Kernel::loops:
+    default:
       return nn_loops(m, n, k, a, a_row, a_col, b, ldb, c, ldc);
   }
 }
