@@ -282,6 +282,11 @@ void nt(int m, int n, int k, const float* a, int lda, const float* b, int ldb, f
         const float* bias, bool relu, Kernel kernel) {
   if (m <= 0 || n <= 0) return;
   check(kernel);  // so the avx2 case below is only reached where it was compiled and can run
+  if (k <= 0) {   // empty products: A and B may be null, no pointer arithmetic on them
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n; ++j) c[int64_t{i} * ldc + j] = finish(0.0f, bias, j, relu);
+    return;
+  }
   switch (kernel) {
 #ifdef SPRITETORCH_GEMM_AVX2
     case Kernel::avx2:
@@ -298,6 +303,10 @@ void nn(int m, int n, int k, const float* a, int a_row, int a_col, const float* 
         float* c, int ldc, Kernel kernel) {
   if (m <= 0 || n <= 0) return;
   check(kernel);
+  if (k <= 0) {  // empty products: A and B may be null
+    for (int i = 0; i < m; ++i) std::fill_n(c + int64_t{i} * ldc, n, 0.0f);
+    return;
+  }
   switch (kernel) {
 #ifdef SPRITETORCH_GEMM_AVX2
     case Kernel::avx2:
