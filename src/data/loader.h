@@ -70,6 +70,8 @@ class ResidentLoader : public Loader {
   torch::Tensor gather_cpu_uint8(const int64_t* rows, int64_t start, int64_t b,
                                  const int64_t* next_rows, int64_t next_count);
   torch::Tensor gather_cpu_labels(const int64_t* rows, int64_t b) const;  // (b) int64
+  // CPU, uint8 inputs: start fetching the dataset rows rows[begin..end).
+  void prefetch_rows(const int64_t* rows, int64_t begin, int64_t end) const;
   torch::Tensor inputs_;  // the dataset's inputs, on device_
   torch::Tensor labels_;  // (N) int64, on device_
   torch::Tensor order_;   // (N) int64, on device_; undefined when not shuffling
