@@ -18,8 +18,8 @@
 #include "train/cuda_graph_step.h"
 #include "train/flat_optimizer.h"
 #include "train/interrupt.h"
-#include "train/run_state.h"
 #include "train/parallel.h"
+#include "train/run_state.h"
 #include "train/train_step.h"
 
 namespace spritetorch::train {
@@ -76,7 +76,8 @@ Datasets load_datasets(const TrainConfig& config) {
     out.train = split.train;
     out.test = split.test;
   } else {
-    throw Error("unknown dataset '" + config.dataset + "': expected fashion-mnist, dummy, sprites, "
+    throw Error("unknown dataset '" + config.dataset +
+                "': expected fashion-mnist, dummy, sprites, "
                 "folder:PATH, sheet:FILE or npy:FILE[,LABELS.npy]");
   }
   if (config.train_limit > 0) out.train = out.train.head(config.train_limit);
@@ -150,13 +151,15 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
   if (!parallel.is_main()) observer = &silent;
   // Where: resolved once, named the seeds' way.
   const torch::Device device = parallel.pick_device(config.device);
-  CpuThreads threads = apply_cpu_threads(config.threads, parallel.blas_threads(config.blas_threads));
+  CpuThreads threads =
+      apply_cpu_threads(config.threads, parallel.blas_threads(config.blas_threads));
   parallel.connect(device);
   // Precision (docs/precision.md): resolved once against the device, before any data is read, so
   // an impossible combination fails at once.
   const precision::PrecisionPlan plan = precision::resolve_precision(
       precision::parse_precision(config.precision), device::describe_device(device));
-  if (config.cuda_graphs) check_cuda_graphs(device, config.data_path.data_on == "host" ? "streaming" : "resident");
+  if (config.cuda_graphs)
+    check_cuda_graphs(device, config.data_path.data_on == "host" ? "streaming" : "resident");
   torch::manual_seed(config.seed);
 
   // Resume: the checkpoint decides the model; a conflicting --model is an error, not a surprise.
@@ -182,8 +185,8 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
   const bool channels_last = device.is_cuda() && config.channels_last && has_conv;
   if (channels_last) apply_channels_last(*model);
   if (device.is_cuda()) at::globalContext().setBenchmarkCuDNN(config.cudnn_benchmark);
-  FlatOptimizer optimizer(model->parameters(),
-                          OptimizerOptions{config.optimizer, config.lr, 0.9, 0.999, 1e-8, config.momentum});
+  FlatOptimizer optimizer(model->parameters(), OptimizerOptions{config.optimizer, config.lr, 0.9,
+                                                                0.999, 1e-8, config.momentum});
   int64_t start_epoch = 0;
   std::optional<RunState> run_state;  // set when resuming mid-epoch
   if (resumed) {
@@ -213,17 +216,21 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
                         ? parallel.blas_threads(0)
                         : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int step_threads = config.step_threads;
-  if (step_threads == 0) step_threads = config.blas_threads > 0 ? std::max(1, cores / config.blas_threads) : cores;
+  if (step_threads == 0)
+    step_threads = config.blas_threads > 0 ? std::max(1, cores / config.blas_threads) : cores;
   auto step_fn = make_precision_train_step(
       parallel.step_model(model), config.batch_size, config.step,
       StepPrecision{plan, scaler_ptr, channels_last, /*autocast_cache=*/!config.cuda_graphs},
       device.is_cpu() ? step_threads : 1);
-  if (step_fn->threads() > 1 && config.blas_threads == 0) threads = apply_cpu_threads(config.threads, 1);
+  if (step_fn->threads() > 1 && config.blas_threads == 0)
+    threads = apply_cpu_threads(config.threads, 1);
   optimizer.use_thread_pool(step_fn->thread_pool());  // the optimizer step splits over them too
   parallel.attach(*step_fn, optimizer, model->parameters());
   if (config.cuda_graphs && parallel.distributed())
-    throw Error("--cuda-graphs cannot be combined with ddp: the gradient all-reduce runs outside "
-                "the captured step", "drop --cuda-graphs, or train with one process");
+    throw Error(
+        "--cuda-graphs cannot be combined with ddp: the gradient all-reduce runs outside "
+        "the captured step",
+        "drop --cuda-graphs, or train with one process");
   std::unique_ptr<CudaGraphStep> graph_step;  // graphs replay full batches only: drop the last
   if (config.cuda_graphs)
     graph_step = std::make_unique<CudaGraphStep>(*step_fn, optimizer, scaler_ptr,
@@ -231,7 +238,8 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
   const bool drop_last = config.drop_last || config.cuda_graphs;
   data::LoaderOptions train_options{config.batch_size, /*shuffle=*/true, drop_last, config.seed};
   const data::Dataset& train_data = parallel.shard(data.train, train_options);  // ddp: this rank's
-  data::DataPath train_path = data::make_data_path(train_data, device, train_options, config.data_path);
+  data::DataPath train_path =
+      data::make_data_path(train_data, device, train_options, config.data_path);
   data::Loader& train_loader = *train_path.loader;
   train_loader.use_thread_pool(step_fn->thread_pool());
   data::DataPath test_path = data::make_data_path(
@@ -253,14 +261,17 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
                      (start_epoch ? " (resuming after " + std::to_string(start_epoch) + ")" : "")},
       {"optimizer", config.optimizer + " lr " + format_double(config.lr) + " (flat buffers)"},
       {"augment", augment.describe()},
-      {"step", std::string(step_fn->name()) +
-                   (step_fn->threads() > 1 ? " (" + std::to_string(step_fn->threads()) + " threads)" : "")},
-      {"precision", plan.description + (config.clip_grad_norm > 0
-                                            ? ", clip grad norm " + format_double(config.clip_grad_norm)
-                                            : std::string())},
+      {"step",
+       std::string(step_fn->name()) +
+           (step_fn->threads() > 1 ? " (" + std::to_string(step_fn->threads()) + " threads)" : "")},
+      {"precision",
+       plan.description + (config.clip_grad_norm > 0
+                               ? ", clip grad norm " + format_double(config.clip_grad_norm)
+                               : std::string())},
       {"seed", std::to_string(config.seed)},
       {"threads", std::to_string(threads.intra_op) + " intra-op, " +
-                      (threads.blas > 0 ? std::to_string(threads.blas) : std::string("?")) + " BLAS"},
+                      (threads.blas > 0 ? std::to_string(threads.blas) : std::string("?")) +
+                      " BLAS"},
   };
   report.settings.emplace_back("strategy", parallel.describe());
   report.main_rank = parallel.is_main();
@@ -293,18 +304,19 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
         {"precision", precision::to_string(plan.precision)},
     };
     if (scaler) checkpoint.meta["grad_scaler"] = scaler->state();
-    if (data::is_sprite_dataset(config.dataset)) checkpoint.meta["sprites"] = data::sprite_options_json(config.sprites);
+    if (data::is_sprite_dataset(config.dataset))
+      checkpoint.meta["sprites"] = data::sprite_options_json(config.sprites);
     checkpoint.model = model_state(*model);
     checkpoint.optimizer = optimizer.state();
     return checkpoint;
   };
   std::string last_good;  // newest periodic checkpoint this run wrote
   auto diverged = [&](const std::string& what, int64_t epoch, const std::string& where) {
-    return Error("training diverged: " + what + " in epoch " +
-                     std::to_string(epoch + 1) + ", " + where,
-                 (last_good.empty() ? std::string("no checkpoint was written (--checkpoint-every N)")
-                                    : "last good checkpoint: " + last_good + " (--resume it)") +
-                     "; lower --lr");
+    return Error(
+        "training diverged: " + what + " in epoch " + std::to_string(epoch + 1) + ", " + where,
+        (last_good.empty() ? std::string("no checkpoint was written (--checkpoint-every N)")
+                           : "last good checkpoint: " + last_good + " (--resume it)") +
+            "; lower --lr");
   };
   // A periodic or interrupt checkpoint after `rs.step` steps of epoch `rs.epoch`. It is written
   // only when the loss since the last log and the weights are finite: it is always a good one.
@@ -312,8 +324,9 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
     const double pending = rs.interval_loss.item<double>();
     const bool weights_finite = torch::isfinite(optimizer.values()).all().item<bool>();
     if (!std::isfinite(pending) || !weights_finite)
-      throw diverged(weights_finite ? "loss is " + loss_text(pending) : std::string("weights are not finite"),
-                     rs.epoch, "at or before step " + std::to_string(rs.step));
+      throw diverged(
+          weights_finite ? "loss is " + loss_text(pending) : std::string("weights are not finite"),
+          rs.epoch, "at or before step " + std::to_string(rs.step));
     const std::string path = periodic_checkpoint_path(run_base, rs.epoch * steps + rs.step);
     if (!parallel.is_main()) return path;  // ddp: ranks are identical; rank 0 writes
     capture_rng(rs, device);
@@ -348,7 +361,8 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
     }
     while (train_loader.next(batch)) {
       if (step == 0)
-        device::expect_on_device(batch.inputs, optimizer.values().device(), "the training batch", "the model");
+        device::expect_on_device(batch.inputs, optimizer.values().device(), "the training batch",
+                                 "the model");
       const int64_t b = batch.labels.size(0);
       if (augment.enabled()) batch.inputs = data::augment_batch(batch.inputs, augment);
       try {
@@ -364,8 +378,8 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
         }
       } catch (const c10::OutOfMemoryError& e) {
         throw out_of_memory(e, config, epoch, step, [&] {
-          return save_run_checkpoint({epoch, step, samples, interval_samples, loss_sum, correct,
-                                      interval_loss, {}, {}});
+          return save_run_checkpoint(
+              {epoch, step, samples, interval_samples, loss_sum, correct, interval_loss, {}, {}});
         });
       }
       interval_samples += b;
@@ -373,18 +387,21 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
       ++step;
       observer->on_step({epoch + 1, config.epochs, step, steps, samples});
       if (config.log_every > 0 && step % config.log_every == 0) {
-        const auto interval = parallel.sum({interval_loss.item<double>(), static_cast<double>(interval_samples)});
+        const auto interval =
+            parallel.sum({interval_loss.item<double>(), static_cast<double>(interval_samples)});
         const double mean = interval[0] / interval[1];
         if (!std::isfinite(mean))
-          throw diverged("loss is " + loss_text(mean), epoch, "steps " + std::to_string(step - config.log_every + 1) + "-" +
-                                          std::to_string(step));
+          throw diverged(
+              "loss is " + loss_text(mean), epoch,
+              "steps " + std::to_string(step - config.log_every + 1) + "-" + std::to_string(step));
         observer->on_log({epoch + 1, step, steps, mean});
         loss_sum += interval_loss;
         interval_loss.zero_();
         interval_samples = 0;
       }
       const int signal = parallel.agreed_interrupt(interrupt_signal(), epoch * steps + step);
-      if (signal || (config.checkpoint_every > 0 && (epoch * steps + step) % config.checkpoint_every == 0)) {
+      if (signal ||
+          (config.checkpoint_every > 0 && (epoch * steps + step) % config.checkpoint_every == 0)) {
         const std::string path = save_run_checkpoint(
             {epoch, step, samples, interval_samples, loss_sum, correct, interval_loss, {}, {}});
         if (signal) throw Interrupted(signal, path, epoch + 1, step, parallel.is_main());
@@ -392,8 +409,9 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
     }
     loss_sum += interval_loss;
     // Over all ranks: loss sum, correct count, samples.
-    const auto totals = parallel.sum({loss_sum.item<double>(), static_cast<double>(correct.item<int64_t>()),
-                                      static_cast<double>(samples)});
+    const auto totals =
+        parallel.sum({loss_sum.item<double>(), static_cast<double>(correct.item<int64_t>()),
+                      static_cast<double>(samples)});
     samples = static_cast<int64_t>(totals[2]);
     EpochReport er;
     er.epoch = epoch + 1;
@@ -403,7 +421,9 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
     er.accuracy = totals[1] / static_cast<double>(std::max<int64_t>(samples, 1));
     er.seconds = epoch_timer.seconds();
     er.images_per_second = static_cast<double>(samples) / er.seconds;
-    if (!std::isfinite(er.loss)) throw diverged("loss is " + loss_text(er.loss), epoch, "by its end (step " + std::to_string(step) + ")");
+    if (!std::isfinite(er.loss))
+      throw diverged("loss is " + loss_text(er.loss), epoch,
+                     "by its end (step " + std::to_string(step) + ")");
     // The test set after this epoch, for the test curves: rank 0 only, outside train_seconds. The
     // last epoch's evaluation is the final one (with predictions): no second pass.
     const bool last_epoch = epoch + 1 == config.epochs;
@@ -428,7 +448,8 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
                            : evaluate(*model, *test_path.loader, data.test.num_classes(), true);
   report.misclassified = pick_misclassified(data.test, report.test.predictions);
 
-  if (!config.save.empty()) save_checkpoint(config.save, make_checkpoint(std::max(config.epochs, start_epoch)));
+  if (!config.save.empty())
+    save_checkpoint(config.save, make_checkpoint(std::max(config.epochs, start_epoch)));
   return report;
 }
 
