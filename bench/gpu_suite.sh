@@ -6,6 +6,9 @@
 #   2. `spritetorch bench` on DEVICE and cpu: every data path, each precision eager and as a CUDA
 #      graph, median of 3, the Python peer after (JSON and CSV copied to $OUT when set)
 #   3. the CNN's time to 90% and 92% test accuracy on DEVICE (per-epoch evaluation, not timed)
+#   4. issue 6's NCCL proof: the CNN as 1 process and as 1 NCCL rank (`launch --nproc-per-node 1`),
+#      test loss and img/s of each (the process group's overhead); 2 ranks when there are 2 GPUs
+#   5. the fused CPU step's threads on this machine's cores (--step-threads 2, 4, 8, all)
 # Usage: bench/gpu_suite.sh [BUILD_DIR] [DEVICE] [DATA] > results.txt
 #   On the device tool, two calls keep each under its 10 minutes: `scripts/gpu-build && ctest
 #   --test-dir build-gpu -j 16` (or this script), then `SUITE_SKIP_TESTS=1 bench/gpu_suite.sh`.
@@ -67,4 +70,33 @@ for e in r["epochs"]:
 for goal in (0.90, 0.92):
     print("time to %.0f%%: %s" % (goal * 100, "%.2f s (epoch %d)" % reached[goal] if goal in reached else "not reached"))
 ' || tail -3 "$out/cnn.err"
+echo "## 4. NCCL: the CNN as 1 process and as NCCL ranks on $device (--dist-shard global, 2 epochs)"
+# World size 1 is still a real process group: same test loss as one process (the ctest
+# distributed.one_rank_nccl asserts it); the img/s ratio is the process group's
+# overhead: here one all-reduce per bucket per step. Two ranks run only where two GPUs are.
+dist_run() {
+  "$bin" "$@" --json --no-run-dir --model cnn --data "$data" --device "$device" --epochs 2 \
+    --eval-every 0 2>"$out/dist.err" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+e = r["epochs"][-1]
+print("%-28s test loss %.6f, accuracy %.4f, last epoch %.0f img/s (%s)" % (sys.argv[1], r["test"]["loss"], r["test"]["accuracy"], e["images_per_second"], r["settings"]["strategy"]))
+' "$label" || tail -3 "$out/dist.err"
+}
+label="1 process" dist_run train --batch-size 64
+label="1 nccl rank" dist_run launch --nproc-per-node 1 -- train --batch-size 64 --dist-backend nccl --dist-shard global
+label="1 nccl rank, --no-overlap" dist_run launch --nproc-per-node 1 -- train --batch-size 64 --dist-backend nccl --dist-shard global --no-overlap
+gpus=$("$bin" devices | grep -cE "^cuda:[0-9]+ ")
+if [ "$gpus" -ge 2 ]; then
+  label="2 nccl ranks x 32" dist_run launch --nproc-per-node 2 -- train --batch-size 32 --dist-backend nccl --dist-shard global
+else
+  echo "2 ranks: not run ($gpus GPU here; NCCL needs one GPU per rank)"
+fi
+
+echo "## 5. the fused CPU step's threads (cores: $(nproc); default: one per core)"
+for t in 2 4 8 0; do
+  echo "--step-threads $t:"
+  "$bin" bench --data "$data" --devices cpu --no-streaming --epochs "$epochs" --repeats "$repeats" \
+    --step-threads "$t" --out "$out/threads$t" --overwrite 2>&1 | grep -E "^cpu |floor"
+done
 echo "## done (logs in $out)"

@@ -8,17 +8,7 @@
 #include "common/cpu_threads.h"
 #include "common/small_gemm.h"
 #include "device/device.h"
-
-#if __has_include(<torch/csrc/distributed/c10d/ProcessGroup.hpp>)
-#define SPRITETORCH_HAS_C10D 1
-#else
-#define SPRITETORCH_HAS_C10D 0
-#endif
-#if __has_include(<gloo/config.h>)
-#define SPRITETORCH_HAS_GLOO 1
-#else
-#define SPRITETORCH_HAS_GLOO 0
-#endif
+#include "distributed/communicator.h"
 
 namespace spritetorch::cli {
 
@@ -44,6 +34,12 @@ Subcommand add_devices_command(CLI::App& app) {
             const auto devices = device::list_devices();
             const torch::Device picked = device::pick_device("auto");
             const CpuThreads threads = current_cpu_threads();
+            // What --dist-backend accepts in this build (gloo: c10d's Gloo headers were found;
+            // nccl: a CUDA build that found <nccl.h>).
+            const std::vector<std::string> backends = distributed::backends();
+            std::string dist_backends;
+            for (const auto& b : backends) dist_backends += (dist_backends.empty() ? "" : ", ") + b;
+            if (dist_backends.empty()) dist_backends = "none (ddp cannot run)";
             if (*json) {
               nlohmann::json list = nlohmann::json::array();
               for (const auto& d : devices)
@@ -59,8 +55,7 @@ Subcommand add_devices_command(CLI::App& app) {
                                           {"libtorch", compat::torch_version()},
                                           {"cuda_built", SPRITETORCH_WITH_CUDA != 0},
                                           {"mps_available", compat::mps_available()},
-                                          {"distributed_c10d", SPRITETORCH_HAS_C10D != 0},
-                                          {"gloo_headers", SPRITETORCH_HAS_GLOO != 0},
+                                          {"distributed_backends", backends},
                                           {"blas", threads.blas_name},
                                           {"intra_op_threads", threads.intra_op},
                                           {"blas_threads", threads.blas}}
@@ -83,8 +78,7 @@ Subcommand add_devices_command(CLI::App& app) {
                       << "LibTorch " << compat::torch_version()
                       << "; built with CUDA: " << (SPRITETORCH_WITH_CUDA ? "yes" : "no")
                       << "; MPS: " << (compat::mps_available() ? "yes" : "no")
-                      << "; distributed (c10d): " << (SPRITETORCH_HAS_C10D ? "yes" : "no")
-                      << ", Gloo headers: " << (SPRITETORCH_HAS_GLOO ? "yes" : "no") << "\n"
+                      << "; distributed (c10d) backends: " << dist_backends << "\n"
                       << "BLAS: " << threads.blas_name << "\n"
                       << "fused MLP step's matrix kernels (CPU): "
                       << gemm::kernel_name(gemm::best_kernel()) << "\n"
