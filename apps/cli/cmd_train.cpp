@@ -4,6 +4,7 @@
 
 #include "checks.h"
 #include "commands.h"
+#include "device/device.h"
 #include "models/classifier.h"
 #include "output.h"
 #include "precision/precision.h"
@@ -182,12 +183,17 @@ Subcommand add_train_command(CLI::App& app) {
         std::unique_ptr<report::TensorBoardObserver> tensorboard_observer;
         if (*tensorboard && (events = open_tensorboard(session.folder(), run_flags->runs_root))) {
           if (!session.quiet()) human << "TensorBoard events: " << events->path() << "\n";
-          log_training_samples(*events, *config);
           tensorboard_observer = std::make_unique<report::TensorBoardObserver>(*events);
           session.add_observer(tensorboard_observer.get());
         }
-        if (config->task == "generate") return run_generator_training(*config, session, *json);
-        const train::TrainReport report = train::train(*config, &session.observer());
+        if (config->task == "generate") {
+          if (events) log_training_samples(*events, *config);
+          return run_generator_training(*config, session, *json);
+        }
+        device::pick_device(config->device);  // an unavailable device fails before the data is read
+        const train::Datasets data = train::load_datasets(*config);
+        if (events) log_training_samples(*events, data.train);
+        const train::TrainReport report = train::train(*config, data, &session.observer());
         if (!report.main_rank) return 0;  // ddp: rank 0 reports
         if (events) {
           const int64_t last_epoch =

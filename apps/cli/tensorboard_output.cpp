@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -33,12 +34,18 @@ std::unique_ptr<report::EventWriter> open_tensorboard(const std::string& run_fol
   return std::make_unique<report::EventWriter>(tensorboard_dir(run_folder, runs_root));
 }
 
+constexpr int64_t kSampleImages = 64;
+
 void log_training_samples(report::EventWriter& events, const train::TrainConfig& config) {
-  constexpr int64_t kSamples = 64;
   train::TrainConfig small = config;
-  small.train_limit = kSamples;
+  small.train_limit = kSampleImages;
   small.test_limit = 1;
-  const torch::Tensor images = train::load_datasets(small).train.inputs;  // (N, C, H, W) uint8
+  log_training_samples(events, train::load_datasets(small).train);
+}
+
+void log_training_samples(report::EventWriter& events, const data::Dataset& train) {
+  const int64_t n = std::min<int64_t>(kSampleImages, train.size());
+  const torch::Tensor images = train.inputs.slice(0, 0, n);  // (n, C, H, W) uint8
   if (images.dim() != 4 || images.scalar_type() != torch::kUInt8) return;
   torch::Tensor rgba;  // (N, 4, H, W): make_sheet's layout
   const int64_t channels = images.size(1);

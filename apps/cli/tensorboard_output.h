@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "data/dataset.h"
 #include "report/tensorboard.h"
 #include "train/config.h"
 
@@ -20,8 +21,10 @@ std::string tensorboard_dir(const std::string& run_folder, const std::string& ru
 std::unique_ptr<report::EventWriter> open_tensorboard(const std::string& run_folder,
                                                       const std::string& runs_root);
 
-// A sheet of the first training images ("data/train_samples", step 0); nothing for feature
-// datasets (dummy), which are not images.
+// A sheet of the first 64 training images ("data/train_samples", step 0); nothing for feature
+// datasets (dummy), which are not images. `train`: the datasets the run trains on (read once).
+void log_training_samples(report::EventWriter& events, const data::Dataset& train);
+// The same for runs that load their own data (--task generate): reads just those 64 images.
 void log_training_samples(report::EventWriter& events, const train::TrainConfig& config);
 
 }  // namespace spritetorch::cli

@@ -117,5 +117,25 @@ out=$(cd "$tmp" && "$bin" train --config tiny.toml 2>&1); rc=$?
 [ "$rc" -eq 0 ] && grep -q "Epoch 1/1" <<<"$out" && ls "$tmp"/runs/*/events.out.tfevents.* >/dev/null 2>&1
 check "a config file drives a run; --tensorboard writes events" $? "$out"
 
+# --tensorboard on an image dataset: a sheet of the first 64 training images (8 x 8 tiles of
+# 2 x 16 px + 1 px padding = 274 px square), read back with the independent reader.
+reader="$(dirname "$0")/../report/read_tfevents.py"
+out=$(cd "$tmp" && "$bin" train --dataset sprites --sprite-count 256 --epochs 1 --device cpu \
+  --run-dir tb-sprites --tensorboard -q 2>&1); rc=$?
+events=$(/usr/bin/python3 "$reader" "$tmp"/tb-sprites/events.out.tfevents.* 2>&1); reader_rc=$?
+if [ "$reader_rc" -eq 77 ]; then
+  echo "skipped the event check: $events"
+else
+  [ "$rc" -eq 0 ] && /usr/bin/python3 -c '
+import json, sys
+events = [json.loads(line) for line in sys.stdin]
+values = {v["tag"]: v for e in events for v in e.get("values", [])}
+sheet = values["data/train_samples"]["image"]
+assert (sheet["width"], sheet["height"]) == (274, 274), sheet["width"]
+assert 0 <= values["test/accuracy"]["simple_value"] <= 1
+' <<<"$events"
+  check "--tensorboard on sprites: the training-sample sheet and the test scalars" $? "$out $events"
+fi
+
 echo "config_test: $passes passed, $fails failed"
 [ "$fails" -eq 0 ]
