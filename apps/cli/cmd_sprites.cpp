@@ -178,52 +178,91 @@ int run_generator_eval(const GeneratorEvalFlags& f, const std::string& checkpoin
 }
 
 Subcommand add_classify_command(CLI::App& app) {
-  auto* sub = app.add_subcommand("classify", "Classify sprite PNGs with a classifier checkpoint");
+  auto* sub = app.add_subcommand(
+      "classify",
+      "Classify sprite PNGs with a classifier checkpoint: one sprite per file, or every tile of "
+      "sprite sheets (--tile)");
   struct Flags {
     std::string checkpoint, device = "auto";
     std::vector<std::string> files;
     bool json = false;
+    bool sheets = false;  // --tile given: each file is a sheet of tiles
+    data::SpriteOptions cut;
   };
   auto f = std::make_shared<Flags>();
   sub->add_option("--checkpoint", f->checkpoint, "Classifier checkpoint (train --save)")
       ->required();
   sub->add_option("files", f->files, "PNG files")->required();
   sub->add_option("--device", f->device, "auto | cpu | cuda | cuda:N | mps")->capture_default_str();
-  sub->add_flag("--json", f->json, "Print one JSON object per file");
-  return {
-      sub, [f]() {
-        const torch::Device device = device::pick_device(f->device);
-        const auto checkpoint = train::load_checkpoint(f->checkpoint);
-        if (checkpoint.meta.value("task", std::string()) == "generate")
-          throw Error(f->checkpoint + " is a generator checkpoint",
-                      "classify needs a classifier (train --task classify)");
-        const auto shape = checkpoint.meta.value("input_shape", std::vector<int64_t>());
-        if (shape.size() != 3 || shape[0] != 4 || shape[1] != shape[2])
-          throw DataError(f->checkpoint, "a sprite classifier (input shape (4, S, S))",
-                          "input shape " + c10::str(c10::IntArrayRef(shape)));
-        const auto names = checkpoint.meta.value("class_names", std::vector<std::string>());
-        auto model = train::model_from_checkpoint(checkpoint, f->checkpoint, device);
-        model->eval();
-        for (const auto& file : f->files) {
-          const auto sprite =
-              io::resize_nearest(io::read_png(file).permute({2, 0, 1}).unsqueeze(0), shape[1]);
-          torch::InferenceMode guard;
-          const auto probs =
-              torch::softmax(model->forward(data::to_model_input(sprite.to(device))), 1).cpu();
-          const auto best = probs.argmax(1).item<int64_t>();
-          const double confidence = probs[0][best].item<double>();
-          const std::string name =
-              best < static_cast<int64_t>(names.size()) ? names[best] : std::to_string(best);
-          if (f->json)
-            std::cout << nlohmann::json{{"file", file}, {"class", name}, {"confidence", confidence}}
-                             .dump()
-                      << "\n";
-          else
-            std::cout << file << "\t" << name << "\t" << std::fixed << std::setprecision(4)
-                      << confidence << std::defaultfloat << "\n";
-        }
-        return 0;
-      }};
+  sub->add_flag("--json", f->json, "Print one JSON object per file (per tile with --tile)");
+  sub->add_option_function<std::string>(
+         "--tile",
+         [f](const std::string& text) {
+           std::tie(f->cut.tile_w, f->cut.tile_h) = data::parse_tile(text);
+           f->sheets = true;
+         },
+         "The files are sprite sheets: classify each non-empty WxH tile (row-major index from 0)")
+      ->check(CLI::Validator(tile_check, "WxH"));
+  sub->add_option("--spacing", f->cut.spacing, "With --tile: pixels between tiles")
+      ->check(kNonNegative);
+  sub->add_option("--margin", f->cut.margin, "With --tile: pixels around the tile grid")
+      ->check(kNonNegative);
+  return {sub, [f, sub]() {
+            if (!f->sheets && (sub->count("--spacing") || sub->count("--margin")))
+              throw Error("--spacing and --margin cut sprite sheets: they need --tile WxH");
+            const torch::Device device = device::pick_device(f->device);
+            const auto checkpoint = train::load_checkpoint(f->checkpoint);
+            if (checkpoint.meta.value("task", std::string()) == "generate")
+              throw Error(f->checkpoint + " is a generator checkpoint",
+                          "classify needs a classifier (train --task classify)");
+            const auto shape = checkpoint.meta.value("input_shape", std::vector<int64_t>());
+            if (shape.size() != 3 || shape[0] != 4 || shape[1] != shape[2])
+              throw DataError(f->checkpoint, "a sprite classifier (input shape (4, S, S))",
+                              "input shape " + c10::str(c10::IntArrayRef(shape)));
+            const int64_t size = shape[1];
+            const auto names = checkpoint.meta.value("class_names", std::vector<std::string>());
+            auto model = train::model_from_checkpoint(checkpoint, f->checkpoint, device);
+            model->eval();
+            // One line (or JSON object) per sprite; `tile` is null for whole-file sprites.
+            auto classify = [&](const std::string& file, const torch::Tensor& hwc,
+                                const data::SheetTile* tile) {
+              const auto sprite = io::resize_nearest(hwc.permute({2, 0, 1}).unsqueeze(0), size);
+              torch::InferenceMode guard;
+              const auto probs =
+                  torch::softmax(model->forward(data::to_model_input(sprite.to(device))), 1).cpu();
+              const auto best = probs.argmax(1).item<int64_t>();
+              const double confidence = probs[0][best].item<double>();
+              const std::string name =
+                  best < static_cast<int64_t>(names.size()) ? names[best] : std::to_string(best);
+              if (f->json) {
+                nlohmann::json line{{"file", file}, {"class", name}, {"confidence", confidence}};
+                if (tile)
+                  line.update({{"tile", tile->index}, {"row", tile->row}, {"col", tile->col}});
+                std::cout << line.dump() << "\n";
+              } else {
+                std::cout << file << (tile ? "#" + std::to_string(tile->index) : std::string())
+                          << "\t" << name << "\t" << std::fixed << std::setprecision(4)
+                          << confidence << std::defaultfloat << "\n";
+              }
+            };
+            for (const auto& file : f->files) {
+              const torch::Tensor image = io::read_png(file);  // (H, W, 4) uint8
+              if (f->sheets) {
+                const data::SheetGrid grid = data::cut_sheet(image, file, f->cut);
+                if (grid.tiles.empty())
+                  std::cerr << "note: " << file << ": every " << f->cut.tile_w << "x"
+                            << f->cut.tile_h << " tile is fully transparent; nothing to classify\n";
+                for (const auto& tile : grid.tiles) classify(file, tile.pixels, &tile);
+                continue;
+              }
+              if (image.size(0) != image.size(1))
+                std::cerr << "note: " << file << " is " << image.size(1) << "x" << image.size(0)
+                          << ", not square: classified as one sprite, stretched to " << size << "x"
+                          << size << " (a sprite sheet? pass --tile WxH)\n";
+              classify(file, image, nullptr);
+            }
+            return 0;
+          }};
 }
 
 Subcommand add_generate_command(CLI::App& app) {

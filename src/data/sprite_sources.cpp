@@ -1,8 +1,8 @@
 #include "data/sprite_sources.h"
 
 #include <algorithm>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -70,7 +70,8 @@ Dataset load_sprite_dataset(const std::string& spec, const SpriteOptions& option
   check_size(options.size);
   if (spec == "sprites") {
     Dataset d = make_procedural_sprites(options.count, options.seed);
-    if (options.size != kProceduralSpriteSize) d.inputs = io::resize_nearest(d.inputs, options.size);
+    if (options.size != kProceduralSpriteSize)
+      d.inputs = io::resize_nearest(d.inputs, options.size);
     return d;
   }
   const auto colon = spec.find(':');
@@ -80,8 +81,8 @@ Dataset load_sprite_dataset(const std::string& spec, const SpriteOptions& option
   if (kind == "sheet") return read_sprite_sheet(arg, options);
   if (kind == "npy") {
     const auto comma = arg.find(',');
-    return read_npy_sprites(arg.substr(0, comma), comma == std::string::npos ? "" : arg.substr(comma + 1),
-                            options.size);
+    return read_npy_sprites(arg.substr(0, comma),
+                            comma == std::string::npos ? "" : arg.substr(comma + 1), options.size);
   }
   throw Error("unknown sprite dataset '" + spec + "'",
               "expected sprites, folder:PATH, sheet:FILE or npy:FILE[,LABELS.npy]");
@@ -138,26 +139,40 @@ Dataset read_sprite_folder(const std::string& path, int64_t size) {
     }
   }
   if (images.empty())
-    throw DataError(path, "subfolders (one per class) holding .png files", "no PNG files in any subfolder",
-                    "lay the data out as PATH/<class>/<name>.png");
+    throw DataError(path, "subfolders (one per class) holding .png files",
+                    "no PNG files in any subfolder", "lay the data out as PATH/<class>/<name>.png");
   out.inputs = torch::cat(images);
   out.labels = torch::tensor(labels, torch::kInt64);
   out.name = "folder:" + fs::path(path).filename().string();
   return out;
 }
 
-Dataset read_sprite_sheet(const std::string& file, const SpriteOptions& o) {
-  check_size(o.size);
+SheetGrid cut_sheet(const torch::Tensor& sheet, const std::string& file, const SpriteOptions& o) {
   if (o.tile_w <= 0 || o.tile_h <= 0 || o.spacing < 0 || o.margin < 0)
     throw Error("sheet slicing needs positive --tile sides and non-negative --spacing / --margin");
-  const auto sheet = io::read_png(file);  // (H, W, 4)
   const int64_t h = sheet.size(0), w = sheet.size(1);
-  const int64_t cols = (w - 2 * o.margin + o.spacing) / (o.tile_w + o.spacing);
-  const int64_t rows = (h - 2 * o.margin + o.spacing) / (o.tile_h + o.spacing);
-  if (cols <= 0 || rows <= 0)
-    throw DataError(file, "at least one " + std::to_string(o.tile_w) + "x" + std::to_string(o.tile_h) +
-                              " tile with margin " + std::to_string(o.margin),
+  SheetGrid grid;
+  grid.cols = (w - 2 * o.margin + o.spacing) / (o.tile_w + o.spacing);
+  grid.rows = (h - 2 * o.margin + o.spacing) / (o.tile_h + o.spacing);
+  if (grid.cols <= 0 || grid.rows <= 0)
+    throw DataError(file,
+                    "at least one " + std::to_string(o.tile_w) + "x" + std::to_string(o.tile_h) +
+                        " tile with margin " + std::to_string(o.margin),
                     "an image of " + std::to_string(w) + "x" + std::to_string(h));
+  for (int64_t r = 0; r < grid.rows; ++r)
+    for (int64_t c = 0; c < grid.cols; ++c) {
+      auto pixels = sheet.narrow(0, o.margin + r * (o.tile_h + o.spacing), o.tile_h)
+                        .narrow(1, o.margin + c * (o.tile_w + o.spacing), o.tile_w);
+      if (pixels.select(2, 3).max().item<int>() == 0) continue;  // fully transparent: an empty slot
+      grid.tiles.push_back({r * grid.cols + c, r, c, std::move(pixels)});
+    }
+  return grid;
+}
+
+Dataset read_sprite_sheet(const std::string& file, const SpriteOptions& o) {
+  check_size(o.size);
+  const SheetGrid grid = cut_sheet(io::read_png(file), file, o);
+  const int64_t slots = grid.rows * grid.cols;
   // Optional label map: "TILE_INDEX CLASS" per line; tiles it does not name are left out.
   std::map<int64_t, std::string> names;
   if (!o.label_map.empty()) {
@@ -170,8 +185,9 @@ Dataset read_sprite_sheet(const std::string& file, const SpriteOptions& o) {
       std::istringstream fields(line);
       int64_t index = -1;
       std::string name;
-      if (!(fields >> index >> name) || index < 0 || index >= rows * cols)
-        throw DataError(o.label_map, "'TILE_INDEX CLASS' with an index in 0.." + std::to_string(rows * cols - 1),
+      if (!(fields >> index >> name) || index < 0 || index >= slots)
+        throw DataError(o.label_map,
+                        "'TILE_INDEX CLASS' with an index in 0.." + std::to_string(slots - 1),
                         "'" + line + "' on line " + std::to_string(line_no));
       names[index] = name;
     }
@@ -181,26 +197,22 @@ Dataset read_sprite_sheet(const std::string& file, const SpriteOptions& o) {
     class_names = {"sprite"};
   } else {
     for (const auto& [i, n] : names)
-      if (std::find(class_names.begin(), class_names.end(), n) == class_names.end()) class_names.push_back(n);
+      if (std::find(class_names.begin(), class_names.end(), n) == class_names.end())
+        class_names.push_back(n);
     std::sort(class_names.begin(), class_names.end());
   }
   std::vector<torch::Tensor> tiles;
   std::vector<int64_t> labels;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) {
-      const int64_t index = r * cols + c;
-      int64_t label = 0;
-      if (!names.empty()) {
-        auto it = names.find(index);
-        if (it == names.end()) continue;
-        label = std::find(class_names.begin(), class_names.end(), it->second) - class_names.begin();
-      }
-      const auto tile = sheet.narrow(0, o.margin + r * (o.tile_h + o.spacing), o.tile_h)
-                            .narrow(1, o.margin + c * (o.tile_w + o.spacing), o.tile_w);
-      if (tile.select(2, 3).max().item<int>() == 0) continue;  // fully transparent: an empty slot
-      tiles.push_back(to_sprite(tile, o.size));
-      labels.push_back(label);
+  for (const auto& tile : grid.tiles) {
+    int64_t label = 0;
+    if (!names.empty()) {
+      auto it = names.find(tile.index);
+      if (it == names.end()) continue;
+      label = std::find(class_names.begin(), class_names.end(), it->second) - class_names.begin();
     }
+    tiles.push_back(to_sprite(tile.pixels, o.size));
+    labels.push_back(label);
+  }
   if (tiles.empty()) throw DataError(file, "at least one non-transparent tile", "none");
   Dataset out;
   out.inputs = torch::cat(tiles).contiguous();
@@ -211,8 +223,9 @@ Dataset read_sprite_sheet(const std::string& file, const SpriteOptions& o) {
 }
 
 nlohmann::json sprite_options_json(const SpriteOptions& o) {
-  return {{"size", o.size}, {"count", o.count}, {"seed", o.seed}, {"tile_w", o.tile_w}, {"tile_h", o.tile_h},
-          {"spacing", o.spacing}, {"margin", o.margin}, {"label_map", o.label_map}, {"holdout", o.holdout}};
+  return {{"size", o.size},     {"count", o.count},         {"seed", o.seed},
+          {"tile_w", o.tile_w}, {"tile_h", o.tile_h},       {"spacing", o.spacing},
+          {"margin", o.margin}, {"label_map", o.label_map}, {"holdout", o.holdout}};
 }
 
 SpriteOptions sprite_options_from_json(const nlohmann::json& j) {
@@ -237,11 +250,14 @@ NpyArray parse_npy(const std::string& bytes, const std::string& name) {
   const int major = static_cast<uint8_t>(bytes[6]);
   uint64_t header_len = 0, offset = 0;
   if (major == 1) {
-    header_len = static_cast<uint8_t>(bytes[8]) | (static_cast<uint64_t>(static_cast<uint8_t>(bytes[9])) << 8);
+    header_len = static_cast<uint8_t>(bytes[8]) |
+                 (static_cast<uint64_t>(static_cast<uint8_t>(bytes[9])) << 8);
     offset = 10;
   } else if (major == 2 || major == 3) {
-    if (bytes.size() < 12) throw DataError(name, "a 12-byte .npy v2 preamble", std::to_string(bytes.size()) + " bytes");
-    for (int i = 0; i < 4; ++i) header_len |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[8 + i])) << (8 * i);
+    if (bytes.size() < 12)
+      throw DataError(name, "a 12-byte .npy v2 preamble", std::to_string(bytes.size()) + " bytes");
+    for (int i = 0; i < 4; ++i)
+      header_len |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[8 + i])) << (8 * i);
     offset = 12;
   } else {
     throw DataError(name, ".npy format version 1, 2 or 3", "version " + std::to_string(major));
@@ -251,12 +267,15 @@ NpyArray parse_npy(const std::string& bytes, const std::string& name) {
                     "a header length of " + std::to_string(header_len));
   const std::string header = bytes.substr(offset, header_len);
   offset += header_len;
-  // The header is a Python dict literal: {'descr': '<u1', 'fortran_order': False, 'shape': (N, H, W, C), }
+  // The header is a Python dict literal: {'descr': '<u1', 'fortran_order': False, 'shape': (N, H,
+  // W, C), }
   auto value_of = [&](const std::string& key) -> std::string {
     const auto k = header.find("'" + key + "'");
-    if (k == std::string::npos) throw DataError(name, "a header with '" + key + "'", "'" + header + "'");
+    if (k == std::string::npos)
+      throw DataError(name, "a header with '" + key + "'", "'" + header + "'");
     const auto colon = header.find(':', k);
-    if (colon == std::string::npos) throw DataError(name, "'" + key + "': value", "'" + header + "'");
+    if (colon == std::string::npos)
+      throw DataError(name, "'" + key + "': value", "'" + header + "'");
     return header.substr(colon + 1);
   };
   NpyArray out;
@@ -267,7 +286,8 @@ NpyArray parse_npy(const std::string& bytes, const std::string& name) {
     out.descr = v.substr(q1 + 1, q2 - q1 - 1);
   }
   if (value_of("fortran_order").find("False") != 0 && value_of("fortran_order").find(" False") != 0)
-    throw DataError(name, "fortran_order False (C order)", "'" + header + "'", "save with np.ascontiguousarray");
+    throw DataError(name, "fortran_order False (C order)", "'" + header + "'",
+                    "save with np.ascontiguousarray");
   {
     const std::string v = value_of("shape");
     const auto open = v.find('('), close = v.find(')');
@@ -284,7 +304,8 @@ NpyArray parse_npy(const std::string& bytes, const std::string& name) {
       } catch (const std::exception&) {
       }
       if (d < 0 || part.find_first_not_of(" \t", used) != std::string::npos)
-        throw DataError(name, "non-negative integer dimensions", "'" + part + "' in '" + header + "'");
+        throw DataError(name, "non-negative integer dimensions",
+                        "'" + part + "' in '" + header + "'");
       out.shape.push_back(d);
     }
   }
@@ -293,47 +314,57 @@ NpyArray parse_npy(const std::string& bytes, const std::string& name) {
     torch::ScalarType type;
     uint64_t size;
   };
-  static const Type kTypes[] = {{"|u1", torch::kUInt8, 1}, {"<u1", torch::kUInt8, 1}, {"|i1", torch::kInt8, 1},
-                                {"<i4", torch::kInt32, 4}, {"<i8", torch::kInt64, 8}, {"<f4", torch::kFloat32, 4},
+  static const Type kTypes[] = {{"|u1", torch::kUInt8, 1},   {"<u1", torch::kUInt8, 1},
+                                {"|i1", torch::kInt8, 1},    {"<i4", torch::kInt32, 4},
+                                {"<i8", torch::kInt64, 8},   {"<f4", torch::kFloat32, 4},
                                 {"<f8", torch::kFloat64, 8}, {"|b1", torch::kBool, 1}};
   const Type* type = nullptr;
   for (const auto& t : kTypes)
     if (out.descr == t.descr) type = &t;
   if (!type)
-    throw DataError(name, "dtype uint8, int8, int32, int64, float32, float64 or bool (little-endian)",
+    throw DataError(name,
+                    "dtype uint8, int8, int32, int64, float32, float64 or bool (little-endian)",
                     "descr '" + out.descr + "'");
   // Element count with overflow checks: never trust the header's product.
   uint64_t elements = 1;
   const uint64_t available = bytes.size() - offset;
   for (int64_t d : out.shape) {
     if (d != 0 && elements > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(d))
-      throw DataError(name, "a shape whose size fits in 64 bits", "shape " + c10::str(c10::IntArrayRef(out.shape)));
+      throw DataError(name, "a shape whose size fits in 64 bits",
+                      "shape " + c10::str(c10::IntArrayRef(out.shape)));
     elements *= static_cast<uint64_t>(d);
   }
   if (elements > available / type->size || elements * type->size != available)
-    throw DataError(name, std::to_string(elements) + " x " + std::to_string(type->size) + " data bytes for shape " +
-                              c10::str(c10::IntArrayRef(out.shape)),
-                    std::to_string(available) + " bytes after the header", "the file is truncated or corrupt");
+    throw DataError(name,
+                    std::to_string(elements) + " x " + std::to_string(type->size) +
+                        " data bytes for shape " + c10::str(c10::IntArrayRef(out.shape)),
+                    std::to_string(available) + " bytes after the header",
+                    "the file is truncated or corrupt");
   out.data = torch::empty(out.shape, type->type);
   if (elements) std::memcpy(out.data.data_ptr(), bytes.data() + offset, elements * type->size);
   return out;
 }
 
-NpyArray read_npy(const std::string& file) { return parse_npy(read_all(file, "a NumPy .npy file"), file); }
+NpyArray read_npy(const std::string& file) {
+  return parse_npy(read_all(file, "a NumPy .npy file"), file);
+}
 
 Dataset read_npy_sprites(const std::string& file, const std::string& labels_file, int64_t size) {
   check_size(size);
   NpyArray images = read_npy(file);
   if (images.data.scalar_type() != torch::kUInt8)
-    throw DataError(file, "uint8 pixels (descr |u1)", "descr '" + images.descr + "'", "save with arr.astype(np.uint8)");
+    throw DataError(file, "uint8 pixels (descr |u1)", "descr '" + images.descr + "'",
+                    "save with arr.astype(np.uint8)");
   auto x = images.data;
   if (x.dim() == 3) x = x.unsqueeze(3);  // N x H x W grey
-  if (x.dim() != 4 || (x.size(3) != 1 && x.size(3) != 3 && x.size(3) != 4) || x.size(0) == 0 || x.size(1) == 0 ||
-      x.size(2) == 0)
-    throw DataError(file, "N x H x W x C uint8 with C = 1, 3 or 4 and N, H, W > 0", "shape " + c10::str(c10::IntArrayRef(images.shape)));
+  if (x.dim() != 4 || (x.size(3) != 1 && x.size(3) != 3 && x.size(3) != 4) || x.size(0) == 0 ||
+      x.size(1) == 0 || x.size(2) == 0)
+    throw DataError(file, "N x H x W x C uint8 with C = 1, 3 or 4 and N, H, W > 0",
+                    "shape " + c10::str(c10::IntArrayRef(images.shape)));
   // Expand to RGBA: grey -> RGB, missing alpha -> opaque.
   if (x.size(3) == 1) x = x.expand({-1, -1, -1, 3});
-  if (x.size(3) == 3) x = torch::cat({x, torch::full({x.size(0), x.size(1), x.size(2), 1}, 255, torch::kUInt8)}, 3);
+  if (x.size(3) == 3)
+    x = torch::cat({x, torch::full({x.size(0), x.size(1), x.size(2), 1}, 255, torch::kUInt8)}, 3);
   Dataset out;
   out.inputs = io::resize_nearest(x.permute({0, 3, 1, 2}), size).contiguous();
   const int64_t n = x.size(0);
@@ -346,19 +377,24 @@ Dataset read_npy_sprites(const std::string& file, const std::string& labels_file
     if (l.data.dim() == 2 && l.data.size(0) == n && l.data.size(1) >= 1) {  // one-hot (N, K)
       labels = l.data.to(torch::kFloat64).argmax(1);
       out.class_names.resize(static_cast<size_t>(l.data.size(1)));
-    } else if (l.data.dim() == 1 && l.data.size(0) == n && !l.data.is_floating_point()) {  // integer (N)
+    } else if (l.data.dim() == 1 && l.data.size(0) == n &&
+               !l.data.is_floating_point()) {  // integer (N)
       labels = l.data.to(torch::kInt64);
       if (n && labels.min().item<int64_t>() < 0)
-        throw DataError(labels_file, "class indices >= 0", std::to_string(labels.min().item<int64_t>()));
+        throw DataError(labels_file, "class indices >= 0",
+                        std::to_string(labels.min().item<int64_t>()));
       out.class_names.resize(static_cast<size_t>(n ? labels.max().item<int64_t>() + 1 : 1));
       if (out.class_names.size() > 100000)
-        throw DataError(labels_file, "class indices below 100000", std::to_string(out.class_names.size() - 1));
+        throw DataError(labels_file, "class indices below 100000",
+                        std::to_string(out.class_names.size() - 1));
     } else {
-      throw DataError(labels_file, "labels for " + std::to_string(n) + " sprites: one-hot (" + std::to_string(n) +
-                                       ", K) or integer (" + std::to_string(n) + ")",
+      throw DataError(labels_file,
+                      "labels for " + std::to_string(n) + " sprites: one-hot (" +
+                          std::to_string(n) + ", K) or integer (" + std::to_string(n) + ")",
                       "shape " + c10::str(c10::IntArrayRef(l.shape)) + " descr '" + l.descr + "'");
     }
-    for (size_t k = 0; k < out.class_names.size(); ++k) out.class_names[k] = "class" + std::to_string(k);
+    for (size_t k = 0; k < out.class_names.size(); ++k)
+      out.class_names[k] = "class" + std::to_string(k);
     out.labels = labels.contiguous();
   }
   out.name = "npy:" + fs::path(file).filename().string();

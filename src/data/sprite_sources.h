@@ -21,13 +21,13 @@
 namespace spritetorch::data {
 
 struct SpriteOptions {
-  int64_t size = 16;            // model size S: 16, 32 or 64
-  int64_t count = 8000;         // procedural sprites generated (before the holdout split)
-  uint64_t seed = 1234;         // procedural sprites' seed (the data, not the training order)
+  int64_t size = 16;     // model size S: 16, 32 or 64
+  int64_t count = 8000;  // procedural sprites generated (before the holdout split)
+  uint64_t seed = 1234;  // procedural sprites' seed (the data, not the training order)
   int64_t tile_w = 16, tile_h = 16;
   int64_t spacing = 0, margin = 0;  // sheet: pixels between tiles, around the grid
-  std::string label_map;        // sheet: text file of "TILE_INDEX CLASS" lines (row-major, 0-based)
-  double holdout = 0.1;         // share of samples held out as the test split
+  std::string label_map;  // sheet: text file of "TILE_INDEX CLASS" lines (row-major, 0-based)
+  double holdout = 0.1;   // share of samples held out as the test split
 };
 
 // True for "sprites", "folder:...", "sheet:...", "npy:...".
@@ -45,6 +45,20 @@ SpriteSplit holdout_split(const Dataset& all, double holdout, uint64_t seed);
 
 Dataset read_sprite_folder(const std::string& path, int64_t size);
 Dataset read_sprite_sheet(const std::string& file, const SpriteOptions& options);
+
+// The tiles of a sprite sheet (H, W, 4) uint8 read from `file`, cut by options' tile size,
+// spacing and margin, row-major; fully transparent tiles (empty slots) are left out. `pixels`:
+// (tile_h, tile_w, 4) views into `sheet`. Throws DataError when not one tile fits.
+struct SheetTile {
+  int64_t index, row, col;  // index = row * columns + col, counting the empty slots too
+  torch::Tensor pixels;
+};
+struct SheetGrid {
+  int64_t rows = 0, cols = 0;
+  std::vector<SheetTile> tiles;  // the non-transparent ones
+};
+SheetGrid cut_sheet(const torch::Tensor& sheet, const std::string& file,
+                    const SpriteOptions& options);
 Dataset read_npy_sprites(const std::string& file, const std::string& labels_file, int64_t size);
 
 // A parsed .npy array, for the readers above and for tests. data: a CPU tensor of the file's dtype

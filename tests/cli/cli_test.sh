@@ -120,6 +120,17 @@ expect 0 "Wrote .*sheet.png" -- generate --checkpoint "$tmp/g.pt" --class robot 
 expect 2 "needs --classifier" -- eval --checkpoint "$tmp/g.pt"
 expect 0 "Class agreement" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2
 if [ -f "$tmp/one/robot_0005.png" ]; then passes=$((passes + 1)); else echo "FAIL: --out-dir wrote no robot_0005.png"; fails=$((fails + 1)); fi
+# classify --tile: each tile of the sheet (3 x 2 tiles of 16 px, padding 1, all scaled by 2) gets
+# exactly what its own PNG gets; a sheet without --tile is one stretched sprite, with a note.
+whole=$("$bin" classify --checkpoint "$tmp/c.pt" "$tmp"/one/robot_000[0-5].png 2>&1 | cut -f2-)
+tiles=$("$bin" classify --checkpoint "$tmp/c.pt" --tile 32x32 --spacing 2 --margin 2 "$tmp/sheet.png" 2>&1)
+if [ "$(cut -f2- <<<"$tiles")" = "$whole" ] && [ "$(cut -f1 <<<"$tiles" | tail -1)" = "$tmp/sheet.png#5" ] &&
+  [ "$(wc -l <<<"$tiles")" = 6 ]; then passes=$((passes + 1)); else
+  echo "FAIL: classify --tile on the sheet: $tiles, the single PNGs: $whole"; fails=$((fails + 1)); fi
+expect 0 "\"tile\":5" -- classify --checkpoint "$tmp/c.pt" --tile 32x32 --spacing 2 --margin 2 --json "$tmp/sheet.png"
+expect 0 "sheet.png is 104x70, not square: classified as one sprite.*pass --tile WxH" -- classify --checkpoint "$tmp/c.pt" "$tmp/sheet.png"
+expect 2 "need --tile WxH" -- classify --checkpoint "$tmp/c.pt" --margin 2 "$tmp/sheet.png"
+expect 2 "expected at least one 200x32 tile with margin 2, found an image of 104x70" -- classify --checkpoint "$tmp/c.pt" --tile 200x32 --margin 2 "$tmp/sheet.png"
 # The same train command on a folder of PNGs (one subfolder per class), here the generator's own output.
 expect 0 "Wrote 8 PNGs" -- generate --checkpoint "$tmp/g.pt" --count 8 --steps 2 --out-dir "$tmp/gen"
 for f in "$tmp"/gen/*.png; do c=$(basename "$f" | sed 's/_[0-9]*\.png$//'); mkdir -p "$tmp/folder/$c"; cp "$f" "$tmp/folder/$c/"; done

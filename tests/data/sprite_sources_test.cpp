@@ -89,6 +89,26 @@ TEST(SpriteSheet, SlicesWithSpacingMarginAndSkipsEmptyTiles) {
     EXPECT_EQ(d.inputs[i][0].min().item<int>(), expected[i]) << i;
     EXPECT_EQ(d.inputs[i][0].max().item<int>(), expected[i]) << i;
   }
+  // The cut itself: row-major indices that count the empty slot, views of the right pixels.
+  const SheetGrid grid = cut_sheet(io::read_png(dir.file("s.png")), dir.file("s.png"), o);
+  EXPECT_EQ(grid.rows, 2);
+  EXPECT_EQ(grid.cols, 3);
+  ASSERT_EQ(grid.tiles.size(), 5u);
+  const std::vector<int64_t> indices = {0, 1, 2, 3, 5};
+  for (size_t i = 0; i < 5; ++i) {
+    const SheetTile& t = grid.tiles[i];
+    EXPECT_EQ(t.index, indices[i]);
+    EXPECT_EQ(t.row * 3 + t.col, t.index);
+    EXPECT_EQ(t.pixels.sizes(), (std::vector<int64_t>{4, 4, 4}));
+    EXPECT_TRUE(torch::equal(t.pixels, solid(4, 4, static_cast<uint8_t>(expected[i])))) << i;
+  }
+  o.margin = 4;  // 10 x 5 px inside the margin: 2 columns (4 + 1 + 4), 1 row
+  const SheetGrid inner = cut_sheet(io::read_png(dir.file("s.png")), "s.png", o);
+  EXPECT_EQ(inner.cols, 2);
+  EXPECT_EQ(inner.rows, 1);
+  o.margin = 7;  // not one tile fits inside: a DataError naming the file
+  EXPECT_THROW(cut_sheet(io::read_png(dir.file("s.png")), "s.png", o), DataError);
+  o.margin = 2;
   // A label map picks tiles and names classes.
   std::ofstream(dir.file("labels.txt")) << "# tile class\n0 hero\n2 coin\n5 hero\n";
   o.label_map = dir.file("labels.txt");
