@@ -60,6 +60,37 @@ Misclassified pick_misclassified(const data::Dataset& test, const torch::Tensor&
   return out;
 }
 
+// The model a run trains: --model, else cnn for sprite data and ann otherwise; when resuming, the
+// checkpoint decides, and a conflicting --model is an error, not a surprise.
+struct ModelChoice {
+  std::string name;
+  std::optional<Checkpoint> resumed;
+};
+ModelChoice choose_model(const TrainConfig& config) {
+  ModelChoice out;
+  out.name = config.model.empty() ? "ann" : config.model;
+  if (config.model.empty() && data::is_sprite_dataset(config.dataset)) out.name = "cnn";
+  if (config.resume.empty()) return out;
+  out.resumed = load_checkpoint(config.resume);
+  const auto saved_model = out.resumed->meta.value("model", std::string());
+  if (!config.model.empty() && config.model != saved_model)
+    throw Error("--resume " + config.resume + " holds model '" + saved_model + "' but --model " +
+                config.model + " was given");
+  out.name = saved_model;
+  return out;
+}
+
+// Threads of the fused CPU step (--step-threads 0: automatic). It splits each step over the cores
+// itself; BLAS then runs one thread in each (more would oversubscribe the cores:
+// docs/benchmarks.md). Under ddp the ranks of a machine share its cores.
+int choose_step_threads(const TrainConfig& config, const ParallelRun& parallel) {
+  if (config.step_threads > 0) return config.step_threads;
+  const int cores = parallel.distributed()
+                        ? parallel.blas_threads(0)
+                        : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return config.blas_threads > 0 ? std::max(1, cores / config.blas_threads) : cores;
+}
+
 }  // namespace
 
 Datasets load_datasets(const TrainConfig& config) {
@@ -162,18 +193,9 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
     check_cuda_graphs(device, config.data_path.data_on == "host" ? "streaming" : "resident");
   torch::manual_seed(config.seed);
 
-  // Resume: the checkpoint decides the model; a conflicting --model is an error, not a surprise.
-  std::optional<Checkpoint> resumed;
-  std::string model_name = config.model.empty() ? "ann" : config.model;
-  if (config.model.empty() && data::is_sprite_dataset(config.dataset)) model_name = "cnn";
-  if (!config.resume.empty()) {
-    resumed = load_checkpoint(config.resume);
-    const auto saved_model = resumed->meta.value("model", std::string());
-    if (!config.model.empty() && config.model != saved_model)
-      throw Error("--resume " + config.resume + " holds model '" + saved_model + "' but --model " +
-                  config.model + " was given");
-    model_name = saved_model;
-  }
+  ModelChoice choice = choose_model(config);
+  const std::string model_name = choice.name;
+  std::optional<Checkpoint> resumed = std::move(choice.resumed);
 
   models::ModelSpec spec{model_name, sample_shape(data.train), data.train.num_classes()};
   models::Classifier model = models::make_model(spec);
@@ -209,19 +231,10 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
   if (augment.enabled() && data.train.inputs.dim() != 4)
     throw Error("--augment " + config.augment + " needs image data; " + data.train.name +
                 " holds feature vectors");
-  // The fused CPU step splits each step over the cores itself; BLAS then runs one thread in each
-  // (more would oversubscribe the cores: docs/benchmarks.md). Under ddp the ranks of a machine
-  // share its cores.
-  const int cores = parallel.distributed()
-                        ? parallel.blas_threads(0)
-                        : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  int step_threads = config.step_threads;
-  if (step_threads == 0)
-    step_threads = config.blas_threads > 0 ? std::max(1, cores / config.blas_threads) : cores;
   auto step_fn = make_precision_train_step(
       parallel.step_model(model), config.batch_size, config.step,
       StepPrecision{plan, scaler_ptr, channels_last, /*autocast_cache=*/!config.cuda_graphs},
-      device.is_cpu() ? step_threads : 1);
+      device.is_cpu() ? choose_step_threads(config, parallel) : 1);
   if (step_fn->threads() > 1 && config.blas_threads == 0)
     threads = apply_cpu_threads(config.threads, 1);
   optimizer.use_thread_pool(step_fn->thread_pool());  // the optimizer step splits over them too
