@@ -19,6 +19,7 @@
 #define SPRITETORCH_WITH_C10D (SPRITETORCH_WITH_GLOO || SPRITETORCH_WITH_NCCL)
 
 #if SPRITETORCH_WITH_C10D
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #endif
 #if SPRITETORCH_WITH_GLOO
@@ -165,17 +166,20 @@ std::shared_ptr<Communicator> create_communicator(const DistEnv& env, const Comm
   try {
     c10d::TCPStoreOptions store_options;
     store_options.port = static_cast<uint16_t>(env.master_port);
-    store_options.isServer = env.rank == 0;
+    store_options.isServer = env.rank == 0 && !env.agent_store;
     store_options.numWorkers = static_cast<size_t>(env.world_size);
     // TCPStore's own wait for the workers gives up silently in 1.13; we count arrivals below.
     store_options.waitWorkers = false;
     store_options.timeout = timeout;
     store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+    if (env.agent_store)  // torchrun's store outlives restarts: one key space per attempt
+      store = c10::make_intrusive<c10d::PrefixStore>(
+          "/worker/attempt_" + std::to_string(env.restart_count), store);
   } catch (const std::exception& e) {
     throw Error("rank " + std::to_string(env.rank) + ": rendezvous at " + where +
                     " failed within " + std::to_string(static_cast<int>(options.timeout_s)) +
                     " s: " + describe(e),
-                env.rank == 0
+                env.rank == 0 && !env.agent_store
                     ? "is MASTER_PORT free, and did all " + std::to_string(env.world_size) +
                           " ranks start? (--dist-timeout bounds the wait)"
                     : "is rank 0 running and MASTER_ADDR:MASTER_PORT reachable from this machine? "

@@ -60,6 +60,14 @@ DistEnv read_dist_env(const EnvLookup& env) {
   parse_int(env, "LOCAL_RANK", 0, kMaxRanks, out.local_rank, problems);
   parse_int(env, "LOCAL_WORLD_SIZE", 1, kMaxRanks, out.local_world_size, problems);
   out.master_addr = env("MASTER_ADDR");
+  if (const char* agent = env("TORCHELASTIC_USE_AGENT_STORE")) {
+    const std::string text = agent;
+    if (text == "True" || text == "true" || text == "1")
+      out.agent_store = true;
+    else if (!(text == "False" || text == "false" || text == "0" || text.empty()))
+      problems.push_back("TORCHELASTIC_USE_AGENT_STORE='" + text + "' (expected True or False)");
+  }
+  parse_int(env, "TORCHELASTIC_RESTART_COUNT", 0, kMaxRanks, out.restart_count, problems);
   if (!problems.empty()) {
     std::string list;
     for (const auto& p : problems) list += (list.empty() ? "" : "; ") + p;

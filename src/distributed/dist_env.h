@@ -16,6 +16,12 @@ struct DistEnv {
   int local_world_size = 1;  // ranks on this machine: splits the CPU cores between them
   std::string master_addr;   // where rank 0's TCPStore listens
   int master_port = 0;
+  // torchrun's agent already hosts a TCPStore at MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True):
+  // every rank then connects as a client, under the key prefix /worker/attempt_<restart count>
+  // (TORCHELASTIC_RESTART_COUNT), as torch.distributed does, so a restarted attempt never reads
+  // the keys of the one before.
+  bool agent_store = false;
+  int restart_count = 0;
 };
 
 // Looks up one variable; nullptr when unset. Injectable for tests.

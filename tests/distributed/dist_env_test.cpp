@@ -53,6 +53,26 @@ TEST(DistEnv, LocalVariablesDefaultToOneMachine) {
   EXPECT_EQ(env.local_world_size, 4);
 }
 
+TEST(DistEnv, TorchrunAgentStoreAndRestartCount) {
+  EXPECT_FALSE(read_dist_env(fake(good())).agent_store);  // spritetorch launch, Slurm: rank 0 hosts
+  EXPECT_EQ(read_dist_env(fake(good())).restart_count, 0);
+  auto vars = good();
+  vars["TORCHELASTIC_USE_AGENT_STORE"] = "True";  // what torchrun exports (Python's str(True))
+  vars["TORCHELASTIC_RESTART_COUNT"] = "2";
+  DistEnv env = read_dist_env(fake(vars));
+  EXPECT_TRUE(env.agent_store);
+  EXPECT_EQ(env.restart_count, 2);
+  vars["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  EXPECT_FALSE(read_dist_env(fake(vars)).agent_store);
+  vars["TORCHELASTIC_USE_AGENT_STORE"] = "maybe";
+  vars["TORCHELASTIC_RESTART_COUNT"] = "-1";
+  const auto message = error_of(vars);
+  EXPECT_NE(message.find("TORCHELASTIC_USE_AGENT_STORE='maybe' (expected True or False)"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("TORCHELASTIC_RESTART_COUNT='-1'"), std::string::npos) << message;
+}
+
 TEST(DistEnv, MissingVariablesAreNamedWithALaunchHint) {
   auto vars = good();
   vars.erase("MASTER_ADDR");
