@@ -75,10 +75,12 @@ echo "## 4. NCCL: the CNN as 1 process and as NCCL ranks on $device (--dist-shar
 # distributed.one_rank_nccl asserts it); the img/s ratio is the process group's
 # overhead: here one all-reduce per bucket per step. Two ranks run only where two GPUs are.
 dist_run() {
-  "$bin" "$@" --json --no-run-dir --model cnn --data "$data" --device "$device" --epochs 2 \
+  ${runner:-"$bin"} "$@" --json --no-run-dir --model cnn --data "$data" --device "$device" --epochs 2 \
     --eval-every 0 2>"$out/dist.err" | python3 -c '
 import json, sys
-r = json.load(sys.stdin)
+lines = [l[l.index("{"):] for l in sys.stdin if "{" in l]  # torchrun may prefix "[default0]:"
+if not lines: sys.exit("no JSON summary on stdout")
+r = json.loads(lines[-1])
 e = r["epochs"][-1]
 print("%-28s test loss %.6f, accuracy %.4f, last epoch %.0f img/s (%s)" % (sys.argv[1], r["test"]["loss"], r["test"]["accuracy"], e["images_per_second"], r["settings"]["strategy"]))
 ' "$label" || tail -3 "$out/dist.err"
@@ -86,6 +88,9 @@ print("%-28s test loss %.6f, accuracy %.4f, last epoch %.0f img/s (%s)" % (sys.a
 label="1 process" dist_run train --batch-size 64
 label="1 nccl rank" dist_run launch --nproc-per-node 1 -- train --batch-size 64 --dist-backend nccl --dist-shard global
 label="1 nccl rank, --no-overlap" dist_run launch --nproc-per-node 1 -- train --batch-size 64 --dist-backend nccl --dist-shard global --no-overlap
+# The same rank under PyTorch's own torchrun (its agent hosts the store; the rank joins as a client).
+label="1 nccl rank under torchrun" runner="python3 -m torch.distributed.run --nproc_per_node 1 --no_python $bin" \
+  dist_run train --batch-size 64 --dist-backend nccl --dist-shard global
 gpus=$("$bin" devices | grep -cE "^cuda:[0-9]+ ")
 if [ "$gpus" -ge 2 ]; then
   label="2 nccl ranks x 32" dist_run launch --nproc-per-node 2 -- train --batch-size 32 --dist-backend nccl --dist-shard global
