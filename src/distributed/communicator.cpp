@@ -87,8 +87,12 @@ class C10dCommunicator : public Communicator {
  public:
   C10dCommunicator(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<PG> group,
                    std::string backend, int rank, int world, std::chrono::milliseconds timeout)
-      : store_(std::move(store)), group_(std::move(group)), backend_(std::move(backend)),
-        rank_(rank), world_(world), timeout_(timeout) {}
+      : store_(std::move(store)),
+        group_(std::move(group)),
+        backend_(std::move(backend)),
+        rank_(rank),
+        world_(world),
+        timeout_(timeout) {}
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
   std::string backend() const override { return backend_; }
@@ -182,6 +186,10 @@ std::shared_ptr<Communicator> create_communicator(const DistEnv& env, const Comm
                 env.rank == 0 && !env.agent_store
                     ? "is MASTER_PORT free, and did all " + std::to_string(env.world_size) +
                           " ranks start? (--dist-timeout bounds the wait)"
+                : env.agent_store
+                    ? "torchrun's agent hosts the store (TORCHELASTIC_USE_AGENT_STORE): is it "
+                      "still running, and MASTER_ADDR:MASTER_PORT reachable from this machine? "
+                      "(--dist-timeout bounds the wait)"
                     : "is rank 0 running and MASTER_ADDR:MASTER_PORT reachable from this machine? "
                       "(--dist-timeout bounds the wait)");
   }
@@ -196,9 +204,9 @@ std::shared_ptr<Communicator> create_communicator(const DistEnv& env, const Comm
       joined = store->add("spritetorch/joined", 0);
     }
   } catch (const std::exception& e) {
-    throw Error("rank " + std::to_string(env.rank) + ": rendezvous at " + where +
-                    " failed: " + describe(e),
-                "rank 0 (which hosts the rendezvous) probably exited; look at its output");
+    throw Error(
+        "rank " + std::to_string(env.rank) + ": rendezvous at " + where + " failed: " + describe(e),
+        "rank 0 (which hosts the rendezvous) probably exited; look at its output");
   }
   if (joined < env.world_size)
     throw Error("rank " + std::to_string(env.rank) + ": rendezvous at " + where + " failed: only " +
@@ -252,10 +260,11 @@ bool distributed_available() { return false; }
 std::vector<std::string> backends() { return {}; }
 
 std::shared_ptr<Communicator> create_communicator(const DistEnv&, const CommOptions&) {
-  throw Error("this spritetorch was built without torch.distributed's c10d Gloo backend, so it "
-              "cannot train with several processes",
-              "on Debian: apt-get install libgloo-dev, then re-run cmake and rebuild; or use "
-              "--strategy single");
+  throw Error(
+      "this spritetorch was built without torch.distributed's c10d Gloo backend, so it "
+      "cannot train with several processes",
+      "on Debian: apt-get install libgloo-dev, then re-run cmake and rebuild; or use "
+      "--strategy single");
 }
 
 #endif

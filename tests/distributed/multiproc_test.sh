@@ -156,6 +156,9 @@ expect_error "needs the environment variables RANK, WORLD_SIZE" X=1 -- train "${
 t0=$(date +%s.%N)
 expect_error "rendezvous at 127.0.0.1:$port failed" RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port -- train "${common[@]}" --dist-timeout 2
 python3 -c "import sys; sys.exit(0 if $(since "$t0") < 10 else 1)" && pass || fail "unreachable master took over 10 s with --dist-timeout 2"
+# Under torchrun rank 0 joins the agent's store too: a missing agent is named as such.
+expect_error "hint: torchrun's agent hosts the store" RANK=0 WORLD_SIZE=2 \
+  MASTER_ADDR=127.0.0.1 MASTER_PORT=$port TORCHELASTIC_USE_AGENT_STORE=True -- train "${common[@]}" --dist-timeout 2
 if [ "$cuda_build" = no ]; then
   expect_error "needs a CUDA build" X=1 -- train "${common[@]}" --strategy dp
   expect_error "nccl" X=1 -- launch --nproc-per-node 1 -- train "${common[@]}" --dist-backend nccl
