@@ -172,8 +172,7 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
   if (!observer) observer = &silent;
   if (config.epochs < 0) throw Error("--epochs must be >= 0");
   if (config.batch_size <= 0) throw Error("--batch-size must be positive");
-  // Reliability: signals are caught from here on; outputs are checked before any work.
-  InterruptGuard interrupt_guard;
+  // Reliability: outputs are checked before any work.
   const std::string run_base = run_checkpoint_base(config);
   check_run_outputs(config, run_base);
 
@@ -351,6 +350,11 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
     return path;
   };
   if (run_state) restore_rng(*run_state, device, config.resume);
+  // Signals are caught from here on: a SIGINT/SIGTERM stops after the current step with a
+  // checkpoint. Not before: until the loop starts there is nothing to save, and a rank waiting in
+  // the rendezvous for a peer that died must end at the first SIGTERM (launch, torchrun and Slurm
+  // send one, then wait), not sit out --dist-timeout.
+  InterruptGuard interrupt_guard;
   std::optional<EvalReport> final_test;  // evaluated at the end of the last epoch
   for (int64_t epoch = start_epoch; epoch < config.epochs; ++epoch) {
     model->train();

@@ -156,6 +156,15 @@ expect_error "needs the environment variables RANK, WORLD_SIZE" X=1 -- train "${
 t0=$(date +%s.%N)
 expect_error "rendezvous at 127.0.0.1:$port failed" RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port -- train "${common[@]}" --dist-timeout 2
 python3 -c "import sys; sys.exit(0 if $(since "$t0") < 10 else 1)" && pass || fail "unreachable master took over 10 s with --dist-timeout 2"
+# A rank still waiting in the rendezvous (its peer never came) ends at the first SIGTERM, as
+# launchers expect (torchrun waits 30 s before SIGKILL), instead of sitting out --dist-timeout.
+RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$(free_port) "$bin" train "${common[@]}" --dist-timeout 120 >"$tmp/lone.log" 2>&1 &
+lone=$!
+pids+=("$lone")
+sleep 2
+kill -TERM "$lone"
+wait_for "$lone" 10
+[ "$rc" = 143 ] && pass || fail "SIGTERM to a rank in the rendezvous: $rc after 10 s (wanted 143 at once): $(tail -3 "$tmp/lone.log")"
 # Under torchrun rank 0 joins the agent's store too: a missing agent is named as such.
 expect_error "hint: torchrun's agent hosts the store" RANK=0 WORLD_SIZE=2 \
   MASTER_ADDR=127.0.0.1 MASTER_PORT=$port TORCHELASTIC_USE_AGENT_STORE=True -- train "${common[@]}" --dist-timeout 2
