@@ -68,8 +68,18 @@ if command -v torchrun >/dev/null; then
   else
     fail "torchrun --nproc_per_node 2 --no_python: $(grep -v '^ *$' "$tmp/torchrun.err" | grep -iE "error|failed" | head -5)"
   fi
+  # An elastic restart: rank 1 fails attempt 0 at once, torchrun restarts both ranks
+  # (TORCHELASTIC_RESTART_COUNT=1), and the second attempt trains what one process trains.
+  printf '#!/bin/sh\nif [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 1 ]; then echo "rank 1 fails attempt 0" >&2; exit 3; fi\nexec "$@"\n' >"$tmp/fail_once.sh"
+  chmod +x "$tmp/fail_once.sh"
+  restarted=$(timeout 120 torchrun --nproc_per_node 2 --max_restarts 1 --monitor_interval 1 --master_port "$(free_port)" \
+    --no_python -r 0:1,1:1 -t 0:1,1:1 "$tmp/fail_once.sh" "$bin" train "${common[@]}" --epochs 2 --batch-size 32 --json \
+    2>"$tmp/restart.err" | sed -n 's/^\[default0\]://p')
+  if [ -n "$restarted" ] && grep -q "rank 1 fails attempt 0" "$tmp/restart.err" &&
+    [ "$(json_get "$restarted" '["test"]["loss"]')" = "$(json_get "$torchrun_out" '["test"]["loss"]')" ]; then pass; else
+    fail "torchrun --max_restarts 1 after a failed attempt: $(grep -iE "error|fail" "$tmp/restart.err" | head -5)"; fi
 else
-  echo "skipped the torchrun check: no torchrun on PATH"
+  echo "skipped the torchrun checks: no torchrun on PATH"
 fi
 
 # --resume on every rank: 1 epoch saved by rank 0, resumed by both = 2 epochs in one go.
