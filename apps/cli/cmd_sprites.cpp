@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "common/error.h"
 #include "common/timer.h"
+#include "data/picture.h"
 #include "data/sprite_sources.h"
 #include "device/device.h"
 #include "diffusion/generator.h"
@@ -180,13 +181,14 @@ int run_generator_eval(const GeneratorEvalFlags& f, const std::string& checkpoin
 Subcommand add_classify_command(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "classify",
-      "Classify sprite PNGs with a classifier checkpoint: one sprite per file, or every tile of "
-      "sprite sheets (--tile)");
+      "Classify PNGs with a classifier checkpoint (sprite models, and Fashion-MNIST ones on grey "
+      "pictures): one picture per file, or every tile of sprite sheets (--tile)");
   struct Flags {
     std::string checkpoint, device = "auto";
     std::vector<std::string> files;
     bool json = false;
     bool sheets = false;  // --tile given: each file is a sheet of tiles
+    bool invert = false;
     data::SpriteOptions cut;
   };
   auto f = std::make_shared<Flags>();
@@ -195,6 +197,9 @@ Subcommand add_classify_command(CLI::App& app) {
   sub->add_option("files", f->files, "PNG files")->required();
   sub->add_option("--device", f->device, "auto | cpu | cuda | cuda:N | mps")->capture_default_str();
   sub->add_flag("--json", f->json, "Print one JSON object per file (per tile with --tile)");
+  sub->add_flag("--invert", f->invert,
+                "Grey and RGB models: invert the pictures first (a dark item on a light ground; "
+                "Fashion-MNIST draws light items on black)");
   sub->add_option_function<std::string>(
          "--tile",
          [f](const std::string& text) {
@@ -216,20 +221,24 @@ Subcommand add_classify_command(CLI::App& app) {
               throw Error(f->checkpoint + " is a generator checkpoint",
                           "classify needs a classifier (train --task classify)");
             const auto shape = checkpoint.meta.value("input_shape", std::vector<int64_t>());
-            if (shape.size() != 3 || shape[0] != 4 || shape[1] != shape[2])
-              throw DataError(f->checkpoint, "a sprite classifier (input shape (4, S, S))",
+            const bool picture_model =
+                shape.size() == 3 &&
+                (shape[0] == 1 || shape[0] == 3 || (shape[0] == 4 && shape[1] == shape[2]));
+            if (!picture_model)
+              throw DataError(f->checkpoint,
+                              "an image classifier (input shape (4, S, S) for sprites, (1, H, W) "
+                              "or (3, H, W))",
                               "input shape " + c10::str(c10::IntArrayRef(shape)));
-            const int64_t size = shape[1];
             const auto names = checkpoint.meta.value("class_names", std::vector<std::string>());
             auto model = train::model_from_checkpoint(checkpoint, f->checkpoint, device);
             model->eval();
-            // One line (or JSON object) per sprite; `tile` is null for whole-file sprites.
+            // One line (or JSON object) per picture; `tile` is null for whole files.
             auto classify = [&](const std::string& file, const torch::Tensor& hwc,
                                 const data::SheetTile* tile) {
-              const auto sprite = io::resize_nearest(hwc.permute({2, 0, 1}).unsqueeze(0), size);
+              const auto input = data::picture_to_input(hwc, shape, f->invert);  // (1, C, H, W)
               torch::InferenceMode guard;
               const auto probs =
-                  torch::softmax(model->forward(data::to_model_input(sprite.to(device))), 1).cpu();
+                  torch::softmax(model->forward(data::to_model_input(input.to(device))), 1).cpu();
               const auto best = probs.argmax(1).item<int64_t>();
               const double confidence = probs[0][best].item<double>();
               const std::string name =
@@ -255,10 +264,10 @@ Subcommand add_classify_command(CLI::App& app) {
                 for (const auto& tile : grid.tiles) classify(file, tile.pixels, &tile);
                 continue;
               }
-              if (image.size(0) != image.size(1))
+              if (image.size(0) * shape[2] != image.size(1) * shape[1])
                 std::cerr << "note: " << file << " is " << image.size(1) << "x" << image.size(0)
-                          << ", not square: classified as one sprite, stretched to " << size << "x"
-                          << size << " (a sprite sheet? pass --tile WxH)\n";
+                          << ": classified as one picture, stretched to the model's " << shape[2]
+                          << "x" << shape[1] << " (a sprite sheet? pass --tile WxH)\n";
               classify(file, image, nullptr);
             }
             return 0;

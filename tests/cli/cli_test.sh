@@ -128,9 +128,28 @@ if [ "$(cut -f2- <<<"$tiles")" = "$whole" ] && [ "$(cut -f1 <<<"$tiles" | tail -
   [ "$(wc -l <<<"$tiles")" = 6 ]; then passes=$((passes + 1)); else
   echo "FAIL: classify --tile on the sheet: $tiles, the single PNGs: $whole"; fails=$((fails + 1)); fi
 expect 0 "\"tile\":5" -- classify --checkpoint "$tmp/c.pt" --tile 32x32 --spacing 2 --margin 2 --json "$tmp/sheet.png"
-expect 0 "sheet.png is 104x70, not square: classified as one sprite.*pass --tile WxH" -- classify --checkpoint "$tmp/c.pt" "$tmp/sheet.png"
+expect 0 "sheet.png is 104x70: classified as one picture, stretched to the model's 16x16.*pass --tile WxH" -- classify --checkpoint "$tmp/c.pt" "$tmp/sheet.png"
 expect 2 "need --tile WxH" -- classify --checkpoint "$tmp/c.pt" --margin 2 "$tmp/sheet.png"
 expect 2 "expected at least one 200x32 tile with margin 2, found an image of 104x70" -- classify --checkpoint "$tmp/c.pt" --tile 200x32 --margin 2 "$tmp/sheet.png"
+# classify with a Fashion-MNIST model: grey PNGs of real test images (written by Python, not by
+# us) get their class; an inverted picture (dark on light) needs --invert to be read right.
+fmnist=/usr/share/datasets/fashion-mnist
+if [ -f "$fmnist/t10k-images-idx3-ubyte.gz" ]; then
+  expect 0 "Saved checkpoint" -- train --epochs 1 --train-limit 5000 --device cpu --save "$tmp/fm.pt" --no-run-dir
+  png=$(dirname "$0")/fashion_png.py
+  python3 "$png" "$fmnist" 1 "$tmp/trouser.png" && python3 "$png" "$fmnist" 7 "$tmp/sneaker.png" &&
+    python3 "$png" "$fmnist" 1 "$tmp/trouser_inv.png" --invert
+  expect 0 "trouser.png	Trouser	" -- classify --checkpoint "$tmp/fm.pt" "$tmp/trouser.png"
+  expect 0 '"class":"Sneaker"' -- classify --checkpoint "$tmp/fm.pt" --json "$tmp/sneaker.png"
+  straight=$("$bin" classify --checkpoint "$tmp/fm.pt" "$tmp/trouser.png" | cut -f2-)
+  undone=$("$bin" classify --checkpoint "$tmp/fm.pt" --invert "$tmp/trouser_inv.png" | cut -f2-)
+  if [ -n "$straight" ] && [ "$straight" = "$undone" ]; then passes=$((passes + 1)); else
+    echo "FAIL: classify --invert of the inverted trouser: '$undone', the trouser: '$straight'"; fails=$((fails + 1)); fi
+else
+  echo "skipped the Fashion-MNIST classify checks: no $fmnist"
+fi
+expect 0 "Saved checkpoint" -- train --dataset dummy --model simplenn --epochs 1 --device cpu --save "$tmp/dummy.pt" --no-run-dir
+expect 2 "expected an image classifier .*found input shape \[3\]" -- classify --checkpoint "$tmp/dummy.pt" "$tmp/preview.png"
 # The same train command on a folder of PNGs (one subfolder per class), here the generator's own output.
 expect 0 "Wrote 8 PNGs" -- generate --checkpoint "$tmp/g.pt" --count 8 --steps 2 --out-dir "$tmp/gen"
 for f in "$tmp"/gen/*.png; do c=$(basename "$f" | sed 's/_[0-9]*\.png$//'); mkdir -p "$tmp/folder/$c"; cp "$f" "$tmp/folder/$c/"; done

@@ -1,0 +1,58 @@
+#include "data/picture.h"
+
+#include <string>
+
+#include "common/error.h"
+#include "io/png.h"
+
+namespace spritetorch::data {
+
+namespace {
+
+// (1, C, h, w) float in [0, 255] -> (1, C, H, W) uint8: area means down, nearest neighbour up.
+torch::Tensor scale_to(torch::Tensor x, int64_t height, int64_t width) {
+  namespace F = torch::nn::functional;
+  if (x.size(2) >= height && x.size(3) >= width)
+    x = F::adaptive_avg_pool2d(x, F::AdaptiveAvgPool2dFuncOptions({height, width}));
+  else
+    x = F::interpolate(x, F::InterpolateFuncOptions()
+                              .size(std::vector<int64_t>{height, width})
+                              .mode(torch::kNearest));
+  return x.round().clamp(0, 255).to(torch::kUInt8);
+}
+
+}  // namespace
+
+torch::Tensor picture_to_input(const torch::Tensor& rgba, const std::vector<int64_t>& input_shape,
+                               bool invert) {
+  if (rgba.dim() != 3 || rgba.size(2) != 4 || rgba.scalar_type() != torch::kUInt8)
+    throw Error("picture_to_input: expected (h, w, 4) uint8 RGBA pixels, got " +
+                c10::str(rgba.sizes()) + " " + std::string(c10::toString(rgba.scalar_type())));
+  const bool image_model = input_shape.size() == 3 && input_shape[1] > 0 && input_shape[2] > 0;
+  const int64_t channels = image_model ? input_shape[0] : 0;
+  if (channels == 4) {
+    if (input_shape[1] != input_shape[2])
+      throw Error("a sprite model's input must be square, not " +
+                  c10::str(c10::IntArrayRef(input_shape)));
+    return io::resize_nearest(rgba.permute({2, 0, 1}).unsqueeze(0), input_shape[1]);
+  }
+  if (channels != 1 && channels != 3)
+    throw Error("this model takes inputs of shape " + c10::str(c10::IntArrayRef(input_shape)) +
+                    ", not pictures",
+                "classify works with image classifiers: (4, S, S) sprites, (1, H, W) or "
+                "(3, H, W) pictures");
+  auto pixels = rgba.permute({2, 0, 1}).to(torch::kFloat32);  // (4, h, w) in [0, 255]
+  auto rgb = pixels.narrow(0, 0, 3);
+  if (invert) rgb = 255.0f - rgb;
+  const auto alpha = pixels.narrow(0, 3, 1) / 255.0f;  // composited over black
+  torch::Tensor out;
+  if (channels == 3) {
+    out = rgb * alpha;
+  } else {
+    const auto weights = torch::tensor({0.299f, 0.587f, 0.114f}).view({3, 1, 1});
+    out = (rgb * weights).sum(0, /*keepdim=*/true) * alpha;
+  }
+  return scale_to(out.unsqueeze(0), input_shape[1], input_shape[2]);
+}
+
+}  // namespace spritetorch::data
