@@ -1,6 +1,7 @@
 // Hostile and corrupt files get a clear DataError (file, expected, found), never a crash or an
 // allocation the size of what a header claims. Also replays every committed fuzz input
-// (fuzz/corpus/<target>/ and the crash regressions in tests/data/fuzz/<target>/) through its reader.
+// (fuzz/corpus/<target>/ and the crash regressions in tests/data/fuzz/<target>/) through its
+// reader.
 #include <gtest/gtest.h>
 #include <zlib.h>
 
@@ -10,6 +11,8 @@
 
 #include "common/error.h"
 #include "data/idx_reader.h"
+#include "data/picture.h"
+#include "io/png.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
@@ -43,9 +46,11 @@ TEST(HostileIdx, TruncatedGzipStreamIsAClearError) {
   testing::write_gz(dir.file("full.gz"), idx_bytes({50, 28, 28}, pixels));
   const std::string gz = slurp(dir.file("full.gz"));
   for (size_t keep : {gz.size() / 2, gz.size() - 4, size_t{12}}) {
-    std::ofstream(dir.file("cut.gz"), std::ios::binary).write(gz.data(), static_cast<std::streamsize>(keep));
+    std::ofstream(dir.file("cut.gz"), std::ios::binary)
+        .write(gz.data(), static_cast<std::streamsize>(keep));
     const std::string msg = data_error_of([&] { data::read_idx(dir.file("cut.gz")); });
-    EXPECT_NE(msg.find(dir.file("cut.gz") + ": expected "), std::string::npos) << keep << ": " << msg;
+    EXPECT_NE(msg.find(dir.file("cut.gz") + ": expected "), std::string::npos)
+        << keep << ": " << msg;
   }
 }
 
@@ -60,7 +65,8 @@ TEST(HostileCheckpoint, HugeLengthFieldAndBadCrcAreClearErrors) {
   std::string huge = good;
   for (int i = 20; i < 28; ++i) huge[i] = '\xff';  // payload length 2^64-1
   std::string msg = data_error_of([&] { train::load_checkpoint_bytes(huge, "huge.ckpt"); });
-  EXPECT_NE(msg.find("huge.ckpt: expected 18446744073709551615 payload bytes"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("huge.ckpt: expected 18446744073709551615 payload bytes"), std::string::npos)
+      << msg;
 
   std::string bad_crc = good;
   bad_crc[28] ^= 1;
@@ -74,13 +80,14 @@ TEST(HostileCheckpoint, HugeLengthFieldAndBadCrcAreClearErrors) {
 TEST(HostileCheckpoint, MetadataCannotSizeAnAbsurdModel) {
   train::Checkpoint c;
   c.model = train::model_state(*models::make_model({"simplenn", {3}, 2}));  // 62 weights
-  for (const auto& [shape, classes] :
-       std::vector<std::pair<std::vector<int64_t>, int64_t>>{{{1, 65536, 65536}, 10},  // 2^32 inputs
-                                                             {{3}, 1000000},          // 10^6 classes
-                                                             {{-1}, 2},
-                                                             {{}, 2}}) {
+  for (const auto& [shape, classes] : std::vector<std::pair<std::vector<int64_t>, int64_t>>{
+           {{1, 65536, 65536}, 10},  // 2^32 inputs
+           {{3}, 1000000},           // 10^6 classes
+           {{-1}, 2},
+           {{}, 2}}) {
     c.meta = {{"model", "ann"}, {"input_shape", shape}, {"classes", classes}};
-    const std::string msg = data_error_of([&] { train::model_from_checkpoint(c, "evil.ckpt", torch::kCPU); });
+    const std::string msg =
+        data_error_of([&] { train::model_from_checkpoint(c, "evil.ckpt", torch::kCPU); });
     EXPECT_NE(msg.find("evil.ckpt: expected "), std::string::npos) << msg;
   }
 }
@@ -107,7 +114,9 @@ TEST(FuzzInputs, IdxCorpusAndRegressionsReadCleanly) {
   for (const char* target : {"idx_fuzzer", "idx_gz_fuzzer"}) {
     replay(kSource + "/tests/data/fuzz/" + target, [](const std::string& p) { data::read_idx(p); });
   }
-  EXPECT_GT(replay(kSource + "/fuzz/corpus/idx_fuzzer", [](const std::string& p) { data::read_idx(p); }), 0);
+  EXPECT_GT(
+      replay(kSource + "/fuzz/corpus/idx_fuzzer", [](const std::string& p) { data::read_idx(p); }),
+      0);
 }
 
 TEST(FuzzInputs, CheckpointCorpusAndRegressionsLoadCleanly) {
@@ -117,6 +126,19 @@ TEST(FuzzInputs, CheckpointCorpusAndRegressionsLoadCleanly) {
   };
   EXPECT_GT(replay(kSource + "/fuzz/corpus/checkpoint_fuzzer", load), 0);
   replay(kSource + "/tests/data/fuzz/checkpoint_fuzzer", load);
+}
+
+TEST(FuzzInputs, PngCorpusAndRegressionsDecodeCleanly) {
+  auto read = [](const std::string& p) {
+    const auto rgba = io::read_png(p);
+    data::picture_to_input(rgba, {1, 28, 28});
+    data::picture_to_input(rgba, {4, 16, 16});
+  };
+  // Each seed is a valid PNG but the truncated ones: they decode to (H, W, 4).
+  EXPECT_GT(replay(kSource + "/fuzz/corpus/png_fuzzer", read), 8);
+  EXPECT_EQ(io::read_png(kSource + "/fuzz/corpus/png_fuzzer/palette-trns-4x4").sizes(),
+            (std::vector<int64_t>{4, 4, 4}));
+  replay(kSource + "/tests/data/fuzz/png_fuzzer", read);
 }
 
 // checkpoint_payload_fuzzer's inputs are payloads: wrapped in a valid header as the target does.
