@@ -229,6 +229,10 @@ Subcommand add_classify_command(CLI::App& app) {
                               "an image classifier (input shape (4, S, S) for sprites, (1, H, W) "
                               "or (3, H, W))",
                               "input shape " + c10::str(c10::IntArrayRef(shape)));
+            if (f->invert && shape[0] == 4)
+              throw Error("--invert is for grey and RGB models; " + f->checkpoint +
+                              " is a sprite model, which takes the RGBA pixels as they are",
+                          "drop --invert");
             const auto names = checkpoint.meta.value("class_names", std::vector<std::string>());
             auto model = train::model_from_checkpoint(checkpoint, f->checkpoint, device);
             model->eval();

@@ -129,6 +129,7 @@ if [ "$(cut -f2- <<<"$tiles")" = "$whole" ] && [ "$(cut -f1 <<<"$tiles" | tail -
   echo "FAIL: classify --tile on the sheet: $tiles, the single PNGs: $whole"; fails=$((fails + 1)); fi
 expect 0 "\"tile\":5" -- classify --checkpoint "$tmp/c.pt" --tile 32x32 --spacing 2 --margin 2 --json "$tmp/sheet.png"
 expect 0 "sheet.png is 104x70: classified as one picture, stretched to the model's 16x16.*pass --tile WxH" -- classify --checkpoint "$tmp/c.pt" "$tmp/sheet.png"
+expect 2 "--invert is for grey and RGB models" -- classify --checkpoint "$tmp/c.pt" --invert "$tmp/sheet.png"
 expect 2 "need --tile WxH" -- classify --checkpoint "$tmp/c.pt" --margin 2 "$tmp/sheet.png"
 expect 2 "expected at least one 200x32 tile with margin 2, found an image of 104x70" -- classify --checkpoint "$tmp/c.pt" --tile 200x32 --margin 2 "$tmp/sheet.png"
 # classify with a Fashion-MNIST model: grey PNGs of real test images (written by Python, not by
