@@ -3,6 +3,7 @@
 #include <png.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -20,6 +21,9 @@ constexpr uint64_t kMaxDeflateRatio = 1032;
 constexpr uint32_t kMaxSide = 1u << 16;
 
 std::string read_all(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw DataError(path, "a PNG file", "a folder (a folder of sprites is --dataset folder:PATH)");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw DataError(path, "a readable PNG file", "no such file or no permission");
   std::ostringstream s;

@@ -130,6 +130,11 @@ if [ "$(cut -f2- <<<"$tiles")" = "$whole" ] && [ "$(cut -f1 <<<"$tiles" | tail -
 expect 0 "\"tile\":5" -- classify --checkpoint "$tmp/c.pt" --tile 32x32 --spacing 2 --margin 2 --json "$tmp/sheet.png"
 expect 0 "sheet.png is 104x70: classified as one picture, stretched to the model's 16x16.*pass --tile WxH" -- classify --checkpoint "$tmp/c.pt" "$tmp/sheet.png"
 expect 2 "--invert is for grey and RGB models" -- classify --checkpoint "$tmp/c.pt" --invert "$tmp/sheet.png"
+# An unreadable file among good ones: reported, skipped, the others classified, exit 2.
+out=$("$bin" classify --checkpoint "$tmp/c.pt" "$tmp/nowhere.png" "$tmp" "$tmp/one/robot_0000.png" 2>&1); rc=$?
+if [ $rc -eq 2 ] && grep -q "robot_0000.png	" <<<"$out" && grep -q "nowhere.png: expected a readable PNG file" <<<"$out" &&
+  grep -q "found a folder" <<<"$out" && grep -q "2 of 3 files could not be read" <<<"$out"; then passes=$((passes + 1)); else
+  echo "FAIL: classify with unreadable files: exit $rc: $out"; fails=$((fails + 1)); fi
 expect 2 "need --tile WxH" -- classify --checkpoint "$tmp/c.pt" --margin 2 "$tmp/sheet.png"
 expect 2 "expected at least one 200x32 tile with margin 2, found an image of 104x70" -- classify --checkpoint "$tmp/c.pt" --tile 200x32 --margin 2 "$tmp/sheet.png"
 # classify with a Fashion-MNIST model: grey PNGs of real test images (written by Python, not by
