@@ -2,8 +2,9 @@
 # A ddp run is a real process group even with one rank (issue 6): `launch --nproc-per-node 1`
 # with BACKEND on DEVICE must train exactly what a single process trains, through the whole c10d
 # path (TCPStore rendezvous, parameter broadcast, bucketed all-reduce, metric sums).
-#   - 1 rank = 1 process: test loss equal (1e-6) for the fused and the autograd step, and for the
-#     CNN (five small buckets, overlapped with backward) with and without --no-overlap;
+#   - 1 rank = 1 process: test loss equal (1e-6 on the CPU, 1e-4 on CUDA) for the fused and the
+#     autograd step, and for the CNN (five small buckets, overlapped with backward) with and
+#     without --no-overlap;
 #   - the settings row names the backend;
 #   - with BACKEND nccl and at least 2 GPUs, also 2 ranks x batch 32 = 1 process x batch 64.
 # Usage: one_rank_test.sh SPRITETORCH BACKEND DEVICE   (gloo cpu | nccl cuda)
@@ -47,11 +48,19 @@ compare() {
   grep -q "ddp, rank 0 of 1, $backend" <<<"$strategy" && pass || fail "$label: strategy row '$strategy'"
   a=$(json_get "$single" '["test"]["loss"]')
   b=$(json_get "$ddp" '["test"]["loss"]')
-  if close "$a" "$b" 1e-6; then pass; else fail "$label: 1 rank test loss $b != 1 process $a"; fi
+  if close "$a" "$b" "$tolerance"; then pass; else fail "$label: 1 rank test loss $b != 1 process $a (tolerance $tolerance)"; fi
   echo "$label: 1 process test loss $a, 1 $backend rank $b ($strategy)"
 }
 
 common=(--device "$device" --seed 5 --no-run-dir --threads 1 --blas-threads 1)
+# The CPU is deterministic: one rank is bit-equal to one process. On CUDA two processes may differ
+# in the last bits (cuBLAS/cuDNN reductions, atomics in convolution backward), so 1e-4 there, and
+# cuDNN's timing-based algorithm choice is switched off so both pick the same kernels.
+tolerance=1e-6
+if [ "$device" = cuda ]; then
+  tolerance=1e-4
+  common+=(--cudnn-benchmark false)
+fi
 mlp_data=("${common[@]}" --dataset dummy --model simplenn --epochs 2)
 mlp=("${mlp_data[@]}" --batch-size 64)
 compare "simplenn, default step" "${mlp[@]}"
@@ -60,11 +69,11 @@ cnn=("${common[@]}" --dataset sprites --sprite-count 512 --model cnn --epochs 1 
 compare "cnn, overlapped buckets" "${cnn[@]}"
 compare "cnn, --no-overlap" "${cnn[@]}" --no-overlap
 
-# Two GPUs: 2 ranks x 32 = 1 process x 64 (sums of two halves: not bitwise, hence 1e-5).
+# Two GPUs: 2 ranks x 32 = 1 process x 64 (sums of two halves: not bitwise either).
 if [ "$backend" = nccl ] && [ "$gpus" -ge 2 ]; then
   single=$("$bin" train "${mlp[@]}" --json 2>/dev/null)
   two=$("$bin" launch --nproc-per-node 2 -- train "${mlp_data[@]}" --batch-size 32 --dist-backend nccl --dist-shard global --json 2>"$tmp/two.err")
-  if [ $? -eq 0 ] && close "$(json_get "$single" '["test"]["loss"]')" "$(json_get "$two" '["test"]["loss"]')" 1e-5; then pass; else
+  if [ $? -eq 0 ] && close "$(json_get "$single" '["test"]["loss"]')" "$(json_get "$two" '["test"]["loss"]')" "$tolerance"; then pass; else
     fail "2 nccl ranks x 32 vs 1 process x 64: $(tail -3 "$tmp/two.err")"; fi
 fi
 
