@@ -1,6 +1,7 @@
 #include "diffusion/generator.h"
 
 #include <cmath>
+#include <cstring>
 #include <optional>
 #include <set>
 #include <unordered_set>
@@ -11,14 +12,18 @@
 #include "data/loader.h"
 #include "device/device.h"
 #include "io/png.h"
+#include "train/checkpoint.h"
+#include "train/flat_optimizer.h"
+#include "train/interrupt.h"
+#include "train/run_state.h"
 
 namespace spritetorch::diffusion {
 
 namespace {
 
 // eps with classifier-free guidance: one forward pass over [conditional; unconditional].
-torch::Tensor guided_eps(UNet& net, const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& c,
-                         double guidance) {
+torch::Tensor guided_eps(UNet& net, const torch::Tensor& x, const torch::Tensor& t,
+                         const torch::Tensor& c, double guidance) {
   if (guidance == 1.0) return net->forward(x, t, c);
   const auto null_c = torch::full_like(c, net->options().classes);
   auto eps = net->forward(torch::cat({x, x}), torch::cat({t, t}), torch::cat({c, null_c}));
@@ -59,7 +64,8 @@ torch::Tensor sample_with_ema(UNet& net, const std::vector<torch::Tensor>& param
     generator.net = net;
     generator.schedule = schedule;
     generator.size = train_set.inputs.size(2);
-    const auto labels = torch::arange(classes, torch::kInt64).repeat_interleave(per_class);  // (K * per_class)
+    const auto labels =
+        torch::arange(classes, torch::kInt64).repeat_interleave(per_class);  // (K * per_class)
     sprites = to_sprites(sample(generator, labels, SampleOptions{}));
     net->train();
     for (size_t i = 0; i < params.size(); ++i) params[i].detach().copy_(saved[i]);
@@ -69,95 +75,261 @@ torch::Tensor sample_with_ema(UNet& net, const std::vector<torch::Tensor>& param
 
 }  // namespace
 
-GeneratorTrainReport train_generator(const train::TrainConfig& config, train::TrainObserver* observer) {
+namespace {
+
+// A generator checkpoint holds the EMA weights as its model (what `generate` samples with) and, to
+// go on training, the raw weights ("weights/<name>" beside the Adam state in the optimizer map)
+// and the run state (epoch, step within it, running loss, RNG: train/run_state.h).
+constexpr const char* kRawPrefix = "weights/";
+
+struct GeneratorRun {
+  UNet& net;
+  train::FlatOptimizer& optimizer;
+  std::vector<torch::Tensor>& ema;  // one per parameter, registration order
+};
+
+// Puts a checkpoint's raw weights, EMA weights and Adam state into `run`; every name and shape is
+// checked (DataError naming `source`). The UNet's shape must match the checkpoint's.
+void load_generator_state(const train::Checkpoint& c, const std::string& source,
+                          const UNetOptions& options, int64_t size, GeneratorRun run) {
+  if (c.meta.value("task", std::string()) != "generate")
+    throw DataError(source, "a generator checkpoint (train --task generate)",
+                    "a '" + c.meta.value("model", std::string("?")) + "' classifier checkpoint");
+  const nlohmann::json now = {{"base", options.base}, {"classes", options.classes}, {"size", size}};
+  nlohmann::json then;
+  try {
+    then = {{"base", c.meta.at("unet").at("base")},
+            {"classes", c.meta.at("unet").at("classes")},
+            {"size", c.meta.at("size")}};
+  } catch (const nlohmann::json::exception& e) {
+    throw DataError(source, "generator metadata (unet, size)", e.what());
+  }
+  if (then != now)
+    throw Error("--resume " + source + " holds a UNet for " + then.dump() + "; this run builds " +
+                    now.dump(),
+                "resume with the same --unet-base, --size and dataset");
+  std::map<std::string, torch::Tensor> raw;
+  for (const auto& [name, t] : c.optimizer)
+    if (name.rfind(kRawPrefix, 0) == 0) raw[name.substr(std::strlen(kRawPrefix))] = t;
+  if (raw.empty())
+    throw DataError(source, "a generator checkpoint with its training state (raw weights, Adam)",
+                    "EMA weights only (written before generator runs could be resumed)");
+  train::load_model_state(*run.net, raw, source);
+  try {
+    run.optimizer.load_state(c.optimizer);
+  } catch (const Error& e) {
+    throw DataError(source, "the generator's Adam state", e.what());
+  }
+  torch::NoGradGuard no_grad;
+  size_t i = 0;
+  for (const auto& p : run.net->named_parameters()) {
+    auto it = c.model.find(p.key());
+    if (it == c.model.end() || !it->second.sizes().equals(run.ema[i].sizes()))
+      throw DataError(source,
+                      "EMA weights '" + p.key() + "' of shape " + c10::str(run.ema[i].sizes()),
+                      it == c.model.end() ? "none" : "shape " + c10::str(it->second.sizes()));
+    run.ema[i++].copy_(it->second);
+  }
+}
+
+}  // namespace
+
+GeneratorTrainReport train_generator(const train::TrainConfig& config,
+                                     train::TrainObserver* observer) {
   train::TrainObserver silent;
   if (!observer) observer = &silent;
   if (config.epochs < 0) throw Error("--epochs must be >= 0");
   if (config.batch_size <= 0) throw Error("--batch-size must be positive");
-  if (!config.resume.empty()) throw Error("--resume is not supported with --task generate");
+  const std::string run_base = train::run_checkpoint_base(config);
+  train::check_run_outputs(config, run_base);  // before any work
   const torch::Device device = device::pick_device(config.device);
   const CpuThreads threads = apply_cpu_threads(config.threads, config.blas_threads);
   torch::manual_seed(config.seed);
 
   const train::Datasets data = train::load_datasets(config);
   const auto& train_set = data.train;
-  if (train_set.inputs.dim() != 4 || train_set.inputs.size(1) != 4 || train_set.inputs.size(2) % 4 != 0)
+  if (train_set.inputs.dim() != 4 || train_set.inputs.size(1) != 4 ||
+      train_set.inputs.size(2) % 4 != 0)
     throw Error("--task generate needs RGBA sprite datasets (N, 4, S, S) with S divisible by 4; '" +
                     config.dataset + "' has samples of shape " + c10::str(train_set.inputs.sizes()),
                 "use --dataset sprites, folder:PATH, sheet:FILE or npy:FILE");
   UNetOptions unet_options;
   unet_options.classes = train_set.num_classes();
   if (config.unet_base < 8 || config.unet_base % 8 != 0)
-    throw Error("--unet-base must be a positive multiple of 8, got " + std::to_string(config.unet_base));
+    throw Error("--unet-base must be a positive multiple of 8, got " +
+                std::to_string(config.unet_base));
   unet_options.base = config.unet_base;
   UNet net(unet_options);
   net->to(device);
   NoiseSchedule schedule;
   schedule.to(device);
-  torch::optim::Adam optimizer(net->parameters(), torch::optim::AdamOptions(config.lr));
+  // Adam over flat buffers (train/flat_optimizer.h): PyTorch's arithmetic, and a state that
+  // checkpoints the same way on LibTorch 1.13 and 2.x.
+  train::FlatOptimizer optimizer(net->parameters(), train::OptimizerOptions{"adam", config.lr});
   // EMA copies of the parameters, on the device.
   std::vector<torch::Tensor> params = net->parameters(), ema;
   for (const auto& p : params) ema.push_back(p.detach().clone());
 
+  GeneratorTrainReport report;
+  int64_t start_epoch = 0;
+  std::optional<train::RunState> run_state;  // resuming: where the checkpoint stopped
+  if (!config.resume.empty()) {
+    const train::Checkpoint c = train::load_checkpoint(config.resume);
+    load_generator_state(c, config.resume, unet_options, train_set.inputs.size(2),
+                         {net, optimizer, ema});
+    start_epoch = c.meta.value("epoch", int64_t{0});
+    report.steps = c.meta.value("steps", int64_t{0});
+    run_state = train::load_run_state(c, device, config.resume);
+    if (run_state && run_state->step > 0) train::check_mid_run_resume(config, c, *run_state);
+  }
+
   int64_t parameters = 0;
   for (const auto& p : params) parameters += p.numel();
-  GeneratorTrainReport report;
   report.device = device::display_name(device);
   report.class_names = train_set.class_names;
   report.settings = {
       {"device", report.device},
-      {"task", "generate (DDPM, classifier-free guidance p=" + std::to_string(kClassDropout).substr(0, 4) + ")"},
-      {"model", "unet base " + std::to_string(unet_options.base) + " (" + std::to_string(parameters) + " parameters)"},
+      {"task", "generate (DDPM, classifier-free guidance p=" +
+                   std::to_string(kClassDropout).substr(0, 4) + ")"},
+      {"model", "unet base " + std::to_string(unet_options.base) + " (" +
+                    std::to_string(parameters) + " parameters)"},
       {"dataset", train_set.name + " (" + std::to_string(train_set.size()) + " train, " +
                       std::to_string(train_set.num_classes()) + " classes)"},
       {"schedule", "linear betas, T = " + std::to_string(schedule.steps())},
       {"batch", std::to_string(config.batch_size)},
-      {"epochs", std::to_string(config.epochs)},
-      {"optimizer", "adam lr " + std::to_string(config.lr) + ", EMA " + std::to_string(kEmaDecay).substr(0, 5)},
+      {"epochs", std::to_string(config.epochs) +
+                     (start_epoch ? " (resuming after " + std::to_string(start_epoch) + ")" : "")},
+      {"optimizer", "adam lr " + std::to_string(config.lr) + " (flat buffers), EMA " +
+                        std::to_string(kEmaDecay).substr(0, 5)},
       {"seed", std::to_string(config.seed)},
       {"threads", std::to_string(threads.intra_op) + " intra-op"},
   };
   observer->on_start(report.device, report.settings);
 
-  data::ResidentLoader loader(train_set, device, {config.batch_size, /*shuffle=*/true, /*drop_last=*/true, config.seed});
+  data::ResidentLoader loader(
+      train_set, device, {config.batch_size, /*shuffle=*/true, /*drop_last=*/true, config.seed});
   const auto on_device = torch::TensorOptions().device(device);
   const int64_t steps_per_epoch = loader.batches_per_epoch();
+  std::optional<torch::Tensor> palette;  // for --palette auto, from the training sprites, once
+  // Every checkpoint of the run: the final one and the periodic / interrupt ones. `rs`: where the
+  // run stands (its RNG is captured here).
+  auto make_checkpoint = [&](train::RunState rs) {
+    if (!palette) palette = kmeans_palette(train_set.inputs, kPaletteColours, config.seed);
+    nlohmann::json palette_json = nlohmann::json::array();
+    for (int64_t k = 0; k < palette->size(0); ++k)
+      palette_json.push_back({(*palette)[k][0].item<int>(), (*palette)[k][1].item<int>(),
+                              (*palette)[k][2].item<int>()});
+    train::Checkpoint checkpoint;
+    checkpoint.meta = {
+        {"task", "generate"},
+        {"model", "unet"},
+        {"unet",
+         {{"channels", unet_options.channels},
+          {"base", unet_options.base},
+          {"classes", unet_options.classes},
+          {"embed", unet_options.embed}}},
+        {"schedule_steps", schedule.steps()},
+        {"size", train_set.inputs.size(2)},
+        {"class_names", train_set.class_names},
+        {"dataset", config.dataset},
+        {"sprites", data::sprite_options_json(config.sprites)},
+        {"palette", palette_json},
+        {"epoch", rs.epoch},
+        {"steps", report.steps},
+        {"seed", config.seed},
+        {"lr", config.lr},
+        {"batch_size", config.batch_size},
+        {"train_seconds", report.train_seconds},
+        {"spritetorch_version", SPRITETORCH_VERSION},
+    };
+    // The EMA weights are the model, under the UNet's own parameter names.
+    size_t i = 0;
+    for (const auto& p : net->named_parameters())
+      checkpoint.model[p.key()] = ema[i++].detach().cpu();
+    checkpoint.optimizer = optimizer.state();
+    for (const auto& [name, t] : train::model_state(*net))
+      checkpoint.optimizer[kRawPrefix + name] = t;
+    train::capture_rng(rs, device);
+    train::store_run_state(rs, checkpoint);
+    return checkpoint;
+  };
+  auto zero = [&](torch::ScalarType type) { return torch::zeros({}, on_device.dtype(type)); };
+
+  if (run_state) train::restore_rng(*run_state, device, config.resume);
+  // From here a SIGINT/SIGTERM stops after the current step with a checkpoint (train/interrupt.h).
+  train::InterruptGuard interrupt_guard;
   DeviceTimer total(device);
-  for (int64_t epoch = 0; epoch < config.epochs; ++epoch) {
+  for (int64_t epoch = start_epoch; epoch < config.epochs; ++epoch) {
     net->train();
     DeviceTimer epoch_timer(device);
-    auto loss_sum = torch::zeros({}, on_device.dtype(torch::kFloat32));
-    auto interval = torch::zeros({}, on_device.dtype(torch::kFloat32));
-    int64_t step = 0, interval_steps = 0;
+    auto loss_sum = zero(torch::kFloat32);  // summed per-step mean losses of the logged intervals
+    auto interval = zero(torch::kFloat32);  // the same since the last log
+    int64_t step = 0;
     loader.start_epoch(epoch);
     data::Batch batch;
+    if (run_state && run_state->epoch == epoch) {  // resuming mid-epoch: skip the batches done
+      loss_sum = run_state->loss_sum, interval = run_state->interval_loss;
+      for (; step < run_state->step; ++step)
+        if (!loader.next(batch))
+          throw DataError(config.resume,
+                          "at most " + std::to_string(steps_per_epoch) + " steps per epoch",
+                          "step " + std::to_string(run_state->step));
+    }
+    run_state.reset();
+    // Steps since the last log (logs fall on multiples of --log-every, so a resumed run knows it).
+    auto interval_steps = [&] { return config.log_every > 0 ? step % config.log_every : step; };
     while (loader.next(batch)) {
       const auto x0 = batch.inputs * 2.0 - 1.0;  // (B, 4, S, S) in [-1, 1]
       const int64_t b = x0.size(0);
       const auto t = torch::randint(schedule.steps(), {b}, on_device.dtype(torch::kInt64));
       const auto noise = torch::randn_like(x0);
       const auto drop = torch::rand({b}, on_device) < kClassDropout;
-      const auto c = torch::where(drop, torch::full_like(batch.labels, unet_options.classes), batch.labels);
-      const auto loss = torch::mse_loss(net->forward(schedule.add_noise(x0, t, noise), t, c), noise);
+      const auto c =
+          torch::where(drop, torch::full_like(batch.labels, unet_options.classes), batch.labels);
+      const auto loss =
+          torch::mse_loss(net->forward(schedule.add_noise(x0, t, noise), t, c), noise);
       optimizer.zero_grad();
       loss.backward();
       optimizer.step();
       {
         torch::NoGradGuard no_grad;
-        for (size_t i = 0; i < params.size(); ++i) ema[i].mul_(kEmaDecay).add_(params[i].detach(), 1.0 - kEmaDecay);
+        for (size_t i = 0; i < params.size(); ++i)
+          ema[i].mul_(kEmaDecay).add_(params[i].detach(), 1.0 - kEmaDecay);
         interval += loss.detach();
       }
       ++step;
-      ++interval_steps;
       ++report.steps;
-      observer->on_step({epoch + 1, config.epochs, step, steps_per_epoch, step * config.batch_size});
+      observer->on_step(
+          {epoch + 1, config.epochs, step, steps_per_epoch, step * config.batch_size});
       if (config.log_every > 0 && step % config.log_every == 0) {
-        const double mean = interval.item<double>() / static_cast<double>(interval_steps);
-        if (!std::isfinite(mean)) throw Error("generator training diverged (loss " + std::to_string(mean) + ")", "lower --lr");
+        const double mean = interval.item<double>() / static_cast<double>(config.log_every);
+        if (!std::isfinite(mean))
+          throw Error("generator training diverged (loss " + std::to_string(mean) + ")",
+                      "lower --lr");
         observer->on_log({epoch + 1, step, steps_per_epoch, mean});
         loss_sum += interval;
         interval.zero_();
-        interval_steps = 0;
+      }
+      const int signal = train::interrupt_signal();
+      const int64_t global_step = epoch * steps_per_epoch + step;
+      if (signal || (config.checkpoint_every > 0 && global_step % config.checkpoint_every == 0)) {
+        if (!std::isfinite(interval.item<double>()))
+          throw Error("generator training diverged in epoch " + std::to_string(epoch + 1) +
+                          " at or before step " + std::to_string(step) + "; no checkpoint written",
+                      "lower --lr");
+        train::RunState rs{epoch,
+                           step,
+                           step * config.batch_size,
+                           interval_steps() * config.batch_size,
+                           loss_sum,
+                           zero(torch::kInt64),
+                           interval,
+                           {},
+                           {}};
+        const std::string path = train::periodic_checkpoint_path(run_base, global_step);
+        train::save_checkpoint(path, make_checkpoint(rs));
+        train::prune_periodic_checkpoints(run_base, config.keep_last);
+        if (signal) throw train::Interrupted(signal, path, epoch + 1, step);
       }
     }
     loss_sum += interval;
@@ -168,7 +340,8 @@ GeneratorTrainReport train_generator(const train::TrainConfig& config, train::Tr
     er.loss = loss_sum.item<double>() / static_cast<double>(std::max<int64_t>(step, 1));
     er.seconds = epoch_timer.seconds();
     er.images_per_second = static_cast<double>(er.samples) / er.seconds;
-    if (!std::isfinite(er.loss)) throw Error("generator training diverged in epoch " + std::to_string(er.epoch), "lower --lr");
+    if (!std::isfinite(er.loss))
+      throw Error("generator training diverged in epoch " + std::to_string(er.epoch), "lower --lr");
     report.final_loss = er.loss;
     observer->on_epoch(er);
     const bool last_epoch = epoch + 1 == config.epochs;
@@ -182,38 +355,16 @@ GeneratorTrainReport train_generator(const train::TrainConfig& config, train::Tr
   report.train_seconds = total.seconds() - report.sample_seconds;
 
   if (!config.save.empty()) {
-    // Palette for --palette auto, from the training sprites (at most 20,000 pixels' worth of work).
-    const auto palette = kmeans_palette(train_set.inputs, kPaletteColours, config.seed);
-    nlohmann::json palette_json = nlohmann::json::array();
-    for (int64_t k = 0; k < palette.size(0); ++k)
-      palette_json.push_back({palette[k][0].item<int>(), palette[k][1].item<int>(), palette[k][2].item<int>()});
-    train::Checkpoint checkpoint;
-    checkpoint.meta = {
-        {"task", "generate"},
-        {"model", "unet"},
-        {"unet", {{"channels", unet_options.channels}, {"base", unet_options.base}, {"classes", unet_options.classes},
-                  {"embed", unet_options.embed}}},
-        {"schedule_steps", schedule.steps()},
-        {"size", train_set.inputs.size(2)},
-        {"class_names", train_set.class_names},
-        {"dataset", config.dataset},
-        {"sprites", data::sprite_options_json(config.sprites)},
-        {"palette", palette_json},
-        {"epoch", config.epochs},
-        {"steps", report.steps},
-        {"seed", config.seed},
-        {"lr", config.lr},
-        {"batch_size", config.batch_size},
-        {"train_seconds", report.train_seconds},
-        {"spritetorch_version", SPRITETORCH_VERSION},
-    };
-    // The EMA weights are the model; parameters keep their names from the UNet.
-    {
-      torch::NoGradGuard no_grad;
-      for (size_t i = 0; i < params.size(); ++i) params[i].copy_(ema[i]);
-    }
-    checkpoint.model = train::model_state(*net);
-    train::save_checkpoint(config.save, checkpoint);
+    const int64_t done = std::max(config.epochs, start_epoch);
+    train::save_checkpoint(config.save, make_checkpoint({done,
+                                                         0,
+                                                         0,
+                                                         0,
+                                                         zero(torch::kFloat32),
+                                                         zero(torch::kInt64),
+                                                         zero(torch::kFloat32),
+                                                         {},
+                                                         {}}));
   }
   return report;
 }
@@ -221,8 +372,9 @@ GeneratorTrainReport train_generator(const train::TrainConfig& config, train::Tr
 Generator load_generator(const std::string& path, torch::Device device) {
   const train::Checkpoint checkpoint = train::load_checkpoint(path);
   if (checkpoint.meta.value("task", std::string()) != "generate")
-    throw DataError(path, "a generator checkpoint (train --task generate)",
-                    "a '" + checkpoint.meta.value("model", std::string("?")) + "' classifier checkpoint");
+    throw DataError(
+        path, "a generator checkpoint (train --task generate)",
+        "a '" + checkpoint.meta.value("model", std::string("?")) + "' classifier checkpoint");
   Generator g;
   try {
     UNetOptions o;
@@ -237,7 +389,8 @@ Generator load_generator(const std::string& path, torch::Device device) {
     g.size = checkpoint.meta.at("size").get<int64_t>();
     g.palette = palette_tensor(checkpoint.meta.at("palette"));
   } catch (const nlohmann::json::exception& e) {
-    throw DataError(path, "generator metadata (unet, schedule_steps, class_names, size, palette)", e.what());
+    throw DataError(path, "generator metadata (unet, schedule_steps, class_names, size, palette)",
+                    e.what());
   }
   g.meta = checkpoint.meta;
   train::load_model_state(*g.net, checkpoint.model, path);
@@ -247,8 +400,9 @@ Generator load_generator(const std::string& path, torch::Device device) {
   return g;
 }
 
-torch::Tensor ddim_sample(UNet& net, const NoiseSchedule& schedule, torch::Tensor x, const torch::Tensor& c,
-                          int64_t steps, double guidance, double eta, std::optional<at::Generator> gen) {
+torch::Tensor ddim_sample(UNet& net, const NoiseSchedule& schedule, torch::Tensor x,
+                          const torch::Tensor& c, int64_t steps, double guidance, double eta,
+                          std::optional<at::Generator> gen) {
   torch::NoGradGuard no_grad;
   const int64_t T = schedule.steps();
   steps = std::clamp<int64_t>(steps, 1, T);
@@ -268,20 +422,24 @@ torch::Tensor ddim_sample(UNet& net, const NoiseSchedule& schedule, torch::Tenso
     // extremes (saturated, noisy sprites); the ODE path of the model itself is cleaner.
     const auto x0 = (x - std::sqrt(1.0 - a) * eps) / std::sqrt(a);
     // eta = 0: deterministic DDIM; eta = 1: DDPM-like noise at every step (Song et al., eq. 16).
-    const double sigma = eta * std::sqrt((1.0 - a_prev) / (1.0 - a)) * std::sqrt(std::max(0.0, 1.0 - a / a_prev));
+    const double sigma =
+        eta * std::sqrt((1.0 - a_prev) / (1.0 - a)) * std::sqrt(std::max(0.0, 1.0 - a / a_prev));
     x = std::sqrt(a_prev) * x0 + std::sqrt(std::max(0.0, 1.0 - a_prev - sigma * sigma)) * eps;
-    if (sigma > 0 && gen) x = x + sigma * at::randn(x.sizes(), *gen, torch::kFloat32).to(x.device());
+    if (sigma > 0 && gen)
+      x = x + sigma * at::randn(x.sizes(), *gen, torch::kFloat32).to(x.device());
   }
   return x.clamp(-1.0, 1.0);
 }
 
-torch::Tensor ddpm_sample(UNet& net, const NoiseSchedule& schedule, torch::Tensor x, const torch::Tensor& c,
-                          double guidance, at::Generator gen) {
+torch::Tensor ddpm_sample(UNet& net, const NoiseSchedule& schedule, torch::Tensor x,
+                          const torch::Tensor& c, double guidance, at::Generator gen) {
   torch::NoGradGuard no_grad;
-  const auto betas = schedule.betas().cpu(), alphas = schedule.alphas().cpu(), ab = schedule.alpha_bars().cpu();
+  const auto betas = schedule.betas().cpu(), alphas = schedule.alphas().cpu(),
+             ab = schedule.alpha_bars().cpu();
   const auto opts = torch::TensorOptions().dtype(torch::kInt64).device(x.device());
   for (int64_t t = schedule.steps() - 1; t >= 0; --t) {
-    const double beta = betas[t].item<double>(), alpha = alphas[t].item<double>(), a = ab[t].item<double>();
+    const double beta = betas[t].item<double>(), alpha = alphas[t].item<double>(),
+                 a = ab[t].item<double>();
     const auto eps = guided_eps(net, x, torch::full({x.size(0)}, t, opts), c, guidance);
     x = (x - (beta / std::sqrt(1.0 - a)) * eps) / std::sqrt(alpha);
     if (t > 0) x = x + std::sqrt(beta) * at::randn(x.sizes(), gen, torch::kFloat32).to(x.device());
@@ -299,17 +457,22 @@ torch::Tensor sample(Generator& g, const torch::Tensor& labels, const SampleOpti
   std::vector<torch::Tensor> out;
   for (int64_t start = 0; start < n; start += batch) {
     const int64_t b = std::min(batch, n - start);
-    auto x = at::randn({b, g.net->options().channels, g.size, g.size}, gen, torch::kFloat32).to(device);
+    auto x =
+        at::randn({b, g.net->options().channels, g.size, g.size}, gen, torch::kFloat32).to(device);
     const auto c = labels.narrow(0, start, b).to(device);
-    out.push_back(options.sampler == "ddim" ? ddim_sample(g.net, g.schedule, x, c, options.steps, options.guidance,
-                                                          options.eta, gen)
-                                            : ddpm_sample(g.net, g.schedule, x, c, options.guidance, gen));
+    out.push_back(options.sampler == "ddim"
+                      ? ddim_sample(g.net, g.schedule, x, c, options.steps, options.guidance,
+                                    options.eta, gen)
+                      : ddpm_sample(g.net, g.schedule, x, c, options.guidance, gen));
   }
   return torch::cat(out);
 }
 
 torch::Tensor to_sprites(const torch::Tensor& x) {
-  auto px = ((x.detach().to(torch::kFloat32).cpu() + 1.0) * 127.5).round().clamp(0, 255).to(torch::kUInt8);
+  auto px = ((x.detach().to(torch::kFloat32).cpu() + 1.0) * 127.5)
+                .round()
+                .clamp(0, 255)
+                .to(torch::kUInt8);
   const auto opaque = px.narrow(1, 3, 1) >= 128;  // (N, 1, S, S)
   px.narrow(1, 3, 1).copy_(opaque.to(torch::kUInt8) * 255);
   px.narrow(1, 0, 3).mul_(opaque.to(torch::kUInt8));
@@ -321,10 +484,12 @@ torch::Tensor snap_to_palette(const torch::Tensor& sprites, const torch::Tensor&
     throw Error("a palette must be (K, 3) with K >= 1, got " + c10::str(palette.sizes()));
   auto out = sprites.clone();
   const int64_t n = out.size(0), s = out.size(2) * out.size(3);
-  auto rgb = out.narrow(1, 0, 3).permute({0, 2, 3, 1}).reshape({n * s, 3}).to(torch::kFloat32);  // (P, 3)
-  const auto pal = palette.to(torch::kFloat32);                                                   // (K, 3)
-  const auto nearest = torch::cdist(rgb, pal).argmin(1);                                           // (P)
-  auto snapped = palette.index_select(0, nearest).view({n, out.size(2), out.size(3), 3}).permute({0, 3, 1, 2});
+  auto rgb =
+      out.narrow(1, 0, 3).permute({0, 2, 3, 1}).reshape({n * s, 3}).to(torch::kFloat32);  // (P, 3)
+  const auto pal = palette.to(torch::kFloat32);                                           // (K, 3)
+  const auto nearest = torch::cdist(rgb, pal).argmin(1);                                  // (P)
+  auto snapped =
+      palette.index_select(0, nearest).view({n, out.size(2), out.size(3), 3}).permute({0, 3, 1, 2});
   const auto opaque = out.narrow(1, 3, 1) > 0;
   out.narrow(1, 0, 3).copy_(torch::where(opaque, snapped, out.narrow(1, 0, 3)));
   return out;
@@ -333,13 +498,17 @@ torch::Tensor snap_to_palette(const torch::Tensor& sprites, const torch::Tensor&
 torch::Tensor kmeans_palette(const torch::Tensor& sprites, int64_t colours, uint64_t seed) {
   const auto cpu = sprites.cpu();
   auto rgba = cpu.permute({0, 2, 3, 1}).reshape({-1, 4});
-  auto pixels = rgba.index({rgba.select(1, 3) >= 128}).narrow(1, 0, 3).to(torch::kFloat32);  // (P, 3)
-  if (pixels.size(0) == 0) throw Error("cannot build a palette: the training sprites have no opaque pixels");
+  auto pixels =
+      rgba.index({rgba.select(1, 3) >= 128}).narrow(1, 0, 3).to(torch::kFloat32);  // (P, 3)
+  if (pixels.size(0) == 0)
+    throw Error("cannot build a palette: the training sprites have no opaque pixels");
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  if (pixels.size(0) > 20000) pixels = pixels.index_select(0, torch::randperm(pixels.size(0), gen).narrow(0, 0, 20000));
+  if (pixels.size(0) > 20000)
+    pixels = pixels.index_select(0, torch::randperm(pixels.size(0), gen).narrow(0, 0, 20000));
   const int64_t k = std::min(colours, pixels.size(0));
   // k-means++: each next centre drawn with probability proportional to the squared distance.
-  std::vector<torch::Tensor> centres = {pixels[at::randint(pixels.size(0), {1}, gen).item<int64_t>()]};
+  std::vector<torch::Tensor> centres = {
+      pixels[at::randint(pixels.size(0), {1}, gen).item<int64_t>()]};
   auto d2 = (pixels - centres[0]).pow(2).sum(1);
   for (int64_t i = 1; i < k; ++i) {
     const auto pick = torch::multinomial(d2 + 1e-6, 1, false, gen).item<int64_t>();
@@ -350,7 +519,8 @@ torch::Tensor kmeans_palette(const torch::Tensor& sprites, int64_t colours, uint
   for (int iter = 0; iter < 25; ++iter) {
     const auto assign = torch::cdist(pixels, c).argmin(1);
     auto sums = torch::zeros_like(c).index_add_(0, assign, pixels);
-    auto counts = torch::zeros({k}, torch::kFloat32).index_add_(0, assign, torch::ones({pixels.size(0)}));
+    auto counts =
+        torch::zeros({k}, torch::kFloat32).index_add_(0, assign, torch::ones({pixels.size(0)}));
     c = torch::where(counts.unsqueeze(1) > 0, sums / counts.clamp_min(1).unsqueeze(1), c);
   }
   return c.round().clamp(0, 255).to(torch::kUInt8);
@@ -359,7 +529,8 @@ torch::Tensor kmeans_palette(const torch::Tensor& sprites, int64_t colours, uint
 torch::Tensor palette_from_png(const std::string& path) {
   const auto image = io::read_png(path).reshape({-1, 4});
   const auto opaque = image.index({image.select(1, 3) >= 128}).narrow(1, 0, 3).contiguous();
-  if (opaque.size(0) == 0) throw DataError(path, "a palette image with opaque pixels", "only transparent pixels");
+  if (opaque.size(0) == 0)
+    throw DataError(path, "a palette image with opaque pixels", "only transparent pixels");
   std::set<std::array<uint8_t, 3>> seen;
   std::vector<uint8_t> flat;
   const auto a = opaque.accessor<uint8_t, 2>();
@@ -371,8 +542,9 @@ torch::Tensor palette_from_png(const std::string& path) {
   return torch::tensor(flat, torch::kUInt8).view({-1, 3}).clone();
 }
 
-GeneratorEval evaluate_generator(Generator& g, models::ClassifierImpl& classifier, const torch::Tensor& training,
-                                 int64_t count, const SampleOptions& options) {
+GeneratorEval evaluate_generator(Generator& g, models::ClassifierImpl& classifier,
+                                 const torch::Tensor& training, int64_t count,
+                                 const SampleOptions& options) {
   const int64_t k = static_cast<int64_t>(g.class_names.size());
   const auto labels = torch::arange(count, torch::kInt64).remainder(k);  // balanced
   const auto device = g.net->parameters().front().device();
@@ -388,14 +560,17 @@ GeneratorEval evaluate_generator(Generator& g, models::ClassifierImpl& classifie
     const auto logits = classifier.forward(data::to_model_input(sprites.to(device)));
     const auto hit = (logits.argmax(1).cpu() == labels).to(torch::kFloat64);
     r.class_agreement = hit.mean().item<double>();
-    for (int64_t c = 0; c < k; ++c) r.per_class_agreement.push_back(hit.index({labels == c}).mean().item<double>());
+    for (int64_t c = 0; c < k; ++c)
+      r.per_class_agreement.push_back(hit.index({labels == c}).mean().item<double>());
   }
   auto key = [](const torch::Tensor& s) {
     const auto c = s.contiguous();
-    return std::string(reinterpret_cast<const char*>(c.data_ptr<uint8_t>()), static_cast<size_t>(c.numel()));
+    return std::string(reinterpret_cast<const char*>(c.data_ptr<uint8_t>()),
+                       static_cast<size_t>(c.numel()));
   };
   std::unordered_set<std::string> generated, train_keys;
-  const auto real = to_sprites(training.to(torch::kFloat32) / 127.5 - 1.0);  // same binarisation as samples
+  const auto real =
+      to_sprites(training.to(torch::kFloat32) / 127.5 - 1.0);  // same binarisation as samples
   for (int64_t i = 0; i < real.size(0); ++i) train_keys.insert(key(real[i]));
   int64_t copies = 0;
   for (int64_t i = 0; i < count; ++i) {

@@ -1,12 +1,19 @@
 // The DDPM schedule against its own Markov chain, DDIM determinism, sprite post-processing,
-// palettes, and a tiny end-to-end generator run.
+// palettes, a tiny end-to-end generator run, and its resume / interrupt / periodic checkpoints.
 #include "diffusion/generator.h"
 
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
+#include <filesystem>
+
 #include "common/error.h"
 #include "io/png.h"
 #include "test_util.h"
+#include "train/checkpoint.h"
+#include "train/interrupt.h"
+#include "train/run_state.h"
 
 namespace spritetorch::diffusion {
 namespace {
@@ -29,8 +36,9 @@ TEST(NoiseSchedule, ClosedFormMatchesStepByStepChain) {
       EXPECT_NEAR(mean, std::sqrt(a) * x0, 0.01) << "t = " << t;
       EXPECT_NEAR(var, 1.0 - a, 0.01) << "t = " << t;
       // The closed form, sampled the same way, has the same moments.
-      const auto direct = schedule.add_noise(torch::full({n, 1, 1, 1}, x0), torch::full({n}, t, torch::kInt64),
-                                             torch::randn({n, 1, 1, 1}));
+      const auto direct =
+          schedule.add_noise(torch::full({n, 1, 1, 1}, x0), torch::full({n}, t, torch::kInt64),
+                             torch::randn({n, 1, 1, 1}));
       EXPECT_NEAR(direct.mean().item<double>(), mean, 0.01);
       EXPECT_NEAR(direct.var().item<double>(), var, 0.01);
     }
@@ -85,13 +93,17 @@ TEST(Sampler, GuidanceCombinesConditionalAndUnconditional) {
   const auto c = torch::tensor({1, 2}, torch::kInt64);
   const auto t = torch::full({2}, 10, torch::kInt64);
   torch::NoGradGuard no_grad;
-  const auto cond = g.net->forward(x, t, c), uncond = g.net->forward(x, t, torch::full({2}, 3, torch::kInt64));
+  const auto cond = g.net->forward(x, t, c),
+             uncond = g.net->forward(x, t, torch::full({2}, 3, torch::kInt64));
   EXPECT_FALSE(torch::allclose(cond, uncond));  // the class embedding matters
   // One DDIM step from t = T - 1 straight to x0 uses eps_u + w (eps_c - eps_u).
   const auto out = ddim_sample(g.net, g.schedule, x, c, 1, 3.0);
   const double a = g.schedule.alpha_bars()[49].item<double>();
-  const auto eps_at_t = [&](const torch::Tensor& cc) { return g.net->forward(x, torch::full({2}, 49, torch::kInt64), cc); };
-  const auto e = eps_at_t(torch::full({2}, 3, torch::kInt64)) + 3.0 * (eps_at_t(c) - eps_at_t(torch::full({2}, 3, torch::kInt64)));
+  const auto eps_at_t = [&](const torch::Tensor& cc) {
+    return g.net->forward(x, torch::full({2}, 49, torch::kInt64), cc);
+  };
+  const auto e = eps_at_t(torch::full({2}, 3, torch::kInt64)) +
+                 3.0 * (eps_at_t(c) - eps_at_t(torch::full({2}, 3, torch::kInt64)));
   const auto expected = ((x - std::sqrt(1 - a) * e) / std::sqrt(a)).clamp(-1, 1);
   EXPECT_TRUE(torch::allclose(out, expected, 1e-4, 1e-4));
 }
@@ -103,7 +115,11 @@ TEST(Sprites, AlphaBinaryAndPaletteOnly) {
   const auto sprites = to_sprites(sample(g, torch::arange(6, torch::kInt64).remainder(3), o));
   const auto alpha = sprites.select(1, 3);
   EXPECT_TRUE(((alpha == 0) | (alpha == 255)).all().item<bool>());
-  EXPECT_EQ(sprites.narrow(1, 0, 3).masked_select((alpha == 0).unsqueeze(1).expand({-1, 3, -1, -1})).sum().item<int64_t>(), 0);
+  EXPECT_EQ(sprites.narrow(1, 0, 3)
+                .masked_select((alpha == 0).unsqueeze(1).expand({-1, 3, -1, -1}))
+                .sum()
+                .item<int64_t>(),
+            0);
 
   const auto snapped = snap_to_palette(sprites, g.palette);
   ScratchDir dir;
@@ -123,7 +139,8 @@ TEST(Sprites, AlphaBinaryAndPaletteOnly) {
 
 TEST(Palette, KMeansFindsTheColours) {
   auto sprites = torch::zeros({30, 4, 4, 4}, torch::kUInt8);
-  const std::vector<std::array<uint8_t, 3>> colours = {{{250, 10, 10}}, {{10, 250, 10}}, {{20, 20, 240}}};
+  const std::vector<std::array<uint8_t, 3>> colours = {
+      {{250, 10, 10}}, {{10, 250, 10}}, {{20, 20, 240}}};
   for (int i = 0; i < 30; ++i)
     for (int c = 0; c < 3; ++c) sprites[i][c].narrow(0, 0, 2).fill_(colours[i % 3][c]);
   sprites.select(1, 3).narrow(1, 0, 2).fill_(255);  // top half opaque, bottom transparent
@@ -131,19 +148,22 @@ TEST(Palette, KMeansFindsTheColours) {
   ASSERT_EQ(p.sizes(), (std::vector<int64_t>{3, 3}));
   for (const auto& c : colours) {
     const auto want = torch::tensor({c[0], c[1], c[2]}, torch::kUInt8);
-    EXPECT_TRUE((p == want).all(1).any().item<bool>()) << int(c[0]) << "," << int(c[1]) << "," << int(c[2]);
+    EXPECT_TRUE((p == want).all(1).any().item<bool>())
+        << int(c[0]) << "," << int(c[1]) << "," << int(c[2]);
   }
 }
 
 TEST(Palette, FromPngTakesDistinctOpaqueColours) {
   ScratchDir dir;
   auto strip = torch::zeros({1, 5, 4}, torch::kUInt8);
-  const uint8_t px[5][4] = {{10, 20, 30, 255}, {200, 0, 0, 255}, {10, 20, 30, 255}, {99, 99, 99, 0}, {0, 0, 255, 255}};
+  const uint8_t px[5][4] = {
+      {10, 20, 30, 255}, {200, 0, 0, 255}, {10, 20, 30, 255}, {99, 99, 99, 0}, {0, 0, 255, 255}};
   for (int x = 0; x < 5; ++x)
     for (int c = 0; c < 4; ++c) strip[0][x][c] = px[x][c];
   io::write_png(dir.file("palette.png"), strip);
   const auto p = palette_from_png(dir.file("palette.png"));
-  EXPECT_TRUE(torch::equal(p, torch::tensor({10, 20, 30, 200, 0, 0, 0, 0, 255}, torch::kUInt8).view({3, 3})));
+  EXPECT_TRUE(torch::equal(
+      p, torch::tensor({10, 20, 30, 200, 0, 0, 0, 0, 255}, torch::kUInt8).view({3, 3})));
   io::write_png(dir.file("clear.png"), torch::zeros({2, 2, 4}, torch::kUInt8));
   EXPECT_THROW(palette_from_png(dir.file("clear.png")), DataError);
 }
@@ -165,10 +185,126 @@ TEST(GeneratorTraining, TinyRunSavesALoadableCheckpoint) {
   EXPECT_EQ(g.palette.size(1), 3);
   SampleOptions o;
   o.steps = 2;
-  EXPECT_EQ(sample(g, torch::tensor({0, 3}, torch::kInt64), o).sizes(), (std::vector<int64_t>{2, 4, 16, 16}));
+  EXPECT_EQ(sample(g, torch::tensor({0, 3}, torch::kInt64), o).sizes(),
+            (std::vector<int64_t>{2, 4, 16, 16}));
   config.save.clear();
   config.dataset = "dummy";
   EXPECT_THROW(train_generator(config), Error);
+}
+
+// 58 training sprites of 16 px, batches of 16 (drop_last): 3 steps per epoch, UNet base 8.
+train::TrainConfig tiny_generator(const ScratchDir& dir, int64_t epochs,
+                                  const std::string& save = "g.pt") {
+  train::TrainConfig c;
+  c.task = "generate";
+  c.dataset = "sprites";
+  c.sprites.count = 64;
+  c.unet_base = 8;
+  c.epochs = epochs;
+  c.batch_size = 16;
+  c.device = "cpu";
+  c.log_every = 2;  // a log inside each epoch: the resumed interval sums must line up
+  c.save = dir.file(save);
+  return c;
+}
+
+// Every tensor of two checkpoints: EMA model, raw weights, Adam state, all bit-equal.
+void expect_same_training_state(const std::string& a_path, const std::string& b_path) {
+  const auto a = train::load_checkpoint(a_path), b = train::load_checkpoint(b_path);
+  ASSERT_EQ(a.model.size(), b.model.size());
+  for (const auto& [name, t] : a.model) EXPECT_TRUE(torch::equal(t, b.model.at(name))) << name;
+  ASSERT_EQ(a.optimizer.size(), b.optimizer.size());
+  for (const auto& [name, t] : a.optimizer)
+    EXPECT_TRUE(torch::equal(t, b.optimizer.at(name))) << name;
+  EXPECT_EQ(a.meta.at("steps"), b.meta.at("steps"));
+  EXPECT_EQ(a.meta.at("epoch"), b.meta.at("epoch"));
+}
+
+TEST(GeneratorResume, FromTheFinalCheckpointEqualsOneLongerRun) {
+  ScratchDir dir;
+  train_generator(tiny_generator(dir, 2, "straight.pt"));
+  train_generator(tiny_generator(dir, 1));
+  auto second = tiny_generator(dir, 2);
+  second.resume = second.save;  // in place
+  const auto report = train_generator(second);
+  EXPECT_EQ(report.steps, 6);
+  expect_same_training_state(dir.file("straight.pt"), dir.file("g.pt"));
+  // What `generate` loads is the EMA model, as before.
+  EXPECT_EQ(load_generator(dir.file("g.pt"), torch::kCPU).class_names.size(), 4u);
+}
+
+// Requests SIGTERM's stop after step `step` of epoch `epoch` (1-based), as a signal would.
+class InterruptAt : public train::TrainObserver {
+ public:
+  InterruptAt(int64_t epoch, int64_t step) : epoch_(epoch), step_(step) {}
+  void on_step(const train::StepTick& tick) override {
+    if (tick.epoch == epoch_ && tick.step == step_) train::request_interrupt(SIGTERM);
+  }
+
+ private:
+  int64_t epoch_, step_;
+};
+
+TEST(GeneratorResume, InterruptedMidEpochResumesBitIdentically) {
+  ScratchDir dir;
+  train_generator(tiny_generator(dir, 2, "straight.pt"));
+  auto config = tiny_generator(dir, 2);
+  InterruptAt stop(2, 1);  // after global step 4 (epoch 2, step 1): mid-epoch, mid-log-interval
+  std::string checkpoint;
+  try {
+    train_generator(config, &stop);
+    ADD_FAILURE() << "the run was not interrupted";
+  } catch (const train::Interrupted& e) {
+    EXPECT_EQ(e.signal(), SIGTERM);
+    EXPECT_EQ(e.epoch(), 2);
+    EXPECT_EQ(e.step(), 1);
+    checkpoint = e.checkpoint();
+  }
+  EXPECT_EQ(checkpoint, train::periodic_checkpoint_path(config.save, 4));
+  EXPECT_FALSE(std::filesystem::exists(config.save));  // only the run checkpoint was written
+  config.resume = checkpoint;
+  const auto report = train_generator(config);
+  EXPECT_EQ(report.steps, 6);
+  expect_same_training_state(dir.file("straight.pt"), config.save);
+}
+
+TEST(GeneratorResume, CheckpointEveryAndKeepLast) {
+  ScratchDir dir;
+  auto config = tiny_generator(dir, 2);
+  config.checkpoint_every = 2;
+  config.keep_last = 2;
+  train_generator(config);
+  EXPECT_EQ(train::periodic_checkpoints(config.save),
+            (std::vector<std::string>{train::periodic_checkpoint_path(config.save, 4),
+                                      train::periodic_checkpoint_path(config.save, 6)}));
+  // A periodic checkpoint resumes like the final one: from step 4 to the end of epoch 2.
+  auto again = tiny_generator(dir, 2);
+  again.resume = train::periodic_checkpoint_path(config.save, 4);
+  again.overwrite = true;
+  EXPECT_EQ(train_generator(again).steps, 6);
+}
+
+TEST(GeneratorResume, RefusesAnotherUNetAClassifierAndAStaleFile) {
+  ScratchDir dir;
+  train_generator(tiny_generator(dir, 1));
+  auto bigger = tiny_generator(dir, 2);
+  bigger.resume = bigger.save;
+  bigger.unet_base = 16;
+  try {
+    train_generator(bigger);
+    ADD_FAILURE() << "resumed a base-8 UNet as base 16";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("holds a UNet for"), std::string::npos) << e.what();
+    EXPECT_NE(e.hint().find("--unet-base"), std::string::npos) << e.hint();
+  }
+  // A generator checkpoint without its training state (as written before resuming existed).
+  auto c = train::load_checkpoint(dir.file("g.pt"));
+  c.optimizer.clear();
+  train::save_checkpoint(dir.file("ema-only.pt"), c);
+  auto stale = tiny_generator(dir, 2);
+  stale.resume = dir.file("ema-only.pt");
+  stale.save = dir.file("g2.pt");
+  EXPECT_THROW(train_generator(stale), DataError);
 }
 
 }  // namespace
