@@ -73,9 +73,12 @@ torch::Tensor sample_with_ema(UNet& net, const std::vector<torch::Tensor>& param
   return sprites;
 }
 
-}  // namespace
-
-namespace {
+// A generator checkpoint, not a classifier's (DataError naming `source` otherwise).
+void check_generator_task(const train::Checkpoint& c, const std::string& source) {
+  if (c.meta.value("task", std::string()) != "generate")
+    throw DataError(source, "a generator checkpoint (train --task generate)",
+                    "a '" + c.meta.value("model", std::string("?")) + "' classifier checkpoint");
+}
 
 // A generator checkpoint holds the EMA weights as its model (what `generate` samples with) and, to
 // go on training, the raw weights ("weights/<name>" beside the Adam state in the optimizer map)
@@ -92,9 +95,7 @@ struct GeneratorRun {
 // checked (DataError naming `source`). The UNet's shape must match the checkpoint's.
 void load_generator_state(const train::Checkpoint& c, const std::string& source,
                           const UNetOptions& options, int64_t size, GeneratorRun run) {
-  if (c.meta.value("task", std::string()) != "generate")
-    throw DataError(source, "a generator checkpoint (train --task generate)",
-                    "a '" + c.meta.value("model", std::string("?")) + "' classifier checkpoint");
+  check_generator_task(c, source);
   const nlohmann::json now = {{"base", options.base}, {"classes", options.classes}, {"size", size}};
   nlohmann::json then;
   try {
@@ -114,21 +115,19 @@ void load_generator_state(const train::Checkpoint& c, const std::string& source,
   if (raw.empty())
     throw DataError(source, "a generator checkpoint with its training state (raw weights, Adam)",
                     "EMA weights only (written before generator runs could be resumed)");
+  // The EMA weights go through the net (load_model_state checks every name and shape), then the
+  // raw ones take their place there.
+  train::load_model_state(*run.net, c.model, source);
+  {
+    torch::NoGradGuard no_grad;
+    const auto params = run.net->parameters();
+    for (size_t i = 0; i < params.size(); ++i) run.ema[i].copy_(params[i]);
+  }
   train::load_model_state(*run.net, raw, source);
   try {
     run.optimizer.load_state(c.optimizer);
   } catch (const Error& e) {
     throw DataError(source, "the generator's Adam state", e.what());
-  }
-  torch::NoGradGuard no_grad;
-  size_t i = 0;
-  for (const auto& p : run.net->named_parameters()) {
-    auto it = c.model.find(p.key());
-    if (it == c.model.end() || !it->second.sizes().equals(run.ema[i].sizes()))
-      throw DataError(source,
-                      "EMA weights '" + p.key() + "' of shape " + c10::str(run.ema[i].sizes()),
-                      it == c.model.end() ? "none" : "shape " + c10::str(it->second.sizes()));
-    run.ema[i++].copy_(it->second);
   }
 }
 
@@ -242,13 +241,14 @@ GeneratorTrainReport train_generator(const train::TrainConfig& config,
         {"train_seconds", report.train_seconds},
         {"spritetorch_version", SPRITETORCH_VERSION},
     };
-    // The EMA weights are the model, under the UNet's own parameter names.
+    // The raw weights go beside the Adam state; the model is the net's state with the EMA weights
+    // in place of its parameters.
+    checkpoint.model = train::model_state(*net);
+    checkpoint.optimizer = optimizer.state();
+    for (const auto& [name, t] : checkpoint.model) checkpoint.optimizer[kRawPrefix + name] = t;
     size_t i = 0;
     for (const auto& p : net->named_parameters())
       checkpoint.model[p.key()] = ema[i++].detach().cpu();
-    checkpoint.optimizer = optimizer.state();
-    for (const auto& [name, t] : train::model_state(*net))
-      checkpoint.optimizer[kRawPrefix + name] = t;
     train::capture_rng(rs, device);
     train::store_run_state(rs, checkpoint);
     return checkpoint;
@@ -371,10 +371,7 @@ GeneratorTrainReport train_generator(const train::TrainConfig& config,
 
 Generator load_generator(const std::string& path, torch::Device device) {
   const train::Checkpoint checkpoint = train::load_checkpoint(path);
-  if (checkpoint.meta.value("task", std::string()) != "generate")
-    throw DataError(
-        path, "a generator checkpoint (train --task generate)",
-        "a '" + checkpoint.meta.value("model", std::string("?")) + "' classifier checkpoint");
+  check_generator_task(checkpoint, path);
   Generator g;
   try {
     UNetOptions o;
