@@ -23,24 +23,25 @@ torch::Tensor scale_to(torch::Tensor x, int64_t height, int64_t width) {
 
 }  // namespace
 
+bool takes_pictures(const std::vector<int64_t>& input_shape) {
+  if (input_shape.size() != 3 || input_shape[1] <= 0 || input_shape[2] <= 0) return false;
+  const int64_t channels = input_shape[0];
+  return channels == 1 || channels == 3 || (channels == 4 && input_shape[1] == input_shape[2]);
+}
+
 torch::Tensor picture_to_input(const torch::Tensor& rgba, const std::vector<int64_t>& input_shape,
                                bool invert) {
   if (rgba.dim() != 3 || rgba.size(2) != 4 || rgba.scalar_type() != torch::kUInt8)
     throw Error("picture_to_input: expected (h, w, 4) uint8 RGBA pixels, got " +
                 c10::str(rgba.sizes()) + " " + std::string(c10::toString(rgba.scalar_type())));
-  const bool image_model = input_shape.size() == 3 && input_shape[1] > 0 && input_shape[2] > 0;
-  const int64_t channels = image_model ? input_shape[0] : 0;
-  if (channels == 4) {
-    if (input_shape[1] != input_shape[2])
-      throw Error("a sprite model's input must be square, not " +
-                  c10::str(c10::IntArrayRef(input_shape)));
-    return io::resize_nearest(rgba.permute({2, 0, 1}).unsqueeze(0), input_shape[1]);
-  }
-  if (channels != 1 && channels != 3)
+  if (!takes_pictures(input_shape))
     throw Error("this model takes inputs of shape " + c10::str(c10::IntArrayRef(input_shape)) +
                     ", not pictures",
                 "classify works with image classifiers: (4, S, S) sprites, (1, H, W) or "
                 "(3, H, W) pictures");
+  const int64_t channels = input_shape[0];
+  if (channels == 4)
+    return io::resize_nearest(rgba.permute({2, 0, 1}).unsqueeze(0), input_shape[1]);
   auto pixels = rgba.permute({2, 0, 1}).to(torch::kFloat32);  // (4, h, w) in [0, 255]
   auto rgb = pixels.narrow(0, 0, 3);
   if (invert) rgb = 255.0f - rgb;

@@ -8,6 +8,9 @@
 
 namespace spritetorch::data {
 
+// True for the input shapes picture_to_input serves: (4, S, S), (1, H, W) and (3, H, W).
+bool takes_pictures(const std::vector<int64_t>& input_shape);
+
 // rgba: (h, w, 4) uint8 on the CPU, as io::read_png returns it. input_shape: the model's (C, H, W).
 //   C = 4 (sprite models): the RGBA pixels as they are, nearest-neighbour scaled (pixel art keeps
 //          its hard edges and colours); H must equal W.
