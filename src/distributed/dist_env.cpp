@@ -78,8 +78,8 @@ DistEnv read_dist_env(const EnvLookup& env) {
                     std::to_string(out.world_size) + ": ranks are numbered 0 to WORLD_SIZE-1",
                 kLaunchHint);
   if (out.local_rank >= out.local_world_size)
-    throw Error("LOCAL_RANK=" + std::to_string(out.local_rank) + " is not below LOCAL_WORLD_SIZE=" +
-                    std::to_string(out.local_world_size),
+    throw Error("LOCAL_RANK=" + std::to_string(out.local_rank) +
+                    " is not below LOCAL_WORLD_SIZE=" + std::to_string(out.local_world_size),
                 kLaunchHint);
   return out;
 }

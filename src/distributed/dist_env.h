@@ -10,7 +10,7 @@
 namespace spritetorch::distributed {
 
 struct DistEnv {
-  int rank = 0;              // global rank, in [0, world_size)
+  int rank = 0;  // global rank, in [0, world_size)
   int world_size = 1;
   int local_rank = 0;        // rank on this machine: picks cuda:LOCAL_RANK
   int local_world_size = 1;  // ranks on this machine: splits the CPU cores between them

@@ -48,10 +48,11 @@ torch::Tensor decode_png(const std::string& bytes, const std::string& name) {
                     std::to_string(w) + "x" + std::to_string(h));
   }
   const uint64_t pixels = w * h;  // < 2^32: no overflow in 64 bits
-  if (pixels > (static_cast<uint64_t>(bytes.size()) * kMaxDeflateRatio) ) {
+  if (pixels > (static_cast<uint64_t>(bytes.size()) * kMaxDeflateRatio)) {
     png_image_free(&image);
-    throw DataError(name, "at most " + std::to_string(bytes.size() * kMaxDeflateRatio) +
-                              " pixels for a file of " + std::to_string(bytes.size()) + " bytes",
+    throw DataError(name,
+                    "at most " + std::to_string(bytes.size() * kMaxDeflateRatio) +
+                        " pixels for a file of " + std::to_string(bytes.size()) + " bytes",
                     std::to_string(w) + "x" + std::to_string(h) + " in its header");
   }
   image.format = PNG_FORMAT_RGBA;  // libpng expands palette, tRNS, grey and 16-bit to 8-bit RGBA
@@ -70,7 +71,8 @@ torch::Tensor decode_png(const std::string& bytes, const std::string& name) {
 torch::Tensor read_png(const std::string& path) { return decode_png(read_all(path), path); }
 
 std::string encode_png(const torch::Tensor& image_in, const std::string& name) {
-  if (image_in.dim() != 3 || (image_in.size(2) != 4 && image_in.size(2) != 3 && image_in.size(2) != 1) ||
+  if (image_in.dim() != 3 ||
+      (image_in.size(2) != 4 && image_in.size(2) != 3 && image_in.size(2) != 1) ||
       image_in.scalar_type() != torch::kUInt8)
     throw Error("encoding " + name + " as PNG: expected (H, W, 4|3|1) uint8, found " +
                 c10::str(image_in.sizes()) + " " + c10::toString(image_in.scalar_type()));
@@ -85,7 +87,8 @@ std::string encode_png(const torch::Tensor& image_in, const std::string& name) {
   if (!png_image_write_get_memory_size(png, size, 0, image.data_ptr<uint8_t>(), 0, nullptr))
     throw Error("cannot encode " + name + ": libpng: " + png.message);
   std::string bytes(size, '\0');
-  if (!png_image_write_to_memory(&png, bytes.data(), &size, 0, image.data_ptr<uint8_t>(), 0, nullptr))
+  if (!png_image_write_to_memory(&png, bytes.data(), &size, 0, image.data_ptr<uint8_t>(), 0,
+                                 nullptr))
     throw Error("cannot encode " + name + ": libpng: " + png.message);
   bytes.resize(size);
   return bytes;
@@ -109,7 +112,10 @@ torch::Tensor resize_nearest(const torch::Tensor& images, int64_t size) {
   // Source index of each target pixel: floor((i + 0.5) * src / dst), the usual nearest rule.
   auto index = [](int64_t src, int64_t dst) {
     return ((torch::arange(dst, torch::kFloat64) + 0.5) * (static_cast<double>(src) / dst))
-        .floor().clamp_max(src - 1).to(torch::kInt64).to(torch::kInt64);
+        .floor()
+        .clamp_max(src - 1)
+        .to(torch::kInt64)
+        .to(torch::kInt64);
   };
   return images.index_select(2, index(h, size).to(images.device()))
       .index_select(3, index(w, size).to(images.device()));
@@ -120,9 +126,11 @@ torch::Tensor make_sheet(const torch::Tensor& sprites_in, const SheetOptions& op
     throw Error("a sprite sheet needs (N, 4, H, W) sprites, found " + c10::str(sprites_in.sizes()));
   const auto sprites = sprites_in.cpu().to(torch::kUInt8);
   const int64_t n = sprites.size(0), h = sprites.size(2), w = sprites.size(3), p = options.padding;
-  const int64_t cols = options.columns > 0
-                           ? options.columns
-                           : std::max<int64_t>(1, static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(n)))));
+  const int64_t cols =
+      options.columns > 0
+          ? options.columns
+          : std::max<int64_t>(1,
+                              static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(n)))));
   const int64_t rows = std::max<int64_t>(1, (n + cols - 1) / cols);
   auto sheet = torch::zeros({rows * (h + p) + p, cols * (w + p) + p, 4}, torch::kUInt8);
   for (int64_t i = 0; i < n; ++i) {

@@ -44,7 +44,9 @@ TEST(ProceduralSprites, BalancedSymmetricOutlinedTransparent) {
   // outline colour has HSV value <= 0.24 (max channel <= 62).
   const auto rgb_max = std::get<0>(d.inputs.narrow(1, 0, 3).max(1));  // (N, 16, 16)
   const auto a = alpha > 0;
-  const auto edge = a & ~(torch::constant_pad_nd(a.to(torch::kUInt8), {1, 1, 1, 1}).narrow(1, 0, 16).narrow(2, 1, 16) > 0);
+  const auto edge = a & ~(torch::constant_pad_nd(a.to(torch::kUInt8), {1, 1, 1, 1})
+                              .narrow(1, 0, 16)
+                              .narrow(2, 1, 16) > 0);
   // Row 0 is left out: a robot's antenna tip may touch the top edge.
   const auto edge_below_top = edge.narrow(1, 1, 15);
   EXPECT_GT(edge_below_top.sum().item<int64_t>(), 1000);
@@ -63,7 +65,8 @@ torch::Tensor solid(int64_t h, int64_t w, uint8_t value) {
 
 TEST(SpriteSheet, SlicesWithSpacingMarginAndSkipsEmptyTiles) {
   ScratchDir dir;
-  // 3 columns x 2 rows of 4x4 tiles, spacing 1, margin 2: 2+4+1+4+1+4+2 = 18 wide, 2+4+1+4+2 = 13 high.
+  // 3 columns x 2 rows of 4x4 tiles, spacing 1, margin 2: 2+4+1+4+1+4+2 = 18 wide, 2+4+1+4+2 = 13
+  // high.
   auto sheet = torch::zeros({13, 18, 4}, torch::kUInt8);
   sheet.select(2, 3).fill_(0);
   uint8_t v = 10;
@@ -122,7 +125,8 @@ TEST(SpriteSheet, SlicesWithSpacingMarginAndSkipsEmptyTiles) {
 
 TEST(SpriteSheet, KenneyFixture) {
   SpriteOptions o;
-  const auto d = read_sprite_sheet(std::string(SPRITETORCH_TEST_DIR) + "/fixtures/kenney_1bit_colored_packed.png", o);
+  const auto d = read_sprite_sheet(
+      std::string(SPRITETORCH_TEST_DIR) + "/fixtures/kenney_1bit_colored_packed.png", o);
   EXPECT_GT(d.size(), 1000);
   EXPECT_LE(d.size(), 49 * 22);
   EXPECT_EQ(d.inputs.sizes().slice(1), (std::vector<int64_t>{4, 16, 16}));
@@ -154,9 +158,10 @@ TEST(SpriteFolder, ClassPerSubfolderAnySize) {
   }
 }
 
-std::vector<uint8_t> npy(const std::string& descr, const std::string& shape, const std::vector<uint8_t>& data,
-                         const std::string& fortran = "False") {
-  std::string header = "{'descr': '" + descr + "', 'fortran_order': " + fortran + ", 'shape': " + shape + ", }";
+std::vector<uint8_t> npy(const std::string& descr, const std::string& shape,
+                         const std::vector<uint8_t>& data, const std::string& fortran = "False") {
+  std::string header =
+      "{'descr': '" + descr + "', 'fortran_order': " + fortran + ", 'shape': " + shape + ", }";
   while ((10 + header.size() + 1) % 64) header += ' ';
   header += '\n';
   std::string bytes = "\x93NUMPY";
@@ -189,9 +194,9 @@ TEST(SpriteNpy, ReadsImagesAndBothLabelForms) {
   write_bytes(dir.file("onehot.npy"), npy("<f8", "(3, 3)", onehot));
   const auto d = read_npy_sprites(dir.file("x.npy"), dir.file("y.npy"), 16);
   EXPECT_EQ(d.inputs.sizes(), (std::vector<int64_t>{3, 4, 16, 16}));
-  EXPECT_EQ(d.inputs[1][3].min().item<int>(), 255);                 // RGB -> opaque
-  EXPECT_EQ(d.inputs[0][2][0][0].item<int>(), 2);                   // pixel (0,0) channel 2
-  EXPECT_EQ(d.inputs[2][0][15][15].item<int>(), 24 + 9);            // last pixel of sprite 2, red
+  EXPECT_EQ(d.inputs[1][3].min().item<int>(), 255);       // RGB -> opaque
+  EXPECT_EQ(d.inputs[0][2][0][0].item<int>(), 2);         // pixel (0,0) channel 2
+  EXPECT_EQ(d.inputs[2][0][15][15].item<int>(), 24 + 9);  // last pixel of sprite 2, red
   EXPECT_TRUE(torch::equal(d.labels, torch::tensor({2, 0, 1}, torch::kInt64)));
   EXPECT_EQ(d.num_classes(), 3);
   const auto h = read_npy_sprites(dir.file("x.npy"), dir.file("onehot.npy"), 16);
@@ -212,7 +217,8 @@ std::string npy_error(const std::vector<uint8_t>& bytes) {
 TEST(SpriteNpy, RejectsCorruptHeaders) {
   const std::vector<uint8_t> data(8, 1);
   EXPECT_EQ(npy_error(npy("|u1", "(2, 4)", data)), "");
-  EXPECT_NE(npy_error({'N', 'U', 'M', 'P', 'Y', 0, 0, 0, 0, 0, 0}).find("magic"), std::string::npos);
+  EXPECT_NE(npy_error({'N', 'U', 'M', 'P', 'Y', 0, 0, 0, 0, 0, 0}).find("magic"),
+            std::string::npos);
   auto bad_version = npy("|u1", "(2, 4)", data);
   bad_version[6] = 9;
   EXPECT_NE(npy_error(bad_version).find("version"), std::string::npos);
@@ -220,11 +226,16 @@ TEST(SpriteNpy, RejectsCorruptHeaders) {
   long_header[8] = 0xff;
   long_header[9] = 0xff;
   EXPECT_NE(npy_error(long_header).find("header length"), std::string::npos);
-  EXPECT_NE(npy_error(npy("|u1", "(2, 5)", data)).find("found 8 bytes after the header"), std::string::npos);
-  EXPECT_NE(npy_error(npy("|u1", "(2, 3)", data)).find("bytes after the header"), std::string::npos);
+  EXPECT_NE(npy_error(npy("|u1", "(2, 5)", data)).find("found 8 bytes after the header"),
+            std::string::npos);
+  EXPECT_NE(npy_error(npy("|u1", "(2, 3)", data)).find("bytes after the header"),
+            std::string::npos);
   // A shape whose product overflows 64 bits must not wrap around to a small number.
-  EXPECT_NE(npy_error(npy("|u1", "(4294967296, 4294967296, 16)", data)).find("64 bits"), std::string::npos);
-  EXPECT_NE(npy_error(npy("|u1", "(4294967296, 4294967295)", data)).find("found 8 bytes after the header"), std::string::npos);
+  EXPECT_NE(npy_error(npy("|u1", "(4294967296, 4294967296, 16)", data)).find("64 bits"),
+            std::string::npos);
+  EXPECT_NE(npy_error(npy("|u1", "(4294967296, 4294967295)", data))
+                .find("found 8 bytes after the header"),
+            std::string::npos);
   EXPECT_NE(npy_error(npy("|u1", "(2, -4)", data)).find("non-negative"), std::string::npos);
   EXPECT_NE(npy_error(npy(">u2", "(2, 2)", data)).find("descr"), std::string::npos);
   EXPECT_NE(npy_error(npy("|u1", "(2, 4)", data, "True")).find("fortran_order"), std::string::npos);
@@ -251,7 +262,8 @@ TEST(SpriteSplit, DeterministicDisjointComplete) {
   EXPECT_TRUE(torch::equal(a.test.inputs, b.test.inputs));
   EXPECT_FALSE(torch::equal(holdout_split(all, 0.1, 10).test.inputs, a.test.inputs));
   // Each sample lands in exactly one split: pixel sums add up.
-  EXPECT_EQ(a.train.inputs.sum().item<int64_t>() + a.test.inputs.sum().item<int64_t>(), all.inputs.sum().item<int64_t>());
+  EXPECT_EQ(a.train.inputs.sum().item<int64_t>() + a.test.inputs.sum().item<int64_t>(),
+            all.inputs.sum().item<int64_t>());
   EXPECT_THROW(holdout_split(all, 1.0, 1), Error);
 }
 

@@ -19,8 +19,12 @@ EnvLookup fake(std::map<std::string, std::string> vars) {
 }
 
 std::map<std::string, std::string> good() {
-  return {{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
-          {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29500"}};
+  return {{"RANK", "1"},
+          {"WORLD_SIZE", "4"},
+          {"LOCAL_RANK", "1"},
+          {"LOCAL_WORLD_SIZE", "2"},
+          {"MASTER_ADDR", "10.0.0.1"},
+          {"MASTER_PORT", "29500"}};
 }
 
 std::string error_of(const std::map<std::string, std::string>& vars) {
@@ -89,9 +93,11 @@ TEST(DistEnv, RankMustBeBelowWorldSize) {
 }
 
 TEST(DistEnv, MalformedNumbersAreRejected) {
-  for (const auto& [name, value] : std::map<std::string, std::string>{
-           {"RANK", "one"}, {"WORLD_SIZE", "0"}, {"MASTER_PORT", "70000"}, {"RANK", "-1"},
-           {"LOCAL_RANK", "1x"}}) {
+  for (const auto& [name, value] : std::map<std::string, std::string>{{"RANK", "one"},
+                                                                      {"WORLD_SIZE", "0"},
+                                                                      {"MASTER_PORT", "70000"},
+                                                                      {"RANK", "-1"},
+                                                                      {"LOCAL_RANK", "1x"}}) {
     auto vars = good();
     vars[name] = value;
     const auto message = error_of(vars);

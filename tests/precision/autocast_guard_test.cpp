@@ -30,7 +30,8 @@ TEST(AutocastGuard, NestsAndEachLevelRestoresItsParent) {
       {
         AutocastGuard inner(kCpu, torch::kBFloat16);  // 1.13's CPU autocast takes bf16 only
         EXPECT_TRUE(compat::autocast_enabled(kCpu));
-        EXPECT_EQ(torch::mm(torch::ones({2, 2}), torch::ones({2, 2})).scalar_type(), torch::kBFloat16);
+        EXPECT_EQ(torch::mm(torch::ones({2, 2}), torch::ones({2, 2})).scalar_type(),
+                  torch::kBFloat16);
       }
       EXPECT_FALSE(compat::autocast_enabled(kCpu));
       EXPECT_EQ(compat::autocast_dtype(kCpu), torch::kBFloat16);
