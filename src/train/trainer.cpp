@@ -161,293 +161,359 @@ models::Classifier model_from_checkpoint(const Checkpoint& checkpoint, const std
   model->to(device);
   return model;
 }
+namespace {
 
-TrainReport train(const TrainConfig& config, TrainObserver* observer) {
-  device::pick_device(config.device);  // an unavailable device fails before the data is read
-  return train(config, load_datasets(config), observer);
-}
+// One call of train(): what is set up once (where, the model and its optimizer, the step, the data
+// paths), then the epoch loop over it. A class so that each phase is a function of its own; it
+// lives only for the call. The constructor keeps the set-up order, which matters: an impossible
+// request fails before the model is built or data moved, and the seed is set before the weights
+// are drawn.
+class TrainingRun {
+ public:
+  TrainingRun(const TrainConfig& config, const Datasets& data, TrainObserver* observer);
+  TrainingRun(const TrainingRun&) = delete;  // observer_ may point at silent_
+  TrainingRun& operator=(const TrainingRun&) = delete;
 
-TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver* observer) {
-  TrainObserver silent;
-  if (!observer) observer = &silent;
-  if (config.epochs < 0) throw Error("--epochs must be >= 0");
-  if (config.batch_size <= 0) throw Error("--batch-size must be positive");
-  // Reliability: outputs are checked before any work.
-  const std::string run_base = run_checkpoint_base(config);
-  check_run_outputs(config, run_base);
+  TrainReport run();
 
-  // How the work is split; under ddp only rank 0 talks to the observer.
-  ParallelRun parallel(config, distributed::process_env());
-  if (!parallel.is_main()) observer = &silent;
-  // Where: resolved once, named the seeds' way.
-  const torch::Device device = parallel.pick_device(config.device);
-  CpuThreads threads =
-      apply_cpu_threads(config.threads, parallel.blas_threads(config.blas_threads));
-  parallel.connect(device);
+ private:
+  void set_up_model();       // model on the device, optimizer, resumed state, rank 0's weights
+  void set_up_step();        // augmentation, the train step (and its CUDA graph), ddp hooks
+  void set_up_data_paths();  // this rank's training data and the test data, resident or streaming
+  Settings describe() const;
+  // One epoch's training; its loss, accuracy and samples summed over the ranks.
+  EpochReport train_epoch(int64_t epoch);
+  Checkpoint make_checkpoint(int64_t epochs_done) const;
+  // A periodic or interrupt checkpoint of `progress` (its path; rank 0 writes it).
+  std::string save_run_checkpoint(RunState progress);
+  Error diverged(const std::string& what, int64_t epoch, const std::string& where) const;
+
+  const TrainConfig& config_;
+  const Datasets& data_;
+  TrainObserver silent_;
+  TrainObserver* observer_;  // silent_ when none is given, and on ddp ranks other than 0
+  const std::string run_base_;
+  ParallelRun parallel_;
+  const torch::Device device_;  // resolved once, named the seeds' way
+  CpuThreads threads_;
+  precision::PrecisionPlan plan_;
+
+  std::string model_name_;
+  std::optional<Checkpoint> resumed_;  // --resume
+  models::ModelSpec spec_;
+  models::Classifier model_;
+  bool channels_last_ = false;
+  std::unique_ptr<FlatOptimizer> optimizer_;
+  std::optional<precision::GradScaler> scaler_;  // fp16 only
+  precision::GradScaler* scaler_ptr_ = nullptr;  // &*scaler_ or null, as the steps take it
+  int64_t start_epoch_ = 0;
+  std::optional<RunState> run_state_;  // resuming mid-epoch: where
+
+  data::AugmentOptions augment_;
+  std::unique_ptr<TrainStep> step_;
+  std::unique_ptr<CudaGraphStep> graph_step_;  // graphs replay full batches only: drop the last
+
+  bool drop_last_ = false;
+  data::DataPath train_path_, test_path_;
+  int64_t steps_ = 0;      // per epoch
+  std::string last_good_;  // newest periodic checkpoint this run wrote
+};
+
+TrainingRun::TrainingRun(const TrainConfig& config, const Datasets& data, TrainObserver* observer)
+    : config_(config),
+      data_(data),
+      observer_(observer ? observer : &silent_),
+      run_base_(run_checkpoint_base(config)),
+      parallel_(config, distributed::process_env()),
+      device_(parallel_.pick_device(config.device)) {
+  if (!parallel_.is_main()) observer_ = &silent_;  // under ddp only rank 0 talks to the observer
+  threads_ = apply_cpu_threads(config_.threads, parallel_.blas_threads(config_.blas_threads));
+  parallel_.connect(device_);
   // Precision (docs/precision.md): resolved once against the device, before any data is read, so
   // an impossible combination fails at once.
-  const precision::PrecisionPlan plan = precision::resolve_precision(
-      precision::parse_precision(config.precision), device::describe_device(device));
-  if (config.cuda_graphs)
-    check_cuda_graphs(device, config.data_path.data_on == "host" ? "streaming" : "resident");
-  torch::manual_seed(config.seed);
+  plan_ = precision::resolve_precision(precision::parse_precision(config_.precision),
+                                       device::describe_device(device_));
+  if (config_.cuda_graphs)
+    check_cuda_graphs(device_, config_.data_path.data_on == "host" ? "streaming" : "resident");
+  torch::manual_seed(config_.seed);
+  set_up_model();
+  set_up_step();
+  set_up_data_paths();
+}
 
-  ModelChoice choice = choose_model(config);
-  const std::string model_name = choice.name;
-  std::optional<Checkpoint> resumed = std::move(choice.resumed);
-
-  models::ModelSpec spec{model_name, sample_shape(data.train), data.train.num_classes()};
-  models::Classifier model = models::make_model(spec);
-  model->to(device);  // once, before the loop
+void TrainingRun::set_up_model() {
+  ModelChoice choice = choose_model(config_);
+  model_name_ = choice.name;
+  resumed_ = std::move(choice.resumed);
+  spec_ = {model_name_, sample_shape(data_.train), data_.train.num_classes()};
+  model_ = models::make_model(spec_);
+  model_->to(device_);  // once, before the loop
   // channels_last must be set before the flat optimizer re-points the parameters (it keeps their
   // strides).
   bool has_conv = false;
-  for (const auto& p : model->parameters()) has_conv |= p.dim() == 4;
-  const bool channels_last = device.is_cuda() && config.channels_last && has_conv;
-  if (channels_last) apply_channels_last(*model);
-  if (device.is_cuda()) at::globalContext().setBenchmarkCuDNN(config.cudnn_benchmark);
-  FlatOptimizer optimizer(model->parameters(), OptimizerOptions{config.optimizer, config.lr, 0.9,
-                                                                0.999, 1e-8, config.momentum});
-  int64_t start_epoch = 0;
-  std::optional<RunState> run_state;  // set when resuming mid-epoch
-  if (resumed) {
-    load_model_state(*model, resumed->model, config.resume);
-    optimizer.load_state(resumed->optimizer);
-    start_epoch = resumed->meta.value("epoch", int64_t{0});
-    run_state = load_run_state(*resumed, device, config.resume);
-    if (run_state) check_mid_run_resume(config, *resumed, *run_state);
+  for (const auto& p : model_->parameters()) has_conv |= p.dim() == 4;
+  channels_last_ = device_.is_cuda() && config_.channels_last && has_conv;
+  if (channels_last_) apply_channels_last(*model_);
+  if (device_.is_cuda()) at::globalContext().setBenchmarkCuDNN(config_.cudnn_benchmark);
+  optimizer_ = std::make_unique<FlatOptimizer>(
+      model_->parameters(),
+      OptimizerOptions{config_.optimizer, config_.lr, 0.9, 0.999, 1e-8, config_.momentum});
+  if (resumed_) {
+    load_model_state(*model_, resumed_->model, config_.resume);
+    optimizer_->load_state(resumed_->optimizer);
+    start_epoch_ = resumed_->meta.value("epoch", int64_t{0});
+    run_state_ = load_run_state(*resumed_, device_, config_.resume);
+    if (run_state_) check_mid_run_resume(config_, *resumed_, *run_state_);
   }
-  parallel.broadcast_model(*model, optimizer);
-  std::optional<precision::GradScaler> scaler;  // fp16 only
-  if (plan.grad_scaling) {
-    scaler.emplace(device);
-    if (resumed && resumed->meta.contains("grad_scaler"))
-      scaler->load_state(resumed->meta.at("grad_scaler"), config.resume);
+  parallel_.broadcast_model(*model_, *optimizer_);
+  if (plan_.grad_scaling) {
+    scaler_.emplace(device_);
+    if (resumed_ && resumed_->meta.contains("grad_scaler"))
+      scaler_->load_state(resumed_->meta.at("grad_scaler"), config_.resume);
+    scaler_ptr_ = &*scaler_;
   }
-  precision::GradScaler* scaler_ptr = scaler ? &*scaler : nullptr;
+}
 
-  const data::AugmentOptions augment = data::parse_augment(config.augment);
-  if (augment.enabled() && data.train.inputs.dim() != 4)
-    throw Error("--augment " + config.augment + " needs image data; " + data.train.name +
+void TrainingRun::set_up_step() {
+  augment_ = data::parse_augment(config_.augment);
+  if (augment_.enabled() && data_.train.inputs.dim() != 4)
+    throw Error("--augment " + config_.augment + " needs image data; " + data_.train.name +
                 " holds feature vectors");
-  auto step_fn = make_precision_train_step(
-      parallel.step_model(model), config.batch_size, config.step,
-      StepPrecision{plan, scaler_ptr, channels_last, /*autocast_cache=*/!config.cuda_graphs},
-      device.is_cpu() ? choose_step_threads(config, parallel) : 1);
-  if (step_fn->threads() > 1 && config.blas_threads == 0)
-    threads = apply_cpu_threads(config.threads, 1);
-  optimizer.use_thread_pool(step_fn->thread_pool());  // the optimizer step splits over them too
-  parallel.attach(*step_fn, optimizer, model->parameters());
-  if (config.cuda_graphs && parallel.distributed())
+  step_ = make_precision_train_step(
+      parallel_.step_model(model_), config_.batch_size, config_.step,
+      StepPrecision{plan_, scaler_ptr_, channels_last_, /*autocast_cache=*/!config_.cuda_graphs},
+      device_.is_cpu() ? choose_step_threads(config_, parallel_) : 1);
+  if (step_->threads() > 1 && config_.blas_threads == 0)
+    threads_ = apply_cpu_threads(config_.threads, 1);
+  optimizer_->use_thread_pool(step_->thread_pool());  // the optimizer step splits over them too
+  parallel_.attach(*step_, *optimizer_, model_->parameters());
+  if (config_.cuda_graphs && parallel_.distributed())
     throw Error(
         "--cuda-graphs cannot be combined with ddp: the gradient all-reduce runs outside "
         "the captured step",
         "drop --cuda-graphs, or train with one process");
-  std::unique_ptr<CudaGraphStep> graph_step;  // graphs replay full batches only: drop the last
-  if (config.cuda_graphs)
-    graph_step = std::make_unique<CudaGraphStep>(*step_fn, optimizer, scaler_ptr,
-                                                 config.clip_grad_norm, config.batch_size, device);
-  const bool drop_last = config.drop_last || config.cuda_graphs;
-  data::LoaderOptions train_options{config.batch_size, /*shuffle=*/true, drop_last, config.seed};
-  const data::Dataset& train_data = parallel.shard(data.train, train_options);  // ddp: this rank's
-  data::DataPath train_path =
-      data::make_data_path(train_data, device, train_options, config.data_path);
-  data::Loader& train_loader = *train_path.loader;
-  train_loader.use_thread_pool(step_fn->thread_pool());
-  data::DataPath test_path = data::make_data_path(
-      data.test, device, {std::max<int64_t>(config.batch_size, 1000), false, false, config.seed},
-      config.data_path);
+  if (config_.cuda_graphs)
+    graph_step_ = std::make_unique<CudaGraphStep>(
+        *step_, *optimizer_, scaler_ptr_, config_.clip_grad_norm, config_.batch_size, device_);
+}
 
-  TrainReport report;
-  report.device = device::display_name(device);
-  report.start_epoch = start_epoch;
-  report.class_names = data.train.class_names;
-  report.settings = {
-      {"device", report.device},
-      {"model", model_name + " (" + std::to_string(optimizer.values().numel()) + " parameters)"},
-      {"dataset", data.train.name + " (" + std::to_string(data.train.size()) + " train, " +
-                      std::to_string(data.test.size()) + " test)"},
-      {"data path", train_path.description},
-      {"batch", std::to_string(config.batch_size) + (drop_last ? " (drop last)" : "")},
-      {"epochs", std::to_string(config.epochs) +
-                     (start_epoch ? " (resuming after " + std::to_string(start_epoch) + ")" : "")},
-      {"optimizer", config.optimizer + " lr " + format_double(config.lr) + " (flat buffers)"},
-      {"augment", augment.describe()},
+void TrainingRun::set_up_data_paths() {
+  drop_last_ = config_.drop_last || config_.cuda_graphs;
+  data::LoaderOptions train_options{config_.batch_size, /*shuffle=*/true, drop_last_, config_.seed};
+  // ddp: this rank's share (parallel_ may keep it, so it lives as long as the run).
+  const data::Dataset& train_data = parallel_.shard(data_.train, train_options);
+  train_path_ = data::make_data_path(train_data, device_, train_options, config_.data_path);
+  train_path_.loader->use_thread_pool(step_->thread_pool());
+  steps_ = train_path_.loader->batches_per_epoch();
+  test_path_ = data::make_data_path(
+      data_.test, device_,
+      {std::max<int64_t>(config_.batch_size, 1000), false, false, config_.seed}, config_.data_path);
+}
+
+Settings TrainingRun::describe() const {
+  Settings settings = {
+      {"device", device::display_name(device_)},
+      {"model", model_name_ + " (" + std::to_string(optimizer_->values().numel()) + " parameters)"},
+      {"dataset", data_.train.name + " (" + std::to_string(data_.train.size()) + " train, " +
+                      std::to_string(data_.test.size()) + " test)"},
+      {"data path", train_path_.description},
+      {"batch", std::to_string(config_.batch_size) + (drop_last_ ? " (drop last)" : "")},
+      {"epochs",
+       std::to_string(config_.epochs) +
+           (start_epoch_ ? " (resuming after " + std::to_string(start_epoch_) + ")" : "")},
+      {"optimizer", config_.optimizer + " lr " + format_double(config_.lr) + " (flat buffers)"},
+      {"augment", augment_.describe()},
       {"step",
-       std::string(step_fn->name()) +
-           (step_fn->threads() > 1 ? " (" + std::to_string(step_fn->threads()) + " threads)" : "")},
+       std::string(step_->name()) +
+           (step_->threads() > 1 ? " (" + std::to_string(step_->threads()) + " threads)" : "")},
       {"precision",
-       plan.description + (config.clip_grad_norm > 0
-                               ? ", clip grad norm " + format_double(config.clip_grad_norm)
-                               : std::string())},
-      {"seed", std::to_string(config.seed)},
-      {"threads", std::to_string(threads.intra_op) + " intra-op, " +
-                      (threads.blas > 0 ? std::to_string(threads.blas) : std::string("?")) +
+       plan_.description + (config_.clip_grad_norm > 0
+                                ? ", clip grad norm " + format_double(config_.clip_grad_norm)
+                                : std::string())},
+      {"seed", std::to_string(config_.seed)},
+      {"threads", std::to_string(threads_.intra_op) + " intra-op, " +
+                      (threads_.blas > 0 ? std::to_string(threads_.blas) : std::string("?")) +
                       " BLAS"},
+      {"strategy", parallel_.describe()},
   };
-  report.settings.emplace_back("strategy", parallel.describe());
-  report.main_rank = parallel.is_main();
-  if (channels_last) report.settings.push_back({"memory format", "channels_last"});
-  if (graph_step)
-    report.settings.push_back({"cuda graphs", "whole step captured after " +
-                                                  std::to_string(CudaGraphStep::kWarmupSteps) +
-                                                  " eager warm-up steps"});
-  observer->on_start(report.device, report.settings);
+  if (channels_last_) settings.emplace_back("memory format", "channels_last");
+  if (graph_step_)
+    settings.emplace_back("cuda graphs", "whole step captured after " +
+                                             std::to_string(CudaGraphStep::kWarmupSteps) +
+                                             " eager warm-up steps");
+  return settings;
+}
 
-  const auto on_device = torch::TensorOptions().device(device);
-  DeviceTimer total_timer(device);
-  const int64_t steps = train_loader.batches_per_epoch();
-  // Every checkpoint of this run: the final one (--save) and the periodic/interrupt ones.
-  auto make_checkpoint = [&](int64_t epochs_done) {
-    Checkpoint checkpoint;
-    checkpoint.meta = {
-        {"model", model_name},
-        {"input_shape", spec.input_shape},
-        {"classes", spec.classes},
-        {"class_names", data.train.class_names},
-        {"dataset", config.dataset},
-        {"epoch", epochs_done},
-        {"seed", config.seed},
-        {"optimizer", config.optimizer},
-        {"lr", config.lr},
-        {"batch_size", config.batch_size},
-        {"drop_last", config.drop_last},
-        {"spritetorch_version", SPRITETORCH_VERSION},
-        {"precision", precision::to_string(plan.precision)},
-    };
-    if (scaler) checkpoint.meta["grad_scaler"] = scaler->state();
-    if (data::is_sprite_dataset(config.dataset))
-      checkpoint.meta["sprites"] = data::sprite_options_json(config.sprites);
-    checkpoint.model = model_state(*model);
-    checkpoint.optimizer = optimizer.state();
-    return checkpoint;
+// Every checkpoint of this run: the final one (--save) and the periodic/interrupt ones.
+Checkpoint TrainingRun::make_checkpoint(int64_t epochs_done) const {
+  Checkpoint checkpoint;
+  checkpoint.meta = {
+      {"model", model_name_},
+      {"input_shape", spec_.input_shape},
+      {"classes", spec_.classes},
+      {"class_names", data_.train.class_names},
+      {"dataset", config_.dataset},
+      {"epoch", epochs_done},
+      {"seed", config_.seed},
+      {"optimizer", config_.optimizer},
+      {"lr", config_.lr},
+      {"batch_size", config_.batch_size},
+      {"drop_last", config_.drop_last},
+      {"spritetorch_version", SPRITETORCH_VERSION},
+      {"precision", precision::to_string(plan_.precision)},
   };
-  std::string last_good;  // newest periodic checkpoint this run wrote
-  auto diverged = [&](const std::string& what, int64_t epoch, const std::string& where) {
-    return Error(
-        "training diverged: " + what + " in epoch " + std::to_string(epoch + 1) + ", " + where,
-        (last_good.empty() ? std::string("no checkpoint was written (--checkpoint-every N)")
-                           : "last good checkpoint: " + last_good + " (--resume it)") +
-            "; lower --lr");
-  };
-  // A periodic or interrupt checkpoint after `rs.step` steps of epoch `rs.epoch`. It is written
-  // only when the loss since the last log and the weights are finite: it is always a good one.
-  auto save_run_checkpoint = [&](RunState rs) {
-    const double pending = rs.interval_loss.item<double>();
-    const bool weights_finite = torch::isfinite(optimizer.values()).all().item<bool>();
-    if (!std::isfinite(pending) || !weights_finite)
-      throw diverged(
-          weights_finite ? "loss is " + loss_text(pending) : std::string("weights are not finite"),
-          rs.epoch, "at or before step " + std::to_string(rs.step));
-    const std::string path = periodic_checkpoint_path(run_base, rs.epoch * steps + rs.step);
-    if (!parallel.is_main()) return path;  // ddp: ranks are identical; rank 0 writes
-    capture_rng(rs, device);
-    Checkpoint checkpoint = make_checkpoint(rs.epoch);
-    store_run_state(rs, checkpoint);
-    save_checkpoint(path, checkpoint);
-    last_good = path;
-    prune_periodic_checkpoints(run_base, config.keep_last);
-    return path;
-  };
-  if (run_state) restore_rng(*run_state, device, config.resume);
+  if (scaler_) checkpoint.meta["grad_scaler"] = scaler_->state();
+  if (data::is_sprite_dataset(config_.dataset))
+    checkpoint.meta["sprites"] = data::sprite_options_json(config_.sprites);
+  checkpoint.model = model_state(*model_);
+  checkpoint.optimizer = optimizer_->state();
+  return checkpoint;
+}
+
+Error TrainingRun::diverged(const std::string& what, int64_t epoch,
+                            const std::string& where) const {
+  return Error(
+      "training diverged: " + what + " in epoch " + std::to_string(epoch + 1) + ", " + where,
+      (last_good_.empty() ? std::string("no checkpoint was written (--checkpoint-every N)")
+                          : "last good checkpoint: " + last_good_ + " (--resume it)") +
+          "; lower --lr");
+}
+
+// Written only when the loss since the last log and the weights are finite: a periodic checkpoint
+// is always a good one.
+std::string TrainingRun::save_run_checkpoint(RunState progress) {
+  const double pending = progress.interval_loss.item<double>();
+  const bool weights_finite = torch::isfinite(optimizer_->values()).all().item<bool>();
+  if (!std::isfinite(pending) || !weights_finite)
+    throw diverged(
+        weights_finite ? "loss is " + loss_text(pending) : std::string("weights are not finite"),
+        progress.epoch, "at or before step " + std::to_string(progress.step));
+  const std::string path =
+      periodic_checkpoint_path(run_base_, progress.epoch * steps_ + progress.step);
+  if (!parallel_.is_main()) return path;  // ddp: ranks are identical; rank 0 writes
+  capture_rng(progress, device_);
+  Checkpoint checkpoint = make_checkpoint(progress.epoch);
+  store_run_state(progress, checkpoint);
+  save_checkpoint(path, checkpoint);
+  last_good_ = path;
+  prune_periodic_checkpoints(run_base_, config_.keep_last);
+  return path;
+}
+
+EpochReport TrainingRun::train_epoch(int64_t epoch) {
+  model_->train();
+  DeviceTimer epoch_timer(device_);
+  data::Loader& loader = *train_path_.loader;
+  loader.start_epoch(epoch);
+  data::Batch batch;
+  // The epoch so far; its tensors are accumulated on the device and read at log intervals and at
+  // the end of the epoch only.
+  RunState progress;
+  if (run_state_ && run_state_->epoch == epoch) {  // resuming mid-epoch: skip the batches done
+    progress = *run_state_;
+    run_state_.reset();
+    for (int64_t skipped = 0; skipped < progress.step; ++skipped)
+      if (!loader.next(batch))
+        throw DataError(config_.resume, "at most " + std::to_string(steps_) + " steps per epoch",
+                        "step " + std::to_string(progress.step));
+  } else {
+    const auto on_device = torch::TensorOptions().device(device_);
+    progress.epoch = epoch;
+    progress.loss_sum = torch::zeros({}, on_device.dtype(torch::kFloat32));
+    progress.correct = torch::zeros({}, on_device.dtype(torch::kInt64));
+    progress.interval_loss = torch::zeros({}, on_device.dtype(torch::kFloat32));
+  }
+  int64_t& step = progress.step;
+  while (loader.next(batch)) {
+    if (step == 0)
+      device::expect_on_device(batch.inputs, optimizer_->values().device(), "the training batch",
+                               "the model");
+    const int64_t b = batch.labels.size(0);
+    if (augment_.enabled()) batch.inputs = data::augment_batch(batch.inputs, augment_);
+    try {
+      if (graph_step_) {
+        graph_step_->run(batch, progress.interval_loss, progress.correct);
+      } else {
+        if (!step_->overwrites_grads()) optimizer_->zero_grad();
+        step_->run(batch, progress.interval_loss, progress.correct);
+        parallel_.reduce_gradients();  // ddp: averaged gradients before unscaling / clipping
+        // fp16 on CUDA: the skip-on-inf decision stays on the device (no sync per step).
+        finish_step(*optimizer_, scaler_ptr_, config_.clip_grad_norm,
+                    /*on_device=*/scaler_ptr_ != nullptr && device_.is_cuda());
+      }
+    } catch (const c10::OutOfMemoryError& e) {
+      throw out_of_memory(e, config_, epoch, step, [&] { return save_run_checkpoint(progress); });
+    }
+    progress.interval_samples += b;
+    progress.samples += b;
+    ++step;
+    observer_->on_step({epoch + 1, config_.epochs, step, steps_, progress.samples});
+    if (config_.log_every > 0 && step % config_.log_every == 0) {
+      const auto interval = parallel_.sum(
+          {progress.interval_loss.item<double>(), static_cast<double>(progress.interval_samples)});
+      const double mean = interval[0] / interval[1];
+      if (!std::isfinite(mean))
+        throw diverged(
+            "loss is " + loss_text(mean), epoch,
+            "steps " + std::to_string(step - config_.log_every + 1) + "-" + std::to_string(step));
+      observer_->on_log({epoch + 1, step, steps_, mean});
+      progress.loss_sum += progress.interval_loss;
+      progress.interval_loss.zero_();
+      progress.interval_samples = 0;
+    }
+    const int signal = parallel_.agreed_interrupt(interrupt_signal(), epoch * steps_ + step);
+    if (signal ||
+        (config_.checkpoint_every > 0 && (epoch * steps_ + step) % config_.checkpoint_every == 0)) {
+      const std::string path = save_run_checkpoint(progress);
+      if (signal) throw Interrupted(signal, path, epoch + 1, step, parallel_.is_main());
+    }
+  }
+  progress.loss_sum += progress.interval_loss;
+  // Over all ranks: loss sum, correct count, samples.
+  const auto totals = parallel_.sum({progress.loss_sum.item<double>(),
+                                     static_cast<double>(progress.correct.item<int64_t>()),
+                                     static_cast<double>(progress.samples)});
+  EpochReport er;
+  er.epoch = epoch + 1;
+  er.epochs = config_.epochs;
+  er.samples = static_cast<int64_t>(totals[2]);
+  er.loss = totals[0] / static_cast<double>(std::max<int64_t>(er.samples, 1));
+  er.accuracy = totals[1] / static_cast<double>(std::max<int64_t>(er.samples, 1));
+  er.seconds = epoch_timer.seconds();
+  er.images_per_second = static_cast<double>(er.samples) / er.seconds;
+  if (!std::isfinite(er.loss))
+    throw diverged("loss is " + loss_text(er.loss), epoch,
+                   "by its end (step " + std::to_string(step) + ")");
+  return er;
+}
+
+TrainReport TrainingRun::run() {
+  TrainReport report;
+  report.device = device::display_name(device_);
+  report.start_epoch = start_epoch_;
+  report.class_names = data_.train.class_names;
+  report.settings = describe();
+  report.main_rank = parallel_.is_main();
+  observer_->on_start(report.device, report.settings);
+
+  DeviceTimer total_timer(device_);
+  if (run_state_) restore_rng(*run_state_, device_, config_.resume);
   // Signals are caught from here on: a SIGINT/SIGTERM stops after the current step with a
   // checkpoint. Not before: until the loop starts there is nothing to save, and a rank waiting in
   // the rendezvous for a peer that died must end at the first SIGTERM (launch, torchrun and Slurm
   // send one, then wait), not sit out --dist-timeout.
   InterruptGuard interrupt_guard;
   std::optional<EvalReport> final_test;  // evaluated at the end of the last epoch
-  for (int64_t epoch = start_epoch; epoch < config.epochs; ++epoch) {
-    model->train();
-    DeviceTimer epoch_timer(device);
-    // Accumulated on the device; read at log intervals and at the end of the epoch only.
-    auto loss_sum = torch::zeros({}, on_device.dtype(torch::kFloat32));
-    auto correct = torch::zeros({}, on_device.dtype(torch::kInt64));
-    auto interval_loss = torch::zeros({}, on_device.dtype(torch::kFloat32));
-    int64_t interval_samples = 0, samples = 0, step = 0;
-    train_loader.start_epoch(epoch);
-    data::Batch batch;
-    if (run_state && run_state->epoch == epoch) {  // resuming mid-epoch: skip the batches done
-      loss_sum = run_state->loss_sum, correct = run_state->correct;
-      interval_loss = run_state->interval_loss;
-      interval_samples = run_state->interval_samples, samples = run_state->samples;
-      for (; step < run_state->step; ++step)
-        if (!train_loader.next(batch))
-          throw DataError(config.resume, "at most " + std::to_string(steps) + " steps per epoch",
-                          "step " + std::to_string(run_state->step));
-      run_state.reset();
-    }
-    while (train_loader.next(batch)) {
-      if (step == 0)
-        device::expect_on_device(batch.inputs, optimizer.values().device(), "the training batch",
-                                 "the model");
-      const int64_t b = batch.labels.size(0);
-      if (augment.enabled()) batch.inputs = data::augment_batch(batch.inputs, augment);
-      try {
-        if (graph_step) {
-          graph_step->run(batch, interval_loss, correct);
-        } else {
-          if (!step_fn->overwrites_grads()) optimizer.zero_grad();
-          step_fn->run(batch, interval_loss, correct);
-          parallel.reduce_gradients();  // ddp: averaged gradients before unscaling / clipping
-          // fp16 on CUDA: the skip-on-inf decision stays on the device (no sync per step).
-          finish_step(optimizer, scaler_ptr, config.clip_grad_norm,
-                      /*on_device=*/scaler_ptr != nullptr && device.is_cuda());
-        }
-      } catch (const c10::OutOfMemoryError& e) {
-        throw out_of_memory(e, config, epoch, step, [&] {
-          return save_run_checkpoint(
-              {epoch, step, samples, interval_samples, loss_sum, correct, interval_loss, {}, {}});
-        });
-      }
-      interval_samples += b;
-      samples += b;
-      ++step;
-      observer->on_step({epoch + 1, config.epochs, step, steps, samples});
-      if (config.log_every > 0 && step % config.log_every == 0) {
-        const auto interval =
-            parallel.sum({interval_loss.item<double>(), static_cast<double>(interval_samples)});
-        const double mean = interval[0] / interval[1];
-        if (!std::isfinite(mean))
-          throw diverged(
-              "loss is " + loss_text(mean), epoch,
-              "steps " + std::to_string(step - config.log_every + 1) + "-" + std::to_string(step));
-        observer->on_log({epoch + 1, step, steps, mean});
-        loss_sum += interval_loss;
-        interval_loss.zero_();
-        interval_samples = 0;
-      }
-      const int signal = parallel.agreed_interrupt(interrupt_signal(), epoch * steps + step);
-      if (signal ||
-          (config.checkpoint_every > 0 && (epoch * steps + step) % config.checkpoint_every == 0)) {
-        const std::string path = save_run_checkpoint(
-            {epoch, step, samples, interval_samples, loss_sum, correct, interval_loss, {}, {}});
-        if (signal) throw Interrupted(signal, path, epoch + 1, step, parallel.is_main());
-      }
-    }
-    loss_sum += interval_loss;
-    // Over all ranks: loss sum, correct count, samples.
-    const auto totals =
-        parallel.sum({loss_sum.item<double>(), static_cast<double>(correct.item<int64_t>()),
-                      static_cast<double>(samples)});
-    samples = static_cast<int64_t>(totals[2]);
-    EpochReport er;
-    er.epoch = epoch + 1;
-    er.epochs = config.epochs;
-    er.samples = samples;
-    er.loss = totals[0] / static_cast<double>(std::max<int64_t>(samples, 1));
-    er.accuracy = totals[1] / static_cast<double>(std::max<int64_t>(samples, 1));
-    er.seconds = epoch_timer.seconds();
-    er.images_per_second = static_cast<double>(samples) / er.seconds;
-    if (!std::isfinite(er.loss))
-      throw diverged("loss is " + loss_text(er.loss), epoch,
-                     "by its end (step " + std::to_string(step) + ")");
+  const int64_t classes = data_.test.num_classes();
+  for (int64_t epoch = start_epoch_; epoch < config_.epochs; ++epoch) {
+    EpochReport er = train_epoch(epoch);
     // The test set after this epoch, for the test curves: rank 0 only, outside train_seconds. The
     // last epoch's evaluation is the final one (with predictions): no second pass.
-    const bool last_epoch = epoch + 1 == config.epochs;
-    if (parallel.is_main() &&
-        (last_epoch || (config.eval_every > 0 && (epoch + 1) % config.eval_every == 0))) {
-      DeviceTimer eval_timer(device);
-      EvalReport test = evaluate(*model, *test_path.loader, data.test.num_classes(), last_epoch);
+    const bool last_epoch = epoch + 1 == config_.epochs;
+    if (parallel_.is_main() &&
+        (last_epoch || (config_.eval_every > 0 && (epoch + 1) % config_.eval_every == 0))) {
+      DeviceTimer eval_timer(device_);
+      EvalReport test = evaluate(*model_, *test_path_.loader, classes, last_epoch);
       report.eval_seconds += eval_timer.seconds();
       er.has_test = true;
       er.test_loss = test.loss;
@@ -455,19 +521,33 @@ TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver
       if (last_epoch) final_test = std::move(test);
     }
     report.epochs.push_back(er);
-    observer->on_epoch(er);
+    observer_->on_epoch(er);
   }
   report.train_seconds = total_timer.seconds() - report.eval_seconds;
-  parallel.check_in_sync(optimizer);
-  if (!parallel.is_main()) return report;  // rank 0 evaluates, reports and saves
+  parallel_.check_in_sync(*optimizer_);
+  if (!parallel_.is_main()) return report;  // rank 0 evaluates, reports and saves
 
-  report.test = final_test ? std::move(*final_test)
-                           : evaluate(*model, *test_path.loader, data.test.num_classes(), true);
-  report.misclassified = pick_misclassified(data.test, report.test.predictions);
-
-  if (!config.save.empty())
-    save_checkpoint(config.save, make_checkpoint(std::max(config.epochs, start_epoch)));
+  report.test =
+      final_test ? std::move(*final_test) : evaluate(*model_, *test_path_.loader, classes, true);
+  report.misclassified = pick_misclassified(data_.test, report.test.predictions);
+  if (!config_.save.empty())
+    save_checkpoint(config_.save, make_checkpoint(std::max(config_.epochs, start_epoch_)));
   return report;
+}
+
+}  // namespace
+
+TrainReport train(const TrainConfig& config, TrainObserver* observer) {
+  device::pick_device(config.device);  // an unavailable device fails before the data is read
+  return train(config, load_datasets(config), observer);
+}
+
+TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver* observer) {
+  if (config.epochs < 0) throw Error("--epochs must be >= 0");
+  if (config.batch_size <= 0) throw Error("--batch-size must be positive");
+  // Reliability: outputs are checked before any work.
+  check_run_outputs(config, run_checkpoint_base(config));
+  return TrainingRun(config, data, observer).run();
 }
 
 }  // namespace spritetorch::train
