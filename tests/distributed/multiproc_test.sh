@@ -5,12 +5,14 @@
 #   - faults: a killed rank or a hung one makes the other exit non-zero with a clear error before
 #     --dist-timeout ends (killed) or right after it (hung); launch stops the survivors;
 #   - bad environments are clear errors.
-# Every wait is bounded; stray processes are killed by pid on exit.
+# Every wait is bounded; children still running at exit are killed.
 set -u
 bin=$1
 tmp=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"; }
+# Not a list of pids: most have ended and been reaped by then, and with pid_max 32768 a ctest run
+# recycles pids, so killing a remembered pid could hit an unrelated process. Children of this
+# shell are ours for sure (launch's ranks die with their launcher: PR_SET_PDEATHSIG).
+cleanup() { pkill -9 -P $$ 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
 fails=0 passes=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
@@ -96,7 +98,6 @@ start_pair() {
   for r in 0 1; do
     RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$bin" train "${common[@]}" \
       --epochs 100000 --batch-size 8 --dist-timeout "$1" --verbose --log-every 20 >"$tmp/r$r.log" 2>&1 &
-    pids+=($!)
     eval "r$r=$!"
   done
   local t=0
@@ -119,7 +120,7 @@ if [ "$rc" = 2 ] && grep -q "rank 0: .* failed" "$tmp/r0.log" && python3 -c "imp
 
 # launch: one rank killed -> launch exits non-zero, the other rank is stopped.
 "$bin" launch --nproc-per-node 2 -- train "${common[@]}" --epochs 100000 --batch-size 8 --dist-timeout 30 >"$tmp/l.log" 2>&1 &
-launcher=$!; pids+=($launcher)
+launcher=$!
 t=0; children=""
 while [ $t -lt 100 ]; do children=$(pgrep -P "$launcher" | tr '\n' ' '); [ "$(wc -w <<<"$children")" = 2 ] && break; sleep 0.1; t=$((t + 1)); done
 sleep 2
@@ -134,7 +135,7 @@ if [ "$rc" != 0 ] && [ "$rc" != running ] && ! kill -0 "$survivor" 2>/dev/null &
 # other waiting in a collective until the timeout).
 "$bin" launch --nproc-per-node 2 -- train "${common[@]}" --epochs 100000 --batch-size 8 --dist-timeout 30 \
   --save "$tmp/sig.pt" >"$tmp/s.log" 2>&1 &
-launcher=$!; pids+=($launcher)
+launcher=$!
 t=0; children=""
 while [ $t -lt 100 ]; do children=$(pgrep -P "$launcher" | tr '\n' ' '); [ "$(wc -w <<<"$children")" = 2 ] && break; sleep 0.1; t=$((t + 1)); done
 sleep 3
@@ -170,7 +171,6 @@ python3 -c "import sys; sys.exit(0 if $(since "$t0") < 10 else 1)" && pass || fa
 # launchers expect (torchrun waits 30 s before SIGKILL), instead of sitting out --dist-timeout.
 RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$(free_port) "$bin" train "${common[@]}" --dist-timeout 120 >"$tmp/lone.log" 2>&1 &
 lone=$!
-pids+=("$lone")
 sleep 2
 kill -TERM "$lone"
 wait_for "$lone" 10
