@@ -173,7 +173,8 @@ Subcommand add_train_command(CLI::App& app) {
   sub->add_flag(
       "--tensorboard", *tensorboard,
       "Also write TensorBoard event files (running and epoch loss, accuracy, test "
-      "results, a sheet of training samples) into the run folder: tensorboard --logdir runs");
+      "results, a sheet of training samples; generators: the sprites drawn every --sample-every "
+      "epochs) into the run folder: tensorboard --logdir runs");
 
   return {
       sub, [sub, config, json, run_flags, tensorboard]() {

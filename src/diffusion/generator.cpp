@@ -336,6 +336,7 @@ GeneratorTrainReport train_generator(const train::TrainConfig& config,
     train::EpochReport er;
     er.epoch = epoch + 1;
     er.epochs = config.epochs;
+    er.has_accuracy = false;
     er.samples = step * config.batch_size;
     er.loss = loss_sum.item<double>() / static_cast<double>(std::max<int64_t>(step, 1));
     er.seconds = epoch_timer.seconds();

@@ -140,4 +140,9 @@ torch::Tensor make_sheet(const torch::Tensor& sprites_in, const SheetOptions& op
   return upscale_nearest(sheet, options.scale);
 }
 
+torch::Tensor make_sample_sheet(const torch::Tensor& sprites, int64_t per_class) {
+  const int64_t size = sprites.dim() == 4 ? sprites.size(2) : 1;
+  return make_sheet(sprites, {per_class, 1, std::max<int64_t>(1, 64 / std::max<int64_t>(size, 1))});
+}
+
 }  // namespace spritetorch::io

@@ -1,7 +1,8 @@
-// PNG files through libpng's simplified API, and the pixel-art helpers around them: nearest-neighbour
-// upscaling and sprite-sheet grids. Images are (H, W, 4) uint8 RGBA tensors on the CPU; every PNG
-// colour type (RGBA, RGB, grey, grey + alpha, indexed with or without tRNS, 1..16 bits) is expanded
-// to that on read. Not a codec of its own: libpng does the decoding and the checks.
+// PNG files through libpng's simplified API, and the pixel-art helpers around them:
+// nearest-neighbour upscaling and sprite-sheet grids. Images are (H, W, 4) uint8 RGBA tensors on
+// the CPU; every PNG colour type (RGBA, RGB, grey, grey + alpha, indexed with or without
+// tRNS, 1..16 bits) is expanded to that on read. Not a codec of its own: libpng does the decoding
+// and the checks.
 #pragma once
 
 #include <torch/torch.h>
@@ -31,12 +32,16 @@ torch::Tensor upscale_nearest(const torch::Tensor& image, int64_t scale);
 torch::Tensor resize_nearest(const torch::Tensor& images, int64_t size);
 
 struct SheetOptions {
-  int64_t columns = 0;   // 0: ceil(sqrt(N))
-  int64_t padding = 1;   // transparent pixels between tiles and around the sheet (before scaling)
-  int64_t scale = 1;     // nearest-neighbour factor applied to the whole sheet
+  int64_t columns = 0;  // 0: ceil(sqrt(N))
+  int64_t padding = 1;  // transparent pixels between tiles and around the sheet (before scaling)
+  int64_t scale = 1;    // nearest-neighbour factor applied to the whole sheet
 };
 // Lays (N, 4, H, W) uint8 sprites out in a grid: (rows*(H+p)+p, cols*(W+p)+p, 4) * scale, RGBA,
 // transparent background. On the CPU.
 torch::Tensor make_sheet(const torch::Tensor& sprites, const SheetOptions& options = {});
+// A generator's samples during training, (N, 4, S, S): one row per class (`per_class` columns),
+// small sprites enlarged to about 64 pixels. The run folder's samples/epoch-NNN.png and
+// TensorBoard's "samples/generated" show the same picture.
+torch::Tensor make_sample_sheet(const torch::Tensor& sprites, int64_t per_class);
 
 }  // namespace spritetorch::io

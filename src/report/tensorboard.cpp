@@ -165,7 +165,7 @@ void TensorBoardObserver::on_log(const train::StepLog& log) {
 
 void TensorBoardObserver::on_epoch(const train::EpochReport& report) {
   writer_.add_scalar("epoch/loss", report.loss, report.epoch);
-  writer_.add_scalar("epoch/accuracy", report.accuracy, report.epoch);
+  if (report.has_accuracy) writer_.add_scalar("epoch/accuracy", report.accuracy, report.epoch);
   writer_.add_scalar("epoch/images_per_second", report.images_per_second, report.epoch);
   if (report.has_test) {  // --eval-every: the test set after this epoch
     writer_.add_scalar("epoch/test_loss", report.test_loss, report.epoch);
@@ -173,6 +173,13 @@ void TensorBoardObserver::on_epoch(const train::EpochReport& report) {
   }
   writer_.flush();
   if (next_) next_->on_epoch(report);
+}
+
+void TensorBoardObserver::on_samples(int64_t epoch, const torch::Tensor& sprites,
+                                     int64_t per_class) {
+  writer_.add_image("samples/generated", io::make_sample_sheet(sprites, per_class), epoch);
+  writer_.flush();
+  if (next_) next_->on_samples(epoch, sprites, per_class);
 }
 
 }  // namespace spritetorch::report

@@ -49,9 +49,10 @@ class EventWriter {
 };
 
 // Training progress into an EventWriter: the running loss at every log interval (step = global
-// step: (epoch - 1) * steps per epoch + step), and per epoch loss, accuracy and throughput
-// (step = epoch). Everything is also passed on to `next` (the CLI's printer), when given. Flushes
-// after every epoch so a live TensorBoard follows the run.
+// step: (epoch - 1) * steps per epoch + step), per epoch loss, accuracy (classifiers) and
+// throughput (step = epoch), and a generator's sample sheets as images "samples/generated" (step =
+// epoch). Everything is also passed on to `next` (the CLI's printer), when given. Flushes after
+// every epoch and every sheet so a live TensorBoard follows the run.
 class TensorBoardObserver : public train::TrainObserver {
  public:
   explicit TensorBoardObserver(EventWriter& writer, train::TrainObserver* next = nullptr)
@@ -59,6 +60,7 @@ class TensorBoardObserver : public train::TrainObserver {
   void on_start(const std::string& device, const train::Settings& settings) override;
   void on_log(const train::StepLog& log) override;
   void on_epoch(const train::EpochReport& report) override;
+  void on_samples(int64_t epoch, const torch::Tensor& sprites, int64_t per_class) override;
 
  private:
   EventWriter& writer_;

@@ -38,7 +38,8 @@ ProgressPrinter::ProgressPrinter(std::ostream& out, ProgressOptions options)
     : out_(out), options_(std::move(options)) {
   if (!options_.clock)
     options_.clock = [] {
-      return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+      return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+          .count();
     };
 }
 
@@ -65,7 +66,8 @@ std::string ProgressPrinter::rate_and_eta() const {
   const double steps_done = static_cast<double>(tick_.step) - (tick_.step > 0 ? 1 : 0);
   const double per_step = steps_done > 0 ? elapsed / steps_done : 0;
   std::string text = fixed(samples / elapsed, 0) + " img/s";
-  if (per_step > 0) text += "  ETA " + format_duration(per_step * static_cast<double>(tick_.steps - tick_.step));
+  if (per_step > 0)
+    text += "  ETA " + format_duration(per_step * static_cast<double>(tick_.steps - tick_.step));
   return text;
 }
 
@@ -88,9 +90,11 @@ void ProgressPrinter::redraw() {
   const int64_t steps = std::max<int64_t>(tick_.steps, 1);
   const auto filled = static_cast<int>(kBarWidth * std::min(tick_.step, steps) / steps);
   std::string bar(static_cast<size_t>(filled), '=');
-  if (filled < kBarWidth) bar += '>' + std::string(static_cast<size_t>(kBarWidth - filled - 1), ' ');
-  std::string line = "epoch " + std::to_string(tick_.epoch) + "/" + std::to_string(tick_.epochs) + " [" +
-                     bar + "] " + std::to_string(tick_.step) + "/" + std::to_string(tick_.steps);
+  if (filled < kBarWidth)
+    bar += '>' + std::string(static_cast<size_t>(kBarWidth - filled - 1), ' ');
+  std::string line = "epoch " + std::to_string(tick_.epoch) + "/" + std::to_string(tick_.epochs) +
+                     " [" + bar + "] " + std::to_string(tick_.step) + "/" +
+                     std::to_string(tick_.steps);
   const std::string rate = rate_and_eta();
   if (!rate.empty()) line += "  " + rate;
   if (running_loss_ >= 0) line += "  loss " + fixed(running_loss_, 4);
@@ -120,8 +124,8 @@ void ProgressPrinter::on_log(const train::StepLog& log) {
   if (options_.verbosity == Verbosity::kQuiet) return;
   // On a terminal the bar shows the loss; the lines are for logs, or asked for with --verbose.
   if (options_.style.redraw && options_.verbosity != Verbosity::kVerbose) return;
-  std::string line = "  epoch " + std::to_string(log.epoch) + " step " + std::to_string(log.step) + "/" +
-                     std::to_string(log.steps) + "  loss " + fixed(log.running_loss, 4);
+  std::string line = "  epoch " + std::to_string(log.epoch) + " step " + std::to_string(log.step) +
+                     "/" + std::to_string(log.steps) + "  loss " + fixed(log.running_loss, 4);
   const std::string rate = rate_and_eta();
   if (!rate.empty()) line += "  " + rate;
   print_line(line);
@@ -130,18 +134,22 @@ void ProgressPrinter::on_log(const train::StepLog& log) {
 
 void ProgressPrinter::on_epoch(const train::EpochReport& r) {
   if (options_.verbosity == Verbosity::kQuiet) return;
-  std::string line = paint("Epoch " + std::to_string(r.epoch) + "/" + std::to_string(r.epochs), "1") +
-                     "  loss " + fixed(r.loss, 4);
-  if (r.accuracy > 0) line += "  train acc " + fixed(r.accuracy, 4);
+  std::string line =
+      paint("Epoch " + std::to_string(r.epoch) + "/" + std::to_string(r.epochs), "1") + "  loss " +
+      fixed(r.loss, 4);
+  if (r.has_accuracy) line += "  train acc " + fixed(r.accuracy, 4);
   if (r.has_test) line += "  " + paint("test acc " + fixed(r.test_accuracy, 4), "32");
   line += "  " + fixed(r.seconds, 2) + " s  " + fixed(r.images_per_second, 0) + " img/s";
-  if (r.has_test && options_.verbosity == Verbosity::kVerbose) line += "  test loss " + fixed(r.test_loss, 4);
+  if (r.has_test && options_.verbosity == Verbosity::kVerbose)
+    line += "  test loss " + fixed(r.test_loss, 4);
   print_line(line);
 }
 
-void ProgressPrinter::on_samples(int64_t epoch, const torch::Tensor& sprites, int64_t /*per_class*/) {
+void ProgressPrinter::on_samples(int64_t epoch, const torch::Tensor& sprites,
+                                 int64_t /*per_class*/) {
   if (options_.verbosity != Verbosity::kVerbose) return;
-  print_line("  epoch " + std::to_string(epoch) + ": " + std::to_string(sprites.size(0)) + " samples drawn");
+  print_line("  epoch " + std::to_string(epoch) + ": " + std::to_string(sprites.size(0)) +
+             " samples drawn");
 }
 
 }  // namespace spritetorch::runs

@@ -20,12 +20,16 @@ namespace fs = std::filesystem;
 // Folder-name safe: letters, digits, '.', '_' and '-'; anything else becomes '_'.
 std::string name_part(const std::string& text) {
   std::string out;
-  for (char c : text) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-') ? c : '_';
+  for (char c : text)
+    out +=
+        (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-') ? c : '_';
   return out.empty() ? "run" : out;
 }
 
 // JSON has no NaN or infinity: null instead.
-nlohmann::json finite(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+nlohmann::json finite(double v) {
+  return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
+}
 
 std::string summary_checkpoint(const std::string& folder, const std::string& checkpoint) {
   if (checkpoint.empty()) return {};
@@ -44,8 +48,8 @@ std::string iso_time(std::time_t when) {
   return buffer;
 }
 
-std::string create_run_folder(const std::string& root, const std::string& task, const std::string& model,
-                              std::time_t now) {
+std::string create_run_folder(const std::string& root, const std::string& task,
+                              const std::string& model, std::time_t now) {
   std::tm local{};
   localtime_r(&now, &local);
   char stamp[32];
@@ -57,7 +61,8 @@ std::string create_run_folder(const std::string& root, const std::string& task, 
     throw Error("cannot create the runs folder " + root + ": " + error.message(),
                 "choose another with --runs-root DIR (or SPRITETORCH_RUNS_ROOT), or --no-run-dir");
   for (int attempt = 1; attempt < 1000; ++attempt) {
-    const fs::path folder = fs::path(root) / (attempt == 1 ? base : base + "-" + std::to_string(attempt));
+    const fs::path folder =
+        fs::path(root) / (attempt == 1 ? base : base + "-" + std::to_string(attempt));
     // create_directory is atomic: false when the name exists (another run, same second).
     if (fs::create_directory(folder, error)) return folder.string();
     if (error) throw Error("cannot create run folder " + folder.string() + ": " + error.message());
@@ -71,8 +76,9 @@ bool claim_run_folder(const std::string& folder) {
     if (!fs::is_directory(folder))
       throw Error("--run-dir " + folder + " exists and is not a folder");
     if (!fs::is_empty(folder))
-      throw Error("--run-dir " + folder + " exists and is not empty: refusing to mix two runs",
-                  "give a new folder, or leave out --run-dir for a fresh runs/<date>-<time>-... folder");
+      throw Error(
+          "--run-dir " + folder + " exists and is not empty: refusing to mix two runs",
+          "give a new folder, or leave out --run-dir for a fresh runs/<date>-<time>-... folder");
     return false;
   }
   fs::create_directories(folder, error);
@@ -81,7 +87,9 @@ bool claim_run_folder(const std::string& folder) {
 }
 
 RunRecorder::RunRecorder(std::string folder, RunIdentity identity, const std::string& config_toml)
-    : folder_(std::move(folder)), identity_(std::move(identity)), start_(std::chrono::steady_clock::now()),
+    : folder_(std::move(folder)),
+      identity_(std::move(identity)),
+      start_(std::chrono::steady_clock::now()),
       started_(iso_time(std::time(nullptr))) {
   {
     std::ofstream config(file("config.toml"), std::ios::trunc);
@@ -100,7 +108,9 @@ void RunRecorder::discard(bool remove_folder) {
   if (remove_folder) fs::remove(folder_, ignored);  // only if empty
 }
 
-std::string RunRecorder::file(const std::string& name) const { return (fs::path(folder_) / name).string(); }
+std::string RunRecorder::file(const std::string& name) const {
+  return (fs::path(folder_) / name).string();
+}
 
 double RunRecorder::wall_seconds() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
@@ -119,30 +129,50 @@ void RunRecorder::on_start(const std::string& device, const train::Settings& set
   settings_ = settings;
   nlohmann::json settings_json = nlohmann::json::object();
   for (const auto& [key, value] : settings) settings_json[key] = value;
-  write_line({{"kind", "start"}, {"schema", kMetricsSchema}, {"step", 0}, {"epoch", 0},
-              {"time", started_}, {"task", identity_.task}, {"model", identity_.model},
-              {"dataset", identity_.dataset}, {"device", device}, {"values", nlohmann::json::object()},
+  write_line({{"kind", "start"},
+              {"schema", kMetricsSchema},
+              {"step", 0},
+              {"epoch", 0},
+              {"time", started_},
+              {"task", identity_.task},
+              {"model", identity_.model},
+              {"dataset", identity_.dataset},
+              {"device", device},
+              {"values", nlohmann::json::object()},
               {"settings", settings_json}});
 }
 
 void RunRecorder::on_log(const train::StepLog& log) {
   const int64_t global = (log.epoch - 1) * log.steps + log.step;
-  write_line({{"kind", "log"}, {"step", global}, {"epoch", log.epoch}, {"epoch_step", log.step},
-              {"steps_per_epoch", log.steps}, {"values", {{"loss", finite(log.running_loss)}}}});
+  write_line({{"kind", "log"},
+              {"step", global},
+              {"epoch", log.epoch},
+              {"epoch_step", log.step},
+              {"steps_per_epoch", log.steps},
+              {"values", {{"loss", finite(log.running_loss)}}}});
   if (log.steps > 0)
-    curves_.logs.push_back({static_cast<double>(log.epoch - 1) + static_cast<double>(log.step) /
-                                                                   static_cast<double>(log.steps),
+    curves_.logs.push_back({static_cast<double>(log.epoch - 1) +
+                                static_cast<double>(log.step) / static_cast<double>(log.steps),
                             log.running_loss});
 }
 
 void RunRecorder::on_epoch(const train::EpochReport& r) {
-  write_line({{"kind", "epoch"}, {"step", global_step_}, {"epoch", r.epoch},
-              {"values", {{"loss", finite(r.loss)}, {"accuracy", finite(r.accuracy)},
-                          {"seconds", r.seconds}, {"images_per_second", finite(r.images_per_second)},
-                          {"samples", r.samples}}}});
+  write_line({{"kind", "epoch"},
+              {"step", global_step_},
+              {"epoch", r.epoch},
+              {"values",
+               {{"loss", finite(r.loss)},
+                {"accuracy", finite(r.accuracy)},
+                {"seconds", r.seconds},
+                {"images_per_second", finite(r.images_per_second)},
+                {"samples", r.samples}}}});
   if (r.has_test)
-    write_line({{"kind", "eval"}, {"split", "test"}, {"step", global_step_}, {"epoch", r.epoch},
-                {"values", {{"loss", finite(r.test_loss)}, {"accuracy", finite(r.test_accuracy)}}}});
+    write_line(
+        {{"kind", "eval"},
+         {"split", "test"},
+         {"step", global_step_},
+         {"epoch", r.epoch},
+         {"values", {{"loss", finite(r.test_loss)}, {"accuracy", finite(r.test_accuracy)}}}});
   curves_.epochs.push_back({r.epoch, r.loss, r.accuracy, r.has_test, r.test_loss, r.test_accuracy});
 }
 
@@ -150,14 +180,17 @@ void RunRecorder::on_samples(int64_t epoch, const torch::Tensor& sprites, int64_
   char name[40];
   std::snprintf(name, sizeof name, "samples/epoch-%03lld.png", static_cast<long long>(epoch));
   fs::create_directories(file("samples"));
-  const int64_t scale = std::max<int64_t>(1, 64 / std::max<int64_t>(sprites.size(2), 1));
-  io::write_png(file(name), io::make_sheet(sprites, {per_class, 1, scale}));
+  io::write_png(file(name), io::make_sample_sheet(sprites, per_class));
   sample_sheets_.push_back(name);
-  write_line({{"kind", "samples"}, {"step", global_step_}, {"epoch", epoch}, {"path", name},
+  write_line({{"kind", "samples"},
+              {"step", global_step_},
+              {"epoch", epoch},
+              {"path", name},
               {"values", {{"count", sprites.size(0)}, {"per_class", per_class}}}});
 }
 
-void RunRecorder::draw(const std::vector<PlotScript>& scripts, const char* gnuplot_path, Finished& finished) {
+void RunRecorder::draw(const std::vector<PlotScript>& scripts, const char* gnuplot_path,
+                       Finished& finished) {
   std::vector<PlotScript> todo;
   for (const auto& s : scripts)
     if (!s.script.empty()) todo.push_back(s);
@@ -181,17 +214,27 @@ void RunRecorder::draw(const std::vector<PlotScript>& scripts, const char* gnupl
   }
 }
 
-nlohmann::json RunRecorder::summary_base(const std::string& checkpoint, const Finished& finished) const {
+nlohmann::json RunRecorder::summary_base(const std::string& checkpoint,
+                                         const Finished& finished) const {
   nlohmann::json settings = nlohmann::json::object();
   for (const auto& [key, value] : settings_) settings[key] = value;
   nlohmann::json pictures = nlohmann::json::object();
   for (const auto& [name, path] : finished.pictures) pictures[name] = path;
-  return {{"schema", kMetricsSchema}, {"status", "complete"}, {"task", identity_.task},
-          {"model", identity_.model}, {"dataset", identity_.dataset}, {"device", device_},
-          {"started", started_}, {"finished", iso_time(std::time(nullptr))},
-          {"wall_s", wall_seconds()}, {"settings", settings}, {"pictures", pictures},
-          {"checkpoint", summary_checkpoint(folder_, checkpoint)}, {"config", "config.toml"},
-          {"metrics", "metrics.jsonl"}, {"spritetorch_version", SPRITETORCH_VERSION}};
+  return {{"schema", kMetricsSchema},
+          {"status", "complete"},
+          {"task", identity_.task},
+          {"model", identity_.model},
+          {"dataset", identity_.dataset},
+          {"device", device_},
+          {"started", started_},
+          {"finished", iso_time(std::time(nullptr))},
+          {"wall_s", wall_seconds()},
+          {"settings", settings},
+          {"pictures", pictures},
+          {"checkpoint", summary_checkpoint(folder_, checkpoint)},
+          {"config", "config.toml"},
+          {"metrics", "metrics.jsonl"},
+          {"spritetorch_version", SPRITETORCH_VERSION}};
 }
 
 void RunRecorder::write_summary(const nlohmann::json& summary) {
@@ -205,11 +248,12 @@ void RunRecorder::write_summary(const nlohmann::json& summary) {
   fs::rename(partial, path);
 }
 
-RunRecorder::Finished RunRecorder::finish(const train::TrainReport& report, const std::string& checkpoint,
-                                          const char* gnuplot_path) {
+RunRecorder::Finished RunRecorder::finish(const train::TrainReport& report,
+                                          const std::string& checkpoint, const char* gnuplot_path) {
   Finished finished;
   std::string why_not;
-  const auto misclassified = write_misclassified_plot(folder_, report.misclassified, report.class_names, &why_not);
+  const auto misclassified =
+      write_misclassified_plot(folder_, report.misclassified, report.class_names, &why_not);
   draw({write_curves_plot(folder_, curves_, fs::path(folder_).filename().string()),
         write_confusion_plot(folder_, report.test.confusion, report.class_names), misclassified},
        gnuplot_path, finished);
@@ -218,20 +262,27 @@ RunRecorder::Finished RunRecorder::finish(const train::TrainReport& report, cons
   const int64_t epochs = report.start_epoch + static_cast<int64_t>(report.epochs.size());
   nlohmann::json summary = summary_base(checkpoint, finished);
   nlohmann::json per_class = nlohmann::json::object();
-  for (size_t k = 0; k < report.class_names.size() && k < report.test.per_class_accuracy.size(); ++k)
+  for (size_t k = 0; k < report.class_names.size() && k < report.test.per_class_accuracy.size();
+       ++k)
     per_class[report.class_names[k]] = finite(report.test.per_class_accuracy[k]);
   summary["epochs"] = epochs;
   summary["train_seconds"] = report.train_seconds;
   summary["eval_seconds"] = report.eval_seconds;
-  summary["test"] = {{"loss", finite(report.test.loss)}, {"accuracy", finite(report.test.accuracy)},
-                     {"samples", report.test.samples}, {"per_class_accuracy", per_class},
+  summary["test"] = {{"loss", finite(report.test.loss)},
+                     {"accuracy", finite(report.test.accuracy)},
+                     {"samples", report.test.samples},
+                     {"per_class_accuracy", per_class},
                      {"misclassified", report.misclassified.total}};
   if (!report.epochs.empty())
     summary["train"] = {{"loss", finite(report.epochs.back().loss)},
                         {"accuracy", finite(report.epochs.back().accuracy)}};
-  write_line({{"kind", "end"}, {"step", global_step_}, {"epoch", epochs},
-              {"values", {{"test_loss", finite(report.test.loss)}, {"test_accuracy", finite(report.test.accuracy)},
-                          {"train_seconds", report.train_seconds}}}});
+  write_line({{"kind", "end"},
+              {"step", global_step_},
+              {"epoch", epochs},
+              {"values",
+               {{"test_loss", finite(report.test.loss)},
+                {"test_accuracy", finite(report.test.accuracy)},
+                {"train_seconds", report.train_seconds}}}});
   write_summary(summary);
   return finished;
 }
@@ -240,7 +291,8 @@ RunRecorder::Finished RunRecorder::finish(const diffusion::GeneratorTrainReport&
                                           const std::string& checkpoint, const char* gnuplot_path) {
   Finished finished;
   curves_.accuracy = false;
-  draw({write_curves_plot(folder_, curves_, fs::path(folder_).filename().string())}, gnuplot_path, finished);
+  draw({write_curves_plot(folder_, curves_, fs::path(folder_).filename().string())}, gnuplot_path,
+       finished);
   nlohmann::json summary = summary_base(checkpoint, finished);
   summary["epochs"] = static_cast<int64_t>(curves_.epochs.size());
   summary["steps"] = report.steps;
@@ -249,8 +301,11 @@ RunRecorder::Finished RunRecorder::finish(const diffusion::GeneratorTrainReport&
   summary["final_loss"] = finite(report.final_loss);
   summary["samples"] = sample_sheets_;
   if (!sample_sheets_.empty()) summary["pictures"]["samples"] = sample_sheets_.back();
-  write_line({{"kind", "end"}, {"step", global_step_}, {"epoch", static_cast<int64_t>(curves_.epochs.size())},
-              {"values", {{"loss", finite(report.final_loss)}, {"train_seconds", report.train_seconds}}}});
+  write_line(
+      {{"kind", "end"},
+       {"step", global_step_},
+       {"epoch", static_cast<int64_t>(curves_.epochs.size())},
+       {"values", {{"loss", finite(report.final_loss)}, {"train_seconds", report.train_seconds}}}});
   write_summary(summary);
   return finished;
 }

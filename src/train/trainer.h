@@ -34,6 +34,7 @@ struct EpochReport {
   int64_t epoch = 0, epochs = 0;  // 1-based
   double loss = 0;                // mean training loss over the epoch's samples
   double accuracy = 0;            // training accuracy over the epoch (model in train mode)
+  bool has_accuracy = true;       // false for generators: no classes to be right about
   double seconds = 0;             // the epoch's training only (its test evaluation is not in it)
   double images_per_second = 0;
   int64_t samples = 0;
@@ -74,7 +75,8 @@ class TrainObserver {
   virtual void on_epoch(const EpochReport& /*report*/) {}
   // Generators (--sample-every): sprites (N, 4, S, S) uint8 on the CPU, drawn with the EMA weights
   // after `epoch` (1-based), `per_class` consecutive sprites per class.
-  virtual void on_samples(int64_t /*epoch*/, const torch::Tensor& /*sprites*/, int64_t /*per_class*/) {}
+  virtual void on_samples(int64_t /*epoch*/, const torch::Tensor& /*sprites*/,
+                          int64_t /*per_class*/) {}
 };
 
 struct Datasets {
@@ -86,7 +88,8 @@ Datasets load_datasets(const TrainConfig& config);
 TrainReport train(const TrainConfig& config, TrainObserver* observer = nullptr);
 // The same on datasets already in memory (config.dataset and the limits are then not used);
 // `spritetorch bench` loads once and trains many times.
-TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver* observer = nullptr);
+TrainReport train(const TrainConfig& config, const Datasets& data,
+                  TrainObserver* observer = nullptr);
 
 // Model state as name -> tensor (parameters and buffers), and back. load_model_state checks every
 // name and shape and names `source` in its errors.

@@ -137,5 +137,27 @@ assert 0 <= values["test/accuracy"]["simple_value"] <= 1
   check "--tensorboard on sprites: the training-sample sheet and the test scalars" $? "$out $events"
 fi
 
+# A generator's --tensorboard: its epochs carry no accuracy, and every sample sheet is an image at
+# its epoch, pixel for pixel the run folder's samples/epoch-NNN.png.
+out=$(cd "$tmp" && "$bin" train --task generate --dataset sprites --sprite-count 64 --epochs 2 \
+  --batch-size 16 --unet-base 8 --device cpu --run-dir tb-gen --tensorboard -q 2>&1); rc=$?
+events=$(/usr/bin/python3 "$reader" "$tmp"/tb-gen/events.out.tfevents.* 2>&1); reader_rc=$?
+if [ "$reader_rc" -ne 77 ]; then
+  [ "$rc" -eq 0 ] && /usr/bin/python3 -c '
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from read_tfevents import decode_png
+events = [json.loads(line) for line in sys.stdin]
+tags = [(v["tag"], e["step"]) for e in events for v in e.get("values", [])]
+assert ("epoch/loss", 2) in tags and not any(t == "epoch/accuracy" for t, _ in tags), tags
+sheets = {e["step"]: v["image"]["png"] for e in events for v in e.get("values", []) if v["tag"] == "samples/generated"}
+assert sorted(sheets) == [1, 2], sorted(sheets)
+w, h, c, rows = decode_png(open(sys.argv[2] + "/samples/epoch-002.png", "rb").read())
+assert (w, h, c) == (sheets[2]["width"], sheets[2]["height"], sheets[2]["channels"]), (w, h, c)
+assert [list(r) for r in rows] == sheets[2]["rows"], "the TensorBoard sheet differs from the PNG"
+' "$(dirname "$reader")" "$tmp/tb-gen" <<<"$events"
+  check "--tensorboard on a generator: sample sheets as images, no accuracy" $? "$out $(head -c 600 <<<"$events")"
+fi
+
 echo "config_test: $passes passed, $fails failed"
 [ "$fails" -eq 0 ]

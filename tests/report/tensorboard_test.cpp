@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "io/png.h"
 #include "report/crc32c.h"
 #include "test_util.h"
 
@@ -158,6 +159,52 @@ TEST(TensorBoardTest, IndependentReaderDecodesScalarsAndImages) {
   EXPECT_EQ(value_of(8)["tag"], "epoch/images_per_second");
 }
 
+// A generator's run: no accuracy scalar (it has none), and each sample sheet as an image at its
+// epoch, laid out as the run folder's samples/epoch-NNN.png (one row per class, enlarged).
+TEST(TensorBoardTest, GeneratorEpochsHaveNoAccuracyAndSampleSheetsBecomeImages) {
+  testing::ScratchDir dir;
+  // 6 distinct 8x8 sprites, 3 per class: a 2 x 3 grid enlarged 8x (64 / 8).
+  const auto sprites = torch::arange(6 * 4 * 8 * 8, torch::kInt64)
+                           .remainder(251)
+                           .to(torch::kUInt8)
+                           .reshape({6, 4, 8, 8});
+  std::string path;
+  {
+    EventWriter writer(dir.file("gen"));
+    path = writer.path();
+    TensorBoardObserver observer(writer);
+    train::EpochReport epoch;
+    epoch.epoch = 3, epoch.loss = 0.5, epoch.has_accuracy = false, epoch.images_per_second = 10;
+    observer.on_epoch(epoch);
+    observer.on_samples(3, sprites, /*per_class=*/3);
+  }
+  std::vector<nlohmann::json> events;
+  std::string output;
+  const int code = read_events(path, events, output);
+  if (code == 77) GTEST_SKIP() << output;
+  ASSERT_EQ(code, 0) << output;
+  std::vector<std::string> tags;
+  for (size_t i = 1; i < events.size(); ++i) tags.push_back(events[i]["values"][0]["tag"]);
+  EXPECT_EQ(tags, (std::vector<std::string>{"epoch/loss", "epoch/images_per_second",
+                                            "samples/generated"}));
+  const auto& sheet_event = events.back();
+  EXPECT_EQ(sheet_event["step"], 3);
+  const auto& png = sheet_event["values"][0]["image"]["png"];
+  const torch::Tensor expected = io::make_sheet(sprites, {3, 1, 8});  // (H, W, 4)
+  ASSERT_EQ(png["height"], expected.size(0));
+  ASSERT_EQ(png["width"], expected.size(1));
+  ASSERT_EQ(png["channels"], 4);
+  EXPECT_EQ(expected.size(0), (2 * 9 + 1) * 8);  // two rows of 8-pixel sprites, 1-pixel padding
+  EXPECT_EQ(expected.size(1), (3 * 9 + 1) * 8);
+  const auto flat = expected.reshape({expected.size(0), -1}).contiguous();
+  const auto pixels = flat.accessor<uint8_t, 2>();
+  int64_t mismatches = 0;
+  for (int64_t y = 0; y < flat.size(0); ++y)
+    for (int64_t x = 0; x < flat.size(1); ++x)
+      mismatches += png["rows"][y][x].get<int>() != pixels[y][x];
+  EXPECT_EQ(mismatches, 0);
+}
+
 TEST(TensorBoardTest, ReaderRejectsACorruptedRecord) {
   testing::ScratchDir dir;
   std::string path;
@@ -197,9 +244,9 @@ TEST(TensorBoardTest, TensorBoardItselfReadsOurEvents) {
   int code = 77;
   for (const std::string interpreter : {"python3", "/usr/bin/python3"}) {
     output.clear();
-    code = run_command(interpreter + " " SPRITETORCH_TEST_DIR "/report/read_with_tensorboard.py '" +
-                           log_dir + "'",
-                       output);
+    code = run_command(
+        interpreter + " " SPRITETORCH_TEST_DIR "/report/read_with_tensorboard.py '" + log_dir + "'",
+        output);
     if (code != 77) break;
   }
   if (code == 77) GTEST_SKIP() << output;
