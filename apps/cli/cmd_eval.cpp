@@ -3,6 +3,7 @@
 
 #include "checks.h"
 #include "commands.h"
+#include "common/cpu_threads.h"
 #include "common/error.h"
 #include "device/device.h"
 #include "output.h"
@@ -44,6 +45,7 @@ Subcommand add_eval_command(CLI::App& app) {
               config.sprites = data::sprite_options_from_json(checkpoint.meta["sprites"]);
             const data::Dataset test = train::load_datasets(config).test;
             auto model = train::model_from_checkpoint(checkpoint, f->checkpoint, device);
+            apply_cpu_threads(0, 0, cpu_work_of(*model));  // the default split for this model
             data::ResidentLoader loader(test, device, {f->batch_size, false, false, config.seed});
             const auto report = train::evaluate(*model, loader, test.num_classes());
             if (f->json) {

@@ -9,6 +9,7 @@
 
 #include "checks.h"
 #include "commands.h"
+#include "common/cpu_threads.h"
 #include "common/error.h"
 #include "common/timer.h"
 #include "data/picture.h"
@@ -98,12 +99,16 @@ int run_generator_training(const train::TrainConfig& config, RunSession& session
         << std::setprecision(4) << "Final loss: " << report.final_loss << std::defaultfloat << "\n";
   if (!config.save.empty()) human << "Saved checkpoint: " << config.save << "\n";
   session.finish(report, config.save);
-  if (json)
-    std::cout << nlohmann::json{{"device", report.device},     {"task", "generate"},
-                                {"run_dir", session.folder()}, {"train_s", report.train_seconds},
-                                {"steps", report.steps},       {"loss", report.final_loss}}
+  if (json) {
+    nlohmann::json settings = nlohmann::json::object();  // as train's classifier JSON has it
+    for (const auto& [k, v] : report.settings) settings[k] = v;
+    std::cout << nlohmann::json{{"device", report.device},         {"task", "generate"},
+                                {"run_dir", session.folder()},     {"settings", settings},
+                                {"train_s", report.train_seconds}, {"steps", report.steps},
+                                {"loss", report.final_loss}}
                      .dump()
               << "\n";
+  }
   return 0;
 }
 
@@ -142,6 +147,7 @@ int run_generator_eval(const GeneratorEvalFlags& f, const std::string& checkpoin
         "train one on the same data: spritetorch train --task classify --dataset ... --save C.pt");
   const torch::Device device = device::pick_device(device_text);
   auto generator = diffusion::load_generator(checkpoint, device);
+  apply_cpu_threads(0, 0, cpu_work_of(*generator.net));  // the default split for a UNet
   const auto classifier_ckpt = train::load_checkpoint(f.classifier);
   const auto names = classifier_ckpt.meta.value("class_names", std::vector<std::string>());
   if (names != generator.class_names)
@@ -232,6 +238,7 @@ Subcommand add_classify_command(CLI::App& app) {
                           "drop --invert");
             const auto names = checkpoint.meta.value("class_names", std::vector<std::string>());
             auto model = train::model_from_checkpoint(checkpoint, f->checkpoint, device);
+            apply_cpu_threads(0, 0, cpu_work_of(*model));  // the default split for this model
             model->eval();
             // One line (or JSON object) per picture; `tile` is null for whole files.
             auto classify = [&](const std::string& file, const torch::Tensor& hwc,
@@ -341,6 +348,7 @@ Subcommand add_generate_command(CLI::App& app) {
           throw Error("generate needs --out SHEET.png and/or --out-dir DIR");
         const torch::Device device = device::pick_device(f->device);
         auto generator = diffusion::load_generator(f->checkpoint, device);
+        apply_cpu_threads(0, 0, cpu_work_of(*generator.net));  // the default split for a UNet
         const int64_t k = static_cast<int64_t>(generator.class_names.size());
         torch::Tensor labels = torch::arange(f->count, torch::kInt64).remainder(k);
         if (!f->class_name.empty()) {

@@ -62,11 +62,13 @@ Subcommand add_train_command(CLI::App& app) {
   sub->add_option("--test-limit", config->test_limit,
                   "Evaluate on the first N test samples only (0: all)")
       ->check(kNonNegative);
-  sub->add_option("--threads", config->threads, "LibTorch intra-op CPU threads (0: default, 1)")
+  sub->add_option(
+         "--threads", config->threads,
+         "LibTorch intra-op CPU threads (0: default: one per core for conv nets, 1 for MLPs)")
       ->check(kNonNegative)
       ->capture_default_str();
   sub->add_option("--blas-threads", config->blas_threads,
-                  "OpenBLAS threads (0: default, one per core)")
+                  "OpenBLAS threads (0: default: 1 for conv nets, one per core for MLPs)")
       ->check(kNonNegative)
       ->capture_default_str();
   sub->add_option(

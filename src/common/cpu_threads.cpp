@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <thread>
 
 namespace spritetorch {
@@ -33,10 +34,22 @@ CpuThreads current_cpu_threads() {
   return out;
 }
 
-CpuThreads apply_cpu_threads(int intra_op, int blas) {
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  at::set_num_threads(intra_op > 0 ? intra_op : 1);
-  if (auto set = find_symbol<SetThreadsFn>("openblas_set_num_threads")) set(blas > 0 ? blas : cores);
+CpuWork cpu_work_of(const torch::nn::Module& model) {
+  for (const auto& p : model.parameters())
+    if (p.dim() == 4) return CpuWork::kConvolutions;
+  return CpuWork::kMatmuls;
+}
+
+int cpu_cores() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
+
+CpuThreads apply_cpu_threads(int intra_op, int blas, CpuWork work, int cores) {
+  cores = std::max(1, cores);
+  const bool conv = work == CpuWork::kConvolutions;
+  int intra = intra_op, blas_threads = blas;
+  if (intra <= 0) intra = std::min(conv ? cores : 1, std::max(1, cores / std::max(1, blas)));
+  if (blas_threads <= 0) blas_threads = std::min(conv ? 1 : cores, std::max(1, cores / intra));
+  at::set_num_threads(intra);
+  if (auto set = find_symbol<SetThreadsFn>("openblas_set_num_threads")) set(blas_threads);
   return current_cpu_threads();
 }
 

@@ -3,6 +3,8 @@
 // sets both explicitly and says what it chose.
 #pragma once
 
+#include <torch/nn/module.h>
+
 #include <string>
 
 namespace spritetorch {
@@ -13,11 +15,24 @@ struct CpuThreads {
   std::string blas_name;  // "OpenBLAS 0.3.21 ...", or "unknown BLAS"
 };
 
-// Sets LibTorch's intra-op threads and OpenBLAS's threads; 0 = spritetorch's default for each:
-// 1 intra-op thread and one BLAS thread per core. Measured on the seed workload, 2 cores
-// (docs/benchmarks.md): intra 1 / BLAS 2 fastest; intra 2 / BLAS 2 4-5x slower (the two pools
-// spin against each other); intra 1 / BLAS 1 1.3x slower.
-CpuThreads apply_cpu_threads(int intra_op, int blas);
+// What a model mostly computes on the CPU. It decides which of the two thread pools gets the cores
+// by default (measured on 2 cores, docs/benchmarks.md "CPU threads"):
+//   kMatmuls       MLPs: a few matrix products per step, all inside BLAS -> BLAS = cores,
+//                  intra-op 1 (intra 2 / BLAS 1 is 1.35x slower on the seed MLP through autograd);
+//   kConvolutions  conv nets (cnn, the generator's UNet): LibTorch's own kernels -> intra-op =
+//                  cores, BLAS 1 (1.5-1.75x faster than intra 1 / BLAS 2 for both).
+// Both pools at every core oversubscribes them: 4-5x slower on the seed workload.
+enum class CpuWork { kMatmuls, kConvolutions };
+// kConvolutions when the model has a 4-d (convolution) weight, else kMatmuls.
+CpuWork cpu_work_of(const torch::nn::Module& model);
+// hardware_concurrency(), at least 1.
+int cpu_cores();
+
+// Sets LibTorch's intra-op threads and OpenBLAS's threads; 0 = spritetorch's default for `work`
+// on `cores` cores (under ddp, a rank's share). When only one of the two is given, the other
+// defaults to what is left of the cores (at least 1), so the two pools never oversubscribe them
+// unless both are given.
+CpuThreads apply_cpu_threads(int intra_op, int blas, CpuWork work, int cores = cpu_cores());
 // The current settings, changing nothing.
 CpuThreads current_cpu_threads();
 

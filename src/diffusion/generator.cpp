@@ -142,7 +142,9 @@ GeneratorTrainReport train_generator(const train::TrainConfig& config,
   const std::string run_base = train::run_checkpoint_base(config);
   train::check_run_outputs(config, run_base);  // before any work
   const torch::Device device = device::pick_device(config.device);
-  const CpuThreads threads = apply_cpu_threads(config.threads, config.blas_threads);
+  // A UNet: convolutions (common/cpu_threads.h).
+  const CpuThreads threads =
+      apply_cpu_threads(config.threads, config.blas_threads, CpuWork::kConvolutions);
   torch::manual_seed(config.seed);
 
   const train::Datasets data = train::load_datasets(config);
@@ -201,7 +203,9 @@ GeneratorTrainReport train_generator(const train::TrainConfig& config,
       {"optimizer", "adam lr " + std::to_string(config.lr) + " (flat buffers), EMA " +
                         std::to_string(kEmaDecay).substr(0, 5)},
       {"seed", std::to_string(config.seed)},
-      {"threads", std::to_string(threads.intra_op) + " intra-op"},
+      {"threads", std::to_string(threads.intra_op) + " intra-op, " +
+                      (threads.blas > 0 ? std::to_string(threads.blas) : std::string("?")) +
+                      " BLAS"},
   };
   observer->on_start(report.device, report.settings);
 

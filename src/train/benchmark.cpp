@@ -90,7 +90,7 @@ double measure_sgemm_gflops() {
   // (the fused step runs BLAS single-threaded per core; measuring that way would halve the floor's
   // rate and flatter the ratio). The workload's setting is restored after.
   const CpuThreads before = current_cpu_threads();
-  apply_cpu_threads(1, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  apply_cpu_threads(1, cpu_cores(), CpuWork::kMatmuls);
   const int64_t n = 2048;
   auto a = torch::rand({n, n}), b = torch::rand({n, n}), c = torch::empty({n, n});
   at::mm_out(c, a, b);  // warm-up
@@ -101,7 +101,7 @@ double measure_sgemm_gflops() {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     rates.push_back(2.0 * n * n * n / s / 1e9);
   }
-  apply_cpu_threads(before.intra_op, before.blas > 0 ? before.blas : 0);
+  apply_cpu_threads(before.intra_op, before.blas > 0 ? before.blas : 0, CpuWork::kMatmuls);
   return median(rates);
 }
 
@@ -121,8 +121,7 @@ BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer) {
   }
 
   const Datasets data = load_datasets(config.workload);
-  const TrainConfig& w = config.workload;
-  apply_cpu_threads(w.threads, w.blas_threads);
+  const TrainConfig& w = config.workload;  // every run's train() sets its CPU threads itself
 
   // The compute floor, for the models whose FLOPs we can count exactly.
   {

@@ -11,50 +11,51 @@
 namespace spritetorch::train {
 
 struct TrainConfig {
-  std::string model = "ann";               // ann | cnn | simplenn
-  std::string dataset = "fashion-mnist";   // fashion-mnist | dummy
+  std::string model = "ann";              // ann | cnn | simplenn
+  std::string dataset = "fashion-mnist";  // fashion-mnist | dummy
   std::string data_dir = data::kDefaultFashionMnistDir;
-  std::string device = "auto";             // auto | cpu | cuda | cuda:N | mps
+  std::string device = "auto";  // auto | cpu | cuda | cuda:N | mps
   int64_t epochs = 5;
   int64_t batch_size = 64;
   double lr = 1e-3;
-  std::string optimizer = "adam";          // adam | sgd
-  double momentum = 0.0;                   // sgd only
-  uint64_t seed = 7;  // seeds 0-9 give 0.861-0.877 test accuracy on the seed workload (docs/benchmarks.md)
-  int64_t log_every = 200;                 // steps between reads of the running loss (0 = per epoch)
-  int64_t train_limit = 0;                 // use only the first N training samples (0 = all)
-  int64_t test_limit = 0;                  // evaluate on the first N test samples (0 = all)
-  int64_t eval_every = 1;                  // epochs between test evaluations, untimed (0 = final only)
-  int64_t sample_every = 0;                // --task generate: epochs between sample sheets (0 = none)
-  int threads = 0;                         // CPU intra-op threads (0 = default: 1)
-  int blas_threads = 0;                    // OpenBLAS threads (0 = default: one per core)
+  std::string optimizer = "adam";  // adam | sgd
+  double momentum = 0.0;           // sgd only
+  uint64_t seed =
+      7;  // seeds 0-9 give 0.861-0.877 test accuracy on the seed workload (docs/benchmarks.md)
+  int64_t log_every = 200;   // steps between reads of the running loss (0 = per epoch)
+  int64_t train_limit = 0;   // use only the first N training samples (0 = all)
+  int64_t test_limit = 0;    // evaluate on the first N test samples (0 = all)
+  int64_t eval_every = 1;    // epochs between test evaluations, untimed (0 = final only)
+  int64_t sample_every = 0;  // --task generate: epochs between sample sheets (0 = none)
+  int threads = 0;           // CPU intra-op threads (0 = by model: common/cpu_threads.h)
+  int blas_threads = 0;      // OpenBLAS threads (0 = by model: common/cpu_threads.h)
   bool drop_last = false;
-  data::DataPathOptions data_path;         // resident vs streaming (--data-on, --workers, ...)
-  std::string augment = "none";            // none | flip | shift[:N] | flip,shift[:N] (data/augment.h)
-  std::string step = "auto";               // auto | autograd | fused (train/train_step.h)
-  int step_threads = 0;                    // fused step on the CPU: threads splitting each step (0: see trainer)
-  std::string save;                        // checkpoint written after the last epoch
-  std::string resume;                      // checkpoint to continue from
+  data::DataPathOptions data_path;  // resident vs streaming (--data-on, --workers, ...)
+  std::string augment = "none";     // none | flip | shift[:N] | flip,shift[:N] (data/augment.h)
+  std::string step = "auto";        // auto | autograd | fused (train/train_step.h)
+  int step_threads = 0;  // fused step on the CPU: threads splitting each step (0: see trainer)
+  std::string save;      // checkpoint written after the last epoch
+  std::string resume;    // checkpoint to continue from
   // How work is split (train/parallel.h, docs/distributed.md).
-  std::string strategy = "auto";           // auto | single | dp | ddp
-  std::string dist_backend = "auto";       // auto (nccl on CUDA, else gloo) | gloo | nccl
-  double dist_timeout_s = 300;             // rendezvous and every collective
-  double bucket_mb = 25;                   // gradient all-reduce bucket size
-  bool overlap = true;                     // all-reduce buckets during backward (--no-overlap)
-  std::string dist_shard = "auto";         // auto | global | local (data/distributed_sampler.h)
+  std::string strategy = "auto";      // auto | single | dp | ddp
+  std::string dist_backend = "auto";  // auto (nccl on CUDA, else gloo) | gloo | nccl
+  double dist_timeout_s = 300;        // rendezvous and every collective
+  double bucket_mb = 25;              // gradient all-reduce bucket size
+  bool overlap = true;                // all-reduce buckets during backward (--no-overlap)
+  std::string dist_shard = "auto";    // auto | global | local (data/distributed_sampler.h)
   // Mixed precision and CUDA graphs (docs/precision.md).
-  std::string precision = "fp32";          // fp32 | bf16 | fp16 | auto (precision/precision.h)
-  double clip_grad_norm = 0.0;             // clip the gradients' L2 norm to this (0 = off)
-  bool cuda_graphs = false;                // capture the train step as a CUDA graph (CUDA only)
-  bool channels_last = true;               // CNNs on CUDA: channels_last memory format
-  bool cudnn_benchmark = true;             // CUDA: let cuDNN time its algorithms (fixed shapes)
+  std::string precision = "fp32";  // fp32 | bf16 | fp16 | auto (precision/precision.h)
+  double clip_grad_norm = 0.0;     // clip the gradients' L2 norm to this (0 = off)
+  bool cuda_graphs = false;        // capture the train step as a CUDA graph (CUDA only)
+  bool channels_last = true;       // CNNs on CUDA: channels_last memory format
+  bool cudnn_benchmark = true;     // CUDA: let cuDNN time its algorithms (fixed shapes)
   // Reliability (train/run_state.h, docs/reliability.md).
-  int64_t checkpoint_every = 0;            // steps between periodic checkpoints (0 = none)
-  int64_t keep_last = 0;                   // periodic checkpoints kept (0 = all)
-  bool overwrite = false;                  // --save may replace an existing file
-  std::string task = "classify";           // classify | generate (diffusion/generator.h)
-  data::SpriteOptions sprites;             // sprites | folder: | sheet: | npy: datasets
-  int64_t unet_base = 16;                  // --task generate: UNet channels at full resolution
+  int64_t checkpoint_every = 0;   // steps between periodic checkpoints (0 = none)
+  int64_t keep_last = 0;          // periodic checkpoints kept (0 = all)
+  bool overwrite = false;         // --save may replace an existing file
+  std::string task = "classify";  // classify | generate (diffusion/generator.h)
+  data::SpriteOptions sprites;    // sprites | folder: | sheet: | npy: datasets
+  int64_t unet_base = 16;         // --task generate: UNet channels at full resolution
 };
 
 }  // namespace spritetorch::train

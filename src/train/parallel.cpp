@@ -2,8 +2,8 @@
 
 #include <csignal>
 #include <sstream>
-#include <thread>
 
+#include "common/cpu_threads.h"
 #include "common/error.h"
 #include "data/distributed_sampler.h"
 #include "device/device.h"
@@ -34,17 +34,21 @@ ParallelRun::ParallelRun(const TrainConfig& config, const distributed::EnvLookup
     for (int i = 0; i < gpus; ++i)
       dp_devices_.emplace_back(torch::kCUDA, static_cast<torch::DeviceIndex>(i));
     if (config.step == "fused")
-      throw Error("--step fused cannot run under --strategy dp: DataParallel replicates the model "
-                  "and needs autograd's backward", "use --step auto or autograd");
+      throw Error(
+          "--step fused cannot run under --strategy dp: DataParallel replicates the model "
+          "and needs autograd's backward",
+          "use --step auto or autograd");
     if (config.cuda_graphs)
-      throw Error("--cuda-graphs cannot be combined with --strategy dp: DataParallel replicates "
-                  "the model on every step, which a captured graph cannot do",
-                  "drop --cuda-graphs, or use ddp (one process per GPU)");
+      throw Error(
+          "--cuda-graphs cannot be combined with --strategy dp: DataParallel replicates "
+          "the model on every step, which a captured graph cannot do",
+          "drop --cuda-graphs, or use ddp (one process per GPU)");
 #else
-    throw Error("--strategy dp (DataParallel over several GPUs in one process) needs a CUDA build "
-                "of spritetorch; this one is CPU-only",
-                "for several processes on the CPU use --strategy ddp with spritetorch launch "
-                "--nproc-per-node N -- train ...");
+    throw Error(
+        "--strategy dp (DataParallel over several GPUs in one process) needs a CUDA build "
+        "of spritetorch; this one is CPU-only",
+        "for several processes on the CPU use --strategy ddp with spritetorch launch "
+        "--nproc-per-node N -- train ...");
 #endif
   }
   if (s == "ddp" || (s == "auto" && distributed::launched_as_rank(env))) {
@@ -89,10 +93,9 @@ torch::Device ParallelRun::pick_device(const std::string& text) const {
   return picked;
 }
 
-int ParallelRun::blas_threads(int requested) const {
-  if (requested > 0 || !distributed()) return requested;
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return std::max(1, cores / std::max(1, env_.local_world_size));
+int ParallelRun::cores() const {
+  if (!distributed()) return cpu_cores();
+  return std::max(1, cpu_cores() / std::max(1, env_.local_world_size));
 }
 
 void ParallelRun::connect(const torch::Device& device) {
@@ -145,7 +148,8 @@ const data::Dataset& ParallelRun::shard(const data::Dataset& full, data::LoaderO
     options.shard_count = env_.world_size;
     return full;
   }
-  local_data_ = data::local_shard(full, env_.rank, env_.world_size, options.seed, options.drop_last);
+  local_data_ =
+      data::local_shard(full, env_.rank, env_.world_size, options.seed, options.drop_last);
   return local_data_;
 }
 
@@ -157,7 +161,8 @@ int ParallelRun::agreed_interrupt(int local_signal, int64_t step) {
   if (!comm_) return local_signal;
   if (step % kInterruptCheckSteps != 0) return 0;
   // Ten steps between checks: a small host read every few tens of milliseconds even on a GPU.
-  const auto pending = sum({local_signal == SIGINT ? 1.0 : 0.0, local_signal == SIGTERM ? 1.0 : 0.0});
+  const auto pending =
+      sum({local_signal == SIGINT ? 1.0 : 0.0, local_signal == SIGTERM ? 1.0 : 0.0});
   if (pending[1] > 0) return SIGTERM;
   return pending[0] > 0 ? SIGINT : 0;
 }
@@ -180,8 +185,10 @@ void ParallelRun::check_in_sync(FlatOptimizer& optimizer) {
   // Every rank must learn the verdict, or the good ones would wait for the bad one's next move.
   const double worst = sum({diff})[0];
   if (worst != 0.0)
-    throw Error("rank " + std::to_string(env_.rank) + ": the ranks' parameters differ after "
-                "training (largest difference summed over ranks: " + std::to_string(worst) + ")",
+    throw Error("rank " + std::to_string(env_.rank) +
+                    ": the ranks' parameters differ after "
+                    "training (largest difference summed over ranks: " +
+                    std::to_string(worst) + ")",
                 "this is a bug in spritetorch's gradient reduction; please report it");
 }
 
@@ -198,8 +205,8 @@ std::string ParallelRun::describe() const {
   if (reducer_)
     s << ", " << reducer_->buckets().size() << " bucket(s) <= " << reducer_options_.bucket_mb
       << " MB, " << (reducer_options_.overlap ? "overlapped with backward" : "after backward");
-  s << ", " << (local_shards_ ? "local data shards" : "global data shards")
-    << ", timeout " << comm_options_.timeout_s << " s";
+  s << ", " << (local_shards_ ? "local data shards" : "global data shards") << ", timeout "
+    << comm_options_.timeout_s << " s";
   return s.str();
 }
 

@@ -45,8 +45,8 @@ class ParallelRun {
 
   // The device for this rank: under ddp, "auto" / "cuda" become cuda:LOCAL_RANK.
   torch::Device pick_device(const std::string& text) const;
-  // OpenBLAS threads: under ddp the ranks of one machine share its cores.
-  int blas_threads(int requested) const;
+  // The cores this process may use: under ddp the ranks of one machine share its cores.
+  int cores() const;
   // Rendezvous and process group (ddp only); call once the device is known.
   void connect(const torch::Device& device);
 
@@ -92,7 +92,8 @@ class ParallelRun {
   std::vector<torch::Device> dp_devices_;
   std::string dist_shard_ = "auto";
   bool local_shards_ = false;
-  data::Dataset local_data_;  // local shards: this rank's share  // dp: every visible GPU, cuda:0 first
+  data::Dataset
+      local_data_;  // local shards: this rank's share  // dp: every visible GPU, cuda:0 first
   std::shared_ptr<distributed::Communicator> comm_;
   std::unique_ptr<distributed::GradReducer> reducer_;
 };

@@ -3,7 +3,6 @@
 #include <cmath>
 #include <optional>
 #include <sstream>
-#include <thread>
 
 #include "common/cpu_threads.h"
 #include "common/error.h"
@@ -85,9 +84,7 @@ ModelChoice choose_model(const TrainConfig& config) {
 // docs/benchmarks.md). Under ddp the ranks of a machine share its cores.
 int choose_step_threads(const TrainConfig& config, const ParallelRun& parallel) {
   if (config.step_threads > 0) return config.step_threads;
-  const int cores = parallel.distributed()
-                        ? parallel.blas_threads(0)
-                        : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int cores = parallel.cores();
   return config.blas_threads > 0 ? std::max(1, cores / config.blas_threads) : cores;
 }
 
@@ -227,7 +224,6 @@ TrainingRun::TrainingRun(const TrainConfig& config, const Datasets& data, TrainO
       parallel_(config, distributed::process_env()),
       device_(parallel_.pick_device(config.device)) {
   if (!parallel_.is_main()) observer_ = &silent_;  // under ddp only rank 0 talks to the observer
-  threads_ = apply_cpu_threads(config_.threads, parallel_.blas_threads(config_.blas_threads));
   parallel_.connect(device_);
   // Precision (docs/precision.md): resolved once against the device, before any data is read, so
   // an impossible combination fails at once.
@@ -238,6 +234,12 @@ TrainingRun::TrainingRun(const TrainConfig& config, const Datasets& data, TrainO
   torch::manual_seed(config_.seed);
   set_up_model();
   set_up_step();
+  // CPU threads, once the model and the step are known (common/cpu_threads.h: conv nets want
+  // LibTorch's pool, MLPs BLAS's). The fused CPU step splits each step over the cores itself, so
+  // BLAS runs one thread inside each.
+  const bool step_owns_cores = step_->threads() > 1 && config_.blas_threads == 0;
+  threads_ = apply_cpu_threads(config_.threads, step_owns_cores ? 1 : config_.blas_threads,
+                               cpu_work_of(*model_), parallel_.cores());
   set_up_data_paths();
 }
 
@@ -283,8 +285,6 @@ void TrainingRun::set_up_step() {
       parallel_.step_model(model_), config_.batch_size, config_.step,
       StepPrecision{plan_, scaler_ptr_, channels_last_, /*autocast_cache=*/!config_.cuda_graphs},
       device_.is_cpu() ? choose_step_threads(config_, parallel_) : 1);
-  if (step_->threads() > 1 && config_.blas_threads == 0)
-    threads_ = apply_cpu_threads(config_.threads, 1);
   optimizer_->use_thread_pool(step_->thread_pool());  // the optimizer step splits over them too
   parallel_.attach(*step_, *optimizer_, model_->parameters());
   if (config_.cuda_graphs && parallel_.distributed())

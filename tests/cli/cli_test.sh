@@ -113,6 +113,8 @@ expect 0 "sprite \(" -- data preview --dataset "sheet:$(dirname "$0")/../fixture
 expect 0 "$tmp/preview.png	[a-z]+	[01]\.[0-9]+" -- classify --checkpoint "$tmp/c.pt" "$tmp/preview.png"
 expect 2 "is a generator checkpoint|expected a spritetorch checkpoint" -- classify --checkpoint "$tmp/not-a-checkpoint.pt" "$tmp/preview.png"
 expect 0 "Saved checkpoint" -- train --task generate --dataset sprites --sprite-count 64 --epochs 1 --batch-size 16 --save "$tmp/g.pt"
+# A generator's --json carries its settings like a classifier's, threads split for a conv net.
+expect 0 '"settings":\{[^}]*"threads":"[0-9]+ intra-op, ([0-9]+|\?) BLAS"[^}]*\}.*"train_s":' -- train --task generate --dataset sprites --sprite-count 32 --epochs 1 --batch-size 16 --device cpu --json --no-run-dir
 expect 2 "unknown class 'dragon'" -- generate --checkpoint "$tmp/g.pt" --class dragon --out "$tmp/x.png"
 expect 2 "needs --out" -- generate --checkpoint "$tmp/g.pt"
 expect 2 "expected a generator checkpoint" -- generate --checkpoint "$tmp/c.pt" --out "$tmp/x.png"

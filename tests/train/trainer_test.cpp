@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/cpu_threads.h"
 #include "common/error.h"
 #include "test_util.h"
 
@@ -39,8 +40,17 @@ TEST(Trainer, CnnTrainsThroughAutograd) {
   const auto report = train(c);
   EXPECT_GT(report.test.accuracy, 0.60);
   bool autograd = false;
-  for (const auto& [k, v] : report.settings) autograd |= (k == "step" && v == "autograd");
+  std::string threads;
+  for (const auto& [k, v] : report.settings) {
+    autograd |= (k == "step" && v == "autograd");
+    if (k == "threads") threads = v;
+  }
   EXPECT_TRUE(autograd);
+  // A conv net's default: LibTorch's pool gets the cores, BLAS one thread (cpu_threads.h).
+  EXPECT_EQ(threads.rfind(std::to_string(cpu_cores()) + " intra-op, ", 0), 0u) << threads;
+  if (current_cpu_threads().blas > 0) {
+    EXPECT_NE(threads.find(", 1 BLAS"), std::string::npos) << threads;
+  }
 }
 
 TEST(Trainer, SimpleNnLearnsTheDummyData) {
@@ -78,7 +88,8 @@ TEST(Trainer, ResumeContinuesExactlyWhereTheRunStopped) {
   EXPECT_EQ(report.start_epoch, 2);
   EXPECT_EQ(report.epochs.size(), 2u);
 
-  const auto a = load_checkpoint(dir.file("straight.pt")), b = load_checkpoint(dir.file("resumed.pt"));
+  const auto a = load_checkpoint(dir.file("straight.pt")),
+             b = load_checkpoint(dir.file("resumed.pt"));
   for (const auto& [name, t] : a.model) EXPECT_TRUE(torch::equal(t, b.model.at(name))) << name;
   EXPECT_EQ(b.meta.at("epoch").get<int>(), 4);
 }
