@@ -26,8 +26,10 @@ expect() {  # expect "WORDS" EXPECTED: the candidates are exactly EXPECTED (spac
     echo "ok  '$1' -> $got"
   fi
 }
+# Candidates are captured before grep looks at them: `complete_words ... | grep -q` under pipefail
+# fails whenever grep exits on its match before printf has written the rest (SIGPIPE): flaky.
 expect_has() {  # expect_has "WORDS" CANDIDATE
-  if ! complete_words $1 | grep -qx -- "$2"; then
+  if ! grep -qx -- "$2" <<<"$(complete_words $1)"; then
     echo "FAIL: completing '$1': '$2' not offered"
     failures=$((failures + 1))
   else
@@ -42,7 +44,7 @@ expect "spritetorch export --for" "--format"
 expect "spritetorch import --mod" "--model"
 expect "spritetorch data pre" "preview"
 expect "spritetorch --vers" "--version"
-complete_words spritetorch "" | grep -qx completion || { echo "FAIL: 'spritetorch ' does not offer completion"; failures=$((failures + 1)); }
+grep -qx completion <<<"$(complete_words spritetorch "")" || { echo "FAIL: 'spritetorch ' does not offer completion"; failures=$((failures + 1)); }
 expect_has "spritetorch train --model ann --l" "--lr"
 # After a flag that takes a value, the next word is a value (files), not a flag or a command.
 tmp=$(mktemp -d)
@@ -54,7 +56,7 @@ rm -rf "$tmp"
 flags=$("$cli" train --help | grep -E -- '^ +(-[a-zA-Z], )?--[a-z]' | sed -E 's/^ +(-[a-zA-Z], )?(--[a-z][a-z0-9-]+).*/\2/' | sort -u)
 [ -n "$flags" ] || { echo "FAIL: no flags in train --help"; failures=$((failures + 1)); }
 for flag in $flags; do
-  complete_words spritetorch train "${flag:0:5}" | grep -qx -- "$flag" ||
+  grep -qx -- "$flag" <<<"$(complete_words spritetorch train "${flag:0:5}")" ||
     { echo "FAIL: 'spritetorch train ${flag:0:5}' does not offer $flag"; failures=$((failures + 1)); }
 done
 echo "ok  every flag of train --help is offered ($(wc -w <<< "$flags") flags)"

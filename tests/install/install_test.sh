@@ -16,7 +16,7 @@ for f in bin/spritetorch lib/libspritetorch.a include/spritetorch/train/trainer.
          lib/cmake/spritetorch/spritetorchTargets.cmake share/bash-completion/completions/spritetorch; do
   [ -e "$prefix/$f" ] || { echo "FAIL: $f not installed"; cat "$work/install.log"; exit 1; }
 done
-"$prefix/bin/spritetorch" --version | grep -q '^spritetorch [0-9]' || { echo "FAIL: installed --version"; exit 1; }
+grep -q '^spritetorch [0-9]' <<<"$("$prefix/bin/spritetorch" --version)" || { echo "FAIL: installed --version"; exit 1; }
 grep -q 'complete -F _spritetorch spritetorch' "$prefix/share/bash-completion/completions/spritetorch"
 
 generator=()
