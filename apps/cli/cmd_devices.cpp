@@ -82,9 +82,7 @@ Subcommand add_devices_command(CLI::App& app) {
                       << "BLAS: " << threads.blas_name << "\n"
                       << "fused MLP step's matrix kernels (CPU): "
                       << gemm::kernel_name(gemm::best_kernel()) << "\n"
-                      << "CPU threads: " << threads.intra_op << " intra-op, "
-                      << (threads.blas > 0 ? std::to_string(threads.blas) : std::string("?"))
-                      << " BLAS\n";
+                      << "CPU threads: " << describe_cpu_threads(threads) << "\n";
             return 0;
           }};
 }

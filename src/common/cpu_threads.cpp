@@ -53,4 +53,9 @@ CpuThreads apply_cpu_threads(int intra_op, int blas, CpuWork work, int cores) {
   return current_cpu_threads();
 }
 
+std::string describe_cpu_threads(const CpuThreads& threads) {
+  return std::to_string(threads.intra_op) + " intra-op, " +
+         (threads.blas > 0 ? std::to_string(threads.blas) : std::string("?")) + " BLAS";
+}
+
 }  // namespace spritetorch

@@ -35,5 +35,7 @@ int cpu_cores();
 CpuThreads apply_cpu_threads(int intra_op, int blas, CpuWork work, int cores = cpu_cores());
 // The current settings, changing nothing.
 CpuThreads current_cpu_threads();
+// "2 intra-op, 1 BLAS" ("?" BLAS when it is not OpenBLAS): the settings tables' and devices' text.
+std::string describe_cpu_threads(const CpuThreads& threads);
 
 }  // namespace spritetorch

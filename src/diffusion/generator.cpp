@@ -203,9 +203,7 @@ GeneratorTrainReport train_generator(const train::TrainConfig& config,
       {"optimizer", "adam lr " + std::to_string(config.lr) + " (flat buffers), EMA " +
                         std::to_string(kEmaDecay).substr(0, 5)},
       {"seed", std::to_string(config.seed)},
-      {"threads", std::to_string(threads.intra_op) + " intra-op, " +
-                      (threads.blas > 0 ? std::to_string(threads.blas) : std::string("?")) +
-                      " BLAS"},
+      {"threads", describe_cpu_threads(threads)},
   };
   observer->on_start(report.device, report.settings);
 

@@ -114,7 +114,6 @@ torch::Tensor resize_nearest(const torch::Tensor& images, int64_t size) {
     return ((torch::arange(dst, torch::kFloat64) + 0.5) * (static_cast<double>(src) / dst))
         .floor()
         .clamp_max(src - 1)
-        .to(torch::kInt64)
         .to(torch::kInt64);
   };
   return images.index_select(2, index(h, size).to(images.device()))

@@ -5,7 +5,6 @@
 #include <ctime>
 #include <iomanip>
 #include <sstream>
-#include <thread>
 
 #include "common/cpu_threads.h"
 #include "common/error.h"

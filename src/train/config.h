@@ -20,8 +20,8 @@ struct TrainConfig {
   double lr = 1e-3;
   std::string optimizer = "adam";  // adam | sgd
   double momentum = 0.0;           // sgd only
-  uint64_t seed =
-      7;  // seeds 0-9 give 0.861-0.877 test accuracy on the seed workload (docs/benchmarks.md)
+  // Seeds 0-9 give 0.861-0.877 test accuracy on the seed workload (docs/benchmarks.md).
+  uint64_t seed = 7;
   int64_t log_every = 200;   // steps between reads of the running loss (0 = per epoch)
   int64_t train_limit = 0;   // use only the first N training samples (0 = all)
   int64_t test_limit = 0;    // evaluate on the first N test samples (0 = all)

@@ -201,8 +201,7 @@ class TrainingRun {
   models::Classifier model_;
   bool channels_last_ = false;
   std::unique_ptr<FlatOptimizer> optimizer_;
-  std::optional<precision::GradScaler> scaler_;  // fp16 only
-  precision::GradScaler* scaler_ptr_ = nullptr;  // &*scaler_ or null, as the steps take it
+  std::unique_ptr<precision::GradScaler> scaler_;  // fp16 only
   int64_t start_epoch_ = 0;
   std::optional<RunState> run_state_;  // resuming mid-epoch: where
 
@@ -269,10 +268,9 @@ void TrainingRun::set_up_model() {
   }
   parallel_.broadcast_model(*model_, *optimizer_);
   if (plan_.grad_scaling) {
-    scaler_.emplace(device_);
+    scaler_ = std::make_unique<precision::GradScaler>(device_);
     if (resumed_ && resumed_->meta.contains("grad_scaler"))
       scaler_->load_state(resumed_->meta.at("grad_scaler"), config_.resume);
-    scaler_ptr_ = &*scaler_;
   }
 }
 
@@ -283,7 +281,7 @@ void TrainingRun::set_up_step() {
                 " holds feature vectors");
   step_ = make_precision_train_step(
       parallel_.step_model(model_), config_.batch_size, config_.step,
-      StepPrecision{plan_, scaler_ptr_, channels_last_, /*autocast_cache=*/!config_.cuda_graphs},
+      StepPrecision{plan_, scaler_.get(), channels_last_, /*autocast_cache=*/!config_.cuda_graphs},
       device_.is_cpu() ? choose_step_threads(config_, parallel_) : 1);
   optimizer_->use_thread_pool(step_->thread_pool());  // the optimizer step splits over them too
   parallel_.attach(*step_, *optimizer_, model_->parameters());
@@ -294,7 +292,7 @@ void TrainingRun::set_up_step() {
         "drop --cuda-graphs, or train with one process");
   if (config_.cuda_graphs)
     graph_step_ = std::make_unique<CudaGraphStep>(
-        *step_, *optimizer_, scaler_ptr_, config_.clip_grad_norm, config_.batch_size, device_);
+        *step_, *optimizer_, scaler_.get(), config_.clip_grad_norm, config_.batch_size, device_);
 }
 
 void TrainingRun::set_up_data_paths() {
@@ -331,9 +329,7 @@ Settings TrainingRun::describe() const {
                                 ? ", clip grad norm " + format_double(config_.clip_grad_norm)
                                 : std::string())},
       {"seed", std::to_string(config_.seed)},
-      {"threads", std::to_string(threads_.intra_op) + " intra-op, " +
-                      (threads_.blas > 0 ? std::to_string(threads_.blas) : std::string("?")) +
-                      " BLAS"},
+      {"threads", describe_cpu_threads(threads_)},
       {"strategy", parallel_.describe()},
   };
   if (channels_last_) settings.emplace_back("memory format", "channels_last");
@@ -438,8 +434,8 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
         step_->run(batch, progress.interval_loss, progress.correct);
         parallel_.reduce_gradients();  // ddp: averaged gradients before unscaling / clipping
         // fp16 on CUDA: the skip-on-inf decision stays on the device (no sync per step).
-        finish_step(*optimizer_, scaler_ptr_, config_.clip_grad_norm,
-                    /*on_device=*/scaler_ptr_ != nullptr && device_.is_cuda());
+        finish_step(*optimizer_, scaler_.get(), config_.clip_grad_norm,
+                    /*on_device=*/scaler_ != nullptr && device_.is_cuda());
       }
     } catch (const c10::OutOfMemoryError& e) {
       throw out_of_memory(e, config_, epoch, step, [&] { return save_run_checkpoint(progress); });
