@@ -17,6 +17,7 @@ Subcommand add_eval_command(CLI::App& app) {
     std::string checkpoint, device = "auto", data_dir = data::kDefaultFashionMnistDir;
     int64_t batch_size = 1000, limit = 0;
     bool json = false;
+    CpuThreadFlags cpu;
   };
   auto f = std::make_shared<Flags>();
   sub->add_option("--checkpoint", f->checkpoint, "Checkpoint written by train --save")->required();
@@ -29,13 +30,15 @@ Subcommand add_eval_command(CLI::App& app) {
   sub->add_option("--limit", f->limit, "Evaluate on the first N test samples only (0: all)")
       ->check(kNonNegative);
   sub->add_flag("--json", f->json, "Print the report as JSON");
+  add_cpu_thread_options(sub, f->cpu.threads, f->cpu.blas_threads);
   auto generator_flags = add_generator_eval_options(sub);
 
   return {sub, [f, generator_flags]() {
             const torch::Device device = device::pick_device(f->device);
             const train::Checkpoint checkpoint = train::load_checkpoint(f->checkpoint);
             if (checkpoint.meta.value("task", std::string()) == "generate")
-              return run_generator_eval(*generator_flags, f->checkpoint, f->device, f->json);
+              return run_generator_eval(*generator_flags, f->checkpoint, f->device, f->cpu,
+                                        f->json);
             train::TrainConfig config;
             config.dataset = checkpoint.meta.value("dataset", std::string("fashion-mnist"));
             config.data_dir = f->data_dir;
@@ -45,13 +48,18 @@ Subcommand add_eval_command(CLI::App& app) {
               config.sprites = data::sprite_options_from_json(checkpoint.meta["sprites"]);
             const data::Dataset test = train::load_datasets(config).test;
             auto model = train::model_from_checkpoint(checkpoint, f->checkpoint, device);
-            apply_cpu_threads(0, 0, cpu_work_of(*model));  // the default split for this model
+            const std::string threads = describe_cpu_threads(
+                apply_cpu_threads(f->cpu.threads, f->cpu.blas_threads, cpu_work_of(*model)));
             data::ResidentLoader loader(test, device, {f->batch_size, false, false, config.seed});
             const auto report = train::evaluate(*model, loader, test.num_classes());
             if (f->json) {
-              std::cout << eval_json(report, test.class_names).dump() << "\n";
+              nlohmann::json out = eval_json(report, test.class_names);
+              out["device"] = device::display_name(device);
+              out["threads"] = threads;
+              std::cout << out.dump() << "\n";
             } else {
               std::cout << "Using device: " << device::display_name(device) << "\n"
+                        << "CPU threads: " << threads << "\n"
                         << "Checkpoint: " << f->checkpoint << " ("
                         << checkpoint.meta.value("model", std::string("?")) << ", epoch "
                         << checkpoint.meta.value("epoch", int64_t{0}) << ")\n";

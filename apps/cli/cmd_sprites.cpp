@@ -140,14 +140,15 @@ std::shared_ptr<GeneratorEvalFlags> add_generator_eval_options(CLI::App* sub) {
 }
 
 int run_generator_eval(const GeneratorEvalFlags& f, const std::string& checkpoint,
-                       const std::string& device_text, bool json) {
+                       const std::string& device_text, const CpuThreadFlags& cpu, bool json) {
   if (f.classifier.empty())
     throw Error(
         "evaluating a generator needs --classifier C.pt",
         "train one on the same data: spritetorch train --task classify --dataset ... --save C.pt");
   const torch::Device device = device::pick_device(device_text);
   auto generator = diffusion::load_generator(checkpoint, device);
-  apply_cpu_threads(0, 0, cpu_work_of(*generator.net));  // the default split for a UNet
+  const std::string threads = describe_cpu_threads(
+      apply_cpu_threads(cpu.threads, cpu.blas_threads, cpu_work_of(*generator.net)));
   const auto classifier_ckpt = train::load_checkpoint(f.classifier);
   const auto names = classifier_ckpt.meta.value("class_names", std::vector<std::string>());
   if (names != generator.class_names)
@@ -172,13 +173,16 @@ int run_generator_eval(const GeneratorEvalFlags& f, const std::string& checkpoin
                                 {"sprites_per_second", r.sprites_per_second},
                                 {"steps", f.options.steps},
                                 {"guidance", f.options.guidance},
-                                {"sampler", f.options.sampler}}
+                                {"sampler", f.options.sampler},
+                                {"device", device::display_name(device)},
+                                {"threads", threads}}
                      .dump()
               << "\n";
   } else {
-    std::cout << "Using device: " << device::display_name(device) << "\nGenerator: " << checkpoint
-              << " (" << f.options.sampler << ", " << f.options.steps << " steps, guidance "
-              << f.options.guidance << ")\nJudged by: " << f.classifier << "\n";
+    std::cout << "Using device: " << device::display_name(device) << "\nCPU threads: " << threads
+              << "\nGenerator: " << checkpoint << " (" << f.options.sampler << ", "
+              << f.options.steps << " steps, guidance " << f.options.guidance
+              << ")\nJudged by: " << f.classifier << "\n";
     print_generator_eval(std::cout, r, generator.class_names);
   }
   return 0;
@@ -196,6 +200,7 @@ Subcommand add_classify_command(CLI::App& app) {
     bool sheets = false;  // --tile given: each file is a sheet of tiles
     bool invert = false;
     data::SpriteOptions cut;
+    CpuThreadFlags cpu;
   };
   auto f = std::make_shared<Flags>();
   sub->add_option("--checkpoint", f->checkpoint, "Classifier checkpoint (train --save)")
@@ -203,6 +208,7 @@ Subcommand add_classify_command(CLI::App& app) {
   sub->add_option("files", f->files, "PNG files")->required();
   sub->add_option("--device", f->device, "auto | cpu | cuda | cuda:N | mps")->capture_default_str();
   sub->add_flag("--json", f->json, "Print one JSON object per file (per tile with --tile)");
+  add_cpu_thread_options(sub, f->cpu.threads, f->cpu.blas_threads);
   sub->add_flag("--invert", f->invert,
                 "Grey and RGB models: invert the pictures first (a dark item on a light ground; "
                 "Fashion-MNIST draws light items on black)");
@@ -238,7 +244,7 @@ Subcommand add_classify_command(CLI::App& app) {
                           "drop --invert");
             const auto names = checkpoint.meta.value("class_names", std::vector<std::string>());
             auto model = train::model_from_checkpoint(checkpoint, f->checkpoint, device);
-            apply_cpu_threads(0, 0, cpu_work_of(*model));  // the default split for this model
+            apply_cpu_threads(f->cpu.threads, f->cpu.blas_threads, cpu_work_of(*model));
             model->eval();
             // One line (or JSON object) per picture; `tile` is null for whole files.
             auto classify = [&](const std::string& file, const torch::Tensor& hwc,
@@ -307,6 +313,7 @@ Subcommand add_generate_command(CLI::App& app) {
     int64_t count = 64, scale = 1, columns = 0;
     diffusion::SampleOptions sample;
     bool json = false;
+    CpuThreadFlags cpu;
   };
   auto f = std::make_shared<Flags>();
   sub->add_option("--checkpoint", f->checkpoint,
@@ -342,13 +349,15 @@ Subcommand add_generate_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--device", f->device, "auto | cpu | cuda | cuda:N | mps")->capture_default_str();
   sub->add_flag("--json", f->json, "Print a JSON summary");
+  add_cpu_thread_options(sub, f->cpu.threads, f->cpu.blas_threads);
   return {
       sub, [f]() {
         if (f->out.empty() && f->out_dir.empty())
           throw Error("generate needs --out SHEET.png and/or --out-dir DIR");
         const torch::Device device = device::pick_device(f->device);
         auto generator = diffusion::load_generator(f->checkpoint, device);
-        apply_cpu_threads(0, 0, cpu_work_of(*generator.net));  // the default split for a UNet
+        const std::string threads = describe_cpu_threads(
+            apply_cpu_threads(f->cpu.threads, f->cpu.blas_threads, cpu_work_of(*generator.net)));
         const int64_t k = static_cast<int64_t>(generator.class_names.size());
         torch::Tensor labels = torch::arange(f->count, torch::kInt64).remainder(k);
         if (!f->class_name.empty()) {
@@ -386,6 +395,7 @@ Subcommand add_generate_command(CLI::App& app) {
                                       {"seconds", seconds},
                                       {"sprites_per_second", rate},
                                       {"device", device::display_name(device)},
+                                      {"threads", threads},
                                       {"out", f->out}}
                            .dump()
                     << "\n";
@@ -393,7 +403,7 @@ Subcommand add_generate_command(CLI::App& app) {
           std::cout << "Generated " << f->count << " sprites on " << device::display_name(device)
                     << " in " << std::fixed << std::setprecision(2) << seconds << " s ("
                     << std::setprecision(1) << rate << " sprites/s, " << f->sample.sampler << " "
-                    << f->sample.steps << " steps)\n"
+                    << f->sample.steps << " steps; CPU threads: " << threads << ")\n"
                     << std::defaultfloat;
           if (!f->out.empty()) std::cout << "Wrote " << f->out << "\n";
           if (!f->out_dir.empty())

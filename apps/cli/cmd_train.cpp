@@ -16,6 +16,18 @@
 
 namespace spritetorch::cli {
 
+void add_cpu_thread_options(CLI::App* sub, int& threads, int& blas_threads) {
+  sub->add_option("--threads", threads,
+                  "LibTorch intra-op CPU threads (0: default: one per core for conv nets, 1 for "
+                  "MLPs)")
+      ->check(kNonNegative)
+      ->capture_default_str();
+  sub->add_option("--blas-threads", blas_threads,
+                  "OpenBLAS threads (0: default: 1 for conv nets, one per core for MLPs)")
+      ->check(kNonNegative)
+      ->capture_default_str();
+}
+
 Subcommand add_train_command(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "train",
@@ -62,15 +74,7 @@ Subcommand add_train_command(CLI::App& app) {
   sub->add_option("--test-limit", config->test_limit,
                   "Evaluate on the first N test samples only (0: all)")
       ->check(kNonNegative);
-  sub->add_option(
-         "--threads", config->threads,
-         "LibTorch intra-op CPU threads (0: default: one per core for conv nets, 1 for MLPs)")
-      ->check(kNonNegative)
-      ->capture_default_str();
-  sub->add_option("--blas-threads", config->blas_threads,
-                  "OpenBLAS threads (0: default: 1 for conv nets, one per core for MLPs)")
-      ->check(kNonNegative)
-      ->capture_default_str();
+  add_cpu_thread_options(sub, config->threads, config->blas_threads);
   sub->add_option(
          "--data-on", config->data_path.data_on,
          "auto | device (whole dataset resident on the device) | host (streamed by workers)")

@@ -14,7 +14,7 @@
 namespace spritetorch::cli {
 
 struct Subcommand {
-  CLI::App* app;            // the parsed flags live in the closure of `run`
+  CLI::App* app;             // the parsed flags live in the closure of `run`
   std::function<int()> run;  // returns the process exit code
 };
 
@@ -25,6 +25,14 @@ Subcommand add_bench_command(CLI::App& app);
 Subcommand add_classify_command(CLI::App& app);
 Subcommand add_generate_command(CLI::App& app);
 Subcommand add_data_command(CLI::App& app);
+
+// --threads and --blas-threads, as every command that runs a model takes them (0: the split
+// common/cpu_threads.h picks for the model); mirrored by SPRITETORCH_THREADS / _BLAS_THREADS.
+struct CpuThreadFlags {
+  int threads = 0;
+  int blas_threads = 0;
+};
+void add_cpu_thread_options(CLI::App* sub, int& threads, int& blas_threads);
 
 // Sprite pieces of train and eval (cmd_sprites.cpp).
 void add_sprite_data_options(CLI::App* sub, train::TrainConfig& config, bool training);
@@ -38,7 +46,7 @@ struct GeneratorEvalFlags {
 };
 std::shared_ptr<GeneratorEvalFlags> add_generator_eval_options(CLI::App* sub);
 int run_generator_eval(const GeneratorEvalFlags& flags, const std::string& checkpoint,
-                       const std::string& device, bool json);
+                       const std::string& device, const CpuThreadFlags& threads, bool json);
 Subcommand add_launch_command(CLI::App& app);
 // Python interop (cmd_interop.cpp) and shell completion (cmd_completion.cpp).
 Subcommand add_export_command(CLI::App& app);

@@ -157,15 +157,12 @@ void RunRecorder::on_log(const train::StepLog& log) {
 }
 
 void RunRecorder::on_epoch(const train::EpochReport& r) {
-  write_line({{"kind", "epoch"},
-              {"step", global_step_},
-              {"epoch", r.epoch},
-              {"values",
-               {{"loss", finite(r.loss)},
-                {"accuracy", finite(r.accuracy)},
-                {"seconds", r.seconds},
-                {"images_per_second", finite(r.images_per_second)},
-                {"samples", r.samples}}}});
+  nlohmann::json values = {{"loss", finite(r.loss)},
+                           {"seconds", r.seconds},
+                           {"images_per_second", finite(r.images_per_second)},
+                           {"samples", r.samples}};
+  if (r.has_accuracy) values["accuracy"] = finite(r.accuracy);  // a generator has none to give
+  write_line({{"kind", "epoch"}, {"step", global_step_}, {"epoch", r.epoch}, {"values", values}});
   if (r.has_test)
     write_line(
         {{"kind", "eval"},

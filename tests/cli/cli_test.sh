@@ -41,9 +41,21 @@ expect 2 "fp16 is not supported on the CPU" -- train --device cpu --precision fp
 expect 2 "needs a CUDA device" -- train --device cpu --cuda-graphs --dataset dummy --model simplenn
 expect 2 "fp32 only" -- train --device cpu --precision bf16 --step fused --dataset dummy --model simplenn
 expect 0 "bf16 autocast" -- train --device cpu --precision bf16 --dataset dummy --model simplenn --epochs 1
-# --vs-python compares the seed workload only: any other workload is refused before anything runs.
-expect 2 "this bench differs: --model cnn --dataset dummy" -- bench --vs-python --model cnn --dataset dummy --out "$tmp/peer"
+# --vs-python compares the seed's loop only (ann or cnn on Fashion-MNIST): any other workload is
+# refused before anything runs.
+expect 2 "this bench differs: --model simplenn --dataset dummy" -- bench --vs-python --model simplenn --dataset dummy --out "$tmp/peer"
 expect 2 "this bench differs: --batch-size 32" -- bench --vs-python --batch-size 32 --out "$tmp/peer"
+# The peer itself, on the CNN and a slice of the data, where a python3 has torch and torchvision
+# (scripts/setup --peer): its time, accuracy and the ratio, faster or slower.
+if python3 -c "import torch, torchvision" 2>/dev/null || /usr/bin/python3 -c "import torch, torchvision" 2>/dev/null; then
+  expect 0 "Python peer on cpu \(PyTorch [^)]+\): train [0-9.]+ s, accuracy [0-9.]+; spritetorch resident [0-9.]+ s: [0-9.]+x (faster|slower)" -- \
+    bench --vs-python --model cnn --train-limit 256 --epochs 1 --repeats 1 --warmup-steps 1 --devices cpu --no-streaming --out "$tmp/peer"
+  check_peer=$(python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["python_peer"][0]; print(p["model"], p["ratio"] > 0)' "$tmp/peer.json" 2>&1)
+  if [ "$check_peer" = "cnn True" ]; then passes=$((passes + 1)); else
+    echo "FAIL: bench --vs-python --model cnn: peer.json says '$check_peer'"; fails=$((fails + 1)); fi
+else
+  echo "skipped: the Python peer run (no python3 with torch and torchvision: scripts/setup --peer)"
+fi
 # The fused CPU step's threads: asked for (old name too), and never on top of explicit BLAS threads.
 # They need the raw-buffer CPU step, i.e. a LibTorch whose BLAS exports CBLAS (Debian's OpenBLAS;
 # a pip torch's bundled MKL does not, and `devices` says so).
@@ -65,6 +77,15 @@ expect 2 "expected a spritetorch checkpoint" -- train --dataset dummy --model si
 # A real round trip on the dummy data: train, save, evaluate, resume; JSON on stdout.
 expect 0 "Test Accuracy: " -- train --dataset dummy --model simplenn --epochs 2 --save "$tmp/s.pt"
 expect 0 "Confusion matrix" -- eval --checkpoint "$tmp/s.pt"
+# eval, classify and generate take train's thread flags and say the split they ran with (an MLP by
+# default: 1 intra-op thread; BLAS '?' where the BLAS is not OpenBLAS).
+expect 0 "CPU threads: 1 intra-op, ([0-9]+|\?) BLAS" -- eval --checkpoint "$tmp/s.pt"
+expect 0 "CPU threads: 2 intra-op, (1|\?) BLAS" -- eval --checkpoint "$tmp/s.pt" --threads 2 --blas-threads 1
+expect 0 '"threads":"2 intra-op' -- eval --checkpoint "$tmp/s.pt" --threads 2 --json
+threads_from_env=$(SPRITETORCH_THREADS=2 "$bin" eval --checkpoint "$tmp/s.pt" 2>&1)
+if grep -q "CPU threads: 2 intra-op" <<<"$threads_from_env"; then passes=$((passes + 1)); else
+  echo "FAIL: eval ignores SPRITETORCH_THREADS=2: $threads_from_env"; fails=$((fails + 1)); fi
+expect 2 "--threads: .-1. is not a number >= 0" -- eval --checkpoint "$tmp/s.pt" --threads -1
 expect 0 "resuming after 2" -- train --dataset dummy --resume "$tmp/s.pt" --epochs 3
 expect 0 "Wrote .*b.json" -- bench --dataset dummy --model simplenn --devices cpu --workers 0 --repeats 1 --out "$tmp/b"
 expect 2 "b.json exists" -- bench --dataset dummy --model simplenn --out "$tmp/b"
@@ -119,8 +140,13 @@ expect 2 "unknown class 'dragon'" -- generate --checkpoint "$tmp/g.pt" --class d
 expect 2 "needs --out" -- generate --checkpoint "$tmp/g.pt"
 expect 2 "expected a generator checkpoint" -- generate --checkpoint "$tmp/c.pt" --out "$tmp/x.png"
 expect 0 "Wrote .*sheet.png" -- generate --checkpoint "$tmp/g.pt" --class robot --count 6 --steps 2 --scale 2 --palette auto --out "$tmp/sheet.png" --out-dir "$tmp/one"
+expect 0 "CPU threads: 1 intra-op, (1|\?) BLAS" -- generate --checkpoint "$tmp/g.pt" --count 2 --steps 2 --threads 1 --out "$tmp/t1.png"
+expect 0 '"threads":"[0-9]+ intra-op, (1|\?) BLAS"' -- generate --checkpoint "$tmp/g.pt" --count 2 --steps 2 --json --out "$tmp/t2.png"
 expect 2 "needs --classifier" -- eval --checkpoint "$tmp/g.pt"
 expect 0 "Class agreement" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2
+expect 0 '"threads":"1 intra-op' -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2 --threads 1 --json
+expect 2 "--blas-threads: .-2. is not a number >= 0" -- classify --checkpoint "$tmp/c.pt" --blas-threads -2 "$tmp/preview.png"
+expect 0 "$tmp/preview.png	[a-z]+	[01]\.[0-9]+" -- classify --checkpoint "$tmp/c.pt" --threads 1 --blas-threads 1 "$tmp/preview.png"
 if [ -f "$tmp/one/robot_0005.png" ]; then passes=$((passes + 1)); else echo "FAIL: --out-dir wrote no robot_0005.png"; fails=$((fails + 1)); fi
 # classify --tile: each tile of the sheet (3 x 2 tiles of 16 px, padding 1, all scaled by 2) gets
 # exactly what its own PNG gets; a sheet without --tile is one stretched sprite, with a note.

@@ -28,7 +28,8 @@ std::vector<nlohmann::json> metrics_lines(const std::string& folder) {
   std::ifstream in(folder + "/metrics.jsonl");
   std::vector<nlohmann::json> lines;
   std::string line;
-  while (std::getline(in, line)) lines.push_back(nlohmann::json::parse(line));  // throws if not JSON
+  while (std::getline(in, line))
+    lines.push_back(nlohmann::json::parse(line));  // throws if not JSON
   return lines;
 }
 
@@ -80,7 +81,8 @@ TEST(RunFolder, ATinyRunKeepsConfigMetricsSummaryCheckpointAndPictures) {
   std::map<std::string, int> kinds;
   int64_t last_step = -1;
   for (const auto& line : lines) {
-    for (const char* key : {"kind", "step", "epoch", "wall_s", "values"}) ASSERT_TRUE(line.contains(key)) << line;
+    for (const char* key : {"kind", "step", "epoch", "wall_s", "values"})
+      ASSERT_TRUE(line.contains(key)) << line;
     EXPECT_TRUE(line["values"].is_object()) << line;
     EXPECT_GE(line["step"].get<int64_t>(), last_step) << "steps never go back: " << line;
     last_step = line["step"].get<int64_t>();
@@ -98,6 +100,10 @@ TEST(RunFolder, ATinyRunKeepsConfigMetricsSummaryCheckpointAndPictures) {
     if (line["kind"] == "log") {
       EXPECT_TRUE(line["values"]["loss"].is_number()) << line;
     }
+    if (line["kind"] == "epoch") {
+      EXPECT_TRUE(line["values"]["loss"].is_number()) << line;
+      EXPECT_TRUE(line["values"]["accuracy"].is_number()) << line;
+    }
   }
 
   const auto summary = read_json(folder + "/summary.json");
@@ -112,9 +118,11 @@ TEST(RunFolder, ATinyRunKeepsConfigMetricsSummaryCheckpointAndPictures) {
   ASSERT_TRUE(run.report.misclassified.inputs.defined());
   const int64_t wrong = 60 - run.report.test.confusion.diagonal().sum().item<int64_t>();
   EXPECT_EQ(run.report.misclassified.total, wrong);
-  EXPECT_EQ(run.report.misclassified.inputs.size(0), std::min<int64_t>(wrong, train::kMisclassifiedKept));
+  EXPECT_EQ(run.report.misclassified.inputs.size(0),
+            std::min<int64_t>(wrong, train::kMisclassifiedKept));
 
-  if (!find_gnuplot()) GTEST_SKIP() << "gnuplot not installed (apt-get install gnuplot-nox): pictures not checked";
+  if (!find_gnuplot())
+    GTEST_SKIP() << "gnuplot not installed (apt-get install gnuplot-nox): pictures not checked";
   EXPECT_TRUE(run.finished.notices.empty() || wrong == 0) << run.finished.notices.front();
   const auto curves = io::read_png(folder + "/curves.png");
   EXPECT_EQ(curves.size(0), 480);
@@ -135,7 +143,8 @@ TEST(RunFolder, WithoutGnuplotTheRunFinishesWithOneNotice) {
   const std::string folder = dir.file("run");
   const auto run = record(folder, "/nonexistent-bin");
   ASSERT_GE(run.finished.notices.size(), 1u);
-  EXPECT_NE(run.finished.notices[0].find("gnuplot not found: skipping curves.png, confusion.png"), std::string::npos)
+  EXPECT_NE(run.finished.notices[0].find("gnuplot not found: skipping curves.png, confusion.png"),
+            std::string::npos)
       << run.finished.notices[0];
   EXPECT_NE(run.finished.notices[0].find("apt-get install gnuplot-nox"), std::string::npos);
   for (const auto& n : run.finished.notices) EXPECT_EQ(n.find("failed"), std::string::npos) << n;
@@ -169,7 +178,14 @@ TEST(RunFolder, GeneratorRunsKeepASampleSheetPerEpoch) {
   EXPECT_EQ(summary["pictures"]["samples"], "samples/epoch-002.png");
   EXPECT_TRUE(fs::exists(folder + "/checkpoint.pt"));
   std::set<std::string> kinds;
-  for (const auto& line : metrics_lines(folder)) kinds.insert(line["kind"].get<std::string>());
+  for (const auto& line : metrics_lines(folder)) {
+    kinds.insert(line["kind"].get<std::string>());
+    // Epoch lines: a loss, and no accuracy (there are no classes to be right about).
+    if (line["kind"] == "epoch") {
+      EXPECT_TRUE(line["values"]["loss"].is_number()) << line;
+      EXPECT_FALSE(line["values"].contains("accuracy")) << line;
+    }
+  }
   EXPECT_EQ(kinds, (std::set<std::string>{"start", "log", "epoch", "samples", "end"}));
 }
 
@@ -206,8 +222,10 @@ TEST(RunList, ListsCompleteIncompleteAndCorruptFoldersWithoutFailing) {
       << R"("started":"2024-01-01T00:00:00+0000","test":{"accuracy":0.87},"train":{"loss":0.3},"train_seconds":12.5})";
   fs::create_directories(root + "/2024-01-02-000000-classify-cnn");
   std::ofstream(root + "/2024-01-02-000000-classify-cnn/metrics.jsonl")
-      << R"({"kind":"start","step":0,"epoch":0,"wall_s":0,"values":{},"task":"classify","model":"cnn"})" << "\n"
-      << R"({"kind":"epoch","step":10,"epoch":1,"wall_s":1,"values":{"loss":0.5}})" << "\n"
+      << R"({"kind":"start","step":0,"epoch":0,"wall_s":0,"values":{},"task":"classify","model":"cnn"})"
+      << "\n"
+      << R"({"kind":"epoch","step":10,"epoch":1,"wall_s":1,"values":{"loss":0.5}})"
+      << "\n"
       << R"({"kind":"epo)";  // killed mid-line
   fs::create_directories(root + "/2024-01-03-000000-classify-ann");
   std::ofstream(root + "/2024-01-03-000000-classify-ann/summary.json") << "{ not json";
