@@ -111,7 +111,7 @@ Subcommand add_bench_command(CLI::App& app) {
       ->check(kPositive)
       ->capture_default_str();
   sub->add_option("--lr", w.lr, "Learning rate")->capture_default_str();
-  sub->add_option("--optimizer", w.optimizer, "adam | sgd")
+  sub->add_option("--optimizer", w.optimizer, "adam | adamw | sgd")
       ->check(CLI::IsMember(train::optimizer_names()))
       ->capture_default_str();
   sub->add_option("--seed", w.seed, "Seed (the same for every row)")->capture_default_str();

@@ -4,6 +4,7 @@
 
 #include "checks.h"
 #include "commands.h"
+#include "common/error.h"
 #include "device/device.h"
 #include "models/classifier.h"
 #include "output.h"
@@ -11,6 +12,7 @@
 #include "run_session.h"
 #include "tensorboard_output.h"
 #include "train/flat_optimizer.h"
+#include "train/lr_schedule.h"
 #include "train/parallel.h"
 #include "train/trainer.h"
 
@@ -57,11 +59,33 @@ Subcommand add_train_command(CLI::App& app) {
       ->check(kPositive)
       ->capture_default_str();
   sub->add_option("--lr", config->lr, "Learning rate")->check(kPositive)->capture_default_str();
-  sub->add_option("--optimizer", config->optimizer, "adam | sgd")
+  sub->add_option("--optimizer", config->optimizer, "adam | adamw (decoupled weight decay) | sgd")
       ->check(CLI::IsMember(train::optimizer_names()))
       ->capture_default_str();
   sub->add_option("--momentum", config->momentum, "SGD momentum")
       ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  sub->add_option("--weight-decay", config->weight_decay,
+                  "Weight decay: decoupled for adamw, L2 on the gradient for adam and sgd, as "
+                  "PyTorch's optimizers [default: 0.01 for adamw, 0 otherwise]")
+      ->check(kNonNegative);
+  sub->add_option("--lr-schedule", config->lr_schedule,
+                  "constant | cosine (to 0 at the last step) | step:E[:G] (times G, default 0.1, "
+                  "every E epochs); a function of the global step, so resuming continues it")
+      ->check(CLI::Validator(
+          [](const std::string& text) {
+            try {
+              train::parse_lr_schedule(text);
+              return std::string();
+            } catch (const Error& e) {
+              return std::string(e.what());
+            }
+          },
+          "SCHEDULE"))
+      ->capture_default_str();
+  sub->add_option("--warmup-steps", config->warmup_steps,
+                  "Linear learning-rate warm-up over the first N steps (0: none)")
+      ->check(kNonNegative)
       ->capture_default_str();
   sub->add_option("--seed", config->seed, "Seed for weights and data order")->capture_default_str();
   sub->add_option("--log-every", config->log_every,

@@ -15,6 +15,7 @@
 #include "train/checkpoint.h"
 #include "train/flat_optimizer.h"
 #include "train/interrupt.h"
+#include "train/optimization.h"
 #include "train/run_state.h"
 
 namespace spritetorch::diffusion {
@@ -142,6 +143,7 @@ GeneratorTrainReport train_generator(const train::TrainConfig& config,
   const std::string run_base = train::run_checkpoint_base(config);
   train::check_run_outputs(config, run_base);  // before any work
   const torch::Device device = device::pick_device(config.device);
+  const train::Optimization optimization = train::optimization_of(config);  // before any work
   // A UNet: convolutions (common/cpu_threads.h).
   const CpuThreads threads =
       apply_cpu_threads(config.threads, config.blas_threads, CpuWork::kConvolutions);
@@ -164,9 +166,9 @@ GeneratorTrainReport train_generator(const train::TrainConfig& config,
   net->to(device);
   NoiseSchedule schedule;
   schedule.to(device);
-  // Adam over flat buffers (train/flat_optimizer.h): PyTorch's arithmetic, and a state that
-  // checkpoints the same way on LibTorch 1.13 and 2.x.
-  train::FlatOptimizer optimizer(net->parameters(), train::OptimizerOptions{"adam", config.lr});
+  // Adam (--optimizer) over flat buffers (train/flat_optimizer.h): PyTorch's arithmetic, and a
+  // state that checkpoints the same way on LibTorch 1.13 and 2.x.
+  train::FlatOptimizer optimizer(net->parameters(), optimization.options);
   // EMA copies of the parameters, on the device.
   std::vector<torch::Tensor> params = net->parameters(), ema;
   for (const auto& p : params) ema.push_back(p.detach().clone());
@@ -176,6 +178,7 @@ GeneratorTrainReport train_generator(const train::TrainConfig& config,
   std::optional<train::RunState> run_state;  // resuming: where the checkpoint stopped
   if (!config.resume.empty()) {
     const train::Checkpoint c = train::load_checkpoint(config.resume);
+    train::check_resumed_optimizer(c, config.resume, config);
     load_generator_state(c, config.resume, unet_options, train_set.inputs.size(2),
                          {net, optimizer, ema});
     start_epoch = c.meta.value("epoch", int64_t{0});
@@ -200,8 +203,8 @@ GeneratorTrainReport train_generator(const train::TrainConfig& config,
       {"batch", std::to_string(config.batch_size)},
       {"epochs", std::to_string(config.epochs) +
                      (start_epoch ? " (resuming after " + std::to_string(start_epoch) + ")" : "")},
-      {"optimizer", "adam lr " + std::to_string(config.lr) + " (flat buffers), EMA " +
-                        std::to_string(kEmaDecay).substr(0, 5)},
+      {"optimizer",
+       optimization.describe() + " (flat buffers), EMA " + std::to_string(kEmaDecay).substr(0, 5)},
       {"seed", std::to_string(config.seed)},
       {"threads", describe_cpu_threads(threads)},
   };
@@ -238,13 +241,13 @@ GeneratorTrainReport train_generator(const train::TrainConfig& config,
         {"epoch", rs.epoch},
         {"steps", report.steps},
         {"seed", config.seed},
-        {"lr", config.lr},
         {"batch_size", config.batch_size},
         {"train_seconds", report.train_seconds},
         {"spritetorch_version", SPRITETORCH_VERSION},
     };
     // The raw weights go beside the Adam state; the model is the net's state with the EMA weights
     // in place of its parameters.
+    checkpoint.meta.update(optimization.meta(config.lr_schedule));
     checkpoint.model = train::model_state(*net);
     checkpoint.optimizer = optimizer.state();
     for (const auto& [name, t] : checkpoint.model) checkpoint.optimizer[kRawPrefix + name] = t;
@@ -292,6 +295,9 @@ GeneratorTrainReport train_generator(const train::TrainConfig& config,
           torch::mse_loss(net->forward(schedule.add_noise(x0, t, noise), t, c), noise);
       optimizer.zero_grad();
       loss.backward();
+      if (!optimization.schedule.constant())
+        optimizer.set_lr(
+            optimization.lr_at(epoch * steps_per_epoch + step, steps_per_epoch, config.epochs));
       optimizer.step();
       {
         torch::NoGradGuard no_grad;
@@ -308,7 +314,7 @@ GeneratorTrainReport train_generator(const train::TrainConfig& config,
         if (!std::isfinite(mean))
           throw Error("generator training diverged (loss " + std::to_string(mean) + ")",
                       "lower --lr");
-        observer->on_log({epoch + 1, step, steps_per_epoch, mean});
+        observer->on_log({epoch + 1, step, steps_per_epoch, mean, optimizer.options().lr});
         loss_sum += interval;
         interval.zero_();
       }

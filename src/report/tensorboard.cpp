@@ -158,8 +158,9 @@ void TensorBoardObserver::on_start(const std::string& device, const train::Setti
 }
 
 void TensorBoardObserver::on_log(const train::StepLog& log) {
-  writer_.add_scalar("train/loss_running", log.running_loss,
-                     (log.epoch - 1) * log.steps + log.step);
+  const int64_t global_step = (log.epoch - 1) * log.steps + log.step;
+  writer_.add_scalar("train/loss_running", log.running_loss, global_step);
+  if (log.lr > 0) writer_.add_scalar("train/lr", log.lr, global_step);  // the schedule's curve
   if (next_) next_->on_log(log);
 }
 

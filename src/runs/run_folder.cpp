@@ -149,7 +149,7 @@ void RunRecorder::on_log(const train::StepLog& log) {
               {"epoch", log.epoch},
               {"epoch_step", log.step},
               {"steps_per_epoch", log.steps},
-              {"values", {{"loss", finite(log.running_loss)}}}});
+              {"values", {{"loss", finite(log.running_loss)}, {"lr", log.lr}}}});
   if (log.steps > 0)
     curves_.logs.push_back({static_cast<double>(log.epoch - 1) +
                                 static_cast<double>(log.step) / static_cast<double>(log.steps),

@@ -15,13 +15,16 @@ namespace {
 
 struct AdamScalars {
   float b1, b2, one_minus_b1, one_minus_b2, inv_bias2_sqrt, eps, neg_step;
+  float l2;     // adam's weight decay: the gradient is g + l2 * p (0: none)
+  float decay;  // adamw's: p *= decay before the update (1: none)
 };
 
 // One pass over memory instead of six (the seed MLP's 109k parameters stay in cache).
 void adam_update_scalar(float* p, const float* g, float* m, float* v, int64_t begin, int64_t end,
                         const AdamScalars& k) {
   for (int64_t i = begin; i < end; ++i) {
-    const float gi = g[i];
+    const float gi = k.l2 != 0.0f ? g[i] + k.l2 * p[i] : g[i];  // no 0 * inf = NaN without decay
+    p[i] *= k.decay;
     const float mi = m[i] * k.b1 + k.one_minus_b1 * gi;
     const float vi = v[i] * k.b2 + k.one_minus_b2 * gi * gi;
     m[i] = mi;
@@ -37,18 +40,22 @@ void adam_update_scalar(float* p, const float* g, float* m, float* v, int64_t be
 // refined by one Newton step each, are within a few float ulps of them (tests compare the
 // optimizer with torch.optim.Adam's arithmetic). Built for AVX2+FMA, chosen at run time.
 __attribute__((target("avx2,fma"))) void adam_update_avx2(float* p, const float* g, float* m,
-                                                           float* v, int64_t begin, int64_t end,
-                                                           const AdamScalars& k) {
+                                                          float* v, int64_t begin, int64_t end,
+                                                          const AdamScalars& k) {
   const __m256 b1 = _mm256_set1_ps(k.b1), b2 = _mm256_set1_ps(k.b2);
   const __m256 c1 = _mm256_set1_ps(k.one_minus_b1), c2 = _mm256_set1_ps(k.one_minus_b2);
   const __m256 scale = _mm256_set1_ps(k.inv_bias2_sqrt), eps = _mm256_set1_ps(k.eps);
   const __m256 neg_step = _mm256_set1_ps(k.neg_step), tiny = _mm256_set1_ps(FLT_MIN);
   const __m256 half = _mm256_set1_ps(0.5f), three_halves = _mm256_set1_ps(1.5f);
   const __m256 two = _mm256_set1_ps(2.0f);
+  const __m256 l2 = _mm256_set1_ps(k.l2), decay = _mm256_set1_ps(k.decay);
   int64_t i = begin;
   for (; i + 8 <= end; i += 8) {
-    const __m256 gi = _mm256_loadu_ps(g + i);
-    const __m256 mi = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(m + i), b1), _mm256_mul_ps(c1, gi));
+    const __m256 pi = _mm256_loadu_ps(p + i);
+    const __m256 gi =
+        k.l2 != 0.0f ? _mm256_fmadd_ps(l2, pi, _mm256_loadu_ps(g + i)) : _mm256_loadu_ps(g + i);
+    const __m256 mi =
+        _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(m + i), b1), _mm256_mul_ps(c1, gi));
     const __m256 vi = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(v + i), b2),
                                     _mm256_mul_ps(_mm256_mul_ps(c2, gi), gi));
     _mm256_storeu_ps(m + i, mi);
@@ -56,11 +63,13 @@ __attribute__((target("avx2,fma"))) void adam_update_avx2(float* p, const float*
     // sqrt(v) = v / sqrt(v) = v * rsqrt(v); v = 0 gives 0 (rsqrt of FLT_MIN is finite).
     const __m256 vc = _mm256_max_ps(vi, tiny);
     __m256 r = _mm256_rsqrt_ps(vc);
-    r = _mm256_mul_ps(r, _mm256_fnmadd_ps(_mm256_mul_ps(half, vc), _mm256_mul_ps(r, r), three_halves));
+    r = _mm256_mul_ps(r,
+                      _mm256_fnmadd_ps(_mm256_mul_ps(half, vc), _mm256_mul_ps(r, r), three_halves));
     const __m256 denom = _mm256_fmadd_ps(_mm256_mul_ps(vi, r), scale, eps);
     __m256 q = _mm256_rcp_ps(denom);
     q = _mm256_mul_ps(q, _mm256_fnmadd_ps(denom, q, two));
-    _mm256_storeu_ps(p + i, _mm256_fmadd_ps(_mm256_mul_ps(neg_step, mi), q, _mm256_loadu_ps(p + i)));
+    _mm256_storeu_ps(p + i,
+                     _mm256_fmadd_ps(_mm256_mul_ps(neg_step, mi), q, _mm256_mul_ps(pi, decay)));
   }
   adam_update_scalar(p, g, m, v, i, end, k);
 }
@@ -78,15 +87,20 @@ void adam_update(float* p, const float* g, float* m, float* v, int64_t begin, in
 }  // namespace
 
 const std::vector<std::string>& optimizer_names() {
-  static const std::vector<std::string> kNames = {"adam", "sgd"};
+  static const std::vector<std::string> kNames = {"adam", "adamw", "sgd"};
   return kNames;
 }
 
+double default_weight_decay(const std::string& kind) { return kind == "adamw" ? 0.01 : 0.0; }
+
 FlatOptimizer::FlatOptimizer(const std::vector<torch::Tensor>& parameters, OptimizerOptions options)
     : options_(std::move(options)) {
-  if (options_.kind != "adam" && options_.kind != "sgd")
-    throw Error("unknown optimizer '" + options_.kind + "': expected adam or sgd");
-  if (!(options_.lr > 0)) throw Error("learning rate must be positive, got " + std::to_string(options_.lr));
+  if (options_.kind != "adam" && options_.kind != "adamw" && options_.kind != "sgd")
+    throw Error("unknown optimizer '" + options_.kind + "': expected adam, adamw or sgd");
+  if (!(options_.lr > 0))
+    throw Error("learning rate must be positive, got " + std::to_string(options_.lr));
+  if (!(options_.weight_decay >= 0))
+    throw Error("weight decay must be >= 0, got " + std::to_string(options_.weight_decay));
   if (parameters.empty()) throw Error("the model has no parameters to optimise");
 
   int64_t total = 0;
@@ -116,7 +130,7 @@ FlatOptimizer::FlatOptimizer(const std::vector<torch::Tensor>& parameters, Optim
     offset += n;
   }
   exp_avg_ = torch::zeros({total}, opts);
-  if (options_.kind == "adam") exp_avg_sq_ = torch::zeros({total}, opts);
+  if (options_.kind != "sgd") exp_avg_sq_ = torch::zeros({total}, opts);
 }
 
 void FlatOptimizer::step() {
@@ -126,7 +140,7 @@ void FlatOptimizer::step() {
     step_t_ = torch::Tensor();
   }
   ++steps_;
-  if (options_.kind == "adam")
+  if (options_.kind != "sgd")
     adam_step();
   else
     sgd_step();
@@ -139,7 +153,8 @@ int64_t FlatOptimizer::steps_taken() const {
 void FlatOptimizer::step_on_device(const torch::Tensor& found_inf) {
   torch::NoGradGuard no_grad;
   if (!step_t_.defined()) step_t_ = torch::full({}, static_cast<double>(steps_), values_.options());
-  // keep: () 1 = take the step, 0 = skip it. Multiplying every change by keep skips without a branch.
+  // keep: () 1 = take the step, 0 = skip it. Multiplying every change by keep skips without a
+  // branch.
   torch::Tensor keep;
   if (found_inf.defined()) {
     keep = found_inf.reshape({}).eq(0).to(values_.scalar_type());
@@ -148,11 +163,16 @@ void FlatOptimizer::step_on_device(const torch::Tensor& found_inf) {
     keep = torch::ones({}, values_.options());
   }
   step_t_.add_(keep);
-  if (options_.kind == "adam") {
+  const double wd = options_.weight_decay;
+  // adam, sgd: L2 weight decay enters the gradient; adamw: decoupled, p *= 1 - keep lr wd.
+  const bool l2 = wd != 0.0 && options_.kind != "adamw";
+  const torch::Tensor grads = l2 ? grads_ + wd * values_ : grads_;
+  if (wd != 0.0 && !l2) values_.mul_(1.0 - keep * (options_.lr * wd));
+  if (options_.kind != "sgd") {
     const double b1 = options_.beta1, b2 = options_.beta2;
     // m += keep (1 - b1) (g - m);  v += keep (1 - b2) (g^2 - v)   (torch.optim.Adam's lerp form)
-    exp_avg_.lerp_(grads_, keep * (1.0 - b1));
-    exp_avg_sq_.lerp_(grads_.square(), keep * (1.0 - b2));
+    exp_avg_.lerp_(grads, keep * (1.0 - b1));
+    exp_avg_sq_.lerp_(grads.square(), keep * (1.0 - b2));
     // Bias corrections from the device step count; clamped so a skipped first step divides by
     // something nonzero (its update is multiplied by keep = 0 anyway).
     auto bias1 = (1.0 - torch::pow(b1, step_t_)).clamp_min_(1e-30);
@@ -165,10 +185,10 @@ void FlatOptimizer::step_on_device(const torch::Tensor& found_inf) {
   if (options_.momentum != 0.0) {
     // buf = momentum * buf + g (buf starts at zero, so the first step gives buf = g as in PyTorch);
     // skipped: buf unchanged. buf * (1 - keep (1 - momentum)) + keep * g does both.
-    exp_avg_.mul_(1.0 - keep * (1.0 - options_.momentum)).addcmul_(grads_, keep);
+    exp_avg_.mul_(1.0 - keep * (1.0 - options_.momentum)).addcmul_(grads, keep);
     values_.addcmul_(exp_avg_, keep, -options_.lr);
   } else {
-    values_.addcmul_(grads_, keep, -options_.lr);
+    values_.addcmul_(grads, keep, -options_.lr);
   }
 }
 
@@ -177,6 +197,8 @@ void FlatOptimizer::adam_step() {
   const double bias1 = 1.0 - std::pow(b1, static_cast<double>(steps_));
   const double bias2_sqrt = std::sqrt(1.0 - std::pow(b2, static_cast<double>(steps_)));
   const double step_size = options_.lr / bias1;
+  const bool adamw = options_.kind == "adamw";
+  const double wd = options_.weight_decay;
 
   if (values_.is_cpu() && values_.scalar_type() == torch::kFloat32) {
     AdamScalars k;
@@ -187,6 +209,8 @@ void FlatOptimizer::adam_step() {
     k.inv_bias2_sqrt = static_cast<float>(1.0 / bias2_sqrt);
     k.eps = static_cast<float>(options_.eps);
     k.neg_step = static_cast<float>(-step_size);
+    k.l2 = adamw ? 0.0f : static_cast<float>(wd);
+    k.decay = adamw ? static_cast<float>(1.0 - options_.lr * wd) : 1.0f;
     float* p = values_.data_ptr<float>();
     const float* g = grads_.data_ptr<float>();
     float* m = exp_avg_.data_ptr<float>();
@@ -206,22 +230,26 @@ void FlatOptimizer::adam_step() {
     return;
   }
   // Any other device: five whole-buffer kernels, the same arithmetic.
-  exp_avg_.mul_(b1).add_(grads_, 1.0 - b1);
-  exp_avg_sq_.mul_(b2).addcmul_(grads_, grads_, 1.0 - b2);
+  const torch::Tensor grads = wd != 0.0 && !adamw ? grads_ + wd * values_ : grads_;
+  if (wd != 0.0 && adamw) values_.mul_(1.0 - options_.lr * wd);
+  exp_avg_.mul_(b1).add_(grads, 1.0 - b1);
+  exp_avg_sq_.mul_(b2).addcmul_(grads, grads, 1.0 - b2);
   auto denom = (exp_avg_sq_.sqrt() / bias2_sqrt).add_(options_.eps);
   values_.addcdiv_(exp_avg_, denom, -step_size);
 }
 
 void FlatOptimizer::sgd_step() {
+  const double wd = options_.weight_decay;
+  const torch::Tensor grads = wd != 0.0 ? grads_ + wd * values_ : grads_;  // L2, as PyTorch's SGD
   if (options_.momentum == 0.0) {
-    values_.add_(grads_, -options_.lr);
+    values_.add_(grads, -options_.lr);
     return;
   }
   // PyTorch's SGD: the buffer starts as the first gradient, then buf = momentum * buf + grad.
   if (steps_ == 1)
-    exp_avg_.copy_(grads_);
+    exp_avg_.copy_(grads);
   else
-    exp_avg_.mul_(options_.momentum).add_(grads_);
+    exp_avg_.mul_(options_.momentum).add_(grads);
   values_.add_(exp_avg_, -options_.lr);
 }
 
@@ -244,7 +272,8 @@ void FlatOptimizer::load_state(const std::map<std::string, torch::Tensor>& state
     into.copy_(it->second.view(into.sizes()));
   };
   auto step_it = state.find("step");
-  if (step_it == state.end() || step_it->second.numel() != 1) throw Error("optimizer state lacks 'step'");
+  if (step_it == state.end() || step_it->second.numel() != 1)
+    throw Error("optimizer state lacks 'step'");
   steps_ = step_it->second.item<int64_t>();
   if (step_t_.defined()) step_t_.fill_(static_cast<double>(steps_));
   take("exp_avg", exp_avg_);

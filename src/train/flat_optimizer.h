@@ -1,9 +1,10 @@
 // Adam and SGD over flat buffers.
 //
 // The stock LibTorch optimizers launch a dozen small kernels per parameter tensor every step. Here
-// the parameters and their gradients are re-pointed into two contiguous buffers once, so zeroing the
-// gradients is one fill and a step is a few whole-buffer operations (one fused loop on the CPU).
-// The arithmetic is PyTorch's (torch.optim.Adam / SGD without weight decay); tests compare the two.
+// the parameters and their gradients are re-pointed into two contiguous buffers once, so zeroing
+// the gradients is one fill and a step is a few whole-buffer operations (one fused loop on the
+// CPU). The arithmetic is PyTorch's (torch.optim.Adam / AdamW / SGD, weight decay included); tests
+// compare them.
 #pragma once
 
 #include <torch/torch.h>
@@ -18,11 +19,16 @@
 namespace spritetorch::train {
 
 struct OptimizerOptions {
-  std::string kind = "adam";  // "adam" or "sgd"
+  std::string kind = "adam";  // "adam", "adamw" or "sgd"
   double lr = 1e-3;
-  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adam
-  double momentum = 0.0;                           // sgd
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adam, adamw
+  double momentum = 0.0;                          // sgd
+  // adam, sgd: L2 (wd * p added to the gradient); adamw: decoupled (p *= 1 - lr * wd first).
+  double weight_decay = 0.0;
 };
+
+// PyTorch's default weight decay for an optimizer kind: 0.01 for adamw, 0 for the others.
+double default_weight_decay(const std::string& kind);
 
 class FlatOptimizer {
  public:
@@ -31,6 +37,8 @@ class FlatOptimizer {
   FlatOptimizer(const std::vector<torch::Tensor>& parameters, OptimizerOptions options);
 
   void zero_grad() { grads_.zero_(); }
+  // The learning rate of the next steps (train/lr_schedule.h sets it before each step).
+  void set_lr(double lr) { options_.lr = lr; }
   void step();
   // CPU: split step()'s Adam loop over these threads (the fused step's, train_step.h); null: one.
   void use_thread_pool(std::shared_ptr<ShardPool> pool) { pool_ = std::move(pool); }
@@ -56,11 +64,12 @@ class FlatOptimizer {
   void sgd_step();
 
   OptimizerOptions options_;
-  torch::Tensor values_, grads_;     // (P)
+  torch::Tensor values_, grads_;        // (P)
   torch::Tensor exp_avg_, exp_avg_sq_;  // (P) adam moments; exp_avg_ doubles as sgd momentum
   int64_t steps_ = 0;
   std::shared_ptr<ShardPool> pool_;
-  torch::Tensor step_t_;  // () float32 on device once step_on_device() ran; then it counts, not steps_
+  torch::Tensor
+      step_t_;  // () float32 on device once step_on_device() ran; then it counts, not steps_
 };
 
 const std::vector<std::string>& optimizer_names();

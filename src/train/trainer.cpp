@@ -17,6 +17,7 @@
 #include "train/cuda_graph_step.h"
 #include "train/flat_optimizer.h"
 #include "train/interrupt.h"
+#include "train/optimization.h"
 #include "train/parallel.h"
 #include "train/run_state.h"
 #include "train/train_step.h"
@@ -76,6 +77,7 @@ ModelChoice choose_model(const TrainConfig& config) {
     throw Error("--resume " + config.resume + " holds model '" + saved_model + "' but --model " +
                 config.model + " was given");
   out.name = saved_model;
+  check_resumed_optimizer(*out.resumed, config.resume, config);
   return out;
 }
 
@@ -191,7 +193,8 @@ class TrainingRun {
   TrainObserver* observer_;  // silent_ when none is given, and on ddp ranks other than 0
   const std::string run_base_;
   ParallelRun parallel_;
-  const torch::Device device_;  // resolved once, named the seeds' way
+  const torch::Device device_;       // resolved once, named the seeds' way
+  const Optimization optimization_;  // optimizer options and lr schedule
   CpuThreads threads_;
   precision::PrecisionPlan plan_;
 
@@ -221,13 +224,20 @@ TrainingRun::TrainingRun(const TrainConfig& config, const Datasets& data, TrainO
       observer_(observer ? observer : &silent_),
       run_base_(run_checkpoint_base(config)),
       parallel_(config, distributed::process_env()),
-      device_(parallel_.pick_device(config.device)) {
+      device_(parallel_.pick_device(config.device)),
+      optimization_(optimization_of(config)) {
   if (!parallel_.is_main()) observer_ = &silent_;  // under ddp only rank 0 talks to the observer
   parallel_.connect(device_);
   // Precision (docs/precision.md): resolved once against the device, before any data is read, so
   // an impossible combination fails at once.
   plan_ = precision::resolve_precision(precision::parse_precision(config_.precision),
                                        device::describe_device(device_));
+  if (config_.cuda_graphs && !optimization_.schedule.constant())
+    throw Error(
+        "--cuda-graphs replays a captured step, its learning rate included: it cannot follow "
+        "--lr-schedule " +
+            describe_lr_schedule(optimization_.schedule),
+        "use --lr-schedule constant without --warmup-steps, or drop --cuda-graphs");
   if (config_.cuda_graphs)
     check_cuda_graphs(device_, config_.data_path.data_on == "host" ? "streaming" : "resident");
   torch::manual_seed(config_.seed);
@@ -256,9 +266,7 @@ void TrainingRun::set_up_model() {
   channels_last_ = device_.is_cuda() && config_.channels_last && has_conv;
   if (channels_last_) apply_channels_last(*model_);
   if (device_.is_cuda()) at::globalContext().setBenchmarkCuDNN(config_.cudnn_benchmark);
-  optimizer_ = std::make_unique<FlatOptimizer>(
-      model_->parameters(),
-      OptimizerOptions{config_.optimizer, config_.lr, 0.9, 0.999, 1e-8, config_.momentum});
+  optimizer_ = std::make_unique<FlatOptimizer>(model_->parameters(), optimization_.options);
   if (resumed_) {
     load_model_state(*model_, resumed_->model, config_.resume);
     optimizer_->load_state(resumed_->optimizer);
@@ -319,7 +327,7 @@ Settings TrainingRun::describe() const {
       {"epochs",
        std::to_string(config_.epochs) +
            (start_epoch_ ? " (resuming after " + std::to_string(start_epoch_) + ")" : "")},
-      {"optimizer", config_.optimizer + " lr " + format_double(config_.lr) + " (flat buffers)"},
+      {"optimizer", optimization_.describe() + " (flat buffers)"},
       {"augment", augment_.describe()},
       {"step",
        std::string(step_->name()) +
@@ -351,13 +359,12 @@ Checkpoint TrainingRun::make_checkpoint(int64_t epochs_done) const {
       {"dataset", config_.dataset},
       {"epoch", epochs_done},
       {"seed", config_.seed},
-      {"optimizer", config_.optimizer},
-      {"lr", config_.lr},
       {"batch_size", config_.batch_size},
       {"drop_last", config_.drop_last},
       {"spritetorch_version", SPRITETORCH_VERSION},
       {"precision", precision::to_string(plan_.precision)},
   };
+  checkpoint.meta.update(optimization_.meta(config_.lr_schedule));
   if (scaler_) checkpoint.meta["grad_scaler"] = scaler_->state();
   if (data::is_sprite_dataset(config_.dataset))
     checkpoint.meta["sprites"] = data::sprite_options_json(config_.sprites);
@@ -426,6 +433,8 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
                                "the model");
     const int64_t b = batch.labels.size(0);
     if (augment_.enabled()) batch.inputs = data::augment_batch(batch.inputs, augment_);
+    if (!optimization_.schedule.constant())  // the step's lr, from the global step alone
+      optimizer_->set_lr(optimization_.lr_at(epoch * steps_ + step, steps_, config_.epochs));
     try {
       if (graph_step_) {
         graph_step_->run(batch, progress.interval_loss, progress.correct);
@@ -452,7 +461,7 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
         throw diverged(
             "loss is " + loss_text(mean), epoch,
             "steps " + std::to_string(step - config_.log_every + 1) + "-" + std::to_string(step));
-      observer_->on_log({epoch + 1, step, steps_, mean});
+      observer_->on_log({epoch + 1, step, steps_, mean, optimizer_->options().lr});
       progress.loss_sum += progress.interval_loss;
       progress.interval_loss.zero_();
       progress.interval_samples = 0;

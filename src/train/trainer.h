@@ -21,6 +21,7 @@ using Settings = std::vector<std::pair<std::string, std::string>>;
 struct StepLog {
   int64_t epoch = 0, step = 0, steps = 0;  // 1-based epoch and step within it
   double running_loss = 0;                 // mean loss since the last log
+  double lr = 0;                           // the learning rate of the interval's last step
 };
 
 // After every step: host-side counters only (reading them costs no device sync).

@@ -69,6 +69,15 @@ else
   echo "skipped: the CPU step's thread checks (this LibTorch's BLAS is not OpenBLAS)"
 fi
 
+# Optimizers, weight decay and lr schedules: the settings row says what runs; bad schedules and a
+# schedule under --cuda-graphs (a captured step keeps its lr) are usage errors before any work.
+expect 0 "optimizer +adamw lr 0.001, weight decay 0.01, cosine, warm-up 10 steps" -- train --device cpu --dataset dummy --model simplenn --epochs 1 --optimizer adamw --lr-schedule cosine --warmup-steps 10 --no-run-dir
+expect 0 "optimizer +sgd lr 0.1, momentum 0.9, weight decay 0.0001, step every 1 epoch x0.5" -- train --device cpu --dataset dummy --model simplenn --epochs 2 --optimizer sgd --lr 0.1 --momentum 0.9 --weight-decay 1e-4 --lr-schedule step:1:0.5 --no-run-dir
+expect 2 "cannot read --lr-schedule 'step:0'" -- train --dataset dummy --model simplenn --lr-schedule step:0
+expect 2 "cannot read --lr-schedule 'warm'" -- train --dataset dummy --model simplenn --lr-schedule warm
+expect 2 "--weight-decay: '-1' is not a number >= 0" -- train --dataset dummy --model simplenn --weight-decay -1
+expect 2 "cannot follow --lr-schedule cosine" -- train --device cpu --dataset dummy --model simplenn --lr-schedule cosine --cuda-graphs
+
 # A file that is not ours, given to eval and to --resume.
 echo "hello" > "$tmp/not-a-checkpoint.pt"
 expect 2 "expected a spritetorch checkpoint" -- eval --checkpoint "$tmp/not-a-checkpoint.pt"
@@ -134,6 +143,8 @@ expect 0 "sprite \(" -- data preview --dataset "sheet:$(dirname "$0")/../fixture
 expect 0 "$tmp/preview.png	[a-z]+	[01]\.[0-9]+" -- classify --checkpoint "$tmp/c.pt" "$tmp/preview.png"
 expect 2 "is a generator checkpoint|expected a spritetorch checkpoint" -- classify --checkpoint "$tmp/not-a-checkpoint.pt" "$tmp/preview.png"
 expect 0 "Saved checkpoint" -- train --task generate --dataset sprites --sprite-count 64 --epochs 1 --batch-size 16 --save "$tmp/g.pt"
+# A generator follows the optimizer flags too.
+expect 0 '"optimizer":"adamw lr 0.002, weight decay 0.01, cosine \(flat buffers\)' -- train --task generate --dataset sprites --sprite-count 32 --epochs 1 --batch-size 16 --device cpu --json --no-run-dir --optimizer adamw --lr 0.002 --lr-schedule cosine
 # A generator's --json carries its settings like a classifier's, threads split for a conv net.
 expect 0 '"settings":\{[^}]*"threads":"[0-9]+ intra-op, ([0-9]+|\?) BLAS"[^}]*\}.*"train_s":' -- train --task generate --dataset sprites --sprite-count 32 --epochs 1 --batch-size 16 --device cpu --json --no-run-dir
 expect 2 "unknown class 'dragon'" -- generate --checkpoint "$tmp/g.pt" --class dragon --out "$tmp/x.png"

@@ -99,9 +99,9 @@ TEST(TensorBoardTest, IndependentReaderDecodesScalarsAndImages) {
     writer.add_scalar("train/loss", 0.5, 2);
     writer.add_scalar("big/step", -3.25, int64_t{1} << 40);
     writer.add_image("samples", image, 7);
-    // The observer: running loss at the global step, epoch scalars at the epoch.
+    // The observer: running loss and lr at the global step, epoch scalars at the epoch.
     TensorBoardObserver observer(writer);
-    observer.on_log({/*epoch=*/2, /*step=*/5, /*steps=*/10, /*running_loss=*/0.25});
+    observer.on_log({/*epoch=*/2, /*step=*/5, /*steps=*/10, /*running_loss=*/0.25, /*lr=*/0.002});
     train::EpochReport epoch;
     epoch.epoch = 2, epoch.loss = 0.125, epoch.accuracy = 0.875, epoch.images_per_second = 1000;
     observer.on_epoch(epoch);  // flushes: the file is complete before the writer closes
@@ -110,7 +110,7 @@ TEST(TensorBoardTest, IndependentReaderDecodesScalarsAndImages) {
     const int live_code = read_events(path, live, live_output);
     if (live_code == 77) GTEST_SKIP() << live_output;
     ASSERT_EQ(live_code, 0) << live_output;
-    EXPECT_EQ(live.size(), 9u);
+    EXPECT_EQ(live.size(), 10u);
   }
   const std::string name = std::filesystem::path(path).filename().string();
   EXPECT_TRUE(std::regex_match(name, std::regex(R"(events\.out\.tfevents\.\d{10}\..+\.\d+\.\d+)")))
@@ -119,7 +119,7 @@ TEST(TensorBoardTest, IndependentReaderDecodesScalarsAndImages) {
   std::vector<nlohmann::json> events;
   std::string output;
   ASSERT_EQ(read_events(path, events, output), 0) << output;
-  ASSERT_EQ(events.size(), 9u) << output;
+  ASSERT_EQ(events.size(), 10u) << output;
   EXPECT_EQ(events[0]["file_version"], "brain.Event:2");
   EXPECT_GT(events[0]["wall_time"].get<double>(), 1.6e9);
 
@@ -151,12 +151,15 @@ TEST(TensorBoardTest, IndependentReaderDecodesScalarsAndImages) {
   EXPECT_EQ(value_of(5)["tag"], "train/loss_running");
   EXPECT_EQ(events[5]["step"], 15);  // (epoch 2 - 1) * 10 steps + step 5
   EXPECT_FLOAT_EQ(value_of(5)["simple_value"].get<float>(), 0.25f);
-  EXPECT_EQ(value_of(6)["tag"], "epoch/loss");
-  EXPECT_EQ(events[6]["step"], 2);
-  EXPECT_FLOAT_EQ(value_of(6)["simple_value"].get<float>(), 0.125f);
-  EXPECT_EQ(value_of(7)["tag"], "epoch/accuracy");
-  EXPECT_FLOAT_EQ(value_of(7)["simple_value"].get<float>(), 0.875f);
-  EXPECT_EQ(value_of(8)["tag"], "epoch/images_per_second");
+  EXPECT_EQ(value_of(6)["tag"], "train/lr");
+  EXPECT_EQ(events[6]["step"], 15);
+  EXPECT_FLOAT_EQ(value_of(6)["simple_value"].get<float>(), 0.002f);
+  EXPECT_EQ(value_of(7)["tag"], "epoch/loss");
+  EXPECT_EQ(events[7]["step"], 2);
+  EXPECT_FLOAT_EQ(value_of(7)["simple_value"].get<float>(), 0.125f);
+  EXPECT_EQ(value_of(8)["tag"], "epoch/accuracy");
+  EXPECT_FLOAT_EQ(value_of(8)["simple_value"].get<float>(), 0.875f);
+  EXPECT_EQ(value_of(9)["tag"], "epoch/images_per_second");
 }
 
 // A generator's run: no accuracy scalar (it has none), and each sample sheet as an image at its

@@ -99,6 +99,7 @@ TEST(RunFolder, ATinyRunKeepsConfigMetricsSummaryCheckpointAndPictures) {
   for (const auto& line : lines) {
     if (line["kind"] == "log") {
       EXPECT_TRUE(line["values"]["loss"].is_number()) << line;
+      EXPECT_DOUBLE_EQ(line["values"]["lr"].get<double>(), 0.001) << line;  // the default, constant
     }
     if (line["kind"] == "epoch") {
       EXPECT_TRUE(line["values"]["loss"].is_number()) << line;

@@ -5,6 +5,8 @@
 #include "common/cpu_threads.h"
 #include "common/error.h"
 #include "test_util.h"
+#include "train/lr_schedule.h"
+#include "train/run_state.h"
 
 namespace spritetorch::train {
 namespace {
@@ -53,13 +55,20 @@ TEST(Trainer, CnnTrainsThroughAutograd) {
   }
 }
 
-TEST(Trainer, SimpleNnLearnsTheDummyData) {
+// Seed 003's SimpleNN on the dummy data with SGD at 0.1 (64 steps per epoch of 64): milliseconds.
+TrainConfig dummy_sgd_run(const ScratchDir* dir = nullptr, const std::string& save = "") {
   TrainConfig c;
   c.device = "cpu";
   c.model = "simplenn";
   c.dataset = "dummy";
   c.optimizer = "sgd";
   c.lr = 0.1;
+  if (dir) c.save = dir->file(save);
+  return c;
+}
+
+TEST(Trainer, SimpleNnLearnsTheDummyData) {
+  TrainConfig c = dummy_sgd_run();
   c.epochs = 10;
   c.batch_size = 32;
   const auto report = train(c);
@@ -106,6 +115,108 @@ TEST(Trainer, ResumingWithAnotherModelIsAnError) {
   c.model = "ann";
   c.resume = dir.file("s.pt");
   EXPECT_THROW(train(c), Error);
+}
+
+double max_weight_difference(const std::string& a_path, const std::string& b_path) {
+  const auto a = load_checkpoint(a_path), b = load_checkpoint(b_path);
+  double worst = 0;
+  for (const auto& [name, t] : a.model)
+    worst = std::max(worst, (t - b.model.at(name)).abs().max().item<double>());
+  return worst;
+}
+
+TEST(Trainer, LrScheduleIsAFunctionOfTheGlobalStepSoResumeContinuesIt) {
+  ScratchDir dir;
+  TrainConfig c = dummy_sgd_run(&dir, "straight.pt");
+  c.lr_schedule = "cosine";
+  c.warmup_steps = 10;
+  c.weight_decay = 0.01;
+  c.epochs = 4;
+  const auto report = train(c);
+  bool described = false;
+  for (const auto& [k, v] : report.settings)
+    described |= k == "optimizer" &&
+                 v.find("weight decay 0.01, cosine, warm-up 10 steps") != std::string::npos;
+  EXPECT_TRUE(described);
+
+  // The same run again, keeping a checkpoint after epoch 2 (64 steps per epoch), resumed from it:
+  // the second half must follow the same curve (its lr from the global step, not from zero).
+  TrainConfig again = c;
+  again.checkpoint_every = 2 * 64;
+  again.save = dir.file("again.pt");
+  train(again);
+  TrainConfig resumed = c;
+  resumed.model.clear();
+  resumed.resume = periodic_checkpoint_path(again.save, 2 * 64);
+  resumed.save = dir.file("resumed.pt");
+  train(resumed);
+  EXPECT_EQ(max_weight_difference(dir.file("straight.pt"), dir.file("resumed.pt")), 0.0);
+
+  TrainConfig constant = dummy_sgd_run(&dir, "constant.pt");
+  constant.epochs = 4;
+  constant.weight_decay = 0.01;
+  train(constant);
+  EXPECT_GT(max_weight_difference(dir.file("straight.pt"), dir.file("constant.pt")), 1e-3)
+      << "the schedule changed nothing";
+}
+
+TEST(Trainer, LogLinesCarryTheScheduledLr) {
+  struct LrLog : TrainObserver {
+    std::vector<StepLog> logs;
+    void on_log(const StepLog& log) override { logs.push_back(log); }
+  } observer;
+  ScratchDir dir;
+  TrainConfig c = dummy_sgd_run(&dir, "s.pt");
+  c.epochs = 2;  // 64 steps each
+  c.log_every = 16;
+  c.lr_schedule = "cosine";
+  c.warmup_steps = 20;
+  train(c, &observer);
+  ASSERT_EQ(observer.logs.size(), 8u);
+  const auto schedule = parse_lr_schedule("cosine", 20);
+  for (const auto& log : observer.logs) {
+    const int64_t last_step = (log.epoch - 1) * 64 + log.step - 1;  // 0-based, the interval's last
+    EXPECT_DOUBLE_EQ(log.lr, 0.1 * lr_factor(schedule, last_step, 64, 128)) << last_step;
+  }
+  EXPECT_DOUBLE_EQ(observer.logs[0].lr, 0.1 * 16 / 20);  // still warming up
+}
+
+TEST(Trainer, StepScheduleScalesTheLrAtEpochBoundaries) {
+  // Gamma 1e-12 after epoch 1: epoch 2's updates are ~1e-13 of epoch 1's, so two epochs end where
+  // one did. A schedule the loop ignored would move the weights a full epoch further.
+  ScratchDir dir;
+  TrainConfig one = dummy_sgd_run(&dir, "one.pt");
+  one.epochs = 1;
+  train(one);
+  TrainConfig two = dummy_sgd_run(&dir, "two.pt");
+  two.epochs = 2;
+  two.lr_schedule = "step:1:1e-12";
+  train(two);
+  EXPECT_LT(max_weight_difference(dir.file("one.pt"), dir.file("two.pt")), 1e-6);
+  TrainConfig plain = dummy_sgd_run(&dir, "plain.pt");
+  plain.epochs = 2;
+  train(plain);
+  EXPECT_GT(max_weight_difference(dir.file("one.pt"), dir.file("plain.pt")), 1e-3);
+}
+
+TEST(Trainer, ResumingWithAnotherOptimizerIsAnErrorNamingBoth) {
+  ScratchDir dir;
+  TrainConfig c = dummy_sgd_run(&dir, "s.pt");
+  c.epochs = 1;
+  train(c);
+  c.optimizer = "adam";
+  c.epochs = 2;
+  c.resume = dir.file("s.pt");
+  c.save = dir.file("t.pt");
+  try {
+    train(c);
+    ADD_FAILURE() << "resumed an sgd checkpoint with adam";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("trained with --optimizer sgd but this run asks for adam"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(e.hint().find("--optimizer sgd"), std::string::npos) << e.hint();
+  }
 }
 
 TEST(Trainer, UnavailableDeviceFailsBeforeAnyWork) {
