@@ -54,8 +54,10 @@ CnnImpl::CnnImpl(int64_t channels, int64_t height, int64_t width, int64_t classe
 }
 
 torch::Tensor CnnImpl::forward(torch::Tensor x) {
-  x = torch::max_pool2d(torch::relu(conv1(x)), 2);  // (B, 32, H/2, W/2)
-  x = torch::max_pool2d(torch::relu(conv2(x)), 2);  // (B, 64, H/4, W/4)
+  // relu(max_pool(x)) is max_pool(relu(x)), gradients included (the same element wins each
+  // window or none gets a gradient), with the ReLU on a quarter of the values.
+  x = torch::relu(torch::max_pool2d(conv1(x), 2));  // (B, 32, H/2, W/2)
+  x = torch::relu(torch::max_pool2d(conv2(x), 2));  // (B, 64, H/4, W/4)
   x = torch::relu(fc1(x.flatten(1)));
   return fc2(dropout(x));
 }

@@ -61,6 +61,34 @@ TEST(Models, CloneIsADeepCopyWithTheSameOutputsAndMode) {
   EXPECT_TRUE(std::dynamic_pointer_cast<ClassifierImpl>(train_mode->clone())->is_training());
 }
 
+TEST(Models, CnnPoolsBeforeItsReluWithTheTextbookOrdersOutputsAndGradients) {
+  // The CNN applies ReLU after max-pooling (a quarter of the values); PyTorch tutorials, and our
+  // Python twin in docs/interop.md, pool after ReLU. Both orders must agree exactly, gradients too,
+  // also where windows hold ties and all-negative values (rounded inputs make both likely).
+  torch::manual_seed(4);
+  auto model = make_model({"cnn", {1, 8, 8}, 3});
+  model->eval();  // no dropout
+  auto* cnn = dynamic_cast<CnnImpl*>(model.get());
+  ASSERT_NE(cnn, nullptr);
+  const auto x = (torch::randn({5, 1, 8, 8}) * 4).round() / 4;
+  auto textbook = [&](const torch::Tensor& in) {
+    auto h = torch::max_pool2d(torch::relu(cnn->conv1(in)), 2);
+    h = torch::max_pool2d(torch::relu(cnn->conv2(h)), 2);
+    return cnn->fc2(torch::relu(cnn->fc1(h.flatten(1))));
+  };
+  auto gradients = [&](const torch::Tensor& out) {
+    model->zero_grad();
+    out.pow(2).sum().backward();
+    std::vector<torch::Tensor> grads;
+    for (const auto& p : model->parameters()) grads.push_back(p.grad().clone());
+    return grads;
+  };
+  const auto ours = model->forward(x), theirs = textbook(x);
+  EXPECT_TRUE(torch::equal(ours, theirs));
+  const auto a = gradients(model->forward(x)), b = gradients(textbook(x));
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << i;
+}
+
 TEST(Models, BadRequestsAreClearErrors) {
   EXPECT_THROW(make_model({"resnet", {1, 28, 28}, 10}), Error);
   EXPECT_THROW(make_model({"cnn", {3}, 2}), Error);
