@@ -9,6 +9,7 @@
 #   4. issue 6's NCCL proof: the CNN as 1 process and as 1 NCCL rank (`launch --nproc-per-node 1`),
 #      test loss and img/s of each (the process group's overhead); 2 ranks when there are 2 GPUs
 #   5. the fused CPU step's threads on this machine's cores (--step-threads 2, 4, 8, all)
+#   6. the CNN against the same CNN in Python (bench --vs-python --model cnn) on DEVICE
 # Usage: bench/gpu_suite.sh [BUILD_DIR] [DEVICE] [DATA] > results.txt
 #   On the device tool, two calls keep each under its 10 minutes: `scripts/gpu-build && ctest
 #   --test-dir build-gpu -j 16` (or this script), then `SUITE_SKIP_TESTS=1 bench/gpu_suite.sh`.
@@ -104,4 +105,9 @@ for t in 2 4 8 0; do
   "$bin" bench --data "$data" --devices cpu --no-streaming --epochs "$epochs" --repeats "$repeats" \
     --step-threads "$t" --out "$out/threads$t" --overwrite 2>&1 | grep -E "^cpu |floor"
 done
+echo "## 6. the CNN against the same CNN in Python on $device (12,000 images, 2 epochs)"
+# bench/python_peer.py --model cnn: the seed's loop with our CNN's layers (session 8; on the CPU
+# spritetorch was 2.3x faster, both sides running the same oneDNN convolutions).
+"$bin" bench --data "$data" --model cnn --train-limit 12000 --epochs 2 --repeats "$repeats" \
+  --devices "$device" --no-streaming --vs-python --out "$out/cnn-peer" --overwrite 2>&1 | grep -v "^  "
 echo "## done (logs in $out)"
