@@ -295,9 +295,8 @@ GeneratorTrainReport train_generator(const train::TrainConfig& config,
           torch::mse_loss(net->forward(schedule.add_noise(x0, t, noise), t, c), noise);
       optimizer.zero_grad();
       loss.backward();
-      if (!optimization.schedule.constant())
-        optimizer.set_lr(
-            optimization.lr_at(epoch * steps_per_epoch + step, steps_per_epoch, config.epochs));
+      optimization.set_step_lr(optimizer, epoch * steps_per_epoch + step, steps_per_epoch,
+                               config.epochs);
       optimizer.step();
       {
         torch::NoGradGuard no_grad;

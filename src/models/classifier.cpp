@@ -46,8 +46,10 @@ torch::Tensor SimpleNnImpl::forward(torch::Tensor x) {
 
 CnnImpl::CnnImpl(int64_t channels, int64_t height, int64_t width, int64_t classes) {
   using torch::nn::Conv2dOptions;
-  conv1 = register_module("conv1", torch::nn::Conv2d(Conv2dOptions(channels, 32, /*kernel_size=*/3).padding(1)));
-  conv2 = register_module("conv2", torch::nn::Conv2d(Conv2dOptions(32, 64, /*kernel_size=*/3).padding(1)));
+  conv1 = register_module(
+      "conv1", torch::nn::Conv2d(Conv2dOptions(channels, 32, /*kernel_size=*/3).padding(1)));
+  conv2 = register_module("conv2",
+                          torch::nn::Conv2d(Conv2dOptions(32, 64, /*kernel_size=*/3).padding(1)));
   fc1 = register_module("fc1", torch::nn::Linear(64 * (height / 4) * (width / 4), 128));
   fc2 = register_module("fc2", torch::nn::Linear(128, classes));
   dropout = register_module("dropout", torch::nn::Dropout(0.25));
@@ -96,16 +98,19 @@ std::shared_ptr<torch::nn::Module> ClassifierImpl::clone(
 namespace {
 
 Classifier make_model_of_kind(const ModelSpec& spec) {
-  if (spec.classes < 2) throw Error("a classifier needs at least 2 classes, got " + std::to_string(spec.classes));
+  if (spec.classes < 2)
+    throw Error("a classifier needs at least 2 classes, got " + std::to_string(spec.classes));
   const int64_t features = product(spec.input_shape);
   if (spec.name == "ann") return std::make_shared<AnnImpl>(features, spec.classes);
   if (spec.name == "simplenn") return std::make_shared<SimpleNnImpl>(features, spec.classes);
   if (spec.name == "cnn") {
     const auto& s = spec.input_shape;
     if (s.size() != 3 || s[1] % 4 != 0 || s[2] % 4 != 0)
-      throw Error("model 'cnn' needs image inputs (C, H, W) with H and W divisible by 4; this "
-                      "dataset's samples are " + shape_string(s),
-                  "use --model ann or simplenn for feature vectors");
+      throw Error(
+          "model 'cnn' needs image inputs (C, H, W) with H and W divisible by 4; this "
+          "dataset's samples are " +
+              shape_string(s),
+          "use --model ann or simplenn for feature vectors");
     return std::make_shared<CnnImpl>(s[0], s[1], s[2], spec.classes);
   }
   std::string names;

@@ -1,5 +1,6 @@
 #include "train/flat_optimizer.h"
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 
@@ -93,14 +94,19 @@ const std::vector<std::string>& optimizer_names() {
 
 double default_weight_decay(const std::string& kind) { return kind == "adamw" ? 0.01 : 0.0; }
 
+void check_optimizer_options(const OptimizerOptions& options) {
+  const auto& kinds = optimizer_names();
+  if (std::find(kinds.begin(), kinds.end(), options.kind) == kinds.end())
+    throw Error("unknown optimizer '" + options.kind + "': expected adam, adamw or sgd");
+  if (!(options.lr > 0))
+    throw Error("learning rate must be positive, got " + std::to_string(options.lr));
+  if (!(options.weight_decay >= 0))
+    throw Error("weight decay must be >= 0, got " + std::to_string(options.weight_decay));
+}
+
 FlatOptimizer::FlatOptimizer(const std::vector<torch::Tensor>& parameters, OptimizerOptions options)
     : options_(std::move(options)) {
-  if (options_.kind != "adam" && options_.kind != "adamw" && options_.kind != "sgd")
-    throw Error("unknown optimizer '" + options_.kind + "': expected adam, adamw or sgd");
-  if (!(options_.lr > 0))
-    throw Error("learning rate must be positive, got " + std::to_string(options_.lr));
-  if (!(options_.weight_decay >= 0))
-    throw Error("weight decay must be >= 0, got " + std::to_string(options_.weight_decay));
+  check_optimizer_options(options_);
   if (parameters.empty()) throw Error("the model has no parameters to optimise");
 
   int64_t total = 0;
@@ -166,7 +172,7 @@ void FlatOptimizer::step_on_device(const torch::Tensor& found_inf) {
   const double wd = options_.weight_decay;
   // adam, sgd: L2 weight decay enters the gradient; adamw: decoupled, p *= 1 - keep lr wd.
   const bool l2 = wd != 0.0 && options_.kind != "adamw";
-  const torch::Tensor grads = l2 ? grads_ + wd * values_ : grads_;
+  const torch::Tensor grads = l2 ? grads_.add(values_, wd) : grads_;
   if (wd != 0.0 && !l2) values_.mul_(1.0 - keep * (options_.lr * wd));
   if (options_.kind != "sgd") {
     const double b1 = options_.beta1, b2 = options_.beta2;
@@ -230,7 +236,7 @@ void FlatOptimizer::adam_step() {
     return;
   }
   // Any other device: five whole-buffer kernels, the same arithmetic.
-  const torch::Tensor grads = wd != 0.0 && !adamw ? grads_ + wd * values_ : grads_;
+  const torch::Tensor grads = wd != 0.0 && !adamw ? grads_.add(values_, wd) : grads_;
   if (wd != 0.0 && adamw) values_.mul_(1.0 - options_.lr * wd);
   exp_avg_.mul_(b1).add_(grads, 1.0 - b1);
   exp_avg_sq_.mul_(b2).addcmul_(grads, grads, 1.0 - b2);
@@ -240,7 +246,7 @@ void FlatOptimizer::adam_step() {
 
 void FlatOptimizer::sgd_step() {
   const double wd = options_.weight_decay;
-  const torch::Tensor grads = wd != 0.0 ? grads_ + wd * values_ : grads_;  // L2, as PyTorch's SGD
+  const torch::Tensor grads = wd != 0.0 ? grads_.add(values_, wd) : grads_;  // L2, as PyTorch's SGD
   if (options_.momentum == 0.0) {
     values_.add_(grads, -options_.lr);
     return;

@@ -24,7 +24,9 @@ LrSchedule parse_lr_schedule(const std::string& text, int64_t warmup_steps) {
     schedule.kind = LrSchedule::Kind::kCosine;
     return schedule;
   }
-  auto bad = [&] { return Error("cannot read --lr-schedule '" + text + "': expected " + kExpected); };
+  auto bad = [&] {
+    return Error("cannot read --lr-schedule '" + text + "': expected " + kExpected);
+  };
   if (text.rfind("step:", 0) != 0) throw bad();
   schedule.kind = LrSchedule::Kind::kStep;
   std::istringstream in(text.substr(5));

@@ -1,26 +1,16 @@
 #include "train/optimization.h"
 
-#include <sstream>
+#include <c10/util/StringUtil.h>
 
 #include "common/error.h"
 
 namespace spritetorch::train {
 
-namespace {
-
-std::string short_number(double x) {
-  std::ostringstream out;
-  out << x;
-  return out.str();
-}
-
-}  // namespace
-
 std::string Optimization::describe() const {
-  std::string text = options.kind + " lr " + short_number(options.lr);
+  std::string text = options.kind + " lr " + c10::str(options.lr);
   if (options.kind == "sgd" && options.momentum > 0)
-    text += ", momentum " + short_number(options.momentum);
-  if (options.weight_decay > 0) text += ", weight decay " + short_number(options.weight_decay);
+    text += ", momentum " + c10::str(options.momentum);
+  if (options.weight_decay > 0) text += ", weight decay " + c10::str(options.weight_decay);
   if (!schedule.constant()) text += ", " + describe_lr_schedule(schedule);
   return text;
 }
@@ -35,14 +25,12 @@ nlohmann::json Optimization::meta(const std::string& lr_schedule_text) const {
 
 Optimization optimization_of(const TrainConfig& config) {
   Optimization out;
-  const auto& kinds = optimizer_names();
-  if (std::find(kinds.begin(), kinds.end(), config.optimizer) == kinds.end())
-    throw Error("unknown optimizer '" + config.optimizer + "': expected adam, adamw or sgd");
   out.options.kind = config.optimizer;
   out.options.lr = config.lr;
   out.options.momentum = config.momentum;
   out.options.weight_decay =
       config.weight_decay < 0 ? default_weight_decay(config.optimizer) : config.weight_decay;
+  check_optimizer_options(out.options);  // before any work, not when the optimizer is built
   out.schedule = parse_lr_schedule(config.lr_schedule, config.warmup_steps);
   return out;
 }

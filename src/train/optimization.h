@@ -22,6 +22,11 @@ struct Optimization {
   double lr_at(int64_t step, int64_t steps_per_epoch, int64_t epochs) const {
     return options.lr * lr_factor(schedule, step, steps_per_epoch, epochs * steps_per_epoch);
   }
+  // Sets the optimizer's lr for that step; nothing for a constant schedule.
+  void set_step_lr(FlatOptimizer& optimizer, int64_t step, int64_t steps_per_epoch,
+                   int64_t epochs) const {
+    if (!schedule.constant()) optimizer.set_lr(lr_at(step, steps_per_epoch, epochs));
+  }
   // "adamw lr 0.001, weight decay 0.01, cosine, warm-up 100 steps"
   std::string describe() const;
   // optimizer, lr, weight_decay, lr_schedule, warmup_steps: for checkpoint metadata.

@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <optional>
-#include <sstream>
 
 #include "common/cpu_threads.h"
 #include "common/error.h"
@@ -38,12 +37,6 @@ std::vector<int64_t> sample_shape(const data::Dataset& d) {
   auto sizes = d.inputs.sizes().vec();
   sizes.erase(sizes.begin());
   return sizes;
-}
-
-std::string format_double(double v) {
-  std::ostringstream s;
-  s << v;
-  return s.str();
 }
 
 // The first kMisclassifiedKept test samples whose prediction is wrong. predictions: (N) int64 on
@@ -334,7 +327,7 @@ Settings TrainingRun::describe() const {
            (step_->threads() > 1 ? " (" + std::to_string(step_->threads()) + " threads)" : "")},
       {"precision",
        plan_.description + (config_.clip_grad_norm > 0
-                                ? ", clip grad norm " + format_double(config_.clip_grad_norm)
+                                ? ", clip grad norm " + c10::str(config_.clip_grad_norm)
                                 : std::string())},
       {"seed", std::to_string(config_.seed)},
       {"threads", describe_cpu_threads(threads_)},
@@ -433,8 +426,7 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
                                "the model");
     const int64_t b = batch.labels.size(0);
     if (augment_.enabled()) batch.inputs = data::augment_batch(batch.inputs, augment_);
-    if (!optimization_.schedule.constant())  // the step's lr, from the global step alone
-      optimizer_->set_lr(optimization_.lr_at(epoch * steps_ + step, steps_, config_.epochs));
+    optimization_.set_step_lr(*optimizer_, epoch * steps_ + step, steps_, config_.epochs);
     try {
       if (graph_step_) {
         graph_step_->run(batch, progress.interval_loss, progress.correct);
