@@ -10,6 +10,7 @@
 #      test loss and img/s of each (the process group's overhead); 2 ranks when there are 2 GPUs
 #   5. the fused CPU step's threads on this machine's cores (--step-threads 2, 4, 8, all)
 #   6. the CNN against the same CNN in Python (bench --vs-python --model cnn) on DEVICE
+#   7. sprite sampling: sprites/s of `generate` at batch 1,024 on DEVICE
 # Usage: bench/gpu_suite.sh [BUILD_DIR] [DEVICE] [DATA] > results.txt
 #   On the device tool, two calls keep each under its 10 minutes: `scripts/gpu-build && ctest
 #   --test-dir build-gpu -j 16` (or this script), then `SUITE_SKIP_TESTS=1 bench/gpu_suite.sh`.
@@ -110,4 +111,17 @@ echo "## 6. the CNN against the same CNN in Python on $device (12,000 images, 2 
 # spritetorch was 2.3x faster, both sides running the same oneDNN convolutions).
 "$bin" bench --data "$data" --model cnn --train-limit 12000 --epochs 2 --repeats "$repeats" \
   --devices "$device" --no-streaming --vs-python --out "$out/cnn-peer" --overwrite 2>&1 | grep -v "^  "
+echo "## 7. sprite sampling on $device (docs/sprites.md: >= 10,000 sprites/s at batch 1,024)"
+# A generator trained for 2 epochs (what it draws does not change the arithmetic), then 25 DDIM
+# steps with guidance 2; the larger count shows the rate once cuDNN is warm.
+"$bin" train --task generate --dataset sprites --device "$device" --epochs 2 --batch-size 64 \
+  --no-run-dir --save "$out/g.pt" >"$out/g.log" 2>&1 || tail -3 "$out/g.log"
+for count in 1024 8192; do
+  "$bin" generate --checkpoint "$out/g.pt" --count "$count" --batch-size 1024 --steps 25 \
+    --device "$device" --json --out "$out/sheet$count.png" 2>"$out/gen.err" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+print("%d sprites at batch 1024: %.2f s, %.0f sprites/s" % (r["count"], r["seconds"], r["sprites_per_second"]))
+' || tail -3 "$out/gen.err"
+done
 echo "## done (logs in $out)"

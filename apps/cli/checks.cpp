@@ -2,8 +2,6 @@
 
 #include <cstdlib>
 
-#include "config_file.h"
-
 namespace spritetorch::cli {
 
 namespace {
@@ -26,28 +24,5 @@ CLI::Validator number_at_least(double min, bool strict, const std::string& name)
 
 const CLI::Validator kNonNegative = number_at_least(0, false, "NONNEGATIVE");
 const CLI::Validator kPositive = number_at_least(0, true, "POSITIVE");
-
-std::string environment_error(const CLI::ParseError& error, int argc, const char* const* argv) {
-  // CLI11 words these "--threads: ..." (validators) or "Could not convert: --threads = abc".
-  const std::string message = error.what();
-  for (const auto& [name, variable] : environment_mirrors()) {
-    const std::string flag = "--" + name;
-    const char* value = std::getenv(variable.c_str());
-    if (!value || *value == 0) continue;
-    if (message.find(flag + ":") == std::string::npos &&
-        message.find(flag + " =") == std::string::npos)
-      continue;
-    if (message.find(value) == std::string::npos) continue;  // about another value
-    for (int i = 1; i < argc;
-         ++i) {  // the same value given on the command line: not the variable's
-      const std::string arg = argv[i];
-      if (arg == value || arg == flag + "=" + value) return std::string();
-    }
-    std::string detail = message;
-    if (detail.rfind(flag + ": ", 0) == 0) detail = detail.substr(flag.size() + 2);
-    return "environment variable " + variable + "=" + value + " (it sets " + flag + "): " + detail;
-  }
-  return std::string();
-}
 
 }  // namespace spritetorch::cli

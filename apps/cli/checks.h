@@ -11,9 +11,4 @@ namespace spritetorch::cli {
 extern const CLI::Validator kNonNegative;  // a number >= 0 (help: NONNEGATIVE)
 extern const CLI::Validator kPositive;     // a number > 0 (help: POSITIVE)
 
-// For a parse error about an option whose value came from its environment mirror (the variable is
-// set, the error quotes its value, and the command line does not give that value): the message
-// naming the variable. Empty otherwise.
-std::string environment_error(const CLI::ParseError& error, int argc, const char* const* argv);
-
 }  // namespace spritetorch::cli

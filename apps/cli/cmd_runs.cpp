@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "config_file.h"
 #include "runs/run_list.h"
 
 namespace spritetorch::cli {
@@ -19,17 +20,22 @@ std::string figure(const std::optional<double>& v, int digits) {
   return buffer;
 }
 
-nlohmann::json optional_json(const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); }
+nlohmann::json optional_json(const std::optional<double>& v) {
+  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+}
 
 void print_table(std::ostream& out, const std::vector<runs::RunEntry>& entries) {
-  std::vector<std::vector<std::string>> rows = {
-      {"run", "started", "task", "model", "dataset", "epochs", "test acc", "loss", "train s", "status"}};
+  std::vector<std::vector<std::string>> rows = {{"run", "started", "task", "model", "dataset",
+                                                 "epochs", "test acc", "loss", "train s",
+                                                 "status"}};
   for (const auto& e : entries) {
-    std::string started = e.started.size() >= 16 ? e.started.substr(0, 10) + " " + e.started.substr(11, 5) : "-";
+    std::string started =
+        e.started.size() >= 16 ? e.started.substr(0, 10) + " " + e.started.substr(11, 5) : "-";
     std::string status = e.status + (e.problem.empty() ? "" : ": " + e.problem);
     rows.push_back({e.name, started, e.task.empty() ? "-" : e.task, e.model.empty() ? "-" : e.model,
-                    e.dataset.empty() ? "-" : e.dataset, std::to_string(e.epochs), figure(e.test_accuracy, 4),
-                    figure(e.final_loss, 4), figure(e.train_seconds, 1), status});
+                    e.dataset.empty() ? "-" : e.dataset, std::to_string(e.epochs),
+                    figure(e.test_accuracy, 4), figure(e.final_loss, 4), figure(e.train_seconds, 1),
+                    status});
   }
   std::vector<size_t> width(rows[0].size(), 0);
   for (const auto& row : rows)
@@ -43,23 +49,33 @@ void print_table(std::ostream& out, const std::vector<runs::RunEntry>& entries) 
 }  // namespace
 
 Subcommand add_runs_command(CLI::App& app) {
-  auto* sub = app.add_subcommand("runs", "List the training runs kept in run folders, with their main figures");
+  auto* sub = app.add_subcommand(
+      "runs", "List the training runs kept in run folders, with their main figures");
   struct Flags {
     std::string dir = "runs";
     bool json = false;
   };
   auto f = std::make_shared<Flags>();
-  sub->add_option("--dir", f->dir, "Folder holding the run folders (train --runs-root)")
-      ->envname("SPRITETORCH_RUNS_ROOT")->capture_default_str();
+  mirror_environment(
+      sub->add_option("--dir", f->dir, "Folder holding the run folders (train --runs-root)")
+          ->capture_default_str(),
+      "SPRITETORCH_RUNS_ROOT");
   sub->add_flag("--json", f->json, "Print a JSON array, one object per run");
   return {sub, [f]() {
             const auto entries = runs::list_runs(f->dir);
             if (f->json) {
               nlohmann::json out = nlohmann::json::array();
               for (const auto& e : entries)
-                out.push_back({{"name", e.name}, {"path", e.path}, {"status", e.status}, {"problem", e.problem},
-                               {"started", e.started}, {"task", e.task}, {"model", e.model},
-                               {"dataset", e.dataset}, {"device", e.device}, {"epochs", e.epochs},
+                out.push_back({{"name", e.name},
+                               {"path", e.path},
+                               {"status", e.status},
+                               {"problem", e.problem},
+                               {"started", e.started},
+                               {"task", e.task},
+                               {"model", e.model},
+                               {"dataset", e.dataset},
+                               {"device", e.device},
+                               {"epochs", e.epochs},
                                {"test_accuracy", optional_json(e.test_accuracy)},
                                {"loss", optional_json(e.final_loss)},
                                {"train_seconds", optional_json(e.train_seconds)}});
@@ -67,7 +83,8 @@ Subcommand add_runs_command(CLI::App& app) {
               return 0;
             }
             if (entries.empty()) {
-              std::cout << "No runs in " << f->dir << " (spritetorch train keeps one folder per run there)\n";
+              std::cout << "No runs in " << f->dir
+                        << " (spritetorch train keeps one folder per run there)\n";
               return 0;
             }
             print_table(std::cout, entries);

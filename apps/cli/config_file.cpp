@@ -4,8 +4,10 @@
 #include "config_file.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <iostream>
 #include <iterator>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -218,11 +220,50 @@ const std::vector<std::pair<std::string, std::string>>& environment_mirrors() {
   return mirrors;
 }
 
+namespace {
+
+// Option -> the variable mirroring it. CLI11's own envname() is not used: its releases differ in
+// whether and when they read and check the variable (Debian's 2.1.2 reads it even when the command
+// line gives the option; the GPU machine's own CLI11 let a bad value through), and precedence and
+// errors must not depend on which copy a build found.
+std::map<const CLI::Option*, std::string>& mirror_of_option() {
+  static std::map<const CLI::Option*, std::string> mirrors;
+  return mirrors;
+}
+
+}  // namespace
+
+void mirror_environment(CLI::Option* option, const std::string& variable) {
+  mirror_of_option()[option] = variable;
+  option->description(option->get_description() + " (env: " + variable + ")");
+}
+
 void add_environment_mirrors(CLI::App* sub) {
   for (const auto& [name, variable] : environment_mirrors()) {
     CLI::Option* option = sub->get_option_no_throw("--" + name);
     // A list option of the same name (bench --workers 0,2,4) means something else: no mirror.
-    if (option && option->get_expected_max() <= 1) option->envname(variable);
+    if (option && option->get_expected_max() <= 1) mirror_environment(option, variable);
+  }
+}
+
+void apply_environment(CLI::App& sub) {
+  for (CLI::Option* option : sub.get_options()) {
+    const auto mirror = mirror_of_option().find(option);
+    if (mirror == mirror_of_option().end() || option->count() > 0) continue;  // command line wins
+    const std::string& variable = mirror->second;
+    const char* value = std::getenv(variable.c_str());
+    if (!value || *value == 0) continue;  // empty counts as unset
+    try {
+      option->add_result(std::string(value));
+      option->run_callback();  // the option's checks, as for a flag
+    } catch (const CLI::Error& e) {
+      const std::string flag = "--" + long_name(*option);
+      std::string detail = e.what();  // "--threads: 'many' is not a number ..."
+      if (detail.rfind(flag + ": ", 0) == 0) detail = detail.substr(flag.size() + 2);
+      throw Error(
+          "environment variable " + variable + "=" + value + " (it sets " + flag + "): " + detail,
+          "fix or unset the variable");
+    }
   }
 }
 
@@ -240,6 +281,7 @@ void add_config_options(CLI::App* sub) {
 }
 
 bool resolve_config(CLI::App& sub, std::ostream& out) {
+  apply_environment(sub);  // before the file, which only fills what is still unset
   const CLI::Option* config_option = sub.get_option_no_throw("--config");
   if (config_option && config_option->count() > 0) {
     const std::string path = config_option->as<std::string>();

@@ -30,14 +30,18 @@ class TomlConfig : public CLI::Config {
 // The environment variables mirroring options, option long name -> variable.
 const std::vector<std::pair<std::string, std::string>>& environment_mirrors();
 
-// Sets the environment mirrors of the single-valued options `sub` already has (call after adding
-// them); `--help` shows them as (Env:SPRITETORCH_...).
+// Makes `variable` the environment mirror of `option`: resolve_config applies it when the command
+// line does not give the option; `--help` shows it as "(env: VARIABLE)".
+void mirror_environment(CLI::Option* option, const std::string& variable);
+// Mirrors the single-valued options of environment_mirrors() that `sub` already has (call after
+// adding them).
 void add_environment_mirrors(CLI::App* sub);
 // Adds --config FILE and --print-config to `sub` and installs TomlConfig as its formatter.
 void add_config_options(CLI::App* sub);
 
-// After parsing: applies the --config file of `sub` (when given) to the options that neither the
-// command line nor the environment set, checking keys, types and values (errors name file:line).
+// After parsing: applies the environment mirrors of `sub` to the options the command line did not
+// give (a value an option rejects is an Error naming the variable), then the --config file (when
+// given) to the options still unset, checking keys, types and values (errors name file:line).
 // Then, with --print-config, prints the effective configuration to `out` and returns true: the
 // command should stop there.
 bool resolve_config(CLI::App& sub, std::ostream& out);

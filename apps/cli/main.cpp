@@ -35,17 +35,13 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const std::string from_environment = spritetorch::cli::environment_error(e, argc, argv);
-    if (!from_environment.empty()) {
-      std::cerr << "error: " << from_environment << "\nhint: fix or unset the variable\n";
-      return 2;
-    }
     return app.exit(e) == 0 ? 0 : 2;  // prints help, the version or the parse error
   }
   try {
     for (const auto& command : commands) {
       if (!command.app->parsed()) continue;
-      if (spritetorch::cli::resolve_config(*command.app, std::cout)) return 0;  // --print-config
+      // The environment, then --config; with --print-config, print them and stop.
+      if (spritetorch::cli::resolve_config(*command.app, std::cout)) return 0;
       return command.run();
     }
     return 2;

@@ -7,6 +7,7 @@
 
 #include "checks.h"
 #include "common/error.h"
+#include "config_file.h"
 #include "data/sprite_sources.h"
 #include "train/checkpoint.h"
 
@@ -44,10 +45,10 @@ std::shared_ptr<RunFlags> add_run_options(CLI::App* sub, train::TrainConfig& con
                   "<runs-root>/<date>-<time>-<task>-<model>]")
       ->group(group)
       ->configurable(false);  // a replayed config must not aim a second run at the same folder
-  sub->add_option("--runs-root", flags->runs_root, "Where fresh run folders go")
-      ->envname("SPRITETORCH_RUNS_ROOT")
-      ->capture_default_str()
-      ->group(group);
+  mirror_environment(sub->add_option("--runs-root", flags->runs_root, "Where fresh run folders go")
+                         ->capture_default_str()
+                         ->group(group),
+                     "SPRITETORCH_RUNS_ROOT");
   sub->add_flag("--no-run-dir", flags->no_run_dir,
                 "Keep no run folder (scripted runs; --save still writes its checkpoint)")
       ->group(group);

@@ -1,9 +1,11 @@
 #include "common/cpu_threads.h"
 
 #include <dlfcn.h>
+#include <sched.h>
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <thread>
 
 namespace spritetorch {
@@ -40,7 +42,28 @@ CpuWork cpu_work_of(const torch::nn::Module& model) {
   return CpuWork::kMatmuls;
 }
 
-int cpu_cores() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
+int cpu_cores_for(int allowed_cpus, int share, const char* omp_num_threads) {
+  int cores = std::max(1, allowed_cpus / std::max(1, share));
+  if (omp_num_threads && *omp_num_threads) {
+    char* end = nullptr;
+    const long cap = std::strtol(omp_num_threads, &end, 10);
+    // "4" caps; "4,2" (nested levels) caps at its first level; junk or <= 0 is ignored, as OpenMP
+    // does.
+    if (end != omp_num_threads && (*end == 0 || *end == ',') && cap > 0)
+      cores = static_cast<int>(std::min<long>(cores, cap));
+  }
+  return cores;
+}
+
+int cpu_cores(int share) {
+  // The CPUs this process may run on (taskset, a cgroup cpuset, Slurm's --cpus-per-task) rather
+  // than the machine's: a thread per machine core on 2 allowed cores is the oversubscription
+  // this header warns of.
+  int allowed = static_cast<int>(std::thread::hardware_concurrency());
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) allowed = CPU_COUNT(&set);
+  return cpu_cores_for(allowed, share, std::getenv("OMP_NUM_THREADS"));
+}
 
 CpuThreads apply_cpu_threads(int intra_op, int blas, CpuWork work, int cores) {
   cores = std::max(1, cores);

@@ -25,8 +25,13 @@ struct CpuThreads {
 enum class CpuWork { kMatmuls, kConvolutions };
 // kConvolutions when the model has a 4-d (convolution) weight, else kMatmuls.
 CpuWork cpu_work_of(const torch::nn::Module& model);
-// hardware_concurrency(), at least 1.
-int cpu_cores();
+// The cores spritetorch's thread defaults share out: the CPUs this process may run on (its
+// affinity mask), divided among `share` processes (the ranks on this machine), then capped by
+// OMP_NUM_THREADS when that is a positive number (what users and torchrun set to say "this many
+// threads per process"); at least 1.
+int cpu_cores(int share = 1);
+// The same from its inputs (omp_num_threads may be null).
+int cpu_cores_for(int allowed_cpus, int share, const char* omp_num_threads);
 
 // Sets LibTorch's intra-op threads and OpenBLAS's threads; 0 = spritetorch's default for `work`
 // on `cores` cores (under ddp, a rank's share). When only one of the two is given, the other

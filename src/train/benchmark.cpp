@@ -224,8 +224,12 @@ std::string bench_table(const BenchReport& report) {
     }
     out << std::right << std::setprecision(3) << std::setw(9) << r.ms_per_step
         << std::setprecision(0) << std::setw(11) << r.images_per_second << std::setprecision(2)
-        << std::setw(10) << r.epoch_seconds << std::setw(10) << r.train_seconds << std::setw(8)
-        << r.speedup_over_cpu << "x" << std::setprecision(4) << std::setw(10) << r.accuracy << "\n";
+        << std::setw(10) << r.epoch_seconds << std::setw(10) << r.train_seconds;
+    if (r.speedup_over_cpu > 0)
+      out << std::setw(8) << r.speedup_over_cpu << "x";
+    else
+      out << std::setw(9) << "-";  // no CPU row in this run to compare with
+    out << std::setprecision(4) << std::setw(10) << r.accuracy << "\n";
   }
   if (report.floor) {
     double best = 0;
@@ -255,13 +259,15 @@ nlohmann::json bench_json(const BenchReport& report) {
                           {"step", r.step},
                           {"ran", r.ran}};
     if (r.ran) {
-      row.update({{"train_s", r.train_seconds},
-                  {"train_s_all", r.all_train_seconds},
-                  {"ms_per_step", r.ms_per_step},
-                  {"images_per_second", r.images_per_second},
-                  {"epoch_s", r.epoch_seconds},
-                  {"speedup_over_cpu", r.speedup_over_cpu},
-                  {"accuracy", r.accuracy}});
+      row.update(
+          {{"train_s", r.train_seconds},
+           {"train_s_all", r.all_train_seconds},
+           {"ms_per_step", r.ms_per_step},
+           {"images_per_second", r.images_per_second},
+           {"epoch_s", r.epoch_seconds},
+           {"speedup_over_cpu", r.speedup_over_cpu > 0 ? nlohmann::json(r.speedup_over_cpu)
+                                                       : nlohmann::json(nullptr)},  // no CPU row
+           {"accuracy", r.accuracy}});
     } else {
       row["skipped_reason"] = r.skipped_reason;
     }
@@ -301,8 +307,9 @@ std::string bench_csv(const BenchReport& report) {
     out << r.device << "," << quoted(r.device_name) << "," << quoted(r.data_path) << ","
         << r.precision << "," << (r.cuda_graphs ? 1 : 0) << "," << quoted(r.step) << ","
         << (r.ran ? 1 : 0) << "," << r.ms_per_step << "," << r.images_per_second << ","
-        << r.epoch_seconds << "," << r.train_seconds << "," << r.speedup_over_cpu << ","
-        << r.accuracy << "\n";
+        << r.epoch_seconds << "," << r.train_seconds << ",";
+    if (r.speedup_over_cpu > 0) out << r.speedup_over_cpu;  // empty: no CPU row
+    out << "," << r.accuracy << "\n";
   }
   return out.str();
 }

@@ -33,7 +33,7 @@ struct BenchRow {
   std::string skipped_reason;  // when !ran
   double train_seconds = 0;    // median over repeats, all epochs
   double ms_per_step = 0, images_per_second = 0, epoch_seconds = 0;
-  double speedup_over_cpu = 0;  // vs the first cpu row
+  double speedup_over_cpu = 0;  // vs the first cpu row; 0 when none ran ("-", JSON null, CSV empty)
   double accuracy = 0;          // test accuracy after the last repeat
   std::vector<double> all_train_seconds;
 };

@@ -93,10 +93,7 @@ torch::Device ParallelRun::pick_device(const std::string& text) const {
   return picked;
 }
 
-int ParallelRun::cores() const {
-  if (!distributed()) return cpu_cores();
-  return std::max(1, cpu_cores() / std::max(1, env_.local_world_size));
-}
+int ParallelRun::cores() const { return cpu_cores(distributed() ? env_.local_world_size : 1); }
 
 void ParallelRun::connect(const torch::Device& device) {
   device_ = device;

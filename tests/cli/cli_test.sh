@@ -95,6 +95,19 @@ threads_from_env=$(SPRITETORCH_THREADS=2 "$bin" eval --checkpoint "$tmp/s.pt" 2>
 if grep -q "CPU threads: 2 intra-op" <<<"$threads_from_env"; then passes=$((passes + 1)); else
   echo "FAIL: eval ignores SPRITETORCH_THREADS=2: $threads_from_env"; fails=$((fails + 1)); fi
 expect 2 "--threads: .-1. is not a number >= 0" -- eval --checkpoint "$tmp/s.pt" --threads -1
+# The defaults share out the cores this process may use: OMP_NUM_THREADS caps them, and so does
+# the CPU affinity (taskset, cpusets); a conv net's default is one intra-op thread per core.
+conv_run=(train --device cpu --dataset sprites --sprite-count 32 --epochs 1 --batch-size 16 --no-run-dir --json)
+if [ "$(nproc)" -ge 2 ]; then
+  for limit in "env OMP_NUM_THREADS=1" "taskset -c 0"; do
+    if ! command -v "${limit%% *}" >/dev/null; then continue; fi
+    limited=$($limit "$bin" "${conv_run[@]}" 2>&1)
+    if grep -q '"threads":"1 intra-op' <<<"$limited"; then passes=$((passes + 1)); else
+      echo "FAIL: $limit: the default is not 1 intra-op thread: $(grep -o '"threads":"[^"]*"' <<<"$limited")"
+      fails=$((fails + 1)); fi
+  done
+  expect 0 "\"threads\":\"$(nproc) intra-op" -- "${conv_run[@]}"
+fi
 expect 0 "resuming after 2" -- train --dataset dummy --resume "$tmp/s.pt" --epochs 3
 expect 0 "Wrote .*b.json" -- bench --dataset dummy --model simplenn --devices cpu --workers 0 --repeats 1 --out "$tmp/b"
 expect 2 "b.json exists" -- bench --dataset dummy --model simplenn --out "$tmp/b"

@@ -37,6 +37,22 @@ TEST(CpuThreads, DefaultsGiveTheCoresToThePoolThatDoesTheWork) {
   apply_cpu_threads(before.intra_op, std::max(before.blas, 0), CpuWork::kMatmuls);
 }
 
+TEST(CpuThreads, CoresAreTheAllowedOnesSharedThenCappedByOmpNumThreads) {
+  EXPECT_EQ(cpu_cores_for(16, 1, nullptr), 16);
+  EXPECT_EQ(cpu_cores_for(16, 4, nullptr), 4);  // 4 ranks on the machine: a quarter each
+  EXPECT_EQ(cpu_cores_for(3, 4, nullptr), 1);   // ... at least one
+  EXPECT_EQ(cpu_cores_for(16, 1, "2"), 2);      // OMP_NUM_THREADS caps a process
+  EXPECT_EQ(cpu_cores_for(16, 4, "2"), 2);      // ... per process, after the share
+  EXPECT_EQ(cpu_cores_for(4, 1, "32"), 4);      // ... but never adds cores
+  EXPECT_EQ(cpu_cores_for(16, 1, "3,1"), 3);    // nested levels: the outer one
+  EXPECT_EQ(cpu_cores_for(16, 1, ""), 16);      // empty, junk, zero or negative: ignored
+  EXPECT_EQ(cpu_cores_for(16, 1, "many"), 16);
+  EXPECT_EQ(cpu_cores_for(16, 1, "4x"), 16);
+  EXPECT_EQ(cpu_cores_for(16, 1, "0"), 16);
+  EXPECT_EQ(cpu_cores_for(16, 1, "-2"), 16);
+  EXPECT_EQ(cpu_cores_for(0, 1, nullptr), 1);  // hardware_concurrency() may say 0
+}
+
 TEST(CpuThreads, ModelsWithConvolutionsAreConvolutional) {
   EXPECT_EQ(cpu_work_of(*models::make_model({"cnn", {1, 28, 28}, 10})), CpuWork::kConvolutions);
   EXPECT_EQ(cpu_work_of(*models::make_model({"ann", {1, 28, 28}, 10})), CpuWork::kMatmuls);

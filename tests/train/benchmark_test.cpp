@@ -58,6 +58,25 @@ TEST(Benchmark, EveryRowRunsTheSameWorkAndReportsItsShape) {
   EXPECT_NE(table.find("Compute floor"), std::string::npos);
 }
 
+// A run without a CPU row (bench --devices cuda) has nothing to compare with: the column says so
+// instead of "0.00x".
+TEST(Benchmark, WithoutACpuRowTheCpuRatioIsLeftEmpty) {
+  BenchReport report;
+  BenchRow row;
+  row.device = "cuda:0";
+  row.data_path = "resident";
+  row.ran = true;
+  row.train_seconds = 0.76;
+  row.accuracy = 0.83;
+  report.rows.push_back(row);
+  const std::string table = bench_table(report);
+  EXPECT_EQ(table.find("0.00x"), std::string::npos) << table;
+  EXPECT_NE(table.find("0.76        -    0.8300"), std::string::npos) << table;
+  EXPECT_TRUE(bench_json(report).at("rows")[0].at("speedup_over_cpu").is_null());
+  const std::string csv = bench_csv(report);
+  EXPECT_NE(csv.find(",0.76,,0.83"), std::string::npos) << csv;
+}
+
 // Precision and CUDA-graph rows: every combination is a row on every device; one that cannot run
 // here says why instead of vanishing.
 TEST(Benchmark, PrecisionAndGraphRowsAreListedAndExplainedWhereTheyCannotRun) {
