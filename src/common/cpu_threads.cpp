@@ -29,11 +29,19 @@ CpuThreads current_cpu_threads() {
   CpuThreads out;
   out.intra_op = at::get_num_threads();
   if (auto get = find_symbol<GetThreadsFn>("openblas_get_num_threads")) out.blas = get();
-  if (auto config = find_symbol<GetConfigFn>("openblas_get_config"))
-    out.blas_name = config();  // "OpenBLAS 0.3.21 DYNAMIC_ARCH ... Zen MAX_THREADS=64"
-  else
-    out.blas_name = "BLAS without OpenBLAS symbols (reference BLAS? install libopenblas0-pthread)";
+  auto config = find_symbol<GetConfigFn>("openblas_get_config");
+  out.blas_name = describe_blas(config ? config() : nullptr, at::hasMKL());
   return out;
+}
+
+std::string describe_blas(const char* openblas_config, bool libtorch_has_mkl) {
+  // A pip torch carries MKL inside itself: it does LibTorch's matrix products, and
+  // at::set_num_threads sets its threads too, so --blas-threads has nothing to set there.
+  if (libtorch_has_mkl)
+    return "MKL inside LibTorch (its threads follow --threads; --blas-threads does not apply)";
+  if (openblas_config)
+    return openblas_config;  // "OpenBLAS 0.3.21 DYNAMIC_ARCH ... Zen MAX_THREADS=64"
+  return "BLAS without OpenBLAS symbols (reference BLAS? install libopenblas0-pthread)";
 }
 
 CpuWork cpu_work_of(const torch::nn::Module& model) {

@@ -12,7 +12,7 @@ namespace spritetorch {
 struct CpuThreads {
   int intra_op = 1;       // at::get_num_threads() after the change
   int blas = -1;          // OpenBLAS threads after the change; -1 = not OpenBLAS / unknown
-  std::string blas_name;  // "OpenBLAS 0.3.21 ...", or "unknown BLAS"
+  std::string blas_name;  // describe_blas(): "OpenBLAS 0.3.21 ...", "MKL inside LibTorch ...", ...
 };
 
 // What a model mostly computes on the CPU. It decides which of the two thread pools gets the cores
@@ -40,6 +40,10 @@ int cpu_cores_for(int allowed_cpus, int share, const char* omp_num_threads);
 CpuThreads apply_cpu_threads(int intra_op, int blas, CpuWork work, int cores = cpu_cores());
 // The current settings, changing nothing.
 CpuThreads current_cpu_threads();
+// What does LibTorch's CPU matrix products, for `devices`: LibTorch's own MKL when it has one (a
+// pip torch), else OpenBLAS's own description when its symbols are there (openblas_config
+// non-null), else a hint that the reference BLAS is probably in use.
+std::string describe_blas(const char* openblas_config, bool libtorch_has_mkl);
 // "2 intra-op, 1 BLAS" ("?" BLAS when it is not OpenBLAS): the settings tables' and devices' text.
 std::string describe_cpu_threads(const CpuThreads& threads);
 

@@ -53,6 +53,16 @@ TEST(CpuThreads, CoresAreTheAllowedOnesSharedThenCappedByOmpNumThreads) {
   EXPECT_EQ(cpu_cores_for(0, 1, nullptr), 1);  // hardware_concurrency() may say 0
 }
 
+TEST(CpuThreads, TheBlasIsNamedWithWhatItsThreadsFollow) {
+  EXPECT_EQ(describe_blas("OpenBLAS 0.3.21 DYNAMIC_ARCH", false), "OpenBLAS 0.3.21 DYNAMIC_ARCH");
+  const std::string mkl = describe_blas(nullptr, true);  // a pip torch: no "install OpenBLAS"
+  EXPECT_EQ(mkl.rfind("MKL inside LibTorch", 0), 0u) << mkl;
+  EXPECT_EQ(mkl.find("install"), std::string::npos) << mkl;
+  EXPECT_NE(describe_blas(nullptr, false).find("install libopenblas0-pthread"), std::string::npos);
+  // LibTorch calls its MKL even when an OpenBLAS is loaded beside it.
+  EXPECT_EQ(describe_blas("OpenBLAS 0.3.21", true), mkl);
+}
+
 TEST(CpuThreads, ModelsWithConvolutionsAreConvolutional) {
   EXPECT_EQ(cpu_work_of(*models::make_model({"cnn", {1, 28, 28}, 10})), CpuWork::kConvolutions);
   EXPECT_EQ(cpu_work_of(*models::make_model({"ann", {1, 28, 28}, 10})), CpuWork::kMatmuls);
