@@ -231,21 +231,7 @@ std::map<const CLI::Option*, std::string>& mirror_of_option() {
   return mirrors;
 }
 
-}  // namespace
-
-void mirror_environment(CLI::Option* option, const std::string& variable) {
-  mirror_of_option()[option] = variable;
-  option->description(option->get_description() + " (env: " + variable + ")");
-}
-
-void add_environment_mirrors(CLI::App* sub) {
-  for (const auto& [name, variable] : environment_mirrors()) {
-    CLI::Option* option = sub->get_option_no_throw("--" + name);
-    // A list option of the same name (bench --workers 0,2,4) means something else: no mirror.
-    if (option && option->get_expected_max() <= 1) mirror_environment(option, variable);
-  }
-}
-
+// Applies the mirrors of `sub` to the options the command line did not give (resolve_config).
 void apply_environment(CLI::App& sub) {
   for (CLI::Option* option : sub.get_options()) {
     const auto mirror = mirror_of_option().find(option);
@@ -264,6 +250,21 @@ void apply_environment(CLI::App& sub) {
           "environment variable " + variable + "=" + value + " (it sets " + flag + "): " + detail,
           "fix or unset the variable");
     }
+  }
+}
+
+}  // namespace
+
+void mirror_environment(CLI::Option* option, const std::string& variable) {
+  mirror_of_option()[option] = variable;
+  option->description(option->get_description() + " (env: " + variable + ")");
+}
+
+void add_environment_mirrors(CLI::App* sub) {
+  for (const auto& [name, variable] : environment_mirrors()) {
+    CLI::Option* option = sub->get_option_no_throw("--" + name);
+    // A list option of the same name (bench --workers 0,2,4) means something else: no mirror.
+    if (option && option->get_expected_max() <= 1) mirror_environment(option, variable);
   }
 }
 

@@ -55,8 +55,8 @@ int cpu_cores_for(int allowed_cpus, int share, const char* omp_num_threads) {
   if (omp_num_threads && *omp_num_threads) {
     char* end = nullptr;
     const long cap = std::strtol(omp_num_threads, &end, 10);
-    // "4" caps; "4,2" (nested levels) caps at its first level; junk or <= 0 is ignored, as OpenMP
-    // does.
+    // "4" caps; "4,2" (nested levels) caps at its first level; junk or <= 0 is ignored (as
+    // OpenMP ignores it).
     if (end != omp_num_threads && (*end == 0 || *end == ',') && cap > 0)
       cores = static_cast<int>(std::min<long>(cores, cap));
   }
