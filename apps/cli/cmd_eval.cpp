@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "device/device.h"
 #include "output.h"
+#include "train/model_state.h"
 #include "train/trainer.h"
 
 namespace spritetorch::cli {

@@ -14,6 +14,7 @@
 #include "train/flat_optimizer.h"
 #include "train/lr_schedule.h"
 #include "train/parallel.h"
+#include "tasks/make_task.h"
 #include "train/trainer.h"
 
 namespace spritetorch::cli {
@@ -28,6 +29,34 @@ void add_cpu_thread_options(CLI::App* sub, int& threads, int& blas_threads) {
                   "OpenBLAS threads (0: default: 1 for conv nets, one per core for MLPs)")
       ->check(kNonNegative)
       ->capture_default_str();
+}
+
+// `train --json`: the same keys for every task; accuracies only where the task has them.
+nlohmann::json train_json(const train::TrainReport& report, const std::string& run_dir) {
+  nlohmann::json epochs = nlohmann::json::array();
+  for (const auto& e : report.epochs) {
+    epochs.push_back({{"epoch", e.epoch},
+                      {"loss", e.loss},
+                      {"seconds", e.seconds},
+                      {"images_per_second", e.images_per_second}});
+    if (e.has_accuracy) epochs.back()["accuracy"] = e.accuracy;
+    if (e.has_test) {
+      epochs.back()["test_loss"] = e.test_loss;
+      if (e.has_accuracy) epochs.back()["test_accuracy"] = e.test_accuracy;
+    }
+  }
+  nlohmann::json settings = nlohmann::json::object();
+  for (const auto& [k, v] : report.settings) settings[k] = v;
+  nlohmann::json out = {{"task", report.task},         {"device", report.device},
+                        {"run_dir", run_dir},          {"settings", settings},
+                        {"epochs", epochs},            {"train_s", report.train_seconds},
+                        {"steps", report.steps}};
+  if (!report.epochs.empty()) out["loss"] = report.epochs.back().loss;
+  if (report.has_test) {
+    out["test"] = eval_json(report.test, report.class_names);
+    if (report.has_accuracy) out["accuracy"] = report.test.accuracy;
+  }
+  return out;
 }
 
 Subcommand add_train_command(CLI::App& app) {
@@ -217,54 +246,32 @@ Subcommand add_train_command(CLI::App& app) {
           tensorboard_observer = std::make_unique<report::TensorBoardObserver>(*events);
           session.add_observer(tensorboard_observer.get());
         }
-        if (config->task == "generate") {
-          if (events) log_training_samples(*events, *config);
-          return run_generator_training(*config, session, *json);
-        }
-        device::pick_device(config->device);  // an unavailable device fails before the data is read
+        auto task = make_task(*config);      // an option of the other task fails first,
+        device::pick_device(config->device);  // then an unavailable device, before the data
         const train::Datasets data = train::load_datasets(*config);
         if (events) log_training_samples(*events, data.train);
-        const train::TrainReport report = train::train(*config, data, &session.observer());
+        const train::TrainReport report =
+            train::Trainer(*config).fit(*task, data, &session.observer());
         if (!report.main_rank) return 0;  // ddp: rank 0 reports
-        if (events) {
-          const int64_t last_epoch =
-              report.start_epoch + static_cast<int64_t>(report.epochs.size());
-          events->add_scalar("test/accuracy", report.test.accuracy, last_epoch);
+        const int64_t last_epoch = report.start_epoch + static_cast<int64_t>(report.epochs.size());
+        if (events && report.has_test) {
+          if (report.has_accuracy) events->add_scalar("test/accuracy", report.test.accuracy, last_epoch);
           events->add_scalar("test/loss", report.test.loss, last_epoch);
           events->flush();
         }
 
         human << std::fixed << std::setprecision(2) << "Train time: " << report.train_seconds
-              << " s\n"
-              << std::setprecision(4) << "Test Accuracy: " << report.test.accuracy
-              << std::defaultfloat << "\n";
+              << " s (" << report.steps << " steps)\n"
+              << std::setprecision(4);
+        if (!report.epochs.empty() && !report.has_accuracy)
+          human << "Final loss: " << report.epochs.back().loss << "\n";
+        if (report.has_test)
+          human << (report.has_accuracy ? "Test Accuracy: " : "Test loss: ")
+                << (report.has_accuracy ? report.test.accuracy : report.test.loss) << "\n";
+        human << std::defaultfloat;
         if (!config->save.empty()) human << "Saved checkpoint: " << config->save << "\n";
         session.finish(report, config->save);  // pictures and summary.json, after the figures
-        if (*json) {
-          nlohmann::json epochs = nlohmann::json::array();
-          for (const auto& e : report.epochs) {
-            epochs.push_back({{"epoch", e.epoch},
-                              {"loss", e.loss},
-                              {"accuracy", e.accuracy},
-                              {"seconds", e.seconds},
-                              {"images_per_second", e.images_per_second}});
-            if (e.has_test) {
-              epochs.back()["test_loss"] = e.test_loss;
-              epochs.back()["test_accuracy"] = e.test_accuracy;
-            }
-          }
-          nlohmann::json settings = nlohmann::json::object();
-          for (const auto& [k, v] : report.settings) settings[k] = v;
-          std::cout << nlohmann::json{{"device", report.device},
-                                      {"run_dir", session.folder()},
-                                      {"settings", settings},
-                                      {"epochs", epochs},
-                                      {"train_s", report.train_seconds},
-                                      {"test", eval_json(report.test, report.class_names)},
-                                      {"accuracy", report.test.accuracy}}
-                           .dump()
-                    << "\n";
-        }
+        if (*json) std::cout << train_json(report, session.folder()).dump() << "\n";
         return 0;
       }};
 }

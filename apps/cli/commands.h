@@ -38,7 +38,6 @@ void add_cpu_thread_options(CLI::App* sub, int& threads, int& blas_threads);
 void add_sprite_data_options(CLI::App* sub, train::TrainConfig& config, bool training);
 CLI::Validator sprite_dataset_validator();
 class RunSession;  // run_session.h
-int run_generator_training(const train::TrainConfig& config, RunSession& session, bool json);
 struct GeneratorEvalFlags {
   std::string classifier;
   int64_t count = 256;

@@ -49,10 +49,11 @@ nlohmann::json eval_json(const train::EvalReport& report, const std::vector<std:
                                     ? nlohmann::json(nullptr)
                                     : nlohmann::json(report.per_class_accuracy[k]);
   std::vector<std::vector<int64_t>> confusion;
-  for (int64_t i = 0; i < report.confusion.size(0); ++i) {
+  for (int64_t i = 0; report.confusion.defined() && i < report.confusion.size(0); ++i) {
     auto row = report.confusion[i].contiguous();
     confusion.emplace_back(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel());
   }
+  if (!report.has_accuracy) return {{"loss", report.loss}, {"samples", report.samples}};
   return {{"loss", report.loss},
           {"accuracy", report.accuracy},
           {"samples", report.samples},

@@ -15,7 +15,8 @@ namespace spritetorch::cli {
 
 namespace {
 
-// The model the trainer will build, for the folder name (trainer.cpp decides the same way).
+// The model the trainer will build, for the folder name (train::default_model and, resuming, the
+// checkpoint's model: train/classifier_task.h).
 std::string model_for_name(const train::TrainConfig& config) {
   if (config.task == "generate") return "unet";
   if (!config.model.empty()) return config.model;
@@ -26,7 +27,7 @@ std::string model_for_name(const train::TrainConfig& config) {
       return "resumed";  // the trainer reports the bad file properly
     }
   }
-  return data::is_sprite_dataset(config.dataset) ? "cnn" : "ann";
+  return train::default_model(config);
 }
 
 // ddp ranks other than 0 keep no folder (rank 0 writes for all, as with checkpoints).
@@ -128,12 +129,6 @@ void RunSession::report(const runs::RunRecorder::Finished& finished) {
 
 void RunSession::finish(const train::TrainReport& report_in, const std::string& checkpoint) {
   if (!recorder_ || !report_in.main_rank) return;
-  report(recorder_->finish(report_in, checkpoint));
-}
-
-void RunSession::finish(const diffusion::GeneratorTrainReport& report_in,
-                        const std::string& checkpoint) {
-  if (!recorder_) return;
   report(recorder_->finish(report_in, checkpoint));
 }
 

@@ -9,7 +9,6 @@
 #include <optional>
 #include <string>
 
-#include "diffusion/generator.h"
 #include "runs/observer_list.h"
 #include "runs/progress.h"
 #include "runs/run_folder.h"
@@ -46,7 +45,6 @@ class RunSession {
   bool quiet() const { return quiet_; }
   // After training: pictures and summary.json; prints the notices and where the run is kept.
   void finish(const train::TrainReport& report, const std::string& checkpoint);
-  void finish(const diffusion::GeneratorTrainReport& report, const std::string& checkpoint);
   // The run folder, empty when there is none.
   std::string folder() const { return recorder_ ? recorder_->folder() : std::string(); }
 

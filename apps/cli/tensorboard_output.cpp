@@ -36,13 +36,6 @@ std::unique_ptr<report::EventWriter> open_tensorboard(const std::string& run_fol
 
 constexpr int64_t kSampleImages = 64;
 
-void log_training_samples(report::EventWriter& events, const train::TrainConfig& config) {
-  train::TrainConfig small = config;
-  small.train_limit = kSampleImages;
-  small.test_limit = 1;
-  log_training_samples(events, train::load_datasets(small).train);
-}
-
 void log_training_samples(report::EventWriter& events, const data::Dataset& train) {
   const int64_t n = std::min<int64_t>(kSampleImages, train.size());
   const torch::Tensor images = train.inputs.slice(0, 0, n);  // (n, C, H, W) uint8

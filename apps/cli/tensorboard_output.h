@@ -24,7 +24,5 @@ std::unique_ptr<report::EventWriter> open_tensorboard(const std::string& run_fol
 // A sheet of the first 64 training images ("data/train_samples", step 0); nothing for feature
 // datasets (dummy), which are not images. `train`: the datasets the run trains on (read once).
 void log_training_samples(report::EventWriter& events, const data::Dataset& train);
-// The same for runs that load their own data (--task generate): reads just those 64 images.
-void log_training_samples(report::EventWriter& events, const train::TrainConfig& config);
 
 }  // namespace spritetorch::cli

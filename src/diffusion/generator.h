@@ -17,8 +17,6 @@
 #include "diffusion/unet.h"
 #include "models/classifier.h"
 #include "train/checkpoint.h"
-#include "train/config.h"
-#include "train/trainer.h"
 
 namespace spritetorch::diffusion {
 
@@ -36,21 +34,8 @@ struct Generator {
   int64_t size = 16;
 };
 
-struct GeneratorTrainReport {
-  std::string device;
-  train::Settings settings;
-  double train_seconds = 0;  // the step loop only, device-synchronised, without sample sheets
-  double sample_seconds = 0; // drawing the --sample-every sheets
-  double final_loss = 0;     // mean loss over the last epoch
-  int64_t steps = 0;
-  std::vector<std::string> class_names;
-};
-
-// Trains on config.dataset's training split (--task generate): epochs, batch_size, lr, seed,
-// device, save and log_every mean what they mean for classifiers. Reports each epoch through the
-// observer (accuracy 0), and every config.sample_every epochs a sheet of samples (on_samples).
-// Saves a checkpoint whose meta has task "generate".
-GeneratorTrainReport train_generator(const train::TrainConfig& config, train::TrainObserver* observer = nullptr);
+// A generator checkpoint (meta task "generate"), not a classifier's: DataError naming `source`.
+void check_generator_checkpoint(const train::Checkpoint& checkpoint, const std::string& source);
 
 Generator load_generator(const std::string& path, torch::Device device);
 

@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "data/dataset.h"
+#include "train/model_state.h"
 #include "train/trainer.h"
 
 namespace spritetorch::interop {

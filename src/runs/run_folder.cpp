@@ -163,13 +163,15 @@ void RunRecorder::on_epoch(const train::EpochReport& r) {
                            {"samples", r.samples}};
   if (r.has_accuracy) values["accuracy"] = finite(r.accuracy);  // a generator has none to give
   write_line({{"kind", "epoch"}, {"step", global_step_}, {"epoch", r.epoch}, {"values", values}});
-  if (r.has_test)
-    write_line(
-        {{"kind", "eval"},
-         {"split", "test"},
-         {"step", global_step_},
-         {"epoch", r.epoch},
-         {"values", {{"loss", finite(r.test_loss)}, {"accuracy", finite(r.test_accuracy)}}}});
+  if (r.has_test) {
+    nlohmann::json test = {{"loss", finite(r.test_loss)}};
+    if (r.has_accuracy) test["accuracy"] = finite(r.test_accuracy);
+    write_line({{"kind", "eval"},
+                {"split", "test"},
+                {"step", global_step_},
+                {"epoch", r.epoch},
+                {"values", test}});
+  }
   curves_.epochs.push_back({r.epoch, r.loss, r.accuracy, r.has_test, r.test_loss, r.test_accuracy});
 }
 
@@ -248,61 +250,58 @@ void RunRecorder::write_summary(const nlohmann::json& summary) {
 RunRecorder::Finished RunRecorder::finish(const train::TrainReport& report,
                                           const std::string& checkpoint, const char* gnuplot_path) {
   Finished finished;
-  std::string why_not;
-  const auto misclassified =
-      write_misclassified_plot(folder_, report.misclassified, report.class_names, &why_not);
-  draw({write_curves_plot(folder_, curves_, fs::path(folder_).filename().string()),
-        write_confusion_plot(folder_, report.test.confusion, report.class_names), misclassified},
-       gnuplot_path, finished);
-  if (misclassified.script.empty()) finished.notices.push_back("no misclassified.png: " + why_not);
-
   const int64_t epochs = report.start_epoch + static_cast<int64_t>(report.epochs.size());
-  nlohmann::json summary = summary_base(checkpoint, finished);
-  nlohmann::json per_class = nlohmann::json::object();
-  for (size_t k = 0; k < report.class_names.size() && k < report.test.per_class_accuracy.size();
-       ++k)
-    per_class[report.class_names[k]] = finite(report.test.per_class_accuracy[k]);
-  summary["epochs"] = epochs;
-  summary["train_seconds"] = report.train_seconds;
-  summary["eval_seconds"] = report.eval_seconds;
-  summary["test"] = {{"loss", finite(report.test.loss)},
-                     {"accuracy", finite(report.test.accuracy)},
-                     {"samples", report.test.samples},
-                     {"per_class_accuracy", per_class},
-                     {"misclassified", report.misclassified.total}};
-  if (!report.epochs.empty())
-    summary["train"] = {{"loss", finite(report.epochs.back().loss)},
-                        {"accuracy", finite(report.epochs.back().accuracy)}};
-  write_line({{"kind", "end"},
-              {"step", global_step_},
-              {"epoch", epochs},
-              {"values",
-               {{"test_loss", finite(report.test.loss)},
-                {"test_accuracy", finite(report.test.accuracy)},
-                {"train_seconds", report.train_seconds}}}});
-  write_summary(summary);
-  return finished;
-}
+  curves_.accuracy = report.has_accuracy;
+  std::vector<PlotScript> scripts = {
+      write_curves_plot(folder_, curves_, fs::path(folder_).filename().string())};
+  std::string why_not;
+  const bool classes = report.has_accuracy && report.has_test;  // a confusion matrix to draw
+  if (classes) {
+    const auto misclassified =
+        write_misclassified_plot(folder_, report.misclassified, report.class_names, &why_not);
+    scripts.push_back(write_confusion_plot(folder_, report.test.confusion, report.class_names));
+    scripts.push_back(misclassified);
+    if (misclassified.script.empty()) why_not = "no misclassified.png: " + why_not;
+    else why_not.clear();
+  }
+  draw(scripts, gnuplot_path, finished);
+  if (!why_not.empty()) finished.notices.push_back(why_not);
 
-RunRecorder::Finished RunRecorder::finish(const diffusion::GeneratorTrainReport& report,
-                                          const std::string& checkpoint, const char* gnuplot_path) {
-  Finished finished;
-  curves_.accuracy = false;
-  draw({write_curves_plot(folder_, curves_, fs::path(folder_).filename().string())}, gnuplot_path,
-       finished);
   nlohmann::json summary = summary_base(checkpoint, finished);
-  summary["epochs"] = static_cast<int64_t>(curves_.epochs.size());
+  summary["task"] = report.task;
+  summary["epochs"] = epochs;
   summary["steps"] = report.steps;
   summary["train_seconds"] = report.train_seconds;
-  summary["sample_seconds"] = report.sample_seconds;
-  summary["final_loss"] = finite(report.final_loss);
-  summary["samples"] = sample_sheets_;
-  if (!sample_sheets_.empty()) summary["pictures"]["samples"] = sample_sheets_.back();
-  write_line(
-      {{"kind", "end"},
-       {"step", global_step_},
-       {"epoch", static_cast<int64_t>(curves_.epochs.size())},
-       {"values", {{"loss", finite(report.final_loss)}, {"train_seconds", report.train_seconds}}}});
+  summary["eval_seconds"] = report.eval_seconds;
+  nlohmann::json end_values = {{"train_seconds", report.train_seconds}};
+  if (report.has_test) {
+    summary["test"] = {{"loss", finite(report.test.loss)}, {"samples", report.test.samples}};
+    end_values["test_loss"] = finite(report.test.loss);
+  }
+  if (classes) {
+    nlohmann::json per_class = nlohmann::json::object();
+    for (size_t k = 0; k < report.class_names.size() && k < report.test.per_class_accuracy.size();
+         ++k)
+      per_class[report.class_names[k]] = finite(report.test.per_class_accuracy[k]);
+    summary["test"]["accuracy"] = finite(report.test.accuracy);
+    summary["test"]["per_class_accuracy"] = per_class;
+    summary["test"]["misclassified"] = report.misclassified.total;
+    end_values["test_accuracy"] = finite(report.test.accuracy);
+  }
+  if (!report.epochs.empty()) {
+    summary["train"] = {{"loss", finite(report.epochs.back().loss)}};
+    if (report.has_accuracy) summary["train"]["accuracy"] = finite(report.epochs.back().accuracy);
+    if (!report.has_accuracy) {
+      summary["final_loss"] = finite(report.epochs.back().loss);
+      end_values["loss"] = finite(report.epochs.back().loss);
+    }
+  }
+  if (!sample_sheets_.empty()) {
+    summary["sample_seconds"] = report.sample_seconds;
+    summary["samples"] = sample_sheets_;
+    summary["pictures"]["samples"] = sample_sheets_.back();
+  }
+  write_line({{"kind", "end"}, {"step", global_step_}, {"epoch", epochs}, {"values", end_values}});
   write_summary(summary);
   return finished;
 }

@@ -17,7 +17,6 @@
 #include <string>
 #include <vector>
 
-#include "diffusion/generator.h"
 #include "runs/plots.h"
 #include "train/trainer.h"
 
@@ -66,8 +65,6 @@ class RunRecorder : public train::TrainObserver {
   // After training: the pictures, the end line of metrics.jsonl and summary.json. `checkpoint`:
   // where the final checkpoint went. `gnuplot_path`: a PATH value to search (nullptr: ours).
   Finished finish(const train::TrainReport& report, const std::string& checkpoint,
-                  const char* gnuplot_path = nullptr);
-  Finished finish(const diffusion::GeneratorTrainReport& report, const std::string& checkpoint,
                   const char* gnuplot_path = nullptr);
 
  private:

@@ -16,31 +16,8 @@
 
 namespace spritetorch::train {
 
-struct StepPrecision {
-  precision::PrecisionPlan plan;               // resolved (precision/precision.h)
-  const precision::GradScaler* scaler = nullptr;  // set when plan.grad_scaling
-  bool channels_last = false;                  // feed 4-D batches as channels_last
-  bool autocast_cache = true;                  // false under CUDA graph capture
-};
-
-// model->forward under AutocastGuard (plan.device_type, plan.compute_dtype), cross-entropy on the
-// logits cast to fp32 after it, backward outside it on the scaled loss when a scaler is set. Weights and gradients stay fp32: autocast casts copies of the weights for the matmuls, and
-// autograd casts their gradients back to fp32 into the flat buffer.
-class AmpAutogradStep : public TrainStep {
- public:
-  AmpAutogradStep(models::Classifier model, StepPrecision precision)
-      : model_(std::move(model)), precision_(std::move(precision)) {}
-  void run(const data::Batch& batch, torch::Tensor& loss_sum, torch::Tensor& correct) override;
-  const char* name() const override { return "autograd"; }
-  bool overwrites_grads() const override { return false; }
-
- private:
-  models::Classifier model_;
-  StepPrecision precision_;
-};
-
 // fp32 without loss scaling or channels_last: make_train_step(model, max_batch, kind) unchanged.
-// Otherwise AmpAutogradStep. The fused MLP step computes in fp32 only: with bf16/fp16, kind "auto"
+// Otherwise AutogradStep over the classifier's loss with `precision`. The fused MLP step computes in fp32 only: with bf16/fp16, kind "auto"
 // falls back to autograd + autocast (at the seed's sizes autocast's per-op casts cost more than the
 // bf16 matmuls save: docs/precision.md) and kind "fused" is an error.
 std::unique_ptr<TrainStep> make_precision_train_step(const models::Classifier& model,

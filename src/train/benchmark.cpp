@@ -12,6 +12,7 @@
 #include "data/loader.h"
 #include "device/device.h"
 #include "models/classifier.h"
+#include "train/classifier_task.h"
 #include "train/trainer.h"
 
 namespace spritetorch::train {
@@ -124,7 +125,7 @@ BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer) {
 
   // The compute floor, for the models whose FLOPs we can count exactly.
   {
-    auto model = models::make_model({w.model.empty() ? "ann" : w.model,
+    auto model = models::make_model({w.model.empty() ? default_model(w) : w.model,
                                      [&] {
                                        auto s = data.train.inputs.sizes().vec();
                                        s.erase(s.begin());
@@ -168,10 +169,12 @@ BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer) {
         Datasets warm_data{
             data.train.head(std::max<int64_t>(1, config.warmup_steps) * w.batch_size),
             data.test.head(w.batch_size)};
-        train(warm, warm_data);
+        // The bench trains classifiers (a fresh task each run: a task holds its module).
+        auto classifier = [&w] { return ClassifierTask::builtin(w.model, default_model(w)); };
+        Trainer(warm).fit(*classifier(), warm_data);
         TrainReport last;
         for (int r = 0; r < config.repeats; ++r) {
-          last = train(run, data);
+          last = Trainer(run).fit(*classifier(), data);
           row.all_train_seconds.push_back(last.train_seconds);
         }
         for (const auto& [k, v] : last.settings)
@@ -275,7 +278,7 @@ nlohmann::json bench_json(const BenchReport& report) {
   }
   nlohmann::json out = {{"date", report.date},
                         {"workload",
-                         {{"model", w.model.empty() ? "ann" : w.model},
+                         {{"model", w.model.empty() ? default_model(w) : w.model},
                           {"dataset", w.dataset},
                           {"batch_size", w.batch_size},
                           {"epochs", w.epochs},

@@ -11,7 +11,7 @@
 namespace spritetorch::train {
 
 struct TrainConfig {
-  std::string model = "ann";              // ann | cnn | simplenn
+  std::string model;  // ann | cnn | simplenn | unet; empty: default_model (below)
   std::string dataset = "fashion-mnist";  // fashion-mnist | dummy
   std::string data_dir = data::kDefaultFashionMnistDir;
   std::string device = "auto";  // auto | cpu | cuda | cuda:N | mps
@@ -60,5 +60,10 @@ struct TrainConfig {
   data::SpriteOptions sprites;    // sprites | folder: | sheet: | npy: datasets
   int64_t unet_base = 16;         // --task generate: UNet channels at full resolution
 };
+
+// The model a run trains when --model is not given (the one place this rule is written): the UNet
+// for --task generate, the CNN for sprite datasets, the seed's MLP (ann) otherwise. A resumed run
+// takes its checkpoint's model instead (train/classifier_task.h).
+std::string default_model(const TrainConfig& config);
 
 }  // namespace spritetorch::train

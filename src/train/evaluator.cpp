@@ -8,6 +8,13 @@ namespace spritetorch::train {
 
 EvalReport evaluate(models::ClassifierImpl& model, data::Loader& loader, int64_t classes,
                     bool keep_predictions) {
+  return evaluate([&model](const torch::Tensor& x) { return model.forward(x); }, model, loader,
+                  classes, keep_predictions);
+}
+
+EvalReport evaluate(const std::function<torch::Tensor(const torch::Tensor&)>& forward,
+                    torch::nn::Module& model, data::Loader& loader, int64_t classes,
+                    bool keep_predictions) {
   const bool was_training = model.is_training();
   model.eval();
   const torch::Device device = loader.device();
@@ -29,7 +36,7 @@ EvalReport evaluate(models::ClassifierImpl& model, data::Loader& loader, int64_t
           device::expect_on_device(batch.inputs, params[0].device(), "the evaluation batch", "the model");
         checked = true;
       }
-      auto logits = model.forward(batch.inputs);  // (B, K)
+      auto logits = forward(batch.inputs).to(torch::kFloat32);  // (B, K)
       loss_sum += torch::cross_entropy_loss(logits, batch.labels, {}, at::Reduction::Sum).to(torch::kFloat64);
       auto predicted = logits.argmax(1);
       if (keep_predictions) predictions.push_back(predicted);

@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <vector>
 
 #include "data/loader.h"
@@ -12,8 +13,9 @@
 namespace spritetorch::train {
 
 struct EvalReport {
-  double loss = 0;      // mean cross-entropy over the samples
+  double loss = 0;      // mean loss over the samples (cross-entropy for classifiers)
   double accuracy = 0;  // share of samples whose argmax is the label
+  bool has_accuracy = true;  // false for tasks with no classes to be right about (generators)
   int64_t samples = 0;
   std::vector<double> per_class_accuracy;  // (K); NaN for a class with no samples
   torch::Tensor confusion;                 // (K, K) int64 on the CPU: row = true, column = predicted
@@ -23,6 +25,10 @@ struct EvalReport {
 // Runs under inference mode with the model in eval mode; restores train mode if it was on.
 // keep_predictions: also return every predicted class (read back once, at the end).
 EvalReport evaluate(models::ClassifierImpl& model, data::Loader& loader, int64_t classes,
+                    bool keep_predictions = false);
+// The same for any module: forward maps (B, ...) float32 inputs to (B, K) logits.
+EvalReport evaluate(const std::function<torch::Tensor(const torch::Tensor&)>& forward,
+                    torch::nn::Module& module, data::Loader& loader, int64_t classes,
                     bool keep_predictions = false);
 
 }  // namespace spritetorch::train

@@ -57,6 +57,8 @@ class ParallelRun {
   // The model the train step runs: under dp a DataParallel wrapper around `model` (whose
   // parameters stay the ones the optimizer holds), else `model` itself.
   models::Classifier step_model(const models::Classifier& model) const;
+  // dp: the GPUs a batch is split over, cuda:0 first (empty otherwise).
+  const std::vector<torch::Device>& data_parallel_devices() const { return dp_devices_; }
   // The training data this rank loads. ddp with local shards (--dist-shard): a fixed 1/R share of
   // `full`, kept alone (data::local_shard); otherwise `full` itself, with `options` set to take
   // this rank's share of every epoch's order. auto = local on CUDA, where device memory is what

@@ -1,17 +1,65 @@
 #include "train/train_step.h"
 
+#include <optional>
+
+#include "common/compat.h"
 #include "common/error.h"
+#include "precision/autocast_guard.h"
+#include "precision/grad_scaler.h"
 #include "train/cpu_mlp_step.h"
 
 namespace spritetorch::train {
 
+AutogradStep::AutogradStep(LossFn loss, StepPrecision precision)
+    : loss_(std::move(loss)), precision_(std::move(precision)) {
+  if (precision_.plan.grad_scaling && !precision_.scaler)
+    throw Error("internal: fp16 step without a grad scaler");
+}
+
 void AutogradStep::run(const data::Batch& batch, torch::Tensor& loss_sum, torch::Tensor& correct) {
-  auto logits = model_->forward(batch.inputs);                   // (B, K)
-  auto loss = torch::cross_entropy_loss(logits, batch.labels);   // mean over the batch
-  loss.backward();
+  const auto& plan = precision_.plan;
+  StepLoss out;
+  {
+    // Disabled guard for fp32 (channels_last or scaling alone): the same code path either way.
+    precision::AutocastGuard autocast(plan.device_type, plan.compute_dtype, plan.autocast,
+                                      precision_.autocast_cache);
+    if (precision_.channels_last && batch.inputs.dim() == 4) {
+      data::Batch channels_last{batch.inputs.contiguous(torch::MemoryFormat::ChannelsLast),
+                                batch.labels};
+      out = loss_(channels_last);
+    } else {
+      out = loss_(batch);
+    }
+  }
+  if (precision_.scaler)
+    precision_.scaler->scale(out.loss).backward();
+  else
+    out.loss.backward();
   torch::NoGradGuard no_grad;
-  loss_sum.add_(loss.detach(), static_cast<double>(batch.labels.size(0)));
-  correct.add_(logits.argmax(1).eq(batch.labels).sum());
+  loss_sum.add_(out.loss.detach(), static_cast<double>(batch.inputs.size(0)));
+  if (out.correct.defined()) correct.add_(out.correct);
+}
+
+LossFn classifier_loss(ForwardFn forward) {
+  return [forward = std::move(forward)](const data::Batch& batch) {
+    StepLoss out;
+    auto logits = forward(batch.inputs);  // (B, K); bf16/fp16 under autocast
+    {
+      // Only inside an autocast scope: a guard costs a cache clear per step otherwise.
+      const auto type = batch.inputs.device().type();
+      std::optional<precision::AutocastGuard> fp32;
+      if (compat::autocast_supported(type) && compat::autocast_enabled(type))
+        fp32.emplace(type, torch::kFloat32, /*enabled=*/false);
+      out.loss = torch::cross_entropy_loss(logits.to(torch::kFloat32), batch.labels);  // ()
+    }
+    torch::NoGradGuard no_grad;
+    out.correct = logits.argmax(1).eq(batch.labels).sum();
+    return out;
+  };
+}
+
+LossFn classifier_loss(const models::Classifier& model) {
+  return classifier_loss([model](const torch::Tensor& x) { return model->forward(x); });
 }
 
 FusedMlpStep::FusedMlpStep(std::vector<torch::nn::Linear> layers, int64_t max_batch)
@@ -97,7 +145,7 @@ std::unique_ptr<TrainStep> make_train_step(const models::Classifier& model, int6
     if (CpuMlpStep::applies_to(layers)) return std::make_unique<CpuMlpStep>(layers, max_batch, cpu_threads);
     return std::make_unique<FusedMlpStep>(layers, max_batch);
   }
-  return std::make_unique<AutogradStep>(model);
+  return std::make_unique<AutogradStep>(classifier_loss(model));
 }
 
 }  // namespace spritetorch::train

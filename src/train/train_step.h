@@ -3,7 +3,8 @@
 // accumulators. The optimizer step is the caller's.
 //
 // Two implementations with the same results (tests compare them):
-//  - AutogradStep: model->forward, cross-entropy, backward. Any model.
+//  - AutogradStep: a task's loss (train/task.h), backward. Any model, any task; under autocast and
+//    with loss scaling when the run's precision asks for them.
 //  - FusedMlpStep: for ReLU MLPs (ann, simplenn), forward and backward written out as a dozen
 //    whole-batch kernels into buffers allocated once: no autograd graph, no allocation per step.
 //    At the seed's batch of 64 the autograd bookkeeping costs as much as the matrix work. Any
@@ -20,8 +21,28 @@
 #include "common/shard_pool.h"
 #include "data/loader.h"
 #include "models/classifier.h"
+#include "precision/precision.h"
+
+namespace spritetorch::precision {
+class GradScaler;
+}
 
 namespace spritetorch::train {
+
+// The loss of one batch, as a task computes it (train/task.h).
+struct StepLoss {
+  torch::Tensor loss;     // () mean over the batch, float32, attached to the autograd graph
+  torch::Tensor correct;  // () int64 correct predictions in the batch; undefined when none
+};
+using LossFn = std::function<StepLoss(const data::Batch& batch)>;
+
+// How a step computes: the resolved precision plan, the loss scaler, the memory format.
+struct StepPrecision {
+  precision::PrecisionPlan plan;                  // resolved (precision/precision.h)
+  const precision::GradScaler* scaler = nullptr;  // set when plan.grad_scaling
+  bool channels_last = false;                     // feed 4-D batches as channels_last
+  bool autocast_cache = true;                     // false under CUDA graph capture
+};
 
 class TrainStep {
  public:
@@ -46,16 +67,27 @@ class TrainStep {
   GradReadyFn grad_ready_;
 };
 
+// loss(batch) under AutocastGuard (precision.plan) when autocast is on, then backward outside it,
+// on the scaled loss when a scaler is set. Weights and gradients stay fp32: autocast casts copies
+// of the weights for the matmuls, and autograd casts their gradients back to fp32.
 class AutogradStep : public TrainStep {
  public:
-  explicit AutogradStep(models::Classifier model) : model_(std::move(model)) {}
+  explicit AutogradStep(LossFn loss, StepPrecision precision = {});
   void run(const data::Batch& batch, torch::Tensor& loss_sum, torch::Tensor& correct) override;
   const char* name() const override { return "autograd"; }
   bool overwrites_grads() const override { return false; }
 
  private:
-  models::Classifier model_;
+  LossFn loss_;
+  StepPrecision precision_;
 };
+
+// A classifier's loss: cross-entropy of forward(inputs) against the labels, computed in fp32 outside
+// autocast (LibTorch 1.13's CPU autocast would run log_softmax in bf16), and the correct count.
+// forward: (B, ...) float32 -> (B, K) logits.
+using ForwardFn = std::function<torch::Tensor(const torch::Tensor& inputs)>;
+LossFn classifier_loss(ForwardFn forward);
+LossFn classifier_loss(const models::Classifier& model);
 
 class FusedMlpStep : public TrainStep {
  public:

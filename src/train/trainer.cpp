@@ -16,6 +16,7 @@
 #include "train/cuda_graph_step.h"
 #include "train/flat_optimizer.h"
 #include "train/interrupt.h"
+#include "train/model_state.h"
 #include "train/optimization.h"
 #include "train/parallel.h"
 #include "train/run_state.h"
@@ -33,12 +34,6 @@ std::string loss_text(double loss) {
   return std::to_string(loss);
 }
 
-std::vector<int64_t> sample_shape(const data::Dataset& d) {
-  auto sizes = d.inputs.sizes().vec();
-  sizes.erase(sizes.begin());
-  return sizes;
-}
-
 // The first kMisclassifiedKept test samples whose prediction is wrong. predictions: (N) int64 on
 // the CPU in test-set order (the test loader does not shuffle).
 Misclassified pick_misclassified(const data::Dataset& test, const torch::Tensor& predictions) {
@@ -50,27 +45,6 @@ Misclassified pick_misclassified(const data::Dataset& test, const torch::Tensor&
   out.inputs = test.inputs.cpu().index_select(0, kept);
   out.labels = test.labels.cpu().index_select(0, kept);
   out.predicted = predictions.index_select(0, kept);
-  return out;
-}
-
-// The model a run trains: --model, else cnn for sprite data and ann otherwise; when resuming, the
-// checkpoint decides, and a conflicting --model is an error, not a surprise.
-struct ModelChoice {
-  std::string name;
-  std::optional<Checkpoint> resumed;
-};
-ModelChoice choose_model(const TrainConfig& config) {
-  ModelChoice out;
-  out.name = config.model.empty() ? "ann" : config.model;
-  if (config.model.empty() && data::is_sprite_dataset(config.dataset)) out.name = "cnn";
-  if (config.resume.empty()) return out;
-  out.resumed = load_checkpoint(config.resume);
-  const auto saved_model = out.resumed->meta.value("model", std::string());
-  if (!config.model.empty() && config.model != saved_model)
-    throw Error("--resume " + config.resume + " holds model '" + saved_model + "' but --model " +
-                config.model + " was given");
-  out.name = saved_model;
-  check_resumed_optimizer(*out.resumed, config.resume, config);
   return out;
 }
 
@@ -108,68 +82,24 @@ Datasets load_datasets(const TrainConfig& config) {
   return out;
 }
 
-std::map<std::string, torch::Tensor> model_state(const torch::nn::Module& model) {
-  std::map<std::string, torch::Tensor> out;
-  for (const auto& p : model.named_parameters()) out[p.key()] = p.value().detach().cpu();
-  for (const auto& b : model.named_buffers()) out[b.key()] = b.value().cpu();
-  return out;
-}
-
-void load_model_state(torch::nn::Module& model, const std::map<std::string, torch::Tensor>& state,
-                      const std::string& source) {
-  torch::NoGradGuard no_grad;
-  size_t used = 0;
-  auto load = [&](const std::string& name, torch::Tensor target) {
-    auto it = state.find(name);
-    if (it == state.end()) throw DataError(source, "a tensor '" + name + "'", "none");
-    if (it->second.sizes() != target.sizes())
-      throw DataError(source, "'" + name + "' of shape " + c10::str(target.sizes()),
-                      "shape " + c10::str(it->second.sizes()));
-    target.copy_(it->second);  // copy_ keeps target's storage (flat optimizer views stay valid)
-    ++used;
-  };
-  for (auto& p : model.named_parameters()) load(p.key(), p.value());
-  for (auto& b : model.named_buffers()) load(b.key(), b.value());
-  if (used != state.size())
-    throw DataError(source, std::to_string(used) + " model tensors",
-                    std::to_string(state.size()) + " (tensors this model does not have)");
-}
-
-models::Classifier model_from_checkpoint(const Checkpoint& checkpoint, const std::string& source,
-                                         torch::Device device) {
-  models::ModelSpec spec;
-  try {
-    spec.name = checkpoint.meta.at("model").get<std::string>();
-    spec.input_shape = checkpoint.meta.at("input_shape").get<std::vector<int64_t>>();
-    spec.classes = checkpoint.meta.at("classes").get<int64_t>();
-  } catch (const nlohmann::json::exception& e) {
-    throw DataError(source, "metadata with model, input_shape and classes", e.what());
-  }
-  int64_t file_values = 0;
-  for (const auto& [name, t] : checkpoint.model) file_values += t.numel();
-  check_model_spec(spec, file_values, source);  // a hostile file must not size our allocations
-  auto model = models::make_model(spec);
-  load_model_state(*model, checkpoint.model, source);
-  model->to(device);
-  return model;
-}
 namespace {
 
-// One call of train(): what is set up once (where, the model and its optimizer, the step, the data
-// paths), then the epoch loop over it. A class so that each phase is a function of its own; it
-// lives only for the call. The constructor keeps the set-up order, which matters: an impossible
-// request fails before the model is built or data moved, and the seed is set before the weights
-// are drawn.
+// One call of Trainer::fit(): what is set up once (where, the task's module and its optimizer, the
+// step, the data paths), then the epoch loop over it. A class so that each phase is a function of
+// its own; it lives only for the call. The constructor keeps the set-up order, which matters: an
+// impossible request fails before the model is built or data moved, and the seed is set before the
+// weights are drawn.
 class TrainingRun {
  public:
-  TrainingRun(const TrainConfig& config, const Datasets& data, TrainObserver* observer);
+  TrainingRun(const TrainConfig& config, Task& task, const Datasets& data, TrainObserver* observer);
   TrainingRun(const TrainingRun&) = delete;  // observer_ may point at silent_
   TrainingRun& operator=(const TrainingRun&) = delete;
 
   TrainReport run();
 
  private:
-  void set_up_model();       // model on the device, optimizer, resumed state, rank 0's weights
+  void check_task_options() const;  // options the task cannot honour are errors
+  void set_up_model();       // the task's module on the device, optimizer, resumed state, rank 0's
   void set_up_step();        // augmentation, the train step (and its CUDA graph), ddp hooks
   void set_up_data_paths();  // this rank's training data and the test data, resident or streaming
   Settings describe() const;
@@ -181,6 +111,8 @@ class TrainingRun {
   Error diverged(const std::string& what, int64_t epoch, const std::string& where) const;
 
   const TrainConfig& config_;
+  Task& task_;
+  const TaskTraits traits_;
   const Datasets& data_;
   TrainObserver silent_;
   TrainObserver* observer_;  // silent_ when none is given, and on ddp ranks other than 0
@@ -191,14 +123,13 @@ class TrainingRun {
   CpuThreads threads_;
   precision::PrecisionPlan plan_;
 
-  std::string model_name_;
-  std::optional<Checkpoint> resumed_;  // --resume
-  models::ModelSpec spec_;
-  models::Classifier model_;
+  std::optional<Checkpoint> resumed_;  // --resume, read and checked once
   bool channels_last_ = false;
   std::unique_ptr<FlatOptimizer> optimizer_;
   std::unique_ptr<precision::GradScaler> scaler_;  // fp16 only
   int64_t start_epoch_ = 0;
+  int64_t start_steps_ = 0;            // optimizer steps before this run (resumed)
+  int64_t steps_done_ = 0;             // optimizer steps in this run
   std::optional<RunState> run_state_;  // resuming mid-epoch: where
 
   data::AugmentOptions augment_;
@@ -211,8 +142,11 @@ class TrainingRun {
   std::string last_good_;  // newest periodic checkpoint this run wrote
 };
 
-TrainingRun::TrainingRun(const TrainConfig& config, const Datasets& data, TrainObserver* observer)
+TrainingRun::TrainingRun(const TrainConfig& config, Task& task, const Datasets& data,
+                         TrainObserver* observer)
     : config_(config),
+      task_(task),
+      traits_(task.traits()),
       data_(data),
       observer_(observer ? observer : &silent_),
       run_base_(run_checkpoint_base(config)),
@@ -220,6 +154,11 @@ TrainingRun::TrainingRun(const TrainConfig& config, const Datasets& data, TrainO
       device_(parallel_.pick_device(config.device)),
       optimization_(optimization_of(config)) {
   if (!parallel_.is_main()) observer_ = &silent_;  // under ddp only rank 0 talks to the observer
+  check_task_options();
+  if (!config_.resume.empty()) {
+    resumed_ = load_checkpoint(config_.resume);
+    check_resumed_optimizer(*resumed_, config_.resume, config_);
+  }
   parallel_.connect(device_);
   // Precision (docs/precision.md): resolved once against the device, before any data is read, so
   // an impossible combination fails at once.
@@ -241,33 +180,50 @@ TrainingRun::TrainingRun(const TrainConfig& config, const Datasets& data, TrainO
   // BLAS runs one thread inside each.
   const bool step_owns_cores = step_->threads() > 1 && config_.blas_threads == 0;
   threads_ = apply_cpu_threads(config_.threads, step_owns_cores ? 1 : config_.blas_threads,
-                               cpu_work_of(*model_), parallel_.cores());
+                               cpu_work_of(task_.module()), parallel_.cores());
   set_up_data_paths();
 }
 
+void TrainingRun::check_task_options() const {
+  const std::string task = "task '" + task_.name() + "'";
+  if (config_.cuda_graphs && !traits_.cuda_graphs)
+    throw Error("--cuda-graphs cannot capture the step of " + task + ": " + traits_.no_cuda_graphs,
+                "drop --cuda-graphs");
+  if (parallel_.kind() == StrategyKind::kDataParallel && !traits_.data_parallel)
+    throw Error("--strategy dp replicates our built-in classifiers only; " + task +
+                    " cannot be split that way",
+                "use --strategy ddp (one process per device: spritetorch launch)");
+}
+
 void TrainingRun::set_up_model() {
-  ModelChoice choice = choose_model(config_);
-  model_name_ = choice.name;
-  resumed_ = std::move(choice.resumed);
-  spec_ = {model_name_, sample_shape(data_.train), data_.train.num_classes()};
-  model_ = models::make_model(spec_);
-  model_->to(device_);  // once, before the loop
+  task_.build({data_.train, resumed_ ? &*resumed_ : nullptr, config_.resume, config_.seed});
+  torch::nn::Module& module = task_.module();
+  module.to(device_);  // once, before the loop
+  task_.to_device(device_);
   // channels_last must be set before the flat optimizer re-points the parameters (it keeps their
   // strides).
   bool has_conv = false;
-  for (const auto& p : model_->parameters()) has_conv |= p.dim() == 4;
+  for (const auto& p : module.parameters()) has_conv |= p.dim() == 4;
   channels_last_ = device_.is_cuda() && config_.channels_last && has_conv;
-  if (channels_last_) apply_channels_last(*model_);
+  if (channels_last_) apply_channels_last(module);
   if (device_.is_cuda()) at::globalContext().setBenchmarkCuDNN(config_.cudnn_benchmark);
-  optimizer_ = std::make_unique<FlatOptimizer>(model_->parameters(), optimization_.options);
+  optimizer_ = std::make_unique<FlatOptimizer>(module.parameters(), optimization_.options);
   if (resumed_) {
-    load_model_state(*model_, resumed_->model, config_.resume);
-    optimizer_->load_state(resumed_->optimizer);
+    task_.load(*resumed_, config_.resume);
+    try {
+      optimizer_->load_state(resumed_->optimizer);
+    } catch (const DataError&) {
+      throw;
+    } catch (const Error& e) {
+      throw DataError(config_.resume, "the optimizer state of this model", e.what());
+    }
     start_epoch_ = resumed_->meta.value("epoch", int64_t{0});
+    start_steps_ = resumed_->meta.value("steps", int64_t{0});
     run_state_ = load_run_state(*resumed_, device_, config_.resume);
-    if (run_state_) check_mid_run_resume(config_, *resumed_, *run_state_);
+    // Mid-epoch only: an epoch boundary may change --batch-size (its state carries just the RNG).
+    if (run_state_ && run_state_->step > 0) check_mid_run_resume(config_, *resumed_, *run_state_);
   }
-  parallel_.broadcast_model(*model_, *optimizer_);
+  parallel_.broadcast_model(module, *optimizer_);
   if (plan_.grad_scaling) {
     scaler_ = std::make_unique<precision::GradScaler>(device_);
     if (resumed_ && resumed_->meta.contains("grad_scaler"))
@@ -280,12 +236,17 @@ void TrainingRun::set_up_step() {
   if (augment_.enabled() && data_.train.inputs.dim() != 4)
     throw Error("--augment " + config_.augment + " needs image data; " + data_.train.name +
                 " holds feature vectors");
-  step_ = make_precision_train_step(
-      parallel_.step_model(model_), config_.batch_size, config_.step,
-      StepPrecision{plan_, scaler_.get(), channels_last_, /*autocast_cache=*/!config_.cuda_graphs},
-      device_.is_cpu() ? choose_step_threads(config_, parallel_) : 1);
+  if (parallel_.kind() == StrategyKind::kDataParallel)
+    task_.use_data_parallel(parallel_.data_parallel_devices());
+  const StepPrecision precision{plan_, scaler_.get(), channels_last_,
+                                /*autocast_cache=*/!config_.cuda_graphs};
+  step_ = task_.fast_step({config_.batch_size, config_.step, precision,
+                           device_.is_cpu() ? choose_step_threads(config_, parallel_) : 1});
+  if (!step_)
+    step_ = std::make_unique<AutogradStep>(
+        [this](const data::Batch& batch) { return task_.training_step(batch); }, precision);
   optimizer_->use_thread_pool(step_->thread_pool());  // the optimizer step splits over them too
-  parallel_.attach(*step_, *optimizer_, model_->parameters());
+  parallel_.attach(*step_, *optimizer_, task_.module().parameters());
   if (config_.cuda_graphs && parallel_.distributed())
     throw Error(
         "--cuda-graphs cannot be combined with ddp: the gradient all-reduce runs outside "
@@ -297,24 +258,33 @@ void TrainingRun::set_up_step() {
 }
 
 void TrainingRun::set_up_data_paths() {
-  drop_last_ = config_.drop_last || config_.cuda_graphs;
+  drop_last_ = config_.drop_last || config_.cuda_graphs || traits_.drop_last;
   data::LoaderOptions train_options{config_.batch_size, /*shuffle=*/true, drop_last_, config_.seed};
   // ddp: this rank's share (parallel_ may keep it, so it lives as long as the run).
   const data::Dataset& train_data = parallel_.shard(data_.train, train_options);
   train_path_ = data::make_data_path(train_data, device_, train_options, config_.data_path);
   train_path_.loader->use_thread_pool(step_->thread_pool());
   steps_ = train_path_.loader->batches_per_epoch();
-  test_path_ = data::make_data_path(
-      data_.test, device_,
-      {std::max<int64_t>(config_.batch_size, 1000), false, false, config_.seed}, config_.data_path);
+  if (steps_ == 0 && config_.epochs > start_epoch_)
+    throw Error("the training data (" + std::to_string(train_data.size()) +
+                    " samples on this rank) fills no batch of " +
+                    std::to_string(config_.batch_size) +
+                    (drop_last_ ? " (every batch must be full)" : ""),
+                "use a smaller --batch-size");
+  if (data_.test.size() > 0)
+    test_path_ = data::make_data_path(
+        data_.test, device_,
+        {std::max<int64_t>(config_.batch_size, 1000), false, false, config_.seed},
+        config_.data_path);
 }
 
 Settings TrainingRun::describe() const {
-  Settings settings = {
-      {"device", device::display_name(device_)},
-      {"model", model_name_ + " (" + std::to_string(optimizer_->values().numel()) + " parameters)"},
+  Settings settings = {{"device", device::display_name(device_)}};
+  for (auto& row : task_.settings()) settings.push_back(std::move(row));
+  const Settings common = {
       {"dataset", data_.train.name + " (" + std::to_string(data_.train.size()) + " train, " +
-                      std::to_string(data_.test.size()) + " test)"},
+                      std::to_string(data_.test.size()) + " test, " +
+                      std::to_string(data_.train.num_classes()) + " classes)"},
       {"data path", train_path_.description},
       {"batch", std::to_string(config_.batch_size) + (drop_last_ ? " (drop last)" : "")},
       {"epochs",
@@ -333,6 +303,7 @@ Settings TrainingRun::describe() const {
       {"threads", describe_cpu_threads(threads_)},
       {"strategy", parallel_.describe()},
   };
+  settings.insert(settings.end(), common.begin(), common.end());
   if (channels_last_) settings.emplace_back("memory format", "channels_last");
   if (graph_step_)
     settings.emplace_back("cuda graphs", "whole step captured after " +
@@ -345,9 +316,7 @@ Settings TrainingRun::describe() const {
 Checkpoint TrainingRun::make_checkpoint(int64_t epochs_done) const {
   Checkpoint checkpoint;
   checkpoint.meta = {
-      {"model", model_name_},
-      {"input_shape", spec_.input_shape},
-      {"classes", spec_.classes},
+      {"task", task_.name()},
       {"class_names", data_.train.class_names},
       {"dataset", config_.dataset},
       {"epoch", epochs_done},
@@ -361,8 +330,9 @@ Checkpoint TrainingRun::make_checkpoint(int64_t epochs_done) const {
   if (scaler_) checkpoint.meta["grad_scaler"] = scaler_->state();
   if (data::is_sprite_dataset(config_.dataset))
     checkpoint.meta["sprites"] = data::sprite_options_json(config_.sprites);
-  checkpoint.model = model_state(*model_);
+  checkpoint.model = model_state(task_.module());
   checkpoint.optimizer = optimizer_->state();
+  task_.save(checkpoint);
   return checkpoint;
 }
 
@@ -384,20 +354,20 @@ std::string TrainingRun::save_run_checkpoint(RunState progress) {
     throw diverged(
         weights_finite ? "loss is " + loss_text(pending) : std::string("weights are not finite"),
         progress.epoch, "at or before step " + std::to_string(progress.step));
-  const std::string path =
-      periodic_checkpoint_path(run_base_, progress.epoch * steps_ + progress.step);
+  const int64_t global_step = progress.epoch * steps_ + progress.step;
+  const std::string path = periodic_checkpoint_path(run_base_, global_step);
   if (!parallel_.is_main()) return path;  // ddp: ranks are identical; rank 0 writes
   capture_rng(progress, device_);
   Checkpoint checkpoint = make_checkpoint(progress.epoch);
+  checkpoint.meta["steps"] = global_step;
   store_run_state(progress, checkpoint);
   save_checkpoint(path, checkpoint);
   last_good_ = path;
   prune_periodic_checkpoints(run_base_, config_.keep_last);
   return path;
 }
-
 EpochReport TrainingRun::train_epoch(int64_t epoch) {
-  model_->train();
+  task_.module().train();
   DeviceTimer epoch_timer(device_);
   data::Loader& loader = *train_path_.loader;
   loader.start_epoch(epoch);
@@ -438,12 +408,14 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
         finish_step(*optimizer_, scaler_.get(), config_.clip_grad_norm,
                     /*on_device=*/scaler_ != nullptr && device_.is_cuda());
       }
+      task_.after_optimizer_step();
     } catch (const c10::OutOfMemoryError& e) {
       throw out_of_memory(e, config_, epoch, step, [&] { return save_run_checkpoint(progress); });
     }
     progress.interval_samples += b;
     progress.samples += b;
     ++step;
+    ++steps_done_;
     observer_->on_step({epoch + 1, config_.epochs, step, steps_, progress.samples});
     if (config_.log_every > 0 && step % config_.log_every == 0) {
       const auto interval = parallel_.sum(
@@ -476,6 +448,7 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
   er.samples = static_cast<int64_t>(totals[2]);
   er.loss = totals[0] / static_cast<double>(std::max<int64_t>(er.samples, 1));
   er.accuracy = totals[1] / static_cast<double>(std::max<int64_t>(er.samples, 1));
+  er.has_accuracy = traits_.has_accuracy;
   er.seconds = epoch_timer.seconds();
   er.images_per_second = static_cast<double>(er.samples) / er.seconds;
   if (!std::isfinite(er.loss))
@@ -486,11 +459,13 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
 
 TrainReport TrainingRun::run() {
   TrainReport report;
+  report.task = task_.name();
   report.device = device::display_name(device_);
   report.start_epoch = start_epoch_;
   report.class_names = data_.train.class_names;
   report.settings = describe();
   report.main_rank = parallel_.is_main();
+  report.has_accuracy = traits_.has_accuracy;
   observer_->on_start(report.device, report.settings);
 
   DeviceTimer total_timer(device_);
@@ -501,16 +476,16 @@ TrainReport TrainingRun::run() {
   // send one, then wait), not sit out --dist-timeout.
   InterruptGuard interrupt_guard;
   std::optional<EvalReport> final_test;  // evaluated at the end of the last epoch
-  const int64_t classes = data_.test.num_classes();
+  const bool has_test = test_path_.loader != nullptr;
   for (int64_t epoch = start_epoch_; epoch < config_.epochs; ++epoch) {
     EpochReport er = train_epoch(epoch);
     // The test set after this epoch, for the test curves: rank 0 only, outside train_seconds. The
     // last epoch's evaluation is the final one (with predictions): no second pass.
     const bool last_epoch = epoch + 1 == config_.epochs;
-    if (parallel_.is_main() &&
+    if (parallel_.is_main() && has_test &&
         (last_epoch || (config_.eval_every > 0 && (epoch + 1) % config_.eval_every == 0))) {
       DeviceTimer eval_timer(device_);
-      EvalReport test = evaluate(*model_, *test_path_.loader, classes, last_epoch);
+      EvalReport test = task_.evaluate(*test_path_.loader, last_epoch);
       report.eval_seconds += eval_timer.seconds();
       er.has_test = true;
       er.test_loss = test.loss;
@@ -519,32 +494,51 @@ TrainReport TrainingRun::run() {
     }
     report.epochs.push_back(er);
     observer_->on_epoch(er);
+    if (parallel_.is_main()) {  // e.g. sample sheets: outside the timed training
+      DeviceTimer hook_timer(device_);
+      task_.on_epoch_end(epoch, last_epoch, *observer_);
+      report.sample_seconds += hook_timer.seconds();
+    }
   }
-  report.train_seconds = total_timer.seconds() - report.eval_seconds;
+  report.train_seconds = total_timer.seconds() - report.eval_seconds - report.sample_seconds;
+  report.steps = start_steps_ + steps_done_;
   parallel_.check_in_sync(*optimizer_);
   if (!parallel_.is_main()) return report;  // rank 0 evaluates, reports and saves
 
-  report.test =
-      final_test ? std::move(*final_test) : evaluate(*model_, *test_path_.loader, classes, true);
-  report.misclassified = pick_misclassified(data_.test, report.test.predictions);
-  if (!config_.save.empty())
-    save_checkpoint(config_.save, make_checkpoint(std::max(config_.epochs, start_epoch_)));
+  if (has_test) {
+    report.has_test = true;
+    report.test = final_test ? std::move(*final_test) : task_.evaluate(*test_path_.loader, true);
+    report.misclassified = pick_misclassified(data_.test, report.test.predictions);
+  }
+  if (!config_.save.empty()) {
+    const int64_t done = std::max(config_.epochs, start_epoch_);
+    Checkpoint checkpoint = make_checkpoint(done);
+    checkpoint.meta["steps"] = report.steps;
+    checkpoint.meta["train_seconds"] = report.train_seconds;
+    // The RNG as it stands, so that a run resumed from here (more --epochs) draws what one longer
+    // run would have: dropout, a generator's timesteps and noise.
+    const auto zero = [&](torch::ScalarType type) {
+      return torch::zeros({}, torch::TensorOptions().device(device_).dtype(type));
+    };
+    RunState at_end{done, 0, 0, 0, zero(torch::kFloat32), zero(torch::kInt64),
+                    zero(torch::kFloat32), {}, {}};
+    capture_rng(at_end, device_);
+    store_run_state(at_end, checkpoint);
+    save_checkpoint(config_.save, checkpoint);
+  }
   return report;
 }
 
 }  // namespace
 
-TrainReport train(const TrainConfig& config, TrainObserver* observer) {
-  device::pick_device(config.device);  // an unavailable device fails before the data is read
-  return train(config, load_datasets(config), observer);
-}
+Trainer::Trainer(TrainConfig options) : options_(std::move(options)) {}
 
-TrainReport train(const TrainConfig& config, const Datasets& data, TrainObserver* observer) {
-  if (config.epochs < 0) throw Error("--epochs must be >= 0");
-  if (config.batch_size <= 0) throw Error("--batch-size must be positive");
+TrainReport Trainer::fit(Task& task, const Datasets& data, TrainObserver* observer) {
+  if (options_.epochs < 0) throw Error("--epochs must be >= 0");
+  if (options_.batch_size <= 0) throw Error("--batch-size must be positive");
   // Reliability: outputs are checked before any work.
-  check_run_outputs(config, run_checkpoint_base(config));
-  return TrainingRun(config, data, observer).run();
+  check_run_outputs(options_, run_checkpoint_base(options_));
+  return TrainingRun(options_, task, data, observer).run();
 }
 
 }  // namespace spritetorch::train

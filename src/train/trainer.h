@@ -1,5 +1,11 @@
-// The training run: data, device, model and optimizer composed, the epoch loop, evaluation,
-// checkpoints. The library prints nothing: progress reaches the caller through a TrainObserver.
+// The Trainer: one epoch loop for every task (train/task.h) — device, data path, precision,
+// strategy, CUDA graphs, optimizer and schedule, clipping, resume, interrupts, periodic checkpoints,
+// divergence and out-of-memory handling — composed once. The library prints nothing: progress
+// reaches the caller through a TrainObserver.
+//
+//   train::TrainConfig options;                 // epochs, batch size, precision, save, resume, ...
+//   train::ClassifierTask task(MyNet(), "mynet");
+//   train::TrainReport report = train::Trainer(options).fit(task, {train_set, test_set});
 #pragma once
 
 #include <torch/torch.h>
@@ -9,14 +15,12 @@
 #include <vector>
 
 #include "data/dataset.h"
-#include "models/classifier.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/evaluator.h"
+#include "train/task.h"
 
 namespace spritetorch::train {
-
-using Settings = std::vector<std::pair<std::string, std::string>>;
 
 struct StepLog {
   int64_t epoch = 0, step = 0, steps = 0;  // 1-based epoch and step within it
@@ -35,7 +39,7 @@ struct EpochReport {
   int64_t epoch = 0, epochs = 0;  // 1-based
   double loss = 0;                // mean training loss over the epoch's samples
   double accuracy = 0;            // training accuracy over the epoch (model in train mode)
-  bool has_accuracy = true;       // false for generators: no classes to be right about
+  bool has_accuracy = true;       // false for tasks with no classes to be right about
   double seconds = 0;             // the epoch's training only (its test evaluation is not in it)
   double images_per_second = 0;
   int64_t samples = 0;
@@ -54,14 +58,19 @@ struct Misclassified {
 constexpr int64_t kMisclassifiedKept = 36;
 
 struct TrainReport {
+  std::string task;    // Task::name(): "classify", "generate", ...
   std::string device;  // display name, e.g. "cpu (AMD EPYC 7B13)"
   Settings settings;
+  bool has_accuracy = true;  // the task's traits
   int64_t start_epoch = 0;  // epochs already done by a resumed checkpoint
   std::vector<EpochReport> epochs;
   double train_seconds = 0;  // the epoch loop only, device-synchronised, without its evaluations
   double eval_seconds = 0;   // the per-epoch test evaluations (--eval-every)
+  double sample_seconds = 0;  // the task's end-of-epoch work (a generator's sample sheets)
+  int64_t steps = 0;          // optimizer steps since the run's first epoch (resumed ones included)
+  bool has_test = false;      // the test set was evaluated (it is not empty); rank 0 only
   EvalReport test;
-  Misclassified misclassified;  // from the final evaluation (no extra pass)
+  Misclassified misclassified;  // from the final evaluation (no extra pass), classifiers only
   std::vector<std::string> class_names;
   bool main_rank = true;  // false on ranks other than 0 of a ddp run: no test report, no checkpoint
 };
@@ -74,31 +83,31 @@ class TrainObserver {
   virtual void on_step(const StepTick& /*tick*/) {}
   virtual void on_log(const StepLog& /*log*/) {}
   virtual void on_epoch(const EpochReport& /*report*/) {}
-  // Generators (--sample-every): sprites (N, 4, S, S) uint8 on the CPU, drawn with the EMA weights
+  // Generators (sample_every): sprites (N, 4, S, S) uint8 on the CPU, drawn with the EMA weights
   // after `epoch` (1-based), `per_class` consecutive sprites per class.
   virtual void on_samples(int64_t /*epoch*/, const torch::Tensor& /*sprites*/,
                           int64_t /*per_class*/) {}
 };
 
 struct Datasets {
-  data::Dataset train, test;
+  data::Dataset train, test;  // test may be empty: then no evaluation
 };
 // The config's dataset, with train_limit / test_limit applied.
 Datasets load_datasets(const TrainConfig& config);
 
-TrainReport train(const TrainConfig& config, TrainObserver* observer = nullptr);
-// The same on datasets already in memory (config.dataset and the limits are then not used);
-// `spritetorch bench` loads once and trains many times.
-TrainReport train(const TrainConfig& config, const Datasets& data,
-                  TrainObserver* observer = nullptr);
+class Trainer {
+ public:
+  // The options of every run this trainer fits (the task-specific ones, task, model and unet_base,
+  // are the task's: see tasks/make_task.h). Options a task cannot honour are refused by fit().
+  explicit Trainer(TrainConfig options);
+  // Trains `task` on data.train and evaluates it on data.test. Throws spritetorch::Error for an
+  // impossible request (before any work), DataError for bad input, Interrupted after a SIGINT /
+  // SIGTERM checkpoint.
+  TrainReport fit(Task& task, const Datasets& data, TrainObserver* observer = nullptr);
+  const TrainConfig& options() const { return options_; }
 
-// Model state as name -> tensor (parameters and buffers), and back. load_model_state checks every
-// name and shape and names `source` in its errors.
-std::map<std::string, torch::Tensor> model_state(const torch::nn::Module& model);
-void load_model_state(torch::nn::Module& model, const std::map<std::string, torch::Tensor>& state,
-                      const std::string& source);
-// Builds the model a checkpoint describes and loads its weights, on `device`.
-models::Classifier model_from_checkpoint(const Checkpoint& checkpoint, const std::string& source,
-                                         torch::Device device);
+ private:
+  TrainConfig options_;
+};
 
 }  // namespace spritetorch::train

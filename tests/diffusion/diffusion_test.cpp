@@ -14,6 +14,8 @@
 #include "train/checkpoint.h"
 #include "train/interrupt.h"
 #include "train/run_state.h"
+#include "train/trainer.h"
+#include "tasks/make_task.h"
 
 namespace spritetorch::diffusion {
 namespace {
@@ -171,15 +173,23 @@ TEST(Palette, FromPngTakesDistinctOpaqueColours) {
 TEST(GeneratorTraining, TinyRunSavesALoadableCheckpoint) {
   ScratchDir dir;
   train::TrainConfig config;
+  config.task = "generate";
   config.dataset = "sprites";
   config.sprites.count = 64;
   config.epochs = 1;
   config.batch_size = 16;
   config.device = "cpu";
   config.save = dir.file("g.pt");
-  const auto report = train_generator(config);
+  const auto report = run_training(config);
+  EXPECT_EQ(report.task, "generate");
   EXPECT_EQ(report.steps, 3);  // 58 training sprites, drop_last: 3 batches of 16
-  EXPECT_TRUE(std::isfinite(report.final_loss));
+  ASSERT_EQ(report.epochs.size(), 1u);
+  EXPECT_TRUE(std::isfinite(report.epochs[0].loss));
+  EXPECT_FALSE(report.has_accuracy);
+  // The held-out denoising loss of the EMA weights: 6 held-out sprites.
+  EXPECT_TRUE(report.has_test);
+  EXPECT_EQ(report.test.samples, 6);
+  EXPECT_TRUE(std::isfinite(report.test.loss) && report.test.loss > 0);
   auto g = load_generator(config.save, torch::kCPU);
   EXPECT_EQ(g.class_names.size(), 4u);
   EXPECT_EQ(g.palette.size(1), 3);
@@ -189,7 +199,7 @@ TEST(GeneratorTraining, TinyRunSavesALoadableCheckpoint) {
             (std::vector<int64_t>{2, 4, 16, 16}));
   config.save.clear();
   config.dataset = "dummy";
-  EXPECT_THROW(train_generator(config), Error);
+  EXPECT_THROW(run_training(config), Error);
 }
 
 // 58 training sprites of 16 px, batches of 16 (drop_last): 3 steps per epoch, UNet base 8.
@@ -222,11 +232,11 @@ void expect_same_training_state(const std::string& a_path, const std::string& b_
 
 TEST(GeneratorResume, FromTheFinalCheckpointEqualsOneLongerRun) {
   ScratchDir dir;
-  train_generator(tiny_generator(dir, 2, "straight.pt"));
-  train_generator(tiny_generator(dir, 1));
+  run_training(tiny_generator(dir, 2, "straight.pt"));
+  run_training(tiny_generator(dir, 1));
   auto second = tiny_generator(dir, 2);
   second.resume = second.save;  // in place
-  const auto report = train_generator(second);
+  const auto report = run_training(second);
   EXPECT_EQ(report.steps, 6);
   expect_same_training_state(dir.file("straight.pt"), dir.file("g.pt"));
   // What `generate` loads is the EMA model, as before.
@@ -247,12 +257,12 @@ class InterruptAt : public train::TrainObserver {
 
 TEST(GeneratorResume, InterruptedMidEpochResumesBitIdentically) {
   ScratchDir dir;
-  train_generator(tiny_generator(dir, 2, "straight.pt"));
+  run_training(tiny_generator(dir, 2, "straight.pt"));
   auto config = tiny_generator(dir, 2);
   InterruptAt stop(2, 1);  // after global step 4 (epoch 2, step 1): mid-epoch, mid-log-interval
   std::string checkpoint;
   try {
-    train_generator(config, &stop);
+    run_training(config, &stop);
     ADD_FAILURE() << "the run was not interrupted";
   } catch (const train::Interrupted& e) {
     EXPECT_EQ(e.signal(), SIGTERM);
@@ -263,7 +273,7 @@ TEST(GeneratorResume, InterruptedMidEpochResumesBitIdentically) {
   EXPECT_EQ(checkpoint, train::periodic_checkpoint_path(config.save, 4));
   EXPECT_FALSE(std::filesystem::exists(config.save));  // only the run checkpoint was written
   config.resume = checkpoint;
-  const auto report = train_generator(config);
+  const auto report = run_training(config);
   EXPECT_EQ(report.steps, 6);
   expect_same_training_state(dir.file("straight.pt"), config.save);
 }
@@ -273,7 +283,7 @@ TEST(GeneratorResume, CheckpointEveryAndKeepLast) {
   auto config = tiny_generator(dir, 2);
   config.checkpoint_every = 2;
   config.keep_last = 2;
-  train_generator(config);
+  run_training(config);
   EXPECT_EQ(train::periodic_checkpoints(config.save),
             (std::vector<std::string>{train::periodic_checkpoint_path(config.save, 4),
                                       train::periodic_checkpoint_path(config.save, 6)}));
@@ -281,17 +291,17 @@ TEST(GeneratorResume, CheckpointEveryAndKeepLast) {
   auto again = tiny_generator(dir, 2);
   again.resume = train::periodic_checkpoint_path(config.save, 4);
   again.overwrite = true;
-  EXPECT_EQ(train_generator(again).steps, 6);
+  EXPECT_EQ(run_training(again).steps, 6);
 }
 
 TEST(GeneratorResume, RefusesAnotherUNetAClassifierAndAStaleFile) {
   ScratchDir dir;
-  train_generator(tiny_generator(dir, 1));
+  run_training(tiny_generator(dir, 1));
   auto bigger = tiny_generator(dir, 2);
   bigger.resume = bigger.save;
   bigger.unet_base = 16;
   try {
-    train_generator(bigger);
+    run_training(bigger);
     ADD_FAILURE() << "resumed a base-8 UNet as base 16";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("holds a UNet for"), std::string::npos) << e.what();
@@ -304,7 +314,7 @@ TEST(GeneratorResume, RefusesAnotherUNetAClassifierAndAStaleFile) {
   auto stale = tiny_generator(dir, 2);
   stale.resume = dir.file("ema-only.pt");
   stale.save = dir.file("g2.pt");
-  EXPECT_THROW(train_generator(stale), DataError);
+  EXPECT_THROW(run_training(stale), DataError);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "interop/torch_file.h"
 #include "test_util.h"
+#include "train/model_state.h"
 #include "train/trainer.h"
 
 namespace spritetorch::interop {

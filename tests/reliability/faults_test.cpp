@@ -16,6 +16,7 @@
 #include "common/output_file.h"
 #include "test_util.h"
 #include "train/run_state.h"
+#include "tasks/make_task.h"
 #include "train/trainer.h"
 
 namespace spritetorch::train {
@@ -35,7 +36,7 @@ TrainConfig dummy_run(const ScratchDir& dir) {
 
 std::string error_of(const TrainConfig& c) {
   try {
-    train(c);
+    run_training(c);
   } catch (const Error& e) {
     return std::string(e.what()) + "\nhint: " + e.hint();
   }
@@ -94,7 +95,7 @@ TEST(OutOfMemory, ReportsStepAndHintAndSavesTheRunState) {
 TEST(Overwrite, SaveRefusesAnExistingFileUnlessOverwriteOrResumingInPlace) {
   ScratchDir dir;
   TrainConfig c = dummy_run(dir);
-  train(c);
+  run_training(c);
   const auto before = std::filesystem::last_write_time(c.save);
   std::string msg = error_of(c);
   EXPECT_NE(msg.find("refusing to overwrite " + c.save), std::string::npos) << msg;
@@ -119,9 +120,9 @@ TEST(Overwrite, AFreshRunDoesNotTakeOverAnotherRunsPeriodicCheckpoints) {
   TrainConfig c = dummy_run(dir);
   c.checkpoint_every = 32;
   c.save = dir.file("a.pt");
-  train(c);
+  run_training(c);
   c.save = dir.file("b.pt");  // periodic files of a.pt stay a.pt's
-  train(c);
+  run_training(c);
   std::filesystem::remove(dir.file("b.pt"));
   const std::string msg = error_of(c);  // b.step32.pt, b.step64.pt exist; no --resume
   EXPECT_NE(msg.find("checkpoints of another run: " + dir.file("b.step64.pt")), std::string::npos) << msg;
@@ -135,7 +136,7 @@ TEST(KeepLast, KeepsOnlyTheNewestPeriodicCheckpoints) {
   c.epochs = 2;
   c.checkpoint_every = 10;
   c.keep_last = 3;
-  train(c);
+  run_training(c);
   const auto kept = periodic_checkpoints(c.save);
   ASSERT_EQ(kept.size(), 3u);
   EXPECT_EQ(kept[0], periodic_checkpoint_path(c.save, 100));

@@ -15,6 +15,7 @@
 #include "io/png.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
+#include "train/model_state.h"
 #include "train/trainer.h"
 
 namespace spritetorch {

@@ -13,6 +13,7 @@
 #include "test_util.h"
 #include "train/interrupt.h"
 #include "train/run_state.h"
+#include "tasks/make_task.h"
 #include "train/trainer.h"
 
 extern char** environ;
@@ -69,13 +70,13 @@ TEST_P(InterruptedRun, ResumeGivesBitIdenticalWeights) {
   SKIP_WITHOUT_FASHION_MNIST();
   ScratchDir dir;
   TrainConfig c = small_cnn_run(dir);
-  const TrainReport straight = train(c);
+  const TrainReport straight = run_training(c);
 
   c.save = dir.file("cut.pt");
   InterruptAt interrupter(GetParam().epoch, GetParam().step);
   std::string checkpoint;
   try {
-    train(c, &interrupter);
+    run_training(c, &interrupter);
     FAIL() << "the run was not interrupted";
   } catch (const Interrupted& e) {
     EXPECT_EQ(e.exit_code(), 143);
@@ -87,7 +88,7 @@ TEST_P(InterruptedRun, ResumeGivesBitIdenticalWeights) {
   EXPECT_EQ(checkpoint, dir.file("cut.step" + std::to_string(global) + ".pt"));
 
   c.resume = checkpoint;
-  const TrainReport resumed = train(c);
+  const TrainReport resumed = run_training(c);
   expect_same_weights(dir.file("full.pt"), dir.file("cut.pt"));
   // The running metrics were restored too: the last epoch's report is the same.
   EXPECT_EQ(resumed.epochs.back().loss, straight.epochs.back().loss);

@@ -16,6 +16,7 @@
 #include "runs/run_folder.h"
 #include "runs/run_list.h"
 #include "test_util.h"
+#include "tasks/make_task.h"
 #include "train/trainer.h"
 
 namespace spritetorch::runs {
@@ -63,7 +64,7 @@ RecordedRun record(const std::string& folder, const char* gnuplot_path) {
   RunRecorder recorder(folder, {"classify", "cnn", "sprites"}, "epochs = 2\n");
   ObserverList observers({&recorder, nullptr});
   RecordedRun run;
-  run.report = train::train(config, &observers);
+  run.report = run_training(config, &observers);
   run.finished = recorder.finish(run.report, config.save, gnuplot_path);
   return run;
 }
@@ -165,7 +166,7 @@ TEST(RunFolder, GeneratorRunsKeepASampleSheetPerEpoch) {
   config.batch_size = 16;
   config.sample_every = 1;
   RunRecorder recorder(folder, {"generate", "unet", "sprites"}, "");
-  const auto report = diffusion::train_generator(config, &recorder);
+  const auto report = run_training(config, &recorder);
   recorder.finish(report, config.save, "/nonexistent-bin");
   for (const char* sheet : {"samples/epoch-001.png", "samples/epoch-002.png"}) {
     ASSERT_TRUE(fs::exists(folder + "/" + sheet)) << sheet;
@@ -181,13 +182,15 @@ TEST(RunFolder, GeneratorRunsKeepASampleSheetPerEpoch) {
   std::set<std::string> kinds;
   for (const auto& line : metrics_lines(folder)) {
     kinds.insert(line["kind"].get<std::string>());
-    // Epoch lines: a loss, and no accuracy (there are no classes to be right about).
-    if (line["kind"] == "epoch") {
+    // Epoch and test lines: a loss, and no accuracy (there are no classes to be right about).
+    if (line["kind"] == "epoch" || line["kind"] == "eval") {
       EXPECT_TRUE(line["values"]["loss"].is_number()) << line;
       EXPECT_FALSE(line["values"].contains("accuracy")) << line;
     }
   }
-  EXPECT_EQ(kinds, (std::set<std::string>{"start", "log", "epoch", "samples", "end"}));
+  EXPECT_EQ(kinds, (std::set<std::string>{"start", "log", "epoch", "eval", "samples", "end"}));
+  EXPECT_TRUE(summary["test"]["loss"].is_number());  // the held-out denoising loss
+  EXPECT_FALSE(summary["test"].contains("accuracy"));
 }
 
 TEST(RunFolder, FreshNamesNeverCollideAndAClaimedFolderMustBeEmpty) {

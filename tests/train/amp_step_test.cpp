@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "test_util.h"
 #include "train/cuda_graph_step.h"
+#include "tasks/make_task.h"
 #include "train/trainer.h"
 
 namespace spritetorch::train {
@@ -241,7 +242,7 @@ TEST(CudaGraphs, RefusedOnTheCpuWithAClearMessage) {
   c.epochs = 1;
   c.cuda_graphs = true;
   try {
-    train(c);
+    run_training(c);
     FAIL() << "--cuda-graphs on the CPU must be refused";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--cuda-graphs needs a CUDA device"), std::string::npos);

@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "test_util.h"
+#include "train/model_state.h"
 #include "train/trainer.h"
 
 namespace spritetorch::train {

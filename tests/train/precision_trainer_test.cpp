@@ -3,6 +3,7 @@
 
 #include "common/error.h"
 #include "test_util.h"
+#include "tasks/make_task.h"
 #include "train/trainer.h"
 
 namespace spritetorch::train {
@@ -26,9 +27,9 @@ TEST(PrecisionTrainer, Bf16OnCpuReachesFp32AccuracyWithinOnePoint) {
   c.batch_size = 32;
   c.train_limit = 2000;
   c.test_limit = 2000;
-  const auto fp32 = train(c);
+  const auto fp32 = run_training(c);
   c.precision = "bf16";
-  const auto bf16 = train(c);
+  const auto bf16 = run_training(c);
   EXPECT_EQ(setting(fp32, "precision"), "fp32");
   EXPECT_NE(setting(bf16, "precision").find("bf16 autocast"), std::string::npos);
   EXPECT_EQ(setting(bf16, "step"), "autograd");
@@ -45,9 +46,9 @@ TEST(PrecisionTrainer, ClippingIsAppliedAndShownInTheSettings) {
   c.test_limit = 500;
   c.optimizer = "sgd";  // Adam would undo a uniform rescaling of the gradients
   c.lr = 0.1;
-  const auto free = train(c);
+  const auto free = run_training(c);
   c.clip_grad_norm = 1e-3;  // tiny: every step is clipped hard, so learning slows visibly
-  const auto clipped = train(c);
+  const auto clipped = run_training(c);
   EXPECT_NE(setting(clipped, "precision").find("clip grad norm 0.001"), std::string::npos);
   EXPECT_GT(clipped.epochs[0].loss, free.epochs[0].loss + 0.1);
 }
@@ -58,7 +59,7 @@ TEST(PrecisionTrainer, Fp16OnCpuIsRefusedBeforeAnyWork) {
   c.model = "simplenn";
   c.dataset = "dummy";
   c.precision = "fp16";
-  EXPECT_THROW(train(c), Error);
+  EXPECT_THROW(run_training(c), Error);
 }
 
 TEST(PrecisionTrainer, CheckpointRecordsThePrecisionAndResumesInAnother) {
@@ -72,7 +73,7 @@ TEST(PrecisionTrainer, CheckpointRecordsThePrecisionAndResumesInAnother) {
   c.epochs = 2;
   c.precision = "bf16";
   c.save = dir.file("bf16.ckpt");
-  train(c);
+  run_training(c);
   const auto checkpoint = load_checkpoint(c.save);
   EXPECT_EQ(checkpoint.meta.at("precision"), "bf16");
   EXPECT_FALSE(checkpoint.meta.contains("grad_scaler")) << "bf16 needs no loss scaling";
@@ -80,7 +81,7 @@ TEST(PrecisionTrainer, CheckpointRecordsThePrecisionAndResumesInAnother) {
   c.save.clear();
   c.precision = "fp32";
   c.epochs = 3;
-  const auto resumed = train(c);
+  const auto resumed = run_training(c);
   EXPECT_EQ(resumed.start_epoch, 2);
   EXPECT_GT(resumed.test.accuracy, 0.8);
 }

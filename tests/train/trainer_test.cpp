@@ -1,3 +1,4 @@
+#include "tasks/make_task.h"
 #include "train/trainer.h"
 
 #include <gtest/gtest.h>
@@ -24,7 +25,7 @@ TrainConfig small_fashion_config() {
 
 TEST(Trainer, SeedNetworkOnARealSubsetBeatsChanceByFar) {
   SKIP_WITHOUT_FASHION_MNIST();
-  const auto report = train(small_fashion_config());
+  const auto report = run_training(small_fashion_config());
   ASSERT_EQ(report.epochs.size(), 1u);
   EXPECT_EQ(report.epochs[0].samples, 6000);
   EXPECT_EQ(report.test.samples, 1000);
@@ -39,7 +40,7 @@ TEST(Trainer, CnnTrainsThroughAutograd) {
   c.model = "cnn";
   c.train_limit = 2000;
   c.test_limit = 500;
-  const auto report = train(c);
+  const auto report = run_training(c);
   EXPECT_GT(report.test.accuracy, 0.60);
   bool autograd = false;
   std::string threads;
@@ -71,7 +72,7 @@ TEST(Trainer, SimpleNnLearnsTheDummyData) {
   TrainConfig c = dummy_sgd_run();
   c.epochs = 10;
   c.batch_size = 32;
-  const auto report = train(c);
+  const auto report = run_training(c);
   EXPECT_GT(report.test.accuracy, 0.9);
   EXPECT_LT(report.epochs.back().loss, report.epochs.front().loss);
 }
@@ -84,16 +85,16 @@ TEST(Trainer, ResumeContinuesExactlyWhereTheRunStopped) {
   c.dataset = "dummy";
   c.epochs = 4;
   c.save = dir.file("straight.pt");
-  train(c);
+  run_training(c);
 
   c.epochs = 2;
   c.save = dir.file("half.pt");
-  train(c);
+  run_training(c);
   c.epochs = 4;
   c.model.clear();  // taken from the checkpoint
   c.resume = dir.file("half.pt");
   c.save = dir.file("resumed.pt");
-  const auto report = train(c);
+  const auto report = run_training(c);
   EXPECT_EQ(report.start_epoch, 2);
   EXPECT_EQ(report.epochs.size(), 2u);
 
@@ -111,10 +112,10 @@ TEST(Trainer, ResumingWithAnotherModelIsAnError) {
   c.dataset = "dummy";
   c.epochs = 1;
   c.save = dir.file("s.pt");
-  train(c);
+  run_training(c);
   c.model = "ann";
   c.resume = dir.file("s.pt");
-  EXPECT_THROW(train(c), Error);
+  EXPECT_THROW(run_training(c), Error);
 }
 
 double max_weight_difference(const std::string& a_path, const std::string& b_path) {
@@ -132,7 +133,7 @@ TEST(Trainer, LrScheduleIsAFunctionOfTheGlobalStepSoResumeContinuesIt) {
   c.warmup_steps = 10;
   c.weight_decay = 0.01;
   c.epochs = 4;
-  const auto report = train(c);
+  const auto report = run_training(c);
   bool described = false;
   for (const auto& [k, v] : report.settings)
     described |= k == "optimizer" &&
@@ -144,18 +145,18 @@ TEST(Trainer, LrScheduleIsAFunctionOfTheGlobalStepSoResumeContinuesIt) {
   TrainConfig again = c;
   again.checkpoint_every = 2 * 64;
   again.save = dir.file("again.pt");
-  train(again);
+  run_training(again);
   TrainConfig resumed = c;
   resumed.model.clear();
   resumed.resume = periodic_checkpoint_path(again.save, 2 * 64);
   resumed.save = dir.file("resumed.pt");
-  train(resumed);
+  run_training(resumed);
   EXPECT_EQ(max_weight_difference(dir.file("straight.pt"), dir.file("resumed.pt")), 0.0);
 
   TrainConfig constant = dummy_sgd_run(&dir, "constant.pt");
   constant.epochs = 4;
   constant.weight_decay = 0.01;
-  train(constant);
+  run_training(constant);
   EXPECT_GT(max_weight_difference(dir.file("straight.pt"), dir.file("constant.pt")), 1e-3)
       << "the schedule changed nothing";
 }
@@ -171,7 +172,7 @@ TEST(Trainer, LogLinesCarryTheScheduledLr) {
   c.log_every = 16;
   c.lr_schedule = "cosine";
   c.warmup_steps = 20;
-  train(c, &observer);
+  run_training(c, &observer);
   ASSERT_EQ(observer.logs.size(), 8u);
   const auto schedule = parse_lr_schedule("cosine", 20);
   for (const auto& log : observer.logs) {
@@ -187,15 +188,15 @@ TEST(Trainer, StepScheduleScalesTheLrAtEpochBoundaries) {
   ScratchDir dir;
   TrainConfig one = dummy_sgd_run(&dir, "one.pt");
   one.epochs = 1;
-  train(one);
+  run_training(one);
   TrainConfig two = dummy_sgd_run(&dir, "two.pt");
   two.epochs = 2;
   two.lr_schedule = "step:1:1e-12";
-  train(two);
+  run_training(two);
   EXPECT_LT(max_weight_difference(dir.file("one.pt"), dir.file("two.pt")), 1e-6);
   TrainConfig plain = dummy_sgd_run(&dir, "plain.pt");
   plain.epochs = 2;
-  train(plain);
+  run_training(plain);
   EXPECT_GT(max_weight_difference(dir.file("one.pt"), dir.file("plain.pt")), 1e-3);
 }
 
@@ -203,13 +204,13 @@ TEST(Trainer, ResumingWithAnotherOptimizerIsAnErrorNamingBoth) {
   ScratchDir dir;
   TrainConfig c = dummy_sgd_run(&dir, "s.pt");
   c.epochs = 1;
-  train(c);
+  run_training(c);
   c.optimizer = "adam";
   c.epochs = 2;
   c.resume = dir.file("s.pt");
   c.save = dir.file("t.pt");
   try {
-    train(c);
+    run_training(c);
     ADD_FAILURE() << "resumed an sgd checkpoint with adam";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("trained with --optimizer sgd but this run asks for adam"),
@@ -224,7 +225,7 @@ TEST(Trainer, UnavailableDeviceFailsBeforeAnyWork) {
   c.device = "cuda:9";
   c.dataset = "dummy";
   c.model = "simplenn";
-  EXPECT_THROW(train(c), Error);
+  EXPECT_THROW(run_training(c), Error);
 }
 
 }  // namespace

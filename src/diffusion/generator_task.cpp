@@ -1,0 +1,220 @@
+#include "diffusion/generator_task.h"
+
+#include <cstring>
+
+#include "common/error.h"
+#include "train/model_state.h"
+#include "train/trainer.h"
+
+namespace spritetorch::diffusion {
+
+namespace {
+
+// A generator checkpoint holds the EMA weights as its model (what `generate` samples with) and, to
+// go on training, the raw weights ("weights/<name>" beside the optimizer state).
+constexpr const char* kRawPrefix = "weights/";
+
+// --sample-every sheets: a row of 8 sprites per class, at most 64 sprites in all.
+int64_t sheet_per_class(int64_t classes) {
+  return std::max<int64_t>(1, std::min<int64_t>(8, 64 / std::max<int64_t>(classes, 1)));
+}
+
+}  // namespace
+
+GeneratorTask::GeneratorTask(int64_t unet_base, int64_t sample_every, uint64_t palette_seed)
+    : sample_every_(sample_every), palette_seed_(palette_seed) {
+  if (unet_base < 8 || unet_base % 8 != 0)
+    throw Error("--unet-base must be a positive multiple of 8, got " + std::to_string(unet_base));
+  options_.base = unet_base;
+}
+
+train::TaskTraits GeneratorTask::traits() const {
+  train::TaskTraits traits;
+  traits.has_accuracy = false;
+  traits.cuda_graphs = false;
+  traits.no_cuda_graphs =
+      "its step draws timesteps, noise and class dropout and updates an EMA of the weights "
+      "outside the optimizer";
+  traits.drop_last = true;  // every step sees a full batch of timesteps
+  return traits;
+}
+
+void GeneratorTask::build(const train::TaskSetup& setup) {
+  const data::Dataset& train = setup.train;
+  if (train.inputs.dim() != 4 || train.inputs.size(1) != 4 || train.inputs.size(2) % 4 != 0)
+    throw Error("--task generate needs RGBA sprite datasets (N, 4, S, S) with S divisible by 4; '" +
+                    train.name + "' has samples of shape " + c10::str(train.inputs.sizes()),
+                "use --dataset sprites, folder:PATH, sheet:FILE or npy:FILE");
+  train_ = &train;
+  size_ = train.inputs.size(2);
+  options_.classes = train.num_classes();
+  net_ = UNet(options_);
+}
+
+void GeneratorTask::to_device(torch::Device device) {
+  schedule_.to(device);
+  ema_.clear();
+  for (const auto& p : net_->parameters()) ema_.push_back(p.detach().clone());
+}
+
+train::StepLoss GeneratorTask::training_step(const data::Batch& batch) {
+  const auto x0 = batch.inputs * 2.0 - 1.0;  // (B, 4, S, S) in [-1, 1]
+  const int64_t b = x0.size(0);
+  const auto on_device = torch::TensorOptions().device(x0.device());
+  const auto t = torch::randint(schedule_.steps(), {b}, on_device.dtype(torch::kInt64));
+  const auto noise = torch::randn_like(x0);
+  const auto drop = torch::rand({b}, on_device) < kClassDropout;  // classifier-free guidance
+  const auto c =
+      torch::where(drop, torch::full_like(batch.labels, options_.classes), batch.labels);
+  const auto predicted = net_->forward(schedule_.add_noise(x0, t, noise), t, c);
+  return {torch::mse_loss(predicted.to(torch::kFloat32), noise), {}};  // in fp32 under autocast
+}
+
+void GeneratorTask::after_optimizer_step() {
+  torch::NoGradGuard no_grad;
+  const auto params = net_->parameters();
+  for (size_t i = 0; i < params.size(); ++i)
+    ema_[i].mul_(kEmaDecay).add_(params[i].detach(), 1.0 - kEmaDecay);
+}
+
+template <class Fn>
+auto GeneratorTask::with_ema(Fn fn) {
+  const auto params = net_->parameters();
+  std::vector<torch::Tensor> saved;
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params.size(); ++i) {
+      saved.push_back(params[i].detach().clone());
+      params[i].detach().copy_(ema_[i]);
+    }
+  }
+  const bool was_training = net_->is_training();
+  net_->eval();
+  auto result = fn();
+  if (was_training) net_->train();
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params.size(); ++i) params[i].detach().copy_(saved[i]);
+  return result;
+}
+
+// The denoising loss on the held-out sprites with the EMA weights, at timesteps and noise drawn from
+// a CPU generator with a fixed seed: the same draws after every epoch, so the numbers compare, and
+// the global RNG (the training's) untouched.
+train::EvalReport GeneratorTask::evaluate(data::Loader& test, bool /*keep_predictions*/) {
+  return with_ema([&] {
+    train::EvalReport report;
+    report.has_accuracy = false;
+    c10::InferenceMode inference;
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(palette_seed_ + 1);
+    double loss_sum = 0;
+    test.start_epoch(0);
+    data::Batch batch;
+    torch::Tensor sum;  // () float64 on the device: read once at the end
+    while (test.next(batch)) {
+      const auto x0 = batch.inputs * 2.0 - 1.0;  // (B, 4, S, S)
+      const int64_t b = x0.size(0);
+      const auto t =
+          torch::randint(schedule_.steps(), {b}, gen, torch::kInt64).to(x0.device());
+      const auto noise = at::randn(x0.sizes(), gen, torch::kFloat32).to(x0.device());
+      const auto predicted = net_->forward(schedule_.add_noise(x0, t, noise), t, batch.labels);
+      const auto batch_sum =
+          torch::mse_loss(predicted.to(torch::kFloat32), noise, at::Reduction::Sum)
+              .to(torch::kFloat64) /
+          static_cast<double>(x0[0].numel());
+      sum = sum.defined() ? sum + batch_sum : batch_sum;
+      report.samples += b;
+    }
+    if (sum.defined()) loss_sum = sum.item<double>();
+    report.loss = report.samples ? loss_sum / static_cast<double>(report.samples) : 0.0;
+    return report;
+  });
+}
+
+// A sheet's worth of sprites from the EMA weights, sheet_per_class per class, the same starting
+// noise every time so that sheets of successive epochs compare (sample() draws from its own CPU
+// generator, not the global RNG).
+void GeneratorTask::on_epoch_end(int64_t epoch, bool last, train::TrainObserver& observer) {
+  if (sample_every_ <= 0 || !(last || (epoch + 1) % sample_every_ == 0)) return;
+  const int64_t classes = options_.classes;
+  const int64_t per_class = sheet_per_class(classes);
+  auto sprites = with_ema([&] {
+    torch::NoGradGuard no_grad;
+    Generator generator;
+    generator.net = net_;
+    generator.schedule = schedule_;
+    generator.size = size_;
+    const auto labels =
+        torch::arange(classes, torch::kInt64).repeat_interleave(per_class);  // (K * per_class)
+    return to_sprites(sample(generator, labels, SampleOptions{}));
+  });
+  observer.on_samples(epoch + 1, sprites, per_class);
+}
+
+void GeneratorTask::save(train::Checkpoint& checkpoint) const {
+  if (!palette_) palette_ = kmeans_palette(train_->inputs, kPaletteColours, palette_seed_);
+  nlohmann::json palette_json = nlohmann::json::array();
+  const auto rgb = palette_->accessor<uint8_t, 2>();
+  for (int64_t k = 0; k < palette_->size(0); ++k)
+    palette_json.push_back({int{rgb[k][0]}, int{rgb[k][1]}, int{rgb[k][2]}});
+  checkpoint.meta["task"] = "generate";
+  checkpoint.meta["model"] = "unet";
+  checkpoint.meta["unet"] = {{"channels", options_.channels},
+                             {"base", options_.base},
+                             {"classes", options_.classes},
+                             {"embed", options_.embed}};
+  checkpoint.meta["schedule_steps"] = schedule_.steps();
+  checkpoint.meta["size"] = size_;
+  checkpoint.meta["palette"] = palette_json;
+  // The raw weights go beside the optimizer state; the model is the EMA weights.
+  for (const auto& [name, t] : checkpoint.model) checkpoint.optimizer[kRawPrefix + name] = t;
+  size_t i = 0;
+  for (const auto& p : net_->named_parameters())
+    checkpoint.model[p.key()] = ema_[i++].detach().cpu();
+}
+
+void GeneratorTask::load(const train::Checkpoint& c, const std::string& source) {
+  check_generator_checkpoint(c, source);
+  const nlohmann::json now = {{"base", options_.base}, {"classes", options_.classes}, {"size", size_}};
+  nlohmann::json then;
+  try {
+    then = {{"base", c.meta.at("unet").at("base")},
+            {"classes", c.meta.at("unet").at("classes")},
+            {"size", c.meta.at("size")}};
+  } catch (const nlohmann::json::exception& e) {
+    throw DataError(source, "generator metadata (unet, size)", e.what());
+  }
+  if (then != now)
+    throw Error("--resume " + source + " holds a UNet for " + then.dump() + "; this run builds " +
+                    now.dump(),
+                "resume with the same --unet-base, --size and dataset");
+  std::map<std::string, torch::Tensor> raw;
+  for (const auto& [name, t] : c.optimizer)
+    if (name.rfind(kRawPrefix, 0) == 0) raw[name.substr(std::strlen(kRawPrefix))] = t;
+  if (raw.empty())
+    throw DataError(source, "a generator checkpoint with its training state (raw weights, Adam)",
+                    "EMA weights only (written before generator runs could be resumed)");
+  // The EMA weights go through the net (load_model_state checks every name and shape), then the
+  // raw ones take their place there.
+  train::load_model_state(*net_, c.model, source);
+  {
+    torch::NoGradGuard no_grad;
+    const auto params = net_->parameters();
+    for (size_t i = 0; i < params.size(); ++i) ema_[i].copy_(params[i]);
+  }
+  train::load_model_state(*net_, raw, source);
+}
+
+train::Settings GeneratorTask::settings() const {
+  int64_t parameters = 0;
+  for (const auto& p : net_->parameters()) parameters += p.numel();
+  return {
+      {"model", "unet base " + std::to_string(options_.base) + " (" + std::to_string(parameters) +
+                    " parameters)"},
+      {"task", "generate (DDPM, classifier-free guidance p=" +
+                   std::to_string(kClassDropout).substr(0, 4) + ", EMA " +
+                   std::to_string(kEmaDecay).substr(0, 5) + ")"},
+      {"schedule", "linear betas, T = " + std::to_string(schedule_.steps())},
+  };
+}
+
+}  // namespace spritetorch::diffusion

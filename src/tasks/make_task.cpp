@@ -1,0 +1,55 @@
+#include "tasks/make_task.h"
+
+#include "common/error.h"
+#include "device/device.h"
+#include "diffusion/generator_task.h"
+#include "train/classifier_task.h"
+
+namespace spritetorch {
+
+namespace {
+
+Error not_for_task(const std::string& option, const std::string& task, const std::string& why) {
+  return Error(option + " does not apply to --task " + task + ": " + why,
+               "drop " + option.substr(0, option.find(' ')));
+}
+
+}  // namespace
+
+std::unique_ptr<train::Task> make_task(const train::TrainConfig& config) {
+  if (config.task == "classify") {
+    if (config.sample_every > 0)
+      throw not_for_task("--sample-every", "classify", "sample sheets are a generator's");
+    if (config.unet_base != train::TrainConfig{}.unet_base)
+      throw not_for_task("--unet-base", "classify", "it sizes the generator's UNet");
+    return train::ClassifierTask::builtin(config.model, train::default_model(config));
+  }
+  if (config.task == "generate") {
+    if (!config.model.empty() && config.model != "unet")
+      throw not_for_task("--model " + config.model, "generate",
+                         "the generator is a UNet, sized by --unet-base");
+    if (config.step == "fused")
+      throw not_for_task("--step fused", "generate", "the fused step is for ReLU MLP classifiers");
+    if (config.step_threads > 0)
+      throw not_for_task("--step-threads", "generate",
+                         "it splits the fused MLP step; the UNet's convolutions use --threads");
+    return std::make_unique<diffusion::GeneratorTask>(config.unet_base, config.sample_every,
+                                                      config.seed);
+  }
+  throw Error("unknown task '" + config.task + "': expected classify or generate");
+}
+
+train::TrainReport run_training(const train::TrainConfig& config, train::TrainObserver* observer) {
+  auto task = make_task(config);       // a bad option fails before the data is read
+  device::pick_device(config.device);  // and so does an unavailable device
+  const train::Datasets data = train::load_datasets(config);
+  return train::Trainer(config).fit(*task, data, observer);
+}
+
+train::TrainReport run_training(const train::TrainConfig& config, const train::Datasets& data,
+                                train::TrainObserver* observer) {
+  auto task = make_task(config);
+  return train::Trainer(config).fit(*task, data, observer);
+}
+
+}  // namespace spritetorch

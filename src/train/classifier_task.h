@@ -1,0 +1,71 @@
+// Classification as a training task (train/task.h): cross-entropy on the logits of any module —
+// one of ours by name (ann, cnn, simplenn: models/classifier.h) or the user's own — with accuracy,
+// the confusion matrix and the misclassified samples in its evaluation.
+//
+//   struct NetImpl : torch::nn::Module { torch::Tensor forward(torch::Tensor x); ... };
+//   TORCH_MODULE(Net);
+//   train::ClassifierTask task(Net(), "net");   // forward: (B, ...) float32 -> (B, K) logits
+//   train::Trainer(options).fit(task, data);
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/classifier.h"
+#include "train/task.h"
+#include "train/train_step.h"
+
+namespace spritetorch::train {
+
+class ClassifierTask : public Task {
+ public:
+  // One of our models by name, built for the data's shape in build(). When resuming, the
+  // checkpoint's model; `requested` (may be empty: then `fallback`) must then agree with it.
+  static std::unique_ptr<ClassifierTask> builtin(std::string requested, std::string fallback);
+
+  // The user's own module; `forward` maps (B, ...) float32 inputs to (B, K) logits.
+  ClassifierTask(std::shared_ptr<torch::nn::Module> module, ForwardFn forward, std::string model_name);
+  // Any module with `torch::Tensor forward(torch::Tensor)`, held by a shared_ptr or a TORCH_MODULE.
+  template <class ModuleType>
+  explicit ClassifierTask(std::shared_ptr<ModuleType> module, std::string model_name = "custom")
+      : ClassifierTask(module,
+                       [raw = module.get()](const torch::Tensor& x) { return raw->forward(x); },
+                       std::move(model_name)) {}
+  template <class Impl>
+  explicit ClassifierTask(const torch::nn::ModuleHolder<Impl>& module,
+                          std::string model_name = "custom")
+      : ClassifierTask(module.ptr(), std::move(model_name)) {}
+
+  std::string name() const override { return "classify"; }
+  TaskTraits traits() const override;
+  void build(const TaskSetup& setup) override;
+  torch::nn::Module& module() override { return *module_; }
+  StepLoss training_step(const data::Batch& batch) override { return loss_(batch); }
+  std::unique_ptr<TrainStep> fast_step(const FastStepSetup& setup) override;
+  void use_data_parallel(const std::vector<torch::Device>& devices) override;
+  EvalReport evaluate(data::Loader& test, bool keep_predictions) override;
+  void save(Checkpoint& checkpoint) const override;
+  Settings settings() const override;
+
+  const std::string& model_name() const { return model_name_; }
+  // The built-in model (null for the user's own).
+  const models::Classifier& classifier() const { return builtin_; }
+
+ private:
+  ClassifierTask() = default;
+
+  std::string requested_, fallback_;  // built-in: --model as given, and the default
+  std::string model_name_;
+  models::Classifier builtin_;
+  std::shared_ptr<torch::nn::Module> module_;
+  ForwardFn forward_;  // on module_ (evaluation always uses it)
+  LossFn loss_;        // on forward_, or on the DataParallel wrapper under --strategy dp
+  bool data_parallel_ = false;
+  std::vector<int64_t> input_shape_;
+  int64_t classes_ = 0;
+};
+
+}  // namespace spritetorch::train

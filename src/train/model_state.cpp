@@ -1,0 +1,54 @@
+#include "train/model_state.h"
+
+#include "common/error.h"
+#include "train/run_state.h"
+
+namespace spritetorch::train {
+
+std::map<std::string, torch::Tensor> model_state(const torch::nn::Module& model) {
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& p : model.named_parameters()) out[p.key()] = p.value().detach().cpu();
+  for (const auto& b : model.named_buffers()) out[b.key()] = b.value().cpu();
+  return out;
+}
+
+void load_model_state(torch::nn::Module& model, const std::map<std::string, torch::Tensor>& state,
+                      const std::string& source) {
+  torch::NoGradGuard no_grad;
+  size_t used = 0;
+  auto load = [&](const std::string& name, torch::Tensor target) {
+    auto it = state.find(name);
+    if (it == state.end()) throw DataError(source, "a tensor '" + name + "'", "none");
+    if (it->second.sizes() != target.sizes())
+      throw DataError(source, "'" + name + "' of shape " + c10::str(target.sizes()),
+                      "shape " + c10::str(it->second.sizes()));
+    target.copy_(it->second);  // copy_ keeps target's storage (flat optimizer views stay valid)
+    ++used;
+  };
+  for (auto& p : model.named_parameters()) load(p.key(), p.value());
+  for (auto& b : model.named_buffers()) load(b.key(), b.value());
+  if (used != state.size())
+    throw DataError(source, std::to_string(used) + " model tensors",
+                    std::to_string(state.size()) + " (tensors this model does not have)");
+}
+
+models::Classifier model_from_checkpoint(const Checkpoint& checkpoint, const std::string& source,
+                                         torch::Device device) {
+  models::ModelSpec spec;
+  try {
+    spec.name = checkpoint.meta.at("model").get<std::string>();
+    spec.input_shape = checkpoint.meta.at("input_shape").get<std::vector<int64_t>>();
+    spec.classes = checkpoint.meta.at("classes").get<int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    throw DataError(source, "metadata with model, input_shape and classes", e.what());
+  }
+  int64_t file_values = 0;
+  for (const auto& [name, t] : checkpoint.model) file_values += t.numel();
+  check_model_spec(spec, file_values, source);  // a hostile file must not size our allocations
+  auto model = models::make_model(spec);
+  load_model_state(*model, checkpoint.model, source);
+  model->to(device);
+  return model;
+}
+
+}  // namespace spritetorch::train

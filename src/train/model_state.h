@@ -1,0 +1,25 @@
+// A module's weights as a name -> tensor map and back, and the built-in classifier a checkpoint
+// describes: what checkpoints, export and import share.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <map>
+#include <string>
+
+#include "models/classifier.h"
+#include "train/checkpoint.h"
+
+namespace spritetorch::train {
+
+// Parameters and buffers as name -> tensor, on the CPU.
+std::map<std::string, torch::Tensor> model_state(const torch::nn::Module& model);
+// Copies `state` into the module's own tensors (flat-optimizer views stay valid); checks every name
+// and shape and names `source` in its errors.
+void load_model_state(torch::nn::Module& model, const std::map<std::string, torch::Tensor>& state,
+                      const std::string& source);
+// Builds the built-in classifier a checkpoint describes and loads its weights, on `device`.
+models::Classifier model_from_checkpoint(const Checkpoint& checkpoint, const std::string& source,
+                                         torch::Device device);
+
+}  // namespace spritetorch::train
