@@ -10,6 +10,7 @@
 #include "data/sprite_sources.h"
 #include "device/device.h"
 #include "io/png.h"
+#include "models/predict.h"
 #include "train/trainer.h"
 
 namespace spritetorch::cli {
@@ -76,13 +77,10 @@ Subcommand add_classify_command(CLI::App& app) {
             auto classify = [&](const std::string& file, const torch::Tensor& hwc,
                                 const data::SheetTile* tile) {
               const auto input = data::picture_to_input(hwc, shape, f->invert);  // (1, C, H, W)
-              torch::InferenceMode guard;
-              const auto probs =
-                  torch::softmax(model->forward(data::to_model_input(input.to(device))), 1).cpu();
-              const auto best = probs.argmax(1).item<int64_t>();
-              const double confidence = probs[0][best].item<double>();
-              const std::string name =
-                  best < static_cast<int64_t>(names.size()) ? names[best] : std::to_string(best);
+              const auto prediction =
+                  models::predict(*model, data::to_model_input(input.to(device)), names).at(0);
+              const std::string& name = prediction.name;
+              const double confidence = prediction.confidence;
               if (f->json) {
                 nlohmann::json line{{"file", file}, {"class", name}, {"confidence", confidence}};
                 if (tile)

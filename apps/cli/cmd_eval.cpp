@@ -7,10 +7,10 @@
 #include "commands.h"
 #include "common/cpu_threads.h"
 #include "common/error.h"
-#include "data/sprite_sources.h"
 #include "device/device.h"
 #include "diffusion/generator.h"
 #include "output.h"
+#include "train/checkpoint_dataset.h"
 #include "train/trainer.h"
 
 namespace spritetorch::cli {
@@ -77,11 +77,8 @@ int run_generator_eval(const GeneratorEvalFlags& f, const std::string& checkpoin
         "--classifier " + f.classifier + " knows other classes than the generator " + checkpoint,
         "train the classifier on the generator's dataset");
   auto classifier = train::model_from_checkpoint(classifier_ckpt, f.classifier, device);
-  train::TrainConfig config;
-  config.dataset = generator.meta.value("dataset", std::string("sprites"));
-  if (generator.meta.contains("sprites"))
-    config.sprites = data::sprite_options_from_json(generator.meta["sprites"]);
-  const auto training = train::load_datasets(config).train.inputs;
+  const auto training =
+      train::load_datasets(train::checkpoint_data_config(generator.meta)).train.inputs;
   const auto r =
       diffusion::evaluate_generator(generator, *classifier, training, f.count, f.options);
   if (json) {
@@ -137,13 +134,9 @@ Subcommand add_eval_command(CLI::App& app) {
             if (checkpoint.meta.value("task", std::string()) == "generate")
               return run_generator_eval(*generator_flags, f->checkpoint, f->device, f->cpu,
                                         f->json);
-            train::TrainConfig config;
-            config.dataset = checkpoint.meta.value("dataset", std::string("fashion-mnist"));
+            train::TrainConfig config = train::checkpoint_data_config(checkpoint.meta);
             config.data_dir = f->data_dir;
-            config.seed = checkpoint.meta.value("seed", uint64_t{1});
             config.test_limit = f->limit;
-            if (checkpoint.meta.contains("sprites"))
-              config.sprites = data::sprite_options_from_json(checkpoint.meta["sprites"]);
             const data::Dataset test = train::load_datasets(config).test;
             auto model = train::model_from_checkpoint(checkpoint, f->checkpoint, device);
             const std::string threads = describe_cpu_threads(
