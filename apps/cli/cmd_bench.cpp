@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "bench_table.h"
 #include "checks.h"
 #include "commands.h"
 #include "common/error.h"
@@ -164,17 +165,19 @@ Subcommand add_bench_command(CLI::App& app) {
             RowPrinter printer;
             const auto report = train::run_benchmark(f->bench, &printer);
             std::cout << "spritetorch bench, " << report.date << ": model "
-                      << (f->bench.workload.model.empty() ? "ann" : f->bench.workload.model) << ", "
+                      << (f->bench.workload.model.empty() ? train::default_model(f->bench.workload)
+                                                          : f->bench.workload.model) << ", "
                       << f->bench.workload.dataset << ", batch " << f->bench.workload.batch_size
                       << ", " << f->bench.workload.epochs << " epoch(s), median of "
                       << f->bench.repeats << "\n"
-                      << train::bench_table(report);
-            auto json = train::bench_json(report);
+                      << bench_table(report);
+            auto json = bench_json(report);
 
             if (f->vs_python) {
               const std::string python = find_python(f->python), peer = find_peer_script(f->peer);
-              const std::string model =
-                  f->bench.workload.model.empty() ? "ann" : f->bench.workload.model;
+              const std::string model = f->bench.workload.model.empty()
+                                            ? train::default_model(f->bench.workload)
+                                            : f->bench.workload.model;
               nlohmann::json peers = nlohmann::json::array();
               // Once per device, against the same workload: the resident fp32 eager row. The
               // fastest resident row of that device (another precision, graphed) is named too.
@@ -226,7 +229,7 @@ Subcommand add_bench_command(CLI::App& app) {
               json["python_peer"] = peers;
             }
             std::ofstream(f->out + ".json") << json.dump(2) << "\n";
-            std::ofstream(f->out + ".csv") << train::bench_csv(report);
+            std::ofstream(f->out + ".csv") << bench_csv(report);
             std::cout << "Wrote " << f->out << ".json and " << f->out << ".csv\n";
             return 0;
           }};

@@ -1,4 +1,6 @@
-// `spritetorch eval --checkpoint PATH`: loss, accuracy, per-class accuracy, confusion matrix.
+// `spritetorch eval --checkpoint PATH`: loss, accuracy, per-class accuracy, confusion matrix; for a
+// generator checkpoint, its samples judged by a classifier.
+#include <iomanip>
 #include <iostream>
 
 #include "checks.h"
@@ -6,11 +8,104 @@
 #include "common/cpu_threads.h"
 #include "common/error.h"
 #include "device/device.h"
+#include "diffusion/generator.h"
 #include "output.h"
 #include "train/model_state.h"
+#include "train/checkpoint_dataset.h"
 #include "train/trainer.h"
 
 namespace spritetorch::cli {
+
+namespace {
+
+void print_generator_eval(std::ostream& out, const diffusion::GeneratorEval& r,
+                          const std::vector<std::string>& class_names) {
+  out << std::fixed << std::setprecision(4) << "Samples: " << r.samples << "\n"
+      << "Class agreement: " << r.class_agreement << "\n";
+  for (size_t k = 0; k < class_names.size() && k < r.per_class_agreement.size(); ++k)
+    out << "  " << std::left << std::setw(12) << class_names[k] << "  " << r.per_class_agreement[k]
+        << "\n";
+  out << "Distinct: " << r.distinct << "\nExact copies of training sprites: " << r.exact_copies
+      << "\n"
+      << std::setprecision(2) << "Sampling: " << r.sample_seconds << " s, " << std::setprecision(1)
+      << r.sprites_per_second << " sprites/s\n"
+      << std::defaultfloat;
+}
+
+}  // namespace
+
+std::shared_ptr<GeneratorEvalFlags> add_generator_eval_options(CLI::App* sub) {
+  auto f = std::make_shared<GeneratorEvalFlags>();
+  sub->add_option("--classifier", f->classifier,
+                  "Generator checkpoints: a classifier checkpoint trained on the real data, to "
+                  "judge the samples")
+      ->check(CLI::ExistingFile);
+  sub->add_option("--count", f->count,
+                  "Generator checkpoints: samples to draw (spread over the classes)")
+      ->check(kPositive)
+      ->capture_default_str();
+  sub->add_option("--steps", f->options.steps, "Generator checkpoints: DDIM steps")
+      ->check(kPositive)
+      ->capture_default_str();
+  sub->add_option("--guidance", f->options.guidance,
+                  "Generator checkpoints: classifier-free guidance scale")
+      ->capture_default_str();
+  sub->add_option("--eta", f->options.eta, "Generator checkpoints: DDIM noise (0 deterministic)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  sub->add_option("--sampler", f->options.sampler, "Generator checkpoints: ddim | ddpm")
+      ->check(CLI::IsMember({"ddim", "ddpm"}))
+      ->capture_default_str();
+  sub->add_option("--seed", f->options.seed, "Generator checkpoints: sampling seed")
+      ->capture_default_str();
+  return f;
+}
+
+int run_generator_eval(const GeneratorEvalFlags& f, const std::string& checkpoint,
+                       const std::string& device_text, const CpuThreadFlags& cpu, bool json) {
+  if (f.classifier.empty())
+    throw Error(
+        "evaluating a generator needs --classifier C.pt",
+        "train one on the same data: spritetorch train --task classify --dataset ... --save C.pt");
+  const torch::Device device = device::pick_device(device_text);
+  auto generator = diffusion::load_generator(checkpoint, device);
+  const std::string threads = describe_cpu_threads(
+      apply_cpu_threads(cpu.threads, cpu.blas_threads, cpu_work_of(*generator.net)));
+  const auto classifier_ckpt = train::load_checkpoint(f.classifier);
+  const auto names = classifier_ckpt.meta.value("class_names", std::vector<std::string>());
+  if (names != generator.class_names)
+    throw Error(
+        "--classifier " + f.classifier + " knows other classes than the generator " + checkpoint,
+        "train the classifier on the generator's dataset");
+  auto classifier = train::model_from_checkpoint(classifier_ckpt, f.classifier, device);
+  const auto training =
+      train::load_datasets(train::checkpoint_data_config(generator.meta)).train.inputs;
+  const auto r =
+      diffusion::evaluate_generator(generator, *classifier, training, f.count, f.options);
+  if (json) {
+    std::cout << nlohmann::json{{"samples", r.samples},
+                                {"class_agreement", r.class_agreement},
+                                {"per_class_agreement", r.per_class_agreement},
+                                {"distinct", r.distinct},
+                                {"exact_copies", r.exact_copies},
+                                {"sample_s", r.sample_seconds},
+                                {"sprites_per_second", r.sprites_per_second},
+                                {"steps", f.options.steps},
+                                {"guidance", f.options.guidance},
+                                {"sampler", f.options.sampler},
+                                {"device", device::display_name(device)},
+                                {"threads", threads}}
+                     .dump()
+              << "\n";
+  } else {
+    std::cout << "Using device: " << device::display_name(device) << "\nCPU threads: " << threads
+              << "\nGenerator: " << checkpoint << " (" << f.options.sampler << ", "
+              << f.options.steps << " steps, guidance " << f.options.guidance
+              << ")\nJudged by: " << f.classifier << "\n";
+    print_generator_eval(std::cout, r, generator.class_names);
+  }
+  return 0;
+}
 
 Subcommand add_eval_command(CLI::App& app) {
   auto* sub = app.add_subcommand("eval", "Evaluate a checkpoint on its dataset's test split");
@@ -40,13 +135,9 @@ Subcommand add_eval_command(CLI::App& app) {
             if (checkpoint.meta.value("task", std::string()) == "generate")
               return run_generator_eval(*generator_flags, f->checkpoint, f->device, f->cpu,
                                         f->json);
-            train::TrainConfig config;
-            config.dataset = checkpoint.meta.value("dataset", std::string("fashion-mnist"));
+            train::TrainConfig config = train::checkpoint_data_config(checkpoint.meta);
             config.data_dir = f->data_dir;
-            config.seed = checkpoint.meta.value("seed", uint64_t{1});
             config.test_limit = f->limit;
-            if (checkpoint.meta.contains("sprites"))
-              config.sprites = data::sprite_options_from_json(checkpoint.meta["sprites"]);
             const data::Dataset test = train::load_datasets(config).test;
             auto model = train::model_from_checkpoint(checkpoint, f->checkpoint, device);
             const std::string threads = describe_cpu_threads(

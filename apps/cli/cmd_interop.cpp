@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "common/error.h"
 #include "common/output_file.h"
+#include "interop/import_meta.h"
 #include "interop/python_state.h"
 #include "interop/torch_file.h"
 #include "models/classifier.h"
@@ -121,51 +122,21 @@ Subcommand add_import_command(CLI::App& app) {
       ->capture_default_str();
   add_sprite_data_options(sub, *config, /*training=*/false);
   sub->add_flag("--overwrite", f->overwrite, "Replace OUT if it exists");
-  return {
-      sub, [sub, f, config]() {
-        check_new_output(f->out, f->overwrite, "--overwrite");
-        const interop::TensorFile state = interop::read_safetensors(f->in);
-        // Our own exports carry their checkpoint's metadata: it fills what the flags leave open.
-        nlohmann::json exported;
-        if (auto it = state.metadata.find("spritetorch"); it != state.metadata.end()) {
-          exported = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
-          if (!exported.is_object())
-            throw DataError(f->in, "__metadata__.spritetorch holding a JSON object",
-                            it->second.substr(0, 200));
-        }
-        if (!sub->count("--dataset") && exported.contains("dataset") &&
-            exported["dataset"].is_string()) {
-          config->dataset = exported["dataset"].get<std::string>();
-          if (exported.contains("sprites"))
-            config->sprites = data::sprite_options_from_json(exported["sprites"]);
-        }
-        if (config->model.empty() && exported.contains("model") && exported["model"].is_string())
-          config->model = exported["model"].get<std::string>();
-        if (config->model.empty())
-          config->model = data::is_sprite_dataset(config->dataset) ? "cnn" : "ann";
-
-        // The dataset decides the input shape and the classes, exactly as training would.
-        config->train_limit = config->test_limit = 1;
-        const auto sets = train::load_datasets(*config);
-        auto shape = sets.test.inputs.sizes().vec();
-        shape.erase(shape.begin());
-        const models::ModelSpec spec{config->model, shape, sets.test.num_classes()};
-        nlohmann::json meta = {{"class_names", sets.test.class_names},
-                               {"dataset", config->dataset},
-                               {"epoch", 0},
-                               {"seed", config->seed},
-                               {"imported_from", f->in},
-                               {"spritetorch_version", SPRITETORCH_VERSION}};
-        if (data::is_sprite_dataset(config->dataset))
-          meta["sprites"] = data::sprite_options_json(config->sprites);
-        const auto checkpoint = interop::checkpoint_from_python(state, spec, meta, f->in);
-        train::save_checkpoint(f->out, checkpoint);
-        std::cout << "Wrote " << f->out << ": model " << spec.name << " for " << config->dataset
-                  << " (" << spec.classes << " classes), " << checkpoint.model.size()
-                  << " tensors from " << f->in << "\nEvaluate it: spritetorch eval --checkpoint "
-                  << f->out << "\n";
-        return 0;
-      }};
+  return {sub, [sub, f, config]() {
+            check_new_output(f->out, f->overwrite, "--overwrite");
+            const interop::TensorFile state = interop::read_safetensors(f->in);
+            const auto imported =
+                interop::import_meta(state, f->in, *config, sub->count("--dataset") > 0);
+            const auto& spec = imported.spec;
+            const auto checkpoint =
+                interop::checkpoint_from_python(state, spec, imported.meta, f->in);
+            train::save_checkpoint(f->out, checkpoint);
+            std::cout << "Wrote " << f->out << ": model " << spec.name << " for "
+                      << imported.config.dataset << " (" << spec.classes << " classes), "
+                      << checkpoint.model.size() << " tensors from " << f->in
+                      << "\nEvaluate it: spritetorch eval --checkpoint " << f->out << "\n";
+            return 0;
+          }};
 }
 
 }  // namespace spritetorch::cli

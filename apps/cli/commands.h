@@ -34,9 +34,11 @@ struct CpuThreadFlags {
 };
 void add_cpu_thread_options(CLI::App* sub, int& threads, int& blas_threads);
 
-// Sprite pieces of train and eval (cmd_sprites.cpp).
+// Sprite pieces of train, import, data preview and classify (sprite_options.cpp), the generator
+// branches of train (generator_training.cpp) and eval (cmd_eval.cpp).
 void add_sprite_data_options(CLI::App* sub, train::TrainConfig& config, bool training);
 CLI::Validator sprite_dataset_validator();
+CLI::Validator tile_validator();  // --tile WxH
 class RunSession;  // run_session.h
 struct GeneratorEvalFlags {
   std::string classifier;

@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "common/atomic_file.h"
 #include "common/error.h"
-#include "train/checkpoint.h"
 
 // Tensors are copied byte for byte: the host must store numbers the way the format does.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -144,7 +144,7 @@ std::string safetensors_bytes(const TensorFile& file) {
 }
 
 void write_safetensors(const std::string& path, const TensorFile& file) {
-  train::write_file_atomically(path, safetensors_bytes(file));
+  write_file_atomically(path, safetensors_bytes(file));
 }
 
 TensorFile read_safetensors(const std::string& path) {

@@ -2,7 +2,7 @@
 
 #include <torch/serialize.h>
 
-#include "train/checkpoint.h"
+#include "common/atomic_file.h"
 
 namespace spritetorch::interop {
 
@@ -11,7 +11,7 @@ void write_torch_state_dict(const std::string& path, const TensorFile& file) {
   for (const auto& [name, tensor] : file.tensors)
     dict.insert(name, tensor.detach().cpu().contiguous());
   const std::vector<char> bytes = torch::pickle_save(c10::IValue(dict));
-  train::write_file_atomically(path, std::string(bytes.begin(), bytes.end()));
+  write_file_atomically(path, std::string(bytes.begin(), bytes.end()));
 }
 
 }  // namespace spritetorch::interop

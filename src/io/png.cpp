@@ -8,8 +8,8 @@
 #include <limits>
 #include <sstream>
 
+#include "common/atomic_file.h"
 #include "common/error.h"
-#include "train/checkpoint.h"
 
 namespace spritetorch::io {
 
@@ -95,7 +95,7 @@ std::string encode_png(const torch::Tensor& image_in, const std::string& name) {
 }
 
 void write_png(const std::string& path, const torch::Tensor& image) {
-  train::write_file_atomically(path, encode_png(image, path));
+  write_file_atomically(path, encode_png(image, path));
 }
 
 torch::Tensor upscale_nearest(const torch::Tensor& image, int64_t scale) {

@@ -4,7 +4,6 @@
 // that cannot run on a device becomes a row with its reason.
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -64,9 +63,5 @@ BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer = n
 double mlp_train_flops_per_sample(const std::vector<std::pair<int64_t, int64_t>>& layers);
 // Median GFLOP/s of a 2048^3 float32 matmul on the CPU with the current thread settings.
 double measure_sgemm_gflops();
-
-std::string bench_table(const BenchReport& report);
-nlohmann::json bench_json(const BenchReport& report);
-std::string bench_csv(const BenchReport& report);
 
 }  // namespace spritetorch::train

@@ -14,8 +14,8 @@
 // Version 1 payloads were LibTorch archives; loading those runs LibTorch's TorchScript importer,
 // which crashes on hostile input (found by fuzz/checkpoint_payload_fuzzer), so version 2 is a format
 // whose every length is checked against the bytes present before anything is allocated.
-// Files are written atomically: a temporary file in the same folder, flushed and fsynced, then
-// renamed over the target, so a crash leaves either the old file or the new one.
+// Files are written atomically (common/atomic_file.h), so a crash leaves either the old file or the
+// new one.
 #pragma once
 
 #include <torch/torch.h>
@@ -42,8 +42,5 @@ void save_checkpoint(const std::string& path, const Checkpoint& checkpoint);
 Checkpoint load_checkpoint(const std::string& path);
 // The same checks on bytes already in memory; `source` names them in errors. (Fuzz targets use it.)
 Checkpoint load_checkpoint_bytes(const std::string& bytes, const std::string& source);
-
-// Writes `bytes` to `path` atomically (temporary file + fsync + rename).
-void write_file_atomically(const std::string& path, const std::string& bytes);
 
 }  // namespace spritetorch::train

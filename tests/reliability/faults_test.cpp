@@ -12,6 +12,7 @@
 #include <fstream>
 #include <thread>
 
+#include "common/atomic_file.h"
 #include "common/error.h"
 #include "common/output_file.h"
 #include "test_util.h"

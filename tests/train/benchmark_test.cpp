@@ -1,3 +1,4 @@
+// What run_benchmark measures; how `spritetorch bench` prints it is tests/cli/bench_table_test.cpp.
 #include "train/benchmark.h"
 
 #include <gtest/gtest.h>
@@ -41,40 +42,7 @@ TEST(Benchmark, EveryRowRunsTheSameWorkAndReportsItsShape) {
   EXPECT_DOUBLE_EQ(report.rows[0].speedup_over_cpu, 1.0);
   ASSERT_TRUE(report.floor.has_value());
   EXPECT_GT(report.floor->sgemm_gflops, 0);
-
-  const auto json = bench_json(report);
-  EXPECT_EQ(json.at("rows").size(), 3u);
-  for (const char* key : {"device", "data_path", "ms_per_step", "images_per_second", "epoch_s",
-                          "speedup_over_cpu", "accuracy"})
-    EXPECT_TRUE(json.at("rows")[0].contains(key)) << key;
-  EXPECT_EQ(json.at("workload").at("epochs"), 2);
-  EXPECT_TRUE(json.contains("compute_floor"));
-
-  const auto csv = bench_csv(report);
-  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 4);
-  EXPECT_EQ(csv.rfind("device,device_name,data_path", 0), 0u);
-  const auto table = bench_table(report);
-  EXPECT_NE(table.find("streaming, 2 workers"), std::string::npos);
-  EXPECT_NE(table.find("Compute floor"), std::string::npos);
-}
-
-// A run without a CPU row (bench --devices cuda) has nothing to compare with: the column says so
-// instead of "0.00x".
-TEST(Benchmark, WithoutACpuRowTheCpuRatioIsLeftEmpty) {
-  BenchReport report;
-  BenchRow row;
-  row.device = "cuda:0";
-  row.data_path = "resident";
-  row.ran = true;
-  row.train_seconds = 0.76;
-  row.accuracy = 0.83;
-  report.rows.push_back(row);
-  const std::string table = bench_table(report);
-  EXPECT_EQ(table.find("0.00x"), std::string::npos) << table;
-  EXPECT_NE(table.find("0.76        -    0.8300"), std::string::npos) << table;
-  EXPECT_TRUE(bench_json(report).at("rows")[0].at("speedup_over_cpu").is_null());
-  const std::string csv = bench_csv(report);
-  EXPECT_NE(csv.find(",0.76,,0.83"), std::string::npos) << csv;
+  EXPECT_EQ(report.config.workload.epochs, 2);
 }
 
 // Precision and CUDA-graph rows: every combination is a row on every device; one that cannot run
@@ -100,10 +68,8 @@ TEST(Benchmark, PrecisionAndGraphRowsAreListedAndExplainedWhereTheyCannotRun) {
       << report.rows[1].skipped_reason;
   EXPECT_NE(report.rows[2].skipped_reason.find("fp16"), std::string::npos)
       << report.rows[2].skipped_reason;
-  const auto json = bench_json(report);
-  EXPECT_EQ(json.at("rows")[1].at("cuda_graphs"), true);
-  EXPECT_EQ(json.at("rows")[2].at("precision"), "fp16");
-  EXPECT_NE(bench_table(report).find("not run: "), std::string::npos);
+  EXPECT_TRUE(report.rows[1].cuda_graphs);
+  EXPECT_EQ(report.rows[2].precision, "fp16");
 }
 
 TEST(Benchmark, ADeviceThatIsNotThereIsAnErrorNotASilentSkip) {

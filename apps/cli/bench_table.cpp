@@ -1,0 +1,115 @@
+#include "bench_table.h"
+
+#include <iomanip>
+#include <sstream>
+
+namespace spritetorch::cli {
+
+std::string bench_table(const train::BenchReport& report) {
+  std::ostringstream out;
+  out << std::left << std::setw(8) << "device" << std::setw(37) << "data path" << std::setw(23)
+      << "step" << std::right << std::setw(9) << "ms/step" << std::setw(11) << "img/s"
+      << std::setw(10) << "epoch s" << std::setw(10) << "train s" << std::setw(9) << "vs cpu"
+      << std::setw(10) << "accuracy"
+      << "\n";
+  out << std::fixed;
+  for (const auto& r : report.rows) {
+    out << std::left << std::setw(8) << r.device << std::setw(37) << r.data_path << std::setw(23)
+        << r.step;
+    if (!r.ran) {
+      out << "not run: " << r.skipped_reason << "\n";
+      continue;
+    }
+    out << std::right << std::setprecision(3) << std::setw(9) << r.ms_per_step
+        << std::setprecision(0) << std::setw(11) << r.images_per_second << std::setprecision(2)
+        << std::setw(10) << r.epoch_seconds << std::setw(10) << r.train_seconds;
+    if (r.speedup_over_cpu > 0)
+      out << std::setw(8) << r.speedup_over_cpu << "x";
+    else
+      out << std::setw(9) << "-";  // no CPU row in this run to compare with
+    out << std::setprecision(4) << std::setw(10) << r.accuracy << "\n";
+  }
+  if (report.floor) {
+    double best = 0;
+    for (const auto& r : report.rows)
+      if (r.ran && r.device == "cpu" && (best == 0 || r.train_seconds < best))
+        best = r.train_seconds;
+    out << std::setprecision(1) << "\nCompute floor (cpu): " << report.floor->gflop << " GFLOP at "
+        << std::setprecision(0) << report.floor->sgemm_gflops
+        << " GFLOP/s (measured 2048^3 sgemm, all cores) = " << std::setprecision(2)
+        << report.floor->seconds << " s";
+    if (best > 0)
+      out << "; best cpu row " << best << " s = " << best / report.floor->seconds << "x the floor";
+    out << "\n";
+  }
+  return out.str();
+}
+
+nlohmann::json bench_json(const train::BenchReport& report) {
+  const train::TrainConfig& w = report.config.workload;
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& r : report.rows) {
+    nlohmann::json row = {{"device", r.device},
+                          {"device_name", r.device_name},
+                          {"data_path", r.data_path},
+                          {"precision", r.precision},
+                          {"cuda_graphs", r.cuda_graphs},
+                          {"step", r.step},
+                          {"ran", r.ran}};
+    if (r.ran) {
+      row.update(
+          {{"train_s", r.train_seconds},
+           {"train_s_all", r.all_train_seconds},
+           {"ms_per_step", r.ms_per_step},
+           {"images_per_second", r.images_per_second},
+           {"epoch_s", r.epoch_seconds},
+           {"speedup_over_cpu", r.speedup_over_cpu > 0 ? nlohmann::json(r.speedup_over_cpu)
+                                                       : nlohmann::json(nullptr)},  // no CPU row
+           {"accuracy", r.accuracy}});
+    } else {
+      row["skipped_reason"] = r.skipped_reason;
+    }
+    rows.push_back(row);
+  }
+  nlohmann::json out = {{"date", report.date},
+                        {"workload",
+                         {{"model", w.model.empty() ? train::default_model(w) : w.model},
+                          {"dataset", w.dataset},
+                          {"batch_size", w.batch_size},
+                          {"epochs", w.epochs},
+                          {"optimizer", w.optimizer},
+                          {"lr", w.lr},
+                          {"seed", w.seed},
+                          {"train_limit", w.train_limit}}},
+                        {"repeats", report.config.repeats},
+                        {"warmup_steps", report.config.warmup_steps},
+                        {"rows", rows}};
+  if (report.floor)
+    out["compute_floor"] = {{"gflop", report.floor->gflop},
+                            {"sgemm_gflops", report.floor->sgemm_gflops},
+                            {"seconds", report.floor->seconds}};
+  return out;
+}
+
+std::string bench_csv(const train::BenchReport& report) {
+  std::ostringstream out;
+  out << "device,device_name,data_path,precision,cuda_graphs,step,ran,ms_per_step,images_per_"
+         "second,"
+         "epoch_s,train_s,speedup_over_cpu,accuracy\n";
+  for (const auto& r : report.rows) {
+    auto quoted = [](const std::string& s) {
+      std::string q = "\"";
+      for (char c : s) q += (c == '"' ? std::string("\"\"") : std::string(1, c));
+      return q + "\"";
+    };
+    out << r.device << "," << quoted(r.device_name) << "," << quoted(r.data_path) << ","
+        << r.precision << "," << (r.cuda_graphs ? 1 : 0) << "," << quoted(r.step) << ","
+        << (r.ran ? 1 : 0) << "," << r.ms_per_step << "," << r.images_per_second << ","
+        << r.epoch_seconds << "," << r.train_seconds << ",";
+    if (r.speedup_over_cpu > 0) out << r.speedup_over_cpu;  // empty: no CPU row
+    out << "," << r.accuracy << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace spritetorch::cli

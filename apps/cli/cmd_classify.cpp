@@ -1,0 +1,132 @@
+// `spritetorch classify`: class + confidence per PNG, or per tile of sprite sheets.
+#include <iomanip>
+#include <iostream>
+
+#include "checks.h"
+#include "commands.h"
+#include "common/cpu_threads.h"
+#include "common/error.h"
+#include "data/picture.h"
+#include "data/sprite_sources.h"
+#include "device/device.h"
+#include "io/png.h"
+#include "models/predict.h"
+#include "train/model_state.h"
+
+namespace spritetorch::cli {
+
+Subcommand add_classify_command(CLI::App& app) {
+  auto* sub = app.add_subcommand(
+      "classify",
+      "Classify PNGs with a classifier checkpoint (sprite models, and Fashion-MNIST ones on grey "
+      "pictures): one picture per file, or every tile of sprite sheets (--tile)");
+  struct Flags {
+    std::string checkpoint, device = "auto";
+    std::vector<std::string> files;
+    bool json = false;
+    bool sheets = false;  // --tile given: each file is a sheet of tiles
+    bool invert = false;
+    data::SpriteOptions cut;
+    CpuThreadFlags cpu;
+  };
+  auto f = std::make_shared<Flags>();
+  sub->add_option("--checkpoint", f->checkpoint, "Classifier checkpoint (train --save)")
+      ->required();
+  sub->add_option("files", f->files, "PNG files")->required();
+  sub->add_option("--device", f->device, "auto | cpu | cuda | cuda:N | mps")->capture_default_str();
+  sub->add_flag("--json", f->json, "Print one JSON object per file (per tile with --tile)");
+  add_cpu_thread_options(sub, f->cpu.threads, f->cpu.blas_threads);
+  sub->add_flag("--invert", f->invert,
+                "Grey and RGB models: invert the pictures first (a dark item on a light ground; "
+                "Fashion-MNIST draws light items on black)");
+  sub->add_option_function<std::string>(
+         "--tile",
+         [f](const std::string& text) {
+           std::tie(f->cut.tile_w, f->cut.tile_h) = data::parse_tile(text);
+           f->sheets = true;
+         },
+         "The files are sprite sheets: classify each non-empty WxH tile (row-major index from 0)")
+      ->check(tile_validator());
+  sub->add_option("--spacing", f->cut.spacing, "With --tile: pixels between tiles")
+      ->check(kNonNegative);
+  sub->add_option("--margin", f->cut.margin, "With --tile: pixels around the tile grid")
+      ->check(kNonNegative);
+  return {sub, [f, sub]() {
+            if (!f->sheets && (sub->count("--spacing") || sub->count("--margin")))
+              throw Error("--spacing and --margin cut sprite sheets: they need --tile WxH");
+            const torch::Device device = device::pick_device(f->device);
+            const auto checkpoint = train::load_checkpoint(f->checkpoint);
+            if (checkpoint.meta.value("task", std::string()) == "generate")
+              throw Error(f->checkpoint + " is a generator checkpoint",
+                          "classify needs a classifier (train --task classify)");
+            const auto shape = checkpoint.meta.value("input_shape", std::vector<int64_t>());
+            if (!data::takes_pictures(shape))
+              throw DataError(f->checkpoint,
+                              "an image classifier (input shape (4, S, S) for sprites, (1, H, W) "
+                              "or (3, H, W))",
+                              "input shape " + c10::str(c10::IntArrayRef(shape)));
+            if (f->invert && shape[0] == 4)
+              throw Error("--invert is for grey and RGB models; " + f->checkpoint +
+                              " is a sprite model, which takes the RGBA pixels as they are",
+                          "drop --invert");
+            const auto names = checkpoint.meta.value("class_names", std::vector<std::string>());
+            auto model = train::model_from_checkpoint(checkpoint, f->checkpoint, device);
+            apply_cpu_threads(f->cpu.threads, f->cpu.blas_threads, cpu_work_of(*model));
+            model->eval();
+            // One line (or JSON object) per picture; `tile` is null for whole files.
+            auto classify = [&](const std::string& file, const torch::Tensor& hwc,
+                                const data::SheetTile* tile) {
+              const auto input = data::picture_to_input(hwc, shape, f->invert);  // (1, C, H, W)
+              const auto prediction =
+                  models::predict(*model, data::to_model_input(input.to(device)), names).at(0);
+              const std::string& name = prediction.name;
+              const double confidence = prediction.confidence;
+              if (f->json) {
+                nlohmann::json line{{"file", file}, {"class", name}, {"confidence", confidence}};
+                if (tile)
+                  line.update({{"tile", tile->index}, {"row", tile->row}, {"col", tile->col}});
+                std::cout << line.dump() << "\n";
+              } else {
+                std::cout << file << (tile ? "#" + std::to_string(tile->index) : std::string())
+                          << "\t" << name << "\t" << std::fixed << std::setprecision(4)
+                          << confidence << std::defaultfloat << "\n";
+              }
+            };
+            // A file that cannot be read is reported and skipped: the others still get their
+            // lines, and the exit code says that something was missing.
+            int unreadable = 0;
+            for (const auto& file : f->files) {
+              torch::Tensor image;   // (H, W, 4) uint8
+              data::SheetGrid grid;  // with --tile
+              try {
+                image = io::read_png(file);
+                if (f->sheets) grid = data::cut_sheet(image, file, f->cut);
+              } catch (const DataError& e) {
+                std::cout << std::flush;
+                std::cerr << "error: " << e.what() << "\n";
+                ++unreadable;
+                continue;
+              }
+              if (f->sheets) {
+                if (grid.tiles.empty())
+                  std::cerr << "note: " << file << ": every " << f->cut.tile_w << "x"
+                            << f->cut.tile_h << " tile is fully transparent; nothing to classify\n";
+                for (const auto& tile : grid.tiles) classify(file, tile.pixels, &tile);
+                continue;
+              }
+              if (image.size(0) * shape[2] != image.size(1) * shape[1])
+                std::cerr << "note: " << file << " is " << image.size(1) << "x" << image.size(0)
+                          << ": classified as one picture, stretched to the model's " << shape[2]
+                          << "x" << shape[1] << " (a sprite sheet? pass --tile WxH)\n";
+              classify(file, image, nullptr);
+            }
+            if (unreadable > 0)
+              throw Error(
+                  std::to_string(unreadable) + " of " + std::to_string(f->files.size()) +
+                      " files could not be read or cut (see above); the others are classified",
+                  "classify takes PNG files (sprite sheets with --tile WxH)");
+            return 0;
+          }};
+}
+
+}  // namespace spritetorch::cli

@@ -1,0 +1,127 @@
+// `spritetorch generate`: a sprite sheet or one PNG per sprite from a generator checkpoint.
+#include <algorithm>
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include "checks.h"
+#include "commands.h"
+#include "common/cpu_threads.h"
+#include "common/error.h"
+#include "common/timer.h"
+#include "device/device.h"
+#include "diffusion/generator.h"
+#include "io/png.h"
+
+namespace spritetorch::cli {
+
+Subcommand add_generate_command(CLI::App& app) {
+  auto* sub = app.add_subcommand(
+      "generate", "Draw sprites from a generator checkpoint into a PNG sprite sheet");
+  struct Flags {
+    std::string checkpoint, class_name, out, out_dir, palette, device = "auto";
+    int64_t count = 64, scale = 1, columns = 0;
+    diffusion::SampleOptions sample;
+    bool json = false;
+    CpuThreadFlags cpu;
+  };
+  auto f = std::make_shared<Flags>();
+  sub->add_option("--checkpoint", f->checkpoint,
+                  "Generator checkpoint (train --task generate --save)")
+      ->required();
+  sub->add_option("--class", f->class_name, "Class to draw (default: all classes in turn)");
+  sub->add_option("--count", f->count, "Sprites to draw")->check(kPositive)->capture_default_str();
+  sub->add_option("--out", f->out, "Sprite sheet PNG (grid with 1-pixel transparent padding)");
+  sub->add_option("--out-dir", f->out_dir, "Also write one PNG per sprite into this folder");
+  sub->add_option("--scale", f->scale, "Nearest-neighbour upscale factor")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  sub->add_option("--columns", f->columns, "Sheet columns (0: square-ish)")->check(kNonNegative);
+  sub->add_option(
+      "--palette", f->palette,
+      "Snap colours to a palette: auto (k-means of the training set) or a PNG whose opaque colours "
+      "are the palette [default: no snapping]");
+  sub->add_option("--steps", f->sample.steps, "DDIM steps")
+      ->check(kPositive)
+      ->capture_default_str();
+  sub->add_option("--guidance", f->sample.guidance, "Classifier-free guidance scale (1: none)")
+      ->capture_default_str();
+  sub->add_option("--eta", f->sample.eta, "DDIM noise: 0 deterministic, 1 DDPM-like")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  sub->add_option("--sampler", f->sample.sampler,
+                  "ddim (deterministic, --steps) | ddpm (all T steps)")
+      ->check(CLI::IsMember({"ddim", "ddpm"}))
+      ->capture_default_str();
+  sub->add_option("--seed", f->sample.seed, "Sampling seed")->capture_default_str();
+  sub->add_option("--batch-size", f->sample.batch, "Sprites per forward pass")
+      ->check(kPositive)
+      ->capture_default_str();
+  sub->add_option("--device", f->device, "auto | cpu | cuda | cuda:N | mps")->capture_default_str();
+  sub->add_flag("--json", f->json, "Print a JSON summary");
+  add_cpu_thread_options(sub, f->cpu.threads, f->cpu.blas_threads);
+  return {
+      sub, [f]() {
+        if (f->out.empty() && f->out_dir.empty())
+          throw Error("generate needs --out SHEET.png and/or --out-dir DIR");
+        const torch::Device device = device::pick_device(f->device);
+        auto generator = diffusion::load_generator(f->checkpoint, device);
+        const std::string threads = describe_cpu_threads(
+            apply_cpu_threads(f->cpu.threads, f->cpu.blas_threads, cpu_work_of(*generator.net)));
+        const int64_t k = static_cast<int64_t>(generator.class_names.size());
+        torch::Tensor labels = torch::arange(f->count, torch::kInt64).remainder(k);
+        if (!f->class_name.empty()) {
+          const auto it =
+              std::find(generator.class_names.begin(), generator.class_names.end(), f->class_name);
+          if (it == generator.class_names.end()) {
+            std::string known;
+            for (const auto& n : generator.class_names) known += (known.empty() ? "" : ", ") + n;
+            throw Error("unknown class '" + f->class_name + "'", "this generator knows: " + known);
+          }
+          labels = torch::full({f->count}, it - generator.class_names.begin(), torch::kInt64);
+        }
+        DeviceTimer timer(device);
+        auto sprites = diffusion::to_sprites(diffusion::sample(generator, labels, f->sample));
+        const double seconds = timer.seconds();
+        if (f->palette == "auto")
+          sprites = diffusion::snap_to_palette(sprites, generator.palette);
+        else if (!f->palette.empty())
+          sprites = diffusion::snap_to_palette(sprites, diffusion::palette_from_png(f->palette));
+        if (!f->out.empty())
+          io::write_png(f->out, io::make_sheet(sprites, {f->columns, 1, f->scale}));
+        if (!f->out_dir.empty()) {
+          std::filesystem::create_directories(f->out_dir);
+          for (int64_t i = 0; i < sprites.size(0); ++i) {
+            const auto name = generator.class_names[static_cast<size_t>(labels[i].item<int64_t>())];
+            std::ostringstream path;
+            path << f->out_dir << "/" << name << "_" << std::setw(4) << std::setfill('0') << i
+                 << ".png";
+            io::write_png(path.str(), io::upscale_nearest(sprites[i].permute({1, 2, 0}), f->scale));
+          }
+        }
+        const double rate = static_cast<double>(f->count) / seconds;
+        if (f->json) {
+          std::cout << nlohmann::json{{"count", f->count},
+                                      {"seconds", seconds},
+                                      {"sprites_per_second", rate},
+                                      {"device", device::display_name(device)},
+                                      {"threads", threads},
+                                      {"out", f->out}}
+                           .dump()
+                    << "\n";
+        } else {
+          std::cout << "Generated " << f->count << " sprites on " << device::display_name(device)
+                    << " in " << std::fixed << std::setprecision(2) << seconds << " s ("
+                    << std::setprecision(1) << rate << " sprites/s, " << f->sample.sampler << " "
+                    << f->sample.steps << " steps; CPU threads: " << threads << ")\n"
+                    << std::defaultfloat;
+          if (!f->out.empty()) std::cout << "Wrote " << f->out << "\n";
+          if (!f->out_dir.empty())
+            std::cout << "Wrote " << f->count << " PNGs to " << f->out_dir << "\n";
+        }
+        return 0;
+      }};
+}
+
+}  // namespace spritetorch::cli

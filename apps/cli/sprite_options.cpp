@@ -1,0 +1,66 @@
+// The sprite dataset flags that train, import and data preview share (sheet cutting, holdout, size,
+// procedural sprites), and their checks.
+#include "checks.h"
+#include "commands.h"
+#include "common/error.h"
+#include "data/sprite_sources.h"
+
+namespace spritetorch::cli {
+
+namespace {
+
+std::string tile_check(const std::string& text) {
+  try {
+    data::parse_tile(text);
+    return {};
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+
+std::string dataset_check(const std::string& text) {
+  if (text == "fashion-mnist" || text == "dummy" || data::is_sprite_dataset(text)) return {};
+  return "expected fashion-mnist, dummy, sprites, folder:PATH, sheet:FILE or npy:FILE[,LABELS.npy]";
+}
+
+}  // namespace
+
+CLI::Validator tile_validator() { return CLI::Validator(tile_check, "WxH"); }
+
+void add_sprite_data_options(CLI::App* sub, train::TrainConfig& config, bool training) {
+  auto& s = config.sprites;
+  sub->add_option("--holdout", s.holdout,
+                  "Sprite datasets: share held out as the test split (deterministic)")
+      ->check(CLI::Range(0.0, 0.95))
+      ->capture_default_str();
+  sub->add_option("--size", s.size,
+                  "Sprite datasets: model size S (16, 32 or 64; nearest-neighbour scaling)")
+      ->check(CLI::IsMember({16, 32, 64}))
+      ->capture_default_str();
+  sub->add_option_function<std::string>(
+         "--tile",
+         [&s](const std::string& text) { std::tie(s.tile_w, s.tile_h) = data::parse_tile(text); },
+         "sheet: tile size WxH [default: 16x16]")
+      ->check(tile_validator());
+  sub->add_option("--spacing", s.spacing, "sheet: pixels between tiles")->check(kNonNegative);
+  sub->add_option("--margin", s.margin, "sheet: pixels around the tile grid")->check(kNonNegative);
+  sub->add_option("--labels", s.label_map,
+                  "sheet: label map, lines of 'TILE_INDEX CLASS' (row-major, from 0)")
+      ->check(CLI::ExistingFile);
+  sub->add_option("--sprite-count", s.count,
+                  "sprites: procedural sprites to generate (before the split)")
+      ->check(kPositive)
+      ->capture_default_str();
+  if (training)
+    sub->add_option("--unet-base", config.unet_base,
+                    "--task generate: UNet channels at full resolution (x2 below)")
+        ->check(kPositive)
+        ->capture_default_str();
+  sub->add_option("--data-seed", s.seed,
+                  "sprites: seed of the procedural sprites and of the holdout split")
+      ->capture_default_str();
+}
+
+CLI::Validator sprite_dataset_validator() { return CLI::Validator(dataset_check, "DATASET"); }
+
+}  // namespace spritetorch::cli

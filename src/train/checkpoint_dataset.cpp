@@ -1,0 +1,18 @@
+#include "train/checkpoint_dataset.h"
+
+#include <string>
+
+#include "data/sprite_sources.h"
+
+namespace spritetorch::train {
+
+TrainConfig checkpoint_data_config(const nlohmann::json& meta) {
+  TrainConfig config;
+  const bool generator = meta.value("task", std::string()) == "generate";
+  config.dataset = meta.value("dataset", std::string(generator ? "sprites" : "fashion-mnist"));
+  config.seed = meta.value("seed", uint64_t{1});
+  if (meta.contains("sprites")) config.sprites = data::sprite_options_from_json(meta["sprites"]);
+  return config;
+}
+
+}  // namespace spritetorch::train

@@ -1,0 +1,94 @@
+// How `spritetorch bench` prints a report (apps/cli/bench_table.h), on reports built by hand: the
+// measuring is tests/train/benchmark_test.cpp's.
+#include "cli/bench_table.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+namespace spritetorch::cli {
+namespace {
+
+train::BenchRow ran_row(const std::string& device, const std::string& data_path, double seconds) {
+  train::BenchRow row;
+  row.device = device;
+  row.data_path = data_path;
+  row.step = "fused";
+  row.ran = true;
+  row.train_seconds = seconds;
+  row.all_train_seconds = {seconds, seconds};
+  row.ms_per_step = 1.5;
+  row.images_per_second = 1000;
+  row.epoch_seconds = seconds / 2;
+  row.accuracy = 0.5;
+  return row;
+}
+
+TEST(BenchTable, EveryRowAndTheComputeFloorReachTheTableJsonAndCsv) {
+  train::BenchReport report;
+  report.config.workload.epochs = 2;
+  report.rows = {ran_row("cpu", "resident", 2.0), ran_row("cpu", "streaming, 0 workers", 2.5),
+                 ran_row("cpu", "streaming, 2 workers", 3.0)};
+  report.rows[0].speedup_over_cpu = 1.0;
+  report.floor = train::ComputeFloor{1.0, 100.0, 0.01};
+
+  const auto json = bench_json(report);
+  EXPECT_EQ(json.at("rows").size(), 3u);
+  for (const char* key : {"device", "data_path", "ms_per_step", "images_per_second", "epoch_s",
+                          "speedup_over_cpu", "accuracy"})
+    EXPECT_TRUE(json.at("rows")[0].contains(key)) << key;
+  EXPECT_EQ(json.at("workload").at("epochs"), 2);
+  EXPECT_TRUE(json.contains("compute_floor"));
+
+  const auto csv = bench_csv(report);
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 4);
+  EXPECT_EQ(csv.rfind("device,device_name,data_path", 0), 0u);
+  const auto table = bench_table(report);
+  EXPECT_NE(table.find("streaming, 2 workers"), std::string::npos);
+  EXPECT_NE(table.find("Compute floor"), std::string::npos);
+}
+
+// A run without a CPU row (bench --devices cuda) has nothing to compare with: the column says so
+// instead of "0.00x".
+TEST(BenchTable, WithoutACpuRowTheCpuRatioIsLeftEmpty) {
+  train::BenchReport report;
+  train::BenchRow row;
+  row.device = "cuda:0";
+  row.data_path = "resident";
+  row.ran = true;
+  row.train_seconds = 0.76;
+  row.accuracy = 0.83;
+  report.rows.push_back(row);
+  const std::string table = bench_table(report);
+  EXPECT_EQ(table.find("0.00x"), std::string::npos) << table;
+  EXPECT_NE(table.find("0.76        -    0.8300"), std::string::npos) << table;
+  EXPECT_TRUE(bench_json(report).at("rows")[0].at("speedup_over_cpu").is_null());
+  const std::string csv = bench_csv(report);
+  EXPECT_NE(csv.find(",0.76,,0.83"), std::string::npos) << csv;
+}
+
+// Rows that could not run keep their precision and graph setting and say why.
+TEST(BenchTable, RowsThatDidNotRunAreListedWithTheirSettingsAndReason) {
+  train::BenchReport report;
+  report.rows.push_back(ran_row("cpu", "resident, fp32", 1.0));
+  train::BenchRow graphs;
+  graphs.device = "cpu";
+  graphs.data_path = "resident, fp32, cuda graphs";
+  graphs.cuda_graphs = true;
+  graphs.skipped_reason = "CUDA graphs need a CUDA device";
+  train::BenchRow half;
+  half.device = "cpu";
+  half.data_path = "resident, fp16";
+  half.precision = "fp16";
+  half.skipped_reason = "fp16 is not supported on the CPU";
+  report.rows.push_back(graphs);
+  report.rows.push_back(half);
+  const auto json = bench_json(report);
+  EXPECT_EQ(json.at("rows")[1].at("cuda_graphs"), true);
+  EXPECT_EQ(json.at("rows")[2].at("precision"), "fp16");
+  EXPECT_EQ(json.at("rows")[2].at("skipped_reason"), half.skipped_reason);
+  EXPECT_NE(bench_table(report).find("not run: " + graphs.skipped_reason), std::string::npos);
+}
+
+}  // namespace
+}  // namespace spritetorch::cli

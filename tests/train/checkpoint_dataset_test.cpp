@@ -1,0 +1,28 @@
+#include "train/checkpoint_dataset.h"
+
+#include <gtest/gtest.h>
+
+namespace spritetorch::train {
+namespace {
+
+TEST(CheckpointDataset, TheMetadataNamesTheDataAndOldCheckpointsGetTheDefaults) {
+  // Before "dataset" was recorded: classifiers were Fashion-MNIST ones, generators sprite ones.
+  EXPECT_EQ(checkpoint_data_config(nlohmann::json::object()).dataset, "fashion-mnist");
+  EXPECT_EQ(checkpoint_data_config(nlohmann::json::object()).seed, 1u);
+  EXPECT_EQ(checkpoint_data_config({{"task", "generate"}}).dataset, "sprites");
+
+  data::SpriteOptions sprites;
+  sprites.size = 32;
+  sprites.holdout = 0.25;
+  sprites.seed = 99;
+  const auto config = checkpoint_data_config(
+      {{"dataset", "sheet:a.png"}, {"seed", 3}, {"sprites", data::sprite_options_json(sprites)}});
+  EXPECT_EQ(config.dataset, "sheet:a.png");
+  EXPECT_EQ(config.seed, 3u);
+  EXPECT_EQ(config.sprites.size, 32);
+  EXPECT_DOUBLE_EQ(config.sprites.holdout, 0.25);
+  EXPECT_EQ(config.sprites.seed, 99u);
+}
+
+}  // namespace
+}  // namespace spritetorch::train
