@@ -1,5 +1,6 @@
 #include "diffusion/generator.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -69,51 +70,115 @@ Generator load_generator(const std::string& path, torch::Device device) {
   return g;
 }
 
-torch::Tensor ddim_sample(UNet& net, const NoiseSchedule& schedule, torch::Tensor x,
-                          const torch::Tensor& c, int64_t steps, double guidance, double eta,
-                          std::optional<at::Generator> gen) {
+namespace {
+
+// One reverse step from t to t_prev as both samplers take it (Song et al. 2021, eq. 12, with
+// DDPM's posterior as the eta = 1, all-steps case):
+//   x0_hat = clip(x_t / sqrt(abar_t) - sqrt(1 / abar_t - 1) eps, -1, 1)
+//   x_prev = c_x0 x0_hat + c_x x_t + sigma z
+// The coefficients are plain doubles, worked out on the host before the loop (no per-step sync).
+struct ReverseStep {
+  int64_t t = 0;
+  double recip_sqrt_ab = 0;     // 1 / sqrt(abar_t)
+  double recipm1_sqrt_ab = 0;   // sqrt(1 / abar_t - 1)
+  double c_x0 = 0, c_x = 0, sigma = 0;
+};
+
+// The shared loop. x: (B, C, H, W) x_T; steps in order T - 1 .. 0. Noise for sigma > 0 is drawn on
+// the CPU from `gen` (a seed gives the same sprites on every device) and copied without a sync.
+torch::Tensor reverse_loop(const EpsModel& eps_model, torch::Tensor x,
+                           const std::vector<ReverseStep>& steps, std::optional<at::Generator> gen) {
   torch::NoGradGuard no_grad;
-  const int64_t T = schedule.steps();
-  steps = std::clamp<int64_t>(steps, 1, T);
-  const auto ab = schedule.alpha_bars().cpu();
-  const auto ab_a = ab.accessor<float, 1>();
-  const auto opts = torch::TensorOptions().dtype(torch::kInt64).device(x.device());
-  // Evenly spaced timesteps from T - 1 down to 0; after the last one comes "t = -1" (abar = 1).
-  auto timestep = [&](int64_t i) -> int64_t {
-    if (i >= steps) return -1;
-    return steps == 1 ? T - 1 : ((T - 1) * (steps - 1 - i)) / (steps - 1);
-  };
-  for (int64_t i = 0; i < steps; ++i) {
-    const int64_t t = timestep(i), t_prev = timestep(i + 1);
-    const double a = ab_a[t], a_prev = t_prev >= 0 ? ab_a[t_prev] : 1.0;
-    const auto eps = guided_eps(net, x, torch::full({x.size(0)}, t, opts), c, guidance);
-    // No clipping of x0 on the way: clipped predictions at high noise pushed every colour to the
-    // extremes (saturated, noisy sprites); the ODE path of the model itself is cleaner.
-    const auto x0 = (x - std::sqrt(1.0 - a) * eps) / std::sqrt(a);
-    // eta = 0: deterministic DDIM; eta = 1: DDPM-like noise at every step (Song et al., eq. 16).
-    const double sigma =
-        eta * std::sqrt((1.0 - a_prev) / (1.0 - a)) * std::sqrt(std::max(0.0, 1.0 - a / a_prev));
-    x = std::sqrt(a_prev) * x0 + std::sqrt(std::max(0.0, 1.0 - a_prev - sigma * sigma)) * eps;
-    if (sigma > 0 && gen)
-      x = x + sigma * at::randn(x.sizes(), *gen, torch::kFloat32).to(x.device());
+  const int64_t b = x.size(0);
+  std::vector<int64_t> ts;
+  for (const auto& s : steps) ts.push_back(s.t);
+  // (steps) int64 on x's device, copied once; each step's (B) t is a view of it.
+  const auto t_all = torch::tensor(ts, torch::kInt64).to(x.device());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const auto& s = steps[i];
+    const auto eps = eps_model(x, t_all.select(0, static_cast<int64_t>(i)).expand({b}));
+    // Clipping keeps x0_hat in the data's range; the update then uses the eps implied by the
+    // clipped x0_hat (folded into c_x0 / c_x), which keeps it on the DDIM / posterior path.
+    const auto x0 = (s.recip_sqrt_ab * x - s.recipm1_sqrt_ab * eps).clamp(-1.0, 1.0);
+    x = s.c_x0 * x0 + s.c_x * x;
+    if (s.sigma > 0) {
+      auto z = at::randn(x.sizes(), *gen, torch::kFloat32);
+      if (x.is_cuda()) z = z.pin_memory();  // pinned: the copy below does not block the host
+      x = x + s.sigma * z.to(x.device(), /*non_blocking=*/true);
+    }
   }
   return x.clamp(-1.0, 1.0);
 }
 
+}  // namespace
+
+std::vector<int64_t> ddim_timesteps(int64_t T, int64_t steps) {
+  steps = std::clamp<int64_t>(steps, 1, T);
+  std::vector<int64_t> out;
+  // Evenly spaced from T - 1 down to 0, both included; distinct since steps <= T.
+  for (int64_t i = 0; i < steps; ++i)
+    out.push_back(steps == 1 ? T - 1 : ((T - 1) * (steps - 1 - i)) / (steps - 1));
+  return out;
+}
+
+torch::Tensor ddim_sample_eps(const EpsModel& eps_model, const NoiseSchedule& schedule,
+                              torch::Tensor x, int64_t steps, double eta,
+                              std::optional<at::Generator> gen) {
+  if (!(eta >= 0)) throw Error("DDIM eta must be >= 0, got " + std::to_string(eta));
+  if (eta > 0 && !gen) throw Error("DDIM with eta > 0 needs a generator for its noise");
+  const auto& ab = schedule.host_alpha_bars();
+  const auto ts = ddim_timesteps(schedule.steps(), steps);
+  std::vector<ReverseStep> plan;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const int64_t t = ts[i];
+    // After the last timestep comes "t = -1": abar = 1, i.e. x_prev = x0_hat.
+    const double a = ab[t], a_prev = i + 1 < ts.size() ? ab[ts[i + 1]] : 1.0;
+    // sigma_t(eta), Song et al. eq. 16.
+    const double sigma =
+        eta * std::sqrt(std::max(0.0, (1.0 - a_prev) / (1.0 - a) * (1.0 - a / a_prev)));
+    // Eq. 12: x_prev = sqrt(a_prev) x0 + sqrt(1 - a_prev - sigma^2) eps + sigma z, with
+    // eps = (x - sqrt(a) x0) / sqrt(1 - a) re-derived from the clipped x0.
+    const double dir = std::sqrt(std::max(0.0, 1.0 - a_prev - sigma * sigma)) / std::sqrt(1.0 - a);
+    plan.push_back({t, 1.0 / std::sqrt(a), std::sqrt(1.0 / a - 1.0),
+                    std::sqrt(a_prev) - dir * std::sqrt(a), dir, sigma});
+  }
+  return reverse_loop(eps_model, std::move(x), plan, eta > 0 ? gen : std::nullopt);
+}
+
+torch::Tensor ddpm_sample_eps(const EpsModel& eps_model, const NoiseSchedule& schedule,
+                              torch::Tensor x, at::Generator gen) {
+  const auto& ab = schedule.host_alpha_bars();
+  const auto& betas = schedule.host_betas();
+  std::vector<ReverseStep> plan;
+  for (int64_t t = schedule.steps() - 1; t >= 0; --t) {
+    const double a = ab[t], a_prev = t > 0 ? ab[t - 1] : 1.0, beta = betas[t];
+    // Ho et al. eq. 7: the posterior q(x_{t-1} | x_t, x0) at the clipped x0_hat, with its own
+    // variance beta~_t = beta_t (1 - a_prev) / (1 - a) (0 at t = 0: the last step adds no noise).
+    plan.push_back({t, 1.0 / std::sqrt(a), std::sqrt(1.0 / a - 1.0),
+                    std::sqrt(a_prev) * beta / (1.0 - a),
+                    std::sqrt(1.0 - beta) * (1.0 - a_prev) / (1.0 - a),
+                    std::sqrt(beta * (1.0 - a_prev) / (1.0 - a))});
+  }
+  return reverse_loop(eps_model, std::move(x), plan, gen);
+}
+
+torch::Tensor ddim_sample(UNet& net, const NoiseSchedule& schedule, torch::Tensor x,
+                          const torch::Tensor& c, int64_t steps, double guidance, double eta,
+                          std::optional<at::Generator> gen) {
+  return ddim_sample_eps(
+      [&](const torch::Tensor& xt, const torch::Tensor& t) {
+        return guided_eps(net, xt, t, c, guidance);
+      },
+      schedule, std::move(x), steps, eta, std::move(gen));
+}
+
 torch::Tensor ddpm_sample(UNet& net, const NoiseSchedule& schedule, torch::Tensor x,
                           const torch::Tensor& c, double guidance, at::Generator gen) {
-  torch::NoGradGuard no_grad;
-  const auto betas = schedule.betas().cpu(), alphas = schedule.alphas().cpu(),
-             ab = schedule.alpha_bars().cpu();
-  const auto opts = torch::TensorOptions().dtype(torch::kInt64).device(x.device());
-  for (int64_t t = schedule.steps() - 1; t >= 0; --t) {
-    const double beta = betas[t].item<double>(), alpha = alphas[t].item<double>(),
-                 a = ab[t].item<double>();
-    const auto eps = guided_eps(net, x, torch::full({x.size(0)}, t, opts), c, guidance);
-    x = (x - (beta / std::sqrt(1.0 - a)) * eps) / std::sqrt(alpha);
-    if (t > 0) x = x + std::sqrt(beta) * at::randn(x.sizes(), gen, torch::kFloat32).to(x.device());
-  }
-  return x.clamp(-1.0, 1.0);
+  return ddpm_sample_eps(
+      [&](const torch::Tensor& xt, const torch::Tensor& t) {
+        return guided_eps(net, xt, t, c, guidance);
+      },
+      schedule, std::move(x), std::move(gen));
 }
 
 torch::Tensor sample(Generator& g, const torch::Tensor& labels, const SampleOptions& options) {

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -53,14 +54,28 @@ struct SampleOptions {
 // options.seed, so a seed gives the same sprites on every device up to float rounding.
 torch::Tensor sample(Generator& generator, const torch::Tensor& labels, const SampleOptions& options);
 
-// DDIM (eta = 0) from x_T along `steps` evenly spaced timesteps. x: (B, 4, S, S), c: (B).
-// eta > 0 adds noise drawn from `gen` at each step (eta = 1 is DDPM-like); eta = 0 needs no gen.
+// DDIM (Song et al. 2021, eq. 12) from x_T along ddim_timesteps(T, steps), then to abar = 1.
+// x: (B, 4, S, S), c: (B). Each step clips the predicted x0 to [-1, 1] and re-derives eps from it.
+// eta > 0 adds sigma_t(eta) noise drawn from `gen` (eta = 1 is DDPM-like; Error without a gen);
+// eta = 0 is deterministic and draws nothing.
 torch::Tensor ddim_sample(UNet& net, const NoiseSchedule& schedule, torch::Tensor x, const torch::Tensor& c,
                           int64_t steps, double guidance, double eta = 0.0,
                           std::optional<at::Generator> gen = std::nullopt);
-// DDPM ancestral sampling over all T steps; noise drawn from `gen` (CPU).
+// DDPM ancestral sampling over all T steps (Ho et al. 2020): the posterior q(x_{t-1} | x_t, x0)
+// at the clipped predicted x0, variance beta~_t; noise drawn from `gen` (CPU).
 torch::Tensor ddpm_sample(UNet& net, const NoiseSchedule& schedule, torch::Tensor x, const torch::Tensor& c,
                           double guidance, at::Generator gen);
+
+// The samplers above on any eps prediction (x_t (B, 4, S, S), t (B) int64 -> eps (B, 4, S, S)):
+// ddim_sample / ddpm_sample pass the guided UNet; tests pass an oracle.
+using EpsModel = std::function<torch::Tensor(const torch::Tensor& x, const torch::Tensor& t)>;
+torch::Tensor ddim_sample_eps(const EpsModel& eps, const NoiseSchedule& schedule, torch::Tensor x,
+                              int64_t steps, double eta = 0.0,
+                              std::optional<at::Generator> gen = std::nullopt);
+torch::Tensor ddpm_sample_eps(const EpsModel& eps, const NoiseSchedule& schedule, torch::Tensor x,
+                              at::Generator gen);
+// DDIM's timesteps: `steps` (clamped to [1, T]) distinct ones, evenly spaced from T - 1 down to 0.
+std::vector<int64_t> ddim_timesteps(int64_t T, int64_t steps);
 
 // [-1, 1] float -> uint8 RGBA with alpha 0 or 255 and RGB 0 under transparent pixels. On the CPU.
 torch::Tensor to_sprites(const torch::Tensor& x);

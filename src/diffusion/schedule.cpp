@@ -12,7 +12,10 @@ NoiseSchedule::NoiseSchedule(int64_t steps, double beta_start, double beta_end) 
   const auto b = torch::linspace(beta_start, beta_end, steps, torch::kFloat64);
   betas_ = b.to(torch::kFloat32);
   alphas_ = (1.0 - b).to(torch::kFloat32);
-  alpha_bars_ = torch::cumprod(1.0 - b, 0).to(torch::kFloat32);
+  const auto ab = torch::cumprod(1.0 - b, 0);
+  alpha_bars_ = ab.to(torch::kFloat32);
+  host_betas_.assign(b.data_ptr<double>(), b.data_ptr<double>() + steps);
+  host_alpha_bars_.assign(ab.data_ptr<double>(), ab.data_ptr<double>() + steps);
 }
 
 void NoiseSchedule::to(torch::Device device) {

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace spritetorch::diffusion {
 
@@ -19,6 +20,10 @@ class NoiseSchedule {
   const torch::Tensor& betas() const { return betas_; }
   const torch::Tensor& alphas() const { return alphas_; }
   const torch::Tensor& alpha_bars() const { return alpha_bars_; }
+  // The same in float64 on the host: what the samplers work out their per-step coefficients from,
+  // before their loops, without reading anything back from the device.
+  const std::vector<double>& host_betas() const { return host_betas_; }
+  const std::vector<double>& host_alpha_bars() const { return host_alpha_bars_; }
   void to(torch::Device device);
 
   // x_t from x_0 in one step. x0, noise: (B, C, H, W) float32; t: (B) int64 in [0, T). Same device.
@@ -27,6 +32,7 @@ class NoiseSchedule {
  private:
   int64_t steps_;
   torch::Tensor betas_, alphas_, alpha_bars_;
+  std::vector<double> host_betas_, host_alpha_bars_;
 };
 
 }  // namespace spritetorch::diffusion

@@ -1,4 +1,5 @@
-// The DDPM schedule against its own Markov chain, DDIM determinism, sprite post-processing,
+// The DDPM schedule against its own Markov chain, the DDIM / DDPM samplers (an oracle eps must give
+// back the clean image; eq. 12 with clipping; determinism), sprite post-processing,
 // palettes, a tiny end-to-end generator run, and its resume / interrupt / periodic checkpoints.
 #include "diffusion/generator.h"
 
@@ -108,6 +109,171 @@ TEST(Sampler, GuidanceCombinesConditionalAndUnconditional) {
                  3.0 * (eps_at_t(c) - eps_at_t(torch::full({2}, 3, torch::kInt64)));
   const auto expected = ((x - std::sqrt(1 - a) * e) / std::sqrt(a)).clamp(-1, 1);
   EXPECT_TRUE(torch::allclose(out, expected, 1e-4, 1e-4));
+}
+
+// An eps "model" that knows x0: it returns the noise that takes x0 to x_t under q(x_t | x0), so
+// every x0_hat is x0 and a correct sampler ends at x0 whatever path it takes. It records the
+// timestep and the eps of every call (each call's t must be one value across the batch).
+struct Oracle {
+  torch::Tensor x0;  // (B, 4, S, S) float32 in [-1, 1]
+  std::vector<double> ab;
+  std::vector<int64_t> calls;
+  std::vector<torch::Tensor> eps;
+
+  Oracle(torch::Tensor clean, const NoiseSchedule& schedule)
+      : x0(std::move(clean)), ab(schedule.host_alpha_bars()) {}
+  EpsModel model() {
+    return [this](const torch::Tensor& x, const torch::Tensor& t) {
+      EXPECT_EQ(t.sizes(), (std::vector<int64_t>{x.size(0)}));
+      const int64_t step = t[0].item<int64_t>();
+      EXPECT_TRUE((t == step).all().item<bool>());
+      const double a = ab.at(static_cast<size_t>(step));
+      calls.push_back(step);
+      // In float64: near t = 0 the division by sqrt(1 - abar) ~ 0.01 magnifies rounding.
+      auto e = ((x.to(torch::kFloat64) - std::sqrt(a) * x0.to(torch::kFloat64)) / std::sqrt(1.0 - a))
+                   .to(torch::kFloat32);
+      eps.push_back(e);
+      return e;
+    };
+  }
+};
+
+// x0 in [-1, 1] (with both end values present) and x_T = q(x_T | x0) with known noise.
+std::pair<torch::Tensor, torch::Tensor> clean_and_noise(int64_t n, int64_t size, uint64_t seed) {
+  torch::manual_seed(seed);
+  auto x0 = torch::rand({n, 4, size, size}) * 2.0 - 1.0;
+  x0.select(1, 3).narrow(1, 0, 1).fill_(-1.0);  // transparent columns, as in sprites
+  x0.select(1, 0).narrow(1, 1, 1).fill_(1.0);
+  return {x0, torch::randn({n, 4, size, size})};
+}
+
+torch::Tensor noised(const NoiseSchedule& s, const torch::Tensor& x0, const torch::Tensor& noise) {
+  return s.add_noise(x0, torch::full({x0.size(0)}, s.steps() - 1, torch::kInt64), noise);
+}
+
+TEST(Sampler, DdimTimestepsRunFromTMinusOneToZero) {
+  for (int64_t T : {1, 7, 50, 500})
+    for (int64_t steps = 1; steps <= T + 2; ++steps) {
+      const auto ts = ddim_timesteps(T, steps);
+      ASSERT_EQ(static_cast<int64_t>(ts.size()), std::min(steps, T)) << T << " " << steps;
+      EXPECT_EQ(ts.front(), T - 1);
+      if (steps > 1 || T == 1) {
+        EXPECT_EQ(ts.back(), 0) << T << " " << steps;
+      }
+      for (size_t i = 1; i < ts.size(); ++i) EXPECT_LT(ts[i], ts[i - 1]);
+    }
+  EXPECT_EQ(ddim_timesteps(500, 1), (std::vector<int64_t>{499}));
+  EXPECT_EQ(ddim_timesteps(10, 4), (std::vector<int64_t>{9, 6, 3, 0}));
+  EXPECT_EQ(ddim_timesteps(5, 5), (std::vector<int64_t>{4, 3, 2, 1, 0}));
+}
+
+TEST(Sampler, OracleEpsMakesEverySamplerReturnTheCleanImage) {
+  const NoiseSchedule schedule;  // the generator's own: T = 500
+  const auto [x0, noise] = clean_and_noise(4, 8, 21);
+  const auto xT = noised(schedule, x0, noise);
+  for (int64_t steps : {1, 2, 25, 500}) {
+    Oracle oracle(x0, schedule);
+    const auto out = ddim_sample_eps(oracle.model(), schedule, xT, steps, 0.0);
+    EXPECT_TRUE(torch::allclose(out, x0, 0, 1e-4)) << "DDIM eta 0, " << steps << " steps, max error "
+                                                   << (out - x0).abs().max().item<double>();
+    EXPECT_EQ(oracle.calls, ddim_timesteps(500, steps));
+    // Deterministic DDIM keeps x_t on q(x_t | x0) with the starting noise: eps never changes.
+    for (size_t i = 0; i < oracle.eps.size(); ++i)
+      EXPECT_TRUE(torch::allclose(oracle.eps[i], noise, 0, 1e-3))
+          << steps << " steps, call " << i << " (t = " << oracle.calls[i] << ")";
+  }
+  for (int64_t steps : {25, 500}) {
+    Oracle oracle(x0, schedule);
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+    const auto out = ddim_sample_eps(oracle.model(), schedule, xT, steps, 1.0, gen);
+    EXPECT_TRUE(torch::allclose(out, x0, 0, 1e-4)) << "DDIM eta 1, " << steps << " steps";
+  }
+  Oracle oracle(x0, schedule);
+  const auto out =
+      ddpm_sample_eps(oracle.model(), schedule, xT, at::make_generator<at::CPUGeneratorImpl>(4));
+  EXPECT_TRUE(torch::allclose(out, x0, 0, 1e-4))
+      << "DDPM, max error " << (out - x0).abs().max().item<double>();
+  ASSERT_EQ(oracle.calls.size(), 500u);
+  for (int64_t i = 0; i < 500; ++i) EXPECT_EQ(oracle.calls[i], 499 - i);
+}
+
+// With the oracle, every x_t a stochastic sampler visits must again be a draw from q(x_t | x0): the
+// eps the oracle reads back is N(0, 1) at every step. A variance other than the posterior's (e.g.
+// beta_t instead of beta~_t) shows at the last steps, where beta_t is ~2x beta~_t.
+TEST(Sampler, StochasticSamplersKeepTheForwardMarginals) {
+  const NoiseSchedule schedule;
+  const auto [x0, noise] = clean_and_noise(16, 16, 22);  // 16,384 values per step
+  const auto xT = noised(schedule, x0, noise);
+  auto check = [](const Oracle& oracle, const std::string& what) {
+    for (size_t i = 0; i < oracle.eps.size(); ++i) {
+      const double mean = oracle.eps[i].mean().item<double>(), sd = oracle.eps[i].std().item<double>();
+      EXPECT_NEAR(mean, 0.0, 0.05) << what << ", t = " << oracle.calls[i];
+      EXPECT_NEAR(sd, 1.0, 0.05) << what << ", t = " << oracle.calls[i];
+    }
+  };
+  Oracle ddpm(x0, schedule);
+  ddpm_sample_eps(ddpm.model(), schedule, xT, at::make_generator<at::CPUGeneratorImpl>(5));
+  check(ddpm, "DDPM");
+  Oracle ddim(x0, schedule);
+  ddim_sample_eps(ddim.model(), schedule, xT, 25, 1.0, at::make_generator<at::CPUGeneratorImpl>(6));
+  check(ddim, "DDIM eta 1");
+}
+
+// Eq. 12 of Song et al. with x0_hat clipped to [-1, 1] and eps re-derived from the clipped x0_hat,
+// against a constant eps large enough that many x0_hat fall outside [-1, 1].
+TEST(Sampler, DdimStepClipsX0AndRederivesEps) {
+  const NoiseSchedule schedule(50);
+  torch::manual_seed(9);
+  const auto xT = torch::randn({2, 4, 8, 8}), e = 2.0 * torch::randn({2, 4, 8, 8});
+  std::vector<torch::Tensor> seen;
+  const EpsModel model = [&](const torch::Tensor& x, const torch::Tensor&) {
+    seen.push_back(x.clone());
+    return e;
+  };
+  const auto out = ddim_sample_eps(model, schedule, xT, 2, 0.0);  // t = 49, then 0
+  ASSERT_EQ(seen.size(), 2u);
+  const auto& ab = schedule.host_alpha_bars();
+  const double a = ab[49], a_prev = ab[0];
+  const auto raw = (xT - std::sqrt(1 - a) * e) / std::sqrt(a);
+  ASSERT_GT((raw.abs() > 1).sum().item<int64_t>(), 0);  // the clip matters here
+  const auto x0 = raw.clamp(-1, 1);
+  const auto eps = (xT - std::sqrt(a) * x0) / std::sqrt(1 - a);
+  const auto x1 = std::sqrt(a_prev) * x0 + std::sqrt(1 - a_prev) * eps;
+  EXPECT_TRUE(torch::allclose(seen[1], x1, 1e-5, 1e-5));
+  // The last step goes to abar = 1: the clipped x0_hat itself.
+  const auto last = ((x1 - std::sqrt(1 - a_prev) * e) / std::sqrt(a_prev)).clamp(-1, 1);
+  EXPECT_TRUE(torch::allclose(out, last, 1e-5, 1e-5));
+}
+
+TEST(Sampler, DdimEtaZeroIsDeterministicAndDrawsNoNoise) {
+  auto g = tiny_generator();
+  torch::manual_seed(2);
+  const auto x = torch::randn({3, 4, 16, 16});
+  const auto c = torch::tensor({0, 1, 2}, torch::kInt64);
+  const auto a = ddim_sample(g.net, g.schedule, x, c, 6, 2.0);
+  EXPECT_TRUE(torch::equal(a, ddim_sample(g.net, g.schedule, x, c, 6, 2.0)));
+  // A generator given with eta 0 is not used.
+  EXPECT_TRUE(torch::equal(
+      a, ddim_sample(g.net, g.schedule, x, c, 6, 2.0, 0.0, at::make_generator<at::CPUGeneratorImpl>(7))));
+  EXPECT_THROW(ddim_sample(g.net, g.schedule, x, c, 6, 2.0, 0.5), Error);  // noise needs a generator
+  const auto n1 = ddim_sample(g.net, g.schedule, x, c, 6, 2.0, 1.0, at::make_generator<at::CPUGeneratorImpl>(7));
+  EXPECT_TRUE(torch::equal(
+      n1, ddim_sample(g.net, g.schedule, x, c, 6, 2.0, 1.0, at::make_generator<at::CPUGeneratorImpl>(7))));
+  EXPECT_FALSE(torch::equal(n1, a));
+}
+
+// DDPM's posterior step is DDIM's eta = 1 step between consecutive timesteps (Song et al., sec. 4.1):
+// over all T steps, with the same noise, the two samplers agree.
+TEST(Sampler, DdpmIsDdimOverAllStepsWithEtaOne) {
+  auto g = tiny_generator();
+  torch::manual_seed(4);
+  const auto x = torch::randn({3, 4, 16, 16});
+  const auto c = torch::tensor({2, 0, 1}, torch::kInt64);
+  const auto ddpm = ddpm_sample(g.net, g.schedule, x, c, 2.0, at::make_generator<at::CPUGeneratorImpl>(8));
+  const auto ddim = ddim_sample(g.net, g.schedule, x, c, g.schedule.steps(), 2.0, 1.0,
+                                at::make_generator<at::CPUGeneratorImpl>(8));
+  EXPECT_TRUE(torch::allclose(ddpm, ddim, 1e-4, 1e-4))
+      << "max difference " << (ddpm - ddim).abs().max().item<double>();
 }
 
 TEST(Sprites, AlphaBinaryAndPaletteOnly) {
