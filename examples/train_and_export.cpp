@@ -2,9 +2,7 @@
 // dummy data, evaluates it, reloads the checkpoint and writes its weights for Python.
 //   train_and_export OUT.safetensors
 // Exits 0 when the test accuracy is above 80% and the reloaded model gives the same logits.
-#include <spritetorch/common/error.h>
-#include <spritetorch/interop/python_state.h>
-#include <spritetorch/train/trainer.h>
+#include <spritetorch/spritetorch.h>
 
 #include <filesystem>
 #include <iostream>
@@ -27,7 +25,7 @@ int main(int argc, char** argv) {
     config.lr = 0.05;
     config.save = checkpoint_path;
     config.overwrite = true;
-    const st::train::TrainReport report = st::train::train(config);  // no observer: silent
+    const st::train::TrainReport report = st::run_training(config);  // no observer: silent
     std::cout << "SimpleNN on " << report.device << ": test accuracy " << report.test.accuracy
               << "\n";
 

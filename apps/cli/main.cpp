@@ -10,9 +10,11 @@
 #include "common/error.h"
 #include "config_file.h"
 #include "resume_command.h"
+#include "signals.h"
 #include "train/interrupt.h"
 
 int main(int argc, char** argv) {
+  spritetorch::cli::stop_runs_on_signals();  // a training loop's SIGINT/SIGTERM: checkpoint, stop
   CLI::App app{
       "spritetorch: train, evaluate and run small image models (Fashion-MNIST, pixel-art "
       "sprites) on CUDA, MPS or the CPU"};

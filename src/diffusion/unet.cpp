@@ -6,6 +6,11 @@ namespace spritetorch::diffusion {
 
 namespace {
 int64_t groups_for(int64_t channels) { return channels % 8 == 0 ? 8 : 1; }
+// GroupNorm in fp32, as mixed precision wants normalisation (and LibTorch 1.13's CPU group_norm
+// refuses bf16 inputs with fp32 weights under autocast). A no-op cast in fp32 runs.
+torch::Tensor norm_fp32(torch::nn::GroupNorm& norm, const torch::Tensor& x) {
+  return norm(x.to(torch::kFloat32));
+}
 }  // namespace
 
 torch::Tensor timestep_embedding(const torch::Tensor& t, int64_t dim) {
@@ -27,9 +32,9 @@ ResBlockImpl::ResBlockImpl(int64_t in, int64_t out, int64_t embed) {
 }
 
 torch::Tensor ResBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& emb) {
-  auto h = conv1(torch::silu(norm1(x)));
+  auto h = conv1(torch::silu(norm_fp32(norm1, x)));
   h = h + emb_proj(emb).unsqueeze(-1).unsqueeze(-1);  // (B, out, 1, 1) broadcast over H, W
-  h = conv2(torch::silu(norm2(h)));
+  h = conv2(torch::silu(norm_fp32(norm2, h)));
   return h + (skip ? skip(x) : x);
 }
 
@@ -69,7 +74,7 @@ torch::Tensor UNetImpl::forward(const torch::Tensor& x, const torch::Tensor& t, 
   auto u2 = up2(torch::cat({up, h2}, 1), emb);        // (B, c2, S/2, S/2)
   up = u2.repeat_interleave(2, 2).repeat_interleave(2, 3);
   auto u1 = up1(torch::cat({up, h1}, 1), emb);        // (B, c1, S, S)
-  return out_conv(torch::silu(out_norm(u1)));         // (B, 4, S, S)
+  return out_conv(torch::silu(norm_fp32(out_norm, u1)));  // (B, 4, S, S)
 }
 
 }  // namespace spritetorch::diffusion

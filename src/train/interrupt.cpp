@@ -10,39 +10,26 @@ namespace {
 
 // Lock-free, hence safe to touch from a signal handler.
 std::atomic<int> g_signal{0};
-struct sigaction g_old_int, g_old_term;
-
-extern "C" void on_signal(int signal) {
-  int expected = 0;
-  if (!g_signal.compare_exchange_strong(expected, signal)) {
-    // Second signal: the user means it. Default action, re-raised.
-    ::signal(signal, SIG_DFL);
-    ::raise(signal);
-  }
-}
+LoopHooks g_hooks;
 
 }  // namespace
 
-InterruptGuard::InterruptGuard() {
+void set_loop_hooks(LoopHooks hooks) { g_hooks = hooks; }
+
+LoopScope::LoopScope() {
   g_signal.store(0);
-  struct sigaction action {};
-  action.sa_handler = on_signal;
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART;  // file writes and waits in LibTorch/OpenBLAS carry on undisturbed
-  sigaction(SIGINT, &action, &g_old_int);
-  sigaction(SIGTERM, &action, &g_old_term);
+  if (g_hooks.on_start) g_hooks.on_start();
 }
 
-InterruptGuard::~InterruptGuard() {
-  sigaction(SIGINT, &g_old_int, nullptr);
-  sigaction(SIGTERM, &g_old_term, nullptr);
+LoopScope::~LoopScope() {
+  if (g_hooks.on_end) g_hooks.on_end();
 }
 
 int interrupt_signal() { return g_signal.load(std::memory_order_relaxed); }
 
-void request_interrupt(int signal) {
+bool request_interrupt(int signal) {
   int expected = 0;
-  g_signal.compare_exchange_strong(expected, signal);
+  return g_signal.compare_exchange_strong(expected, signal);
 }
 
 Interrupted::Interrupted(int signal, std::string checkpoint, int64_t epoch, int64_t step,

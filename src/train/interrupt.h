@@ -1,10 +1,15 @@
-// SIGINT / SIGTERM during training: finish the current step, checkpoint, stop.
+// Stopping a run with a checkpoint: SIGINT / SIGTERM in the CLI, request_interrupt() in a program.
 //
-// While an InterruptGuard lives, the first SIGINT or SIGTERM only sets a flag that the training
-// loop reads after each step (an atomic load: no device sync). A second signal restores the default
-// action and re-raises it, so a stuck run can still be killed with a second Ctrl-C.
-// The loop then saves a checkpoint and throws Interrupted; the CLI turns it into exit 128 + signal
+// The training loop reads a flag after each step (an atomic load: no device sync). When it is set,
+// the loop saves a checkpoint and throws Interrupted; the CLI turns that into exit 128 + signal
 // (130 for SIGINT, 143 for SIGTERM) and prints the command that resumes the run.
+//
+// The library installs no signal handler: a program that embeds it keeps its own signal handling.
+// An application that wants signals to stop runs sets LoopHooks, called as each training loop
+// starts and ends; the CLI's install SIGINT/SIGTERM handlers that call request_interrupt
+// (apps/cli/signals.cpp). Only around the loop, not before it: until the loop starts there is
+// nothing to save, and a rank waiting in the rendezvous for a peer that died must end at the first
+// SIGTERM (launch, torchrun and Slurm send one, then wait), not sit out --dist-timeout.
 #pragma once
 
 #include <cstdint>
@@ -13,18 +18,28 @@
 
 namespace spritetorch::train {
 
-class InterruptGuard {
+// Called as a training loop starts (after clearing any earlier request) and as it ends.
+struct LoopHooks {
+  void (*on_start)() = nullptr;
+  void (*on_end)() = nullptr;
+};
+void set_loop_hooks(LoopHooks hooks);
+
+// The Trainer's bracket around its loop: clears the request, then the hooks.
+class LoopScope {
  public:
-  InterruptGuard();   // installs the handlers and clears any earlier request
-  ~InterruptGuard();  // restores the previous handlers
-  InterruptGuard(const InterruptGuard&) = delete;
-  InterruptGuard& operator=(const InterruptGuard&) = delete;
+  LoopScope();
+  ~LoopScope();
+  LoopScope(const LoopScope&) = delete;
+  LoopScope& operator=(const LoopScope&) = delete;
 };
 
-// The signal received since the guard was installed (SIGINT, SIGTERM), or 0.
+// The signal requested since the loop started (SIGINT, SIGTERM), or 0.
 int interrupt_signal();
-// As if `signal` had arrived; for callers that stop a run from another thread, and for tests.
-void request_interrupt(int signal);
+// As if `signal` had arrived: the run stops after its current step with a checkpoint. Lock-free,
+// so a signal handler may call it; so may another thread or an observer. Returns false when a
+// request was already pending (a second Ctrl-C: the CLI then lets the signal kill the process).
+bool request_interrupt(int signal);
 
 // Thrown by train() after the checkpoint of an interrupted run is on disk.
 class Interrupted : public std::runtime_error {

@@ -470,11 +470,9 @@ TrainReport TrainingRun::run() {
 
   DeviceTimer total_timer(device_);
   if (run_state_) restore_rng(*run_state_, device_, config_.resume);
-  // Signals are caught from here on: a SIGINT/SIGTERM stops after the current step with a
-  // checkpoint. Not before: until the loop starts there is nothing to save, and a rank waiting in
-  // the rendezvous for a peer that died must end at the first SIGTERM (launch, torchrun and Slurm
-  // send one, then wait), not sit out --dist-timeout.
-  InterruptGuard interrupt_guard;
+  // From here a stop request (SIGINT / SIGTERM in the CLI) ends the run after the current step
+  // with a checkpoint; the application's hooks run now (train/interrupt.h).
+  LoopScope loop_scope;
   std::optional<EvalReport> final_test;  // evaluated at the end of the last epoch
   const bool has_test = test_path_.loader != nullptr;
   for (int64_t epoch = start_epoch_; epoch < config_.epochs; ++epoch) {

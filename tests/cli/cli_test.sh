@@ -211,7 +211,7 @@ expect 2 "expected an image classifier .*found input shape \[3\]" -- classify --
 # The same train command on a folder of PNGs (one subfolder per class), here the generator's own output.
 expect 0 "Wrote 8 PNGs" -- generate --checkpoint "$tmp/g.pt" --count 8 --steps 2 --out-dir "$tmp/gen"
 for f in "$tmp"/gen/*.png; do c=$(basename "$f" | sed 's/_[0-9]*\.png$//'); mkdir -p "$tmp/folder/$c"; cp "$f" "$tmp/folder/$c/"; done
-expect 0 "folder:folder/train \(7 train, 1 test\)" -- train --task classify --dataset "folder:$tmp/folder" --size 32 --epochs 1
+expect 0 "folder:folder/train \(7 train, 1 test, 4 classes\)" -- train --task classify --dataset "folder:$tmp/folder" --size 32 --epochs 1
 
 # Run folders, progress output and `runs` (docs/runs.md).
 check() {  # check DESCRIPTION COMMAND...: a shell condition that must hold

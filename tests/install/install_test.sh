@@ -11,6 +11,7 @@ prefix=$work/prefix
 
 cmake --install "$build" --prefix "$prefix" > "$work/install.log"
 for f in bin/spritetorch lib/libspritetorch.a include/spritetorch/train/trainer.h \
+         include/spritetorch/spritetorch.h \
          include/spritetorch/common/error.h include/spritetorch/interop/safetensors.h \
          lib/cmake/spritetorch/spritetorchConfig.cmake lib/cmake/spritetorch/spritetorchConfigVersion.cmake \
          lib/cmake/spritetorch/spritetorchTargets.cmake share/bash-completion/completions/spritetorch; do
@@ -27,4 +28,6 @@ grep -q "$prefix" "$work/examples/CMakeCache.txt"  # it found the installed pack
 cmake --build "$work/examples" > "$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
 "$work/examples/train_and_export" "$work/simplenn.safetensors"
 [ -s "$work/simplenn.safetensors" ]
+# The user's own module through the trainer: accuracy, bf16 autocast, stop + resume = one run.
+"$work/examples/custom_model"
 echo "PASS: installed to $prefix, examples/ built with find_package(spritetorch) and ran"
