@@ -5,7 +5,7 @@
 #include <zlib.h>
 
 #include "fuzz_util.h"
-#include "train/trainer.h"
+#include "train/model_state.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string bytes = "SPRITETORCH-CKPT";

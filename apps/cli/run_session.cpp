@@ -20,12 +20,9 @@ namespace {
 std::string model_for_name(const train::TrainConfig& config) {
   if (config.task == "generate") return "unet";
   if (!config.model.empty()) return config.model;
-  if (!config.resume.empty()) {
-    try {
-      return train::load_checkpoint(config.resume).meta.value("model", std::string("resumed"));
-    } catch (const Error&) {
-      return "resumed";  // the trainer reports the bad file properly
-    }
+  if (!config.resume.empty()) {  // the trainer reads (and checks) the whole file once, later
+    const auto meta = train::peek_checkpoint_meta(config.resume);
+    return meta ? meta->value("model", std::string("resumed")) : std::string("resumed");
   }
   return train::default_model(config);
 }

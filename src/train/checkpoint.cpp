@@ -155,6 +155,22 @@ Checkpoint load_checkpoint(const std::string& path) {
   return load_checkpoint_bytes(bytes, path);
 }
 
+std::optional<nlohmann::json> peek_checkpoint_meta(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char head[kHeaderSize + 4];
+  if (!in.read(head, sizeof head) || std::memcmp(head, kMagic, sizeof kMagic) != 0 ||
+      get_le<uint32_t>(head + 16) != kCheckpointVersion)
+    return std::nullopt;
+  const auto length = get_le<uint64_t>(head + 20);
+  const auto meta_size = get_le<uint32_t>(head + kHeaderSize);
+  if (meta_size > length || meta_size > (64u << 20)) return std::nullopt;  // not this file's
+  std::string meta(meta_size, '\0');
+  if (!in.read(meta.data(), meta_size)) return std::nullopt;
+  auto parsed = nlohmann::json::parse(meta, nullptr, /*allow_exceptions=*/false);
+  if (!parsed.is_object()) return std::nullopt;
+  return parsed;
+}
+
 Checkpoint load_checkpoint_bytes(const std::string& bytes, const std::string& path) {
   if (bytes.size() < kHeaderSize || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
     throw DataError(path, "a spritetorch checkpoint (magic SPRITETORCH-CKPT)",

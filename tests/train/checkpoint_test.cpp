@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "common/error.h"
 #include "test_util.h"
 #include "train/model_state.h"
@@ -65,6 +67,33 @@ TEST(Checkpoint, RejectsForeignTruncatedAndCorruptFiles) {
   future[16] = 99;  // version
   std::ofstream(dir.file("future.pt"), std::ios::binary).write(future.data(), static_cast<std::streamsize>(future.size()));
   EXPECT_NE(load_error(dir.file("future.pt")).find("version 99"), std::string::npos);
+}
+
+TEST(Checkpoint, PeekReadsTheMetadataAloneAndNothingElse) {
+  ScratchDir dir;
+  Checkpoint c;
+  c.meta = {{"model", "cnn"}, {"epoch", 3}};
+  c.model["w"] = torch::ones({1000, 100});
+  save_checkpoint(dir.file("c.pt"), c);
+  const auto meta = peek_checkpoint_meta(dir.file("c.pt"));
+  ASSERT_TRUE(meta.has_value());
+  EXPECT_EQ(*meta, c.meta);
+  // The weights may be corrupt (only the full load checks the CRC); the metadata is still read.
+  std::string bytes;
+  {
+    std::ifstream in(dir.file("c.pt"), std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  bytes[bytes.size() - 5] ^= 0x55;
+  std::ofstream(dir.file("flipped.pt"), std::ios::binary) << bytes;
+  EXPECT_EQ(peek_checkpoint_meta(dir.file("flipped.pt")), c.meta);
+  EXPECT_THROW(load_checkpoint(dir.file("flipped.pt")), DataError);
+  // Not a checkpoint, too short, or missing: nothing.
+  std::ofstream(dir.file("text.pt")) << "hello, this is not a checkpoint at all";
+  EXPECT_FALSE(peek_checkpoint_meta(dir.file("text.pt")).has_value());
+  std::ofstream(dir.file("short.pt"), std::ios::binary) << bytes.substr(0, 20);
+  EXPECT_FALSE(peek_checkpoint_meta(dir.file("short.pt")).has_value());
+  EXPECT_FALSE(peek_checkpoint_meta(dir.file("missing.pt")).has_value());
 }
 
 TEST(Checkpoint, WrongShapesAreNamed) {
