@@ -41,7 +41,8 @@ int main() {
   std::filesystem::remove_all(dir), std::filesystem::create_directories(dir);
   const st::train::Datasets data{bars(2048, 1), bars(512, 2)};
   st::train::TrainConfig options;  // every trainer option; the model is ours
-  options.device = "cpu", options.epochs = 3, options.batch_size = 32, options.precision = "bf16";
+  options.device = "cpu", options.epochs = 3, options.batch_size = 32;
+  options.precision = st::precision::Precision::kBf16;
   options.save = (dir / "tiny.pt").string();
   try {
     st::train::ClassifierTask task(make_net(), "tinynet");

@@ -119,9 +119,7 @@ Subcommand add_bench_command(CLI::App& app) {
   sub->add_option("--train-limit", w.train_limit, "Train on the first N samples only (0: all)");
   sub->add_option("--threads", w.threads, "LibTorch intra-op threads (0: default)");
   sub->add_option("--blas-threads", w.blas_threads, "OpenBLAS threads (0: default)");
-  sub->add_option("--step", w.step, "auto | autograd | fused")
-      ->check(CLI::IsMember({"auto", "autograd", "fused"}))
-      ->capture_default_str();
+  add_choice(sub, "--step", w.step, "auto | autograd | fused");
   sub->add_option("--step-threads", w.step_threads,
                   "Fused step on the CPU: threads that split each step (0: one per core)")
       ->check(kNonNegative)

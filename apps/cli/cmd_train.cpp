@@ -151,10 +151,8 @@ Subcommand add_train_command(CLI::App& app) {
   sub->add_option("--augment", config->augment,
                   "On-device batch augmentation: none | flip | shift[:N] | flip,shift[:N]")
       ->capture_default_str();
-  sub->add_option("--step", config->step,
-                  "auto | autograd | fused (fused: hand-written forward/backward for ReLU MLPs)")
-      ->check(CLI::IsMember({"auto", "autograd", "fused"}))
-      ->capture_default_str();
+  add_choice(sub, "--step", config->step,
+             "auto | autograd | fused (fused: hand-written forward/backward for ReLU MLPs)");
   sub->add_option(
          "--step-threads,--step-shards", config->step_threads,
          "Fused step on the CPU: threads that split each step (0: one per core, or cores / "
@@ -162,12 +160,9 @@ Subcommand add_train_command(CLI::App& app) {
       ->check(kNonNegative)
       ->capture_default_str();
   sub->add_flag("--drop-last", config->drop_last, "Drop the last partial batch of each epoch");
-  sub->add_option(
-         "--precision", config->precision,
-         "fp32 | bf16 | fp16 | auto (bf16/fp16: autocast with fp32 weights; fp16 is CUDA "
-         "only and adds dynamic loss scaling; auto: bf16 where the device has native bf16)")
-      ->check(CLI::IsMember(precision::precision_names()))
-      ->capture_default_str();
+  add_choice(sub, "--precision", config->precision,
+             "fp32 | bf16 | fp16 | auto (bf16/fp16: autocast with fp32 weights; fp16 is CUDA "
+             "only and adds dynamic loss scaling; auto: bf16 where the device has native bf16)");
   sub->add_option("--clip-grad-norm", config->clip_grad_norm,
                   "Clip the gradients' L2 norm to this, after loss unscaling (0: off)")
       ->check(kNonNegative)
@@ -193,21 +188,14 @@ Subcommand add_train_command(CLI::App& app) {
       ->check(kNonNegative)
       ->capture_default_str();
   sub->add_flag("--overwrite", config->overwrite, "Let --save replace an existing file");
-  sub->add_option("--task", config->task,
-                  "classify | generate (sprite diffusion model; docs/sprites.md)")
-      ->check(CLI::IsMember({"classify", "generate"}))
-      ->capture_default_str();
+  add_choice(sub, "--task", config->task,
+             "classify | generate (sprite diffusion model; docs/sprites.md)");
   add_sprite_data_options(sub, *config, /*training=*/true);
-  sub->add_option(
-         "--strategy", config->strategy,
-         "auto | single | dp | ddp (auto: ddp when started by launch/torchrun, else single; "
-         "dp needs a CUDA build)")
-      ->check(CLI::IsMember(train::strategy_names()))
-      ->capture_default_str();
-  sub->add_option("--dist-backend", config->dist_backend,
-                  "auto | gloo | nccl (auto: nccl on CUDA, else gloo)")
-      ->check(CLI::IsMember({"auto", "gloo", "nccl"}))
-      ->capture_default_str();
+  add_choice(sub, "--strategy", config->strategy,
+             "auto | single | dp | ddp (auto: ddp when started by launch/torchrun, else single; "
+             "dp needs a CUDA build)");
+  add_choice(sub, "--dist-backend", config->dist_backend,
+             "auto | gloo | nccl (auto: nccl on CUDA, else gloo)");
   sub->add_option(
          "--dist-timeout", config->dist_timeout_s,
          "Seconds a rank waits for the others (rendezvous, each collective) before failing")
@@ -216,13 +204,10 @@ Subcommand add_train_command(CLI::App& app) {
   sub->add_option("--bucket-mb", config->bucket_mb, "Gradient all-reduce bucket size in MB (ddp)")
       ->check(kPositive)
       ->capture_default_str();
-  sub->add_option(
-         "--dist-shard", config->dist_shard,
-         "ddp: auto | global (each epoch's order re-sharded over the ranks: the batches of "
-         "a single process) | local (a fixed 1/R share per rank, all a rank keeps; auto: "
-         "local on CUDA, else global)")
-      ->check(CLI::IsMember({"auto", "global", "local"}))
-      ->capture_default_str();
+  add_choice(sub, "--dist-shard", config->dist_shard,
+             "ddp: auto | global (each epoch's order re-sharded over the ranks: the batches of "
+             "a single process) | local (a fixed 1/R share per rank, all a rank keeps; auto: "
+             "local on CUDA, else global)");
   sub->add_flag_callback(
       "--no-overlap", [config] { config->overlap = false; },
       "ddp: all-reduce the gradients after backward instead of overlapping it");

@@ -18,7 +18,7 @@ namespace {
 // The model the trainer will build, for the folder name (train::default_model and, resuming, the
 // checkpoint's model: train/classifier_task.h).
 std::string model_for_name(const train::TrainConfig& config) {
-  if (config.task == "generate") return "unet";
+  if (config.task == train::TaskKind::kGenerate) return "unet";
   if (!config.model.empty()) return config.model;
   if (!config.resume.empty()) {  // the trainer reads (and checks) the whole file once, later
     const auto meta = train::peek_checkpoint_meta(config.resume);
@@ -91,15 +91,16 @@ RunSession::RunSession(const RunFlags& flags, train::TrainConfig& config, const 
       made_folder_ = runs::claim_run_folder(flags.run_dir);
       folder = flags.run_dir;
     } else {
-      folder = runs::create_run_folder(flags.runs_root, config.task, model_for_name(config),
+      folder = runs::create_run_folder(flags.runs_root, choice_name(config.task), model_for_name(config),
                                        std::time(nullptr));
       made_folder_ = true;
     }
     if (config.save.empty())
       config.save = (std::filesystem::path(folder) / "checkpoint.pt").string();
-    if (config.task == "generate" && sub.count("--sample-every") == 0) config.sample_every = 1;
+    if (config.task == train::TaskKind::kGenerate && sub.count("--sample-every") == 0)
+      config.sample_every = 1;
     recorder_ = std::make_unique<runs::RunRecorder>(
-        folder, runs::RunIdentity{config.task, model_for_name(config), config.dataset},
+        folder, runs::RunIdentity{choice_name(config.task), model_for_name(config), config.dataset},
         config_toml);
     if (!quiet_) human_ << "Run folder: " << folder << "\n";
   }

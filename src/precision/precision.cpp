@@ -5,28 +5,24 @@
 
 namespace spritetorch::precision {
 
+const Choices<Precision>& choices_of(Precision) {
+  static const Choices<Precision> c{{{Precision::kFp32, "fp32"},
+                                     {Precision::kBf16, "bf16"},
+                                     {Precision::kFp16, "fp16"},
+                                     {Precision::kAuto, "auto"}}};
+  return c;
+}
+
 const std::vector<std::string>& precision_names() {
-  static const std::vector<std::string> kNames = {"fp32", "bf16", "fp16", "auto"};
+  static const std::vector<std::string> kNames = choices_of(Precision{}).names();
   return kNames;
 }
 
 Precision parse_precision(const std::string& text) {
-  if (text == "fp32") return Precision::kFp32;
-  if (text == "bf16") return Precision::kBf16;
-  if (text == "fp16") return Precision::kFp16;
-  if (text == "auto") return Precision::kAuto;
-  throw Error("unknown precision '" + text + "': expected fp32, bf16, fp16 or auto");
+  return choices_of(Precision{}).parse(text, "precision");
 }
 
-std::string to_string(Precision precision) {
-  switch (precision) {
-    case Precision::kFp32: return "fp32";
-    case Precision::kBf16: return "bf16";
-    case Precision::kFp16: return "fp16";
-    case Precision::kAuto: return "auto";
-  }
-  return "?";
-}
+std::string to_string(Precision precision) { return choices_of(Precision{}).name(precision); }
 
 PrecisionPlan resolve_precision(Precision requested, const device::DeviceInfo& info) {
   const torch::Device& device = info.device;

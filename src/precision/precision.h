@@ -8,11 +8,14 @@
 #include <string>
 #include <vector>
 
+#include "common/choice.h"
+
 #include "device/device.h"
 
 namespace spritetorch::precision {
 
 enum class Precision { kFp32, kBf16, kFp16, kAuto };
+const Choices<Precision>& choices_of(Precision);  // fp32, bf16, fp16, auto
 
 // "fp32" | "bf16" | "fp16" | "auto"; throws spritetorch::Error listing them otherwise.
 Precision parse_precision(const std::string& text);

@@ -17,18 +17,18 @@ Error not_for_task(const std::string& option, const std::string& task, const std
 }  // namespace
 
 std::unique_ptr<train::Task> make_task(const train::TrainConfig& config) {
-  if (config.task == "classify") {
+  if (config.task == train::TaskKind::kClassify) {
     if (config.sample_every > 0)
       throw not_for_task("--sample-every", "classify", "sample sheets are a generator's");
     if (config.unet_base != train::TrainConfig{}.unet_base)
       throw not_for_task("--unet-base", "classify", "it sizes the generator's UNet");
     return train::ClassifierTask::builtin(config.model, train::default_model(config));
   }
-  if (config.task == "generate") {
+  if (config.task == train::TaskKind::kGenerate) {
     if (!config.model.empty() && config.model != "unet")
       throw not_for_task("--model " + config.model, "generate",
                          "the generator is a UNet, sized by --unet-base");
-    if (config.step == "fused")
+    if (config.step == train::StepKind::kFused)
       throw not_for_task("--step fused", "generate", "the fused step is for ReLU MLP classifiers");
     if (config.step_threads > 0)
       throw not_for_task("--step-threads", "generate",
@@ -36,7 +36,7 @@ std::unique_ptr<train::Task> make_task(const train::TrainConfig& config) {
     return std::make_unique<diffusion::GeneratorTask>(config.unet_base, config.sample_every,
                                                       config.seed);
   }
-  throw Error("unknown task '" + config.task + "': expected classify or generate");
+  throw Error("unknown task");  // unreachable: TaskKind has two values
 }
 
 train::TrainReport run_training(const train::TrainConfig& config, train::TrainObserver* observer) {

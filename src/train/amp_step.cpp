@@ -5,13 +5,11 @@
 namespace spritetorch::train {
 
 std::unique_ptr<TrainStep> make_precision_train_step(const models::Classifier& model,
-                                                     int64_t max_batch, const std::string& kind,
+                                                     int64_t max_batch, StepKind kind,
                                                      const StepPrecision& precision, int cpu_threads) {
   const bool plain = !precision.plan.autocast && !precision.scaler && !precision.channels_last;
   if (plain) return make_train_step(model, max_batch, kind, cpu_threads);
-  if (kind != "auto" && kind != "autograd" && kind != "fused")
-    throw Error("unknown step '" + kind + "': expected auto, autograd or fused");
-  if (kind == "fused")
+  if (kind == StepKind::kFused)
     throw Error("--step fused computes in fp32 only; it cannot be combined with --precision " +
                     precision::to_string(precision.plan.precision),
                 "use --step auto (autograd under autocast) or --precision fp32");

@@ -21,7 +21,7 @@ namespace spritetorch::train {
 // falls back to autograd + autocast (at the seed's sizes autocast's per-op casts cost more than the
 // bf16 matmuls save: docs/precision.md) and kind "fused" is an error.
 std::unique_ptr<TrainStep> make_precision_train_step(const models::Classifier& model,
-                                                     int64_t max_batch, const std::string& kind,
+                                                     int64_t max_batch, StepKind kind,
                                                      const StepPrecision& precision, int cpu_threads = 1);
 
 // The update after backward, in the only correct order:

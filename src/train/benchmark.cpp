@@ -154,7 +154,7 @@ BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer) {
       TrainConfig run = w;
       run.device = device.str();
       run.data_path = setting.options;
-      run.precision = setting.precision;
+      run.precision = precision::parse_precision(setting.precision);
       run.cuda_graphs = setting.cuda_graphs;
       run.save.clear();
       run.resume.clear();

@@ -8,7 +8,7 @@
 namespace spritetorch::train {
 
 std::unique_ptr<TrainStep> Task::fast_step(const FastStepSetup& setup) {
-  if (setup.kind == "fused")
+  if (setup.kind == StepKind::kFused)
     throw Error("--step fused is a classifier's fused MLP step; task '" + name() + "' has none",
                 "use --step auto");
   return nullptr;
@@ -61,19 +61,17 @@ void ClassifierTask::build(const TaskSetup& setup) {
 }
 
 std::unique_ptr<TrainStep> ClassifierTask::fast_step(const FastStepSetup& setup) {
-  if (setup.kind != "auto" && setup.kind != "autograd" && setup.kind != "fused")
-    throw Error("unknown step '" + setup.kind + "': expected auto, autograd or fused");
   const auto layers = builtin_ && !data_parallel_ ? builtin_->relu_mlp_layers()
                                                   : std::vector<torch::nn::Linear>{};
-  if (setup.kind == "autograd") return nullptr;
+  if (setup.kind == StepKind::kAutograd) return nullptr;
   if (layers.empty()) {
-    if (setup.kind == "fused")
+    if (setup.kind == StepKind::kFused)
       throw Error("--step fused needs a ReLU MLP (ann, simplenn)", "use --step auto");
     return nullptr;
   }
   const auto& p = setup.precision;
   if (p.plan.autocast || p.scaler || p.channels_last) {
-    if (setup.kind == "fused")
+    if (setup.kind == StepKind::kFused)
       throw Error("--step fused computes in fp32 only; it cannot be combined with --precision " +
                       precision::to_string(p.plan.precision),
                   "use --step auto (autograd under autocast) or --precision fp32");

@@ -2,8 +2,35 @@
 
 namespace spritetorch::train {
 
+const Choices<TaskKind>& choices_of(TaskKind) {
+  static const Choices<TaskKind> c{{{TaskKind::kClassify, "classify"}, {TaskKind::kGenerate, "generate"}}};
+  return c;
+}
+const Choices<StepKind>& choices_of(StepKind) {
+  static const Choices<StepKind> c{
+      {{StepKind::kAuto, "auto"}, {StepKind::kAutograd, "autograd"}, {StepKind::kFused, "fused"}}};
+  return c;
+}
+const Choices<Strategy>& choices_of(Strategy) {
+  static const Choices<Strategy> c{{{Strategy::kAuto, "auto"},
+                                    {Strategy::kSingle, "single"},
+                                    {Strategy::kDataParallel, "dp"},
+                                    {Strategy::kDdp, "ddp"}}};
+  return c;
+}
+const Choices<DistBackend>& choices_of(DistBackend) {
+  static const Choices<DistBackend> c{
+      {{DistBackend::kAuto, "auto"}, {DistBackend::kGloo, "gloo"}, {DistBackend::kNccl, "nccl"}}};
+  return c;
+}
+const Choices<DistShard>& choices_of(DistShard) {
+  static const Choices<DistShard> c{
+      {{DistShard::kAuto, "auto"}, {DistShard::kGlobal, "global"}, {DistShard::kLocal, "local"}}};
+  return c;
+}
+
 std::string default_model(const TrainConfig& config) {
-  if (config.task == "generate") return "unet";
+  if (config.task == TaskKind::kGenerate) return "unet";
   return data::is_sprite_dataset(config.dataset) ? "cnn" : "ann";
 }
 

@@ -4,11 +4,25 @@
 #include <cstdint>
 #include <string>
 
+#include "common/choice.h"
 #include "data/data_path.h"
 #include "data/fashion_mnist.h"
 #include "data/sprite_sources.h"
+#include "precision/precision.h"
 
 namespace spritetorch::train {
+
+// The closed choices of a run, typed; their names are the CLI's values (choices_of below).
+enum class TaskKind { kClassify, kGenerate };                   // --task
+enum class StepKind { kAuto, kAutograd, kFused };               // --step (train/train_step.h)
+enum class Strategy { kAuto, kSingle, kDataParallel, kDdp };    // --strategy (train/parallel.h)
+enum class DistBackend { kAuto, kGloo, kNccl };                 // --dist-backend
+enum class DistShard { kAuto, kGlobal, kLocal };                // --dist-shard
+const Choices<TaskKind>& choices_of(TaskKind);        // classify, generate
+const Choices<StepKind>& choices_of(StepKind);        // auto, autograd, fused
+const Choices<Strategy>& choices_of(Strategy);        // auto, single, dp, ddp
+const Choices<DistBackend>& choices_of(DistBackend);  // auto, gloo, nccl
+const Choices<DistShard>& choices_of(DistShard);      // auto, global, local
 
 struct TrainConfig {
   std::string model;  // ann | cnn | simplenn | unet; empty: default_model (below)
@@ -35,19 +49,19 @@ struct TrainConfig {
   bool drop_last = false;
   data::DataPathOptions data_path;  // resident vs streaming (--data-on, --workers, ...)
   std::string augment = "none";     // none | flip | shift[:N] | flip,shift[:N] (data/augment.h)
-  std::string step = "auto";        // auto | autograd | fused (train/train_step.h)
+  StepKind step = StepKind::kAuto;
   int step_threads = 0;  // fused step on the CPU: threads splitting each step (0: see trainer)
   std::string save;      // checkpoint written after the last epoch
   std::string resume;    // checkpoint to continue from
   // How work is split (train/parallel.h, docs/distributed.md).
-  std::string strategy = "auto";      // auto | single | dp | ddp
-  std::string dist_backend = "auto";  // auto (nccl on CUDA, else gloo) | gloo | nccl
+  Strategy strategy = Strategy::kAuto;
+  DistBackend dist_backend = DistBackend::kAuto;  // auto: nccl on CUDA, else gloo
   double dist_timeout_s = 300;        // rendezvous and every collective
   double bucket_mb = 25;              // gradient all-reduce bucket size
   bool overlap = true;                // all-reduce buckets during backward (--no-overlap)
-  std::string dist_shard = "auto";    // auto | global | local (data/distributed_sampler.h)
+  DistShard dist_shard = DistShard::kAuto;  // data/distributed_sampler.h
   // Mixed precision and CUDA graphs (docs/precision.md).
-  std::string precision = "fp32";  // fp32 | bf16 | fp16 | auto (precision/precision.h)
+  precision::Precision precision = precision::Precision::kFp32;  // precision/precision.h
   double clip_grad_norm = 0.0;     // clip the gradients' L2 norm to this (0 = off)
   bool cuda_graphs = false;        // capture the train step as a CUDA graph (CUDA only)
   bool channels_last = true;       // CNNs on CUDA: channels_last memory format
@@ -56,7 +70,7 @@ struct TrainConfig {
   int64_t checkpoint_every = 0;   // steps between periodic checkpoints (0 = none)
   int64_t keep_last = 0;          // periodic checkpoints kept (0 = all)
   bool overwrite = false;         // --save may replace an existing file
-  std::string task = "classify";  // classify | generate (diffusion/generator.h)
+  TaskKind task = TaskKind::kClassify;  // tasks/make_task.h
   data::SpriteOptions sprites;    // sprites | folder: | sheet: | npy: datasets
   int64_t unet_base = 16;         // --task generate: UNet channels at full resolution
 };

@@ -16,15 +16,13 @@
 namespace spritetorch::train {
 
 const std::vector<std::string>& strategy_names() {
-  static const std::vector<std::string> kNames = {"auto", "single", "dp", "ddp"};
+  static const std::vector<std::string> kNames = choices_of(Strategy{}).names();
   return kNames;
 }
 
 ParallelRun::ParallelRun(const TrainConfig& config, const distributed::EnvLookup& env) {
-  const std::string& s = config.strategy;
-  if (s != "auto" && s != "single" && s != "dp" && s != "ddp")
-    throw Error("unknown --strategy '" + s + "': expected auto, single, dp or ddp");
-  if (s == "dp") {
+  const Strategy s = config.strategy;
+  if (s == Strategy::kDataParallel) {
 #if SPRITETORCH_WITH_CUDA
     kind_ = StrategyKind::kDataParallel;
     const int gpus = static_cast<int>(torch::cuda::device_count());
@@ -33,7 +31,7 @@ ParallelRun::ParallelRun(const TrainConfig& config, const distributed::EnvLookup
                   "check nvidia-smi and CUDA_VISIBLE_DEVICES, or train with --strategy single");
     for (int i = 0; i < gpus; ++i)
       dp_devices_.emplace_back(torch::kCUDA, static_cast<torch::DeviceIndex>(i));
-    if (config.step == "fused")
+    if (config.step == StepKind::kFused)
       throw Error(
           "--step fused cannot run under --strategy dp: DataParallel replicates the model "
           "and needs autograd's backward",
@@ -51,19 +49,17 @@ ParallelRun::ParallelRun(const TrainConfig& config, const distributed::EnvLookup
         "--nproc-per-node N -- train ...");
 #endif
   }
-  if (s == "ddp" || (s == "auto" && distributed::launched_as_rank(env))) {
+  if (s == Strategy::kDdp || (s == Strategy::kAuto && distributed::launched_as_rank(env))) {
     kind_ = StrategyKind::kDdp;
     env_ = distributed::read_dist_env(env);
     if (!distributed::distributed_available())
       distributed::create_communicator(env_, {});  // throws the stub's explanation
   }
-  comm_options_.backend = config.dist_backend;
+  comm_options_.backend = choice_name(config.dist_backend);
   comm_options_.timeout_s = config.dist_timeout_s;
   if (!(comm_options_.timeout_s > 0))
     throw Error("--dist-timeout must be positive, got " + std::to_string(config.dist_timeout_s));
   dist_shard_ = config.dist_shard;
-  if (dist_shard_ != "auto" && dist_shard_ != "global" && dist_shard_ != "local")
-    throw Error("unknown --dist-shard '" + dist_shard_ + "': expected auto, global or local");
   reducer_options_.bucket_mb = config.bucket_mb;
   reducer_options_.overlap = config.overlap;
   if (!(reducer_options_.bucket_mb > 0))
@@ -139,7 +135,8 @@ models::Classifier ParallelRun::step_model(const models::Classifier& model) cons
 
 const data::Dataset& ParallelRun::shard(const data::Dataset& full, data::LoaderOptions& options) {
   if (!distributed()) return full;
-  local_shards_ = dist_shard_ == "local" || (dist_shard_ == "auto" && device_.is_cuda());
+  local_shards_ = dist_shard_ == DistShard::kLocal ||
+                  (dist_shard_ == DistShard::kAuto && device_.is_cuda());
   if (!local_shards_) {
     options.shard_rank = env_.rank;
     options.shard_count = env_.world_size;

@@ -92,7 +92,7 @@ class ParallelRun {
   distributed::ReducerOptions reducer_options_;
   torch::Device device_ = torch::kCPU;
   std::vector<torch::Device> dp_devices_;
-  std::string dist_shard_ = "auto";
+  DistShard dist_shard_ = DistShard::kAuto;
   bool local_shards_ = false;
   data::Dataset
       local_data_;  // local shards: this rank's share  // dp: every visible GPU, cuda:0 first

@@ -19,6 +19,7 @@
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "train/checkpoint.h"
+#include "train/config.h"
 #include "train/evaluator.h"
 #include "train/train_step.h"
 
@@ -47,7 +48,7 @@ struct TaskSetup {
 // What fast_step() gets to build a step of its own.
 struct FastStepSetup {
   int64_t max_batch = 0;
-  std::string kind;  // auto | autograd | fused (--step)
+  StepKind kind = StepKind::kAuto;  // --step
   const StepPrecision& precision;
   int cpu_threads = 1;
 };

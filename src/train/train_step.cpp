@@ -135,13 +135,11 @@ void FusedMlpStep::run(const data::Batch& batch, torch::Tensor& loss_sum, torch:
 }
 
 std::unique_ptr<TrainStep> make_train_step(const models::Classifier& model, int64_t max_batch,
-                                           const std::string& kind, int cpu_threads) {
-  if (kind != "auto" && kind != "autograd" && kind != "fused")
-    throw Error("unknown step '" + kind + "': expected auto, autograd or fused");
+                                           StepKind kind, int cpu_threads) {
   auto layers = model->relu_mlp_layers();
-  if (kind == "fused" && layers.empty())
+  if (kind == StepKind::kFused && layers.empty())
     throw Error("--step fused needs a ReLU MLP (ann, simplenn)", "use --step auto");
-  if (kind != "autograd" && !layers.empty()) {
+  if (kind != StepKind::kAutograd && !layers.empty()) {
     if (CpuMlpStep::applies_to(layers)) return std::make_unique<CpuMlpStep>(layers, max_batch, cpu_threads);
     return std::make_unique<FusedMlpStep>(layers, max_batch);
   }

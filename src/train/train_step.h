@@ -22,6 +22,7 @@
 #include "data/loader.h"
 #include "models/classifier.h"
 #include "precision/precision.h"
+#include "train/config.h"
 
 namespace spritetorch::precision {
 class GradScaler;
@@ -108,10 +109,10 @@ class FusedMlpStep : public TrainStep {
   int64_t max_batch_;
 };
 
-// kind: "auto" (fused when the model is a ReLU MLP, else autograd), "autograd" or "fused"
-// (an error for models that are not ReLU MLPs). cpu_threads: threads the fused step may split
+// kind: auto (fused when the model is a ReLU MLP, else autograd), autograd or fused (an error for
+// models that are not ReLU MLPs). cpu_threads: threads the fused step may split
 // each step over on the CPU (CpuMlpStep); ignored elsewhere.
 std::unique_ptr<TrainStep> make_train_step(const models::Classifier& model, int64_t max_batch,
-                                           const std::string& kind, int cpu_threads = 1);
+                                           StepKind kind, int cpu_threads = 1);
 
 }  // namespace spritetorch::train

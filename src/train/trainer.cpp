@@ -162,7 +162,7 @@ TrainingRun::TrainingRun(const TrainConfig& config, Task& task, const Datasets& 
   parallel_.connect(device_);
   // Precision (docs/precision.md): resolved once against the device, before any data is read, so
   // an impossible combination fails at once.
-  plan_ = precision::resolve_precision(precision::parse_precision(config_.precision),
+  plan_ = precision::resolve_precision(config_.precision,
                                        device::describe_device(device_));
   if (config_.cuda_graphs && !optimization_.schedule.constant())
     throw Error(

@@ -7,24 +7,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # Every training run below keeps its run folder here (docs/runs.md), not in the working directory.
 export SPRITETORCH_RUNS_ROOT="$tmp/runs"
-fails=0 passes=0
-
-# expect CODE PATTERN -- ARGS...: exit code CODE and stdout+stderr matching PATTERN (grep -E).
-expect() {
-  local code=$1 pattern=$2
-  shift 3
-  local out rc
-  out=$("$bin" "$@" 2>&1)
-  rc=$?
-  if [ "$rc" -ne "$code" ] || ! grep -qE -- "$pattern" <<<"$out"; then
-    echo "FAIL: spritetorch $* -> exit $rc (wanted $code), output:"; echo "$out" | head -20
-    fails=$((fails + 1))
-  elif grep -q "Exception raised from\|frame #" <<<"$out"; then
-    echo "FAIL: spritetorch $* printed a stack trace"; fails=$((fails + 1))
-  else
-    passes=$((passes + 1))
-  fi
-}
+source "$(dirname "$0")/expect.sh"
 
 expect 0 "Subcommands:" -- --help
 expect 0 "^spritetorch [0-9]+\.[0-9]+\.[0-9]+" -- --version

@@ -6,24 +6,7 @@ set -u
 bin=$1
 tmp=$(mktemp -d)
 trap 'pkill -9 -P $$ 2>/dev/null; rm -rf "$tmp"' EXIT
-fails=0 passes=0
-
-# expect CODE PATTERN -- ARGS...: exit code CODE and stdout+stderr matching PATTERN (grep -E).
-expect() {
-  local code=$1 pattern=$2
-  shift 3
-  local out rc
-  out=$("$bin" "$@" 2>&1)
-  rc=$?
-  if [ "$rc" -ne "$code" ] || ! grep -qE -- "$pattern" <<<"$out"; then
-    echo "FAIL: spritetorch $* -> exit $rc (wanted $code, /$pattern/), output:"; echo "$out" | tail -8
-    fails=$((fails + 1))
-  elif grep -q "Exception raised from\|frame #" <<<"$out"; then
-    echo "FAIL: spritetorch $* printed a stack trace"; fails=$((fails + 1))
-  else
-    passes=$((passes + 1))
-  fi
-}
+source "$(dirname "$0")/expect.sh"
 
 gen_any_batch=(train --task generate --dataset sprites --sprite-count 48 --epochs 1 --unet-base 8
                --device cpu --no-run-dir --json)

@@ -339,7 +339,7 @@ TEST(Palette, FromPngTakesDistinctOpaqueColours) {
 TEST(GeneratorTraining, TinyRunSavesALoadableCheckpoint) {
   ScratchDir dir;
   train::TrainConfig config;
-  config.task = "generate";
+  config.task = train::TaskKind::kGenerate;
   config.dataset = "sprites";
   config.sprites.count = 64;
   config.epochs = 1;
@@ -372,7 +372,7 @@ TEST(GeneratorTraining, TinyRunSavesALoadableCheckpoint) {
 train::TrainConfig tiny_generator(const ScratchDir& dir, int64_t epochs,
                                   const std::string& save = "g.pt") {
   train::TrainConfig c;
-  c.task = "generate";
+  c.task = train::TaskKind::kGenerate;
   c.dataset = "sprites";
   c.sprites.count = 64;
   c.unet_base = 8;

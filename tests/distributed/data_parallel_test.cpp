@@ -67,7 +67,7 @@ RankResult train_rank(models::Classifier model, const data::Dataset& d, TrainCon
   if (world > 1)
     vars = {{"RANK", std::to_string(rank)}, {"WORLD_SIZE", std::to_string(world)},
             {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}};
-  config.dist_backend = "gloo";
+  config.dist_backend = train::DistBackend::kGloo;
   config.dist_timeout_s = 20;
   ParallelRun parallel(config, fake_env(vars));
   parallel.connect(torch::kCPU);
@@ -124,8 +124,8 @@ std::vector<RankResult> train_two_ranks(const TrainConfig& config) {
 
 TrainConfig ddp_config(const std::string& step, bool overlap) {
   TrainConfig c;
-  c.strategy = "ddp";
-  c.step = step;
+  c.strategy = train::Strategy::kDdp;
+  c.step = parse_choice<StepKind>(step, "step");
   c.overlap = overlap;
   c.bucket_mb = 0.02;  // ~5k floats: the 42k-parameter MLP spreads over 4 buckets
   return c;
@@ -133,8 +133,8 @@ TrainConfig ddp_config(const std::string& step, bool overlap) {
 
 torch::Tensor single_process(const std::string& step) {
   TrainConfig c;
-  c.strategy = "single";
-  c.step = step;
+  c.strategy = train::Strategy::kSingle;
+  c.step = parse_choice<StepKind>(step, "step");
   return train_rank(make_ann(1), small_images(), c, 0, 1, 0, 2 * kRankBatch).values;
 }
 
@@ -211,10 +211,10 @@ TEST(DataParallel, RendezvousWithoutTheOtherRanksFailsWithinTheTimeout) {
 TEST(DataParallel, LocalShardsKeepTheRanksInSync) {
   if (!has_gloo()) GTEST_SKIP() << "built without Gloo";
   TrainConfig c = ddp_config("autograd", true);
-  c.dist_shard = "local";
+  c.dist_shard = train::DistShard::kLocal;
   const auto ranks = train_two_ranks(c);
   EXPECT_TRUE(torch::equal(ranks[0].values, ranks[1].values));
-  c.dist_shard = "global";
+  c.dist_shard = train::DistShard::kGlobal;
   const auto global = train_two_ranks(c);
   EXPECT_FALSE(torch::allclose(global[0].values, ranks[0].values))
       << "local shards must change which samples share a step";
@@ -246,7 +246,7 @@ TEST(DataParallel, WrapperOnOneDeviceMatchesThePlainModel) {
 TEST(DataParallel, DataParallelStrategyMatchesSingleOnCuda) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   TrainConfig c;
-  c.strategy = "dp";
+  c.strategy = train::Strategy::kDataParallel;
   c.device = "cuda";
   ParallelRun run(c, fake_env({}));
   ASSERT_EQ(run.kind(), StrategyKind::kDataParallel);
@@ -268,7 +268,7 @@ TEST(DataParallel, DataParallelStrategyMatchesSingleOnCuda) {
 TEST(DataParallel, DataParallelStrategyIsRefusedWithoutCuda) {
   if (SPRITETORCH_WITH_CUDA) GTEST_SKIP() << "CUDA build";
   TrainConfig c;
-  c.strategy = "dp";
+  c.strategy = train::Strategy::kDataParallel;
   try {
     ParallelRun run(c, fake_env({}));
     ADD_FAILURE() << "dp accepted on a CPU-only build";

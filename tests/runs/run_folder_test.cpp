@@ -161,7 +161,7 @@ TEST(RunFolder, GeneratorRunsKeepASampleSheetPerEpoch) {
   const std::string folder = dir.file("gen");
   claim_run_folder(folder);
   auto config = tiny_sprite_run(folder);
-  config.task = "generate";
+  config.task = train::TaskKind::kGenerate;
   config.unet_base = 8;
   config.batch_size = 16;
   config.sample_every = 1;

@@ -131,8 +131,8 @@ TEST(AmpStep, Bf16StepLeavesFp32GradientsCloseToTheFp32Step) {
     for (size_t i = 0; i < pa.size(); ++i) pb[i].copy_(pa[i]);
   }
   FlatOptimizer oa(a->parameters(), {}), ob(b->parameters(), {});
-  auto fp32 = make_train_step(a, 64, "autograd");
-  auto bf16 = make_precision_train_step(b, 64, "auto", {cpu_plan(precision::Precision::kBf16)});
+  auto fp32 = make_train_step(a, 64, train::StepKind::kAutograd);
+  auto bf16 = make_precision_train_step(b, 64, train::StepKind::kAuto, {cpu_plan(precision::Precision::kBf16)});
   ASSERT_STREQ(bf16->name(), "autograd") << "bf16 falls back from the fused step to autograd";
   const auto batch = random_batch(64);
   auto la = torch::zeros({}), lb = torch::zeros({});
@@ -159,8 +159,8 @@ TEST(AmpStep, Bf16CnnStepRunsConvolutionsInBf16WithFp32Gradients) {
   a->eval();
   b->eval();
   FlatOptimizer oa(a->parameters(), {}), ob(b->parameters(), {});
-  auto fp32 = make_train_step(a, 8, "auto");
-  auto bf16 = make_precision_train_step(b, 8, "auto", {cpu_plan(precision::Precision::kBf16)});
+  auto fp32 = make_train_step(a, 8, train::StepKind::kAuto);
+  auto bf16 = make_precision_train_step(b, 8, train::StepKind::kAuto, {cpu_plan(precision::Precision::kBf16)});
   const auto batch = random_batch(8);
   auto la = torch::zeros({}), lb = torch::zeros({});
   auto ca = torch::zeros({}, torch::kInt64), cb = torch::zeros({}, torch::kInt64);
@@ -180,14 +180,14 @@ TEST(AmpStep, FusedStepWithBf16IsAnErrorWithAHint) {
   auto model = seed_mlp();
   FlatOptimizer opt(model->parameters(), {});
   try {
-    make_precision_train_step(model, 64, "fused", {cpu_plan(precision::Precision::kBf16)});
+    make_precision_train_step(model, 64, train::StepKind::kFused, {cpu_plan(precision::Precision::kBf16)});
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("fp32 only"), std::string::npos);
     EXPECT_NE(e.hint().find("--step auto"), std::string::npos);
   }
   // fp32 keeps the fused step.
-  auto step = make_precision_train_step(model, 64, "auto", {cpu_plan(precision::Precision::kFp32)});
+  auto step = make_precision_train_step(model, 64, train::StepKind::kAuto, {cpu_plan(precision::Precision::kFp32)});
   EXPECT_STREQ(step->name(), "fused-mlp");
 }
 
@@ -208,10 +208,10 @@ TEST(AmpStep, ChannelsLastCnnKeepsItsStridesInTheFlatBufferAndTrainsTheSame) {
   ASSERT_EQ(conv_weight.dim(), 4);
   EXPECT_TRUE(conv_weight.is_contiguous(torch::MemoryFormat::ChannelsLast));
   EXPECT_TRUE(conv_weight.grad().is_contiguous(torch::MemoryFormat::ChannelsLast));
-  auto sa = make_train_step(a, 16, "auto");
+  auto sa = make_train_step(a, 16, train::StepKind::kAuto);
   StepPrecision cl{cpu_plan(precision::Precision::kFp32)};
   cl.channels_last = true;
-  auto sb = make_precision_train_step(b, 16, "auto", cl);
+  auto sb = make_precision_train_step(b, 16, train::StepKind::kAuto, cl);
   auto la = torch::zeros({}), lb = torch::zeros({});
   auto ca = torch::zeros({}, torch::kInt64), cb = torch::zeros({}, torch::kInt64);
   for (int i = 0; i < 2; ++i) {
@@ -289,9 +289,9 @@ void expect_graph_matches_eager(const std::string& precision_name, const std::st
     sa.emplace(cuda);
     sb.emplace(cuda);
   }
-  auto eager = make_precision_train_step(a, 32, "auto", {plan, sa ? &*sa : nullptr, false, true});
+  auto eager = make_precision_train_step(a, 32, train::StepKind::kAuto, {plan, sa ? &*sa : nullptr, false, true});
   auto graphed_inner =
-      make_precision_train_step(b, 32, "auto", {plan, sb ? &*sb : nullptr, false, false});
+      make_precision_train_step(b, 32, train::StepKind::kAuto, {plan, sb ? &*sb : nullptr, false, false});
   CudaGraphStep graphed(*graphed_inner, ob, sb ? &*sb : nullptr, 0.0, 32, cuda);
   torch::manual_seed(22);
   for (int step = 0; step < 12; ++step) {

@@ -40,7 +40,7 @@ void check_against_golden(const std::string& step_kind) {
     for (auto& p : model->named_parameters()) p.value().copy_(golden.at("param." + p.key()));
   }
   FlatOptimizer optimizer(model->parameters(), {});  // allocates the gradients the steps fill
-  auto step = make_train_step(model, 64, step_kind);
+  auto step = make_train_step(model, 64, parse_choice<StepKind>(step_kind, "step"));
   data::Batch batch{golden.at("input"), golden.at("labels").to(torch::kInt64)};
   auto loss_sum = torch::zeros({});
   auto correct = torch::zeros({}, torch::kInt64);

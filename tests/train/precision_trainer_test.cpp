@@ -28,7 +28,7 @@ TEST(PrecisionTrainer, Bf16OnCpuReachesFp32AccuracyWithinOnePoint) {
   c.train_limit = 2000;
   c.test_limit = 2000;
   const auto fp32 = run_training(c);
-  c.precision = "bf16";
+  c.precision = spritetorch::precision::Precision::kBf16;
   const auto bf16 = run_training(c);
   EXPECT_EQ(setting(fp32, "precision"), "fp32");
   EXPECT_NE(setting(bf16, "precision").find("bf16 autocast"), std::string::npos);
@@ -58,7 +58,7 @@ TEST(PrecisionTrainer, Fp16OnCpuIsRefusedBeforeAnyWork) {
   c.device = "cpu";
   c.model = "simplenn";
   c.dataset = "dummy";
-  c.precision = "fp16";
+  c.precision = spritetorch::precision::Precision::kFp16;
   EXPECT_THROW(run_training(c), Error);
 }
 
@@ -71,7 +71,7 @@ TEST(PrecisionTrainer, CheckpointRecordsThePrecisionAndResumesInAnother) {
   c.optimizer = "sgd";
   c.lr = 0.1;
   c.epochs = 2;
-  c.precision = "bf16";
+  c.precision = spritetorch::precision::Precision::kBf16;
   c.save = dir.file("bf16.ckpt");
   run_training(c);
   const auto checkpoint = load_checkpoint(c.save);
@@ -79,7 +79,7 @@ TEST(PrecisionTrainer, CheckpointRecordsThePrecisionAndResumesInAnother) {
   EXPECT_FALSE(checkpoint.meta.contains("grad_scaler")) << "bf16 needs no loss scaling";
   c.resume = c.save;
   c.save.clear();
-  c.precision = "fp32";
+  c.precision = spritetorch::precision::Precision::kFp32;
   c.epochs = 3;
   const auto resumed = run_training(c);
   EXPECT_EQ(resumed.start_epoch, 2);

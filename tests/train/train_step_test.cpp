@@ -30,7 +30,7 @@ void expect_matches_autograd(const models::ModelSpec& spec, int64_t batch, const
     for (size_t i = 0; i < pa.size(); ++i) pb[i].copy_(pa[i]);
   }
   FlatOptimizer oa(a->parameters(), {}), ob(b->parameters(), {});
-  auto autograd = make_train_step(a, batch, "autograd");
+  auto autograd = make_train_step(a, batch, train::StepKind::kAutograd);
   auto fused = make(b, batch);
   ASSERT_STREQ(fused->name(), "fused-mlp");
   ob.use_thread_pool(fused->thread_pool());
@@ -149,9 +149,9 @@ TEST(CpuMlpStep, RejectsLabelsOutsideTheClasses) {
 TEST(TrainStepChoice, AutoPicksFusedForMlpsAndAutogradOtherwise) {
   auto ann = models::make_model({"ann", {1, 8, 8}, 3});
   FlatOptimizer o(ann->parameters(), {});
-  EXPECT_STREQ(make_train_step(ann, 8, "auto")->name(), "fused-mlp");
+  EXPECT_STREQ(make_train_step(ann, 8, train::StepKind::kAuto)->name(), "fused-mlp");
   // On the CPU in float32 the fused step is the raw-buffer one, with the threads asked for.
-  auto cpu = make_train_step(ann, 8, "fused", 2);
+  auto cpu = make_train_step(ann, 8, train::StepKind::kFused, 2);
   if (gemm::best_kernel() != gemm::Kernel::loops) {
     EXPECT_NE(dynamic_cast<CpuMlpStep*>(cpu.get()), nullptr);
     EXPECT_EQ(cpu->threads(), 2);
@@ -160,10 +160,10 @@ TEST(TrainStepChoice, AutoPicksFusedForMlpsAndAutogradOtherwise) {
     EXPECT_EQ(dynamic_cast<CpuMlpStep*>(cpu.get()), nullptr);
     EXPECT_STREQ(cpu->name(), "fused-mlp");
   }
-  EXPECT_STREQ(make_train_step(ann, 8, "autograd")->name(), "autograd");
+  EXPECT_STREQ(make_train_step(ann, 8, train::StepKind::kAutograd)->name(), "autograd");
   auto cnn = models::make_model({"cnn", {1, 8, 8}, 3});
-  EXPECT_STREQ(make_train_step(cnn, 8, "auto")->name(), "autograd");
-  EXPECT_THROW(make_train_step(cnn, 8, "fused"), Error);
+  EXPECT_STREQ(make_train_step(cnn, 8, train::StepKind::kAuto)->name(), "autograd");
+  EXPECT_THROW(make_train_step(cnn, 8, train::StepKind::kFused), Error);
 }
 
 }  // namespace
