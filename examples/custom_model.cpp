@@ -75,7 +75,8 @@ int main() {
     bool same = !stopped_at.empty() && a.size() == b.size();
     for (const auto& [name, t] : a) same = same && torch::equal(t, b.at(name));
     std::cout << "resumed from " << stopped_at << ": " << (same ? "same" : "other") << " weights\n";
-    return report.test.accuracy > 0.9 && same && precision.find("bf16") != std::string::npos ? 0 : 1;
+    const bool bf16 = precision.find("bf16") != std::string::npos;
+    return report.test.accuracy > 0.9 && same && bf16 ? 0 : 1;
   } catch (const st::Error& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 2;

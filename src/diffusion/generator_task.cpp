@@ -64,8 +64,7 @@ train::StepLoss GeneratorTask::training_step(const data::Batch& batch) {
   const auto t = torch::randint(schedule_.steps(), {b}, on_device.dtype(torch::kInt64));
   const auto noise = torch::randn_like(x0);
   const auto drop = torch::rand({b}, on_device) < kClassDropout;  // classifier-free guidance
-  const auto c =
-      torch::where(drop, torch::full_like(batch.labels, options_.classes), batch.labels);
+  const auto c = torch::where(drop, torch::full_like(batch.labels, options_.classes), batch.labels);
   const auto predicted = net_->forward(schedule_.add_noise(x0, t, noise), t, c);
   return {torch::mse_loss(predicted.to(torch::kFloat32), noise), {}};  // in fp32 under autocast
 }
@@ -97,9 +96,9 @@ auto GeneratorTask::with_ema(Fn fn) {
   return result;
 }
 
-// The denoising loss on the held-out sprites with the EMA weights, at timesteps and noise drawn from
-// a CPU generator with a fixed seed: the same draws after every epoch, so the numbers compare, and
-// the global RNG (the training's) untouched.
+// The denoising loss on the held-out sprites with the EMA weights, at timesteps and noise drawn
+// from a CPU generator with a fixed seed: the same draws after every epoch, so the numbers compare,
+// and the global RNG (the training's) untouched.
 train::EvalReport GeneratorTask::evaluate(data::Loader& test, bool /*keep_predictions*/) {
   return with_ema([&] {
     train::EvalReport report;
@@ -113,8 +112,7 @@ train::EvalReport GeneratorTask::evaluate(data::Loader& test, bool /*keep_predic
     while (test.next(batch)) {
       const auto x0 = batch.inputs * 2.0 - 1.0;  // (B, 4, S, S)
       const int64_t b = x0.size(0);
-      const auto t =
-          torch::randint(schedule_.steps(), {b}, gen, torch::kInt64).to(x0.device());
+      const auto t = torch::randint(schedule_.steps(), {b}, gen, torch::kInt64).to(x0.device());
       const auto noise = at::randn(x0.sizes(), gen, torch::kFloat32).to(x0.device());
       const auto predicted = net_->forward(schedule_.add_noise(x0, t, noise), t, batch.labels);
       const auto batch_sum =
@@ -174,7 +172,8 @@ void GeneratorTask::save(train::Checkpoint& checkpoint) const {
 
 void GeneratorTask::load(const train::Checkpoint& c, const std::string& source) {
   check_generator_checkpoint(c, source);
-  const nlohmann::json now = {{"base", options_.base}, {"classes", options_.classes}, {"size", size_}};
+  const nlohmann::json now = {
+      {"base", options_.base}, {"classes", options_.classes}, {"size", size_}};
   nlohmann::json then;
   try {
     then = {{"base", c.meta.at("unet").at("base")},
@@ -210,9 +209,9 @@ train::Settings GeneratorTask::settings() const {
   return {
       {"model", "unet base " + std::to_string(options_.base) + " (" + std::to_string(parameters) +
                     " parameters)"},
-      {"task", "generate (DDPM, classifier-free guidance p=" +
-                   std::to_string(kClassDropout).substr(0, 4) + ", EMA " +
-                   std::to_string(kEmaDecay).substr(0, 5) + ")"},
+      {"task",
+       "generate (DDPM, classifier-free guidance p=" + std::to_string(kClassDropout).substr(0, 4) +
+           ", EMA " + std::to_string(kEmaDecay).substr(0, 5) + ")"},
       {"schedule", "linear betas, T = " + std::to_string(schedule_.steps())},
   };
 }

@@ -1,8 +1,8 @@
 // The sprite generator as a training task (train/task.h): the DDPM loss (predict the noise added at
-// a random timestep) with classifier-free guidance's class dropout, an exponential moving average of
-// the weights after every optimizer step, the held-out denoising loss as its evaluation, and a sheet
-// of samples every `sample_every` epochs. Everything else — device, precision, strategy, data path,
-// resume, interrupts — is the Trainer's, as for classifiers.
+// a random timestep) with classifier-free guidance's class dropout, an exponential moving average
+// of the weights after every optimizer step, the held-out denoising loss as its evaluation, and a
+// sheet of samples every `sample_every` epochs. Everything else — device, precision, strategy, data
+// path, resume, interrupts — is the Trainer's, as for classifiers.
 #pragma once
 
 #include <torch/torch.h>

@@ -170,7 +170,8 @@ void TensorBoardObserver::on_epoch(const train::EpochReport& report) {
   writer_.add_scalar("epoch/images_per_second", report.images_per_second, report.epoch);
   if (report.has_test) {  // --eval-every: the test set after this epoch
     writer_.add_scalar("epoch/test_loss", report.test_loss, report.epoch);
-    writer_.add_scalar("epoch/test_accuracy", report.test_accuracy, report.epoch);
+    if (report.has_accuracy)
+      writer_.add_scalar("epoch/test_accuracy", report.test_accuracy, report.epoch);
   }
   writer_.flush();
   if (next_) next_->on_epoch(report);

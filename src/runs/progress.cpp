@@ -138,9 +138,12 @@ void ProgressPrinter::on_epoch(const train::EpochReport& r) {
       paint("Epoch " + std::to_string(r.epoch) + "/" + std::to_string(r.epochs), "1") + "  loss " +
       fixed(r.loss, 4);
   if (r.has_accuracy) line += "  train acc " + fixed(r.accuracy, 4);
-  if (r.has_test) line += "  " + paint("test acc " + fixed(r.test_accuracy, 4), "32");
+  // A task without classes (a generator) shows its held-out loss where classifiers show accuracy.
+  if (r.has_test && r.has_accuracy)
+    line += "  " + paint("test acc " + fixed(r.test_accuracy, 4), "32");
+  if (r.has_test && !r.has_accuracy) line += "  " + paint("test loss " + fixed(r.test_loss, 4), "32");
   line += "  " + fixed(r.seconds, 2) + " s  " + fixed(r.images_per_second, 0) + " img/s";
-  if (r.has_test && options_.verbosity == Verbosity::kVerbose)
+  if (r.has_test && r.has_accuracy && options_.verbosity == Verbosity::kVerbose)
     line += "  test loss " + fixed(r.test_loss, 4);
   print_line(line);
 }

@@ -50,8 +50,8 @@ void ClassifierTask::build(const TaskSetup& setup) {
   if (setup.resumed) {  // the checkpoint decides; a conflicting request is an error, not a surprise
     const auto saved = setup.resumed->meta.value("model", std::string());
     if (!requested_.empty() && requested_ != saved)
-      throw Error("--resume " + setup.resume_source + " holds model '" + saved +
-                  "' but --model " + requested_ + " was given");
+      throw Error("--resume " + setup.resume_source + " holds model '" + saved + "' but --model " +
+                  requested_ + " was given");
     model_name_ = saved;
   }
   builtin_ = models::make_model({model_name_, input_shape_, classes_});
@@ -61,8 +61,8 @@ void ClassifierTask::build(const TaskSetup& setup) {
 }
 
 std::unique_ptr<TrainStep> ClassifierTask::fast_step(const FastStepSetup& setup) {
-  const auto layers = builtin_ && !data_parallel_ ? builtin_->relu_mlp_layers()
-                                                  : std::vector<torch::nn::Linear>{};
+  const auto layers =
+      builtin_ && !data_parallel_ ? builtin_->relu_mlp_layers() : std::vector<torch::nn::Linear>{};
   if (setup.kind == StepKind::kAutograd) return nullptr;
   if (layers.empty()) {
     if (setup.kind == StepKind::kFused)

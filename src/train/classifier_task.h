@@ -27,13 +27,14 @@ class ClassifierTask : public Task {
   static std::unique_ptr<ClassifierTask> builtin(std::string requested, std::string fallback);
 
   // The user's own module; `forward` maps (B, ...) float32 inputs to (B, K) logits.
-  ClassifierTask(std::shared_ptr<torch::nn::Module> module, ForwardFn forward, std::string model_name);
+  ClassifierTask(std::shared_ptr<torch::nn::Module> module, ForwardFn forward,
+                 std::string model_name);
   // Any module with `torch::Tensor forward(torch::Tensor)`, held by a shared_ptr or a TORCH_MODULE.
   template <class ModuleType>
   explicit ClassifierTask(std::shared_ptr<ModuleType> module, std::string model_name = "custom")
-      : ClassifierTask(module,
-                       [raw = module.get()](const torch::Tensor& x) { return raw->forward(x); },
-                       std::move(model_name)) {}
+      : ClassifierTask(
+            module, [raw = module.get()](const torch::Tensor& x) { return raw->forward(x); },
+            std::move(model_name)) {}
   template <class Impl>
   explicit ClassifierTask(const torch::nn::ModuleHolder<Impl>& module,
                           std::string model_name = "custom")

@@ -3,7 +3,8 @@
 namespace spritetorch::train {
 
 const Choices<TaskKind>& choices_of(TaskKind) {
-  static const Choices<TaskKind> c{{{TaskKind::kClassify, "classify"}, {TaskKind::kGenerate, "generate"}}};
+  static const Choices<TaskKind> c{
+      {{TaskKind::kClassify, "classify"}, {TaskKind::kGenerate, "generate"}}};
   return c;
 }
 const Choices<StepKind>& choices_of(StepKind) {

@@ -1,9 +1,9 @@
 // What a training task supplies to the Trainer (train/trainer.h), in the spirit of PyTorch
-// Lightning's LightningModule: its module, the loss of one batch, its evaluation, what it keeps in a
-// checkpoint, and a few optional hooks. The Trainer owns everything else, once: device, data path,
-// precision (autocast + gradient scaling), strategy (single / dp / ddp), CUDA graphs, optimizer and
-// schedule, gradient clipping, resume, interrupts, periodic checkpoints, divergence and
-// out-of-memory handling, observers.
+// Lightning's LightningModule: its module, the loss of one batch, its evaluation, what it keeps in
+// a checkpoint, and a few optional hooks. The Trainer owns everything else, once: device, data
+// path, precision (autocast + gradient scaling), strategy (single / dp / ddp), CUDA graphs,
+// optimizer and schedule, gradient clipping, resume, interrupts, periodic checkpoints, divergence
+// and out-of-memory handling, observers.
 //
 // Built-in tasks: train::ClassifierTask (train/classifier_task.h: any module that maps inputs to
 // logits, ours or the user's) and diffusion::GeneratorTask (diffusion/generator_task.h).

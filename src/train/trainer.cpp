@@ -162,8 +162,7 @@ TrainingRun::TrainingRun(const TrainConfig& config, Task& task, const Datasets& 
   parallel_.connect(device_);
   // Precision (docs/precision.md): resolved once against the device, before any data is read, so
   // an impossible combination fails at once.
-  plan_ = precision::resolve_precision(config_.precision,
-                                       device::describe_device(device_));
+  plan_ = precision::resolve_precision(config_.precision, device::describe_device(device_));
   if (config_.cuda_graphs && !optimization_.schedule.constant())
     throw Error(
         "--cuda-graphs replays a captured step, its learning rate included: it cannot follow "
@@ -518,8 +517,8 @@ TrainReport TrainingRun::run() {
     const auto zero = [&](torch::ScalarType type) {
       return torch::zeros({}, torch::TensorOptions().device(device_).dtype(type));
     };
-    RunState at_end{done, 0, 0, 0, zero(torch::kFloat32), zero(torch::kInt64),
-                    zero(torch::kFloat32), {}, {}};
+    RunState at_end{
+        done, 0, 0, 0, zero(torch::kFloat32), zero(torch::kInt64), zero(torch::kFloat32), {}, {}};
     capture_rng(at_end, device_);
     store_run_state(at_end, checkpoint);
     save_checkpoint(config_.save, checkpoint);

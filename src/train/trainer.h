@@ -1,7 +1,7 @@
 // The Trainer: one epoch loop for every task (train/task.h) — device, data path, precision,
-// strategy, CUDA graphs, optimizer and schedule, clipping, resume, interrupts, periodic checkpoints,
-// divergence and out-of-memory handling — composed once. The library prints nothing: progress
-// reaches the caller through a TrainObserver.
+// strategy, CUDA graphs, optimizer and schedule, clipping, resume, interrupts, periodic
+// checkpoints, divergence and out-of-memory handling — composed once. The library prints nothing:
+// progress reaches the caller through a TrainObserver.
 //
 //   train::TrainConfig options;                 // epochs, batch size, precision, save, resume, ...
 //   train::ClassifierTask task(MyNet(), "mynet");
@@ -62,10 +62,10 @@ struct TrainReport {
   std::string device;  // display name, e.g. "cpu (AMD EPYC 7B13)"
   Settings settings;
   bool has_accuracy = true;  // the task's traits
-  int64_t start_epoch = 0;  // epochs already done by a resumed checkpoint
+  int64_t start_epoch = 0;   // epochs already done by a resumed checkpoint
   std::vector<EpochReport> epochs;
-  double train_seconds = 0;  // the epoch loop only, device-synchronised, without its evaluations
-  double eval_seconds = 0;   // the per-epoch test evaluations (--eval-every)
+  double train_seconds = 0;   // the epoch loop only, device-synchronised, without its evaluations
+  double eval_seconds = 0;    // the per-epoch test evaluations (--eval-every)
   double sample_seconds = 0;  // the task's end-of-epoch work (a generator's sample sheets)
   int64_t steps = 0;          // optimizer steps since the run's first epoch (resumed ones included)
   bool has_test = false;      // the test set was evaluated (it is not empty); rank 0 only

@@ -54,6 +54,18 @@ TEST(ProgressPrinter, NotATerminalGivesPlainLinesPerLogIntervalAndEpoch) {
             std::string::npos) << out;
 }
 
+TEST(ProgressPrinter, ATaskWithoutClassesShowsItsTestLossNotAnAccuracy) {
+  std::ostringstream out;
+  ProgressOptions options;
+  options.style = {false, false};
+  ProgressPrinter printer(out, options);
+  train::EpochReport epoch;
+  epoch.epoch = 1, epoch.epochs = 1, epoch.loss = 0.25, epoch.has_accuracy = false;
+  epoch.seconds = 1, epoch.images_per_second = 64, epoch.has_test = true, epoch.test_loss = 0.125;
+  printer.on_epoch(epoch);
+  EXPECT_EQ(out.str(), "Epoch 1/1  loss 0.2500  test loss 0.1250  1.00 s  64 img/s\n");
+}
+
 TEST(ProgressPrinter, TerminalRedrawsOneLineInPlaceThenEndsItWithTheEpochLine) {
   const std::string out = render({true, false}, Verbosity::kNormal);
   EXPECT_NE(out.find("\repoch 1/2 [============>           ] 2/4  16 img/s  ETA 0:01"), std::string::npos) << out;
