@@ -34,8 +34,8 @@ struct CpuThreadFlags {
 };
 void add_cpu_thread_options(CLI::App* sub, int& threads, int& blas_threads);
 
-// Sprite pieces of train, import, data preview and classify (sprite_options.cpp), the generator
-// branches of train (generator_training.cpp) and eval (cmd_eval.cpp).
+// Sprite pieces of train, import, data preview and classify (sprite_options.cpp), and the
+// generator branch of eval (cmd_eval.cpp).
 void add_sprite_data_options(CLI::App* sub, train::TrainConfig& config, bool training);
 CLI::Validator sprite_dataset_validator();
 CLI::Validator tile_validator();  // --tile WxH
