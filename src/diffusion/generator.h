@@ -23,6 +23,9 @@ namespace spritetorch::diffusion {
 
 constexpr double kClassDropout = 0.1;   // share of training labels replaced by "no class"
 constexpr double kEmaDecay = 0.995;     // the saved weights are an exponential moving average
+// The EMA's decay after `updates` updates: (1 + k) / (10 + k), at most kEmaDecay (a warm-up, so
+// that the initial weights leave the average within the first few hundred steps).
+double ema_decay(int64_t updates);
 constexpr int64_t kPaletteColours = 32; // --palette auto: k-means colours of the training set
 
 // A trained generator, ready to sample on `device`.

@@ -47,6 +47,7 @@ class GeneratorTask : public train::Task {
   UNet net_{nullptr};
   NoiseSchedule schedule_;
   std::vector<torch::Tensor> ema_;  // one per parameter, registration order, on the device
+  int64_t ema_updates_ = 0;         // for the EMA's warm-up (ema_decay)
   const data::Dataset* train_ = nullptr;
   int64_t size_ = 0;
   mutable std::optional<torch::Tensor> palette_;  // (K, 3) uint8, from the training set, once

@@ -368,6 +368,18 @@ TEST(GeneratorTraining, TinyRunSavesALoadableCheckpoint) {
   EXPECT_THROW(run_training(config), Error);
 }
 
+TEST(GeneratorTraining, EmaDecayWarmsUpToItsCeiling) {
+  EXPECT_DOUBLE_EQ(ema_decay(0), 0.1);  // the first update keeps 10% of the initial weights
+  EXPECT_DOUBLE_EQ(ema_decay(10), 11.0 / 20.0);
+  for (int64_t k = 0; k < 5000; ++k) EXPECT_LE(ema_decay(k), ema_decay(k + 1)) << k;
+  EXPECT_DOUBLE_EQ(ema_decay(100000), kEmaDecay);
+  // What is left of the initial weights after 336 updates (3 epochs of the default run): the
+  // product of the decays, against 0.995^336 = 0.19 without the warm-up.
+  double left = 1;
+  for (int64_t k = 0; k < 336; ++k) left *= ema_decay(k);
+  EXPECT_LT(left, 1e-3);
+}
+
 // 58 training sprites of 16 px, batches of 16 (drop_last): 3 steps per epoch, UNet base 8.
 train::TrainConfig tiny_generator(const ScratchDir& dir, int64_t epochs,
                                   const std::string& save = "g.pt") {
