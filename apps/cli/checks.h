@@ -16,7 +16,8 @@ extern const CLI::Validator kPositive;     // a number > 0 (help: POSITIVE)
 // A flag whose value is one of an enum's names (common/choice.h): the flag, the environment and
 // config files give text, the library gets the enum. `target` must outlive the parse.
 template <class E>
-CLI::Option* add_choice(CLI::App* sub, const std::string& flag, E& target, const std::string& help) {
+CLI::Option* add_choice(CLI::App* sub, const std::string& flag, E& target,
+                        const std::string& help) {
   return sub
       ->add_option_function<std::string>(
           flag, [&target, flag](const std::string& text) { target = parse_choice<E>(text, flag); },

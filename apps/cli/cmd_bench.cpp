@@ -164,10 +164,10 @@ Subcommand add_bench_command(CLI::App& app) {
             const auto report = train::run_benchmark(f->bench, &printer);
             std::cout << "spritetorch bench, " << report.date << ": model "
                       << (f->bench.workload.model.empty() ? train::default_model(f->bench.workload)
-                                                          : f->bench.workload.model) << ", "
-                      << f->bench.workload.dataset << ", batch " << f->bench.workload.batch_size
-                      << ", " << f->bench.workload.epochs << " epoch(s), median of "
-                      << f->bench.repeats << "\n"
+                                                          : f->bench.workload.model)
+                      << ", " << f->bench.workload.dataset << ", batch "
+                      << f->bench.workload.batch_size << ", " << f->bench.workload.epochs
+                      << " epoch(s), median of " << f->bench.repeats << "\n"
                       << bench_table(report);
             auto json = bench_json(report);
 

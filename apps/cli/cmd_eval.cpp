@@ -10,8 +10,8 @@
 #include "device/device.h"
 #include "diffusion/generator.h"
 #include "output.h"
-#include "train/model_state.h"
 #include "train/checkpoint_dataset.h"
+#include "train/model_state.h"
 #include "train/trainer.h"
 
 namespace spritetorch::cli {

@@ -10,11 +10,11 @@
 #include "output.h"
 #include "precision/precision.h"
 #include "run_session.h"
+#include "tasks/make_task.h"
 #include "tensorboard_output.h"
 #include "train/flat_optimizer.h"
 #include "train/lr_schedule.h"
 #include "train/parallel.h"
-#include "tasks/make_task.h"
 #include "train/trainer.h"
 
 namespace spritetorch::cli {
@@ -47,9 +47,9 @@ nlohmann::json train_json(const train::TrainReport& report, const std::string& r
   }
   nlohmann::json settings = nlohmann::json::object();
   for (const auto& [k, v] : report.settings) settings[k] = v;
-  nlohmann::json out = {{"task", report.task},         {"device", report.device},
-                        {"run_dir", run_dir},          {"settings", settings},
-                        {"epochs", epochs},            {"train_s", report.train_seconds},
+  nlohmann::json out = {{"task", report.task},  {"device", report.device},
+                        {"run_dir", run_dir},   {"settings", settings},
+                        {"epochs", epochs},     {"train_s", report.train_seconds},
                         {"steps", report.steps}};
   if (!report.epochs.empty()) out["loss"] = report.epochs.back().loss;
   if (report.has_test) {
@@ -231,7 +231,7 @@ Subcommand add_train_command(CLI::App& app) {
           tensorboard_observer = std::make_unique<report::TensorBoardObserver>(*events);
           session.add_observer(tensorboard_observer.get());
         }
-        auto task = make_task(*config);      // an option of the other task fails first,
+        auto task = make_task(*config);       // an option of the other task fails first,
         device::pick_device(config->device);  // then an unavailable device, before the data
         const train::Datasets data = train::load_datasets(*config);
         if (events) log_training_samples(*events, data.train);
@@ -240,7 +240,8 @@ Subcommand add_train_command(CLI::App& app) {
         if (!report.main_rank) return 0;  // ddp: rank 0 reports
         const int64_t last_epoch = report.start_epoch + static_cast<int64_t>(report.epochs.size());
         if (events && report.has_test) {
-          if (report.has_accuracy) events->add_scalar("test/accuracy", report.test.accuracy, last_epoch);
+          if (report.has_accuracy)
+            events->add_scalar("test/accuracy", report.test.accuracy, last_epoch);
           events->add_scalar("test/loss", report.test.loss, last_epoch);
           events->flush();
         }

@@ -39,7 +39,7 @@ void add_cpu_thread_options(CLI::App* sub, int& threads, int& blas_threads);
 void add_sprite_data_options(CLI::App* sub, train::TrainConfig& config, bool training);
 CLI::Validator sprite_dataset_validator();
 CLI::Validator tile_validator();  // --tile WxH
-class RunSession;  // run_session.h
+class RunSession;                 // run_session.h
 struct GeneratorEvalFlags {
   std::string classifier;
   int64_t count = 256;

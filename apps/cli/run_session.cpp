@@ -91,8 +91,8 @@ RunSession::RunSession(const RunFlags& flags, train::TrainConfig& config, const 
       made_folder_ = runs::claim_run_folder(flags.run_dir);
       folder = flags.run_dir;
     } else {
-      folder = runs::create_run_folder(flags.runs_root, choice_name(config.task), model_for_name(config),
-                                       std::time(nullptr));
+      folder = runs::create_run_folder(flags.runs_root, choice_name(config.task),
+                                       model_for_name(config), std::time(nullptr));
       made_folder_ = true;
     }
     if (config.save.empty())

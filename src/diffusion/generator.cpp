@@ -79,15 +79,16 @@ namespace {
 // The coefficients are plain doubles, worked out on the host before the loop (no per-step sync).
 struct ReverseStep {
   int64_t t = 0;
-  double recip_sqrt_ab = 0;     // 1 / sqrt(abar_t)
-  double recipm1_sqrt_ab = 0;   // sqrt(1 / abar_t - 1)
+  double recip_sqrt_ab = 0;    // 1 / sqrt(abar_t)
+  double recipm1_sqrt_ab = 0;  // sqrt(1 / abar_t - 1)
   double c_x0 = 0, c_x = 0, sigma = 0;
 };
 
 // The shared loop. x: (B, C, H, W) x_T; steps in order T - 1 .. 0. Noise for sigma > 0 is drawn on
 // the CPU from `gen` (a seed gives the same sprites on every device) and copied without a sync.
 torch::Tensor reverse_loop(const EpsModel& eps_model, torch::Tensor x,
-                           const std::vector<ReverseStep>& steps, std::optional<at::Generator> gen) {
+                           const std::vector<ReverseStep>& steps,
+                           std::optional<at::Generator> gen) {
   torch::NoGradGuard no_grad;
   const int64_t b = x.size(0);
   std::vector<int64_t> ts;

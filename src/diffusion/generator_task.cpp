@@ -72,8 +72,8 @@ train::StepLoss GeneratorTask::training_step(const data::Batch& batch) {
 // The EMA's decay warms up as (1 + k) / (10 + k) after k updates, up to kEmaDecay: with 0.995 from
 // the first step the initial weights would still make up 0.995^k of it (19% after 336 steps).
 double ema_decay(int64_t updates) {
-  return std::min(kEmaDecay, (1.0 + static_cast<double>(updates)) /
-                                 (10.0 + static_cast<double>(updates)));
+  return std::min(kEmaDecay,
+                  (1.0 + static_cast<double>(updates)) / (10.0 + static_cast<double>(updates)));
 }
 
 void GeneratorTask::after_optimizer_step() {

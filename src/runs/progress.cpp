@@ -141,7 +141,8 @@ void ProgressPrinter::on_epoch(const train::EpochReport& r) {
   // A task without classes (a generator) shows its held-out loss where classifiers show accuracy.
   if (r.has_test && r.has_accuracy)
     line += "  " + paint("test acc " + fixed(r.test_accuracy, 4), "32");
-  if (r.has_test && !r.has_accuracy) line += "  " + paint("test loss " + fixed(r.test_loss, 4), "32");
+  if (r.has_test && !r.has_accuracy)
+    line += "  " + paint("test loss " + fixed(r.test_loss, 4), "32");
   line += "  " + fixed(r.seconds, 2) + " s  " + fixed(r.images_per_second, 0) + " img/s";
   if (r.has_test && r.has_accuracy && options_.verbosity == Verbosity::kVerbose)
     line += "  test loss " + fixed(r.test_loss, 4);

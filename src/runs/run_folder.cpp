@@ -261,8 +261,10 @@ RunRecorder::Finished RunRecorder::finish(const train::TrainReport& report,
         write_misclassified_plot(folder_, report.misclassified, report.class_names, &why_not);
     scripts.push_back(write_confusion_plot(folder_, report.test.confusion, report.class_names));
     scripts.push_back(misclassified);
-    if (misclassified.script.empty()) why_not = "no misclassified.png: " + why_not;
-    else why_not.clear();
+    if (misclassified.script.empty())
+      why_not = "no misclassified.png: " + why_not;
+    else
+      why_not.clear();
   }
   draw(scripts, gnuplot_path, finished);
   if (!why_not.empty()) finished.notices.push_back(why_not);

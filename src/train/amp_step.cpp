@@ -6,7 +6,8 @@ namespace spritetorch::train {
 
 std::unique_ptr<TrainStep> make_precision_train_step(const models::Classifier& model,
                                                      int64_t max_batch, StepKind kind,
-                                                     const StepPrecision& precision, int cpu_threads) {
+                                                     const StepPrecision& precision,
+                                                     int cpu_threads) {
   const bool plain = !precision.plan.autocast && !precision.scaler && !precision.channels_last;
   if (plain) return make_train_step(model, max_batch, kind, cpu_threads);
   if (kind == StepKind::kFused)

@@ -17,12 +17,14 @@
 namespace spritetorch::train {
 
 // fp32 without loss scaling or channels_last: make_train_step(model, max_batch, kind) unchanged.
-// Otherwise AutogradStep over the classifier's loss with `precision`. The fused MLP step computes in fp32 only: with bf16/fp16, kind "auto"
-// falls back to autograd + autocast (at the seed's sizes autocast's per-op casts cost more than the
-// bf16 matmuls save: docs/precision.md) and kind "fused" is an error.
+// Otherwise AutogradStep over the classifier's loss with `precision`. The fused MLP step computes
+// in fp32 only: with bf16/fp16, kind "auto" falls back to autograd + autocast (at the seed's sizes
+// autocast's per-op casts cost more than the bf16 matmuls save: docs/precision.md) and kind "fused"
+// is an error.
 std::unique_ptr<TrainStep> make_precision_train_step(const models::Classifier& model,
                                                      int64_t max_batch, StepKind kind,
-                                                     const StepPrecision& precision, int cpu_threads = 1);
+                                                     const StepPrecision& precision,
+                                                     int cpu_threads = 1);
 
 // The update after backward, in the only correct order:
 //   unscale the gradients (scaler) -> clip their norm (clip_grad_norm > 0) -> optimizer step,

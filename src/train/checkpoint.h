@@ -12,8 +12,8 @@
 //     float16, float32, float64, bool, bfloat16), u8 ndim (0..8), ndim x u64 sizes, then the
 //     elements, contiguous, little-endian.
 // Version 1 payloads were LibTorch archives; loading those runs LibTorch's TorchScript importer,
-// which crashes on hostile input (found by fuzz/checkpoint_payload_fuzzer), so version 2 is a format
-// whose every length is checked against the bytes present before anything is allocated.
+// which crashes on hostile input (found by fuzz/checkpoint_payload_fuzzer), so version 2 is a
+// format whose every length is checked against the bytes present before anything is allocated.
 // Files are written atomically (common/atomic_file.h), so a crash leaves either the old file or the
 // new one.
 #pragma once
@@ -21,8 +21,8 @@
 #include <torch/torch.h>
 
 #include <map>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 namespace spritetorch::train {

@@ -3,24 +3,13 @@
 #include "common/error.h"
 #include "train/amp_step.h"
 #include "train/data_parallel.h"
-#include "train/model_state.h"
 
 namespace spritetorch::train {
-
-std::unique_ptr<TrainStep> Task::fast_step(const FastStepSetup& setup) {
-  if (setup.kind == StepKind::kFused)
-    throw Error("--step fused is a classifier's fused MLP step; task '" + name() + "' has none",
-                "use --step auto");
-  return nullptr;
-}
-
-void Task::load(const Checkpoint& checkpoint, const std::string& source) {
-  load_model_state(module(), checkpoint.model, source);
-}
 
 std::unique_ptr<ClassifierTask> ClassifierTask::builtin(std::string requested,
                                                         std::string fallback) {
   std::unique_ptr<ClassifierTask> task(new ClassifierTask());
+  task->ours_ = true;
   task->requested_ = std::move(requested);
   task->fallback_ = std::move(fallback);
   return task;
@@ -35,7 +24,7 @@ ClassifierTask::ClassifierTask(std::shared_ptr<torch::nn::Module> module, Forwar
 
 TaskTraits ClassifierTask::traits() const {
   TaskTraits traits;
-  traits.data_parallel = builtin_ != nullptr || module_ == nullptr;  // dp replicas clone our models
+  traits.data_parallel = ours_;  // dp replicas are built with ClassifierImpl::clone
   return traits;
 }
 
@@ -56,35 +45,24 @@ void ClassifierTask::build(const TaskSetup& setup) {
   }
   builtin_ = models::make_model({model_name_, input_shape_, classes_});
   module_ = builtin_;
+  step_model_ = builtin_;
   forward_ = [model = builtin_](const torch::Tensor& x) { return model->forward(x); };
   loss_ = classifier_loss(forward_);
 }
 
+// Our models: the step the rest of the library picks for a classifier (fused MLP where it applies,
+// else autograd under the run's precision; make_precision_train_step). The user's: the Trainer's
+// autograd step over training_step.
 std::unique_ptr<TrainStep> ClassifierTask::fast_step(const FastStepSetup& setup) {
-  const auto layers =
-      builtin_ && !data_parallel_ ? builtin_->relu_mlp_layers() : std::vector<torch::nn::Linear>{};
-  if (setup.kind == StepKind::kAutograd) return nullptr;
-  if (layers.empty()) {
-    if (setup.kind == StepKind::kFused)
-      throw Error("--step fused needs a ReLU MLP (ann, simplenn)", "use --step auto");
-    return nullptr;
-  }
-  const auto& p = setup.precision;
-  if (p.plan.autocast || p.scaler || p.channels_last) {
-    if (setup.kind == StepKind::kFused)
-      throw Error("--step fused computes in fp32 only; it cannot be combined with --precision " +
-                      precision::to_string(p.plan.precision),
-                  "use --step auto (autograd under autocast) or --precision fp32");
-    return nullptr;  // the fused step computes in fp32 only: autograd under autocast
-  }
-  return make_train_step(builtin_, setup.max_batch, setup.kind, setup.cpu_threads);
+  if (!builtin_) return Task::fast_step(setup);
+  return make_precision_train_step(step_model_, setup.max_batch, setup.kind, setup.precision,
+                                   setup.cpu_threads);
 }
 
 void ClassifierTask::use_data_parallel(const std::vector<torch::Device>& devices) {
   if (!builtin_) throw Error("--strategy dp replicates built-in models only", "use ddp");
-  data_parallel_ = true;
-  auto wrapper = std::make_shared<DataParallelClassifierImpl>(builtin_, devices);
-  loss_ = classifier_loss([wrapper](const torch::Tensor& x) { return wrapper->forward(x); });
+  step_model_ = std::make_shared<DataParallelClassifierImpl>(builtin_, devices);
+  loss_ = classifier_loss(step_model_);
 }
 
 EvalReport ClassifierTask::evaluate(data::Loader& test, bool keep_predictions) {

@@ -58,13 +58,14 @@ class ClassifierTask : public Task {
  private:
   ClassifierTask() = default;
 
-  std::string requested_, fallback_;  // built-in: --model as given, and the default
+  std::string requested_, fallback_;  // ours: --model as given, and the default
   std::string model_name_;
   models::Classifier builtin_;
   std::shared_ptr<torch::nn::Module> module_;
   ForwardFn forward_;  // on module_ (evaluation always uses it)
   LossFn loss_;        // on forward_, or on the DataParallel wrapper under --strategy dp
-  bool data_parallel_ = false;
+  bool ours_ = false;  // made by builtin(): one of models::make_model's
+  models::Classifier step_model_;  // ours: builtin_, or its DataParallel wrapper
   std::vector<int64_t> input_shape_;
   int64_t classes_ = 0;
 };

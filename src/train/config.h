@@ -13,16 +13,16 @@
 namespace spritetorch::train {
 
 // The closed choices of a run, typed; their names are the CLI's values (choices_of below).
-enum class TaskKind { kClassify, kGenerate };                   // --task
-enum class StepKind { kAuto, kAutograd, kFused };               // --step (train/train_step.h)
-enum class Strategy { kAuto, kSingle, kDataParallel, kDdp };    // --strategy (train/parallel.h)
-enum class DistBackend { kAuto, kGloo, kNccl };                 // --dist-backend
-enum class DistShard { kAuto, kGlobal, kLocal };                // --dist-shard
-const Choices<TaskKind>& choices_of(TaskKind);        // classify, generate
-const Choices<StepKind>& choices_of(StepKind);        // auto, autograd, fused
-const Choices<Strategy>& choices_of(Strategy);        // auto, single, dp, ddp
-const Choices<DistBackend>& choices_of(DistBackend);  // auto, gloo, nccl
-const Choices<DistShard>& choices_of(DistShard);      // auto, global, local
+enum class TaskKind { kClassify, kGenerate };                 // --task
+enum class StepKind { kAuto, kAutograd, kFused };             // --step (train/train_step.h)
+enum class Strategy { kAuto, kSingle, kDataParallel, kDdp };  // --strategy (train/parallel.h)
+enum class DistBackend { kAuto, kGloo, kNccl };               // --dist-backend
+enum class DistShard { kAuto, kGlobal, kLocal };              // --dist-shard
+const Choices<TaskKind>& choices_of(TaskKind);                // classify, generate
+const Choices<StepKind>& choices_of(StepKind);                // auto, autograd, fused
+const Choices<Strategy>& choices_of(Strategy);                // auto, single, dp, ddp
+const Choices<DistBackend>& choices_of(DistBackend);          // auto, gloo, nccl
+const Choices<DistShard>& choices_of(DistShard);              // auto, global, local
 
 struct TrainConfig {
   std::string model;  // ann | cnn | simplenn | unet; empty: default_model (below)

@@ -7,7 +7,6 @@
 #include "common/error.h"
 #include "data/distributed_sampler.h"
 #include "device/device.h"
-#include "train/data_parallel.h"
 
 #if SPRITETORCH_WITH_CUDA
 #include <c10/cuda/CUDAFunctions.h>
@@ -128,15 +127,10 @@ void ParallelRun::attach(TrainStep& step, FlatOptimizer& optimizer,
   }
 }
 
-models::Classifier ParallelRun::step_model(const models::Classifier& model) const {
-  if (kind_ != StrategyKind::kDataParallel) return model;
-  return std::make_shared<DataParallelClassifierImpl>(model, dp_devices_);
-}
-
 const data::Dataset& ParallelRun::shard(const data::Dataset& full, data::LoaderOptions& options) {
   if (!distributed()) return full;
-  local_shards_ = dist_shard_ == DistShard::kLocal ||
-                  (dist_shard_ == DistShard::kAuto && device_.is_cuda());
+  local_shards_ =
+      dist_shard_ == DistShard::kLocal || (dist_shard_ == DistShard::kAuto && device_.is_cuda());
   if (!local_shards_) {
     options.shard_rank = env_.rank;
     options.shard_count = env_.world_size;

@@ -54,9 +54,6 @@ class ParallelRun {
   void broadcast_model(torch::nn::Module& model, FlatOptimizer& optimizer);
   // Builds the gradient reducer and hooks it to autograd and to `step`.
   void attach(TrainStep& step, FlatOptimizer& optimizer, const std::vector<torch::Tensor>& params);
-  // The model the train step runs: under dp a DataParallel wrapper around `model` (whose
-  // parameters stay the ones the optimizer holds), else `model` itself.
-  models::Classifier step_model(const models::Classifier& model) const;
   // dp: the GPUs a batch is split over, cuda:0 first (empty otherwise).
   const std::vector<torch::Device>& data_parallel_devices() const { return dp_devices_; }
   // The training data this rank loads. ddp with local shards (--dist-shard): a fixed 1/R share of

@@ -83,9 +83,9 @@ class AutogradStep : public TrainStep {
   StepPrecision precision_;
 };
 
-// A classifier's loss: cross-entropy of forward(inputs) against the labels, computed in fp32 outside
-// autocast (LibTorch 1.13's CPU autocast would run log_softmax in bf16), and the correct count.
-// forward: (B, ...) float32 -> (B, K) logits.
+// A classifier's loss: cross-entropy of forward(inputs) against the labels, computed in fp32
+// outside autocast (LibTorch 1.13's CPU autocast would run log_softmax in bf16), and the correct
+// count. forward: (B, ...) float32 -> (B, K) logits.
 using ForwardFn = std::function<torch::Tensor(const torch::Tensor& inputs)>;
 LossFn classifier_loss(ForwardFn forward);
 LossFn classifier_loss(const models::Classifier& model);

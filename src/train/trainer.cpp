@@ -48,6 +48,18 @@ Misclassified pick_misclassified(const data::Dataset& test, const torch::Tensor&
   return out;
 }
 
+// Where an epoch's counters start: step 0, zero sums on `device` (the RNG fields are
+// capture_rng's).
+RunState epoch_start(int64_t epoch, torch::Device device) {
+  const auto on_device = torch::TensorOptions().device(device);
+  RunState state;
+  state.epoch = epoch;
+  state.loss_sum = torch::zeros({}, on_device.dtype(torch::kFloat32));
+  state.correct = torch::zeros({}, on_device.dtype(torch::kInt64));
+  state.interval_loss = torch::zeros({}, on_device.dtype(torch::kFloat32));
+  return state;
+}
+
 // Threads of the fused CPU step (--step-threads 0: automatic). It splits each step over the cores
 // itself; BLAS then runs one thread in each (more would oversubscribe the cores:
 // docs/benchmarks.md). Under ddp the ranks of a machine share its cores.
@@ -105,7 +117,8 @@ class TrainingRun {
   Settings describe() const;
   // One epoch's training; its loss, accuracy and samples summed over the ranks.
   EpochReport train_epoch(int64_t epoch);
-  Checkpoint make_checkpoint(int64_t epochs_done) const;
+  // epochs_done and steps (optimizer steps since the run's first epoch) go into its metadata.
+  Checkpoint make_checkpoint(int64_t epochs_done, int64_t steps) const;
   // A periodic or interrupt checkpoint of `progress` (its path; rank 0 writes it).
   std::string save_run_checkpoint(RunState progress);
   Error diverged(const std::string& what, int64_t epoch, const std::string& where) const;
@@ -312,13 +325,14 @@ Settings TrainingRun::describe() const {
 }
 
 // Every checkpoint of this run: the final one (--save) and the periodic/interrupt ones.
-Checkpoint TrainingRun::make_checkpoint(int64_t epochs_done) const {
+Checkpoint TrainingRun::make_checkpoint(int64_t epochs_done, int64_t steps) const {
   Checkpoint checkpoint;
   checkpoint.meta = {
       {"task", task_.name()},
       {"class_names", data_.train.class_names},
       {"dataset", config_.dataset},
       {"epoch", epochs_done},
+      {"steps", steps},
       {"seed", config_.seed},
       {"batch_size", config_.batch_size},
       {"drop_last", config_.drop_last},
@@ -357,14 +371,14 @@ std::string TrainingRun::save_run_checkpoint(RunState progress) {
   const std::string path = periodic_checkpoint_path(run_base_, global_step);
   if (!parallel_.is_main()) return path;  // ddp: ranks are identical; rank 0 writes
   capture_rng(progress, device_);
-  Checkpoint checkpoint = make_checkpoint(progress.epoch);
-  checkpoint.meta["steps"] = global_step;
+  Checkpoint checkpoint = make_checkpoint(progress.epoch, global_step);
   store_run_state(progress, checkpoint);
   save_checkpoint(path, checkpoint);
   last_good_ = path;
   prune_periodic_checkpoints(run_base_, config_.keep_last);
   return path;
 }
+
 EpochReport TrainingRun::train_epoch(int64_t epoch) {
   task_.module().train();
   DeviceTimer epoch_timer(device_);
@@ -382,11 +396,7 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
         throw DataError(config_.resume, "at most " + std::to_string(steps_) + " steps per epoch",
                         "step " + std::to_string(progress.step));
   } else {
-    const auto on_device = torch::TensorOptions().device(device_);
-    progress.epoch = epoch;
-    progress.loss_sum = torch::zeros({}, on_device.dtype(torch::kFloat32));
-    progress.correct = torch::zeros({}, on_device.dtype(torch::kInt64));
-    progress.interval_loss = torch::zeros({}, on_device.dtype(torch::kFloat32));
+    progress = epoch_start(epoch, device_);
   }
   int64_t& step = progress.step;
   while (loader.next(batch)) {
@@ -509,16 +519,11 @@ TrainReport TrainingRun::run() {
   }
   if (!config_.save.empty()) {
     const int64_t done = std::max(config_.epochs, start_epoch_);
-    Checkpoint checkpoint = make_checkpoint(done);
-    checkpoint.meta["steps"] = report.steps;
+    Checkpoint checkpoint = make_checkpoint(done, report.steps);
     checkpoint.meta["train_seconds"] = report.train_seconds;
     // The RNG as it stands, so that a run resumed from here (more --epochs) draws what one longer
     // run would have: dropout, a generator's timesteps and noise.
-    const auto zero = [&](torch::ScalarType type) {
-      return torch::zeros({}, torch::TensorOptions().device(device_).dtype(type));
-    };
-    RunState at_end{
-        done, 0, 0, 0, zero(torch::kFloat32), zero(torch::kInt64), zero(torch::kFloat32), {}, {}};
+    RunState at_end = epoch_start(done, device_);
     capture_rng(at_end, device_);
     store_run_state(at_end, checkpoint);
     save_checkpoint(config_.save, checkpoint);

@@ -5,23 +5,13 @@ set -u
 bin=$(realpath "$1")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-fails=0 passes=0
 unset SPRITETORCH_DEVICE SPRITETORCH_DATA SPRITETORCH_THREADS SPRITETORCH_BLAS_THREADS \
   SPRITETORCH_PRECISION SPRITETORCH_WORKERS
 
 check() {  # check NAME CONDITION-STATUS OUTPUT
   if [ "$2" -eq 0 ]; then passes=$((passes + 1)); else echo "FAIL: $1"; echo "$3" | head -20; fails=$((fails + 1)); fi
 }
-# expect CODE PATTERN -- ARGS...: exit code CODE and output matching PATTERN (grep -E).
-expect() {
-  local code=$1 pattern=$2
-  shift 3
-  local out rc
-  out=$("$bin" "$@" 2>&1)
-  rc=$?
-  [ "$rc" -eq "$code" ] && grep -qE -- "$pattern" <<<"$out" && ! grep -q "frame #" <<<"$out"
-  check "spritetorch $* -> exit $rc (wanted $code, /$pattern/)" $? "$out"
-}
+source "$(dirname "$0")/expect.sh"  # expect CODE PATTERN -- ARGS...
 # value KEY: the value of KEY in the --print-config output on stdin.
 value() { sed -n "s/^$1 = //p"; }
 

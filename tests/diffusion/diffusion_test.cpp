@@ -11,12 +11,12 @@
 
 #include "common/error.h"
 #include "io/png.h"
+#include "tasks/make_task.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/interrupt.h"
 #include "train/run_state.h"
 #include "train/trainer.h"
-#include "tasks/make_task.h"
 
 namespace spritetorch::diffusion {
 namespace {
@@ -130,8 +130,9 @@ struct Oracle {
       const double a = ab.at(static_cast<size_t>(step));
       calls.push_back(step);
       // In float64: near t = 0 the division by sqrt(1 - abar) ~ 0.01 magnifies rounding.
-      auto e = ((x.to(torch::kFloat64) - std::sqrt(a) * x0.to(torch::kFloat64)) / std::sqrt(1.0 - a))
-                   .to(torch::kFloat32);
+      auto e =
+          ((x.to(torch::kFloat64) - std::sqrt(a) * x0.to(torch::kFloat64)) / std::sqrt(1.0 - a))
+              .to(torch::kFloat32);
       eps.push_back(e);
       return e;
     };
@@ -174,8 +175,8 @@ TEST(Sampler, OracleEpsMakesEverySamplerReturnTheCleanImage) {
   for (int64_t steps : {1, 2, 25, 500}) {
     Oracle oracle(x0, schedule);
     const auto out = ddim_sample_eps(oracle.model(), schedule, xT, steps, 0.0);
-    EXPECT_TRUE(torch::allclose(out, x0, 0, 1e-4)) << "DDIM eta 0, " << steps << " steps, max error "
-                                                   << (out - x0).abs().max().item<double>();
+    EXPECT_TRUE(torch::allclose(out, x0, 0, 1e-4))
+        << "DDIM eta 0, " << steps << " steps, max error " << (out - x0).abs().max().item<double>();
     EXPECT_EQ(oracle.calls, ddim_timesteps(500, steps));
     // Deterministic DDIM keeps x_t on q(x_t | x0) with the starting noise: eps never changes.
     for (size_t i = 0; i < oracle.eps.size(); ++i)
@@ -206,7 +207,8 @@ TEST(Sampler, StochasticSamplersKeepTheForwardMarginals) {
   const auto xT = noised(schedule, x0, noise);
   auto check = [](const Oracle& oracle, const std::string& what) {
     for (size_t i = 0; i < oracle.eps.size(); ++i) {
-      const double mean = oracle.eps[i].mean().item<double>(), sd = oracle.eps[i].std().item<double>();
+      const double mean = oracle.eps[i].mean().item<double>(),
+                   sd = oracle.eps[i].std().item<double>();
       EXPECT_NEAR(mean, 0.0, 0.05) << what << ", t = " << oracle.calls[i];
       EXPECT_NEAR(sd, 1.0, 0.05) << what << ", t = " << oracle.calls[i];
     }
@@ -253,23 +255,26 @@ TEST(Sampler, DdimEtaZeroIsDeterministicAndDrawsNoNoise) {
   const auto a = ddim_sample(g.net, g.schedule, x, c, 6, 2.0);
   EXPECT_TRUE(torch::equal(a, ddim_sample(g.net, g.schedule, x, c, 6, 2.0)));
   // A generator given with eta 0 is not used.
-  EXPECT_TRUE(torch::equal(
-      a, ddim_sample(g.net, g.schedule, x, c, 6, 2.0, 0.0, at::make_generator<at::CPUGeneratorImpl>(7))));
-  EXPECT_THROW(ddim_sample(g.net, g.schedule, x, c, 6, 2.0, 0.5), Error);  // noise needs a generator
-  const auto n1 = ddim_sample(g.net, g.schedule, x, c, 6, 2.0, 1.0, at::make_generator<at::CPUGeneratorImpl>(7));
-  EXPECT_TRUE(torch::equal(
-      n1, ddim_sample(g.net, g.schedule, x, c, 6, 2.0, 1.0, at::make_generator<at::CPUGeneratorImpl>(7))));
+  EXPECT_TRUE(torch::equal(a, ddim_sample(g.net, g.schedule, x, c, 6, 2.0, 0.0,
+                                          at::make_generator<at::CPUGeneratorImpl>(7))));
+  EXPECT_THROW(ddim_sample(g.net, g.schedule, x, c, 6, 2.0, 0.5),
+               Error);  // noise needs a generator
+  const auto n1 = ddim_sample(g.net, g.schedule, x, c, 6, 2.0, 1.0,
+                              at::make_generator<at::CPUGeneratorImpl>(7));
+  EXPECT_TRUE(torch::equal(n1, ddim_sample(g.net, g.schedule, x, c, 6, 2.0, 1.0,
+                                           at::make_generator<at::CPUGeneratorImpl>(7))));
   EXPECT_FALSE(torch::equal(n1, a));
 }
 
-// DDPM's posterior step is DDIM's eta = 1 step between consecutive timesteps (Song et al., sec. 4.1):
-// over all T steps, with the same noise, the two samplers agree.
+// DDPM's posterior step is DDIM's eta = 1 step between consecutive timesteps (Song et al.,
+// sec. 4.1): over all T steps, with the same noise, the two samplers agree.
 TEST(Sampler, DdpmIsDdimOverAllStepsWithEtaOne) {
   auto g = tiny_generator();
   torch::manual_seed(4);
   const auto x = torch::randn({3, 4, 16, 16});
   const auto c = torch::tensor({2, 0, 1}, torch::kInt64);
-  const auto ddpm = ddpm_sample(g.net, g.schedule, x, c, 2.0, at::make_generator<at::CPUGeneratorImpl>(8));
+  const auto ddpm =
+      ddpm_sample(g.net, g.schedule, x, c, 2.0, at::make_generator<at::CPUGeneratorImpl>(8));
   const auto ddim = ddim_sample(g.net, g.schedule, x, c, g.schedule.steps(), 2.0, 1.0,
                                 at::make_generator<at::CPUGeneratorImpl>(8));
   EXPECT_TRUE(torch::allclose(ddpm, ddim, 1e-4, 1e-4))

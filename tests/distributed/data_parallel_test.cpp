@@ -254,7 +254,8 @@ TEST(DataParallel, DataParallelStrategyMatchesSingleOnCuda) {
   auto single = make_ann(9), inner = make_ann(9);
   single->to(cuda0);
   inner->to(cuda0);
-  auto dp = run.step_model(inner);
+  // What ClassifierTask::use_data_parallel runs the step on, over the GPUs the run chose.
+  auto dp = std::make_shared<DataParallelClassifierImpl>(inner, run.data_parallel_devices());
   const auto x = torch::rand({64, 1, 16, 16}).to(cuda0);
   const auto labels = torch::randint(0, 10, {64}, torch::kInt64).to(cuda0);
   torch::nn::functional::cross_entropy(single->forward(x), labels).backward();

@@ -9,7 +9,8 @@ namespace {
 
 TEST(ImportMeta, AnExportsMetadataFillsWhatTheCallerLeftOpen) {
   TensorFile state;
-  state.metadata["spritetorch"] = nlohmann::json{{"dataset", "dummy"}, {"model", "simplenn"}}.dump();
+  state.metadata["spritetorch"] =
+      nlohmann::json{{"dataset", "dummy"}, {"model", "simplenn"}}.dump();
   train::TrainConfig flags;
   flags.model.clear();
   flags.seed = 11;

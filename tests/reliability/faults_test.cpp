@@ -15,9 +15,9 @@
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "common/output_file.h"
+#include "tasks/make_task.h"
 #include "test_util.h"
 #include "train/run_state.h"
-#include "tasks/make_task.h"
 #include "train/trainer.h"
 
 namespace spritetorch::train {

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "tasks/make_task.h"
 #include "test_util.h"
 #include "train/interrupt.h"
 #include "train/run_state.h"
-#include "tasks/make_task.h"
 #include "train/trainer.h"
 
 extern char** environ;

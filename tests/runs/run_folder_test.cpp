@@ -15,8 +15,8 @@
 #include "runs/observer_list.h"
 #include "runs/run_folder.h"
 #include "runs/run_list.h"
-#include "test_util.h"
 #include "tasks/make_task.h"
+#include "test_util.h"
 #include "train/trainer.h"
 
 namespace spritetorch::runs {

@@ -5,9 +5,9 @@
 #include <limits>
 
 #include "common/error.h"
+#include "tasks/make_task.h"
 #include "test_util.h"
 #include "train/cuda_graph_step.h"
-#include "tasks/make_task.h"
 #include "train/trainer.h"
 
 namespace spritetorch::train {
@@ -132,7 +132,8 @@ TEST(AmpStep, Bf16StepLeavesFp32GradientsCloseToTheFp32Step) {
   }
   FlatOptimizer oa(a->parameters(), {}), ob(b->parameters(), {});
   auto fp32 = make_train_step(a, 64, train::StepKind::kAutograd);
-  auto bf16 = make_precision_train_step(b, 64, train::StepKind::kAuto, {cpu_plan(precision::Precision::kBf16)});
+  auto bf16 = make_precision_train_step(b, 64, train::StepKind::kAuto,
+                                        {cpu_plan(precision::Precision::kBf16)});
   ASSERT_STREQ(bf16->name(), "autograd") << "bf16 falls back from the fused step to autograd";
   const auto batch = random_batch(64);
   auto la = torch::zeros({}), lb = torch::zeros({});
@@ -160,7 +161,8 @@ TEST(AmpStep, Bf16CnnStepRunsConvolutionsInBf16WithFp32Gradients) {
   b->eval();
   FlatOptimizer oa(a->parameters(), {}), ob(b->parameters(), {});
   auto fp32 = make_train_step(a, 8, train::StepKind::kAuto);
-  auto bf16 = make_precision_train_step(b, 8, train::StepKind::kAuto, {cpu_plan(precision::Precision::kBf16)});
+  auto bf16 = make_precision_train_step(b, 8, train::StepKind::kAuto,
+                                        {cpu_plan(precision::Precision::kBf16)});
   const auto batch = random_batch(8);
   auto la = torch::zeros({}), lb = torch::zeros({});
   auto ca = torch::zeros({}, torch::kInt64), cb = torch::zeros({}, torch::kInt64);
@@ -180,14 +182,16 @@ TEST(AmpStep, FusedStepWithBf16IsAnErrorWithAHint) {
   auto model = seed_mlp();
   FlatOptimizer opt(model->parameters(), {});
   try {
-    make_precision_train_step(model, 64, train::StepKind::kFused, {cpu_plan(precision::Precision::kBf16)});
+    make_precision_train_step(model, 64, train::StepKind::kFused,
+                              {cpu_plan(precision::Precision::kBf16)});
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("fp32 only"), std::string::npos);
     EXPECT_NE(e.hint().find("--step auto"), std::string::npos);
   }
   // fp32 keeps the fused step.
-  auto step = make_precision_train_step(model, 64, train::StepKind::kAuto, {cpu_plan(precision::Precision::kFp32)});
+  auto step = make_precision_train_step(model, 64, train::StepKind::kAuto,
+                                        {cpu_plan(precision::Precision::kFp32)});
   EXPECT_STREQ(step->name(), "fused-mlp");
 }
 
@@ -289,9 +293,10 @@ void expect_graph_matches_eager(const std::string& precision_name, const std::st
     sa.emplace(cuda);
     sb.emplace(cuda);
   }
-  auto eager = make_precision_train_step(a, 32, train::StepKind::kAuto, {plan, sa ? &*sa : nullptr, false, true});
-  auto graphed_inner =
-      make_precision_train_step(b, 32, train::StepKind::kAuto, {plan, sb ? &*sb : nullptr, false, false});
+  auto eager = make_precision_train_step(a, 32, train::StepKind::kAuto,
+                                         {plan, sa ? &*sa : nullptr, false, true});
+  auto graphed_inner = make_precision_train_step(b, 32, train::StepKind::kAuto,
+                                                 {plan, sb ? &*sb : nullptr, false, false});
   CudaGraphStep graphed(*graphed_inner, ob, sb ? &*sb : nullptr, 0.0, 32, cuda);
   torch::manual_seed(22);
   for (int step = 0; step < 12; ++step) {

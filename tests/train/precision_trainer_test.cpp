@@ -2,8 +2,8 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
-#include "test_util.h"
 #include "tasks/make_task.h"
+#include "test_util.h"
 #include "train/trainer.h"
 
 namespace spritetorch::train {

@@ -1,5 +1,5 @@
-#include "tasks/make_task.h"
 #include "train/trainer.h"
+#include "tasks/make_task.h"
 
 #include <gtest/gtest.h>
 
