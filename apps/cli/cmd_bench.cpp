@@ -12,10 +12,15 @@
 #include "checks.h"
 #include "commands.h"
 #include "common/error.h"
+#include "config_file.h"
+#include "device/device.h"
 #include "models/classifier.h"
+#include "precision/precision.h"
 #include "subprocess.h"
+#include "tasks/time_to_accuracy.h"
 #include "train/benchmark.h"
 #include "train/flat_optimizer.h"
+#include "train/recipe.h"
 
 namespace spritetorch::cli {
 
@@ -69,12 +74,26 @@ void check_peer_workload(const train::TrainConfig& w) {
   if (w.batch_size != 64) differs += " --batch-size " + std::to_string(w.batch_size);
   if (w.optimizer != "adam") differs += " --optimizer " + w.optimizer;
   if (w.lr != 1e-3) differs += " --lr (not 0.001)";
+  if (!w.recipe.empty()) differs += " --recipe " + w.recipe;
+  if (w.label_smoothing > 0 || w.test_time_augment != "none" || w.augment != "none" ||
+      w.lr_schedule != "constant" || w.warmup_steps > 0)
+    differs += " (a schedule, augmentation or label smoothing)";
   if (!differs.empty())
     throw Error(
         "--vs-python times the seed's loop (ann or cnn, fashion-mnist, adam lr 0.001, batch "
         "64); this bench differs:" +
             differs,
         "drop those options, or run the bench without --vs-python");
+}
+
+// The last line of a peer's output as JSON; null when the peer failed or printed none.
+nlohmann::json peer_result(const ProcessResult& result) {
+  std::istringstream lines(result.out);
+  std::string line, last;
+  while (std::getline(lines, line))
+    if (!line.empty()) last = line;
+  if (result.exit_code != 0 || !nlohmann::json::accept(last)) return nullptr;
+  return nlohmann::json::parse(last);
 }
 
 // "3.2x faster" or "1.3x slower": peer seconds / ours.
@@ -85,20 +104,148 @@ std::string speed_ratio(double ratio) {
   return text.str();
 }
 
+struct BenchFlags {
+  train::BenchConfig bench;
+  std::string out = "spritetorch-bench";
+  bool vs_python = false;
+  std::string python, peer;
+  bool overwrite = false;
+  int seeds = 3;  // --target-accuracy
+};
+
+// --target-accuracy: time to accuracy over seeds, then (--vs-python) the peer's recipe, same seeds.
+int run_target_bench(const BenchFlags& f) {
+  train::TrainConfig w = f.bench.workload;
+  w.data_path.data_on = "device";
+  if (f.bench.devices.size() > 1)
+    throw Error("--target-accuracy times one device; --devices names " +
+                    std::to_string(f.bench.devices.size()),
+                "pass one --devices value (or none: the best device here)");
+  if (!f.bench.devices.empty()) w.device = f.bench.devices.front();
+  w.precision = precision::parse_precision(f.bench.precisions.front());
+  if (f.vs_python && w.recipe != "fast")
+    throw Error("--vs-python with --target-accuracy runs the peer's fast recipe",
+                "add --recipe fast");
+  const std::string model = w.model.empty() ? train::default_model(w) : w.model;
+  // The peer runs at the precision ours resolves to on this device.
+  const torch::Device device = device::pick_device(w.device);
+  const precision::PrecisionPlan plan =
+      precision::resolve_precision(w.precision, device::describe_device(device));
+  const std::string peer_precision = plan.autocast ? precision::to_string(plan.precision) : "fp32";
+  std::cerr << "time to " << w.target_accuracy << " test accuracy: " << model << ", " << f.seeds
+            << " seed(s) from " << w.seed << "\n";
+  struct Printer : TimeToAccuracyObserver {
+    void on_run(const TargetRun& r) override {
+      std::cerr << "  seed " << r.seed << ": "
+                << (r.reached ? std::to_string(r.time_to_target_s) + " s to target (epoch " +
+                                    std::to_string(r.target_epoch) + ")"
+                              : std::string("target not reached"))
+                << "; schedule's end " << r.final_accuracy << " after " << r.train_s << " s\n";
+    }
+  } printer;
+  const TimeToAccuracyReport report = run_time_to_accuracy(w, f.seeds, &printer);
+  nlohmann::json runs = nlohmann::json::array();
+  for (const auto& r : report.runs) {
+    nlohmann::json run = {
+        {"seed", r.seed}, {"final_accuracy", r.final_accuracy}, {"train_s", r.train_s}};
+    if (r.reached)
+      run.update({{"time_to_target_s", r.time_to_target_s},
+                  {"target_epoch", r.target_epoch},
+                  {"target_step", r.target_step}});
+    runs.push_back(run);
+  }
+  nlohmann::json json = {{"target_accuracy", report.target},
+                         {"model", model},
+                         {"recipe", w.recipe},
+                         {"device", device::display_name(device)},
+                         {"precision", plan.description},
+                         {"runs", runs},
+                         {"reached", report.reached},
+                         {"median_final_accuracy", report.median_final_accuracy},
+                         {"median_train_s", report.median_train_s}};
+  std::cout << std::fixed << std::setprecision(2) << "spritetorch bench --target-accuracy "
+            << report.target << ": " << model << (w.recipe.empty() ? "" : ", recipe " + w.recipe)
+            << ", " << w.epochs << " epoch(s), " << f.seeds << " seed(s)\n";
+  if (report.reached > 0) {
+    json.update({{"median_time_to_target_s", report.median_time_s},
+                 {"min_time_to_target_s", report.min_time_s},
+                 {"max_time_to_target_s", report.max_time_s}});
+    std::cout << "  time to target: median " << report.median_time_s << " s (" << report.min_time_s
+              << " - " << report.max_time_s << "), reached by " << report.reached << " of "
+              << f.seeds << "\n";
+  } else {
+    std::cout << "  time to target: not reached by any seed\n";
+  }
+  std::cout << "  the fixed schedule: median test accuracy " << std::setprecision(4)
+            << report.median_final_accuracy << " after " << std::setprecision(2)
+            << report.median_train_s << " s\n";
+  if (f.vs_python) {
+    const std::string python = find_python(f.python), peer = find_peer_script(f.peer);
+    std::vector<double> peer_times, peer_finals;
+    nlohmann::json peers = nlohmann::json::array();
+    for (int i = 0; i < f.seeds; ++i) {
+      const uint64_t seed = w.seed + static_cast<uint64_t>(i);
+      std::cerr << "  python peer, seed " << seed << " ...\n";
+      auto result = peer_result(run_process({python,
+                                             peer,
+                                             "--recipe",
+                                             "fast",
+                                             "--data",
+                                             w.data_dir,
+                                             "--epochs",
+                                             std::to_string(w.epochs),
+                                             "--device",
+                                             device.str(),
+                                             "--precision",
+                                             peer_precision,
+                                             "--seed",
+                                             std::to_string(seed),
+                                             "--target-accuracy",
+                                             std::to_string(w.target_accuracy),
+                                             "--eval-every-steps",
+                                             std::to_string(w.eval_every_steps),
+                                             "--train-limit",
+                                             std::to_string(w.train_limit)}));
+      if (result.is_null()) {
+        std::cout << "  Python peer, seed " << seed << ": failed\n";
+        continue;
+      }
+      if (result.contains("time_to_target_s"))
+        peer_times.push_back(result.at("time_to_target_s").get<double>());
+      peer_finals.push_back(result.value("accuracy", 0.0));
+      peers.push_back(result);
+    }
+    json["python_peer"] = peers;
+    if (!peer_finals.empty()) {
+      std::cout << "  Python peer (same recipe, same seeds): ";
+      if (!peer_times.empty())
+        std::cout << "time to target median " << median_of(peer_times) << " s, reached by "
+                  << peer_times.size() << " of " << f.seeds;
+      else
+        std::cout << "target not reached";
+      std::cout << "; its schedule's end " << std::setprecision(4) << median_of(peer_finals)
+                << "\n";
+      if (!peer_times.empty() && report.reached > 0) {
+        const double ratio = median_of(peer_times) / report.median_time_s;
+        json["python_peer_ratio"] = ratio;
+        std::cout << "  spritetorch: " << speed_ratio(ratio) << " to the target\n";
+      }
+    }
+  }
+  std::cout << std::defaultfloat;
+  std::ofstream(f.out + ".json") << json.dump(2) << "\n";
+  std::cout << "Wrote " << f.out << ".json\n";
+  return 0;
+}
+
 }  // namespace
 
 Subcommand add_bench_command(CLI::App& app) {
   auto* sub = app.add_subcommand("bench",
                                  "Time one workload on every device and data path (median "
-                                 "of repeats, after warm-up); table, JSON and CSV");
-  struct Flags {
-    train::BenchConfig bench;
-    std::string out = "spritetorch-bench";
-    bool vs_python = false;
-    std::string python, peer;
-    bool overwrite = false;
-  };
-  auto f = std::make_shared<Flags>();
+                                 "of repeats, after warm-up); table, JSON and CSV. With "
+                                 "--target-accuracy: the time to that test accuracy over seeds");
+  auto f = std::make_shared<BenchFlags>();
   auto& w = f->bench.workload;
   w.model.clear();
   sub->add_option("--model", w.model, "ann | cnn | simplenn [default: ann]")
@@ -151,11 +298,47 @@ Subcommand add_bench_command(CLI::App& app) {
       "Also run the Python peer (bench/python_peer.py) on each device and print the ratio "
       "(the seed's loop: --model ann or cnn on fashion-mnist, adam lr 0.001, batch 64; "
       "--train-limit and --epochs are passed on)");
+  sub->add_option("--recipe", w.recipe,
+                  "Named defaults for the options not given (train --recipe; fast: " +
+                      train::find_recipe("fast").summary + ")")
+      ->check(CLI::IsMember(train::recipe_names()));
+  sub->add_option("--weight-decay", w.weight_decay, "As train --weight-decay")->check(kNonNegative);
+  sub->add_option("--lr-schedule", w.lr_schedule, "As train --lr-schedule")->capture_default_str();
+  sub->add_option("--lr-warmup-steps", w.warmup_steps,
+                  "As train --warmup-steps (bench's --warmup-steps are its untimed steps)")
+      ->check(kNonNegative)
+      ->capture_default_str();
+  recipe_alias(sub, "warmup-steps", "lr-warmup-steps");
+  sub->add_option("--label-smoothing", w.label_smoothing, "As train --label-smoothing")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  sub->add_option("--test-time-augment", w.test_time_augment, "As train --test-time-augment")
+      ->check(CLI::IsMember({"none", "flip"}))
+      ->capture_default_str();
+  sub->add_option("--augment", w.augment, "As train --augment")->capture_default_str();
+  sub->add_option(
+         "--target-accuracy", w.target_accuracy,
+         "Time to this test accuracy instead: train --seeds runs of the whole schedule on one "
+         "device, the test set evaluated every epoch and --eval-every-steps outside the timer; "
+         "median and spread of the time to target, and the schedule's own final accuracy")
+      ->check(CLI::Range(0.0, 1.0));
+  sub->add_option("--eval-every-steps", w.eval_every_steps,
+                  "--target-accuracy: also evaluate every N steps within epochs (0: per epoch)")
+      ->check(kNonNegative)
+      ->capture_default_str();
+  sub->add_option("--seeds", f->seeds, "--target-accuracy: runs, from --seed upwards")
+      ->check(kPositive)
+      ->capture_default_str();
   sub->add_option("--python", f->python,
                   "Python interpreter for the peer (default: the first with torch)");
   sub->add_option("--python-peer", f->peer, "The peer script (default: bench/python_peer.py)");
 
   return {sub, [f]() {
+            if (f->bench.workload.target_accuracy > 0) {
+              if (!f->overwrite && std::filesystem::exists(f->out + ".json"))
+                throw Error(f->out + ".json exists", "pass --overwrite or another --out");
+              return run_target_bench(*f);
+            }
             if (f->vs_python) check_peer_workload(f->bench.workload);
             for (const auto& ext : {".json", ".csv"})
               if (!f->overwrite && std::filesystem::exists(f->out + ext))

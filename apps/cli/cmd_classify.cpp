@@ -11,6 +11,7 @@
 #include "device/device.h"
 #include "io/png.h"
 #include "models/predict.h"
+#include "train/classifier_task.h"
 #include "train/model_state.h"
 
 namespace spritetorch::cli {
@@ -73,12 +74,13 @@ Subcommand add_classify_command(CLI::App& app) {
             auto model = train::model_from_checkpoint(checkpoint, f->checkpoint, device);
             apply_cpu_threads(f->cpu.threads, f->cpu.blas_threads, cpu_work_of(*model));
             model->eval();
+            const auto forward = train::checkpoint_forward(checkpoint.meta, model);
             // One line (or JSON object) per picture; `tile` is null for whole files.
             auto classify = [&](const std::string& file, const torch::Tensor& hwc,
                                 const data::SheetTile* tile) {
               const auto input = data::picture_to_input(hwc, shape, f->invert);  // (1, C, H, W)
               const auto prediction =
-                  models::predict(*model, data::to_model_input(input.to(device)), names).at(0);
+                  models::predict(forward, data::to_model_input(input.to(device)), names).at(0);
               const std::string& name = prediction.name;
               const double confidence = prediction.confidence;
               if (f->json) {

@@ -11,6 +11,7 @@
 #include "diffusion/generator.h"
 #include "output.h"
 #include "train/checkpoint_dataset.h"
+#include "train/classifier_task.h"
 #include "train/model_state.h"
 #include "train/trainer.h"
 
@@ -143,7 +144,9 @@ Subcommand add_eval_command(CLI::App& app) {
             const std::string threads = describe_cpu_threads(
                 apply_cpu_threads(f->cpu.threads, f->cpu.blas_threads, cpu_work_of(*model)));
             data::ResidentLoader loader(test, device, {f->batch_size, false, false, config.seed});
-            const auto report = train::evaluate(*model, loader, test.num_classes());
+            // As its training run evaluated it (test-time flips when it recorded them).
+            const auto report = train::evaluate(train::checkpoint_forward(checkpoint.meta, model),
+                                                *model, loader, test.num_classes());
             if (f->json) {
               nlohmann::json out = eval_json(report, test.class_names);
               out["device"] = device::display_name(device);

@@ -15,6 +15,7 @@
 #include "train/flat_optimizer.h"
 #include "train/lr_schedule.h"
 #include "train/parallel.h"
+#include "train/recipe.h"
 #include "train/trainer.h"
 
 namespace spritetorch::cli {
@@ -51,6 +52,22 @@ nlohmann::json train_json(const train::TrainReport& report, const std::string& r
                         {"run_dir", run_dir},   {"settings", settings},
                         {"epochs", epochs},     {"train_s", report.train_seconds},
                         {"steps", report.steps}};
+  if (!report.evals.empty()) {
+    nlohmann::json evals = nlohmann::json::array();
+    for (const auto& p : report.evals)
+      evals.push_back({{"step", p.step},
+                       {"epoch", p.epoch},
+                       {"train_s", p.train_seconds},
+                       {"test_loss", p.loss},
+                       {"test_accuracy", p.accuracy}});
+    out["evals"] = evals;
+  }
+  if (report.target_reached) {  // absent when not reached
+    out["time_to_target_s"] = report.target_reached->train_seconds;
+    out["target_epoch"] = report.target_reached->epoch;
+    out["target_step"] = report.target_reached->step;
+    out["target_test_accuracy"] = report.target_reached->accuracy;
+  }
   if (!report.epochs.empty()) out["loss"] = report.epochs.back().loss;
   if (report.has_test) {
     out["test"] = eval_json(report.test, report.class_names);
@@ -211,6 +228,25 @@ Subcommand add_train_command(CLI::App& app) {
   sub->add_flag_callback(
       "--no-overlap", [config] { config->overlap = false; },
       "ddp: all-reduce the gradients after backward instead of overlapping it");
+  sub->add_option("--recipe", config->recipe,
+                  "Named defaults for the options not given (a flag, variable or --config file "
+                  "overrides each): fast (" +
+                      train::find_recipe("fast").summary + "; docs/benchmarks.md)")
+      ->check(CLI::IsMember(train::recipe_names()));
+  sub->add_option("--target-accuracy", config->target_accuracy,
+                  "Stop when the test accuracy reaches this (0-1; evaluated every epoch and "
+                  "every --eval-every-steps, outside the timed training); --json reports "
+                  "time_to_target_s (0: train every epoch)")
+      ->check(CLI::Range(0.0, 1.0));
+  sub->add_option("--label-smoothing", config->label_smoothing,
+                  "Classifiers: cross-entropy against labels smoothed by this much (0-1)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  sub->add_option("--test-time-augment", config->test_time_augment,
+                  "Classifiers: none | flip (evaluate on the mean of each image's and its "
+                  "mirror's probabilities; kept in the checkpoint for eval and classify)")
+      ->check(CLI::IsMember({"none", "flip"}))
+      ->capture_default_str();
   sub->add_flag("--json", *json, "Print a JSON summary on stdout (progress goes to stderr)");
   auto run_flags = add_run_options(sub, *config);
   auto tensorboard = std::make_shared<bool>(false);

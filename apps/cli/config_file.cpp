@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "config/toml_file.h"
+#include "train/recipe.h"
 
 namespace spritetorch::cli {
 
@@ -253,7 +254,40 @@ void apply_environment(CLI::App& sub) {
   }
 }
 
+// Per command: recipe key -> the option that takes it there, where the names differ.
+std::map<const CLI::App*, std::map<std::string, std::string>>& recipe_aliases() {
+  static std::map<const CLI::App*, std::map<std::string, std::string>> aliases;
+  return aliases;
+}
+
+// --recipe NAME (train/recipe.h): its values go to the options still unset, checked as if given.
+void apply_recipe(CLI::App& sub) {
+  const CLI::Option* recipe_option = sub.get_option_no_throw("--recipe");
+  if (!recipe_option || recipe_option->count() == 0) return;
+  const train::Recipe& recipe = train::find_recipe(recipe_option->as<std::string>());
+  for (const auto& [key, value] : recipe.options) {
+    const auto& aliases = recipe_aliases()[&sub];
+    const auto alias = aliases.find(key);
+    CLI::Option* option =
+        sub.get_option_no_throw("--" + (alias == aliases.end() ? key : alias->second));
+    if (!option)  // every recipe key is an option of each command that takes --recipe
+      throw Error("--recipe " + recipe.name + " sets '" + key + "', which spritetorch " +
+                  sub.get_name() + " does not have");
+    if (option->count() > 0) continue;  // given: it wins
+    try {
+      option->add_result(value);
+      option->run_callback();
+    } catch (const CLI::Error& e) {  // a recipe that does not fit its own options: our bug
+      throw Error("--recipe " + recipe.name + ": '" + key + " = " + value + "': " + e.what());
+    }
+  }
+}
+
 }  // namespace
+
+void recipe_alias(CLI::App* sub, const std::string& key, const std::string& option_name) {
+  recipe_aliases()[sub][key] = option_name;
+}
 
 void mirror_environment(CLI::Option* option, const std::string& variable) {
   mirror_of_option()[option] = variable;
@@ -313,6 +347,7 @@ bool resolve_config(CLI::App& sub, std::ostream& out) {
       }
     }
   }
+  apply_recipe(sub);  // last: it fills only what every other source left unset
   const CLI::Option* print_option = sub.get_option_no_throw("--print-config");
   if (!print_option || print_option->count() == 0) return false;
   out << sub.config_to_str(/*default_also=*/true, /*write_description=*/true);

@@ -36,12 +36,15 @@ void mirror_environment(CLI::Option* option, const std::string& variable);
 // Mirrors the single-valued options of environment_mirrors() that `sub` already has (call after
 // adding them).
 void add_environment_mirrors(CLI::App* sub);
+// In `sub`, the recipe key `key` (a train option's long name) sets --option_name instead.
+void recipe_alias(CLI::App* sub, const std::string& key, const std::string& option_name);
 // Adds --config FILE and --print-config to `sub` and installs TomlConfig as its formatter.
 void add_config_options(CLI::App* sub);
 
 // After parsing: applies the environment mirrors of `sub` to the options the command line did not
 // give (a value an option rejects is an Error naming the variable), then the --config file (when
 // given) to the options still unset, checking keys, types and values (errors name file:line).
+// Then the --recipe (when the command has one and it is given) fills the options still unset.
 // Then, with --print-config, prints the effective configuration to `out` and returns true: the
 // command should stop there.
 bool resolve_config(CLI::App& sub, std::ostream& out);

@@ -8,12 +8,14 @@
 #include "checks.h"
 #include "commands.h"
 #include "common/error.h"
+#include "common/malloc_tuning.h"
 #include "config_file.h"
 #include "resume_command.h"
 #include "signals.h"
 #include "train/interrupt.h"
 
 int main(int argc, char** argv) {
+  spritetorch::keep_freed_memory_for_reuse();  // before any tensor: common/malloc_tuning.h
   spritetorch::cli::stop_runs_on_signals();  // a training loop's SIGINT/SIGTERM: checkpoint, stop
   CLI::App app{
       "spritetorch: train, evaluate and run small image models (Fashion-MNIST, pixel-art "

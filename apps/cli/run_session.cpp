@@ -61,6 +61,13 @@ std::shared_ptr<RunFlags> add_run_options(CLI::App* sub, train::TrainConfig& con
       ->check(kNonNegative)
       ->capture_default_str()
       ->group(group);
+  sub->add_option("--eval-every-steps", config.eval_every_steps,
+                  "Also evaluate the test set every N optimizer steps within epochs, outside the "
+                  "timed training (0: never; the test curves gain points, --target-accuracy "
+                  "stops sooner)")
+      ->check(kNonNegative)
+      ->capture_default_str()
+      ->group(group);
   sub->add_option("--sample-every", config.sample_every,
                   "--task generate: a sample sheet samples/epoch-NNN.png every N epochs in the run "
                   "folder (0: none) [default: 1 with a run folder]")

@@ -64,8 +64,30 @@ torch::Tensor CnnImpl::forward(torch::Tensor x) {
   return fc2(dropout(x));
 }
 
+FastCnnImpl::FastCnnImpl(int64_t channels, int64_t height, int64_t width, int64_t classes) {
+  using torch::nn::Conv2dOptions;
+  const int64_t w[] = {16, 32, 64};
+  auto conv = [](int64_t in, int64_t out) {
+    return torch::nn::Conv2d(Conv2dOptions(in, out, /*kernel_size=*/3).padding(1).bias(false));
+  };
+  conv1 = register_module("conv1", conv(channels, w[0]));
+  bn1 = register_module("bn1", torch::nn::BatchNorm2d(w[0]));
+  conv2 = register_module("conv2", conv(w[0], w[1]));
+  bn2 = register_module("bn2", torch::nn::BatchNorm2d(w[1]));
+  conv3 = register_module("conv3", conv(w[1], w[2]));
+  bn3 = register_module("bn3", torch::nn::BatchNorm2d(w[2]));
+  fc = register_module("fc", torch::nn::Linear(w[2] * (height / 8) * (width / 8), classes));
+}
+
+torch::Tensor FastCnnImpl::forward(torch::Tensor x) {
+  x = torch::max_pool2d(torch::relu(bn1(conv1(x))), 2);  // (B, w0, H/2, W/2)
+  x = torch::max_pool2d(torch::relu(bn2(conv2(x))), 2);  // (B, w1, H/4, W/4)
+  x = torch::max_pool2d(torch::relu(bn3(conv3(x))), 2);  // (B, w2, H/8, W/8)
+  return fc(x.flatten(1));
+}
+
 const std::vector<std::string>& model_names() {
-  static const std::vector<std::string> kNames = {"ann", "cnn", "simplenn"};
+  static const std::vector<std::string> kNames = {"ann", "cnn", "fastcnn", "simplenn"};
   return kNames;
 }
 
@@ -112,6 +134,16 @@ Classifier make_model_of_kind(const ModelSpec& spec) {
               shape_string(s),
           "use --model ann or simplenn for feature vectors");
     return std::make_shared<CnnImpl>(s[0], s[1], s[2], spec.classes);
+  }
+  if (spec.name == "fastcnn") {
+    const auto& s = spec.input_shape;
+    if (s.size() != 3 || s[1] < 8 || s[2] < 8)
+      throw Error(
+          "model 'fastcnn' needs image inputs (C, H, W) of at least 8x8; this dataset's samples "
+          "are " +
+              shape_string(s),
+          "use --model ann or simplenn for feature vectors");
+    return std::make_shared<FastCnnImpl>(s[0], s[1], s[2], spec.classes);
   }
   std::string names;
   for (const auto& n : model_names()) names += (names.empty() ? "" : ", ") + n;

@@ -70,4 +70,17 @@ class CnnImpl : public ClassifierImpl {
   torch::nn::Dropout dropout{nullptr};
 };
 
+// The `--recipe fast` CNN: three 3x3 conv + BatchNorm + ReLU + 2x2 max-pool stages, then one
+// linear layer on the remaining (H/8, W/8) map. BatchNorm lets it take a large learning rate, and
+// it spends little at full resolution, where a CPU's time goes to memory-bound work (normalisation,
+// pooling) rather than to the convolutions. Needs H and W of at least 8.
+class FastCnnImpl : public ClassifierImpl {
+ public:
+  FastCnnImpl(int64_t channels, int64_t height, int64_t width, int64_t classes);
+  torch::Tensor forward(torch::Tensor x) override;
+  torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr};
+  torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr}, bn3{nullptr};
+  torch::nn::Linear fc{nullptr};
+};
+
 }  // namespace spritetorch::models

@@ -4,8 +4,15 @@ namespace spritetorch::models {
 
 std::vector<Prediction> predict(ClassifierImpl& model, const torch::Tensor& inputs,
                                 const std::vector<std::string>& class_names) {
+  return predict([&model](const torch::Tensor& x) { return model.forward(x); }, inputs,
+                 class_names);
+}
+
+std::vector<Prediction> predict(const std::function<torch::Tensor(const torch::Tensor&)>& forward,
+                                const torch::Tensor& inputs,
+                                const std::vector<std::string>& class_names) {
   torch::InferenceMode guard;
-  const auto probs = torch::softmax(model.forward(inputs), 1).cpu();
+  const auto probs = torch::softmax(forward(inputs), 1).cpu();
   const auto best = probs.argmax(1);
   std::vector<Prediction> out;
   out.reserve(static_cast<size_t>(probs.size(0)));

@@ -22,7 +22,11 @@ std::unique_ptr<train::Task> make_task(const train::TrainConfig& config) {
       throw not_for_task("--sample-every", "classify", "sample sheets are a generator's");
     if (config.unet_base != train::TrainConfig{}.unet_base)
       throw not_for_task("--unet-base", "classify", "it sizes the generator's UNet");
-    return train::ClassifierTask::builtin(config.model, train::default_model(config));
+    if (config.test_time_augment != "none" && config.test_time_augment != "flip")
+      throw Error("--test-time-augment " + config.test_time_augment + ": expected none or flip");
+    auto task = train::ClassifierTask::builtin(config.model, train::default_model(config));
+    task->set_options({config.label_smoothing, config.test_time_augment == "flip"});
+    return task;
   }
   if (config.task == train::TaskKind::kGenerate) {
     if (!config.model.empty() && config.model != "unet")
@@ -30,6 +34,11 @@ std::unique_ptr<train::Task> make_task(const train::TrainConfig& config) {
                          "the generator is a UNet, sized by --unet-base");
     if (config.step == train::StepKind::kFused)
       throw not_for_task("--step fused", "generate", "the fused step is for ReLU MLP classifiers");
+    if (config.label_smoothing > 0)
+      throw not_for_task("--label-smoothing", "generate", "the generator has no labels to smooth");
+    if (config.test_time_augment != "none")
+      throw not_for_task("--test-time-augment " + config.test_time_augment, "generate",
+                         "it averages a classifier's predictions");
     if (config.step_threads > 0)
       throw not_for_task("--step-threads", "generate",
                          "it splits the fused MLP step; the UNet's convolutions use --threads");

@@ -19,7 +19,24 @@ ClassifierTask::ClassifierTask(std::shared_ptr<torch::nn::Module> module, Forwar
                                std::string model_name)
     : model_name_(std::move(model_name)), module_(std::move(module)), forward_(std::move(forward)) {
   if (!module_ || !forward_) throw Error("ClassifierTask: no module or no forward function");
-  loss_ = classifier_loss(forward_);
+}
+
+ForwardFn flip_averaged(ForwardFn forward) {
+  return [forward = std::move(forward)](const torch::Tensor& x) {
+    if (x.dim() != 4)
+      throw Error("test-time flip needs images (B, C, H, W); got inputs of " +
+                  std::to_string(x.dim()) + " dimensions");
+    auto probs = torch::softmax(forward(x).to(torch::kFloat32), 1) +
+                 torch::softmax(forward(x.flip({3})).to(torch::kFloat32), 1);  // (B, K)
+    return (probs * 0.5).log();
+  };
+}
+
+ForwardFn checkpoint_forward(const nlohmann::json& meta, const models::Classifier& model) {
+  ForwardFn forward = [model](const torch::Tensor& x) { return model->forward(x); };
+  if (meta.value("test_time_augment", std::string("none")) == "flip")
+    return flip_averaged(std::move(forward));
+  return forward;
 }
 
 TaskTraits ClassifierTask::traits() const {
@@ -34,7 +51,13 @@ void ClassifierTask::build(const TaskSetup& setup) {
   sizes.erase(sizes.begin());
   input_shape_ = sizes;
   classes_ = train.num_classes();
-  if (module_) return;  // the user's module, as given
+  if (options_.flip_at_test && train.inputs.dim() != 4)
+    throw Error("--test-time-augment flip mirrors images; " + train.name +
+                " holds feature vectors");
+  if (module_) {  // the user's module, as given
+    loss_ = classifier_loss(forward_, options_.label_smoothing);
+    return;
+  }
   model_name_ = requested_.empty() ? fallback_ : requested_;
   if (setup.resumed) {  // the checkpoint decides; a conflicting request is an error, not a surprise
     const auto saved = setup.resumed->meta.value("model", std::string());
@@ -47,7 +70,7 @@ void ClassifierTask::build(const TaskSetup& setup) {
   module_ = builtin_;
   step_model_ = builtin_;
   forward_ = [model = builtin_](const torch::Tensor& x) { return model->forward(x); };
-  loss_ = classifier_loss(forward_);
+  loss_ = classifier_loss(forward_, options_.label_smoothing);
 }
 
 // Our models: the step the rest of the library picks for a classifier (fused MLP where it applies,
@@ -55,6 +78,12 @@ void ClassifierTask::build(const TaskSetup& setup) {
 // autograd step over training_step.
 std::unique_ptr<TrainStep> ClassifierTask::fast_step(const FastStepSetup& setup) {
   if (!builtin_) return Task::fast_step(setup);
+  if (options_.label_smoothing > 0) {
+    if (setup.kind == StepKind::kFused)
+      throw Error("--step fused computes plain cross-entropy; it cannot smooth the labels",
+                  "use --step auto, or drop --label-smoothing");
+    return std::make_unique<AutogradStep>(loss_, setup.precision);
+  }
   return make_precision_train_step(step_model_, setup.max_batch, setup.kind, setup.precision,
                                    setup.cpu_threads);
 }
@@ -62,23 +91,32 @@ std::unique_ptr<TrainStep> ClassifierTask::fast_step(const FastStepSetup& setup)
 void ClassifierTask::use_data_parallel(const std::vector<torch::Device>& devices) {
   if (!builtin_) throw Error("--strategy dp replicates built-in models only", "use ddp");
   step_model_ = std::make_shared<DataParallelClassifierImpl>(builtin_, devices);
-  loss_ = classifier_loss(step_model_);
+  loss_ = classifier_loss(step_model_, options_.label_smoothing);
 }
 
 EvalReport ClassifierTask::evaluate(data::Loader& test, bool keep_predictions) {
-  return train::evaluate(forward_, *module_, test, classes_, keep_predictions);
+  return train::evaluate(options_.flip_at_test ? flip_averaged(forward_) : forward_, *module_, test,
+                         classes_, keep_predictions);
 }
 
 void ClassifierTask::save(Checkpoint& checkpoint) const {
   checkpoint.meta["model"] = model_name_;
   checkpoint.meta["input_shape"] = input_shape_;
   checkpoint.meta["classes"] = classes_;
+  checkpoint.meta["label_smoothing"] = options_.label_smoothing;
+  checkpoint.meta["test_time_augment"] = options_.flip_at_test ? "flip" : "none";
 }
 
 Settings ClassifierTask::settings() const {
   int64_t parameters = 0;
   for (const auto& p : module_->parameters()) parameters += p.numel();
-  return {{"model", model_name_ + " (" + std::to_string(parameters) + " parameters)"}};
+  Settings out = {{"model", model_name_ + " (" + std::to_string(parameters) + " parameters)"}};
+  if (options_.label_smoothing > 0)
+    out.emplace_back("loss",
+                     "cross-entropy, labels smoothed by " + c10::str(options_.label_smoothing));
+  if (options_.flip_at_test)
+    out.emplace_back("test-time augment", "flip (mean of the image's and its mirror's softmax)");
+  return out;
 }
 
 }  // namespace spritetorch::train

@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,22 @@
 #include "train/train_step.h"
 
 namespace spritetorch::train {
+
+// How a classifier is trained and judged beyond its module (--label-smoothing,
+// --test-time-augment); recorded in its checkpoints so that eval and classify judge it the same
+// way.
+struct ClassifierOptions {
+  double label_smoothing = 0;  // 0: plain cross-entropy
+  bool flip_at_test = false;   // evaluate on the mean of the image's and its mirror's softmax
+};
+
+// Test-time flip on any forward: log of the mean softmax of x and of x mirrored left-right (its
+// argmax is the averaged prediction, its cross-entropy the averaged probabilities'). x: (B, C, H,
+// W).
+ForwardFn flip_averaged(ForwardFn forward);
+// A checkpointed classifier's forward as its training run evaluated it: flip_averaged when its
+// meta says test_time_augment = flip (eval and classify use it).
+ForwardFn checkpoint_forward(const nlohmann::json& meta, const models::Classifier& model);
 
 class ClassifierTask : public Task {
  public:
@@ -39,6 +56,11 @@ class ClassifierTask : public Task {
   explicit ClassifierTask(const torch::nn::ModuleHolder<Impl>& module,
                           std::string model_name = "custom")
       : ClassifierTask(module.ptr(), std::move(model_name)) {}
+
+  // Before fit(). The fused MLP step computes plain cross-entropy: with label smoothing, --step
+  // auto takes the autograd step and --step fused is refused.
+  void set_options(const ClassifierOptions& options) { options_ = options; }
+  const ClassifierOptions& options() const { return options_; }
 
   std::string name() const override { return "classify"; }
   TaskTraits traits() const override;
@@ -68,6 +90,7 @@ class ClassifierTask : public Task {
   models::Classifier step_model_;  // ours: builtin_, or its DataParallel wrapper
   std::vector<int64_t> input_shape_;
   int64_t classes_ = 0;
+  ClassifierOptions options_;
 };
 
 }  // namespace spritetorch::train

@@ -43,6 +43,16 @@ struct TrainConfig {
   int64_t train_limit = 0;   // use only the first N training samples (0 = all)
   int64_t test_limit = 0;    // evaluate on the first N test samples (0 = all)
   int64_t eval_every = 1;    // epochs between test evaluations, untimed (0 = final only)
+  int64_t eval_every_steps = 0;  // also every N optimizer steps within epochs (0 = never)
+  // Time to accuracy: a test accuracy to reach (0 = none). The test set is then also evaluated at
+  // the end of every epoch; the first evaluation at or above it is the report's time to target.
+  double target_accuracy = 0;
+  bool stop_at_target = true;  // false: record the time to target and train the whole schedule
+  // Classifiers (train/classifier_task.h): cross-entropy against labels smoothed by this much,
+  // and the test-time augmentation the evaluations (and the checkpoint's users) apply.
+  double label_smoothing = 0;
+  std::string test_time_augment = "none";  // none | flip (mean of the image's and its mirror's)
+  std::string recipe;        // the --recipe the CLI filled defaults from (train/recipe.h); a record
   int64_t sample_every = 0;  // --task generate: epochs between sample sheets (0 = none)
   int threads = 0;           // CPU intra-op threads (0 = by model: common/cpu_threads.h)
   int blas_threads = 0;      // OpenBLAS threads (0 = by model: common/cpu_threads.h)

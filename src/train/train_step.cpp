@@ -40,8 +40,8 @@ void AutogradStep::run(const data::Batch& batch, torch::Tensor& loss_sum, torch:
   if (out.correct.defined()) correct.add_(out.correct);
 }
 
-LossFn classifier_loss(ForwardFn forward) {
-  return [forward = std::move(forward)](const data::Batch& batch) {
+LossFn classifier_loss(ForwardFn forward, double label_smoothing) {
+  return [forward = std::move(forward), label_smoothing](const data::Batch& batch) {
     StepLoss out;
     auto logits = forward(batch.inputs);  // (B, K); bf16/fp16 under autocast
     {
@@ -50,7 +50,8 @@ LossFn classifier_loss(ForwardFn forward) {
       std::optional<precision::AutocastGuard> fp32;
       if (compat::autocast_supported(type) && compat::autocast_enabled(type))
         fp32.emplace(type, torch::kFloat32, /*enabled=*/false);
-      out.loss = torch::cross_entropy_loss(logits.to(torch::kFloat32), batch.labels);  // ()
+      out.loss = torch::cross_entropy_loss(logits.to(torch::kFloat32), batch.labels, {},
+                                           at::Reduction::Mean, -100, label_smoothing);  // ()
     }
     torch::NoGradGuard no_grad;
     out.correct = logits.argmax(1).eq(batch.labels).sum();
@@ -58,8 +59,9 @@ LossFn classifier_loss(ForwardFn forward) {
   };
 }
 
-LossFn classifier_loss(const models::Classifier& model) {
-  return classifier_loss([model](const torch::Tensor& x) { return model->forward(x); });
+LossFn classifier_loss(const models::Classifier& model, double label_smoothing) {
+  return classifier_loss([model](const torch::Tensor& x) { return model->forward(x); },
+                         label_smoothing);
 }
 
 FusedMlpStep::FusedMlpStep(std::vector<torch::nn::Linear> layers, int64_t max_batch)

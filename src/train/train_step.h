@@ -87,8 +87,9 @@ class AutogradStep : public TrainStep {
 // outside autocast (LibTorch 1.13's CPU autocast would run log_softmax in bf16), and the correct
 // count. forward: (B, ...) float32 -> (B, K) logits.
 using ForwardFn = std::function<torch::Tensor(const torch::Tensor& inputs)>;
-LossFn classifier_loss(ForwardFn forward);
-LossFn classifier_loss(const models::Classifier& model);
+// label_smoothing: the targets put 1 - s on the label and s / K on every class (PyTorch's).
+LossFn classifier_loss(ForwardFn forward, double label_smoothing = 0);
+LossFn classifier_loss(const models::Classifier& model, double label_smoothing = 0);
 
 class FusedMlpStep : public TrainStep {
  public:

@@ -122,6 +122,12 @@ class TrainingRun {
   // A periodic or interrupt checkpoint of `progress` (its path; rank 0 writes it).
   std::string save_run_checkpoint(RunState progress);
   Error diverged(const std::string& what, int64_t epoch, const std::string& where) const;
+  // Training time so far: the run's clock less its evaluations and end-of-epoch work.
+  double train_seconds_now() const;
+  // A test evaluation after `step` steps of `epoch` (0-based), outside the timed training: kept in
+  // last_test_ and evals_ (rank 0), checked against --target-accuracy. Returns whether the run
+  // stops here, agreed by every rank (each calls it at the same steps).
+  bool evaluate_point(int64_t epoch, int64_t step, bool keep_predictions);
 
   const TrainConfig& config_;
   Task& task_;
@@ -153,6 +159,14 @@ class TrainingRun {
   data::DataPath train_path_, test_path_;
   int64_t steps_ = 0;      // per epoch
   std::string last_good_;  // newest periodic checkpoint this run wrote
+
+  std::optional<DeviceTimer> run_timer_;          // the epoch loop's clock
+  double eval_seconds_ = 0, sample_seconds_ = 0;  // outside the timed training
+  std::optional<EvalReport> last_test_;           // the newest evaluation (rank 0)
+  std::vector<EvalPoint> evals_;
+  std::optional<EvalPoint> target_reached_;
+  bool stop_ = false;                       // --target-accuracy reached (stop_at_target)
+  std::optional<RunState> stopped_within_;  // where, when that was within an epoch
 };
 
 TrainingRun::TrainingRun(const TrainConfig& config, Task& task, const Datasets& data,
@@ -201,6 +215,9 @@ void TrainingRun::check_task_options() const {
   if (config_.cuda_graphs && !traits_.cuda_graphs)
     throw Error("--cuda-graphs cannot capture the step of " + task + ": " + traits_.no_cuda_graphs,
                 "drop --cuda-graphs");
+  if (config_.target_accuracy > 0 && !traits_.has_accuracy)
+    throw Error("--target-accuracy needs a task with an accuracy; " + task + " has none",
+                "drop --target-accuracy");
   if (parallel_.kind() == StrategyKind::kDataParallel && !traits_.data_parallel)
     throw Error("--strategy dp replicates our built-in classifiers only; " + task +
                     " cannot be split that way",
@@ -349,6 +366,35 @@ Checkpoint TrainingRun::make_checkpoint(int64_t epochs_done, int64_t steps) cons
   return checkpoint;
 }
 
+double TrainingRun::train_seconds_now() const {
+  return run_timer_->seconds() - eval_seconds_ - sample_seconds_;
+}
+
+bool TrainingRun::evaluate_point(int64_t epoch, int64_t step, bool keep_predictions) {
+  bool reached = false;
+  if (parallel_.is_main() && test_path_.loader) {
+    EvalPoint point;
+    point.train_seconds = train_seconds_now();
+    point.step = start_steps_ + steps_done_;
+    point.epoch = static_cast<double>(epoch) +
+                  static_cast<double>(step) / static_cast<double>(std::max<int64_t>(steps_, 1));
+    DeviceTimer eval_timer(device_);
+    last_test_ = task_.evaluate(*test_path_.loader, keep_predictions);
+    eval_seconds_ += eval_timer.seconds();
+    point.loss = last_test_->loss;
+    point.accuracy = last_test_->accuracy;
+    evals_.push_back(point);
+    if (config_.target_accuracy > 0 && !target_reached_ &&
+        point.accuracy >= config_.target_accuracy) {
+      target_reached_ = point;
+      reached = true;
+    }
+  }
+  if (config_.target_accuracy <= 0 || !config_.stop_at_target) return false;
+  if (!parallel_.distributed()) return reached;
+  return parallel_.sum({reached ? 1.0 : 0.0})[0] > 0;  // rank 0 decides for all
+}
+
 Error TrainingRun::diverged(const std::string& what, int64_t epoch,
                             const std::string& where) const {
   return Error(
@@ -382,6 +428,7 @@ std::string TrainingRun::save_run_checkpoint(RunState progress) {
 EpochReport TrainingRun::train_epoch(int64_t epoch) {
   task_.module().train();
   DeviceTimer epoch_timer(device_);
+  const double evaluated_before = eval_seconds_;
   data::Loader& loader = *train_path_.loader;
   loader.start_epoch(epoch);
   data::Batch batch;
@@ -439,6 +486,17 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
       progress.interval_loss.zero_();
       progress.interval_samples = 0;
     }
+    // Within the epoch: its end is run()'s.
+    if (config_.eval_every_steps > 0 && step < steps_ &&
+        (epoch * steps_ + step) % config_.eval_every_steps == 0) {
+      const bool stop = evaluate_point(epoch, step, config_.stop_at_target);
+      task_.module().train();
+      if (stop) {
+        stop_ = true;
+        stopped_within_ = progress;
+        break;
+      }
+    }
     const int signal = parallel_.agreed_interrupt(interrupt_signal(), epoch * steps_ + step);
     if (signal ||
         (config_.checkpoint_every > 0 && (epoch * steps_ + step) % config_.checkpoint_every == 0)) {
@@ -458,7 +516,12 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
   er.loss = totals[0] / static_cast<double>(std::max<int64_t>(er.samples, 1));
   er.accuracy = totals[1] / static_cast<double>(std::max<int64_t>(er.samples, 1));
   er.has_accuracy = traits_.has_accuracy;
-  er.seconds = epoch_timer.seconds();
+  er.seconds = epoch_timer.seconds() - (eval_seconds_ - evaluated_before);
+  if (stop_ && last_test_) {  // stopped within the epoch: its newest evaluation
+    er.has_test = true;
+    er.test_loss = last_test_->loss;
+    er.test_accuracy = last_test_->accuracy;
+  }
   er.images_per_second = static_cast<double>(er.samples) / er.seconds;
   if (!std::isfinite(er.loss))
     throw diverged("loss is " + loss_text(er.loss), epoch,
@@ -477,53 +540,70 @@ TrainReport TrainingRun::run() {
   report.has_accuracy = traits_.has_accuracy;
   observer_->on_start(report.device, report.settings);
 
-  DeviceTimer total_timer(device_);
+  run_timer_.emplace(device_);
   if (run_state_) restore_rng(*run_state_, device_, config_.resume);
   // From here a stop request (SIGINT / SIGTERM in the CLI) ends the run after the current step
   // with a checkpoint; the application's hooks run now (train/interrupt.h).
   LoopScope loop_scope;
-  std::optional<EvalReport> final_test;  // evaluated at the end of the last epoch
   const bool has_test = test_path_.loader != nullptr;
+  int64_t epochs_done = std::max(config_.epochs, start_epoch_);
   for (int64_t epoch = start_epoch_; epoch < config_.epochs; ++epoch) {
     EpochReport er = train_epoch(epoch);
+    const bool stopped_within = stop_;
     // The test set after this epoch, for the test curves: rank 0 only, outside train_seconds. The
     // last epoch's evaluation is the final one (with predictions): no second pass.
-    const bool last_epoch = epoch + 1 == config_.epochs;
-    if (parallel_.is_main() && has_test &&
-        (last_epoch || (config_.eval_every > 0 && (epoch + 1) % config_.eval_every == 0))) {
-      DeviceTimer eval_timer(device_);
-      EvalReport test = task_.evaluate(*test_path_.loader, last_epoch);
-      report.eval_seconds += eval_timer.seconds();
-      er.has_test = true;
-      er.test_loss = test.loss;
-      er.test_accuracy = test.accuracy;
-      if (last_epoch) final_test = std::move(test);
+    bool last_epoch = epoch + 1 == config_.epochs || stop_;
+    const int64_t global_step = (epoch + 1) * steps_;
+    const bool due = last_epoch ||
+                     (config_.eval_every > 0 && (epoch + 1) % config_.eval_every == 0) ||
+                     config_.target_accuracy > 0 ||
+                     (config_.eval_every_steps > 0 && global_step % config_.eval_every_steps == 0);
+    if (has_test && due && !stopped_within) {
+      stop_ = evaluate_point(epoch, steps_, last_epoch || config_.stop_at_target);
+      last_epoch = last_epoch || stop_;
+      if (last_test_) {
+        er.has_test = true;
+        er.test_loss = last_test_->loss;
+        er.test_accuracy = last_test_->accuracy;
+      }
     }
     report.epochs.push_back(er);
     observer_->on_epoch(er);
     if (parallel_.is_main()) {  // e.g. sample sheets: outside the timed training
       DeviceTimer hook_timer(device_);
       task_.on_epoch_end(epoch, last_epoch, *observer_);
-      report.sample_seconds += hook_timer.seconds();
+      sample_seconds_ += hook_timer.seconds();
+    }
+    if (stop_) {
+      epochs_done = stopped_within ? epoch : epoch + 1;
+      break;
     }
   }
-  report.train_seconds = total_timer.seconds() - report.eval_seconds - report.sample_seconds;
+  report.train_seconds = train_seconds_now();
+  report.eval_seconds = eval_seconds_;
+  report.sample_seconds = sample_seconds_;
   report.steps = start_steps_ + steps_done_;
+  report.evals = evals_;
+  report.target_reached = target_reached_;
+  report.stopped_at_target = stop_;
   parallel_.check_in_sync(*optimizer_);
   if (!parallel_.is_main()) return report;  // rank 0 evaluates, reports and saves
 
   if (has_test) {
     report.has_test = true;
-    report.test = final_test ? std::move(*final_test) : task_.evaluate(*test_path_.loader, true);
+    // The newest evaluation is the final one when it came after the last step (predictions kept).
+    const bool current = !evals_.empty() && evals_.back().step == report.steps && last_test_ &&
+                         last_test_->predictions.defined();
+    report.test = current ? std::move(*last_test_) : task_.evaluate(*test_path_.loader, true);
     report.misclassified = pick_misclassified(data_.test, report.test.predictions);
   }
   if (!config_.save.empty()) {
-    const int64_t done = std::max(config_.epochs, start_epoch_);
-    Checkpoint checkpoint = make_checkpoint(done, report.steps);
+    Checkpoint checkpoint = make_checkpoint(epochs_done, report.steps);
     checkpoint.meta["train_seconds"] = report.train_seconds;
     // The RNG as it stands, so that a run resumed from here (more --epochs) draws what one longer
-    // run would have: dropout, a generator's timesteps and noise.
-    RunState at_end = epoch_start(done, device_);
+    // run would have: dropout, a generator's timesteps and noise. Stopped at a target within an
+    // epoch: the epoch's place too, as a periodic checkpoint has it.
+    RunState at_end = stopped_within_ ? *stopped_within_ : epoch_start(epochs_done, device_);
     capture_rng(at_end, device_);
     store_run_state(at_end, checkpoint);
     save_checkpoint(config_.save, checkpoint);

@@ -10,6 +10,7 @@
 
 #include <torch/torch.h>
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -57,6 +58,14 @@ struct Misclassified {
 };
 constexpr int64_t kMisclassifiedKept = 36;
 
+// One test evaluation during training (--eval-every, --eval-every-steps, --target-accuracy).
+struct EvalPoint {
+  int64_t step = 0;          // optimizer steps since the run's first epoch
+  double epoch = 0;          // epochs done, fractional (2.5: half-way through the third)
+  double train_seconds = 0;  // training time up to this point, device-synchronised, no evaluation
+  double loss = 0, accuracy = 0;
+};
+
 struct TrainReport {
   std::string task;    // Task::name(): "classify", "generate", ...
   std::string device;  // display name, e.g. "cpu (AMD EPYC 7B13)"
@@ -68,6 +77,11 @@ struct TrainReport {
   double eval_seconds = 0;    // the per-epoch test evaluations (--eval-every)
   double sample_seconds = 0;  // the task's end-of-epoch work (a generator's sample sheets)
   int64_t steps = 0;          // optimizer steps since the run's first epoch (resumed ones included)
+  std::vector<EvalPoint> evals;  // every test evaluation during training, in order; rank 0 only
+  // --target-accuracy: the first evaluation that reached it (absent: not reached). With
+  // stop_at_target the run ended there.
+  std::optional<EvalPoint> target_reached;
+  bool stopped_at_target = false;
   bool has_test = false;      // the test set was evaluated (it is not empty); rank 0 only
   EvalReport test;
   Misclassified misclassified;  // from the final evaluation (no extra pass), classifiers only

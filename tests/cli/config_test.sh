@@ -155,5 +155,26 @@ assert [list(r) for r in rows] == sheets[2]["rows"], "the TensorBoard sheet diff
   check "--tensorboard on a generator: sample sheets as images, no accuracy" $? "$out $(head -c 600 <<<"$events")"
 fi
 
+# --recipe fills only what no other source set: command line, environment and file each win.
+out=$("$bin" train --recipe fast --print-config 2>&1)
+[ "$(value model <<<"$out")" = '"fastcnn"' ] && [ "$(value batch-size <<<"$out")" = 256 ] &&
+  [ "$(value label-smoothing <<<"$out")" = 0.1 ] && [ "$(value test-time-augment <<<"$out")" = '"flip"' ] &&
+  [ "$(value recipe <<<"$out")" = '"fast"' ]
+check "--recipe fast sets its values" $? "$out"
+printf 'batch-size = 128\nrecipe = "fast"\n' >"$tmp/recipe.toml"
+out=$(SPRITETORCH_PRECISION=bf16 "$bin" train --config "$tmp/recipe.toml" --epochs 2 --print-config 2>&1)
+[ "$(value batch-size <<<"$out")" = 128 ] && [ "$(value epochs <<<"$out")" = 2 ] &&
+  [ "$(value precision <<<"$out")" = '"bf16"' ] && [ "$(value model <<<"$out")" = '"fastcnn"' ]
+check "a file's, the command line's and the environment's values beat the recipe's" $? "$out"
+"$bin" train --recipe fast --print-config >"$tmp/replay.toml" 2>&1 &&
+  diff <("$bin" train --config "$tmp/replay.toml" --print-config 2>&1 | grep -v '^#') \
+    <(grep -v '^#' "$tmp/replay.toml") >/dev/null
+check "a recipe's printed configuration replays as is" $? "$(head -5 "$tmp/replay.toml")"
+out=$("$bin" bench --recipe fast --print-config 2>&1)
+[ "$(value model <<<"$out")" = '"fastcnn"' ] && [ "$(value lr-warmup-steps <<<"$out")" = 100 ] &&
+  [ "$(value warmup-steps <<<"$out")" = 30 ]
+check "bench takes the recipe (its warm-up as --lr-warmup-steps; --warmup-steps stays bench's)" $? "$out"
+expect 2 "recipe" -- train --recipe slow --print-config
+
 echo "config_test: $passes passed, $fails failed"
 [ "$fails" -eq 0 ]

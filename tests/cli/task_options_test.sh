@@ -32,6 +32,9 @@ expect 2 "--model cnn does not apply to --task generate" -- "${gen[@]}" --model 
 expect 2 "--step fused does not apply to --task generate" -- "${gen[@]}" --step fused
 expect 2 "--step-threads does not apply to --task generate" -- "${gen[@]}" --step-threads 2
 expect 2 "dp" -- "${gen[@]}" --strategy dp
+expect 2 "--target-accuracy needs a task with an accuracy" -- "${gen[@]}" --target-accuracy 0.5
+expect 2 "--label-smoothing does not apply to --task generate" -- "${gen[@]}" --label-smoothing 0.1
+expect 2 "--test-time-augment flip does not apply to --task generate" -- "${gen[@]}" --test-time-augment flip
 expect 2 "fp16 is not supported on the CPU" -- "${gen[@]}" --precision fp16
 
 # --- the classifier refuses the generator's options ----------------------------------------------

@@ -1,0 +1,22 @@
+#include "common/malloc_tuning.h"
+
+#include <cstdlib>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
+namespace spritetorch {
+
+bool keep_freed_memory_for_reuse() {
+#if defined(__GLIBC__)
+  if (std::getenv("MALLOC_MMAP_THRESHOLD_") || std::getenv("MALLOC_TRIM_THRESHOLD_")) return false;
+  constexpr int kMmapThreshold = 256 << 20, kTrimThreshold = 512 << 20;
+  return mallopt(M_MMAP_THRESHOLD, kMmapThreshold) == 1 &&
+         mallopt(M_TRIM_THRESHOLD, kTrimThreshold) == 1;
+#else
+  return false;
+#endif
+}
+
+}  // namespace spritetorch

@@ -1,0 +1,26 @@
+// Recipes: named sets of training defaults (`spritetorch train --recipe fast`). A recipe fills
+// only the options a run leaves unset: the command line, the environment and a --config file
+// override any of its values, and the run folder's config.toml records the values used. The
+// choices and what each buys are measured in docs/benchmarks.md ("Time to accuracy").
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace spritetorch::train {
+
+struct Recipe {
+  std::string name;
+  std::string summary;  // one line for --help
+  // (long option name without dashes, value as the command line would give it), in the order
+  // they are applied.
+  std::vector<std::pair<std::string, std::string>> options;
+};
+
+const std::vector<Recipe>& recipes();
+std::vector<std::string> recipe_names();
+// The recipe called `name`; an Error listing the names when there is none.
+const Recipe& find_recipe(const std::string& name);
+
+}  // namespace spritetorch::train
