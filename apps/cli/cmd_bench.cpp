@@ -309,6 +309,7 @@ Subcommand add_bench_command(CLI::App& app) {
       ->check(kNonNegative)
       ->capture_default_str();
   recipe_alias(sub, "warmup-steps", "lr-warmup-steps");
+  recipe_alias(sub, "precision", "precisions");  // its resident rows' list; --target-accuracy: one
   sub->add_option("--label-smoothing", w.label_smoothing, "As train --label-smoothing")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();

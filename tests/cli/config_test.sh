@@ -172,8 +172,8 @@ check "a file's, the command line's and the environment's values beat the recipe
 check "a recipe's printed configuration replays as is" $? "$(head -5 "$tmp/replay.toml")"
 out=$("$bin" bench --recipe fast --print-config 2>&1)
 [ "$(value model <<<"$out")" = '"fastcnn"' ] && [ "$(value lr-warmup-steps <<<"$out")" = 100 ] &&
-  [ "$(value warmup-steps <<<"$out")" = 30 ]
-check "bench takes the recipe (its warm-up as --lr-warmup-steps; --warmup-steps stays bench's)" $? "$out"
+  [ "$(value warmup-steps <<<"$out")" = 30 ] && [ "$(value precisions <<<"$out")" = '"auto"' ]
+check "bench takes the recipe (lr warm-up as --lr-warmup-steps, --warmup-steps stays bench's; precision as --precisions)" $? "$out"
 expect 2 "recipe" -- train --recipe slow --print-config
 
 echo "config_test: $passes passed, $fails failed"
