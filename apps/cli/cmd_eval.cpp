@@ -44,7 +44,9 @@ void print_fidelity(std::ostream& out, const diffusion::FidelityReport& f) {
       << "indistinguishable):\n"
       << "  real vs generated  " << f.c2st << "\n"
       << "  real vs real       " << f.c2st_real << "\n"
-      << "Pixel-art statistics" << std::string(18, ' ') << "generated      real\n"
+      << std::left << std::setw(28) << "Pixel-art statistics" << std::right << std::setw(10)
+      << "generated" << std::setw(10) << "real"
+      << "\n"
       << std::setprecision(2);
   row("stray opaque pixels/sprite", f.generated.stray_pixels, f.real.stray_pixels);
   row("colours/sprite (4 bit)", f.generated.colours, f.real.colours);
