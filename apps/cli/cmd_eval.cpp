@@ -2,12 +2,14 @@
 // generator checkpoint, its samples judged by a classifier.
 #include <iomanip>
 #include <iostream>
+#include <optional>
 
 #include "checks.h"
 #include "commands.h"
 #include "common/cpu_threads.h"
 #include "common/error.h"
 #include "device/device.h"
+#include "diffusion/fidelity.h"
 #include "diffusion/generator.h"
 #include "output.h"
 #include "train/checkpoint_dataset.h"
@@ -31,6 +33,34 @@ void print_generator_eval(std::ostream& out, const diffusion::GeneratorEval& r,
       << std::setprecision(2) << "Sampling: " << r.sample_seconds << " s, " << std::setprecision(1)
       << r.sprites_per_second << " sprites/s\n"
       << std::defaultfloat;
+}
+
+void print_fidelity(std::ostream& out, const diffusion::FidelityReport& f) {
+  const auto row = [&](const char* what, double generated, double real) {
+    out << "  " << std::left << std::setw(26) << what << std::right << std::setw(10) << generated
+        << std::setw(10) << real << "\n";
+  };
+  out << std::fixed << std::setprecision(4) << "Two-sample test (a CNN telling real from other, "
+      << f.per_set << " + " << f.per_set << " sprites, accuracy on held-out halves; 0.5 = "
+      << "indistinguishable):\n"
+      << "  real vs generated  " << f.c2st << "\n"
+      << "  real vs real       " << f.c2st_real << "\n"
+      << std::left << std::setw(28) << "Pixel-art statistics" << std::right << std::setw(10)
+      << "generated" << std::setw(10) << "real"
+      << "\n"
+      << std::setprecision(2);
+  row("stray opaque pixels/sprite", f.generated.stray_pixels, f.real.stray_pixels);
+  row("colours/sprite (4 bit)", f.generated.colours, f.real.colours);
+  out << std::setprecision(4);
+  row("alpha coverage", f.generated.alpha_coverage, f.real.alpha_coverage);
+  out << std::setprecision(1) << "Fidelity: " << f.seconds << " s\n" << std::defaultfloat;
+}
+
+nlohmann::json stats_json(const diffusion::PixelArtStats& s) {
+  return {{"sprites", s.sprites},
+          {"stray_pixels", s.stray_pixels},
+          {"colours", s.colours},
+          {"alpha_coverage", s.alpha_coverage}};
 }
 
 }  // namespace
@@ -57,8 +87,11 @@ std::shared_ptr<GeneratorEvalFlags> add_generator_eval_options(CLI::App* sub) {
   sub->add_option("--sampler", f->options.sampler, "Generator checkpoints: ddim | ddpm")
       ->check(CLI::IsMember({"ddim", "ddpm"}))
       ->capture_default_str();
-  sub->add_option("--seed", f->options.seed, "Generator checkpoints: sampling seed")
+  sub->add_option("--seed", f->options.seed,
+                  "Generator checkpoints: sampling seed (and the two-sample test's)")
       ->capture_default_str();
+  sub->add_flag("--no-fidelity", f->no_fidelity,
+                "Generator checkpoints: skip the two-sample test and pixel-art statistics");
   return f;
 }
 
@@ -79,31 +112,45 @@ int run_generator_eval(const GeneratorEvalFlags& f, const std::string& checkpoin
         "--classifier " + f.classifier + " knows other classes than the generator " + checkpoint,
         "train the classifier on the generator's dataset");
   auto classifier = train::model_from_checkpoint(classifier_ckpt, f.classifier, device);
-  const auto training =
-      train::load_datasets(train::checkpoint_data_config(generator.meta)).train.inputs;
+  const auto data = train::load_datasets(train::checkpoint_data_config(generator.meta));
   const auto r =
-      diffusion::evaluate_generator(generator, *classifier, training, f.count, f.options);
+      diffusion::evaluate_generator(generator, *classifier, data.train.inputs, f.count, f.options);
+  std::optional<diffusion::FidelityReport> fidelity_report;
+  if (!f.no_fidelity) {
+    // Every real sprite, held-out ones included: the two-sample test wants 2 x count of them.
+    diffusion::TwoSampleOptions o;
+    o.seed = f.options.seed;
+    o.device = device;
+    fidelity_report =
+        diffusion::fidelity(r.sprites, torch::cat({data.train.inputs, data.test.inputs}), o);
+  }
   if (json) {
-    std::cout << nlohmann::json{{"samples", r.samples},
-                                {"class_agreement", r.class_agreement},
-                                {"per_class_agreement", r.per_class_agreement},
-                                {"distinct", r.distinct},
-                                {"exact_copies", r.exact_copies},
-                                {"sample_s", r.sample_seconds},
-                                {"sprites_per_second", r.sprites_per_second},
-                                {"steps", f.options.steps},
-                                {"guidance", f.options.guidance},
-                                {"sampler", f.options.sampler},
-                                {"device", device::display_name(device)},
-                                {"threads", threads}}
-                     .dump()
-              << "\n";
+    nlohmann::json out{{"samples", r.samples},
+                       {"class_agreement", r.class_agreement},
+                       {"per_class_agreement", r.per_class_agreement},
+                       {"distinct", r.distinct},
+                       {"exact_copies", r.exact_copies},
+                       {"sample_s", r.sample_seconds},
+                       {"sprites_per_second", r.sprites_per_second},
+                       {"steps", f.options.steps},
+                       {"guidance", f.options.guidance},
+                       {"sampler", f.options.sampler},
+                       {"device", device::display_name(device)},
+                       {"threads", threads}};
+    if (fidelity_report) {
+      const auto& fr = *fidelity_report;
+      out["fidelity"] = {{"per_set", fr.per_set},       {"c2st", fr.c2st},
+                         {"c2st_real", fr.c2st_real},   {"generated", stats_json(fr.generated)},
+                         {"real", stats_json(fr.real)}, {"seconds", fr.seconds}};
+    }
+    std::cout << out.dump() << "\n";
   } else {
     std::cout << "Using device: " << device::display_name(device) << "\nCPU threads: " << threads
               << "\nGenerator: " << checkpoint << " (" << f.options.sampler << ", "
               << f.options.steps << " steps, guidance " << f.options.guidance
               << ")\nJudged by: " << f.classifier << "\n";
     print_generator_eval(std::cout, r, generator.class_names);
+    if (fidelity_report) print_fidelity(std::cout, *fidelity_report);
   }
   return 0;
 }

@@ -43,6 +43,7 @@ class RunSession;                 // run_session.h
 struct GeneratorEvalFlags {
   std::string classifier;
   int64_t count = 256;
+  bool no_fidelity = false;
   diffusion::SampleOptions options;
 };
 std::shared_ptr<GeneratorEvalFlags> add_generator_eval_options(CLI::App* sub);

@@ -51,11 +51,15 @@ void add_sprite_data_options(CLI::App* sub, train::TrainConfig& config, bool tra
                   "sprites: procedural sprites to generate (before the split)")
       ->check(kPositive)
       ->capture_default_str();
-  if (training)
+  if (training) {
     sub->add_option("--unet-base", config.unet_base,
                     "--task generate: UNet channels at full resolution (x2 below)")
         ->check(kPositive)
         ->capture_default_str();
+    sub->add_flag("--activation-checkpointing", config.activation_checkpointing,
+                  "--task generate: recompute each UNet block's activations in backward (less "
+                  "memory, about one more forward per step)");
+  }
   sub->add_option("--data-seed", s.seed,
                   "sprites: seed of the procedural sprites and of the holdout split")
       ->capture_default_str();

@@ -98,6 +98,7 @@ struct GeneratorEval {
   std::vector<double> per_class_agreement;
   double sample_seconds = 0;
   double sprites_per_second = 0;
+  torch::Tensor sprites;  // the samples judged: (N, 4, S, S) uint8 on the CPU
 };
 // `count` samples spread evenly over the classes, judged by `classifier` (trained on real data,
 // same class order) and compared with `training` sprites (N, 4, S, S) uint8.

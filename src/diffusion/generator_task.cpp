@@ -21,8 +21,11 @@ int64_t sheet_per_class(int64_t classes) {
 
 }  // namespace
 
-GeneratorTask::GeneratorTask(int64_t unet_base, int64_t sample_every, uint64_t palette_seed)
-    : sample_every_(sample_every), palette_seed_(palette_seed) {
+GeneratorTask::GeneratorTask(int64_t unet_base, int64_t sample_every, uint64_t palette_seed,
+                             bool activation_checkpointing)
+    : sample_every_(sample_every),
+      palette_seed_(palette_seed),
+      activation_checkpointing_(activation_checkpointing) {
   if (unet_base < 8 || unet_base % 8 != 0)
     throw Error("--unet-base must be a positive multiple of 8, got " + std::to_string(unet_base));
   options_.base = unet_base;
@@ -49,6 +52,7 @@ void GeneratorTask::build(const train::TaskSetup& setup) {
   size_ = train.inputs.size(2);
   options_.classes = train.num_classes();
   net_ = UNet(options_);
+  net_->set_activation_checkpointing(activation_checkpointing_);
 }
 
 void GeneratorTask::to_device(torch::Device device) {
@@ -217,7 +221,8 @@ train::Settings GeneratorTask::settings() const {
   for (const auto& p : net_->parameters()) parameters += p.numel();
   return {
       {"model", "unet base " + std::to_string(options_.base) + " (" + std::to_string(parameters) +
-                    " parameters)"},
+                    " parameters" +
+                    (activation_checkpointing_ ? ", activation checkpointing" : "") + ")"},
       {"task",
        "generate (DDPM, classifier-free guidance p=" + std::to_string(kClassDropout).substr(0, 4) +
            ", EMA " + std::to_string(kEmaDecay).substr(0, 5) + ")"},

@@ -20,7 +20,9 @@ class GeneratorTask : public train::Task {
  public:
   // unet_base: UNet channels at full resolution (a positive multiple of 8). sample_every: epochs
   // between sample sheets for the observer (0: none). palette_seed: the k-means palette's seed.
-  GeneratorTask(int64_t unet_base, int64_t sample_every, uint64_t palette_seed);
+  // activation_checkpointing: the UNet recomputes its blocks in backward (UNetImpl).
+  GeneratorTask(int64_t unet_base, int64_t sample_every, uint64_t palette_seed,
+                bool activation_checkpointing = false);
 
   std::string name() const override { return "generate"; }
   train::TaskTraits traits() const override;
@@ -43,6 +45,7 @@ class GeneratorTask : public train::Task {
 
   int64_t sample_every_;
   uint64_t palette_seed_;
+  bool activation_checkpointing_;
   UNetOptions options_;
   UNet net_{nullptr};
   NoiseSchedule schedule_;

@@ -1,6 +1,10 @@
 #include "diffusion/unet.h"
 
 #include <cmath>
+#include <cstdint>
+
+#include "common/compat.h"
+#include "precision/autocast_guard.h"
 
 namespace spritetorch::diffusion {
 
@@ -12,6 +16,80 @@ torch::Tensor norm_fp32(torch::nn::GroupNorm& norm, const torch::Tensor& x) {
   return norm(x.to(torch::kFloat32));
 }
 }  // namespace
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+constexpr c10::DeviceType kAutocastTypes[] = {c10::DeviceType::CPU, c10::DeviceType::CUDA};
+
+struct CheckpointedBlock : torch::autograd::Function<CheckpointedBlock> {
+  // params: the block's parameters, inputs here only so that their gradients come back through
+  // backward (the forward reads them from the block). Runs without grad (Function::apply).
+  static torch::Tensor forward(AutogradContext* ctx, ResBlockImpl* block, const torch::Tensor& x,
+                               const torch::Tensor& emb, torch::TensorList /*params*/) {
+    ctx->saved_data["block"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(block));
+    for (const auto type : kAutocastTypes) {
+      const std::string key = c10::DeviceTypeName(type, /*lower_case=*/true);
+      ctx->saved_data["autocast_" + key] = compat::autocast_enabled(type);
+      ctx->saved_data["dtype_" + key] = static_cast<int64_t>(compat::autocast_dtype(type));
+    }
+    ctx->save_for_backward({x, emb});
+    return block->forward(x, emb);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
+    auto* block =
+        reinterpret_cast<ResBlockImpl*>(static_cast<intptr_t>(ctx->saved_data["block"].toInt()));
+    const auto saved = ctx->get_saved_variables();
+    std::vector<torch::Tensor> inputs = {
+        saved[0].detach().requires_grad_(saved[0].requires_grad()),
+        saved[1].detach().requires_grad_(saved[1].requires_grad())};
+    const auto params = block->parameters();
+    torch::Tensor out;
+    {
+      // The forward's autocast state (the backward may run on another thread, or outside it).
+      std::vector<std::unique_ptr<precision::AutocastGuard>> autocast;
+      for (const auto type : kAutocastTypes) {
+        const std::string key = c10::DeviceTypeName(type, /*lower_case=*/true);
+        const bool on = ctx->saved_data["autocast_" + key].toBool();
+        if (on || compat::autocast_enabled(type))
+          autocast.push_back(std::make_unique<precision::AutocastGuard>(
+              type, static_cast<torch::ScalarType>(ctx->saved_data["dtype_" + key].toInt()), on));
+      }
+      torch::AutoGradMode grad_on(true);
+      out = block->forward(inputs[0], inputs[1]);
+    }
+    // Differentiate with respect to whatever needs a gradient; the rest gets none.
+    std::vector<torch::Tensor> wrt;
+    std::vector<size_t> where;  // position in [x, emb, params...]
+    auto consider = [&](const torch::Tensor& t, size_t position) {
+      if (!t.requires_grad()) return;
+      wrt.push_back(t);
+      where.push_back(position);
+    };
+    for (size_t i = 0; i < inputs.size(); ++i) consider(inputs[i], i);
+    for (size_t i = 0; i < params.size(); ++i) consider(params[i], 2 + i);
+    std::vector<torch::Tensor> grads(2 + params.size());
+    if (!wrt.empty()) {
+      const auto g = torch::autograd::grad({out}, wrt, {grad_out[0]}, /*retain_graph=*/false,
+                                           /*create_graph=*/false, /*allow_unused=*/true);
+      for (size_t i = 0; i < g.size(); ++i) grads[where[i]] = g[i];
+    }
+    variable_list result = {torch::Tensor()};  // the block pointer
+    result.insert(result.end(), grads.begin(), grads.end());
+    return result;
+  }
+};
+
+}  // namespace
+
+torch::Tensor checkpointed_block(ResBlockImpl& block, const torch::Tensor& x,
+                                 const torch::Tensor& emb) {
+  const auto params = block.parameters();
+  return CheckpointedBlock::apply(&block, x, emb, torch::TensorList(params));
+}
 
 torch::Tensor timestep_embedding(const torch::Tensor& t, int64_t dim) {
   const int64_t half = dim / 2;
@@ -64,16 +142,20 @@ UNetImpl::UNetImpl(const UNetOptions& o) : options_(o) {
 torch::Tensor UNetImpl::forward(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& c) {
   auto emb = time2(torch::silu(time1(timestep_embedding(t, options_.embed))));  // (B, E)
   emb = torch::silu(emb + class_embed(c));
+  const bool checkpoint = checkpointing_ && torch::GradMode::is_enabled();
+  auto run = [&](ResBlock& block, const torch::Tensor& in) {
+    return checkpoint ? checkpointed_block(*block, in, emb) : block(in, emb);
+  };
   auto h0 = in_conv(x);                               // (B, c1, S, S)
-  auto h1 = block1(h0, emb);                          // (B, c1, S, S)
-  auto h2 = block2(down1(h1), emb);                   // (B, c2, S/2, S/2)
-  auto m = mid2(mid1(down2(h2), emb), emb);           // (B, c2, S/4, S/4)
+  auto h1 = run(block1, h0);                          // (B, c1, S, S)
+  auto h2 = run(block2, down1(h1));                   // (B, c2, S/2, S/2)
+  auto m = run(mid2, run(mid1, down2(h2)));           // (B, c2, S/4, S/4)
   // x2 nearest-neighbour upsampling (the stride-2 convs halved even sizes exactly); repeat_interleave
   // rather than upsample_nearest2d, whose overloads differ between LibTorch 1.13 and 2.x.
   auto up = m.repeat_interleave(2, 2).repeat_interleave(2, 3);
-  auto u2 = up2(torch::cat({up, h2}, 1), emb);        // (B, c2, S/2, S/2)
+  auto u2 = run(up2, torch::cat({up, h2}, 1));  // (B, c2, S/2, S/2)
   up = u2.repeat_interleave(2, 2).repeat_interleave(2, 3);
-  auto u1 = up1(torch::cat({up, h1}, 1), emb);        // (B, c1, S, S)
+  auto u1 = run(up1, torch::cat({up, h1}, 1));            // (B, c1, S, S)
   return out_conv(torch::silu(norm_fp32(out_norm, u1)));  // (B, 4, S, S)
 }
 

@@ -36,6 +36,11 @@ class UNetImpl : public torch::nn::Module {
   // S must be divisible by 4. Returns the predicted noise (B, 4, S, S).
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& c);
   const UNetOptions& options() const { return options_; }
+  // Activation checkpointing: while grad mode is on, each ResBlock keeps only its inputs and
+  // recomputes its activations in backward (less memory, one more block forward per step). The
+  // gradients are those of the plain forward.
+  void set_activation_checkpointing(bool on) { checkpointing_ = on; }
+  bool activation_checkpointing() const { return checkpointing_; }
 
   torch::nn::Linear time1{nullptr}, time2{nullptr};
   torch::nn::Embedding class_embed{nullptr};
@@ -45,8 +50,16 @@ class UNetImpl : public torch::nn::Module {
 
  private:
   UNetOptions options_;
+  bool checkpointing_ = false;
 };
 TORCH_MODULE(UNet);
+
+// block(x, emb) with activation checkpointing: the forward keeps x and emb only (and the autocast
+// state it ran under), the backward runs the block again with grad on and differentiates it. The
+// block's parameters get their gradients through this node, as in a plain forward. ResBlocks draw
+// no random numbers, so the recomputation needs no RNG state.
+torch::Tensor checkpointed_block(ResBlockImpl& block, const torch::Tensor& x,
+                                 const torch::Tensor& emb);
 
 // Sinusoidal embedding of integer timesteps: (B) -> (B, dim) float32, on t's device.
 torch::Tensor timestep_embedding(const torch::Tensor& t, int64_t dim);

@@ -22,6 +22,9 @@ std::unique_ptr<train::Task> make_task(const train::TrainConfig& config) {
       throw not_for_task("--sample-every", "classify", "sample sheets are a generator's");
     if (config.unet_base != train::TrainConfig{}.unet_base)
       throw not_for_task("--unet-base", "classify", "it sizes the generator's UNet");
+    if (config.activation_checkpointing)
+      throw not_for_task("--activation-checkpointing", "classify",
+                         "it recomputes the generator's UNet blocks");
     if (config.test_time_augment != "none" && config.test_time_augment != "flip")
       throw Error("--test-time-augment " + config.test_time_augment + ": expected none or flip");
     auto task = train::ClassifierTask::builtin(config.model, train::default_model(config));
@@ -43,7 +46,7 @@ std::unique_ptr<train::Task> make_task(const train::TrainConfig& config) {
       throw not_for_task("--step-threads", "generate",
                          "it splits the fused MLP step; the UNet's convolutions use --threads");
     return std::make_unique<diffusion::GeneratorTask>(config.unet_base, config.sample_every,
-                                                      config.seed);
+                                                      config.seed, config.activation_checkpointing);
   }
   throw Error("unknown task");  // unreachable: TaskKind has two values
 }

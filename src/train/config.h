@@ -83,6 +83,7 @@ struct TrainConfig {
   TaskKind task = TaskKind::kClassify;  // tasks/make_task.h
   data::SpriteOptions sprites;    // sprites | folder: | sheet: | npy: datasets
   int64_t unet_base = 16;         // --task generate: UNet channels at full resolution
+  bool activation_checkpointing = false;  // --task generate: recompute UNet blocks in backward
 };
 
 // The model a run trains when --model is not given (the one place this rule is written): the UNet

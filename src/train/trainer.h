@@ -111,8 +111,9 @@ Datasets load_datasets(const TrainConfig& config);
 
 class Trainer {
  public:
-  // The options of every run this trainer fits (the task-specific ones, task, model and unet_base,
-  // are the task's: see tasks/make_task.h). Options a task cannot honour are refused by fit().
+  // The options of every run this trainer fits (the task-specific ones, task, model, unet_base and
+  // activation_checkpointing, are the task's: see tasks/make_task.h). Options a task cannot honour
+  // are refused by fit().
   explicit Trainer(TrainConfig options);
   // Trains `task` on data.train and evaluates it on data.test. Throws spritetorch::Error for an
   // impossible request (before any work), DataError for bad input, Interrupted after a SIGINT /

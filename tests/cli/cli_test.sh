@@ -151,6 +151,9 @@ expect 0 "CPU threads: 1 intra-op, (1|\?) BLAS" -- generate --checkpoint "$tmp/g
 expect 0 '"threads":"[0-9]+ intra-op, (1|\?) BLAS"' -- generate --checkpoint "$tmp/g.pt" --count 2 --steps 2 --json --out "$tmp/t2.png"
 expect 2 "needs --classifier" -- eval --checkpoint "$tmp/g.pt"
 expect 0 "Class agreement" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2
+# The fidelity report: both two-sample tests and the pixel-art statistics, in text and JSON.
+expect 0 "real vs real +[01]\.[0-9]{4}" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2
+expect 0 '"fidelity":\{"c2st":[0-9.]+,"c2st_real":[0-9.]+,"generated":\{"alpha_coverage":[0-9.]+,"colours":[0-9.]+,"sprites":8,"stray_pixels":[0-9.]+\}' -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2 --json
 expect 0 '"threads":"1 intra-op' -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2 --threads 1 --json
 expect 2 "--blas-threads: .-2. is not a number >= 0" -- classify --checkpoint "$tmp/c.pt" --blas-threads -2 "$tmp/preview.png"
 expect 0 "$tmp/preview.png	[a-z]+	[01]\.[0-9]+" -- classify --checkpoint "$tmp/c.pt" --threads 1 --blas-threads 1 "$tmp/preview.png"

@@ -25,6 +25,7 @@ expect 0 '"threads":"1 intra-op' -- "${gen[@]}" --threads 1
 expect 0 '"steps":2,' -- "${gen[@]}" --train-limit 32
 expect 0 '"test":\{"loss":[0-9.e-]+,"samples":3\}' -- "${gen[@]}" --test-limit 3
 expect 0 '"step":"autograd"' -- "${gen[@]}" --step autograd
+expect 0 '"model":"unet base 8 \([0-9]+ parameters, activation checkpointing\)"' -- "${gen[@]}" --activation-checkpointing
 
 # ... and refuses what it cannot do, naming option and task.
 expect 2 "--cuda-graphs cannot capture the step of task 'generate'" -- "${gen[@]}" --cuda-graphs
@@ -40,6 +41,7 @@ expect 2 "fp16 is not supported on the CPU" -- "${gen[@]}" --precision fp16
 # --- the classifier refuses the generator's options ----------------------------------------------
 expect 2 "--sample-every does not apply to --task classify" -- "${cls[@]}" --sample-every 1
 expect 2 "--unet-base does not apply to --task classify" -- "${cls[@]}" --unet-base 32
+expect 2 "--activation-checkpointing does not apply to --task classify" -- "${cls[@]}" --activation-checkpointing
 expect 0 '"accuracy":' -- "${cls[@]}"
 
 # --- the generator under ddp: two ranks on Gloo ---------------------------------------------------

@@ -221,6 +221,57 @@ TEST(Sampler, StochasticSamplersKeepTheForwardMarginals) {
   check(ddim, "DDIM eta 1");
 }
 
+// The exact eps-prediction of a known data distribution: every value independently `lo` with
+// probability 1 - p_hi or `hi` with probability p_hi, so that E[x0 | x_t] is a logistic mix of the
+// two and x0_hat never leaves [-1, 1] (no clipping). Unlike the x0 oracle above it does not know
+// the answer: a correct sampler must carry draws of q(x_T) to the data distribution itself.
+struct TwoPointData {
+  double lo = -1.0, hi = 0.5, p_hi = 0.3;
+  std::vector<double> ab;
+
+  explicit TwoPointData(const NoiseSchedule& schedule) : ab(schedule.host_alpha_bars()) {}
+  torch::Tensor draw(std::vector<int64_t> shape, uint64_t seed) const {
+    torch::manual_seed(seed);
+    return torch::where(torch::rand(shape) < p_hi, torch::full(shape, hi), torch::full(shape, lo));
+  }
+  EpsModel model() const {
+    return [this](const torch::Tensor& x, const torch::Tensor& t) {
+      const double a = ab.at(static_cast<size_t>(t[0].item<int64_t>()));
+      const auto xd = x.to(torch::kFloat64);
+      // log p(v | x_t) = log p(v) - (x_t - sqrt(a) v)^2 / (2 (1 - a)) + const
+      const auto log_lo = std::log(1 - p_hi) - (xd - std::sqrt(a) * lo).pow(2) / (2 * (1 - a));
+      const auto log_hi = std::log(p_hi) - (xd - std::sqrt(a) * hi).pow(2) / (2 * (1 - a));
+      const auto x0 = lo + (hi - lo) * torch::sigmoid(log_hi - log_lo);  // E[x0 | x_t]
+      return ((xd - std::sqrt(a) * x0) / std::sqrt(1 - a)).to(torch::kFloat32);
+    };
+  }
+  // Share of values within 0.01 of lo or hi, and share at hi.
+  std::pair<double, double> shares(const torch::Tensor& out) const {
+    const auto at_lo = (out - lo).abs() < 0.01, at_hi = (out - hi).abs() < 0.01;
+    return {(at_lo | at_hi).to(torch::kFloat64).mean().item<double>(),
+            at_hi.to(torch::kFloat64).mean().item<double>()};
+  }
+};
+
+TEST(Sampler, ExactEpsOfAKnownDistributionGivesThatDistribution) {
+  const NoiseSchedule schedule;
+  const TwoPointData data(schedule);
+  const std::vector<int64_t> shape = {16, 4, 16, 16};  // 16,384 values: the share's sd is 0.0036
+  const auto xT = noised(schedule, data.draw(shape, 31), torch::randn(shape));  // q(x_T)
+  auto check = [&](const torch::Tensor& out, const std::string& what) {
+    const auto [on_support, at_hi] = data.shares(out);
+    EXPECT_GT(on_support, 0.995) << what;
+    EXPECT_NEAR(at_hi, data.p_hi, 0.02) << what;
+  };
+  check(ddim_sample_eps(data.model(), schedule, xT, 25, 0.0), "DDIM eta 0, 25 steps");
+  check(ddim_sample_eps(data.model(), schedule, xT, 100, 0.0), "DDIM eta 0, 100 steps");
+  check(ddim_sample_eps(data.model(), schedule, xT, 25, 1.0,
+                        at::make_generator<at::CPUGeneratorImpl>(32)),
+        "DDIM eta 1, 25 steps");
+  check(ddpm_sample_eps(data.model(), schedule, xT, at::make_generator<at::CPUGeneratorImpl>(33)),
+        "DDPM");
+}
+
 // Eq. 12 of Song et al. with x0_hat clipped to [-1, 1] and eps re-derived from the clipped x0_hat,
 // against a constant eps large enough that many x0_hat fall outside [-1, 1].
 TEST(Sampler, DdimStepClipsX0AndRederivesEps) {

@@ -1,0 +1,94 @@
+// The fidelity report: pixel-art statistics on hand-made sprites, and the classifier two-sample
+// test ranking real < real with noisy pixels < noise on the procedural sprites.
+#include "diffusion/fidelity.h"
+
+#include <gtest/gtest.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "common/error.h"
+#include "data/procedural_sprites.h"
+
+namespace spritetorch::diffusion {
+namespace {
+
+// `share` of the opaque pixels given uniformly random colours (alpha unchanged).
+torch::Tensor with_noisy_pixels(const torch::Tensor& sprites, double share, uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  auto out = sprites.clone();
+  auto rgb = out.narrow(1, 0, 3);
+  const auto pick = (out.narrow(1, 3, 1) >= 128) &
+                    (at::rand(out.narrow(1, 3, 1).sizes(), gen) < share);  // (N, 1, S, S)
+  const auto colours = at::randint(0, 256, rgb.sizes(), gen, torch::kUInt8);
+  rgb.copy_(torch::where(pick, colours, rgb));
+  return out;
+}
+
+TEST(PixelArtStats, CountsStrayPixelsColoursAndCoverage) {
+  // Two 4x4 sprites. The first: a lone pixel at (0, 0), a bar of two at (2, 1)-(2, 2), a pixel at
+  // (3, 3) touching nothing but a diagonal. The second: empty.
+  auto s = torch::zeros({2, 4, 4, 4}, torch::kUInt8);
+  auto put = [&](int64_t y, int64_t x, int r, int g, int b) {
+    s[0][0][y][x] = r;
+    s[0][1][y][x] = g;
+    s[0][2][y][x] = b;
+    s[0][3][y][x] = 255;
+  };
+  put(0, 0, 200, 10, 10);
+  put(2, 1, 10, 200, 10);
+  put(2, 2, 12, 205, 3);  // the same colour at 4 bits per channel
+  put(3, 3, 10, 10, 200);
+  s[1][0][1][1] = 99;   // RGB under a transparent pixel: not a colour of the sprite
+  s[0][3][1][3] = 100;  // alpha < 128: transparent
+  const auto r = pixel_art_stats(s);
+  EXPECT_EQ(r.sprites, 2);
+  EXPECT_DOUBLE_EQ(r.stray_pixels, 2.0 / 2);  // (0, 0) and (3, 3)
+  EXPECT_DOUBLE_EQ(r.colours, 3.0 / 2);       // red, green, blue
+  EXPECT_DOUBLE_EQ(r.alpha_coverage, 4.0 / 32);
+  EXPECT_THROW(pixel_art_stats(torch::zeros({2, 3, 4, 4}, torch::kUInt8)), Error);
+}
+
+TEST(TwoSampleTest, RanksRealBelowNoisyPixelsBelowNoise) {
+  const auto pool = data::make_procedural_sprites(1024, 5).inputs;  // (1024, 4, 16, 16) uint8
+  const auto a = pool.narrow(0, 0, 256), b = pool.narrow(0, 256, 256);
+  const auto noisy = with_noisy_pixels(pool.narrow(0, 512, 256), 0.05, 6);
+  const auto noise = at::randint(0, 256, {256, 4, 16, 16},
+                                 at::make_generator<at::CPUGeneratorImpl>(7), torch::kUInt8);
+  TwoSampleOptions o;
+  o.seed = 3;
+  const double real = two_sample_accuracy(a, b, o);
+  const double noisy_acc = two_sample_accuracy(a, noisy, o);
+  const double noise_acc = two_sample_accuracy(a, noise, o);
+  EXPECT_LT(real, noisy_acc);
+  EXPECT_LT(noisy_acc, noise_acc);
+  EXPECT_NEAR(real, 0.5, 0.1);  // 256 held-out sprites: sd 0.03 around 0.5
+  EXPECT_GT(noise_acc, 0.95);
+  // Deterministic for a seed, and the global RNG is left alone.
+  torch::manual_seed(11);
+  const auto before = torch::rand({4});
+  torch::manual_seed(11);
+  EXPECT_EQ(two_sample_accuracy(a, noisy, o), noisy_acc);
+  EXPECT_TRUE(torch::equal(torch::rand({4}), before));
+}
+
+TEST(Fidelity, ReportsBothTestsAndTheStatistics) {
+  const auto pool = data::make_procedural_sprites(300, 8).inputs;
+  const auto real = pool.narrow(0, 0, 200);
+  const auto generated = with_noisy_pixels(pool.narrow(0, 200, 100), 0.05, 9);
+  TwoSampleOptions o;
+  o.epochs = 3;
+  const auto r = fidelity(generated, real, o);
+  EXPECT_EQ(r.per_set, 100);  // min(100 generated, 200 real / 2)
+  EXPECT_GE(r.c2st, 0.0);
+  EXPECT_LE(r.c2st, 1.0);
+  EXPECT_EQ(r.generated.sprites, 100);
+  EXPECT_EQ(r.real.sprites, 200);
+  // Random colours on 5% of the opaque pixels: more colours per sprite, the same alpha.
+  EXPECT_GT(r.generated.colours, r.real.colours);
+  EXPECT_NEAR(r.generated.alpha_coverage, r.real.alpha_coverage, 0.05);
+  EXPECT_THROW(fidelity(generated, real.narrow(0, 0, 3), o), Error);
+  EXPECT_THROW(fidelity(generated, torch::zeros({8, 4, 32, 32}, torch::kUInt8), o), Error);
+}
+
+}  // namespace
+}  // namespace spritetorch::diffusion
