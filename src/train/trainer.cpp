@@ -74,8 +74,9 @@ int choose_step_threads(const TrainConfig& config, const ParallelRun& parallel) 
 Datasets load_datasets(const TrainConfig& config) {
   Datasets out;
   if (config.dataset == "fashion-mnist") {
-    out.train = data::load_fashion_mnist(config.data_dir, data::Split::kTrain);
-    out.test = data::load_fashion_mnist(config.data_dir, data::Split::kTest);
+    const auto cache = data::IdxCache::from_environment();
+    out.train = data::load_fashion_mnist(config.data_dir, data::Split::kTrain, cache);
+    out.test = data::load_fashion_mnist(config.data_dir, data::Split::kTest, cache);
   } else if (config.dataset == "dummy") {
     out.train = data::make_dummy_dataset(4096, config.seed);
     out.test = data::make_dummy_dataset(1024, config.seed + 1);

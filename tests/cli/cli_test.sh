@@ -13,6 +13,7 @@ expect 0 "Subcommands:" -- --help
 expect 0 "^spritetorch [0-9]+\.[0-9]+\.[0-9]+" -- --version
 expect 0 "auto picks: " -- devices
 expect 0 '"auto":' -- devices --json
+SPRITETORCH_CACHE=maybe expect 2 "SPRITETORCH_CACHE=maybe: expected 0" -- train --data "$tmp/nowhere"
 expect 2 "unknown device 'gpu'" -- train --device gpu --dataset dummy --model simplenn
 expect 2 "available: cpu" -- train --device cuda:3 --dataset dummy --model simplenn
 expect 2 "MPS" -- train --device mps --dataset dummy --model simplenn
@@ -186,8 +187,25 @@ if [ -f "$fmnist/t10k-images-idx3-ubyte.gz" ]; then
   undone=$("$bin" classify --checkpoint "$tmp/fm.pt" --invert "$tmp/trouser_inv.png" | cut -f2-)
   if [ -n "$straight" ] && [ "$straight" = "$undone" ]; then passes=$((passes + 1)); else
     echo "FAIL: classify --invert of the inverted trouser: '$undone', the trouser: '$straight'"; fails=$((fails + 1)); fi
+  # The dataset cache (data/idx_cache.h): written by the first run, read silently by the next, a
+  # corrupt file noted and replaced, nothing written with SPRITETORCH_CACHE=0.
+  fm_run=(train --epochs 1 --train-limit 500 --test-limit 500 --device cpu --no-run-dir)
+  XDG_CACHE_HOME="$tmp/xdg" expect 0 "Test Accuracy" -- "${fm_run[@]}"
+  cached=$(ls "$tmp/xdg/spritetorch/"*.idxcache 2>/dev/null | wc -l)
+  if [ "$cached" -eq 4 ]; then passes=$((passes + 1)); else
+    echo "FAIL: the dataset cache holds $cached files after a Fashion-MNIST run (wanted 4)"; fails=$((fails + 1)); fi
+  quiet=$(XDG_CACHE_HOME="$tmp/xdg" "$bin" "${fm_run[@]}" 2>&1)
+  if ! grep -q "dataset cache" <<<"$quiet"; then passes=$((passes + 1)); else
+    echo "FAIL: a run on a valid cache printed: $(grep "dataset cache" <<<"$quiet")"; fails=$((fails + 1)); fi
+  labels_cache=$(ls "$tmp/xdg/spritetorch/"t10k-labels*.idxcache)
+  head -c 200 /dev/zero >"$labels_cache"
+  XDG_CACHE_HOME="$tmp/xdg" expect 0 "note: dataset cache: ignoring .*t10k-labels.*not a spritetorch cache file" -- "${fm_run[@]}"
+  XDG_CACHE_HOME="$tmp/xdg" SPRITETORCH_CACHE=0 expect 0 "Test Accuracy" -- "${fm_run[@]}"
+  XDG_CACHE_HOME="$tmp/xdg-off" SPRITETORCH_CACHE=0 expect 0 "Test Accuracy" -- "${fm_run[@]}"
+  if [ ! -e "$tmp/xdg-off/spritetorch" ]; then passes=$((passes + 1)); else
+    echo "FAIL: SPRITETORCH_CACHE=0 wrote $tmp/xdg-off/spritetorch"; fails=$((fails + 1)); fi
 else
-  echo "skipped the Fashion-MNIST classify checks: no $fmnist"
+  echo "skipped the Fashion-MNIST classify and cache checks: no $fmnist"
 fi
 expect 0 "Saved checkpoint" -- train --dataset dummy --model simplenn --epochs 1 --device cpu --save "$tmp/dummy.pt" --no-run-dir
 expect 2 "expected an image classifier .*found input shape \[3\]" -- classify --checkpoint "$tmp/dummy.pt" "$tmp/preview.png"
