@@ -69,6 +69,16 @@ int choose_step_threads(const TrainConfig& config, const ParallelRun& parallel) 
   return config.blas_threads > 0 ? std::max(1, cores / config.blas_threads) : cores;
 }
 
+// "fused-mlp (2 threads, avx512 kernel)".
+std::string describe_step(const TrainStep& step) {
+  std::vector<std::string> parts;
+  if (step.threads() > 1) parts.push_back(std::to_string(step.threads()) + " threads");
+  if (step.kernel()) parts.push_back(std::string(step.kernel()) + " kernel");
+  std::string out = step.name();
+  for (size_t i = 0; i < parts.size(); ++i) out += (i ? ", " : " (") + parts[i];
+  return parts.empty() ? out : out + ")";
+}
+
 }  // namespace
 
 Datasets load_datasets(const TrainConfig& config) {
@@ -305,9 +315,7 @@ Settings TrainingRun::describe() const {
            (start_epoch_ ? " (resuming after " + std::to_string(start_epoch_) + ")" : "")},
       {"optimizer", optimization_.describe() + " (flat buffers)"},
       {"augment", augment_.describe()},
-      {"step",
-       std::string(step_->name()) +
-           (step_->threads() > 1 ? " (" + std::to_string(step_->threads()) + " threads)" : "")},
+      {"step", describe_step(*step_)},
       {"precision",
        plan_.description + (config_.clip_grad_norm > 0
                                 ? ", clip grad norm " + c10::str(config_.clip_grad_norm)

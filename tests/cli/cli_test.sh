@@ -13,6 +13,12 @@ expect 0 "Subcommands:" -- --help
 expect 0 "^spritetorch [0-9]+\.[0-9]+\.[0-9]+" -- --version
 expect 0 "auto picks: " -- devices
 expect 0 '"auto":' -- devices --json
+# The fused CPU step's matrix kernel: `devices` names it; SPRITETORCH_GEMM_KERNEL picks another one
+# this CPU runs, or is a usage error.
+expect 0 "matrix kernels \(CPU\): (avx512|avx2|blas|loops) \(this CPU runs: .*loops\)" -- devices
+SPRITETORCH_GEMM_KERNEL=loops expect 0 "matrix kernels \(CPU\): loops " -- devices
+SPRITETORCH_GEMM_KERNEL=loops expect 0 '"cpu_gemm_kernel": "loops"' -- devices --json
+SPRITETORCH_GEMM_KERNEL=sse9 expect 2 "SPRITETORCH_GEMM_KERNEL=sse9: expected avx512, avx2, blas or loops" -- devices
 SPRITETORCH_CACHE=maybe expect 2 "SPRITETORCH_CACHE=maybe: expected 0" -- train --data "$tmp/nowhere"
 expect 2 "unknown device 'gpu'" -- train --device gpu --dataset dummy --model simplenn
 expect 2 "available: cpu" -- train --device cuda:3 --dataset dummy --model simplenn
@@ -44,11 +50,11 @@ fi
 # They need the raw-buffer CPU step, i.e. a LibTorch whose BLAS exports CBLAS (Debian's OpenBLAS;
 # a pip torch's bundled MKL does not, and `devices` says so).
 if "$bin" devices | grep -q "^BLAS: OpenBLAS"; then
-  expect 0 "fused-mlp \(3 threads\)" -- train --device cpu --dataset dummy --model simplenn --epochs 1 --step-threads 3
-  expect 0 "fused-mlp \(3 threads\)" -- train --device cpu --dataset dummy --model simplenn --epochs 1 --step-shards 3
+  expect 0 "fused-mlp \(3 threads, [a-z0-9]+ kernel\)" -- train --device cpu --dataset dummy --model simplenn --epochs 1 --step-threads 3
+  expect 0 "fused-mlp \(3 threads, [a-z0-9]+ kernel\)" -- train --device cpu --dataset dummy --model simplenn --epochs 1 --step-shards 3
   cores=$(nproc)
   expect 0 "1 intra-op, $cores BLAS" -- train --device cpu --dataset dummy --model simplenn --epochs 1 --blas-threads "$cores"
-  expect 0 "step +fused-mlp *$" -- train --device cpu --dataset dummy --model simplenn --epochs 1 --blas-threads "$cores"
+  expect 0 "step +fused-mlp \([a-z0-9]+ kernel\) *$" -- train --device cpu --dataset dummy --model simplenn --epochs 1 --blas-threads "$cores"
 else
   echo "skipped: the CPU step's thread checks (this LibTorch's BLAS is not OpenBLAS)"
 fi
