@@ -92,7 +92,7 @@ struct Lookup {
 Lookup look_up(const std::string& file, const SourceKey& key) {
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(file.c_str(), "rb"), &std::fclose);
   if (!f) {
-    if (errno == ENOENT) return {};
+    if (errno == ENOENT || errno == ENOTDIR) return {};  // no cache yet (the write will say why)
     return {{}, std::string("unreadable: ") + std::strerror(errno)};
   }
   struct stat st {};
