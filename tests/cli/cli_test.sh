@@ -54,6 +54,8 @@ if "$bin" devices | grep -q "^BLAS: OpenBLAS"; then
   expect 0 "fused-mlp \(3 threads, [a-z0-9]+ kernel\)" -- train --device cpu --dataset dummy --model simplenn --epochs 1 --step-shards 3
   cores=$(nproc)
   expect 0 "1 intra-op, $cores BLAS" -- train --device cpu --dataset dummy --model simplenn --epochs 1 --blas-threads "$cores"
+  # --precision auto keeps fp32 for a model with the fused CPU step, native bf16 or not.
+  expect 0 "precision +fp32 \(auto: " -- train --device cpu --precision auto --dataset dummy --model simplenn --epochs 1 --no-run-dir
   expect 0 "step +fused-mlp \([a-z0-9]+ kernel\) *$" -- train --device cpu --dataset dummy --model simplenn --epochs 1 --blas-threads "$cores"
 else
   echo "skipped: the CPU step's thread checks (this LibTorch's BLAS is not OpenBLAS)"
