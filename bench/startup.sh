@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Whole-process wall and CPU time of what every run pays before and after its epochs:
 #   bench/startup.sh BUILD [RUNS]     (default 5 runs each; prints the medians)
-# Rows: LibTorch's load alone (`--version`), and `train --json --no-run-dir` on Fashion-MNIST
-# without the dataset cache (SPRITETORCH_CACHE=0), with a cold cache (first run writes it) and
-# with a warm one. The cache lives in a scratch XDG_CACHE_HOME, never the user's.
+# Rows: LibTorch's load alone (`--version`), then a minimal `train --json --no-run-dir` on
+# Fashion-MNIST (one step of 64 images, a test set of 64: everything but the epochs) without the
+# dataset cache (SPRITETORCH_CACHE=0) and with a warm one, and the same with a run folder and its
+# pictures. The cache lives in a scratch XDG_CACHE_HOME, never the user's.
 set -eu
 build=${1:?usage: bench/startup.sh BUILD [RUNS]}
 runs=${2:-5}
@@ -31,7 +32,8 @@ time_it() {
 
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), family $(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 time_it "spritetorch --version" "$bin" --version
-time_it "train --json --no-run-dir, no cache" env SPRITETORCH_CACHE=0 "$bin" train --json --no-run-dir
-XDG_CACHE_HOME=$xdg "$bin" train --json --no-run-dir --epochs 1 >/dev/null 2>&1  # fills the cache
-time_it "train --json --no-run-dir, warm cache" env XDG_CACHE_HOME="$xdg" "$bin" train --json --no-run-dir
-time_it "train --json (run folder, pictures), warm" env XDG_CACHE_HOME="$xdg" SPRITETORCH_RUNS_ROOT="$xdg/runs" "$bin" train --json
+small=(train --json --epochs 1 --train-limit 64 --test-limit 64)
+time_it "minimal train --no-run-dir, no cache" env SPRITETORCH_CACHE=0 "$bin" "${small[@]}" --no-run-dir
+XDG_CACHE_HOME=$xdg "$bin" "${small[@]}" --no-run-dir >/dev/null 2>&1  # fills the cache
+time_it "minimal train --no-run-dir, warm cache" env XDG_CACHE_HOME="$xdg" "$bin" "${small[@]}" --no-run-dir
+time_it "minimal train, run folder + pictures, warm" env XDG_CACHE_HOME="$xdg" SPRITETORCH_RUNS_ROOT="$xdg/runs" "$bin" "${small[@]}"
