@@ -65,7 +65,7 @@ void run_shape(benchmark::State& state, const Shape& s, Kernel kernel) {
 
 const bool kRegistered = [] {
   for (const Shape& s : kShapes)
-    for (Kernel kernel : {Kernel::avx2, Kernel::blas})
+    for (Kernel kernel : {Kernel::avx2, Kernel::avx512, Kernel::blas})
       benchmark::RegisterBenchmark(
           (std::string(s.name) + "/" + spritetorch::gemm::kernel_name(kernel)).c_str(),
           [s, kernel](benchmark::State& state) { run_shape(state, s, kernel); });

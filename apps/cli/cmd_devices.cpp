@@ -40,6 +40,14 @@ Subcommand add_devices_command(CLI::App& app) {
             std::string dist_backends;
             for (const auto& b : backends) dist_backends += (dist_backends.empty() ? "" : ", ") + b;
             if (dist_backends.empty()) dist_backends = "none (ddp cannot run)";
+            // The fused CPU step's matrix kernel, and every one this CPU could run.
+            const char* gemm_kernel = gemm::kernel_name(gemm::best_kernel());
+            std::vector<std::string> gemm_kernels;
+            for (auto k : {gemm::Kernel::avx512, gemm::Kernel::avx2, gemm::Kernel::blas,
+                           gemm::Kernel::loops})
+              if (gemm::available(k)) gemm_kernels.push_back(gemm::kernel_name(k));
+            std::string gemm_list;
+            for (const auto& k : gemm_kernels) gemm_list += (gemm_list.empty() ? "" : ", ") + k;
             if (*json) {
               nlohmann::json list = nlohmann::json::array();
               for (const auto& d : devices)
@@ -57,6 +65,8 @@ Subcommand add_devices_command(CLI::App& app) {
                                           {"mps_available", compat::mps_available()},
                                           {"distributed_backends", backends},
                                           {"blas", threads.blas_name},
+                                          {"cpu_gemm_kernel", gemm_kernel},
+                                          {"cpu_gemm_kernels", gemm_kernels},
                                           {"intra_op_threads", threads.intra_op},
                                           {"blas_threads", threads.blas}}
                                .dump(2)
@@ -80,8 +90,8 @@ Subcommand add_devices_command(CLI::App& app) {
                       << "; MPS: " << (compat::mps_available() ? "yes" : "no")
                       << "; distributed (c10d) backends: " << dist_backends << "\n"
                       << "BLAS: " << threads.blas_name << "\n"
-                      << "fused MLP step's matrix kernels (CPU): "
-                      << gemm::kernel_name(gemm::best_kernel()) << "\n"
+                      << "fused MLP step's matrix kernels (CPU): " << gemm_kernel
+                      << " (this CPU runs: " << gemm_list << ")\n"
                       << "CPU threads: " << describe_cpu_threads(threads) << "\n";
             return 0;
           }};

@@ -1,7 +1,12 @@
 #include "common/small_gemm.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <utility>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -229,12 +234,173 @@ SPRITETORCH_AVX2 void nn_avx2(int m, int n, int k, const float* a, int a_row, in
     }
   }
 }
+
+// AVX-512 forms of the two kernels above: 16 lanes, 32 registers, and masked loads and stores
+// for every tail (AVX-512's masks suppress faults, so a tail never reads past the operand).
+#define SPRITETORCH_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+// GCC 12's AVX-512 intrinsics pass _mm512_undefined_ps() (a self-initialised variable) as the
+// unused merge source, and -Wuninitialized reports that inside its own headers once inlined
+// (GCC bug 105593, fixed in 13).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// Lanes [0, count) set, count in 0..16.
+inline __mmask16 mask16(int count) { return static_cast<__mmask16>((1u << count) - 1u); }
+
+// Lanes 0-3 (and every other group of four) = {sum of v0's lanes, ..., sum of v3's lanes}. All in
+// 512-bit registers: GCC 12's 512 -> 256-bit casts trip -Werror=uninitialized in its own headers.
+SPRITETORCH_AVX512 inline __m512 lane_sums16(__m512 v0, __m512 v1, __m512 v2, __m512 v3) {
+  // Per 128-bit group: {v0, v1, v0, v1} pair sums, then {v0, v1, v2, v3} sums of its 4 lanes.
+  const __m512 t01 = _mm512_add_ps(_mm512_unpacklo_ps(v0, v1), _mm512_unpackhi_ps(v0, v1));
+  const __m512 t23 = _mm512_add_ps(_mm512_unpacklo_ps(v2, v3), _mm512_unpackhi_ps(v2, v3));
+  const __m512d d01 = _mm512_castps_pd(t01), d23 = _mm512_castps_pd(t23);
+  __m512 u = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(d01, d23)),
+                           _mm512_castpd_ps(_mm512_unpackhi_pd(d01, d23)));
+  // The four groups added together.
+  u = _mm512_add_ps(u, _mm512_shuffle_f32x4(u, u, 0x4E));
+  return _mm512_add_ps(u, _mm512_shuffle_f32x4(u, u, 0xB1));
+}
+
+// nt, one MR x NR block of C (NR <= 4), as nt_block with 16-lane sums. MR = 4, NR = 4: 16 sums,
+// 4 rows of A, 1 of B; per 16 steps of k, 8 loads feed 16 FMAs.
+template <int MR, int NR>
+SPRITETORCH_AVX512 void nt512_block(int k, const float* a, int lda, const float* b, int ldb,
+                                    float* c, int ldc, const float* bias, bool relu) {
+  __m512 acc[MR][4];
+  SPRITETORCH_UNROLL
+  for (int i = 0; i < MR; ++i) SPRITETORCH_UNROLL
+  for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_setzero_ps();
+  int p = 0;
+  for (; p + 16 <= k; p += 16) {
+    __m512 av[MR];
+    SPRITETORCH_UNROLL
+    for (int i = 0; i < MR; ++i) av[i] = _mm512_loadu_ps(a + int64_t{i} * lda + p);
+    SPRITETORCH_UNROLL
+    for (int j = 0; j < NR; ++j) {
+      const __m512 bv = _mm512_loadu_ps(b + int64_t{j} * ldb + p);
+      SPRITETORCH_UNROLL
+      for (int i = 0; i < MR; ++i) acc[i][j] = _mm512_fmadd_ps(av[i], bv, acc[i][j]);
+    }
+  }
+  if (p < k) {  // the last k % 16 steps; masked-off lanes load 0
+    const __mmask16 mask = mask16(k - p);
+    __m512 av[MR];
+    SPRITETORCH_UNROLL
+    for (int i = 0; i < MR; ++i) av[i] = _mm512_maskz_loadu_ps(mask, a + int64_t{i} * lda + p);
+    SPRITETORCH_UNROLL
+    for (int j = 0; j < NR; ++j) {
+      const __m512 bv = _mm512_maskz_loadu_ps(mask, b + int64_t{j} * ldb + p);
+      SPRITETORCH_UNROLL
+      for (int i = 0; i < MR; ++i) acc[i][j] = _mm512_fmadd_ps(av[i], bv, acc[i][j]);
+    }
+  }
+  const __mmask16 cols = mask16(NR);
+  const __m512 bias4 = bias ? _mm512_maskz_loadu_ps(cols, bias) : _mm512_setzero_ps();
+  SPRITETORCH_UNROLL
+  for (int i = 0; i < MR; ++i) {
+    __m512 sums = _mm512_add_ps(lane_sums16(acc[i][0], acc[i][1], acc[i][2], acc[i][3]), bias4);
+    if (relu) sums = _mm512_max_ps(_mm512_setzero_ps(), sums);  // max(0, NaN) is NaN this way
+    _mm512_mask_storeu_ps(c + int64_t{i} * ldc, cols, sums);
+  }
+}
+
+constexpr int kNt512Rows = 4, kNt512Cols = 4;
+
+template <size_t... I>
+constexpr std::array<NtBlock, sizeof...(I)> nt512_table(std::index_sequence<I...>) {
+  return {nt512_block<I / kNt512Cols + 1, I % kNt512Cols + 1>...};
+}
+constexpr auto kNt512Blocks = nt512_table(std::make_index_sequence<kNt512Rows * kNt512Cols>());
+
+SPRITETORCH_AVX512 void nt_avx512(int m, int n, int k, const float* a, int lda, const float* b,
+                                  int ldb, float* c, int ldc, const float* bias, bool relu) {
+  for (int j = 0; j < n; j += kNt512Cols) {
+    const int nr = std::min(kNt512Cols, n - j);
+    for (int i = 0; i < m; i += kNt512Rows) {
+      const int mr = std::min(kNt512Rows, m - i);
+      kNt512Blocks[(mr - 1) * kNt512Cols + nr - 1](
+          k, a + int64_t{i} * lda, lda, b + int64_t{j} * ldb, ldb, c + int64_t{i} * ldc + j, ldc,
+          bias ? bias + j : nullptr, relu);
+    }
+  }
+}
+
+// nn, one MR x (16 NV) block of C, as nn_block with 16-lane vectors; the last vector holds
+// `last` (1..16) columns, through masks.
+template <int MR, int NV>
+SPRITETORCH_AVX512 void nn512_block(int k, const float* a, int a_row, int a_col, const float* b,
+                                    int ldb, float* c, int ldc, int last) {
+  const __mmask16 mask = mask16(last);
+  __m512 acc[MR][NV];
+  SPRITETORCH_UNROLL
+  for (int i = 0; i < MR; ++i) SPRITETORCH_UNROLL
+  for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
+  for (int p = 0; p < k; ++p) {
+    const float* bp = b + int64_t{p} * ldb;
+    const float* ap = a + int64_t{p} * a_col;
+    __m512 bv[NV];
+    SPRITETORCH_UNROLL
+    for (int v = 0; v < NV - 1; ++v) bv[v] = _mm512_loadu_ps(bp + 16 * v);
+    bv[NV - 1] = _mm512_maskz_loadu_ps(mask, bp + 16 * (NV - 1));
+    SPRITETORCH_UNROLL
+    for (int i = 0; i < MR; ++i) {
+      const __m512 ai = _mm512_set1_ps(ap[int64_t{i} * a_row]);
+      SPRITETORCH_UNROLL
+      for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(ai, bv[v], acc[i][v]);
+    }
+  }
+  SPRITETORCH_UNROLL
+  for (int i = 0; i < MR; ++i) {
+    float* ci = c + int64_t{i} * ldc;
+    SPRITETORCH_UNROLL
+    for (int v = 0; v < NV - 1; ++v) _mm512_storeu_ps(ci + 16 * v, acc[i][v]);
+    _mm512_mask_storeu_ps(ci + 16 * (NV - 1), mask, acc[i][NV - 1]);
+  }
+}
+
+constexpr int kNn512Rows = 6, kNn512Vectors = 4;
+
+template <size_t... I>
+constexpr std::array<NnBlock, sizeof...(I)> nn512_table(std::index_sequence<I...>) {
+  return {nn512_block<I / kNn512Vectors + 1, I % kNn512Vectors + 1>...};
+}
+constexpr auto kNn512Blocks = nn512_table(std::make_index_sequence<kNn512Rows * kNn512Vectors>());
+
+SPRITETORCH_AVX512 void nn_avx512(int m, int n, int k, const float* a, int a_row, int a_col,
+                                  const float* b, int ldb, float* c, int ldc) {
+  constexpr int kPanel = 16 * kNn512Vectors;
+  for (int j = 0; j < n; j += kPanel) {
+    const int cols = std::min(kPanel, n - j);
+    const int vectors = (cols + 15) / 16;
+    const int last = cols - 16 * (vectors - 1);
+    for (int i = 0; i < m; i += kNn512Rows) {
+      const int mr = std::min(kNn512Rows, m - i);
+      kNn512Blocks[(mr - 1) * kNn512Vectors + vectors - 1](
+          k, a + int64_t{i} * a_row, a_row, a_col, b + j, ldb, c + int64_t{i} * ldc + j, ldc, last);
+    }
+  }
+}
+#pragma GCC diagnostic pop
 #endif
 
 bool cpu_has_avx2() {
 #ifdef SPRITETORCH_GEMM_AVX2
   static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return avx2;
+#else
+  return false;
+#endif
+}
+
+// The kernel's target features; __builtin_cpu_supports also checks that the OS saves the
+// 512-bit state (XCR0), so a kernel or hypervisor that disabled it reads as no AVX-512.
+bool cpu_has_avx512() {
+#ifdef SPRITETORCH_GEMM_AVX2
+  static const bool avx512 = cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
+                             __builtin_cpu_supports("avx512bw") &&
+                             __builtin_cpu_supports("avx512vl");
+  return avx512;
 #else
   return false;
 #endif
@@ -251,6 +417,8 @@ bool available(Kernel kernel) {
   switch (kernel) {
     case Kernel::avx2:
       return cpu_has_avx2();
+    case Kernel::avx512:
+      return cpu_has_avx512();
     case Kernel::blas:
       return blas::has_sgemm();
     case Kernel::loops:
@@ -260,9 +428,24 @@ bool available(Kernel kernel) {
 }
 
 Kernel best_kernel() {
-  static const Kernel best = available(Kernel::avx2)   ? Kernel::avx2
-                             : available(Kernel::blas) ? Kernel::blas
-                                                       : Kernel::loops;
+  static const Kernel best = [] {
+    if (const char* forced = std::getenv("SPRITETORCH_GEMM_KERNEL"); forced && *forced) {
+      for (Kernel k : {Kernel::avx512, Kernel::avx2, Kernel::blas, Kernel::loops})
+        if (std::strcmp(forced, kernel_name(k)) == 0) {
+          if (!available(k))
+            throw Error(std::string("SPRITETORCH_GEMM_KERNEL=") + forced +
+                        ": this CPU or build cannot run that kernel");
+          return k;
+        }
+      throw Error(std::string("SPRITETORCH_GEMM_KERNEL=") + forced +
+                  ": expected avx512, avx2, blas or loops");
+    }
+    // AVX-512 first: 1.8-2.1x AVX2's rate on Zen 5 at the step's shapes (docs/benchmarks.md).
+    return available(Kernel::avx512) ? Kernel::avx512
+           : available(Kernel::avx2) ? Kernel::avx2
+           : available(Kernel::blas) ? Kernel::blas
+                                     : Kernel::loops;
+  }();
   return best;
 }
 
@@ -270,6 +453,8 @@ const char* kernel_name(Kernel kernel) {
   switch (kernel) {
     case Kernel::avx2:
       return "avx2";
+    case Kernel::avx512:
+      return "avx512";
     case Kernel::blas:
       return "blas";
     case Kernel::loops:
@@ -291,6 +476,8 @@ void nt(int m, int n, int k, const float* a, int lda, const float* b, int ldb, f
 #ifdef SPRITETORCH_GEMM_AVX2
     case Kernel::avx2:
       return nt_avx2(m, n, k, a, lda, b, ldb, c, ldc, bias, relu);
+    case Kernel::avx512:
+      return nt_avx512(m, n, k, a, lda, b, ldb, c, ldc, bias, relu);
 #endif
     case Kernel::blas:
       return nt_blas(m, n, k, a, lda, b, ldb, c, ldc, bias, relu);
@@ -311,6 +498,8 @@ void nn(int m, int n, int k, const float* a, int a_row, int a_col, const float* 
 #ifdef SPRITETORCH_GEMM_AVX2
     case Kernel::avx2:
       return nn_avx2(m, n, k, a, a_row, a_col, b, ldb, c, ldc);
+    case Kernel::avx512:
+      return nn_avx512(m, n, k, a, a_row, a_col, b, ldb, c, ldc);
 #endif
     case Kernel::blas:
       return nn_blas(m, n, k, a, a_row, a_col, b, ldb, c, ldc);

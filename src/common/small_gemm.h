@@ -11,20 +11,23 @@
 //                                  any two strides: weight gradients dz^T a (A transposed) and
 //                                  input gradients dz W (A as stored).
 //
-// The kernel is picked once at run time: AVX2+FMA when the CPU has them, else the BLAS library
-// (cblas_sgemm, common/blas.h), else plain loops. They agree within float rounding (tests compare
+// The kernel is picked once at run time: AVX-512 (F, BW, VL) when the CPU has it, else AVX2+FMA,
+// else the BLAS library (cblas_sgemm, common/blas.h), else plain loops; SPRITETORCH_GEMM_KERNEL
+// names one to use instead (to compare them). They agree within float rounding (tests compare
 // each with torch::mm); bench/small_gemm_bench.cpp times them against each other.
 #pragma once
 
 namespace spritetorch::gemm {
 
-enum class Kernel { avx2, blas, loops };
+enum class Kernel { avx2, avx512, blas, loops };
 
-// The fastest kernel this process can run.
+// The fastest kernel this process can run, or the one SPRITETORCH_GEMM_KERNEL names (throws Error
+// when it names none or one that cannot run here).
 Kernel best_kernel();
-// Whether `kernel` can run here (avx2: the CPU has AVX2 and FMA; blas: cblas_sgemm was found).
+// Whether `kernel` can run here (avx2: the CPU has AVX2 and FMA; avx512: also AVX-512 F, BW and VL
+// with the OS saving their registers; blas: cblas_sgemm was found).
 bool available(Kernel kernel);
-const char* kernel_name(Kernel kernel);  // "avx2", "blas", "loops"
+const char* kernel_name(Kernel kernel);  // "avx2", "avx512", "blas", "loops"
 
 // Row-major C (m x n, row stride ldc) = A (m x k, stride lda) B^T, with B stored (n x k, stride
 // ldb); then c[i][j] += bias[j] when bias is given, and max(0, c) when relu (NaN stays NaN).

@@ -30,12 +30,12 @@ const std::vector<std::string>& fashion_mnist_classes() {
   return kNames;
 }
 
-Dataset load_fashion_mnist(const std::string& dir, Split split) {
+Dataset load_fashion_mnist(const std::string& dir, Split split, const IdxCache& cache) {
   const std::string prefix = split == Split::kTrain ? "train" : "t10k";
   const std::string images_path = find_idx_file(dir, prefix + "-images-idx3-ubyte");
   const std::string labels_path = find_idx_file(dir, prefix + "-labels-idx1-ubyte");
-  torch::Tensor images = read_idx(images_path);
-  torch::Tensor labels = read_idx(labels_path);
+  torch::Tensor images = read_idx_cached(images_path, cache);
+  torch::Tensor labels = read_idx_cached(labels_path, cache);
 
   if (images.dim() != 3)
     throw DataError(images_path, "3 dimensions (N, rows, cols)", std::to_string(images.dim()));

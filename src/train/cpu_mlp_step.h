@@ -39,8 +39,8 @@ class CpuMlpStep : public TrainStep {
              gemm::Kernel kernel = gemm::best_kernel());
   ~CpuMlpStep() override;
 
-  // Whether this step should run the given layers here (CPU float32, >= 2 layers, and AVX2+FMA
-  // or a BLAS library for the products).
+  // Whether this step should run the given layers here (CPU float32, >= 2 layers, and AVX-512,
+  // AVX2+FMA or a BLAS library for the products).
   static bool applies_to(const std::vector<torch::nn::Linear>& layers);
 
   void run(const data::Batch& batch, torch::Tensor& loss_sum, torch::Tensor& correct) override;
@@ -48,6 +48,7 @@ class CpuMlpStep : public TrainStep {
   bool overwrites_grads() const override { return true; }
   int threads() const override { return threads_; }
   std::shared_ptr<ShardPool> thread_pool() const override { return pool_; }
+  const char* kernel() const override { return gemm::kernel_name(kernel_); }
 
  private:
   struct Layer;

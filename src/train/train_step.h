@@ -57,6 +57,8 @@ class TrainStep {
   virtual int threads() const { return 1; }
   // Those threads, for the optimizer's step to use as well (null when the step has none).
   virtual std::shared_ptr<ShardPool> thread_pool() const { return nullptr; }
+  // The matrix kernel of a step that runs its own (gemm::kernel_name), else null.
+  virtual const char* kernel() const { return nullptr; }
 
   // Called with each parameter whose gradient run() has finished writing, during the backward
   // pass, so a distributed gradient reducer can start its all-reduce early. The fused step calls

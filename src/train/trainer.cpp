@@ -69,13 +69,24 @@ int choose_step_threads(const TrainConfig& config, const ParallelRun& parallel) 
   return config.blas_threads > 0 ? std::max(1, cores / config.blas_threads) : cores;
 }
 
+// "fused-mlp (2 threads, avx512 kernel)".
+std::string describe_step(const TrainStep& step) {
+  std::vector<std::string> parts;
+  if (step.threads() > 1) parts.push_back(std::to_string(step.threads()) + " threads");
+  if (step.kernel()) parts.push_back(std::string(step.kernel()) + " kernel");
+  std::string out = step.name();
+  for (size_t i = 0; i < parts.size(); ++i) out += (i ? ", " : " (") + parts[i];
+  return parts.empty() ? out : out + ")";
+}
+
 }  // namespace
 
 Datasets load_datasets(const TrainConfig& config) {
   Datasets out;
   if (config.dataset == "fashion-mnist") {
-    out.train = data::load_fashion_mnist(config.data_dir, data::Split::kTrain);
-    out.test = data::load_fashion_mnist(config.data_dir, data::Split::kTest);
+    const auto cache = data::IdxCache::from_environment();
+    out.train = data::load_fashion_mnist(config.data_dir, data::Split::kTrain, cache);
+    out.test = data::load_fashion_mnist(config.data_dir, data::Split::kTest, cache);
   } else if (config.dataset == "dummy") {
     out.train = data::make_dummy_dataset(4096, config.seed);
     out.test = data::make_dummy_dataset(1024, config.seed + 1);
@@ -267,10 +278,25 @@ void TrainingRun::set_up_step() {
                 " holds feature vectors");
   if (parallel_.kind() == StrategyKind::kDataParallel)
     task_.use_data_parallel(parallel_.data_parallel_devices());
+  const int cpu_threads = device_.is_cpu() ? choose_step_threads(config_, parallel_) : 1;
+  // --precision auto on a CPU with native bf16: where the model has the fused fp32 CPU step, that
+  // step beats bf16 autocast (autograd) by ~2x on Zen 5 and Sapphire Rapids (docs/benchmarks.md),
+  // so auto keeps fp32 there; other models (conv nets: bf16 1.27x faster on Zen 5) keep bf16.
+  if (config_.precision == precision::Precision::kAuto && device_.is_cpu() && plan_.autocast &&
+      config_.step != StepKind::kAutograd) {
+    auto fp32 =
+        precision::resolve_precision(precision::Precision::kFp32, device::describe_device(device_));
+    const StepPrecision plain{fp32, nullptr, channels_last_, !config_.cuda_graphs};
+    auto fused = task_.fast_step({config_.batch_size, config_.step, plain, cpu_threads});
+    if (fused && fused->kernel()) {
+      fp32.description += " (auto: this model's fused fp32 CPU step is faster than bf16 here)";
+      plan_ = fp32;
+      step_ = std::move(fused);
+    }
+  }
   const StepPrecision precision{plan_, scaler_.get(), channels_last_,
                                 /*autocast_cache=*/!config_.cuda_graphs};
-  step_ = task_.fast_step({config_.batch_size, config_.step, precision,
-                           device_.is_cpu() ? choose_step_threads(config_, parallel_) : 1});
+  if (!step_) step_ = task_.fast_step({config_.batch_size, config_.step, precision, cpu_threads});
   if (!step_)
     step_ = std::make_unique<AutogradStep>(
         [this](const data::Batch& batch) { return task_.training_step(batch); }, precision);
@@ -321,9 +347,7 @@ Settings TrainingRun::describe() const {
            (start_epoch_ ? " (resuming after " + std::to_string(start_epoch_) + ")" : "")},
       {"optimizer", optimization_.describe() + " (flat buffers)"},
       {"augment", augment_.describe()},
-      {"step",
-       std::string(step_->name()) +
-           (step_->threads() > 1 ? " (" + std::to_string(step_->threads()) + " threads)" : "")},
+      {"step", describe_step(*step_)},
       {"precision",
        plan_.description + (config_.clip_grad_norm > 0
                                 ? ", clip grad norm " + c10::str(config_.clip_grad_norm)

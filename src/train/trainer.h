@@ -106,7 +106,8 @@ class TrainObserver {
 struct Datasets {
   data::Dataset train, test;  // test may be empty: then no evaluation
 };
-// The config's dataset, with train_limit / test_limit applied.
+// The config's dataset, with train_limit / test_limit applied. Fashion-MNIST's .gz files go
+// through the dataset cache the environment asks for (data::IdxCache::from_environment).
 Datasets load_datasets(const TrainConfig& config);
 
 class Trainer {

@@ -13,6 +13,13 @@ expect 0 "Subcommands:" -- --help
 expect 0 "^spritetorch [0-9]+\.[0-9]+\.[0-9]+" -- --version
 expect 0 "auto picks: " -- devices
 expect 0 '"auto":' -- devices --json
+# The fused CPU step's matrix kernel: `devices` names it; SPRITETORCH_GEMM_KERNEL picks another one
+# this CPU runs, or is a usage error.
+expect 0 "matrix kernels \(CPU\): (avx512|avx2|blas|loops) \(this CPU runs: .*loops\)" -- devices
+SPRITETORCH_GEMM_KERNEL=loops expect 0 "matrix kernels \(CPU\): loops " -- devices
+SPRITETORCH_GEMM_KERNEL=loops expect 0 '"cpu_gemm_kernel": "loops"' -- devices --json
+SPRITETORCH_GEMM_KERNEL=sse9 expect 2 "SPRITETORCH_GEMM_KERNEL=sse9: expected avx512, avx2, blas or loops" -- devices
+SPRITETORCH_CACHE=maybe expect 2 "SPRITETORCH_CACHE=maybe: expected 0" -- train --data "$tmp/nowhere"
 expect 2 "unknown device 'gpu'" -- train --device gpu --dataset dummy --model simplenn
 expect 2 "available: cpu" -- train --device cuda:3 --dataset dummy --model simplenn
 expect 2 "MPS" -- train --device mps --dataset dummy --model simplenn
@@ -43,11 +50,13 @@ fi
 # They need the raw-buffer CPU step, i.e. a LibTorch whose BLAS exports CBLAS (Debian's OpenBLAS;
 # a pip torch's bundled MKL does not, and `devices` says so).
 if "$bin" devices | grep -q "^BLAS: OpenBLAS"; then
-  expect 0 "fused-mlp \(3 threads\)" -- train --device cpu --dataset dummy --model simplenn --epochs 1 --step-threads 3
-  expect 0 "fused-mlp \(3 threads\)" -- train --device cpu --dataset dummy --model simplenn --epochs 1 --step-shards 3
+  expect 0 "fused-mlp \(3 threads, [a-z0-9]+ kernel\)" -- train --device cpu --dataset dummy --model simplenn --epochs 1 --step-threads 3
+  expect 0 "fused-mlp \(3 threads, [a-z0-9]+ kernel\)" -- train --device cpu --dataset dummy --model simplenn --epochs 1 --step-shards 3
   cores=$(nproc)
   expect 0 "1 intra-op, $cores BLAS" -- train --device cpu --dataset dummy --model simplenn --epochs 1 --blas-threads "$cores"
-  expect 0 "step +fused-mlp *$" -- train --device cpu --dataset dummy --model simplenn --epochs 1 --blas-threads "$cores"
+  # --precision auto keeps fp32 for a model with the fused CPU step, native bf16 or not.
+  expect 0 "precision +fp32 \(auto: " -- train --device cpu --precision auto --dataset dummy --model simplenn --epochs 1 --no-run-dir
+  expect 0 "step +fused-mlp \([a-z0-9]+ kernel\) *$" -- train --device cpu --dataset dummy --model simplenn --epochs 1 --blas-threads "$cores"
 else
   echo "skipped: the CPU step's thread checks (this LibTorch's BLAS is not OpenBLAS)"
 fi
@@ -189,8 +198,25 @@ if [ -f "$fmnist/t10k-images-idx3-ubyte.gz" ]; then
   undone=$("$bin" classify --checkpoint "$tmp/fm.pt" --invert "$tmp/trouser_inv.png" | cut -f2-)
   if [ -n "$straight" ] && [ "$straight" = "$undone" ]; then passes=$((passes + 1)); else
     echo "FAIL: classify --invert of the inverted trouser: '$undone', the trouser: '$straight'"; fails=$((fails + 1)); fi
+  # The dataset cache (data/idx_cache.h): written by the first run, read silently by the next, a
+  # corrupt file noted and replaced, nothing written with SPRITETORCH_CACHE=0.
+  fm_run=(train --epochs 1 --train-limit 500 --test-limit 500 --device cpu --no-run-dir)
+  XDG_CACHE_HOME="$tmp/xdg" expect 0 "Test Accuracy" -- "${fm_run[@]}"
+  cached=$(ls "$tmp/xdg/spritetorch/"*.idxcache 2>/dev/null | wc -l)
+  if [ "$cached" -eq 4 ]; then passes=$((passes + 1)); else
+    echo "FAIL: the dataset cache holds $cached files after a Fashion-MNIST run (wanted 4)"; fails=$((fails + 1)); fi
+  quiet=$(XDG_CACHE_HOME="$tmp/xdg" "$bin" "${fm_run[@]}" 2>&1)
+  if ! grep -q "dataset cache" <<<"$quiet"; then passes=$((passes + 1)); else
+    echo "FAIL: a run on a valid cache printed: $(grep "dataset cache" <<<"$quiet")"; fails=$((fails + 1)); fi
+  labels_cache=$(ls "$tmp/xdg/spritetorch/"t10k-labels*.idxcache)
+  head -c 200 /dev/zero >"$labels_cache"
+  XDG_CACHE_HOME="$tmp/xdg" expect 0 "note: dataset cache: ignoring .*t10k-labels.*not a spritetorch cache file" -- "${fm_run[@]}"
+  XDG_CACHE_HOME="$tmp/xdg" SPRITETORCH_CACHE=0 expect 0 "Test Accuracy" -- "${fm_run[@]}"
+  XDG_CACHE_HOME="$tmp/xdg-off" SPRITETORCH_CACHE=0 expect 0 "Test Accuracy" -- "${fm_run[@]}"
+  if [ ! -e "$tmp/xdg-off/spritetorch" ]; then passes=$((passes + 1)); else
+    echo "FAIL: SPRITETORCH_CACHE=0 wrote $tmp/xdg-off/spritetorch"; fails=$((fails + 1)); fi
 else
-  echo "skipped the Fashion-MNIST classify checks: no $fmnist"
+  echo "skipped the Fashion-MNIST classify and cache checks: no $fmnist"
 fi
 expect 0 "Saved checkpoint" -- train --dataset dummy --model simplenn --epochs 1 --device cpu --save "$tmp/dummy.pt" --no-run-dir
 expect 2 "expected an image classifier .*found input shape \[3\]" -- classify --checkpoint "$tmp/dummy.pt" "$tmp/preview.png"

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <vector>
@@ -13,15 +14,16 @@ namespace {
 
 std::vector<Kernel> kernels_here() {
   std::vector<Kernel> out;
-  for (Kernel k : {Kernel::avx2, Kernel::blas, Kernel::loops})
+  for (Kernel k : {Kernel::avx512, Kernel::avx2, Kernel::blas, Kernel::loops})
     if (available(k)) out.push_back(k);
   return out;
 }
 
-// Sizes around the kernels' block edges (3 x 4 for nt, 4 x 24 for nn, 8 lanes), and the seed's.
-const std::vector<int> kRows = {1, 2, 3, 4, 5, 7, 13, 64};
-const std::vector<int> kCols = {1, 3, 4, 5, 8, 9, 17, 24, 25, 33, 64};
-const std::vector<int> kInner = {0, 1, 7, 8, 9, 31, 130};
+// Sizes around the kernels' block edges (avx2: 3 x 4 for nt, 4 x 24 for nn, 8 lanes; avx512:
+// 4 x 4 for nt, 6 x 64 for nn, 16 lanes), and the seed's.
+const std::vector<int> kRows = {1, 2, 3, 4, 5, 6, 7, 13, 64};
+const std::vector<int> kCols = {1, 3, 4, 5, 8, 9, 15, 16, 17, 24, 25, 33, 47, 63, 64, 65, 81};
+const std::vector<int> kInner = {0, 1, 7, 8, 9, 15, 16, 17, 31, 130};
 
 constexpr int kPad = 3;                 // extra columns in every stored matrix
 constexpr float kSentinel = -12345.0f;  // C's padding: must survive every product
@@ -43,6 +45,17 @@ void expect_padding_untouched(const torch::Tensor& c_store, int cols, const std:
 TEST(SmallGemm, BestKernelIsAvailable) {
   EXPECT_TRUE(available(best_kernel()));
   EXPECT_TRUE(available(Kernel::loops));
+}
+
+// The widest vectors the CPU has, unless SPRITETORCH_GEMM_KERNEL asks for another.
+TEST(SmallGemm, BestKernelPrefersAvx512ThenAvx2) {
+  if (std::getenv("SPRITETORCH_GEMM_KERNEL")) GTEST_SKIP() << "SPRITETORCH_GEMM_KERNEL is set";
+  if (available(Kernel::avx512)) {
+    EXPECT_EQ(best_kernel(), Kernel::avx512);
+    EXPECT_TRUE(available(Kernel::avx2));  // the AVX-512 kernels need its features too
+  } else if (available(Kernel::avx2)) {
+    EXPECT_EQ(best_kernel(), Kernel::avx2);
+  }
 }
 
 TEST(SmallGemm, NtMatchesTorchForEveryShapeAndKernel) {
@@ -112,8 +125,9 @@ TEST(SmallGemm, NtReluKeepsNaN) {
 }
 
 TEST(SmallGemm, UnavailableKernelIsAClearError) {
-  if (available(Kernel::avx2) && available(Kernel::blas)) GTEST_SKIP() << "every kernel runs here";
-  for (Kernel kernel : {Kernel::avx2, Kernel::blas}) {
+  if (available(Kernel::avx512) && available(Kernel::avx2) && available(Kernel::blas))
+    GTEST_SKIP() << "every kernel runs here";
+  for (Kernel kernel : {Kernel::avx512, Kernel::avx2, Kernel::blas}) {
     if (available(kernel)) continue;
     float x = 1.0f, y = 0.0f;
     EXPECT_THROW(nt(1, 1, 1, &x, 1, &x, 1, &y, 1, nullptr, false, kernel), std::exception);

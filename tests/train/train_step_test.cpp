@@ -70,7 +70,7 @@ StepMaker cpu_step(int threads, gemm::Kernel kernel = gemm::best_kernel()) {
 // Every matrix kernel this machine can run (the plain loops always can).
 std::vector<gemm::Kernel> kernels_here() {
   std::vector<gemm::Kernel> out;
-  for (auto k : {gemm::Kernel::avx2, gemm::Kernel::blas, gemm::Kernel::loops})
+  for (auto k : {gemm::Kernel::avx512, gemm::Kernel::avx2, gemm::Kernel::blas, gemm::Kernel::loops})
     if (gemm::available(k)) out.push_back(k);
   return out;
 }

@@ -1,0 +1,210 @@
+#include "data/idx_cache.h"
+
+#include <sys/stat.h>
+#include <zlib.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+
+#include "common/atomic_file.h"
+#include "common/error.h"
+#include "data/idx_reader.h"
+
+namespace spritetorch::data {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// Cache file layout, little-endian: the fixed header, the source's path, the decoded bytes.
+//   0 magic "SPRITETORCH-IDXC"   16 u32 version   20 u32 ndim   24 i64 dims[4]
+//  56 u64 source size            64 i64 source mtime (ns)      72 u64 payload bytes
+//  80 u32 path bytes             84 u32 CRC-32 of bytes 0-83, the path and the payload
+constexpr char kMagic[16] = {'S', 'P', 'R', 'I', 'T', 'E', 'T', 'O',
+                             'R', 'C', 'H', '-', 'I', 'D', 'X', 'C'};
+constexpr uint32_t kVersion = 1;
+constexpr size_t kHeader = 88;
+constexpr int kMaxDims = 4;
+constexpr uint32_t kMaxPath = 4096;
+
+template <typename T>
+void put(unsigned char* at, T value) {
+  for (size_t i = 0; i < sizeof(T); ++i)
+    at[i] = static_cast<unsigned char>(uint64_t(value) >> (8 * i));
+}
+template <typename T>
+T get(const unsigned char* at) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < sizeof(T); ++i) v |= uint64_t{at[i]} << (8 * i);
+  return static_cast<T>(v);
+}
+
+uint32_t crc_continue(uint32_t crc, const unsigned char* data, size_t size) {
+  while (size > 0) {  // zlib's crc32 takes a uInt length
+    const uInt chunk = static_cast<uInt>(std::min<size_t>(size, 1u << 30));
+    crc = static_cast<uint32_t>(crc32(crc, data, chunk));
+    data += chunk, size -= chunk;
+  }
+  return crc;
+}
+
+struct SourceKey {
+  std::string path;  // absolute
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+};
+
+SourceKey key_of(const std::string& source) {
+  SourceKey key;
+  key.path = fs::absolute(source).lexically_normal().string();
+  struct stat st {};
+  if (::stat(source.c_str(), &st) != 0)
+    throw DataError(source, "a readable IDX file", std::string(std::strerror(errno)));
+  key.size = static_cast<uint64_t>(st.st_size);
+  key.mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+  return key;
+}
+
+bool starts_with_gzip_magic(const std::string& path) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
+  unsigned char m[2];
+  return f && std::fread(m, 1, 2, f.get()) == 2 && m[0] == 0x1f && m[1] == 0x8b;
+}
+
+// FNV-1a: names the cache file after the source's path (the path itself is checked on read).
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+// What a lookup found: a tensor, nothing (no cache file: not worth a note), or why the file
+// cannot be used.
+struct Lookup {
+  torch::Tensor tensor;
+  std::string problem;
+};
+
+Lookup look_up(const std::string& file, const SourceKey& key) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(file.c_str(), "rb"), &std::fclose);
+  if (!f) {
+    if (errno == ENOENT || errno == ENOTDIR) return {};  // no cache yet (the write will say why)
+    return {{}, std::string("unreadable: ") + std::strerror(errno)};
+  }
+  struct stat st {};
+  if (::fstat(::fileno(f.get()), &st) != 0) return {{}, "unreadable"};
+  unsigned char head[kHeader];
+  if (std::fread(head, 1, kHeader, f.get()) != kHeader) return {{}, "truncated header"};
+  if (std::memcmp(head, kMagic, sizeof kMagic) != 0) return {{}, "not a spritetorch cache file"};
+  if (get<uint32_t>(head + 16) != kVersion) return {{}, "another format version"};
+  const uint32_t ndim = get<uint32_t>(head + 20);
+  if (ndim < 1 || ndim > kMaxDims) return {{}, "bad dimension count"};
+  std::vector<int64_t> dims(ndim);
+  uint64_t elements = 1;
+  for (uint32_t d = 0; d < ndim; ++d) {
+    dims[d] = get<int64_t>(head + 24 + 8 * d);
+    if (dims[d] <= 0 || dims[d] > (int64_t{1} << 32)) return {{}, "bad dimensions"};
+    elements *= static_cast<uint64_t>(dims[d]);
+    if (elements > (uint64_t{1} << 34)) return {{}, "bad dimensions"};
+  }
+  const uint64_t payload = get<uint64_t>(head + 72);
+  const uint32_t path_bytes = get<uint32_t>(head + 80);
+  if (payload != elements || path_bytes > kMaxPath) return {{}, "inconsistent header"};
+  if (static_cast<uint64_t>(st.st_size) != kHeader + path_bytes + payload)
+    return {{},
+            "truncated or padded (" + std::to_string(st.st_size) + " bytes, header says " +
+                std::to_string(kHeader + path_bytes + payload) + ")"};
+  std::string path(path_bytes, '\0');
+  if (std::fread(path.data(), 1, path_bytes, f.get()) != path_bytes) return {{}, "truncated"};
+  if (path != key.path) return {{}, "holds another file (" + path + ")"};
+  if (get<uint64_t>(head + 56) != key.size || get<int64_t>(head + 64) != key.mtime_ns)
+    return {{}, "stale: the source's size or modification time changed"};
+  auto tensor = torch::empty(dims, torch::kUInt8);
+  auto* bytes = tensor.data_ptr<uint8_t>();
+  if (std::fread(bytes, 1, payload, f.get()) != payload) return {{}, "truncated"};
+  uint32_t crc = crc_continue(0, head, 84);
+  crc = crc_continue(crc, reinterpret_cast<const unsigned char*>(path.data()), path.size());
+  crc = crc_continue(crc, bytes, payload);
+  if (crc != get<uint32_t>(head + 84)) return {{}, "checksum mismatch (corrupt)"};
+  return {tensor, {}};
+}
+
+void store(const std::string& file, const SourceKey& key, const torch::Tensor& tensor) {
+  const uint64_t payload = static_cast<uint64_t>(tensor.numel());
+  std::string bytes(kHeader + key.path.size() + payload, '\0');
+  auto* out = reinterpret_cast<unsigned char*>(bytes.data());
+  std::memcpy(out, kMagic, sizeof kMagic);
+  put<uint32_t>(out + 16, kVersion);
+  put<uint32_t>(out + 20, static_cast<uint32_t>(tensor.dim()));
+  for (int64_t d = 0; d < tensor.dim(); ++d) put<int64_t>(out + 24 + 8 * d, tensor.size(d));
+  put<uint64_t>(out + 56, key.size);
+  put<int64_t>(out + 64, key.mtime_ns);
+  put<uint64_t>(out + 72, payload);
+  put<uint32_t>(out + 80, static_cast<uint32_t>(key.path.size()));
+  std::memcpy(out + kHeader, key.path.data(), key.path.size());
+  std::memcpy(out + kHeader + key.path.size(), tensor.contiguous().data_ptr<uint8_t>(), payload);
+  uint32_t crc = crc_continue(0, out, 84);
+  crc = crc_continue(crc, out + kHeader, key.path.size() + payload);
+  put<uint32_t>(out + 84, crc);
+  std::error_code ec;
+  fs::create_directories(fs::path(file).parent_path(), ec);
+  if (ec)
+    throw Error("cannot create " + fs::path(file).parent_path().string() + ": " + ec.message());
+  write_file_atomically(file, bytes);
+}
+
+}  // namespace
+
+IdxCache IdxCache::from_environment() {
+  IdxCache cache;
+  const char* on = std::getenv("SPRITETORCH_CACHE");
+  const std::string setting = on ? on : "";
+  if (!setting.empty() && setting != "0" && setting != "1")
+    throw Error("SPRITETORCH_CACHE=" + setting + ": expected 0 (no dataset cache) or 1",
+                "unset it or set it to 0 or 1");
+  if (setting == "0") return cache;
+  // XDG: a relative XDG_CACHE_HOME is to be ignored.
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  if (xdg && xdg[0] == '/')
+    cache.dir = (fs::path(xdg) / "spritetorch").string();
+  else if (home && home[0] == '/')
+    cache.dir = (fs::path(home) / ".cache" / "spritetorch").string();
+  cache.note = [](const std::string& line) { std::cerr << "note: " << line << "\n"; };
+  return cache;
+}
+
+std::string idx_cache_file(const std::string& source, const IdxCache& cache) {
+  const std::string absolute = fs::absolute(source).lexically_normal().string();
+  char hash[17];
+  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(fnv1a(absolute)));
+  return (fs::path(cache.dir) / (fs::path(absolute).filename().string() + "." + hash + ".idxcache"))
+      .string();
+}
+
+torch::Tensor read_idx_cached(const std::string& path, const IdxCache& cache) {
+  if (cache.dir.empty() || !starts_with_gzip_magic(path)) return read_idx(path);
+  const SourceKey key = key_of(path);  // before decoding: a source changed meanwhile reads stale
+  const std::string file = idx_cache_file(path, cache);
+  auto note = [&](const std::string& line) {
+    if (cache.note) cache.note(line);
+  };
+  const Lookup found = look_up(file, key);
+  if (found.tensor.defined()) return found.tensor;
+  if (!found.problem.empty())
+    note("dataset cache: ignoring " + file + " (" + found.problem + "); decoding " + path +
+         " and rewriting it");
+  torch::Tensor tensor = read_idx(path);
+  try {
+    store(file, key, tensor);
+  } catch (const std::exception& e) {
+    note("dataset cache: cannot write " + file + " (" + e.what() + "); running uncached");
+  }
+  return tensor;
+}
+
+}  // namespace spritetorch::data
