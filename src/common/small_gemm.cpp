@@ -243,7 +243,9 @@ SPRITETORCH_AVX2 void nn_avx2(int m, int n, int k, const float* a, int a_row, in
 // (GCC bug 105593, fixed in 13).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // GCC's name only: clang rejects unknown warning groups under -Werror
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 // Lanes [0, count) set, count in 0..16.
 inline __mmask16 mask16(int count) { return static_cast<__mmask16>((1u << count) - 1u); }
