@@ -6,10 +6,19 @@
 #include <malloc.h>
 #endif
 
+// AddressSanitizer replaces malloc: glibc's thresholds do not apply there.
+#if defined(__SANITIZE_ADDRESS__)
+#define SPRITETORCH_OWN_MALLOC 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SPRITETORCH_OWN_MALLOC 1
+#endif
+#endif
+
 namespace spritetorch {
 
 bool keep_freed_memory_for_reuse() {
-#if defined(__GLIBC__)
+#if defined(__GLIBC__) && !defined(SPRITETORCH_OWN_MALLOC)
   if (std::getenv("MALLOC_MMAP_THRESHOLD_") || std::getenv("MALLOC_TRIM_THRESHOLD_")) return false;
   constexpr int kMmapThreshold = 256 << 20, kTrimThreshold = 512 << 20;
   return mallopt(M_MMAP_THRESHOLD, kMmapThreshold) == 1 &&

@@ -9,7 +9,7 @@
 namespace spritetorch {
 
 // Keeps freed blocks of up to 256 MiB in the process for reuse (fixed mmap threshold 256 MiB, trim
-// threshold 512 MiB). Does nothing off glibc, or when the user set MALLOC_MMAP_THRESHOLD_ or
+// threshold 512 MiB). Does nothing off glibc's malloc (AddressSanitizer builds have their own), or when the user set MALLOC_MMAP_THRESHOLD_ or
 // MALLOC_TRIM_THRESHOLD_ (their choice wins). Returns whether it changed anything.
 bool keep_freed_memory_for_reuse();
 
