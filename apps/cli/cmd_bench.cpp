@@ -123,9 +123,9 @@ int run_target_bench(const BenchFlags& f) {
                 "pass one --devices value (or none: the best device here)");
   if (!f.bench.devices.empty()) w.device = f.bench.devices.front();
   w.precision = precision::parse_precision(f.bench.precisions.front());
-  if (f.vs_python && w.recipe != "fast")
-    throw Error("--vs-python with --target-accuracy runs the peer's fast recipe",
-                "add --recipe fast");
+  if (f.vs_python && w.recipe != "fast" && w.recipe != "wide")
+    throw Error("--vs-python with --target-accuracy runs the peer's version of a recipe",
+                "add --recipe fast or --recipe wide");
   const std::string model = w.model.empty() ? train::default_model(w) : w.model;
   // The peer runs at the precision ours resolves to on this device.
   const torch::Device device = device::pick_device(w.device);
@@ -189,7 +189,7 @@ int run_target_bench(const BenchFlags& f) {
       auto result = peer_result(run_process({python,
                                              peer,
                                              "--recipe",
-                                             "fast",
+                                             w.recipe,
                                              "--data",
                                              w.data_dir,
                                              "--epochs",
@@ -284,8 +284,9 @@ Subcommand add_bench_command(CLI::App& app) {
       ->delimiter(',')
       ->capture_default_str();
   sub->add_flag("--cuda-graphs", f->bench.cuda_graphs,
-                "Also time each resident row with the step replayed as a CUDA graph (other devices "
-                "list those rows as not run, with the reason)");
+                "Time each resident row twice, eager and with the step replayed as a CUDA graph "
+                "(other devices list the graphed rows as not run, with the reason). Without it "
+                "every row runs as train does by default: graphs wherever valid");
   sub->add_option("--repeats", f->bench.repeats, "Timed runs per row (the median is reported)")
       ->check(kPositive)
       ->capture_default_str();
@@ -299,8 +300,8 @@ Subcommand add_bench_command(CLI::App& app) {
       "(the seed's loop: --model ann or cnn on fashion-mnist, adam lr 0.001, batch 64; "
       "--train-limit and --epochs are passed on)");
   sub->add_option("--recipe", w.recipe,
-                  "Named defaults for the options not given (train --recipe; fast: " +
-                      train::find_recipe("fast").summary + ")")
+                  "Named defaults for the options not given (train --recipe): " +
+                      train::describe_recipes())
       ->check(CLI::IsMember(train::recipe_names()));
   sub->add_option("--weight-decay", w.weight_decay, "As train --weight-decay")->check(kNonNegative);
   sub->add_option("--lr-schedule", w.lr_schedule, "As train --lr-schedule")->capture_default_str();
@@ -361,13 +362,16 @@ Subcommand add_bench_command(CLI::App& app) {
                                             ? train::default_model(f->bench.workload)
                                             : f->bench.workload.model;
               nlohmann::json peers = nlohmann::json::array();
-              // Once per device, against the same workload: the resident fp32 eager row. The
-              // fastest resident row of that device (another precision, graphed) is named too.
+              // Once per device, against the same workload: the resident fp32 row as `train` runs
+              // it by default (eager under bench --cuda-graphs). The fastest resident row of that
+              // device (another precision, graphed) is named too.
               auto resident = [](const train::BenchRow& r) {
                 return r.ran && r.data_path.rfind("resident", 0) == 0;
               };
               for (const auto& row : report.rows) {
-                if (!resident(row) || row.precision != "fp32" || row.cuda_graphs) continue;
+                if (!resident(row) || row.precision != "fp32" ||
+                    row.data_path.find(", cuda graphs") != std::string::npos)
+                  continue;
                 const train::BenchRow* best = &row;
                 for (const auto& other : report.rows)
                   if (resident(other) && other.device == row.device &&

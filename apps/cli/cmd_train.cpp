@@ -184,9 +184,17 @@ Subcommand add_train_command(CLI::App& app) {
                   "Clip the gradients' L2 norm to this, after loss unscaling (0: off)")
       ->check(kNonNegative)
       ->capture_default_str();
-  sub->add_flag("--cuda-graphs", config->cuda_graphs,
-                "CUDA only: capture the whole train step as a CUDA graph after 3 warm-up steps and "
-                "replay it (drops the last partial batch)");
+  // Two flags for one tri-state (auto unless either is given); both given is an error.
+  auto* graphs_on = sub->add_flag_function(
+      "--cuda-graphs",
+      [config](int64_t) { config->cuda_graphs = train::CudaGraphs::kOn; },
+      "CUDA: insist on capturing the whole train step as a CUDA graph (an error says why it "
+      "cannot). Default: captured wherever valid (CUDA, resident data, one process), the settings "
+      "say why not elsewhere");
+  sub->add_flag_function(
+         "--no-cuda-graphs", [config](int64_t) { config->cuda_graphs = train::CudaGraphs::kOff; },
+         "CUDA: run every step eagerly, without graph capture")
+      ->excludes(graphs_on);
   sub->add_option("--channels-last", config->channels_last,
                   "CNNs on CUDA: channels_last memory format (true|false)")
       ->capture_default_str();
@@ -230,8 +238,8 @@ Subcommand add_train_command(CLI::App& app) {
       "ddp: all-reduce the gradients after backward instead of overlapping it");
   sub->add_option("--recipe", config->recipe,
                   "Named defaults for the options not given (a flag, variable or --config file "
-                  "overrides each): fast (" +
-                      train::find_recipe("fast").summary + "; docs/benchmarks.md)")
+                  "overrides each): " +
+                      train::describe_recipes() + ". docs/benchmarks.md")
       ->check(CLI::IsMember(train::recipe_names()));
   sub->add_option("--target-accuracy", config->target_accuracy,
                   "Stop when the test accuracy reaches this (0-1; evaluated every epoch and "

@@ -9,7 +9,9 @@
 
 #include "common/error.h"
 #include "common/timer.h"
+#include "diffusion/cuda_graph_sampler.h"
 #include "io/png.h"
+#include "precision/autocast_guard.h"
 #include "train/checkpoint.h"
 #include "train/model_state.h"
 
@@ -91,13 +93,11 @@ torch::Tensor reverse_loop(const EpsModel& eps_model, torch::Tensor x,
                            std::optional<at::Generator> gen) {
   torch::NoGradGuard no_grad;
   const int64_t b = x.size(0);
-  std::vector<int64_t> ts;
-  for (const auto& s : steps) ts.push_back(s.t);
-  // (steps) int64 on x's device, copied once; each step's (B) t is a view of it.
-  const auto t_all = torch::tensor(ts, torch::kInt64).to(x.device());
+  const auto t_options = torch::TensorOptions().dtype(torch::kInt64).device(x.device());
   for (size_t i = 0; i < steps.size(); ++i) {
     const auto& s = steps[i];
-    const auto eps = eps_model(x, t_all.select(0, static_cast<int64_t>(i)).expand({b}));
+    // (B) t filled on the device: no host-to-device copy, so the loop can be captured as a graph.
+    const auto eps = eps_model(x, torch::full({b}, s.t, t_options));
     // Clipping keeps x0_hat in the data's range; the update then uses the eps implied by the
     // clipped x0_hat (folded into c_x0 / c_x), which keeps it on the DDIM / posterior path.
     const auto x0 = (s.recip_sqrt_ab * x - s.recipm1_sqrt_ab * eps).clamp(-1.0, 1.0);
@@ -186,19 +186,30 @@ torch::Tensor sample(Generator& g, const torch::Tensor& labels, const SampleOpti
   if (options.sampler != "ddim" && options.sampler != "ddpm")
     throw Error("unknown sampler '" + options.sampler + "': expected ddim or ddpm");
   if (options.steps < 1) throw Error("--steps must be >= 1");
+  if (options.precision != "fp32" && options.precision != "bf16")
+    throw Error("unknown sampling precision '" + options.precision + "': expected fp32 or bf16");
   const auto device = g.net->parameters().front().device();
   const int64_t n = labels.size(0), batch = std::max<int64_t>(options.batch, 1);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(options.seed);
+  const bool graphs = graph_sampling_applies(device, options, n);
+  const BatchSampler eager = [&](const torch::Tensor& x, const torch::Tensor& c) {
+    // bf16: the UNet's convolutions and matmuls in bf16; the updates between them stay fp32.
+    std::optional<precision::AutocastGuard> autocast;
+    if (options.precision == "bf16")
+      autocast.emplace(device.type(), torch::kBFloat16, true, /*cache_enabled=*/!graphs);
+    return options.sampler == "ddim" ? ddim_sample(g.net, g.schedule, x, c, options.steps,
+                                                   options.guidance, options.eta, gen)
+                                     : ddpm_sample(g.net, g.schedule, x, c, options.guidance, gen);
+  };
+  std::optional<CudaGraphSampler> graphed;
+  if (graphs) graphed.emplace(eager, device);
   std::vector<torch::Tensor> out;
   for (int64_t start = 0; start < n; start += batch) {
     const int64_t b = std::min(batch, n - start);
     auto x =
         at::randn({b, g.net->options().channels, g.size, g.size}, gen, torch::kFloat32).to(device);
     const auto c = labels.narrow(0, start, b).to(device);
-    out.push_back(options.sampler == "ddim"
-                      ? ddim_sample(g.net, g.schedule, x, c, options.steps, options.guidance,
-                                    options.eta, gen)
-                      : ddpm_sample(g.net, g.schedule, x, c, options.guidance, gen));
+    out.push_back(graphed ? graphed->run(x, c) : eager(x, c));
   }
   return torch::cat(out);
 }

@@ -50,6 +50,9 @@ struct SampleOptions {
   double eta = 0.0;              // DDIM noise: 0 deterministic, 1 DDPM-like
   uint64_t seed = 1;
   int64_t batch = 512;           // sprites per forward pass
+  // The UNet's passes under bf16 autocast (GroupNorm stays fp32): "fp32" or "bf16".
+  std::string precision = "fp32";
+  bool cuda_graphs = true;  // CUDA, DDIM eta 0: replay batches as one graph (cuda_graph_sampler.h)
 };
 
 // labels: (N) int64 class indices -> (N, 4, S, S) float32 in [-1, 1] on the generator's device.

@@ -64,9 +64,9 @@ torch::Tensor CnnImpl::forward(torch::Tensor x) {
   return fc2(dropout(x));
 }
 
-FastCnnImpl::FastCnnImpl(int64_t channels, int64_t height, int64_t width, int64_t classes) {
+FastCnnImpl::FastCnnImpl(int64_t channels, int64_t height, int64_t width, int64_t classes,
+                         std::array<int64_t, 3> w) {
   using torch::nn::Conv2dOptions;
-  const int64_t w[] = {16, 32, 64};
   auto conv = [](int64_t in, int64_t out) {
     return torch::nn::Conv2d(Conv2dOptions(in, out, /*kernel_size=*/3).padding(1).bias(false));
   };
@@ -87,7 +87,8 @@ torch::Tensor FastCnnImpl::forward(torch::Tensor x) {
 }
 
 const std::vector<std::string>& model_names() {
-  static const std::vector<std::string> kNames = {"ann", "cnn", "fastcnn", "simplenn"};
+  static const std::vector<std::string> kNames = {"ann", "cnn", "fastcnn", "fastcnn-wide",
+                                                  "simplenn"};
   return kNames;
 }
 
@@ -135,14 +136,17 @@ Classifier make_model_of_kind(const ModelSpec& spec) {
           "use --model ann or simplenn for feature vectors");
     return std::make_shared<CnnImpl>(s[0], s[1], s[2], spec.classes);
   }
-  if (spec.name == "fastcnn") {
+  if (spec.name == "fastcnn" || spec.name == "fastcnn-wide") {
     const auto& s = spec.input_shape;
     if (s.size() != 3 || s[1] < 8 || s[2] < 8)
-      throw Error(
-          "model 'fastcnn' needs image inputs (C, H, W) of at least 8x8; this dataset's samples "
-          "are " +
-              shape_string(s),
-          "use --model ann or simplenn for feature vectors");
+      throw Error("model '" + spec.name +
+                      "' needs image inputs (C, H, W) of at least 8x8; this dataset's samples "
+                      "are " +
+                      shape_string(s),
+                  "use --model ann or simplenn for feature vectors");
+    if (spec.name == "fastcnn-wide")
+      return std::make_shared<FastCnnImpl>(s[0], s[1], s[2], spec.classes,
+                                           std::array<int64_t, 3>{64, 128, 256});
     return std::make_shared<FastCnnImpl>(s[0], s[1], s[2], spec.classes);
   }
   std::string names;

@@ -4,6 +4,8 @@
 
 #include <torch/torch.h>
 
+#include <array>
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -73,10 +75,12 @@ class CnnImpl : public ClassifierImpl {
 // The `--recipe fast` CNN: three 3x3 conv + BatchNorm + ReLU + 2x2 max-pool stages, then one
 // linear layer on the remaining (H/8, W/8) map. BatchNorm lets it take a large learning rate, and
 // it spends little at full resolution, where a CPU's time goes to memory-bound work (normalisation,
-// pooling) rather than to the convolutions. Needs H and W of at least 8.
+// pooling) rather than to the convolutions. Needs H and W of at least 8. `fastcnn` has 16/32/64
+// channels; `fastcnn-wide` (the `--recipe wide` model, for accuracy on a GPU) 64/128/256.
 class FastCnnImpl : public ClassifierImpl {
  public:
-  FastCnnImpl(int64_t channels, int64_t height, int64_t width, int64_t classes);
+  FastCnnImpl(int64_t channels, int64_t height, int64_t width, int64_t classes,
+              std::array<int64_t, 3> widths = {16, 32, 64});
   torch::Tensor forward(torch::Tensor x) override;
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr};
   torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr}, bn3{nullptr};

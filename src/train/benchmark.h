@@ -19,7 +19,9 @@ struct BenchConfig {
   bool streaming = true;                 // include streaming rows at all
   // Resident rows, one per precision (fp32 | bf16 | fp16 | auto); streaming rows use the first.
   std::vector<std::string> precisions = {"fp32"};
-  bool cuda_graphs = false;  // also each resident row with the step replayed as a CUDA graph
+  // Resident rows twice, eager (--no-cuda-graphs) and captured (--cuda-graphs); otherwise each
+  // row runs as `train` does by default (graphs wherever valid).
+  bool cuda_graphs = false;
   int repeats = 3;
   int warmup_steps = 30;
 };
@@ -27,7 +29,7 @@ struct BenchConfig {
 struct BenchRow {
   std::string device, device_name, data_path, step;
   std::string precision = "fp32";
-  bool cuda_graphs = false;
+  bool cuda_graphs = false;  // the run replayed its step as a CUDA graph
   bool ran = false;
   std::string skipped_reason;  // when !ran
   double train_seconds = 0;    // median over repeats, all epochs

@@ -29,6 +29,11 @@ const Choices<DistShard>& choices_of(DistShard) {
       {{DistShard::kAuto, "auto"}, {DistShard::kGlobal, "global"}, {DistShard::kLocal, "local"}}};
   return c;
 }
+const Choices<CudaGraphs>& choices_of(CudaGraphs) {
+  static const Choices<CudaGraphs> c{
+      {{CudaGraphs::kAuto, "auto"}, {CudaGraphs::kOn, "on"}, {CudaGraphs::kOff, "off"}}};
+  return c;
+}
 
 std::string default_model(const TrainConfig& config) {
   if (config.task == TaskKind::kGenerate) return "unet";

@@ -18,11 +18,16 @@ enum class StepKind { kAuto, kAutograd, kFused };             // --step (train/t
 enum class Strategy { kAuto, kSingle, kDataParallel, kDdp };  // --strategy (train/parallel.h)
 enum class DistBackend { kAuto, kGloo, kNccl };               // --dist-backend
 enum class DistShard { kAuto, kGlobal, kLocal };              // --dist-shard
+// --cuda-graphs / --no-cuda-graphs (train/cuda_graph_step.h). auto: capture the train step wherever
+// that is valid (CUDA, resident data, one process, a task whose step is a fixed kernel sequence)
+// and say why not elsewhere; on: capture or fail with the reason; off: eager.
+enum class CudaGraphs { kAuto, kOn, kOff };
 const Choices<TaskKind>& choices_of(TaskKind);                // classify, generate
 const Choices<StepKind>& choices_of(StepKind);                // auto, autograd, fused
 const Choices<Strategy>& choices_of(Strategy);                // auto, single, dp, ddp
 const Choices<DistBackend>& choices_of(DistBackend);          // auto, gloo, nccl
 const Choices<DistShard>& choices_of(DistShard);              // auto, global, local
+const Choices<CudaGraphs>& choices_of(CudaGraphs);            // auto, on, off
 
 struct TrainConfig {
   std::string model;  // ann | cnn | simplenn | unet; empty: default_model (below)
@@ -73,7 +78,7 @@ struct TrainConfig {
   // Mixed precision and CUDA graphs (docs/precision.md).
   precision::Precision precision = precision::Precision::kFp32;  // precision/precision.h
   double clip_grad_norm = 0.0;     // clip the gradients' L2 norm to this (0 = off)
-  bool cuda_graphs = false;        // capture the train step as a CUDA graph (CUDA only)
+  CudaGraphs cuda_graphs = CudaGraphs::kAuto;  // capture the train step as a CUDA graph
   bool channels_last = true;       // CNNs on CUDA: channels_last memory format
   bool cudnn_benchmark = true;     // CUDA: let cuDNN time its algorithms (fixed shapes)
   // Reliability (train/run_state.h, docs/reliability.md).

@@ -12,18 +12,24 @@
 
 namespace spritetorch::train {
 
-void check_cuda_graphs(const torch::Device& device, const std::string& data_path) {
+std::optional<Error> cuda_graphs_unavailable(const torch::Device& device,
+                                             const std::string& data_path) {
   if (!device.is_cuda())
-    throw Error("--cuda-graphs needs a CUDA device; this run is on " + device.str(),
-                "drop --cuda-graphs (CUDA graphs remove GPU kernel-launch overhead; the CPU and "
-                "MPS have no equivalent)");
+    return Error("--cuda-graphs needs a CUDA device; this run is on " + device.str(),
+                 "drop --cuda-graphs (CUDA graphs remove GPU kernel-launch overhead; the CPU and "
+                 "MPS have no equivalent)");
   if (!SPRITETORCH_WITH_CUDA)
-    throw Error("--cuda-graphs: this spritetorch was built against a LibTorch without CUDA",
-                "rebuild against a CUDA LibTorch");
+    return Error("--cuda-graphs: this spritetorch was built against a LibTorch without CUDA",
+                 "rebuild against a CUDA LibTorch");
   if (data_path != "resident")
-    throw Error("--cuda-graphs needs the resident data path (fixed batch shapes already on the "
-                "device); this run streams its data (" + data_path + ")",
-                "use the resident loader or drop --cuda-graphs");
+    return Error("--cuda-graphs needs the resident data path (fixed batch shapes already on the "
+                 "device); this run streams its data (" + data_path + ")",
+                 "use the resident loader or drop --cuda-graphs");
+  return std::nullopt;
+}
+
+void check_cuda_graphs(const torch::Device& device, const std::string& data_path) {
+  if (auto why = cuda_graphs_unavailable(device, data_path)) throw *why;
 }
 
 #if SPRITETORCH_WITH_CUDA
@@ -70,10 +76,14 @@ bool CudaGraphStep::captured() const { return impl_->captured; }
 
 void CudaGraphStep::run(const data::Batch& batch, torch::Tensor& loss_sum, torch::Tensor& correct) {
   Impl& m = *impl_;
-  if (batch.labels.size(0) != m.batch_size)
-    throw Error("--cuda-graphs: a batch of " + std::to_string(batch.labels.size(0)) +
-                " samples reached the graph, which was built for " + std::to_string(m.batch_size),
-                "internal: the trainer should drop the last partial batch");
+  if (batch.labels.size(0) != m.batch_size) {
+    // An epoch's partial last batch: the same step, eagerly (on the current stream, after any
+    // replay queued there).
+    if (!m.step.overwrites_grads()) m.optimizer.zero_grad();
+    m.step.run(batch, loss_sum, correct);
+    finish_step(m.optimizer, m.scaler, m.clip_grad_norm, /*on_device=*/true);
+    return;
+  }
   if (!m.inputs.defined()) {
     m.inputs = torch::empty_like(batch.inputs);
     m.labels = torch::empty_like(batch.labels);

@@ -156,9 +156,18 @@ int64_t FlatOptimizer::steps_taken() const {
   return step_t_.defined() ? static_cast<int64_t>(step_t_.item<double>()) : steps_;
 }
 
+void FlatOptimizer::set_lr(double lr) {
+  if (lr_t_.defined() && lr != options_.lr) {
+    torch::NoGradGuard no_grad;
+    lr_t_.fill_(lr);
+  }
+  options_.lr = lr;
+}
+
 void FlatOptimizer::step_on_device(const torch::Tensor& found_inf) {
   torch::NoGradGuard no_grad;
   if (!step_t_.defined()) step_t_ = torch::full({}, static_cast<double>(steps_), values_.options());
+  if (!lr_t_.defined()) lr_t_ = torch::full({}, options_.lr, values_.options());
   // keep: () 1 = take the step, 0 = skip it. Multiplying every change by keep skips without a
   // branch.
   torch::Tensor keep;
@@ -173,7 +182,8 @@ void FlatOptimizer::step_on_device(const torch::Tensor& found_inf) {
   // adam, sgd: L2 weight decay enters the gradient; adamw: decoupled, p *= 1 - keep lr wd.
   const bool l2 = wd != 0.0 && options_.kind != "adamw";
   const torch::Tensor grads = l2 ? grads_.add(values_, wd) : grads_;
-  if (wd != 0.0 && !l2) values_.mul_(1.0 - keep * (options_.lr * wd));
+  // The lr is read from lr_t_, never from options_.lr: a captured graph keeps following set_lr().
+  if (wd != 0.0 && !l2) values_.mul_(1.0 - keep * lr_t_ * wd);
   if (options_.kind != "sgd") {
     const double b1 = options_.beta1, b2 = options_.beta2;
     // m += keep (1 - b1) (g - m);  v += keep (1 - b2) (g^2 - v)   (torch.optim.Adam's lerp form)
@@ -184,7 +194,7 @@ void FlatOptimizer::step_on_device(const torch::Tensor& found_inf) {
     auto bias1 = (1.0 - torch::pow(b1, step_t_)).clamp_min_(1e-30);
     auto bias2_sqrt = (1.0 - torch::pow(b2, step_t_)).sqrt_().clamp_min_(1e-30);
     auto denom = (exp_avg_sq_.sqrt() / bias2_sqrt).add_(options_.eps);
-    auto step_size = keep * (-options_.lr) / bias1;  // ()
+    auto step_size = -(keep * lr_t_) / bias1;  // ()
     values_.addcmul_(exp_avg_ / denom, step_size);
     return;
   }
@@ -192,9 +202,9 @@ void FlatOptimizer::step_on_device(const torch::Tensor& found_inf) {
     // buf = momentum * buf + g (buf starts at zero, so the first step gives buf = g as in PyTorch);
     // skipped: buf unchanged. buf * (1 - keep (1 - momentum)) + keep * g does both.
     exp_avg_.mul_(1.0 - keep * (1.0 - options_.momentum)).addcmul_(grads, keep);
-    values_.addcmul_(exp_avg_, keep, -options_.lr);
+    values_.addcmul_(exp_avg_, keep * lr_t_, -1.0);
   } else {
-    values_.addcmul_(grads, keep, -options_.lr);
+    values_.addcmul_(grads, keep * lr_t_, -1.0);
   }
 }
 

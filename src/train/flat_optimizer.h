@@ -39,8 +39,10 @@ class FlatOptimizer {
   FlatOptimizer(const std::vector<torch::Tensor>& parameters, OptimizerOptions options);
 
   void zero_grad() { grads_.zero_(); }
-  // The learning rate of the next steps (train/lr_schedule.h sets it before each step).
-  void set_lr(double lr) { options_.lr = lr; }
+  // The learning rate of the next steps (train/lr_schedule.h sets it before each step). Once
+  // step_on_device() has run, the value is also written into its device tensor (one fill kernel,
+  // no sync), which a captured CUDA graph reads at replay.
+  void set_lr(double lr);
   void step();
   // CPU: split step()'s Adam loop over these threads (the fused step's, train_step.h); null: one.
   void use_thread_pool(std::shared_ptr<ShardPool> pool) { pool_ = std::move(pool); }
@@ -72,6 +74,7 @@ class FlatOptimizer {
   std::shared_ptr<ShardPool> pool_;
   torch::Tensor
       step_t_;  // () float32 on device once step_on_device() ran; then it counts, not steps_
+  torch::Tensor lr_t_;  // () float32 on device once step_on_device() ran: options_.lr there
 };
 
 const std::vector<std::string>& optimizer_names();

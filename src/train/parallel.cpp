@@ -35,7 +35,7 @@ ParallelRun::ParallelRun(const TrainConfig& config, const distributed::EnvLookup
           "--step fused cannot run under --strategy dp: DataParallel replicates the model "
           "and needs autograd's backward",
           "use --step auto or autograd");
-    if (config.cuda_graphs)
+    if (config.cuda_graphs == CudaGraphs::kOn)
       throw Error(
           "--cuda-graphs cannot be combined with --strategy dp: DataParallel replicates "
           "the model on every step, which a captured graph cannot do",

@@ -22,6 +22,21 @@ const std::vector<Recipe>& recipes() {
         {"label-smoothing", "0.1"},
         {"augment", "flip"},
         {"test-time-augment", "flip"}}},
+      {"wide",
+       "the fast recipe's loop with 4x the channels (fastcnn-wide: 64/128/256), flips and 2-pixel "
+       "shifts, 16 epochs: for 93-94% on a GPU, where the wider convolutions cost little",
+       {{"model", "fastcnn-wide"},
+        {"batch-size", "256"},
+        {"epochs", "16"},
+        {"precision", "auto"},
+        {"optimizer", "adamw"},
+        {"lr", "0.01"},
+        {"weight-decay", "0.05"},
+        {"lr-schedule", "cosine"},
+        {"warmup-steps", "100"},
+        {"label-smoothing", "0.1"},
+        {"augment", "flip,shift:2"},
+        {"test-time-augment", "flip"}}},
   };
   return kRecipes;
 }
@@ -30,6 +45,12 @@ std::vector<std::string> recipe_names() {
   std::vector<std::string> names;
   for (const auto& r : recipes()) names.push_back(r.name);
   return names;
+}
+
+std::string describe_recipes() {
+  std::string out;
+  for (const auto& r : recipes()) out += (out.empty() ? "" : "; ") + r.name + " (" + r.summary + ")";
+  return out;
 }
 
 const Recipe& find_recipe(const std::string& name) {

@@ -20,6 +20,8 @@ struct Recipe {
 
 const std::vector<Recipe>& recipes();
 std::vector<std::string> recipe_names();
+// "fast (summary); wide (summary)": every recipe for --help.
+std::string describe_recipes();
 // The recipe called `name`; an Error listing the names when there is none.
 const Recipe& find_recipe(const std::string& name);
 

@@ -122,6 +122,9 @@ class TrainingRun {
 
  private:
   void check_task_options() const;  // options the task cannot honour are errors
+  // Whether this run captures its step as a CUDA graph (--cuda-graphs on: it must, or an Error
+  // says why; auto: where valid, else no_graphs_ says why).
+  bool decide_cuda_graphs();
   void set_up_model();       // the task's module on the device, optimizer, resumed state, rank 0's
   void set_up_step();        // augmentation, the train step (and its CUDA graph), ddp hooks
   void set_up_data_paths();  // this rank's training data and the test data, resident or streaming
@@ -164,7 +167,9 @@ class TrainingRun {
 
   data::AugmentOptions augment_;
   std::unique_ptr<TrainStep> step_;
-  std::unique_ptr<CudaGraphStep> graph_step_;  // graphs replay full batches only: drop the last
+  bool use_graphs_ = false;
+  std::string no_graphs_;                      // why not, on a CUDA device
+  std::unique_ptr<CudaGraphStep> graph_step_;  // replays full batches; a partial one runs eagerly
 
   bool drop_last_ = false;
   data::DataPath train_path_, test_path_;
@@ -201,14 +206,7 @@ TrainingRun::TrainingRun(const TrainConfig& config, Task& task, const Datasets& 
   // Precision (docs/precision.md): resolved once against the device, before any data is read, so
   // an impossible combination fails at once.
   plan_ = precision::resolve_precision(config_.precision, device::describe_device(device_));
-  if (config_.cuda_graphs && !optimization_.schedule.constant())
-    throw Error(
-        "--cuda-graphs replays a captured step, its learning rate included: it cannot follow "
-        "--lr-schedule " +
-            describe_lr_schedule(optimization_.schedule),
-        "use --lr-schedule constant without --warmup-steps, or drop --cuda-graphs");
-  if (config_.cuda_graphs)
-    check_cuda_graphs(device_, config_.data_path.data_on == "host" ? "streaming" : "resident");
+  use_graphs_ = decide_cuda_graphs();
   torch::manual_seed(config_.seed);
   set_up_model();
   set_up_step();
@@ -223,7 +221,7 @@ TrainingRun::TrainingRun(const TrainConfig& config, Task& task, const Datasets& 
 
 void TrainingRun::check_task_options() const {
   const std::string task = "task '" + task_.name() + "'";
-  if (config_.cuda_graphs && !traits_.cuda_graphs)
+  if (config_.cuda_graphs == CudaGraphs::kOn && !traits_.cuda_graphs)
     throw Error("--cuda-graphs cannot capture the step of " + task + ": " + traits_.no_cuda_graphs,
                 "drop --cuda-graphs");
   if (config_.target_accuracy > 0 && !traits_.has_accuracy)
@@ -233,6 +231,31 @@ void TrainingRun::check_task_options() const {
     throw Error("--strategy dp replicates our built-in classifiers only; " + task +
                     " cannot be split that way",
                 "use --strategy ddp (one process per device: spritetorch launch)");
+}
+
+bool TrainingRun::decide_cuda_graphs() {
+  if (config_.cuda_graphs == CudaGraphs::kOff) {
+    no_graphs_ = "--no-cuda-graphs";
+    return false;
+  }
+  const bool required = config_.cuda_graphs == CudaGraphs::kOn;
+  std::optional<Error> why = cuda_graphs_unavailable(
+      device_, config_.data_path.data_on == "host" ? "streaming" : "resident");
+  if (!why && !traits_.cuda_graphs)  // (--cuda-graphs on was refused by check_task_options)
+    why = Error("the step of task '" + task_.name() + "' cannot be captured: " +
+                traits_.no_cuda_graphs);
+  if (!why && parallel_.distributed())
+    why = Error(
+        "--cuda-graphs cannot be combined with ddp: the gradient all-reduce runs outside the "
+        "captured step",
+        "drop --cuda-graphs, or train with one process");
+  if (!why && parallel_.kind() == StrategyKind::kDataParallel)
+    why = Error("DataParallel replicates the model on every step, outside any graph",
+                "use ddp (one process per GPU) or drop --cuda-graphs");
+  if (!why) return true;
+  if (required) throw *why;
+  no_graphs_ = why->what();
+  return false;
 }
 
 void TrainingRun::set_up_model() {
@@ -286,7 +309,7 @@ void TrainingRun::set_up_step() {
       config_.step != StepKind::kAutograd) {
     auto fp32 =
         precision::resolve_precision(precision::Precision::kFp32, device::describe_device(device_));
-    const StepPrecision plain{fp32, nullptr, channels_last_, !config_.cuda_graphs};
+    const StepPrecision plain{fp32, nullptr, channels_last_, !use_graphs_};
     auto fused = task_.fast_step({config_.batch_size, config_.step, plain, cpu_threads});
     if (fused && fused->kernel()) {
       fp32.description += " (auto: this model's fused fp32 CPU step is faster than bf16 here)";
@@ -295,25 +318,20 @@ void TrainingRun::set_up_step() {
     }
   }
   const StepPrecision precision{plan_, scaler_.get(), channels_last_,
-                                /*autocast_cache=*/!config_.cuda_graphs};
+                                /*autocast_cache=*/!use_graphs_};
   if (!step_) step_ = task_.fast_step({config_.batch_size, config_.step, precision, cpu_threads});
   if (!step_)
     step_ = std::make_unique<AutogradStep>(
         [this](const data::Batch& batch) { return task_.training_step(batch); }, precision);
   optimizer_->use_thread_pool(step_->thread_pool());  // the optimizer step splits over them too
   parallel_.attach(*step_, *optimizer_, task_.module().parameters());
-  if (config_.cuda_graphs && parallel_.distributed())
-    throw Error(
-        "--cuda-graphs cannot be combined with ddp: the gradient all-reduce runs outside "
-        "the captured step",
-        "drop --cuda-graphs, or train with one process");
-  if (config_.cuda_graphs)
+  if (use_graphs_)
     graph_step_ = std::make_unique<CudaGraphStep>(
         *step_, *optimizer_, scaler_.get(), config_.clip_grad_norm, config_.batch_size, device_);
 }
 
 void TrainingRun::set_up_data_paths() {
-  drop_last_ = config_.drop_last || config_.cuda_graphs || traits_.drop_last;
+  drop_last_ = config_.drop_last || traits_.drop_last;
   data::LoaderOptions train_options{config_.batch_size, /*shuffle=*/true, drop_last_, config_.seed};
   // ddp: this rank's share (parallel_ may keep it, so it lives as long as the run).
   const data::Dataset& train_data = parallel_.shard(data_.train, train_options);
@@ -361,7 +379,10 @@ Settings TrainingRun::describe() const {
   if (graph_step_)
     settings.emplace_back("cuda graphs", "whole step captured after " +
                                              std::to_string(CudaGraphStep::kWarmupSteps) +
-                                             " eager warm-up steps");
+                                             " eager warm-up steps, lr read on the device" +
+                                             " (a partial last batch runs eagerly)");
+  else if (device_.is_cuda())
+    settings.emplace_back("cuda graphs", "off: " + no_graphs_);
   return settings;
 }
 

@@ -61,14 +61,15 @@ else
   echo "skipped: the CPU step's thread checks (this LibTorch's BLAS is not OpenBLAS)"
 fi
 
-# Optimizers, weight decay and lr schedules: the settings row says what runs; bad schedules and a
-# schedule under --cuda-graphs (a captured step keeps its lr) are usage errors before any work.
+# Optimizers, weight decay and lr schedules: the settings row says what runs; bad schedules are
+# usage errors before any work (a schedule runs under CUDA graphs too: the lr is read on the device).
 expect 0 "optimizer +adamw lr 0.001, weight decay 0.01, cosine, warm-up 10 steps" -- train --device cpu --dataset dummy --model simplenn --epochs 1 --optimizer adamw --lr-schedule cosine --warmup-steps 10 --no-run-dir
 expect 0 "optimizer +sgd lr 0.1, momentum 0.9, weight decay 0.0001, step every 1 epoch x0.5" -- train --device cpu --dataset dummy --model simplenn --epochs 2 --optimizer sgd --lr 0.1 --momentum 0.9 --weight-decay 1e-4 --lr-schedule step:1:0.5 --no-run-dir
 expect 2 "cannot read --lr-schedule 'step:0'" -- train --dataset dummy --model simplenn --lr-schedule step:0
 expect 2 "cannot read --lr-schedule 'warm'" -- train --dataset dummy --model simplenn --lr-schedule warm
 expect 2 "--weight-decay: '-1' is not a number >= 0" -- train --dataset dummy --model simplenn --weight-decay -1
-expect 2 "cannot follow --lr-schedule cosine" -- train --device cpu --dataset dummy --model simplenn --lr-schedule cosine --cuda-graphs
+expect 2 "needs a CUDA device" -- train --device cpu --dataset dummy --model simplenn --lr-schedule cosine --cuda-graphs
+expect 2 "excludes" -- train --device cpu --dataset dummy --model simplenn --cuda-graphs --no-cuda-graphs
 
 # A file that is not ours, given to eval and to --resume.
 echo "hello" > "$tmp/not-a-checkpoint.pt"

@@ -14,6 +14,8 @@ check() {  # check NAME CONDITION-STATUS OUTPUT
 source "$(dirname "$0")/expect.sh"  # expect CODE PATTERN -- ARGS...
 # value KEY: the value of KEY in the --print-config output on stdin.
 value() { sed -n "s/^$1 = //p"; }
+# Runs land in runs/ under the working folder here, whatever the caller's environment says.
+unset SPRITETORCH_RUNS_ROOT
 
 # The file sets values; the printed configuration shows them, typed.
 cat >"$tmp/run.toml" <<'TOML'
@@ -174,6 +176,10 @@ out=$("$bin" bench --recipe fast --print-config 2>&1)
 [ "$(value model <<<"$out")" = '"fastcnn"' ] && [ "$(value lr-warmup-steps <<<"$out")" = 100 ] &&
   [ "$(value warmup-steps <<<"$out")" = 30 ] && [ "$(value precisions <<<"$out")" = '"auto"' ]
 check "bench takes the recipe (lr warm-up as --lr-warmup-steps, --warmup-steps stays bench's; precision as --precisions)" $? "$out"
+out=$("$bin" train --recipe wide --print-config 2>&1)
+[ "$(value model <<<"$out")" = '"fastcnn-wide"' ] && [ "$(value epochs <<<"$out")" = 16 ] &&
+  [ "$(value augment <<<"$out")" = '"flip,shift:2"' ]
+check "--recipe wide sets its values" $? "$out"
 expect 2 "recipe" -- train --recipe slow --print-config
 
 echo "config_test: $passes passed, $fails failed"

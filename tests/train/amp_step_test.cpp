@@ -244,7 +244,7 @@ TEST(CudaGraphs, RefusedOnTheCpuWithAClearMessage) {
   c.model = "simplenn";
   c.dataset = "dummy";
   c.epochs = 1;
-  c.cuda_graphs = true;
+  c.cuda_graphs = CudaGraphs::kOn;
   try {
     run_training(c);
     FAIL() << "--cuda-graphs on the CPU must be refused";
@@ -268,8 +268,26 @@ TEST(CudaGraphs, RefusedForMpsAndForStreamingData) {
   }
 }
 
-// The graph-captured step gives the eager loss curve (both on device-side optimizer steps).
-void expect_graph_matches_eager(const std::string& precision_name, const std::string& model_name) {
+// The default (auto) trains eagerly where graphs cannot run, and says nothing of graphs off CUDA.
+TEST(CudaGraphs, AutoTrainsEagerlyOnTheCpu) {
+  TrainConfig c;
+  c.device = "cpu";
+  c.model = "simplenn";
+  c.dataset = "dummy";
+  c.epochs = 1;
+  c.log_every = 0;
+  ASSERT_EQ(c.cuda_graphs, CudaGraphs::kAuto);
+  const auto report = run_training(c);
+  EXPECT_EQ(report.epochs.size(), 1u);
+  for (const auto& [key, value] : report.settings) EXPECT_NE(key, "cuda graphs") << value;
+}
+
+// The graph-captured step gives the eager loss curve (both on device-side optimizer steps). With
+// `scheduled`: AdamW with weight decay, a learning rate changed before every step (a schedule:
+// the graph must read it from the device) and batches of another size now and then (an epoch's
+// partial last batch: run eagerly through the same step).
+void expect_graph_matches_eager(const std::string& precision_name, const std::string& model_name,
+                                bool scheduled = false) {
   const torch::Device cuda(torch::kCUDA, 0);
   const models::ModelSpec spec{model_name, {1, 28, 28}, 10};
   torch::manual_seed(21);
@@ -283,7 +301,12 @@ void expect_graph_matches_eager(const std::string& precision_name, const std::st
   b->eval();
   a->to(cuda);
   b->to(cuda);
-  FlatOptimizer oa(a->parameters(), {}), ob(b->parameters(), {});
+  OptimizerOptions options;
+  if (scheduled) {
+    options.kind = "adamw";
+    options.weight_decay = 0.05;
+  }
+  FlatOptimizer oa(a->parameters(), options), ob(b->parameters(), options);
   device::DeviceInfo info;
   info.device = cuda;
   info.bf16 = true;
@@ -300,9 +323,15 @@ void expect_graph_matches_eager(const std::string& precision_name, const std::st
   CudaGraphStep graphed(*graphed_inner, ob, sb ? &*sb : nullptr, 0.0, 32, cuda);
   torch::manual_seed(22);
   for (int step = 0; step < 12; ++step) {
+    const int64_t n = scheduled && (step == 6 || step == 11) ? 20 : 32;
     data::Batch batch{
-        torch::rand({32, 1, 28, 28}, cuda),
-        torch::randint(0, 10, {32}, torch::TensorOptions().device(cuda).dtype(torch::kInt64))};
+        torch::rand({n, 1, 28, 28}, cuda),
+        torch::randint(0, 10, {n}, torch::TensorOptions().device(cuda).dtype(torch::kInt64))};
+    if (scheduled) {
+      const double lr = 1e-3 * (1.0 + step) / 4.0;  // a warm-up, then past the default
+      oa.set_lr(lr);
+      ob.set_lr(lr);
+    }
     auto la = torch::zeros({}, cuda), lb = torch::zeros({}, cuda);
     auto ca = torch::zeros({}, torch::TensorOptions().device(cuda).dtype(torch::kInt64)),
          cb = ca.clone();
@@ -326,6 +355,12 @@ TEST(CudaGraphsCuda, GraphedCnnMatchesEagerBf16AndFp16) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   expect_graph_matches_eager("bf16", "cnn");
   expect_graph_matches_eager("fp16", "cnn");
+}
+
+TEST(CudaGraphsCuda, GraphsFollowTheLrScheduleAndRunPartialBatchesEagerly) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  expect_graph_matches_eager("fp32", "ann", /*scheduled=*/true);
+  expect_graph_matches_eager("bf16", "fastcnn", /*scheduled=*/true);
 }
 
 }  // namespace

@@ -55,8 +55,9 @@ TEST(Benchmark, PrecisionAndGraphRowsAreListedAndExplainedWhereTheyCannotRun) {
   const auto report = run_benchmark(config);
   std::vector<std::string> labels;
   for (const auto& row : report.rows) labels.push_back(row.data_path);
-  EXPECT_EQ(labels, (std::vector<std::string>{"resident, fp32", "resident, fp32, cuda graphs",
-                                              "resident, fp16", "resident, fp16, cuda graphs"}));
+  EXPECT_EQ(labels,
+            (std::vector<std::string>{"resident, fp32, eager", "resident, fp32, cuda graphs",
+                                      "resident, fp16, eager", "resident, fp16, cuda graphs"}));
   ASSERT_EQ(report.rows.size(), 4u);
   EXPECT_TRUE(report.rows[0].ran) << report.rows[0].skipped_reason;
   EXPECT_EQ(report.rows[0].precision, "fp32");
@@ -68,7 +69,8 @@ TEST(Benchmark, PrecisionAndGraphRowsAreListedAndExplainedWhereTheyCannotRun) {
       << report.rows[1].skipped_reason;
   EXPECT_NE(report.rows[2].skipped_reason.find("fp16"), std::string::npos)
       << report.rows[2].skipped_reason;
-  EXPECT_TRUE(report.rows[1].cuda_graphs);
+  EXPECT_FALSE(report.rows[0].cuda_graphs);  // the CPU has no graphs: nothing was replayed
+  EXPECT_FALSE(report.rows[1].cuda_graphs);
   EXPECT_EQ(report.rows[2].precision, "fp16");
 }
 

@@ -236,6 +236,13 @@ TEST(FastCnn, TakesImagesOfAnySizeFromEightPixels) {
             (std::vector<std::string>{"conv1.weight", "bn1.weight", "bn1.bias", "conv2.weight",
                                       "bn2.weight", "bn2.bias", "conv3.weight", "bn3.weight",
                                       "bn3.bias", "fc.weight", "fc.bias"}));
+  // fastcnn-wide (--recipe wide): the same layers at 64/128/256 channels.
+  auto wide = models::make_model({"fastcnn-wide", {1, 28, 28}, 10});
+  const auto params = wide->named_parameters();
+  EXPECT_EQ(params["conv1.weight"].sizes(), (std::vector<int64_t>{64, 1, 3, 3}));
+  EXPECT_EQ(params["conv3.weight"].sizes(), (std::vector<int64_t>{256, 128, 3, 3}));
+  EXPECT_EQ(params["fc.weight"].sizes(), (std::vector<int64_t>{10, 256 * 3 * 3}));
+  EXPECT_EQ(wide->forward(torch::randn({2, 1, 28, 28})).sizes(), (std::vector<int64_t>{2, 10}));
 }
 
 }  // namespace

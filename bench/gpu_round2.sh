@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The GPU-proof measurements of docs/benchmarks.md's "GPU round 2" and docs/sprites.md, on the lent
+# GPU machine (device tool: repository root, `.gpu-deps` carried; see scripts/gpu-build --pack).
+# Each section is one call's worth of work (a call is limited to 10 minutes):
+#   build   scripts/gpu-build, then the whole ctest on CUDA (summary and failures)
+#   tta     time to accuracy, --recipe fast, 3 seeds, 92% (and 93% / 94% with longer schedules),
+#           against the same recipe in Python on the same GPU
+#   default the seed workload with no flag beyond --device cuda, against the Python peer
+#   sample  sprite sampling: generate at 32x32, batch 1,024, 25 DDIM steps, guidance 2
+#   gen64   the generator on a real sprite set at --size 64 (.gpu-deps/dcss-items when carried)
+#   ddp     the generator under NCCL DDP with one rank against one process
+# Usage: bench/gpu_round2.sh SECTION... (output on stdout; logs under $OUT when set)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bin=build-gpu/spritetorch
+data=.gpu-deps/fashion-mnist
+out=${OUT:-$(mktemp -d)}
+if [ ! -e /usr/share/datasets/fashion-mnist ] && [ -w /usr/share ]; then
+  mkdir -p /usr/share/datasets && ln -s "$(realpath "$data")" /usr/share/datasets/fashion-mnist
+fi
+# (SPRITETORCH_RUNS_ROOT is left alone: the ctest scripts expect runs/ under their own folder)
+
+json_field() {  # json_field FILE python-expression-on-r
+  python3 -c "import json,sys; r=json.loads([l for l in open(sys.argv[1]) if l.startswith('{')][-1]); print($2)" "$1"
+}
+
+sections=("$@")
+for section in "${sections[@]}"; do
+  echo "## $section ($(date -u +%FT%TZ))"
+  case $section in
+  build)
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    python3 -c 'import torch; print("python torch", torch.__version__, "cuda", torch.version.cuda)'
+    SPRITETORCH_WERROR=${SPRITETORCH_WERROR:-OFF} scripts/gpu-build .gpu-deps >"$out/build.log" 2>&1
+    echo "build exit $?"; grep -E "error|warning: unused" "$out/build.log" | head -20
+    "$bin" devices
+    ctest --test-dir build-gpu -j "$(nproc)" --timeout 300 --output-on-failure >"$out/ctest.log" 2>&1
+    echo "ctest exit $?"
+    grep -E "tests passed|tests failed|\*\*\*Failed|Timeout|\(Skipped\)|Not Run" "$out/ctest.log" | tail -30
+    ;;
+  tta)
+    # fast: 92% (eval every 40 steps); wide: 93% and 94% (eval every 100 steps). Each against the
+    # same recipe in Python on the same GPU, same seeds.
+    for run in "fast 0.92 40" "wide 0.93 100" "wide 0.94 100"; do
+      set -- $run
+      "$bin" bench --data "$data" --devices cuda --recipe "$1" --target-accuracy "$2" --seeds 3 \
+        --eval-every-steps "$3" --vs-python --out "$out/tta-$1-$2" --overwrite 2>&1
+    done
+    ;;
+  default)
+    "$bin" bench --data "$data" --devices cuda --no-streaming --epochs 5 --repeats 3 --vs-python \
+      --out "$out/default" --overwrite 2>&1 | grep -v "^  "
+    ;;
+  sample)
+    "$bin" train --task generate --dataset sprites --size 32 --device cuda --epochs 1 \
+      --no-run-dir --save "$out/g32.pt" >"$out/g32.log" 2>&1 || tail -3 "$out/g32.log"
+    # The default (bf16 on this GPU, the loop as a CUDA graph), then each choice undone.
+    for extra in "" "--no-cuda-graphs" "--precision fp32" "--precision fp32 --no-cuda-graphs"; do
+      for count in 1024 8192; do
+        "$bin" generate --checkpoint "$out/g32.pt" --count "$count" --batch-size 1024 --steps 25 \
+          --guidance 2 --device cuda --json --out "$out/sheet$count.png" $extra \
+          2>"$out/gen.err" >"$out/gen.json" && json_field "$out/gen.json" \
+          '"%-36s %5d sprites, %.3f s, %6.0f sprites/s (%s, graph %s)" % ("'"${extra:-default}"'", r["count"], r["seconds"], r["sprites_per_second"], r["precision"], r["cuda_graphs"])' ||
+          tail -3 "$out/gen.err"
+      done
+    done
+    ;;
+  gen64)
+    set_dir=.gpu-deps/dcss-items
+    [ -d "$set_dir" ] || { echo "no $set_dir carried"; continue; }
+    start=$(date +%s)
+    "$bin" train --task generate --dataset "folder:$set_dir" --size 64 --device cuda \
+      --no-run-dir --save "$out/gen64.pt" --json ${GEN64_FLAGS:-} >"$out/gen64.json" 2>"$out/gen64.err" ||
+      tail -5 "$out/gen64.err"
+    echo "gen64 train wall $(( $(date +%s) - start )) s"; tail -3 "$out/gen64.err"
+    json_field "$out/gen64.json" '"train_seconds %.1f, epochs %s, test %s" % (r.get("train_seconds", 0), r.get("epochs"), r.get("test"))'
+    "$bin" train --task classify --dataset "folder:$set_dir" --size 64 --device cuda --no-run-dir \
+      --save "$out/cls64.pt" >"$out/cls64.log" 2>&1 || tail -3 "$out/cls64.log"
+    "$bin" eval --checkpoint "$out/gen64.pt" --classifier "$out/cls64.pt" --device cuda 2>&1 | tail -25
+    "$bin" generate --checkpoint "$out/gen64.pt" --count 64 --device cuda --out "$out/gen64_sheet.png" --scale 2
+    ;;
+  ddp)
+    # One process twice (is the run itself deterministic?), then one NCCL rank.
+    for mode in process process rank; do
+      if [ $mode = process ]; then cmd=("$bin" train); else
+        cmd=("$bin" launch --nproc-per-node 1 -- train --dist-backend nccl --dist-shard global); fi
+      "${cmd[@]}" --task generate --dataset sprites --device cuda --epochs 2 --batch-size 64 \
+        --no-run-dir --json ${DDP_FLAGS:-} >"$out/ddp_$mode.json" 2>"$out/ddp_$mode.err" || tail -3 "$out/ddp_$mode.err"
+      json_field "$out/ddp_$mode.json" '"'$mode': " + json.dumps({k: r.get(k) for k in ("test", "final_loss", "train_seconds", "steps")})'
+    done
+    ;;
+  *) echo "unknown section $section" ;;
+  esac
+done
