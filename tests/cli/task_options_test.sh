@@ -38,6 +38,14 @@ expect 2 "--label-smoothing does not apply to --task generate" -- "${gen[@]}" --
 expect 2 "--test-time-augment flip does not apply to --task generate" -- "${gen[@]}" --test-time-augment flip
 expect 2 "fp16 is not supported on the CPU" -- "${gen[@]}" --precision fp16
 
+# --- generate's own options: bf16 sampling, and graphs that the CPU never uses ----------------------
+expect 0 "Saved checkpoint" -- "${gen[@]}" --save "$tmp/g.pt"
+expect 0 '"cuda_graphs":false,.*"precision":"bf16"' -- generate --checkpoint "$tmp/g.pt" --count 4 \
+  --steps 2 --precision bf16 --device cpu --json --out "$tmp/bf16.png"
+expect 0 '"precision":"fp32"' -- generate --checkpoint "$tmp/g.pt" --count 4 --steps 2 \
+  --no-cuda-graphs --device cpu --json --out "$tmp/eager.png"
+expect 2 "--precision: fp16 not in" -- generate --checkpoint "$tmp/g.pt" --precision fp16 --out "$tmp/x.png"
+
 # --- the classifier refuses the generator's options ----------------------------------------------
 expect 2 "--sample-every does not apply to --task classify" -- "${cls[@]}" --sample-every 1
 expect 2 "--unet-base does not apply to --task classify" -- "${cls[@]}" --unet-base 32
