@@ -6,6 +6,7 @@
 #include <optional>
 #include <set>
 #include <unordered_set>
+#include <utility>
 
 #include "common/error.h"
 #include "common/timer.h"
@@ -17,7 +18,8 @@ namespace spritetorch::diffusion {
 
 namespace {
 
-// eps with classifier-free guidance: one forward pass over [conditional; unconditional].
+// The net's output with classifier-free guidance: one forward pass over [conditional;
+// unconditional]. Linear in the output, so it means the same for eps, v and x0 predictions.
 torch::Tensor guided_eps(UNet& net, const torch::Tensor& x, const torch::Tensor& t,
                          const torch::Tensor& c, double guidance) {
   if (guidance == 1.0) return net->forward(x, t, c);
@@ -36,6 +38,17 @@ torch::Tensor palette_tensor(const nlohmann::json& j) {
 
 }  // namespace
 
+std::string prediction_name(Prediction p) {
+  return p == Prediction::kV ? "v" : p == Prediction::kX0 ? "x0" : "eps";
+}
+
+Prediction parse_prediction(const std::string& name) {
+  if (name == "eps") return Prediction::kEps;
+  if (name == "v") return Prediction::kV;
+  if (name == "x0") return Prediction::kX0;
+  throw Error("unknown prediction '" + name + "': expected eps, v or x0");
+}
+
 void check_generator_checkpoint(const train::Checkpoint& c, const std::string& source) {
   if (c.meta.value("task", std::string()) != "generate")
     throw DataError(source, "a generator checkpoint (train --task generate)",
@@ -53,8 +66,12 @@ Generator load_generator(const std::string& path, torch::Device device) {
     o.base = u.at("base").get<int64_t>();
     o.classes = u.at("classes").get<int64_t>();
     o.embed = u.at("embed").get<int64_t>();
+    o.attention = u.value("attention", false);  // absent before attention existed
     g.net = UNet(o);
-    g.schedule = NoiseSchedule(checkpoint.meta.at("schedule_steps").get<int64_t>());
+    // Checkpoints from before the cosine / v defaults have neither key: linear betas, eps.
+    g.schedule = NoiseSchedule(checkpoint.meta.at("schedule_steps").get<int64_t>(),
+                               parse_schedule(checkpoint.meta.value("schedule", "linear")));
+    g.prediction = parse_prediction(checkpoint.meta.value("prediction", "eps"));
     g.class_names = checkpoint.meta.at("class_names").get<std::vector<std::string>>();
     g.size = checkpoint.meta.at("size").get<int64_t>();
     g.palette = palette_tensor(checkpoint.meta.at("palette"));
@@ -73,16 +90,30 @@ Generator load_generator(const std::string& path, torch::Device device) {
 namespace {
 
 // One reverse step from t to t_prev as both samplers take it (Song et al. 2021, eq. 12, with
-// DDPM's posterior as the eta = 1, all-steps case):
-//   x0_hat = clip(x_t / sqrt(abar_t) - sqrt(1 / abar_t - 1) eps, -1, 1)
+// DDPM's posterior as the eta = 1, all-steps case), on the model's output `out`:
+//   x0_hat = clip(k_x x_t - k_out out, -1, 1)
 //   x_prev = c_x0 x0_hat + c_x x_t + sigma z
-// The coefficients are plain doubles, worked out on the host before the loop (no per-step sync).
+// k_x, k_out by prediction: eps 1 / sqrt(abar), sqrt(1 / abar - 1); v sqrt(abar), sqrt(1 - abar);
+// x0 0, -1. The coefficients are plain doubles, worked out on the host before the loop (no
+// per-step sync).
 struct ReverseStep {
   int64_t t = 0;
-  double recip_sqrt_ab = 0;    // 1 / sqrt(abar_t)
-  double recipm1_sqrt_ab = 0;  // sqrt(1 / abar_t - 1)
+  double k_x = 0, k_out = 0;
   double c_x0 = 0, c_x = 0, sigma = 0;
 };
+
+// x0_hat = k_x x_t - k_out out at abar_t = a.
+std::pair<double, double> x0_coefficients(Prediction p, double a) {
+  switch (p) {
+    case Prediction::kV:
+      return {std::sqrt(a), std::sqrt(1.0 - a)};
+    case Prediction::kX0:
+      return {0.0, -1.0};
+    case Prediction::kEps:
+      break;
+  }
+  return {1.0 / std::sqrt(a), std::sqrt(1.0 / a - 1.0)};
+}
 
 // The shared loop. x: (B, C, H, W) x_T; steps in order T - 1 .. 0. Noise for sigma > 0 is drawn on
 // the CPU from `gen` (a seed gives the same sprites on every device) and copied without a sync.
@@ -97,10 +128,10 @@ torch::Tensor reverse_loop(const EpsModel& eps_model, torch::Tensor x,
   const auto t_all = torch::tensor(ts, torch::kInt64).to(x.device());
   for (size_t i = 0; i < steps.size(); ++i) {
     const auto& s = steps[i];
-    const auto eps = eps_model(x, t_all.select(0, static_cast<int64_t>(i)).expand({b}));
+    const auto out = eps_model(x, t_all.select(0, static_cast<int64_t>(i)).expand({b}));
     // Clipping keeps x0_hat in the data's range; the update then uses the eps implied by the
     // clipped x0_hat (folded into c_x0 / c_x), which keeps it on the DDIM / posterior path.
-    const auto x0 = (s.recip_sqrt_ab * x - s.recipm1_sqrt_ab * eps).clamp(-1.0, 1.0);
+    const auto x0 = (s.k_x * x - s.k_out * out).clamp(-1.0, 1.0);
     x = s.c_x0 * x0 + s.c_x * x;
     if (s.sigma > 0) {
       auto z = at::randn(x.sizes(), *gen, torch::kFloat32);
@@ -124,7 +155,7 @@ std::vector<int64_t> ddim_timesteps(int64_t T, int64_t steps) {
 
 torch::Tensor ddim_sample_eps(const EpsModel& eps_model, const NoiseSchedule& schedule,
                               torch::Tensor x, int64_t steps, double eta,
-                              std::optional<at::Generator> gen) {
+                              std::optional<at::Generator> gen, Prediction prediction) {
   if (!(eta >= 0)) throw Error("DDIM eta must be >= 0, got " + std::to_string(eta));
   if (eta > 0 && !gen) throw Error("DDIM with eta > 0 needs a generator for its noise");
   const auto& ab = schedule.host_alpha_bars();
@@ -140,14 +171,14 @@ torch::Tensor ddim_sample_eps(const EpsModel& eps_model, const NoiseSchedule& sc
     // Eq. 12: x_prev = sqrt(a_prev) x0 + sqrt(1 - a_prev - sigma^2) eps + sigma z, with
     // eps = (x - sqrt(a) x0) / sqrt(1 - a) re-derived from the clipped x0.
     const double dir = std::sqrt(std::max(0.0, 1.0 - a_prev - sigma * sigma)) / std::sqrt(1.0 - a);
-    plan.push_back({t, 1.0 / std::sqrt(a), std::sqrt(1.0 / a - 1.0),
-                    std::sqrt(a_prev) - dir * std::sqrt(a), dir, sigma});
+    const auto [k_x, k_out] = x0_coefficients(prediction, a);
+    plan.push_back({t, k_x, k_out, std::sqrt(a_prev) - dir * std::sqrt(a), dir, sigma});
   }
   return reverse_loop(eps_model, std::move(x), plan, eta > 0 ? gen : std::nullopt);
 }
 
 torch::Tensor ddpm_sample_eps(const EpsModel& eps_model, const NoiseSchedule& schedule,
-                              torch::Tensor x, at::Generator gen) {
+                              torch::Tensor x, at::Generator gen, Prediction prediction) {
   const auto& ab = schedule.host_alpha_bars();
   const auto& betas = schedule.host_betas();
   std::vector<ReverseStep> plan;
@@ -155,8 +186,8 @@ torch::Tensor ddpm_sample_eps(const EpsModel& eps_model, const NoiseSchedule& sc
     const double a = ab[t], a_prev = t > 0 ? ab[t - 1] : 1.0, beta = betas[t];
     // Ho et al. eq. 7: the posterior q(x_{t-1} | x_t, x0) at the clipped x0_hat, with its own
     // variance beta~_t = beta_t (1 - a_prev) / (1 - a) (0 at t = 0: the last step adds no noise).
-    plan.push_back({t, 1.0 / std::sqrt(a), std::sqrt(1.0 / a - 1.0),
-                    std::sqrt(a_prev) * beta / (1.0 - a),
+    const auto [k_x, k_out] = x0_coefficients(prediction, a);
+    plan.push_back({t, k_x, k_out, std::sqrt(a_prev) * beta / (1.0 - a),
                     std::sqrt(1.0 - beta) * (1.0 - a_prev) / (1.0 - a),
                     std::sqrt(beta * (1.0 - a_prev) / (1.0 - a))});
   }
@@ -165,21 +196,22 @@ torch::Tensor ddpm_sample_eps(const EpsModel& eps_model, const NoiseSchedule& sc
 
 torch::Tensor ddim_sample(UNet& net, const NoiseSchedule& schedule, torch::Tensor x,
                           const torch::Tensor& c, int64_t steps, double guidance, double eta,
-                          std::optional<at::Generator> gen) {
+                          std::optional<at::Generator> gen, Prediction prediction) {
   return ddim_sample_eps(
       [&](const torch::Tensor& xt, const torch::Tensor& t) {
         return guided_eps(net, xt, t, c, guidance);
       },
-      schedule, std::move(x), steps, eta, std::move(gen));
+      schedule, std::move(x), steps, eta, std::move(gen), prediction);
 }
 
 torch::Tensor ddpm_sample(UNet& net, const NoiseSchedule& schedule, torch::Tensor x,
-                          const torch::Tensor& c, double guidance, at::Generator gen) {
+                          const torch::Tensor& c, double guidance, at::Generator gen,
+                          Prediction prediction) {
   return ddpm_sample_eps(
       [&](const torch::Tensor& xt, const torch::Tensor& t) {
         return guided_eps(net, xt, t, c, guidance);
       },
-      schedule, std::move(x), std::move(gen));
+      schedule, std::move(x), std::move(gen), prediction);
 }
 
 torch::Tensor sample(Generator& g, const torch::Tensor& labels, const SampleOptions& options) {
@@ -197,8 +229,8 @@ torch::Tensor sample(Generator& g, const torch::Tensor& labels, const SampleOpti
     const auto c = labels.narrow(0, start, b).to(device);
     out.push_back(options.sampler == "ddim"
                       ? ddim_sample(g.net, g.schedule, x, c, options.steps, options.guidance,
-                                    options.eta, gen)
-                      : ddpm_sample(g.net, g.schedule, x, c, options.guidance, gen));
+                                    options.eta, gen, g.prediction)
+                      : ddpm_sample(g.net, g.schedule, x, c, options.guidance, gen, g.prediction));
   }
   return torch::cat(out);
 }

@@ -28,10 +28,18 @@ constexpr double kEmaDecay = 0.995;     // the saved weights are an exponential 
 double ema_decay(int64_t updates);
 constexpr int64_t kPaletteColours = 32; // --palette auto: k-means colours of the training set
 
+// What the UNet's output stands for. eps: the noise (the DDPM paper; generators trained before v
+// became the default); v: sqrt(abar) eps - sqrt(1 - abar) x0 (Salimans & Ho 2022), well defined
+// at both ends of the schedule; x0: the clean image.
+enum class Prediction { kEps, kV, kX0 };
+std::string prediction_name(Prediction prediction);    // "eps" | "v" | "x0"
+Prediction parse_prediction(const std::string& name);  // Error for anything else
+
 // A trained generator, ready to sample on `device`.
 struct Generator {
   UNet net{nullptr};
   NoiseSchedule schedule;
+  Prediction prediction = Prediction::kEps;  // checkpoints without "prediction" predict eps
   std::vector<std::string> class_names;
   torch::Tensor palette;  // (K, 3) uint8 on the CPU: the training set's k-means colours
   nlohmann::json meta;    // the checkpoint's metadata (dataset, sprites options, ...)
@@ -60,23 +68,26 @@ torch::Tensor sample(Generator& generator, const torch::Tensor& labels, const Sa
 // DDIM (Song et al. 2021, eq. 12) from x_T along ddim_timesteps(T, steps), then to abar = 1.
 // x: (B, 4, S, S), c: (B). Each step clips the predicted x0 to [-1, 1] and re-derives eps from it.
 // eta > 0 adds sigma_t(eta) noise drawn from `gen` (eta = 1 is DDPM-like; Error without a gen);
-// eta = 0 is deterministic and draws nothing.
-torch::Tensor ddim_sample(UNet& net, const NoiseSchedule& schedule, torch::Tensor x, const torch::Tensor& c,
-                          int64_t steps, double guidance, double eta = 0.0,
-                          std::optional<at::Generator> gen = std::nullopt);
+// eta = 0 is deterministic and draws nothing. `prediction`: what the net outputs.
+torch::Tensor ddim_sample(UNet& net, const NoiseSchedule& schedule, torch::Tensor x,
+                          const torch::Tensor& c, int64_t steps, double guidance, double eta = 0.0,
+                          std::optional<at::Generator> gen = std::nullopt,
+                          Prediction prediction = Prediction::kEps);
 // DDPM ancestral sampling over all T steps (Ho et al. 2020): the posterior q(x_{t-1} | x_t, x0)
 // at the clipped predicted x0, variance beta~_t; noise drawn from `gen` (CPU).
-torch::Tensor ddpm_sample(UNet& net, const NoiseSchedule& schedule, torch::Tensor x, const torch::Tensor& c,
-                          double guidance, at::Generator gen);
+torch::Tensor ddpm_sample(UNet& net, const NoiseSchedule& schedule, torch::Tensor x,
+                          const torch::Tensor& c, double guidance, at::Generator gen,
+                          Prediction prediction = Prediction::kEps);
 
-// The samplers above on any eps prediction (x_t (B, 4, S, S), t (B) int64 -> eps (B, 4, S, S)):
-// ddim_sample / ddpm_sample pass the guided UNet; tests pass an oracle.
+// The samplers above on any model (x_t (B, 4, S, S), t (B) int64 -> its prediction (B, 4, S, S) of
+// kind `prediction`): ddim_sample / ddpm_sample pass the guided UNet; tests pass an oracle.
 using EpsModel = std::function<torch::Tensor(const torch::Tensor& x, const torch::Tensor& t)>;
-torch::Tensor ddim_sample_eps(const EpsModel& eps, const NoiseSchedule& schedule, torch::Tensor x,
+torch::Tensor ddim_sample_eps(const EpsModel& model, const NoiseSchedule& schedule, torch::Tensor x,
                               int64_t steps, double eta = 0.0,
-                              std::optional<at::Generator> gen = std::nullopt);
-torch::Tensor ddpm_sample_eps(const EpsModel& eps, const NoiseSchedule& schedule, torch::Tensor x,
-                              at::Generator gen);
+                              std::optional<at::Generator> gen = std::nullopt,
+                              Prediction prediction = Prediction::kEps);
+torch::Tensor ddpm_sample_eps(const EpsModel& model, const NoiseSchedule& schedule, torch::Tensor x,
+                              at::Generator gen, Prediction prediction = Prediction::kEps);
 // DDIM's timesteps: `steps` (clamped to [1, T]) distinct ones, evenly spaced from T - 1 down to 0.
 std::vector<int64_t> ddim_timesteps(int64_t T, int64_t steps);
 
