@@ -42,6 +42,11 @@ Subcommand add_generate_command(CLI::App& app) {
       "--palette", f->palette,
       "Snap colours to a palette: auto (k-means of the training set) or a PNG whose opaque colours "
       "are the palette [default: no snapping]");
+  sub->add_option("--colours", f->sample.colours,
+                  "At most this many colours per sprite (k-means of its own pixels; 0: the "
+                  "model's own colours)")
+      ->check(kNonNegative)
+      ->capture_default_str();
   sub->add_option("--steps", f->sample.steps, "DDIM steps")
       ->check(kPositive)
       ->capture_default_str();
@@ -82,7 +87,9 @@ Subcommand add_generate_command(CLI::App& app) {
           labels = torch::full({f->count}, it - generator.class_names.begin(), torch::kInt64);
         }
         DeviceTimer timer(device);
-        auto sprites = diffusion::to_sprites(diffusion::sample(generator, labels, f->sample));
+        auto sprites = diffusion::reduce_colours(
+            diffusion::to_sprites(diffusion::sample(generator, labels, f->sample)),
+            f->sample.colours);
         const double seconds = timer.seconds();
         if (f->palette == "auto")
           sprites = diffusion::snap_to_palette(sprites, generator.palette);

@@ -279,6 +279,10 @@ Subcommand add_train_command(CLI::App& app) {
                                 ? std::min(config->train_limit, data.train.size())
                                 : data.train.size();
           config->epochs = diffusion::default_epochs(n, config->batch_size);
+          // A run folder's sheets: about ten over the run, not one per (short) epoch.
+          if (sub->count("--sample-every") == 0 && config->sample_every > 0)
+            config->sample_every = std::max<int64_t>(1, config->epochs / 10);
+          task = make_task(*config);
           if (!session.quiet())
             human << "Epochs: " << config->epochs << " (about " << diffusion::kDefaultSteps
                   << " steps of " << config->batch_size << " from " << n

@@ -262,6 +262,47 @@ torch::Tensor snap_to_palette(const torch::Tensor& sprites, const torch::Tensor&
   return out;
 }
 
+torch::Tensor reduce_colours(const torch::Tensor& sprites, int64_t colours) {
+  if (colours <= 0) return sprites;
+  auto out = sprites.cpu().clone();
+  const int64_t n = out.size(0), h = out.size(2), w = out.size(3);
+  for (int64_t i = 0; i < n; ++i) {
+    auto sprite = out[i];                                             // (4, S, S) view
+    const auto opaque = (sprite[3] >= 128).flatten();                 // (S*S)
+    const auto rgb = sprite.narrow(0, 0, 3).reshape({3, h * w}).t();  // (S*S, 3)
+    const auto idx = opaque.nonzero().squeeze(1);
+    const int64_t p = idx.size(0);
+    if (p == 0) continue;
+    const auto px = rgb.index_select(0, idx).to(torch::kFloat32);  // (P, 3)
+    // Farthest-point start from the first pixel: deterministic and spread over the colours.
+    std::vector<int64_t> picks = {0};
+    auto d2 = (px - px[0]).pow(2).sum(1);
+    const int64_t k = std::min(colours, p);
+    for (int64_t j = 1; j < k; ++j) {
+      const int64_t far = d2.argmax().item<int64_t>();
+      if (d2[far].item<float>() == 0) break;  // fewer distinct colours than k
+      picks.push_back(far);
+      d2 = torch::minimum(d2, (px - px[far]).pow(2).sum(1));
+    }
+    auto c = px.index_select(0, torch::tensor(picks, torch::kInt64));  // (k, 3)
+    torch::Tensor assign;
+    for (int iter = 0; iter < 10; ++iter) {
+      assign = torch::cdist(px, c).argmin(1);
+      auto sums = torch::zeros_like(c).index_add_(0, assign, px);
+      auto counts = torch::zeros({c.size(0)}, torch::kFloat32)
+                        .index_add_(0, assign, torch::ones({p}, torch::kFloat32));
+      c = torch::where(counts.unsqueeze(1) > 0, sums / counts.clamp_min(1).unsqueeze(1), c);
+    }
+    assign = torch::cdist(px, c).argmin(1);
+    const auto snapped =
+        c.round().clamp(0, 255).to(torch::kUInt8).index_select(0, assign);  // (P, 3)
+    auto flat = sprite.narrow(0, 0, 3).reshape({3, h * w});  // a copy unless contiguous: write back
+    flat.index_copy_(1, idx, snapped.t().contiguous());
+    sprite.narrow(0, 0, 3).copy_(flat.view({3, h, w}));
+  }
+  return out;
+}
+
 torch::Tensor kmeans_palette(const torch::Tensor& sprites, int64_t colours, uint64_t seed) {
   const auto cpu = sprites.cpu();
   auto rgba = cpu.permute({0, 2, 3, 1}).reshape({-1, 4});
@@ -316,7 +357,8 @@ GeneratorEval evaluate_generator(Generator& g, models::ClassifierImpl& classifie
   const auto labels = torch::arange(count, torch::kInt64).remainder(k);  // balanced
   const auto device = g.net->parameters().front().device();
   DeviceTimer timer(device);
-  const auto sprites = to_sprites(sample(g, labels, options));  // (N, 4, S, S) uint8, CPU
+  // (N, 4, S, S) uint8, CPU, as generate writes them.
+  const auto sprites = reduce_colours(to_sprites(sample(g, labels, options)), options.colours);
   GeneratorEval r;
   r.samples = count;
   r.sample_seconds = timer.seconds();

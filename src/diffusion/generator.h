@@ -28,6 +28,11 @@ constexpr double kEmaDecay = 0.995;     // the saved weights are an exponential 
 double ema_decay(int64_t updates);
 constexpr int64_t kPaletteColours = 32; // --palette auto: k-means colours of the training set
 
+// Pixel art draws each sprite from a handful of colours (the DCSS items: 18 per sprite at 4 bits
+// per channel); a generator's sprites come out with small colour noise on every pixel. Sprites out
+// of generate and eval keep at most this many colours each (SampleOptions::colours).
+constexpr int64_t kSpriteColours = 16;
+
 // What the UNet's output stands for. eps: the noise (the DDPM paper; generators trained before v
 // became the default); v: sqrt(abar) eps - sqrt(1 - abar) x0 (Salimans & Ho 2022), well defined
 // at both ends of the schedule; x0: the clean image.
@@ -58,6 +63,9 @@ struct SampleOptions {
   double eta = 0.0;              // DDIM noise: 0 deterministic, 1 DDPM-like
   uint64_t seed = 1;
   int64_t batch = 512;           // sprites per forward pass
+  // Sprites out (generate, eval): each sprite's opaque colours reduced to at most this many by
+  // k-means (reduce_colours; 0: the model's own colours). Not applied by sample().
+  int64_t colours = kSpriteColours;
 };
 
 // labels: (N) int64 class indices -> (N, 4, S, S) float32 in [-1, 1] on the generator's device.
@@ -96,6 +104,11 @@ torch::Tensor to_sprites(const torch::Tensor& x);
 // Replaces every opaque pixel's RGB by the nearest palette colour. sprites: (N, 4, S, S) uint8;
 // palette: (K, 3) uint8.
 torch::Tensor snap_to_palette(const torch::Tensor& sprites, const torch::Tensor& palette);
+// Each sprite's opaque colours reduced to at most `colours` by k-means over its own opaque pixels
+// (farthest-point start, 10 Lloyd iterations; deterministic, no RNG): flat regions lose the
+// model's small colour noise, outlines and highlights keep their own cluster. sprites: (N, 4, S, S)
+// uint8 as to_sprites gives them; alpha is left as it is. colours <= 0: unchanged.
+torch::Tensor reduce_colours(const torch::Tensor& sprites, int64_t colours);
 // k-means (k-means++ start, seeded) over the opaque pixels of (N, 4, H, W) uint8 sprites -> (K, 3).
 torch::Tensor kmeans_palette(const torch::Tensor& sprites, int64_t colours, uint64_t seed);
 // The distinct colours of a PNG's opaque pixels (a palette strip, or any image) -> (K, 3) uint8.

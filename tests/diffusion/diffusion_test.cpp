@@ -2,11 +2,14 @@
 // back the clean image; eq. 12 with clipping; determinism), sprite post-processing,
 // palettes, a tiny end-to-end generator run, and its resume / interrupt / periodic checkpoints.
 #include "diffusion/generator.h"
+#include "diffusion/generator_task.h"
 
 #include <gtest/gtest.h>
 
 #include <signal.h>
 
+#include <algorithm>
+#include <array>
 #include <filesystem>
 
 #include "common/error.h"
@@ -246,15 +249,18 @@ TEST(Sampler, OracleVAndX0MakeEverySamplerReturnTheCleanImage) {
   }
 }
 
-// A v-model run as if it predicted eps (or the reverse) must not give the clean image: the
-// prediction kind is not ignored.
+// A v-model read as if it predicted eps must not give the clean image in one step: the
+// prediction kind is not ignored. (Over many steps the oracle, which knows x0, would correct it.)
 TEST(Sampler, PredictionKindChangesTheStep) {
-  const NoiseSchedule schedule(500, ScheduleKind::kCosine);
+  const NoiseSchedule schedule(500, ScheduleKind::kLinear);
   const auto [x0, noise] = clean_and_noise(2, 8, 24);
   const auto xT = noised(schedule, x0, noise);
-  Oracle oracle(x0, schedule);
-  const auto out = ddim_sample_eps(as_prediction(oracle, Prediction::kV), schedule, xT, 25, 0.0,
+  Oracle right(x0, schedule), wrong(x0, schedule);
+  const auto ok = ddim_sample_eps(as_prediction(right, Prediction::kV), schedule, xT, 1, 0.0,
+                                  std::nullopt, Prediction::kV);
+  const auto out = ddim_sample_eps(as_prediction(wrong, Prediction::kV), schedule, xT, 1, 0.0,
                                    std::nullopt, Prediction::kEps);
+  EXPECT_TRUE(torch::allclose(ok, x0, 0, 1e-4));
   EXPECT_GT((out - x0).abs().max().item<double>(), 0.1);
 }
 
@@ -488,6 +494,39 @@ TEST(Sprites, AlphaBinaryAndPaletteOnly) {
   // Every opaque pixel's colour is one of the palette's.
   const auto dist = torch::cdist(opaque.to(torch::kFloat32), g.palette.to(torch::kFloat32));
   EXPECT_EQ(std::get<0>(dist.min(1)).max().item<float>(), 0.0f);
+}
+
+// Per-sprite colour reduction: a sprite of 3 flat colours with small noise on every pixel comes
+// back with exactly 3 colours, near the flat ones; alpha and transparent pixels are untouched; a
+// sprite with fewer colours than asked keeps them exactly.
+TEST(Palette, ReduceColoursFlattensSmallNoise) {
+  torch::manual_seed(12);
+  auto sprites = torch::zeros({2, 4, 8, 8}, torch::kUInt8);
+  const std::vector<std::array<int, 3>> flat = {{200, 40, 40}, {30, 30, 160}, {240, 220, 90}};
+  for (int64_t y = 0; y < 8; ++y)
+    for (int64_t x = 1; x < 8; ++x)
+      for (int64_t i = 0; i < 2; ++i) {
+        const auto& c = flat[static_cast<size_t>(y % 3)];
+        for (int ch = 0; ch < 3; ++ch) {
+          const int noise =
+              i == 0 ? static_cast<int>(torch::randint(-6, 7, {1}).item<int64_t>()) : 0;
+          sprites[i][ch][y][x] = std::clamp(c[static_cast<size_t>(ch)] + noise, 0, 255);
+        }
+        sprites[i][3][y][x] = 255;
+      }
+  const auto out = reduce_colours(sprites, 4);
+  EXPECT_TRUE(torch::equal(out.select(1, 3), sprites.select(1, 3)));
+  EXPECT_TRUE(torch::equal(out.narrow(3, 0, 1), sprites.narrow(3, 0, 1)));  // transparent column
+  const auto opaque = out[0].narrow(0, 0, 3).narrow(2, 1, 7).reshape({3, -1}).t();  // (56, 3)
+  const auto distinct = std::get<0>(torch::unique_dim(opaque, 0));
+  EXPECT_LE(distinct.size(0), 4);
+  for (int64_t y = 0; y < 8; ++y)
+    for (int ch = 0; ch < 3; ++ch)
+      EXPECT_NEAR(out[0][ch][y][3].item<int>(),
+                  flat[static_cast<size_t>(y % 3)][static_cast<size_t>(ch)], 4)
+          << y << " " << ch;
+  EXPECT_TRUE(torch::equal(out[1], sprites[1]));  // 3 exact colours, 4 allowed: unchanged
+  EXPECT_TRUE(torch::equal(reduce_colours(sprites, 0), sprites));
 }
 
 TEST(Palette, KMeansFindsTheColours) {
