@@ -75,6 +75,11 @@ std::shared_ptr<GeneratorEvalFlags> add_generator_eval_options(CLI::App* sub) {
                   "Generator checkpoints: samples to draw (spread over the classes)")
       ->check(kPositive)
       ->capture_default_str();
+  sub->add_option("--colours", f->options.colours,
+                  "Generator checkpoints: at most this many colours per sprite, as generate draws "
+                  "them (0: the model's own colours)")
+      ->check(kNonNegative)
+      ->capture_default_str();
   sub->add_option("--steps", f->options.steps, "Generator checkpoints: DDIM steps")
       ->check(kPositive)
       ->capture_default_str();
@@ -133,6 +138,7 @@ int run_generator_eval(const GeneratorEvalFlags& f, const std::string& checkpoin
                        {"sample_s", r.sample_seconds},
                        {"sprites_per_second", r.sprites_per_second},
                        {"steps", f.options.steps},
+                       {"colours", f.options.colours},
                        {"guidance", f.options.guidance},
                        {"sampler", f.options.sampler},
                        {"device", device::display_name(device)},

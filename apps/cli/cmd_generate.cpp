@@ -44,6 +44,11 @@ Subcommand add_generate_command(CLI::App& app) {
       "--palette", f->palette,
       "Snap colours to a palette: auto (k-means of the training set) or a PNG whose opaque colours "
       "are the palette [default: no snapping]");
+  sub->add_option("--colours", f->sample.colours,
+                  "At most this many colours per sprite (k-means of its own pixels; 0: the "
+                  "model's own colours)")
+      ->check(kNonNegative)
+      ->capture_default_str();
   sub->add_option("--steps", f->sample.steps, "DDIM steps")
       ->check(kPositive)
       ->capture_default_str();
@@ -101,7 +106,9 @@ Subcommand add_generate_command(CLI::App& app) {
         // Fixed shapes: let cuDNN time its algorithms once (the first batch pays for it).
         if (device.is_cuda()) at::globalContext().setBenchmarkCuDNN(true);
         DeviceTimer timer(device);
-        auto sprites = diffusion::to_sprites(diffusion::sample(generator, labels, f->sample));
+        auto sprites = diffusion::reduce_colours(
+            diffusion::to_sprites(diffusion::sample(generator, labels, f->sample)),
+            f->sample.colours);
         const double seconds = timer.seconds();
         if (f->palette == "auto")
           sprites = diffusion::snap_to_palette(sprites, generator.palette);

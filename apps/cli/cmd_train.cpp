@@ -1,4 +1,5 @@
 // `spritetorch train`: by default the seeds' Fashion-MNIST example, then a test-set evaluation.
+#include <algorithm>
 #include <iomanip>
 #include <iostream>
 
@@ -6,6 +7,7 @@
 #include "commands.h"
 #include "common/error.h"
 #include "device/device.h"
+#include "diffusion/generator_task.h"
 #include "models/classifier.h"
 #include "output.h"
 #include "precision/precision.h"
@@ -278,6 +280,22 @@ Subcommand add_train_command(CLI::App& app) {
         auto task = make_task(*config);       // an option of the other task fails first,
         device::pick_device(config->device);  // then an unavailable device, before the data
         const train::Datasets data = train::load_datasets(*config);
+        // A generator trains for a number of optimizer steps, whatever the dataset's size: without
+        // --epochs (flag, variable, config file or recipe) the epochs follow from it.
+        if (config->task == train::TaskKind::kGenerate && sub->count("--epochs") == 0) {
+          const int64_t n = config->train_limit > 0
+                                ? std::min(config->train_limit, data.train.size())
+                                : data.train.size();
+          config->epochs = diffusion::default_epochs(n, config->batch_size);
+          // A run folder's sheets: about ten over the run, not one per (short) epoch.
+          if (sub->count("--sample-every") == 0 && config->sample_every > 0)
+            config->sample_every = std::max<int64_t>(1, config->epochs / 10);
+          task = make_task(*config);
+          if (!session.quiet())
+            human << "Epochs: " << config->epochs << " (about " << diffusion::kDefaultSteps
+                  << " steps of " << config->batch_size << " from " << n
+                  << " sprites; --epochs sets them)\n";
+        }
         if (events) log_training_samples(*events, data.train);
         const train::TrainReport report =
             train::Trainer(*config).fit(*task, data, &session.observer());

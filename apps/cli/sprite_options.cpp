@@ -59,6 +59,22 @@ void add_sprite_data_options(CLI::App* sub, train::TrainConfig& config, bool tra
     sub->add_flag("--activation-checkpointing", config.activation_checkpointing,
                   "--task generate: recompute each UNet block's activations in backward (less "
                   "memory, about one more forward per step)");
+    sub->add_option("--unet-attention", config.unet_attention,
+                    "--task generate: self-attention at a quarter of the sprite size (1 or 0)")
+        ->capture_default_str();
+    sub->add_option("--prediction", config.prediction,
+                    "--task generate: what the UNet predicts: v, eps (the noise) or x0")
+        ->check(CLI::IsMember({"v", "eps", "x0"}))
+        ->capture_default_str();
+    sub->add_option("--noise-schedule", config.noise_schedule,
+                    "--task generate: cosine or linear betas (T = 500)")
+        ->check(CLI::IsMember({"cosine", "linear"}))
+        ->capture_default_str();
+    sub->add_option("--min-snr-gamma", config.min_snr_gamma,
+                    "--task generate: weight each timestep's loss as min(SNR, gamma) x the x0 "
+                    "error (0: the plain MSE of the prediction)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
   }
   sub->add_option("--data-seed", s.seed,
                   "sprites: seed of the procedural sprites and of the holdout split")

@@ -6,6 +6,7 @@
 #include <optional>
 #include <set>
 #include <unordered_set>
+#include <utility>
 
 #include "common/error.h"
 #include "common/timer.h"
@@ -19,7 +20,8 @@ namespace spritetorch::diffusion {
 
 namespace {
 
-// eps with classifier-free guidance: one forward pass over [conditional; unconditional].
+// The net's output with classifier-free guidance: one forward pass over [conditional;
+// unconditional]. Linear in the output, so it means the same for eps, v and x0 predictions.
 torch::Tensor guided_eps(UNet& net, const torch::Tensor& x, const torch::Tensor& t,
                          const torch::Tensor& c, double guidance) {
   if (guidance == 1.0) return net->forward(x, t, c);
@@ -38,6 +40,17 @@ torch::Tensor palette_tensor(const nlohmann::json& j) {
 
 }  // namespace
 
+std::string prediction_name(Prediction p) {
+  return p == Prediction::kV ? "v" : p == Prediction::kX0 ? "x0" : "eps";
+}
+
+Prediction parse_prediction(const std::string& name) {
+  if (name == "eps") return Prediction::kEps;
+  if (name == "v") return Prediction::kV;
+  if (name == "x0") return Prediction::kX0;
+  throw Error("unknown prediction '" + name + "': expected eps, v or x0");
+}
+
 void check_generator_checkpoint(const train::Checkpoint& c, const std::string& source) {
   if (c.meta.value("task", std::string()) != "generate")
     throw DataError(source, "a generator checkpoint (train --task generate)",
@@ -55,8 +68,12 @@ Generator load_generator(const std::string& path, torch::Device device) {
     o.base = u.at("base").get<int64_t>();
     o.classes = u.at("classes").get<int64_t>();
     o.embed = u.at("embed").get<int64_t>();
+    o.attention = u.value("attention", false);  // absent before attention existed
     g.net = UNet(o);
-    g.schedule = NoiseSchedule(checkpoint.meta.at("schedule_steps").get<int64_t>());
+    // Checkpoints from before the cosine / v defaults have neither key: linear betas, eps.
+    g.schedule = NoiseSchedule(checkpoint.meta.at("schedule_steps").get<int64_t>(),
+                               parse_schedule(checkpoint.meta.value("schedule", "linear")));
+    g.prediction = parse_prediction(checkpoint.meta.value("prediction", "eps"));
     g.class_names = checkpoint.meta.at("class_names").get<std::vector<std::string>>();
     g.size = checkpoint.meta.at("size").get<int64_t>();
     g.palette = palette_tensor(checkpoint.meta.at("palette"));
@@ -75,16 +92,30 @@ Generator load_generator(const std::string& path, torch::Device device) {
 namespace {
 
 // One reverse step from t to t_prev as both samplers take it (Song et al. 2021, eq. 12, with
-// DDPM's posterior as the eta = 1, all-steps case):
-//   x0_hat = clip(x_t / sqrt(abar_t) - sqrt(1 / abar_t - 1) eps, -1, 1)
+// DDPM's posterior as the eta = 1, all-steps case), on the model's output `out`:
+//   x0_hat = clip(k_x x_t - k_out out, -1, 1)
 //   x_prev = c_x0 x0_hat + c_x x_t + sigma z
-// The coefficients are plain doubles, worked out on the host before the loop (no per-step sync).
+// k_x, k_out by prediction: eps 1 / sqrt(abar), sqrt(1 / abar - 1); v sqrt(abar), sqrt(1 - abar);
+// x0 0, -1. The coefficients are plain doubles, worked out on the host before the loop (no
+// per-step sync).
 struct ReverseStep {
   int64_t t = 0;
-  double recip_sqrt_ab = 0;    // 1 / sqrt(abar_t)
-  double recipm1_sqrt_ab = 0;  // sqrt(1 / abar_t - 1)
+  double k_x = 0, k_out = 0;
   double c_x0 = 0, c_x = 0, sigma = 0;
 };
+
+// x0_hat = k_x x_t - k_out out at abar_t = a.
+std::pair<double, double> x0_coefficients(Prediction p, double a) {
+  switch (p) {
+    case Prediction::kV:
+      return {std::sqrt(a), std::sqrt(1.0 - a)};
+    case Prediction::kX0:
+      return {0.0, -1.0};
+    case Prediction::kEps:
+      break;
+  }
+  return {1.0 / std::sqrt(a), std::sqrt(1.0 / a - 1.0)};
+}
 
 // The shared loop. x: (B, C, H, W) x_T; steps in order T - 1 .. 0. Noise for sigma > 0 is drawn on
 // the CPU from `gen` (a seed gives the same sprites on every device) and copied without a sync.
@@ -97,10 +128,10 @@ torch::Tensor reverse_loop(const EpsModel& eps_model, torch::Tensor x,
   for (size_t i = 0; i < steps.size(); ++i) {
     const auto& s = steps[i];
     // (B) t filled on the device: no host-to-device copy, so the loop can be captured as a graph.
-    const auto eps = eps_model(x, torch::full({b}, s.t, t_options));
+    const auto out = eps_model(x, torch::full({b}, s.t, t_options));
     // Clipping keeps x0_hat in the data's range; the update then uses the eps implied by the
     // clipped x0_hat (folded into c_x0 / c_x), which keeps it on the DDIM / posterior path.
-    const auto x0 = (s.recip_sqrt_ab * x - s.recipm1_sqrt_ab * eps).clamp(-1.0, 1.0);
+    const auto x0 = (s.k_x * x - s.k_out * out).clamp(-1.0, 1.0);
     x = s.c_x0 * x0 + s.c_x * x;
     if (s.sigma > 0) {
       auto z = at::randn(x.sizes(), *gen, torch::kFloat32);
@@ -124,7 +155,7 @@ std::vector<int64_t> ddim_timesteps(int64_t T, int64_t steps) {
 
 torch::Tensor ddim_sample_eps(const EpsModel& eps_model, const NoiseSchedule& schedule,
                               torch::Tensor x, int64_t steps, double eta,
-                              std::optional<at::Generator> gen) {
+                              std::optional<at::Generator> gen, Prediction prediction) {
   if (!(eta >= 0)) throw Error("DDIM eta must be >= 0, got " + std::to_string(eta));
   if (eta > 0 && !gen) throw Error("DDIM with eta > 0 needs a generator for its noise");
   const auto& ab = schedule.host_alpha_bars();
@@ -140,14 +171,14 @@ torch::Tensor ddim_sample_eps(const EpsModel& eps_model, const NoiseSchedule& sc
     // Eq. 12: x_prev = sqrt(a_prev) x0 + sqrt(1 - a_prev - sigma^2) eps + sigma z, with
     // eps = (x - sqrt(a) x0) / sqrt(1 - a) re-derived from the clipped x0.
     const double dir = std::sqrt(std::max(0.0, 1.0 - a_prev - sigma * sigma)) / std::sqrt(1.0 - a);
-    plan.push_back({t, 1.0 / std::sqrt(a), std::sqrt(1.0 / a - 1.0),
-                    std::sqrt(a_prev) - dir * std::sqrt(a), dir, sigma});
+    const auto [k_x, k_out] = x0_coefficients(prediction, a);
+    plan.push_back({t, k_x, k_out, std::sqrt(a_prev) - dir * std::sqrt(a), dir, sigma});
   }
   return reverse_loop(eps_model, std::move(x), plan, eta > 0 ? gen : std::nullopt);
 }
 
 torch::Tensor ddpm_sample_eps(const EpsModel& eps_model, const NoiseSchedule& schedule,
-                              torch::Tensor x, at::Generator gen) {
+                              torch::Tensor x, at::Generator gen, Prediction prediction) {
   const auto& ab = schedule.host_alpha_bars();
   const auto& betas = schedule.host_betas();
   std::vector<ReverseStep> plan;
@@ -155,8 +186,8 @@ torch::Tensor ddpm_sample_eps(const EpsModel& eps_model, const NoiseSchedule& sc
     const double a = ab[t], a_prev = t > 0 ? ab[t - 1] : 1.0, beta = betas[t];
     // Ho et al. eq. 7: the posterior q(x_{t-1} | x_t, x0) at the clipped x0_hat, with its own
     // variance beta~_t = beta_t (1 - a_prev) / (1 - a) (0 at t = 0: the last step adds no noise).
-    plan.push_back({t, 1.0 / std::sqrt(a), std::sqrt(1.0 / a - 1.0),
-                    std::sqrt(a_prev) * beta / (1.0 - a),
+    const auto [k_x, k_out] = x0_coefficients(prediction, a);
+    plan.push_back({t, k_x, k_out, std::sqrt(a_prev) * beta / (1.0 - a),
                     std::sqrt(1.0 - beta) * (1.0 - a_prev) / (1.0 - a),
                     std::sqrt(beta * (1.0 - a_prev) / (1.0 - a))});
   }
@@ -165,21 +196,22 @@ torch::Tensor ddpm_sample_eps(const EpsModel& eps_model, const NoiseSchedule& sc
 
 torch::Tensor ddim_sample(UNet& net, const NoiseSchedule& schedule, torch::Tensor x,
                           const torch::Tensor& c, int64_t steps, double guidance, double eta,
-                          std::optional<at::Generator> gen) {
+                          std::optional<at::Generator> gen, Prediction prediction) {
   return ddim_sample_eps(
       [&](const torch::Tensor& xt, const torch::Tensor& t) {
         return guided_eps(net, xt, t, c, guidance);
       },
-      schedule, std::move(x), steps, eta, std::move(gen));
+      schedule, std::move(x), steps, eta, std::move(gen), prediction);
 }
 
 torch::Tensor ddpm_sample(UNet& net, const NoiseSchedule& schedule, torch::Tensor x,
-                          const torch::Tensor& c, double guidance, at::Generator gen) {
+                          const torch::Tensor& c, double guidance, at::Generator gen,
+                          Prediction prediction) {
   return ddpm_sample_eps(
       [&](const torch::Tensor& xt, const torch::Tensor& t) {
         return guided_eps(net, xt, t, c, guidance);
       },
-      schedule, std::move(x), std::move(gen));
+      schedule, std::move(x), std::move(gen), prediction);
 }
 
 torch::Tensor sample(Generator& g, const torch::Tensor& labels, const SampleOptions& options) {
@@ -197,9 +229,10 @@ torch::Tensor sample(Generator& g, const torch::Tensor& labels, const SampleOpti
     std::optional<precision::AutocastGuard> autocast;
     if (options.precision == "bf16")
       autocast.emplace(device.type(), torch::kBFloat16, true, /*cache_enabled=*/!graphs);
-    return options.sampler == "ddim" ? ddim_sample(g.net, g.schedule, x, c, options.steps,
-                                                   options.guidance, options.eta, gen)
-                                     : ddpm_sample(g.net, g.schedule, x, c, options.guidance, gen);
+    return options.sampler == "ddim"
+               ? ddim_sample(g.net, g.schedule, x, c, options.steps, options.guidance, options.eta,
+                             gen, g.prediction)
+               : ddpm_sample(g.net, g.schedule, x, c, options.guidance, gen, g.prediction);
   };
   std::optional<CudaGraphSampler> graphed;
   if (graphs) graphed.emplace(eager, device);
@@ -238,6 +271,47 @@ torch::Tensor snap_to_palette(const torch::Tensor& sprites, const torch::Tensor&
       palette.index_select(0, nearest).view({n, out.size(2), out.size(3), 3}).permute({0, 3, 1, 2});
   const auto opaque = out.narrow(1, 3, 1) > 0;
   out.narrow(1, 0, 3).copy_(torch::where(opaque, snapped, out.narrow(1, 0, 3)));
+  return out;
+}
+
+torch::Tensor reduce_colours(const torch::Tensor& sprites, int64_t colours) {
+  if (colours <= 0) return sprites;
+  auto out = sprites.cpu().clone();
+  const int64_t n = out.size(0), h = out.size(2), w = out.size(3);
+  for (int64_t i = 0; i < n; ++i) {
+    auto sprite = out[i];                                             // (4, S, S) view
+    const auto opaque = (sprite[3] >= 128).flatten();                 // (S*S)
+    const auto rgb = sprite.narrow(0, 0, 3).reshape({3, h * w}).t();  // (S*S, 3)
+    const auto idx = opaque.nonzero().squeeze(1);
+    const int64_t p = idx.size(0);
+    if (p == 0) continue;
+    const auto px = rgb.index_select(0, idx).to(torch::kFloat32);  // (P, 3)
+    // Farthest-point start from the first pixel: deterministic and spread over the colours.
+    std::vector<int64_t> picks = {0};
+    auto d2 = (px - px[0]).pow(2).sum(1);
+    const int64_t k = std::min(colours, p);
+    for (int64_t j = 1; j < k; ++j) {
+      const int64_t far = d2.argmax().item<int64_t>();
+      if (d2[far].item<float>() == 0) break;  // fewer distinct colours than k
+      picks.push_back(far);
+      d2 = torch::minimum(d2, (px - px[far]).pow(2).sum(1));
+    }
+    auto c = px.index_select(0, torch::tensor(picks, torch::kInt64));  // (k, 3)
+    torch::Tensor assign;
+    for (int iter = 0; iter < 10; ++iter) {
+      assign = torch::cdist(px, c).argmin(1);
+      auto sums = torch::zeros_like(c).index_add_(0, assign, px);
+      auto counts = torch::zeros({c.size(0)}, torch::kFloat32)
+                        .index_add_(0, assign, torch::ones({p}, torch::kFloat32));
+      c = torch::where(counts.unsqueeze(1) > 0, sums / counts.clamp_min(1).unsqueeze(1), c);
+    }
+    assign = torch::cdist(px, c).argmin(1);
+    const auto snapped =
+        c.round().clamp(0, 255).to(torch::kUInt8).index_select(0, assign);  // (P, 3)
+    auto flat = sprite.narrow(0, 0, 3).reshape({3, h * w});  // a copy unless contiguous: write back
+    flat.index_copy_(1, idx, snapped.t().contiguous());
+    sprite.narrow(0, 0, 3).copy_(flat.view({3, h, w}));
+  }
   return out;
 }
 
@@ -295,7 +369,8 @@ GeneratorEval evaluate_generator(Generator& g, models::ClassifierImpl& classifie
   const auto labels = torch::arange(count, torch::kInt64).remainder(k);  // balanced
   const auto device = g.net->parameters().front().device();
   DeviceTimer timer(device);
-  const auto sprites = to_sprites(sample(g, labels, options));  // (N, 4, S, S) uint8, CPU
+  // (N, 4, S, S) uint8, CPU, as generate writes them.
+  const auto sprites = reduce_colours(to_sprites(sample(g, labels, options)), options.colours);
   GeneratorEval r;
   r.samples = count;
   r.sample_seconds = timer.seconds();

@@ -28,10 +28,23 @@ constexpr double kEmaDecay = 0.995;     // the saved weights are an exponential 
 double ema_decay(int64_t updates);
 constexpr int64_t kPaletteColours = 32; // --palette auto: k-means colours of the training set
 
+// Pixel art draws each sprite from a handful of colours (the DCSS items: 18 per sprite at 4 bits
+// per channel); a generator's sprites come out with small colour noise on every pixel. Sprites out
+// of generate and eval keep at most this many colours each (SampleOptions::colours).
+constexpr int64_t kSpriteColours = 16;
+
+// What the UNet's output stands for. eps: the noise (the DDPM paper; generators trained before v
+// became the default); v: sqrt(abar) eps - sqrt(1 - abar) x0 (Salimans & Ho 2022), well defined
+// at both ends of the schedule; x0: the clean image.
+enum class Prediction { kEps, kV, kX0 };
+std::string prediction_name(Prediction prediction);    // "eps" | "v" | "x0"
+Prediction parse_prediction(const std::string& name);  // Error for anything else
+
 // A trained generator, ready to sample on `device`.
 struct Generator {
   UNet net{nullptr};
   NoiseSchedule schedule;
+  Prediction prediction = Prediction::kEps;  // checkpoints without "prediction" predict eps
   std::vector<std::string> class_names;
   torch::Tensor palette;  // (K, 3) uint8 on the CPU: the training set's k-means colours
   nlohmann::json meta;    // the checkpoint's metadata (dataset, sprites options, ...)
@@ -53,6 +66,9 @@ struct SampleOptions {
   // The UNet's passes under bf16 autocast (GroupNorm stays fp32): "fp32" or "bf16".
   std::string precision = "fp32";
   bool cuda_graphs = true;  // CUDA, DDIM eta 0: replay batches as one graph (cuda_graph_sampler.h)
+  // Sprites out (generate, eval): each sprite's opaque colours reduced to at most this many by
+  // k-means (reduce_colours; 0: the model's own colours). Not applied by sample().
+  int64_t colours = kSpriteColours;
 };
 
 // labels: (N) int64 class indices -> (N, 4, S, S) float32 in [-1, 1] on the generator's device.
@@ -63,23 +79,26 @@ torch::Tensor sample(Generator& generator, const torch::Tensor& labels, const Sa
 // DDIM (Song et al. 2021, eq. 12) from x_T along ddim_timesteps(T, steps), then to abar = 1.
 // x: (B, 4, S, S), c: (B). Each step clips the predicted x0 to [-1, 1] and re-derives eps from it.
 // eta > 0 adds sigma_t(eta) noise drawn from `gen` (eta = 1 is DDPM-like; Error without a gen);
-// eta = 0 is deterministic and draws nothing.
-torch::Tensor ddim_sample(UNet& net, const NoiseSchedule& schedule, torch::Tensor x, const torch::Tensor& c,
-                          int64_t steps, double guidance, double eta = 0.0,
-                          std::optional<at::Generator> gen = std::nullopt);
+// eta = 0 is deterministic and draws nothing. `prediction`: what the net outputs.
+torch::Tensor ddim_sample(UNet& net, const NoiseSchedule& schedule, torch::Tensor x,
+                          const torch::Tensor& c, int64_t steps, double guidance, double eta = 0.0,
+                          std::optional<at::Generator> gen = std::nullopt,
+                          Prediction prediction = Prediction::kEps);
 // DDPM ancestral sampling over all T steps (Ho et al. 2020): the posterior q(x_{t-1} | x_t, x0)
 // at the clipped predicted x0, variance beta~_t; noise drawn from `gen` (CPU).
-torch::Tensor ddpm_sample(UNet& net, const NoiseSchedule& schedule, torch::Tensor x, const torch::Tensor& c,
-                          double guidance, at::Generator gen);
+torch::Tensor ddpm_sample(UNet& net, const NoiseSchedule& schedule, torch::Tensor x,
+                          const torch::Tensor& c, double guidance, at::Generator gen,
+                          Prediction prediction = Prediction::kEps);
 
-// The samplers above on any eps prediction (x_t (B, 4, S, S), t (B) int64 -> eps (B, 4, S, S)):
-// ddim_sample / ddpm_sample pass the guided UNet; tests pass an oracle.
+// The samplers above on any model (x_t (B, 4, S, S), t (B) int64 -> its prediction (B, 4, S, S) of
+// kind `prediction`): ddim_sample / ddpm_sample pass the guided UNet; tests pass an oracle.
 using EpsModel = std::function<torch::Tensor(const torch::Tensor& x, const torch::Tensor& t)>;
-torch::Tensor ddim_sample_eps(const EpsModel& eps, const NoiseSchedule& schedule, torch::Tensor x,
+torch::Tensor ddim_sample_eps(const EpsModel& model, const NoiseSchedule& schedule, torch::Tensor x,
                               int64_t steps, double eta = 0.0,
-                              std::optional<at::Generator> gen = std::nullopt);
-torch::Tensor ddpm_sample_eps(const EpsModel& eps, const NoiseSchedule& schedule, torch::Tensor x,
-                              at::Generator gen);
+                              std::optional<at::Generator> gen = std::nullopt,
+                              Prediction prediction = Prediction::kEps);
+torch::Tensor ddpm_sample_eps(const EpsModel& model, const NoiseSchedule& schedule, torch::Tensor x,
+                              at::Generator gen, Prediction prediction = Prediction::kEps);
 // DDIM's timesteps: `steps` (clamped to [1, T]) distinct ones, evenly spaced from T - 1 down to 0.
 std::vector<int64_t> ddim_timesteps(int64_t T, int64_t steps);
 
@@ -88,6 +107,11 @@ torch::Tensor to_sprites(const torch::Tensor& x);
 // Replaces every opaque pixel's RGB by the nearest palette colour. sprites: (N, 4, S, S) uint8;
 // palette: (K, 3) uint8.
 torch::Tensor snap_to_palette(const torch::Tensor& sprites, const torch::Tensor& palette);
+// Each sprite's opaque colours reduced to at most `colours` by k-means over its own opaque pixels
+// (farthest-point start, 10 Lloyd iterations; deterministic, no RNG): flat regions lose the
+// model's small colour noise, outlines and highlights keep their own cluster. sprites: (N, 4, S, S)
+// uint8 as to_sprites gives them; alpha is left as it is. colours <= 0: unchanged.
+torch::Tensor reduce_colours(const torch::Tensor& sprites, int64_t colours);
 // k-means (k-means++ start, seeded) over the opaque pixels of (N, 4, H, W) uint8 sprites -> (K, 3).
 torch::Tensor kmeans_palette(const torch::Tensor& sprites, int64_t colours, uint64_t seed);
 // The distinct colours of a PNG's opaque pixels (a palette strip, or any image) -> (K, 3) uint8.

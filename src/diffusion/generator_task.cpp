@@ -21,14 +21,53 @@ int64_t sheet_per_class(int64_t classes) {
 
 }  // namespace
 
+int64_t default_epochs(int64_t train_samples, int64_t batch) {
+  const int64_t per_epoch = std::max<int64_t>(1, train_samples / std::max<int64_t>(1, batch));
+  return std::max<int64_t>(1, (kDefaultSteps + per_epoch - 1) / per_epoch);
+}
+
+torch::Tensor min_snr_weight(const torch::Tensor& snr, Prediction prediction, double gamma) {
+  if (gamma <= 0) return torch::ones_like(snr);
+  const auto clipped = snr.clamp_max(gamma);
+  switch (prediction) {
+    case Prediction::kV:
+      return clipped / (snr + 1.0);
+    case Prediction::kX0:
+      return clipped;
+    case Prediction::kEps:
+      break;
+  }
+  return clipped / snr;
+}
+
 GeneratorTask::GeneratorTask(int64_t unet_base, int64_t sample_every, uint64_t palette_seed,
-                             bool activation_checkpointing)
+                             bool activation_checkpointing, GeneratorDesign design)
     : sample_every_(sample_every),
       palette_seed_(palette_seed),
-      activation_checkpointing_(activation_checkpointing) {
+      activation_checkpointing_(activation_checkpointing),
+      design_(design),
+      schedule_(500, design.schedule) {
   if (unet_base < 8 || unet_base % 8 != 0)
     throw Error("--unet-base must be a positive multiple of 8, got " + std::to_string(unet_base));
+  if (!(design.min_snr_gamma >= 0))
+    throw Error("--min-snr-gamma must be >= 0 (0: off), got " +
+                std::to_string(design.min_snr_gamma));
   options_.base = unet_base;
+  options_.attention = design.attention;
+}
+
+torch::Tensor GeneratorTask::denoising_loss(const torch::Tensor& x0, const torch::Tensor& t,
+                                            const torch::Tensor& noise, const torch::Tensor& c,
+                                            at::Reduction::Reduction reduction) {
+  const auto predicted = net_->forward(schedule_.add_noise(x0, t, noise), t, c).to(torch::kFloat32);
+  const auto target = design_.prediction == Prediction::kEps ? noise
+                      : design_.prediction == Prediction::kV ? schedule_.velocity(x0, t, noise)
+                                                             : x0;
+  // Per-sample MSE (B), weighted; in fp32 under autocast.
+  const auto per_sample = (predicted - target).pow(2).flatten(1).mean(1);
+  const auto weighted =
+      per_sample * min_snr_weight(schedule_.snr(t), design_.prediction, design_.min_snr_gamma);
+  return reduction == at::Reduction::Sum ? weighted.sum() : weighted.mean();
 }
 
 train::TaskTraits GeneratorTask::traits() const {
@@ -69,8 +108,7 @@ train::StepLoss GeneratorTask::training_step(const data::Batch& batch) {
   const auto noise = torch::randn_like(x0);
   const auto drop = torch::rand({b}, on_device) < kClassDropout;  // classifier-free guidance
   const auto c = torch::where(drop, torch::full_like(batch.labels, options_.classes), batch.labels);
-  const auto predicted = net_->forward(schedule_.add_noise(x0, t, noise), t, c);
-  return {torch::mse_loss(predicted.to(torch::kFloat32), noise), {}};  // in fp32 under autocast
+  return {denoising_loss(x0, t, noise, c, at::Reduction::Mean), {}};
 }
 
 // The EMA's decay warms up as (1 + k) / (10 + k) after k updates, up to kEmaDecay: with 0.995 from
@@ -126,11 +164,8 @@ train::EvalReport GeneratorTask::evaluate(data::Loader& test, bool /*keep_predic
       const int64_t b = x0.size(0);
       const auto t = torch::randint(schedule_.steps(), {b}, gen, torch::kInt64).to(x0.device());
       const auto noise = at::randn(x0.sizes(), gen, torch::kFloat32).to(x0.device());
-      const auto predicted = net_->forward(schedule_.add_noise(x0, t, noise), t, batch.labels);
       const auto batch_sum =
-          torch::mse_loss(predicted.to(torch::kFloat32), noise, at::Reduction::Sum)
-              .to(torch::kFloat64) /
-          static_cast<double>(x0[0].numel());
+          denoising_loss(x0, t, noise, batch.labels, at::Reduction::Sum).to(torch::kFloat64);
       sum = sum.defined() ? sum + batch_sum : batch_sum;
       report.samples += b;
     }
@@ -152,10 +187,11 @@ void GeneratorTask::on_epoch_end(int64_t epoch, bool last, train::TrainObserver&
     Generator generator;
     generator.net = net_;
     generator.schedule = schedule_;
+    generator.prediction = design_.prediction;
     generator.size = size_;
     const auto labels =
         torch::arange(classes, torch::kInt64).repeat_interleave(per_class);  // (K * per_class)
-    return to_sprites(sample(generator, labels, SampleOptions{}));
+    return reduce_colours(to_sprites(sample(generator, labels, SampleOptions{})), kSpriteColours);
   });
   observer.on_samples(epoch + 1, sprites, per_class);
 }
@@ -171,8 +207,12 @@ void GeneratorTask::save(train::Checkpoint& checkpoint) const {
   checkpoint.meta["unet"] = {{"channels", options_.channels},
                              {"base", options_.base},
                              {"classes", options_.classes},
-                             {"embed", options_.embed}};
+                             {"embed", options_.embed},
+                             {"attention", options_.attention}};
   checkpoint.meta["schedule_steps"] = schedule_.steps();
+  checkpoint.meta["schedule"] = schedule_name(schedule_.kind());
+  checkpoint.meta["prediction"] = prediction_name(design_.prediction);
+  checkpoint.meta["min_snr_gamma"] = design_.min_snr_gamma;
   checkpoint.meta["size"] = size_;
   checkpoint.meta["palette"] = palette_json;
   // The raw weights go beside the optimizer state; the model is the EMA weights.
@@ -184,20 +224,29 @@ void GeneratorTask::save(train::Checkpoint& checkpoint) const {
 
 void GeneratorTask::load(const train::Checkpoint& c, const std::string& source) {
   check_generator_checkpoint(c, source);
-  const nlohmann::json now = {
-      {"base", options_.base}, {"classes", options_.classes}, {"size", size_}};
+  const nlohmann::json now = {{"base", options_.base},
+                              {"classes", options_.classes},
+                              {"size", size_},
+                              {"attention", options_.attention},
+                              {"prediction", prediction_name(design_.prediction)},
+                              {"schedule", schedule_name(schedule_.kind())}};
   nlohmann::json then;
   try {
+    // Checkpoints from before these keys: no attention, eps, linear.
     then = {{"base", c.meta.at("unet").at("base")},
             {"classes", c.meta.at("unet").at("classes")},
-            {"size", c.meta.at("size")}};
+            {"size", c.meta.at("size")},
+            {"attention", c.meta.at("unet").value("attention", false)},
+            {"prediction", c.meta.value("prediction", "eps")},
+            {"schedule", c.meta.value("schedule", "linear")}};
   } catch (const nlohmann::json::exception& e) {
     throw DataError(source, "generator metadata (unet, size)", e.what());
   }
   if (then != now)
     throw Error("--resume " + source + " holds a UNet for " + then.dump() + "; this run builds " +
                     now.dump(),
-                "resume with the same --unet-base, --size and dataset");
+                "resume with the same --unet-base, --unet-attention, --prediction, "
+                "--noise-schedule, --size and dataset");
   std::map<std::string, torch::Tensor> raw;
   for (const auto& [name, t] : c.optimizer)
     if (name.rfind(kRawPrefix, 0) == 0) raw[name.substr(std::strlen(kRawPrefix))] = t;
@@ -221,12 +270,14 @@ train::Settings GeneratorTask::settings() const {
   for (const auto& p : net_->parameters()) parameters += p.numel();
   return {
       {"model", "unet base " + std::to_string(options_.base) + " (" + std::to_string(parameters) +
-                    " parameters" +
+                    " parameters" + (options_.attention ? ", attention" : "") +
                     (activation_checkpointing_ ? ", activation checkpointing" : "") + ")"},
-      {"task",
-       "generate (DDPM, classifier-free guidance p=" + std::to_string(kClassDropout).substr(0, 4) +
-           ", EMA " + std::to_string(kEmaDecay).substr(0, 5) + ")"},
-      {"schedule", "linear betas, T = " + std::to_string(schedule_.steps())},
+      {"task", "generate (predicts " + prediction_name(design_.prediction) + ", min-SNR gamma " +
+                   (design_.min_snr_gamma > 0 ? c10::str(design_.min_snr_gamma) : "off") +
+                   ", classifier-free guidance p=" + std::to_string(kClassDropout).substr(0, 4) +
+                   ", EMA " + std::to_string(kEmaDecay).substr(0, 5) + ")"},
+      {"schedule",
+       schedule_name(schedule_.kind()) + " betas, T = " + std::to_string(schedule_.steps())},
   };
 }
 

@@ -16,13 +16,34 @@
 
 namespace spritetorch::diffusion {
 
+// How the generator is built and trained beyond its width: the defaults are what
+// docs/sprites.md measured on real sprite sets; old checkpoints load as eps / linear / no
+// attention (load_generator).
+struct GeneratorDesign {
+  Prediction prediction = Prediction::kV;
+  ScheduleKind schedule = ScheduleKind::kCosine;
+  bool attention = true;  // self-attention at S/4
+  double min_snr_gamma =
+      5.0;  // loss weight min(SNR, gamma) / (what the target's MSE weighs); 0 off
+};
+
+// Without --epochs a generator run takes about kDefaultSteps optimizer steps of `batch` sprites:
+// default_epochs = ceil(kDefaultSteps / max(1, train_samples / batch)), at least 1.
+constexpr int64_t kDefaultSteps = 2000;
+int64_t default_epochs(int64_t train_samples, int64_t batch);
+
+// The per-sample weight of the MSE on `prediction`'s target that makes the loss
+// min(SNR, gamma) x (the MSE of x0) (Hang et al. 2023): eps min(snr, g) / snr, v min(snr, g) /
+// (snr + 1), x0 min(snr, g). gamma <= 0: 1. snr: (B) float32 -> (B).
+torch::Tensor min_snr_weight(const torch::Tensor& snr, Prediction prediction, double gamma);
+
 class GeneratorTask : public train::Task {
  public:
   // unet_base: UNet channels at full resolution (a positive multiple of 8). sample_every: epochs
   // between sample sheets for the observer (0: none). palette_seed: the k-means palette's seed.
   // activation_checkpointing: the UNet recomputes its blocks in backward (UNetImpl).
   GeneratorTask(int64_t unet_base, int64_t sample_every, uint64_t palette_seed,
-                bool activation_checkpointing = false);
+                bool activation_checkpointing = false, GeneratorDesign design = {});
 
   std::string name() const override { return "generate"; }
   train::TaskTraits traits() const override;
@@ -42,10 +63,15 @@ class GeneratorTask : public train::Task {
   // weights back.
   template <class Fn>
   auto with_ema(Fn fn);
+  // The weighted loss of predicting x0 at t from x_t = add_noise(x0, t, noise) with class c.
+  torch::Tensor denoising_loss(const torch::Tensor& x0, const torch::Tensor& t,
+                               const torch::Tensor& noise, const torch::Tensor& c,
+                               at::Reduction::Reduction reduction);
 
   int64_t sample_every_;
   uint64_t palette_seed_;
   bool activation_checkpointing_;
+  GeneratorDesign design_;
   UNetOptions options_;
   UNet net_{nullptr};
   NoiseSchedule schedule_;

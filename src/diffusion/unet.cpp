@@ -1,5 +1,6 @@
 #include "diffusion/unet.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -116,6 +117,29 @@ torch::Tensor ResBlockImpl::forward(const torch::Tensor& x, const torch::Tensor&
   return h + (skip ? skip(x) : x);
 }
 
+AttentionBlockImpl::AttentionBlockImpl(int64_t channels, int64_t heads) : heads_(heads) {
+  using torch::nn::Conv2dOptions;
+  norm = register_module("norm", torch::nn::GroupNorm(groups_for(channels), channels));
+  qkv = register_module("qkv", torch::nn::Conv2d(Conv2dOptions(channels, 3 * channels, 1)));
+  proj = register_module("proj", torch::nn::Conv2d(Conv2dOptions(channels, channels, 1)));
+  torch::NoGradGuard no_grad;
+  proj->weight.zero_();
+  proj->bias.zero_();
+}
+
+torch::Tensor AttentionBlockImpl::forward(const torch::Tensor& x) {
+  const int64_t b = x.size(0), c = x.size(1), n = x.size(2) * x.size(3), d = c / heads_;
+  const auto qkv_out = qkv(norm_fp32(norm, x)).reshape({b, 3, heads_, d, n});
+  const auto q = qkv_out.select(1, 0), k = qkv_out.select(1, 1),
+             v = qkv_out.select(1, 2);  // (B, h, d, N)
+  // Scores and softmax in fp32 (bf16 autocast would round the logits); weights (B, h, N, N).
+  const auto scores =
+      torch::matmul(q.transpose(2, 3), k).to(torch::kFloat32) / std::sqrt(static_cast<double>(d));
+  const auto weights = torch::softmax(scores, -1).to(v.scalar_type());
+  const auto out = torch::matmul(v, weights.transpose(2, 3));  // (B, h, d, N)
+  return x + proj(out.reshape({b, c, x.size(2), x.size(3)}));
+}
+
 UNetImpl::UNetImpl(const UNetOptions& o) : options_(o) {
   using torch::nn::Conv2dOptions;
   const int64_t c1 = o.base, c2 = 2 * o.base, e = o.embed;
@@ -128,6 +152,8 @@ UNetImpl::UNetImpl(const UNetOptions& o) : options_(o) {
   block2 = register_module("block2", ResBlock(c1, c2, e));                                        // S/2
   down2 = register_module("down2", torch::nn::Conv2d(Conv2dOptions(c2, c2, 3).stride(2).padding(1)));
   mid1 = register_module("mid1", ResBlock(c2, c2, e));                                            // S/4
+  if (o.attention)
+    mid_attn = register_module("mid_attn", AttentionBlock(c2, std::max<int64_t>(1, c2 / 32)));
   mid2 = register_module("mid2", ResBlock(c2, c2, e));
   up2 = register_module("up2", ResBlock(c2 + c2, c2, e));                                          // S/2
   up1 = register_module("up1", ResBlock(c2 + c1, c1, e));                                          // S
@@ -149,7 +175,9 @@ torch::Tensor UNetImpl::forward(const torch::Tensor& x, const torch::Tensor& t, 
   auto h0 = in_conv(x);                               // (B, c1, S, S)
   auto h1 = run(block1, h0);                          // (B, c1, S, S)
   auto h2 = run(block2, down1(h1));                   // (B, c2, S/2, S/2)
-  auto m = run(mid2, run(mid1, down2(h2)));           // (B, c2, S/4, S/4)
+  auto m = run(mid1, down2(h2));                      // (B, c2, S/4, S/4)
+  if (mid_attn) m = mid_attn(m);
+  m = run(mid2, m);
   // x2 nearest-neighbour upsampling (the stride-2 convs halved even sizes exactly); repeat_interleave
   // rather than upsample_nearest2d, whose overloads differ between LibTorch 1.13 and 2.x.
   auto up = m.repeat_interleave(2, 2).repeat_interleave(2, 3);

@@ -1,8 +1,8 @@
 // A small UNet for class-conditional denoising of sprites: (B, 4, S, S) noisy RGBA in [-1, 1], the
 // timestep t and a class index in, the predicted noise (B, 4, S, S) out. Two resolutions below S
-// (S/2, S/4), residual blocks with GroupNorm + SiLU, a sinusoidal time embedding and a learned class
-// embedding added into every block. Class index `classes` is the "no class" token that
-// classifier-free guidance trains by dropping labels at random.
+// (S/2, S/4), residual blocks with GroupNorm + SiLU, optionally self-attention at S/4, a sinusoidal
+// time embedding and a learned class embedding added into every block. Class index `classes` is the
+// "no class" token that classifier-free guidance trains by dropping labels at random.
 #pragma once
 
 #include <torch/torch.h>
@@ -16,7 +16,22 @@ struct UNetOptions {
   int64_t base = 16;      // channels at full resolution; 2x at S/2 and S/4
   int64_t classes = 4;    // real classes; the embedding has classes + 1 rows
   int64_t embed = 128;    // time / class embedding width
+  bool attention = false;  // self-attention between the two S/4 blocks (whole-sprite layout)
 };
+
+// Multi-head self-attention over the H x W positions, residual: x + proj(attn(norm(x))). The
+// projection starts at zero, so a new block is the identity.
+class AttentionBlockImpl : public torch::nn::Module {
+ public:
+  AttentionBlockImpl(int64_t channels, int64_t heads);
+  torch::Tensor forward(const torch::Tensor& x);  // (B, C, H, W) -> (B, C, H, W)
+  torch::nn::GroupNorm norm{nullptr};
+  torch::nn::Conv2d qkv{nullptr}, proj{nullptr};
+
+ private:
+  int64_t heads_;
+};
+TORCH_MODULE(AttentionBlock);
 
 class ResBlockImpl : public torch::nn::Module {
  public:
@@ -46,6 +61,7 @@ class UNetImpl : public torch::nn::Module {
   torch::nn::Embedding class_embed{nullptr};
   torch::nn::Conv2d in_conv{nullptr}, down1{nullptr}, down2{nullptr}, out_conv{nullptr};
   ResBlock block1{nullptr}, block2{nullptr}, mid1{nullptr}, mid2{nullptr}, up2{nullptr}, up1{nullptr};
+  AttentionBlock mid_attn{nullptr};  // only with options.attention
   torch::nn::GroupNorm out_norm{nullptr};
 
  private:

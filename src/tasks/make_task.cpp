@@ -25,6 +25,15 @@ std::unique_ptr<train::Task> make_task(const train::TrainConfig& config) {
     if (config.activation_checkpointing)
       throw not_for_task("--activation-checkpointing", "classify",
                          "it recomputes the generator's UNet blocks");
+    const train::TrainConfig defaults;
+    if (config.unet_attention != defaults.unet_attention)
+      throw not_for_task("--unet-attention", "classify", "it shapes the generator's UNet");
+    if (config.prediction != defaults.prediction)
+      throw not_for_task("--prediction", "classify", "it is what the generator's UNet predicts");
+    if (config.noise_schedule != defaults.noise_schedule)
+      throw not_for_task("--noise-schedule", "classify", "it is the generator's diffusion");
+    if (config.min_snr_gamma != defaults.min_snr_gamma)
+      throw not_for_task("--min-snr-gamma", "classify", "it weights the generator's loss");
     if (config.test_time_augment != "none" && config.test_time_augment != "flip")
       throw Error("--test-time-augment " + config.test_time_augment + ": expected none or flip");
     auto task = train::ClassifierTask::builtin(config.model, train::default_model(config));
@@ -45,8 +54,14 @@ std::unique_ptr<train::Task> make_task(const train::TrainConfig& config) {
     if (config.step_threads > 0)
       throw not_for_task("--step-threads", "generate",
                          "it splits the fused MLP step; the UNet's convolutions use --threads");
+    diffusion::GeneratorDesign design;
+    design.prediction = diffusion::parse_prediction(config.prediction);
+    design.schedule = diffusion::parse_schedule(config.noise_schedule);
+    design.attention = config.unet_attention;
+    design.min_snr_gamma = config.min_snr_gamma;
     return std::make_unique<diffusion::GeneratorTask>(config.unet_base, config.sample_every,
-                                                      config.seed, config.activation_checkpointing);
+                                                      config.seed, config.activation_checkpointing,
+                                                      design);
   }
   throw Error("unknown task");  // unreachable: TaskKind has two values
 }

@@ -89,6 +89,11 @@ struct TrainConfig {
   data::SpriteOptions sprites;    // sprites | folder: | sheet: | npy: datasets
   int64_t unet_base = 16;         // --task generate: UNet channels at full resolution
   bool activation_checkpointing = false;  // --task generate: recompute UNet blocks in backward
+  // --task generate: the design (diffusion/generator_task.h GeneratorDesign; docs/sprites.md).
+  bool unet_attention = true;             // self-attention at S/4
+  std::string prediction = "v";           // eps | v | x0
+  std::string noise_schedule = "cosine";  // linear | cosine
+  double min_snr_gamma = 5.0;             // 0: unweighted MSE
 };
 
 // The model a run trains when --model is not given (the one place this rule is written): the UNet

@@ -25,7 +25,11 @@ expect 0 '"threads":"1 intra-op' -- "${gen[@]}" --threads 1
 expect 0 '"steps":2,' -- "${gen[@]}" --train-limit 32
 expect 0 '"test":\{"loss":[0-9.e-]+,"samples":3\}' -- "${gen[@]}" --test-limit 3
 expect 0 '"step":"autograd"' -- "${gen[@]}" --step autograd
-expect 0 '"model":"unet base 8 \([0-9]+ parameters, activation checkpointing\)"' -- "${gen[@]}" --activation-checkpointing
+expect 0 '"model":"unet base 8 \([0-9]+ parameters, attention, activation checkpointing\)"' -- "${gen[@]}" --activation-checkpointing
+expect 0 '"model":"unet base 8 \([0-9]+ parameters\)"' -- "${gen[@]}" --unet-attention 0
+expect 0 '"task":"generate \(predicts eps, min-SNR gamma off' -- "${gen[@]}" --prediction eps --min-snr-gamma 0
+expect 0 '"task":"generate \(predicts x0, min-SNR gamma 5' -- "${gen[@]}" --prediction x0
+expect 0 '"schedule":"linear betas' -- "${gen[@]}" --noise-schedule linear
 
 # ... and refuses what it cannot do, naming option and task.
 expect 2 "--cuda-graphs cannot capture the step of task 'generate'" -- "${gen[@]}" --cuda-graphs
@@ -50,6 +54,10 @@ expect 2 "--precision: fp16 not in" -- generate --checkpoint "$tmp/g.pt" --preci
 expect 2 "--sample-every does not apply to --task classify" -- "${cls[@]}" --sample-every 1
 expect 2 "--unet-base does not apply to --task classify" -- "${cls[@]}" --unet-base 32
 expect 2 "--activation-checkpointing does not apply to --task classify" -- "${cls[@]}" --activation-checkpointing
+expect 2 "--unet-attention does not apply to --task classify" -- "${cls[@]}" --unet-attention 0
+expect 2 "--prediction does not apply to --task classify" -- "${cls[@]}" --prediction eps
+expect 2 "--noise-schedule does not apply to --task classify" -- "${cls[@]}" --noise-schedule linear
+expect 2 "--min-snr-gamma does not apply to --task classify" -- "${cls[@]}" --min-snr-gamma 1
 expect 0 '"accuracy":' -- "${cls[@]}"
 
 # --- the generator under ddp: two ranks on Gloo ---------------------------------------------------

@@ -2,11 +2,14 @@
 // back the clean image; eq. 12 with clipping; determinism), sprite post-processing,
 // palettes, a tiny end-to-end generator run, and its resume / interrupt / periodic checkpoints.
 #include "diffusion/generator.h"
+#include "diffusion/generator_task.h"
 
 #include <gtest/gtest.h>
 
 #include <signal.h>
 
+#include <algorithm>
+#include <array>
 #include <filesystem>
 
 #include "common/error.h"
@@ -198,6 +201,138 @@ TEST(Sampler, OracleEpsMakesEverySamplerReturnTheCleanImage) {
   for (int64_t i = 0; i < 500; ++i) EXPECT_EQ(oracle.calls[i], 499 - i);
 }
 
+// The oracle's eps turned into what a v- or x0-predicting net would output:
+// v = sqrt(abar) eps - sqrt(1 - abar) x0, or x0 itself.
+EpsModel as_prediction(Oracle& oracle, Prediction p) {
+  return [&oracle, p, eps_model = oracle.model()](const torch::Tensor& x, const torch::Tensor& t) {
+    const auto e = eps_model(x, t).to(torch::kFloat64);
+    const double a = oracle.ab.at(static_cast<size_t>(t[0].item<int64_t>()));
+    const auto x0 = oracle.x0.to(torch::kFloat64);
+    if (p == Prediction::kX0) return oracle.x0.clone();
+    if (p == Prediction::kV)
+      return (std::sqrt(a) * e - std::sqrt(1.0 - a) * x0).to(torch::kFloat32);
+    return e.to(torch::kFloat32);
+  };
+}
+
+// The same for v and x0 predictions, on both schedules: whatever the net predicts, the sampler
+// must turn the exact prediction into the clean image.
+TEST(Sampler, OracleVAndX0MakeEverySamplerReturnTheCleanImage) {
+  for (const auto kind : {ScheduleKind::kLinear, ScheduleKind::kCosine}) {
+    const NoiseSchedule schedule(500, kind);
+    const auto [x0, noise] = clean_and_noise(4, 8, 23);
+    const auto xT = noised(schedule, x0, noise);
+    for (const auto p : {Prediction::kV, Prediction::kX0, Prediction::kEps}) {
+      const std::string what = schedule_name(kind) + ", " + prediction_name(p);
+      for (int64_t steps : {1, 25}) {
+        // eps at the cosine schedule's last step (abar ~1e-8) divides x_T by sqrt(abar) ~ 1e-4:
+        // float32 rounding of x_T alone gives ~1e-3 in x0_hat. One step from there is what eps
+        // prediction cannot do (why v is the default); later steps correct it.
+        if (p == Prediction::kEps && kind == ScheduleKind::kCosine && steps == 1) continue;
+        Oracle oracle(x0, schedule);
+        const auto out =
+            ddim_sample_eps(as_prediction(oracle, p), schedule, xT, steps, 0.0, std::nullopt, p);
+        EXPECT_TRUE(torch::allclose(out, x0, 0, 1e-4))
+            << what << ", DDIM eta 0, " << steps << " steps, max error "
+            << (out - x0).abs().max().item<double>();
+      }
+      Oracle eta1(x0, schedule);
+      const auto out1 = ddim_sample_eps(as_prediction(eta1, p), schedule, xT, 25, 1.0,
+                                        at::make_generator<at::CPUGeneratorImpl>(3), p);
+      EXPECT_TRUE(torch::allclose(out1, x0, 0, 1e-4)) << what << ", DDIM eta 1";
+      Oracle ddpm(x0, schedule);
+      const auto out2 = ddpm_sample_eps(as_prediction(ddpm, p), schedule, xT,
+                                        at::make_generator<at::CPUGeneratorImpl>(4), p);
+      EXPECT_TRUE(torch::allclose(out2, x0, 0, 1e-4))
+          << what << ", DDPM, max error " << (out2 - x0).abs().max().item<double>();
+    }
+  }
+}
+
+// A v-model read as if it predicted eps must not give the clean image in one step: the
+// prediction kind is not ignored. (Over many steps the oracle, which knows x0, would correct it.)
+TEST(Sampler, PredictionKindChangesTheStep) {
+  const NoiseSchedule schedule(500, ScheduleKind::kLinear);
+  const auto [x0, noise] = clean_and_noise(2, 8, 24);
+  const auto xT = noised(schedule, x0, noise);
+  Oracle right(x0, schedule), wrong(x0, schedule);
+  const auto ok = ddim_sample_eps(as_prediction(right, Prediction::kV), schedule, xT, 1, 0.0,
+                                  std::nullopt, Prediction::kV);
+  const auto out = ddim_sample_eps(as_prediction(wrong, Prediction::kV), schedule, xT, 1, 0.0,
+                                   std::nullopt, Prediction::kEps);
+  EXPECT_TRUE(torch::allclose(ok, x0, 0, 1e-4));
+  EXPECT_GT((out - x0).abs().max().item<double>(), 0.1);
+}
+
+TEST(NoiseSchedule, CosineEndsAtPureNoise) {
+  const NoiseSchedule cosine(500, ScheduleKind::kCosine), linear(500, ScheduleKind::kLinear);
+  EXPECT_EQ(cosine.kind(), ScheduleKind::kCosine);
+  EXPECT_EQ(linear.kind(), ScheduleKind::kLinear);
+  const auto& ab = cosine.host_alpha_bars();
+  const auto& betas = cosine.host_betas();
+  ASSERT_EQ(ab.size(), 500u);
+  for (size_t t = 1; t < ab.size(); ++t) EXPECT_LT(ab[t], ab[t - 1]) << t;
+  for (double b : betas) EXPECT_TRUE(b > 0 && b <= 0.999) << b;
+  EXPECT_GT(ab[0], 0.9998);  // the first step adds almost no noise
+  EXPECT_LT(ab[499], 1e-6);  // x_T keeps nothing of the image: N(0, I) is where sampling starts
+  EXPECT_NEAR(ab[249], 0.5, 0.02);  // cos^2 at the middle, shifted by s = 0.008
+  // The linear schedule is the DDPM paper's, as before: its end keeps sqrt(0.0064) of the image.
+  EXPECT_NEAR(linear.host_alpha_bars()[499], NoiseSchedule(500).host_alpha_bars()[499], 1e-15);
+  EXPECT_GT(linear.host_alpha_bars()[499], 0.006);
+  // The float32 tensors agree with the host values; snr and velocity follow their definitions.
+  const auto t = torch::tensor({0, 100, 499}, torch::kInt64);
+  const auto snr = cosine.snr(t);
+  EXPECT_NEAR(snr[1].item<double>(), ab[100] / (1 - ab[100]), 1e-3 * ab[100] / (1 - ab[100]));
+  torch::manual_seed(5);
+  const auto x0 = torch::rand({3, 4, 2, 2}) * 2 - 1, e = torch::randn({3, 4, 2, 2});
+  const auto v = cosine.velocity(x0, t, e);
+  const double a = ab[100];
+  EXPECT_TRUE(torch::allclose(v[1], std::sqrt(a) * e[1] - std::sqrt(1 - a) * x0[1], 1e-5, 1e-5));
+  EXPECT_THROW(parse_schedule("quadratic"), Error);
+  EXPECT_THROW(parse_prediction("noise"), Error);
+}
+
+// min-SNR-gamma: every prediction's weighted loss is min(SNR, gamma) x the MSE of x0.
+TEST(GeneratorTraining, MinSnrWeightIsTheSameX0WeightForEveryPrediction) {
+  const auto snr = torch::tensor({0.01, 1.0, 5.0, 400.0}, torch::kFloat32);
+  const auto x0_weight = snr.clamp_max(5.0);
+  // MSE(eps) = snr MSE(x0), MSE(v) = (snr + 1) MSE(x0).
+  EXPECT_TRUE(torch::allclose(min_snr_weight(snr, Prediction::kEps, 5) * snr, x0_weight));
+  EXPECT_TRUE(torch::allclose(min_snr_weight(snr, Prediction::kV, 5) * (snr + 1), x0_weight));
+  EXPECT_TRUE(torch::allclose(min_snr_weight(snr, Prediction::kX0, 5), x0_weight));
+  EXPECT_TRUE(torch::equal(min_snr_weight(snr, Prediction::kV, 0), torch::ones_like(snr)));
+}
+
+TEST(UNet, AttentionStartsAsTheIdentityAndIsRecorded) {
+  torch::manual_seed(6);
+  AttentionBlock block(32, 2);
+  const auto x = torch::randn({2, 32, 4, 4});
+  EXPECT_TRUE(torch::equal(block(x), x));  // the projection starts at zero
+  {
+    torch::NoGradGuard no_grad;
+    block->proj->weight.normal_(0, 0.1);
+  }
+  // Attention mixes positions: changing one position changes the output at another.
+  auto y = x.clone();
+  y[0][0][0][0] += 5.0;
+  EXPECT_FALSE(torch::allclose(block(x)[0].select(1, 3).select(1, 3),
+                               block(y)[0].select(1, 3).select(1, 3)));
+  UNetOptions o;
+  o.base = 8;
+  o.embed = 16;
+  o.attention = true;
+  UNet net(o);
+  EXPECT_EQ(net->forward(torch::randn({2, 4, 16, 16}), torch::tensor({1, 2}), torch::tensor({0, 4}))
+                .sizes(),
+            (std::vector<int64_t>{2, 4, 16, 16}));
+}
+
+TEST(GeneratorTraining, DefaultEpochsFollowTheDataset) {
+  EXPECT_EQ(default_epochs(64 * 20, 64), (kDefaultSteps + 19) / 20);
+  EXPECT_EQ(default_epochs(64 * kDefaultSteps * 3, 64), 1);  // at least one
+  EXPECT_EQ(default_epochs(10, 64), kDefaultSteps);          // one step per epoch
+}
+
 // With the oracle, every x_t a stochastic sampler visits must again be a draw from q(x_t | x0): the
 // eps the oracle reads back is N(0, 1) at every step. A variance other than the posterior's (e.g.
 // beta_t instead of beta~_t) shows at the last steps, where beta_t is ~2x beta~_t.
@@ -361,6 +496,39 @@ TEST(Sprites, AlphaBinaryAndPaletteOnly) {
   EXPECT_EQ(std::get<0>(dist.min(1)).max().item<float>(), 0.0f);
 }
 
+// Per-sprite colour reduction: a sprite of 3 flat colours with small noise on every pixel comes
+// back with exactly 3 colours, near the flat ones; alpha and transparent pixels are untouched; a
+// sprite with fewer colours than asked keeps them exactly.
+TEST(Palette, ReduceColoursFlattensSmallNoise) {
+  torch::manual_seed(12);
+  auto sprites = torch::zeros({2, 4, 8, 8}, torch::kUInt8);
+  const std::vector<std::array<int, 3>> flat = {{200, 40, 40}, {30, 30, 160}, {240, 220, 90}};
+  for (int64_t y = 0; y < 8; ++y)
+    for (int64_t x = 1; x < 8; ++x)
+      for (int64_t i = 0; i < 2; ++i) {
+        const auto& c = flat[static_cast<size_t>(y % 3)];
+        for (int ch = 0; ch < 3; ++ch) {
+          const int noise =
+              i == 0 ? static_cast<int>(torch::randint(-6, 7, {1}).item<int64_t>()) : 0;
+          sprites[i][ch][y][x] = std::clamp(c[static_cast<size_t>(ch)] + noise, 0, 255);
+        }
+        sprites[i][3][y][x] = 255;
+      }
+  const auto out = reduce_colours(sprites, 4);
+  EXPECT_TRUE(torch::equal(out.select(1, 3), sprites.select(1, 3)));
+  EXPECT_TRUE(torch::equal(out.narrow(3, 0, 1), sprites.narrow(3, 0, 1)));  // transparent column
+  const auto opaque = out[0].narrow(0, 0, 3).narrow(2, 1, 7).reshape({3, -1}).t();  // (56, 3)
+  const auto distinct = std::get<0>(torch::unique_dim(opaque, 0));
+  EXPECT_LE(distinct.size(0), 4);
+  for (int64_t y = 0; y < 8; ++y)
+    for (int ch = 0; ch < 3; ++ch)
+      EXPECT_NEAR(out[0][ch][y][3].item<int>(),
+                  flat[static_cast<size_t>(y % 3)][static_cast<size_t>(ch)], 4)
+          << y << " " << ch;
+  EXPECT_TRUE(torch::equal(out[1], sprites[1]));  // 3 exact colours, 4 allowed: unchanged
+  EXPECT_TRUE(torch::equal(reduce_colours(sprites, 0), sprites));
+}
+
 TEST(Palette, KMeansFindsTheColours) {
   auto sprites = torch::zeros({30, 4, 4, 4}, torch::kUInt8);
   const std::vector<std::array<uint8_t, 3>> colours = {
@@ -422,6 +590,63 @@ TEST(GeneratorTraining, TinyRunSavesALoadableCheckpoint) {
   config.save.clear();
   config.dataset = "dummy";
   EXPECT_THROW(run_training(config), Error);
+}
+
+// A checkpoint written before the prediction / schedule / attention keys existed loads as what it
+// was trained as (eps, linear betas, no attention) and samples exactly as a checkpoint that says
+// so; the new defaults are recorded in new checkpoints.
+TEST(GeneratorTraining, OldCheckpointsLoadAsEpsLinearWithoutAttention) {
+  ScratchDir dir;
+  train::TrainConfig config;
+  config.task = train::TaskKind::kGenerate;
+  config.dataset = "sprites";
+  config.sprites.count = 64;
+  config.unet_base = 8;
+  config.epochs = 1;
+  config.batch_size = 16;
+  config.device = "cpu";
+  config.save = dir.file("new.pt");
+  run_training(config);
+  const auto fresh = train::load_checkpoint(config.save);
+  EXPECT_EQ(fresh.meta.at("prediction"), "v");
+  EXPECT_EQ(fresh.meta.at("schedule"), "cosine");
+  EXPECT_EQ(fresh.meta.at("unet").at("attention"), true);
+  auto g_new = load_generator(config.save, torch::kCPU);
+  EXPECT_EQ(g_new.prediction, Prediction::kV);
+  EXPECT_EQ(g_new.schedule.kind(), ScheduleKind::kCosine);
+  EXPECT_TRUE(g_new.net->mid_attn);
+
+  config.prediction = "eps";
+  config.noise_schedule = "linear";
+  config.unet_attention = false;
+  config.save = dir.file("explicit.pt");
+  run_training(config);
+  auto old = train::load_checkpoint(config.save);
+  for (const char* key : {"prediction", "schedule", "min_snr_gamma"}) old.meta.erase(key);
+  old.meta["unet"].erase("attention");
+  train::save_checkpoint(dir.file("old.pt"), old);
+  auto g_old = load_generator(dir.file("old.pt"), torch::kCPU);
+  auto g_explicit = load_generator(config.save, torch::kCPU);
+  EXPECT_EQ(g_old.prediction, Prediction::kEps);
+  EXPECT_EQ(g_old.schedule.kind(), ScheduleKind::kLinear);
+  EXPECT_FALSE(g_old.net->mid_attn);
+  SampleOptions o;
+  o.steps = 3;
+  const auto labels = torch::tensor({0, 3}, torch::kInt64);
+  EXPECT_TRUE(torch::equal(sample(g_old, labels, o), sample(g_explicit, labels, o)));
+  // And an old checkpoint resumes only as what it was.
+  config.resume = dir.file("old.pt");
+  config.epochs = 2;
+  config.save = dir.file("resumed.pt");
+  EXPECT_NO_THROW(run_training(config));
+  config.prediction = "v";
+  config.save = dir.file("resumed_v.pt");
+  try {
+    run_training(config);
+    ADD_FAILURE() << "resumed an eps checkpoint as v";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("prediction"), std::string::npos) << e.what();
+  }
 }
 
 TEST(GeneratorTraining, EmaDecayWarmsUpToItsCeiling) {
