@@ -299,9 +299,9 @@ Subcommand add_bench_command(CLI::App& app) {
       "Also run the Python peer (bench/python_peer.py) on each device and print the ratio "
       "(the seed's loop: --model ann or cnn on fashion-mnist, adam lr 0.001, batch 64; "
       "--train-limit and --epochs are passed on)");
-  sub->add_option("--recipe", w.recipe,
-                  "Named defaults for the options not given (train --recipe): " +
-                      train::describe_recipes())
+  sub->add_option(
+         "--recipe", w.recipe,
+         "Named defaults for the options not given (train --recipe): " + train::describe_recipes())
       ->check(CLI::IsMember(train::recipe_names()));
   sub->add_option("--weight-decay", w.weight_decay, "As train --weight-decay")->check(kNonNegative);
   sub->add_option("--lr-schedule", w.lr_schedule, "As train --lr-schedule")->capture_default_str();

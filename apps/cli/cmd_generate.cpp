@@ -99,9 +99,9 @@ Subcommand add_generate_command(CLI::App& app) {
         f->sample.cuda_graphs = !f->no_cuda_graphs;
         f->sample.precision = f->precision;
         if (f->sample.precision == "bf16" && !device.is_cuda() && !device.is_cpu())
-          throw Error("--precision bf16: sampling in bf16 runs on CUDA and the CPU, not " +
-                          device.str(),
-                      "use --precision fp32");
+          throw Error(
+              "--precision bf16: sampling in bf16 runs on CUDA and the CPU, not " + device.str(),
+              "use --precision fp32");
         const bool graphed = diffusion::graph_sampling_applies(device, f->sample, f->count);
         // Fixed shapes: let cuDNN time its algorithms once (the first batch pays for it).
         if (device.is_cuda()) at::globalContext().setBenchmarkCuDNN(true);

@@ -188,8 +188,7 @@ Subcommand add_train_command(CLI::App& app) {
       ->capture_default_str();
   // Two flags for one tri-state (auto unless either is given); both given is an error.
   auto* graphs_on = sub->add_flag_function(
-      "--cuda-graphs",
-      [config](int64_t) { config->cuda_graphs = train::CudaGraphs::kOn; },
+      "--cuda-graphs", [config](int64_t) { config->cuda_graphs = train::CudaGraphs::kOn; },
       "CUDA: insist on capturing the whole train step as a CUDA graph (an error says why it "
       "cannot). Default: captured wherever valid (CUDA, resident data, one process), the settings "
       "say why not elsewhere");

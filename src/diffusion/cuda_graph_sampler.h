@@ -22,8 +22,7 @@ namespace spritetorch::diffusion {
 struct SampleOptions;
 
 // One batch's eager sampler: x_T (B, C, S, S) float32 and c (B) int64 on the device -> x_0.
-using BatchSampler =
-    std::function<torch::Tensor(const torch::Tensor& x_T, const torch::Tensor& c)>;
+using BatchSampler = std::function<torch::Tensor(const torch::Tensor& x_T, const torch::Tensor& c)>;
 
 // Why sampling with `options` on `device` is not captured (nullopt: it is).
 std::optional<std::string> graph_sampling_unavailable(const torch::Device& device,

@@ -22,9 +22,11 @@ std::optional<Error> cuda_graphs_unavailable(const torch::Device& device,
     return Error("--cuda-graphs: this spritetorch was built against a LibTorch without CUDA",
                  "rebuild against a CUDA LibTorch");
   if (data_path != "resident")
-    return Error("--cuda-graphs needs the resident data path (fixed batch shapes already on the "
-                 "device); this run streams its data (" + data_path + ")",
-                 "use the resident loader or drop --cuda-graphs");
+    return Error(
+        "--cuda-graphs needs the resident data path (fixed batch shapes already on the "
+        "device); this run streams its data (" +
+            data_path + ")",
+        "use the resident loader or drop --cuda-graphs");
   return std::nullopt;
 }
 

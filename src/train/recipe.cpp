@@ -20,10 +20,10 @@ Options changed(Options base, const Options& changes) {
 
 const std::vector<Recipe>& recipes() {
   static const Options kFast = {
-      {"model", "fastcnn"},       {"batch-size", "256"},       {"epochs", "7"},
-      {"precision", "auto"},      {"optimizer", "adamw"},      {"lr", "0.01"},
-      {"weight-decay", "0.05"},   {"lr-schedule", "cosine"},   {"warmup-steps", "100"},
-      {"label-smoothing", "0.1"}, {"augment", "flip"},         {"test-time-augment", "flip"}};
+      {"model", "fastcnn"},       {"batch-size", "256"},     {"epochs", "7"},
+      {"precision", "auto"},      {"optimizer", "adamw"},    {"lr", "0.01"},
+      {"weight-decay", "0.05"},   {"lr-schedule", "cosine"}, {"warmup-steps", "100"},
+      {"label-smoothing", "0.1"}, {"augment", "flip"},       {"test-time-augment", "flip"}};
   static const std::vector<Recipe> kRecipes = {
       {"fast",
        "a good Fashion-MNIST model in the least training time: BatchNorm CNN, batch 256, 7 "
@@ -33,8 +33,7 @@ const std::vector<Recipe>& recipes() {
       {"wide",
        "the fast recipe's loop with 4x the channels (fastcnn-wide: 64/128/256), flips and 2-pixel "
        "shifts, 16 epochs: for 93% and more on a GPU, where the wider convolutions cost little",
-       changed(kFast,
-               {{"model", "fastcnn-wide"}, {"epochs", "16"}, {"augment", "flip,shift:2"}})},
+       changed(kFast, {{"model", "fastcnn-wide"}, {"epochs", "16"}, {"augment", "flip,shift:2"}})},
   };
   return kRecipes;
 }
@@ -47,7 +46,8 @@ std::vector<std::string> recipe_names() {
 
 std::string describe_recipes() {
   std::string out;
-  for (const auto& r : recipes()) out += (out.empty() ? "" : "; ") + r.name + " (" + r.summary + ")";
+  for (const auto& r : recipes())
+    out += (out.empty() ? "" : "; ") + r.name + " (" + r.summary + ")";
   return out;
 }
 

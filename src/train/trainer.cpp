@@ -242,8 +242,8 @@ bool TrainingRun::decide_cuda_graphs() {
   std::optional<Error> why = cuda_graphs_unavailable(
       device_, config_.data_path.data_on == "host" ? "streaming" : "resident");
   if (!why && !traits_.cuda_graphs)  // (--cuda-graphs on was refused by check_task_options)
-    why = Error("the step of task '" + task_.name() + "' cannot be captured: " +
-                traits_.no_cuda_graphs);
+    why = Error("the step of task '" + task_.name() +
+                "' cannot be captured: " + traits_.no_cuda_graphs);
   if (!why && parallel_.distributed())
     why = Error(
         "--cuda-graphs cannot be combined with ddp: the gradient all-reduce runs outside the "
