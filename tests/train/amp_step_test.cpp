@@ -238,12 +238,18 @@ TEST(AmpStep, ChannelsLastCnnKeepsItsStridesInTheFlatBufferAndTrainsTheSame) {
 
 // --- CUDA graphs ---------------------------------------------------------------------------------
 
-TEST(CudaGraphs, RefusedOnTheCpuWithAClearMessage) {
+// One epoch of SimpleNN on the dummy set, on the CPU.
+TrainConfig tiny_cpu_run() {
   TrainConfig c;
   c.device = "cpu";
   c.model = "simplenn";
   c.dataset = "dummy";
   c.epochs = 1;
+  return c;
+}
+
+TEST(CudaGraphs, RefusedOnTheCpuWithAClearMessage) {
+  TrainConfig c = tiny_cpu_run();
   c.cuda_graphs = CudaGraphs::kOn;
   try {
     run_training(c);
@@ -270,11 +276,7 @@ TEST(CudaGraphs, RefusedForMpsAndForStreamingData) {
 
 // The default (auto) trains eagerly where graphs cannot run, and says nothing of graphs off CUDA.
 TEST(CudaGraphs, AutoTrainsEagerlyOnTheCpu) {
-  TrainConfig c;
-  c.device = "cpu";
-  c.model = "simplenn";
-  c.dataset = "dummy";
-  c.epochs = 1;
+  TrainConfig c = tiny_cpu_run();
   c.log_every = 0;
   ASSERT_EQ(c.cuda_graphs, CudaGraphs::kAuto);
   const auto report = run_training(c);
