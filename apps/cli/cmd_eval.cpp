@@ -1,5 +1,6 @@
 // `spritetorch eval --checkpoint PATH`: loss, accuracy, per-class accuracy, confusion matrix; for a
 // generator checkpoint, its samples judged by a classifier.
+#include <cmath>
 #include <iomanip>
 #include <iostream>
 #include <optional>
@@ -22,12 +23,23 @@ namespace spritetorch::cli {
 namespace {
 
 void print_generator_eval(std::ostream& out, const diffusion::GeneratorEval& r,
+                          const diffusion::Agreement& real, int64_t held_out,
                           const std::vector<std::string>& class_names) {
   out << std::fixed << std::setprecision(4) << "Samples: " << r.samples << "\n"
-      << "Class agreement: " << r.class_agreement << "\n";
+      << "Class agreement (generated, and the classifier on " << held_out
+      << " held-out real sprites):\n"
+      << "  " << std::left << std::setw(12) << "all" << "  " << r.class_agreement << "  "
+      << real.mean << "\n";
   for (size_t k = 0; k < class_names.size() && k < r.per_class_agreement.size(); ++k)
+  {
     out << "  " << std::left << std::setw(12) << class_names[k] << "  " << r.per_class_agreement[k]
-        << "\n";
+        << "  ";
+    // A class without held-out sprites has no reference.
+    if (k < real.per_class.size() && !std::isnan(real.per_class[k]))
+      out << real.per_class[k] << "\n";
+    else
+      out << "-\n";
+  }
   out << "Distinct: " << r.distinct << "\nExact copies of training sprites: " << r.exact_copies
       << "\n"
       << std::setprecision(2) << "Sampling: " << r.sample_seconds << " s, " << std::setprecision(1)
@@ -120,6 +132,9 @@ int run_generator_eval(const GeneratorEvalFlags& f, const std::string& checkpoin
   const auto data = train::load_datasets(train::checkpoint_data_config(generator.meta));
   const auto r =
       diffusion::evaluate_generator(generator, *classifier, data.train.inputs, f.count, f.options);
+  // The same classifier on the held-out real sprites: the class agreement it can give at most.
+  const auto real = diffusion::classifier_agreement(*classifier, data.test.inputs, data.test.labels,
+                                                    data.test.num_classes());
   std::optional<diffusion::FidelityReport> fidelity_report;
   if (!f.no_fidelity) {
     // Every real sprite, held-out ones included: the two-sample test wants 2 x count of them.
@@ -133,6 +148,9 @@ int run_generator_eval(const GeneratorEvalFlags& f, const std::string& checkpoin
     nlohmann::json out{{"samples", r.samples},
                        {"class_agreement", r.class_agreement},
                        {"per_class_agreement", r.per_class_agreement},
+                       {"real_class_agreement", real.mean},
+                       {"real_per_class_agreement", real.per_class},
+                       {"real_held_out", data.test.size()},
                        {"distinct", r.distinct},
                        {"exact_copies", r.exact_copies},
                        {"sample_s", r.sample_seconds},
@@ -155,7 +173,7 @@ int run_generator_eval(const GeneratorEvalFlags& f, const std::string& checkpoin
               << "\nGenerator: " << checkpoint << " (" << f.options.sampler << ", "
               << f.options.steps << " steps, guidance " << f.options.guidance
               << ")\nJudged by: " << f.classifier << "\n";
-    print_generator_eval(std::cout, r, generator.class_names);
+    print_generator_eval(std::cout, r, real, data.test.size(), generator.class_names);
     if (fidelity_report) print_fidelity(std::cout, *fidelity_report);
   }
   return 0;

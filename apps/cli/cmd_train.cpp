@@ -287,8 +287,13 @@ Subcommand add_train_command(CLI::App& app) {
                                 : data.train.size();
           config->epochs = diffusion::default_epochs(n, config->batch_size);
           // A run folder's sheets: about ten over the run, not one per (short) epoch.
-          if (sub->count("--sample-every") == 0 && config->sample_every > 0)
+          if (sub->count("--sample-every") == 0 && config->sample_every > 0) {
             config->sample_every = std::max<int64_t>(1, config->epochs / 10);
+            sub->get_option("--sample-every")->add_result(std::to_string(config->sample_every));
+          }
+          // config.toml records the epochs chosen, so `--config` repeats this run.
+          sub->get_option("--epochs")->add_result(std::to_string(config->epochs));
+          session.record_config(*sub);
           task = make_task(*config);
           if (!session.quiet())
             human << "Epochs: " << config->epochs << " (about " << diffusion::kDefaultSteps

@@ -115,6 +115,11 @@ RunSession::RunSession(const RunFlags& flags, train::TrainConfig& config, const 
       std::vector<train::TrainObserver*>{printer_.get(), recorder_.get()});
 }
 
+void RunSession::record_config(const CLI::App& sub) {
+  if (recorder_)
+    recorder_->rewrite_config(sub.config_to_str(/*default_also=*/true, /*write_description=*/true));
+}
+
 RunSession::~RunSession() {
   printer_->finish_line();
   if (recorder_ && !recorder_->started()) recorder_->discard(made_folder_);

@@ -42,6 +42,8 @@ class RunSession {
   // Also tell `extra` (e.g. the TensorBoard writer) about the run; it must outlive the session.
   void add_observer(train::TrainObserver* extra) { observers_->add(extra); }
   std::ostream& human() { return human_; }
+  // Rewrites the folder's config.toml from `sub`'s flags as they are now (none: nothing).
+  void record_config(const CLI::App& sub);
   bool quiet() const { return quiet_; }
   // After training: pictures and summary.json; prints the notices and where the run is kept.
   void finish(const train::TrainReport& report, const std::string& checkpoint);

@@ -96,35 +96,21 @@ PixelArtStats pixel_art_stats(const torch::Tensor& sprites_in) {
   return r;
 }
 
-double two_sample_accuracy(const torch::Tensor& a_in, const torch::Tensor& b_in,
-                           const TwoSampleOptions& o) {
-  const int64_t n = std::min(a_in.size(0), b_in.size(0));
-  if (n < 2)
-    throw Error("a two-sample test needs at least 2 sprites per set, got " + std::to_string(n));
-  if (a_in.sizes().slice(1) != b_in.sizes().slice(1))
-    throw Error("a two-sample test needs sprites of one shape, got " + c10::str(a_in.sizes()) +
-                " and " + c10::str(b_in.sizes()));
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed);
-  // Each set split in two by its own permutation: train on the first halves, test on the rest.
-  const auto a = binarised(a_in.narrow(0, 0, n)).index_select(0, torch::randperm(n, gen));
-  const auto b = binarised(b_in.narrow(0, 0, n)).index_select(0, torch::randperm(n, gen));
-  const int64_t half = n / 2, rest = n - half;
-  const auto x_train = model_input(torch::cat({a.narrow(0, 0, half), b.narrow(0, 0, half)}))
-                           .to(o.device);  // (2 half, 4, S, S)
-  const auto y_train = torch::cat({torch::zeros({half}), torch::ones({half})}).to(o.device);
-  const auto x_test =
-      model_input(torch::cat({a.narrow(0, half, rest), b.narrow(0, half, rest)})).to(o.device);
-  const auto y_test = torch::cat({torch::zeros({rest}), torch::ones({rest})}).to(o.device);
+namespace {
 
+// One critic: trained on (x_train, y_train), the share of (x_test, y_test) it gets right.
+double critic_accuracy(const torch::Tensor& x_train, const torch::Tensor& y_train,
+                       const torch::Tensor& x_test, const torch::Tensor& y_test, uint64_t seed,
+                       at::Generator& gen, const TwoSampleOptions& o) {
   Critic critic{nullptr};
   {
-    GlobalSeed seeded(o.seed);
+    GlobalSeed seeded(seed);
     critic = Critic();
   }
   critic->to(o.device);
   critic->train();
   torch::optim::Adam adam(critic->parameters(), torch::optim::AdamOptions(o.lr));
-  const int64_t m = 2 * half, batch = std::max<int64_t>(1, o.batch);
+  const int64_t m = x_train.size(0), batch = std::max<int64_t>(1, o.batch);
   for (int64_t epoch = 0; epoch < o.epochs; ++epoch) {
     const auto order = torch::randperm(m, gen).to(o.device);
     for (int64_t start = 0; start < m; start += batch) {
@@ -140,6 +126,41 @@ double two_sample_accuracy(const torch::Tensor& a_in, const torch::Tensor& b_in,
   critic->eval();
   const auto predicted = (critic->forward(x_test) > 0).to(torch::kFloat32);
   return (predicted == y_test).to(torch::kFloat64).mean().item<double>();
+}
+
+}  // namespace
+
+double two_sample_accuracy(const torch::Tensor& a_in, const torch::Tensor& b_in,
+                           const TwoSampleOptions& o) {
+  const int64_t n = std::min(a_in.size(0), b_in.size(0));
+  if (n < 2)
+    throw Error("a two-sample test needs at least 2 sprites per set, got " + std::to_string(n));
+  if (a_in.sizes().slice(1) != b_in.sizes().slice(1))
+    throw Error("a two-sample test needs sprites of one shape, got " + c10::str(a_in.sizes()) +
+                " and " + c10::str(b_in.sizes()));
+  if (o.repeats < 1) throw Error("a two-sample test needs at least 1 repeat");
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed);
+  double sum = 0;
+  for (int64_t r = 0; r < o.repeats; ++r) {
+    // Each set split in two by its own permutation; a critic trained on the first halves is
+    // scored on the second, and one trained on the second on the first (each sprite is scored
+    // once per repeat). One critic on one split swung by +-0.1 between seeds.
+    const auto a = binarised(a_in.narrow(0, 0, n)).index_select(0, torch::randperm(n, gen));
+    const auto b = binarised(b_in.narrow(0, 0, n)).index_select(0, torch::randperm(n, gen));
+    const int64_t half = n / 2, rest = n - half;
+    const auto x_first =
+        model_input(torch::cat({a.narrow(0, 0, half), b.narrow(0, 0, half)})).to(o.device);
+    const auto y_first = torch::cat({torch::zeros({half}), torch::ones({half})}).to(o.device);
+    const auto x_second =
+        model_input(torch::cat({a.narrow(0, half, rest), b.narrow(0, half, rest)})).to(o.device);
+    const auto y_second = torch::cat({torch::zeros({rest}), torch::ones({rest})}).to(o.device);
+    const uint64_t seed = o.seed + 1000 * static_cast<uint64_t>(r);
+    const double on_second = critic_accuracy(x_first, y_first, x_second, y_second, seed, gen, o);
+    const double on_first = critic_accuracy(x_second, y_second, x_first, y_first, seed + 1, gen, o);
+    sum += (on_second * static_cast<double>(2 * rest) + on_first * static_cast<double>(2 * half)) /
+           static_cast<double>(2 * n);
+  }
+  return sum / static_cast<double>(o.repeats);
 }
 
 FidelityReport fidelity(const torch::Tensor& generated, const torch::Tensor& real,

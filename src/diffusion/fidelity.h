@@ -26,11 +26,14 @@ struct TwoSampleOptions {
   int64_t epochs = 40;  // passes over the training halves
   int64_t batch = 32;
   double lr = 2e-3;  // Adam
+  // Splits (each scored both ways: two critics) whose accuracies are averaged.
+  int64_t repeats = 2;
   torch::Device device = torch::kCPU;
 };
 
 // Accuracy on held-out halves of a CNN trained on the other halves to tell `a` (label 0) from `b`
-// (label 1). a, b: (N, 4, S, S) uint8 with N >= 2 each (the first min(Na, Nb) of each are used).
+// (label 1), cross-fitted (each half held out once) and averaged over `repeats` random splits.
+// a, b: (N, 4, S, S) uint8 with N >= 2 each (the first min(Na, Nb) of each are used).
 // Deterministic for a seed on one device and thread count; the global RNG is left as it was.
 double two_sample_accuracy(const torch::Tensor& a, const torch::Tensor& b,
                            const TwoSampleOptions& options);

@@ -362,6 +362,25 @@ torch::Tensor palette_from_png(const std::string& path) {
   return torch::tensor(flat, torch::kUInt8).view({-1, 3}).clone();
 }
 
+Agreement classifier_agreement(models::ClassifierImpl& classifier, const torch::Tensor& sprites,
+                               const torch::Tensor& labels, int64_t classes) {
+  torch::InferenceMode guard;
+  classifier.eval();
+  const auto device = classifier.parameters().front().device();
+  std::vector<torch::Tensor> predicted;  // in slices of 1,000: a whole real set may be large
+  for (int64_t i = 0; i < sprites.size(0); i += 1000) {
+    const auto part = sprites.narrow(0, i, std::min<int64_t>(1000, sprites.size(0) - i));
+    predicted.push_back(classifier.forward(data::to_model_input(part.to(device))).argmax(1).cpu());
+  }
+  Agreement a;
+  if (predicted.empty()) return a;
+  const auto hit = (torch::cat(predicted) == labels.cpu()).to(torch::kFloat64);
+  a.mean = hit.mean().item<double>();
+  for (int64_t c = 0; c < classes; ++c)
+    a.per_class.push_back(hit.index({labels.cpu() == c}).mean().item<double>());
+  return a;
+}
+
 GeneratorEval evaluate_generator(Generator& g, models::ClassifierImpl& classifier,
                                  const torch::Tensor& training, int64_t count,
                                  const SampleOptions& options) {
@@ -375,15 +394,9 @@ GeneratorEval evaluate_generator(Generator& g, models::ClassifierImpl& classifie
   r.samples = count;
   r.sample_seconds = timer.seconds();
   r.sprites_per_second = static_cast<double>(count) / r.sample_seconds;
-  {
-    torch::InferenceMode guard;
-    classifier.eval();
-    const auto logits = classifier.forward(data::to_model_input(sprites.to(device)));
-    const auto hit = (logits.argmax(1).cpu() == labels).to(torch::kFloat64);
-    r.class_agreement = hit.mean().item<double>();
-    for (int64_t c = 0; c < k; ++c)
-      r.per_class_agreement.push_back(hit.index({labels == c}).mean().item<double>());
-  }
+  const Agreement agreement = classifier_agreement(classifier, sprites, labels, k);
+  r.class_agreement = agreement.mean;
+  r.per_class_agreement = agreement.per_class;
   auto key = [](const torch::Tensor& s) {
     const auto c = s.contiguous();
     return std::string(reinterpret_cast<const char*>(c.data_ptr<uint8_t>()),

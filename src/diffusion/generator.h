@@ -127,6 +127,18 @@ struct GeneratorEval {
   double sprites_per_second = 0;
   torch::Tensor sprites;  // the samples judged: (N, 4, S, S) uint8 on the CPU
 };
+
+// How often `classifier` assigns each of `sprites` (N, 4, S, S) uint8 to its label (N) int64:
+// the mean and, per class 0..classes-1, the share (NaN for a class with no sprites). Run on
+// generated sprites it is the class agreement; on held-out real ones, the ceiling that the
+// classifier itself sets on it.
+struct Agreement {
+  double mean = 0;
+  std::vector<double> per_class;
+};
+Agreement classifier_agreement(models::ClassifierImpl& classifier, const torch::Tensor& sprites,
+                               const torch::Tensor& labels, int64_t classes);
+
 // `count` samples spread evenly over the classes, judged by `classifier` (trained on real data,
 // same class order) and compared with `training` sprites (N, 4, S, S) uint8.
 GeneratorEval evaluate_generator(Generator& generator, models::ClassifierImpl& classifier,

@@ -91,13 +91,15 @@ RunRecorder::RunRecorder(std::string folder, RunIdentity identity, const std::st
       identity_(std::move(identity)),
       start_(std::chrono::steady_clock::now()),
       started_(iso_time(std::time(nullptr))) {
-  {
-    std::ofstream config(file("config.toml"), std::ios::trunc);
-    config << config_toml;
-    if (!config) throw Error("could not write " + file("config.toml"));
-  }
+  rewrite_config(config_toml);
   metrics_.open(file("metrics.jsonl"), std::ios::trunc);
   if (!metrics_) throw Error("could not write " + file("metrics.jsonl"));
+}
+
+void RunRecorder::rewrite_config(const std::string& config_toml) {
+  std::ofstream config(file("config.toml"), std::ios::trunc);
+  config << config_toml;
+  if (!config) throw Error("could not write " + file("config.toml"));
 }
 
 void RunRecorder::discard(bool remove_folder) {

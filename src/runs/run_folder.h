@@ -44,6 +44,9 @@ class RunRecorder : public train::TrainObserver {
   RunRecorder(std::string folder, RunIdentity identity, const std::string& config_toml);
 
   const std::string& folder() const { return folder_; }
+  // Writes config.toml again: for settings the CLI decides after the folder is made (a
+  // generator's epochs follow from its dataset's size).
+  void rewrite_config(const std::string& config_toml);
   // True once training has started (on_start): from then on the folder is a run, finished or not.
   bool started() const { return !device_.empty(); }
   // For a run that failed before it started (bad flags, bad data): removes the files written so

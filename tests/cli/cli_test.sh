@@ -245,6 +245,19 @@ assert kinds.count("epoch") == 2 and kinds.count("eval") == 2, kinds
 PY
 check "config.toml holds the effective flags, not --run-dir" grep -q "epochs" "$tmp/r1/config.toml"
 check "config.toml has no run-dir" bash -c "! grep -q '^run-dir' '$tmp/r1/config.toml'"
+# A generator's epochs follow from its dataset's size once the data is read: config.toml records
+# the number chosen (so --config repeats the run), rewritten before the first step; then SIGINT.
+"$bin" train --task generate --dataset sprites --sprite-count 64 --batch-size 32 --device cpu \
+  --run-dir "$tmp/gauto" > "$tmp/gauto.log" 2>&1 &
+gauto=$!
+for _ in $(seq 1 240); do
+  n=$(sed -n 's/^Epochs: \([0-9]*\) (about.*/\1/p' "$tmp/gauto.log")
+  [ -n "$n" ] && grep -q "^epochs = $n\$" "$tmp/gauto/config.toml" 2>/dev/null && break
+  sleep 0.25
+done
+kill -INT $gauto 2>/dev/null; wait $gauto
+check "config.toml records a generator's automatic epochs ($n)" \
+  bash -c "[ -n '$n' ] && [ '$n' != 5 ] && grep -q '^epochs = $n\$' '$tmp/gauto/config.toml'"
 check "summary.json names the checkpoint and the test accuracy" python3 -c "
 import json, sys; s = json.load(open('$tmp/r1/summary.json'))
 assert s['status'] == 'complete' and s['checkpoint'] == 'checkpoint.pt' and 0 <= s['test']['accuracy'] <= 1, s"

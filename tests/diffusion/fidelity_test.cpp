@@ -4,10 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <iostream>
+
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "common/error.h"
 #include "data/procedural_sprites.h"
+#include "diffusion/generator.h"
 
 namespace spritetorch::diffusion {
 namespace {
@@ -56,9 +60,12 @@ TEST(TwoSampleTest, RanksRealBelowNoisyPixelsBelowNoise) {
                                  at::make_generator<at::CPUGeneratorImpl>(7), torch::kUInt8);
   TwoSampleOptions o;
   o.seed = 3;
+  o.repeats = 1;  // one split, scored both ways (Fidelity.* runs the default two)
   const double real = two_sample_accuracy(a, b, o);
   const double noisy_acc = two_sample_accuracy(a, noisy, o);
   const double noise_acc = two_sample_accuracy(a, noise, o);
+  std::cout << "two-sample accuracy: real " << real << ", 5% noisy pixels " << noisy_acc
+            << ", noise " << noise_acc << "\n";
   EXPECT_LT(real, noisy_acc);
   EXPECT_LT(noisy_acc, noise_acc);
   EXPECT_NEAR(real, 0.5, 0.1);  // 256 held-out sprites: sd 0.03 around 0.5
@@ -88,6 +95,35 @@ TEST(Fidelity, ReportsBothTestsAndTheStatistics) {
   EXPECT_NEAR(r.generated.alpha_coverage, r.real.alpha_coverage, 0.05);
   EXPECT_THROW(fidelity(generated, real.narrow(0, 0, 3), o), Error);
   EXPECT_THROW(fidelity(generated, torch::zeros({8, 4, 32, 32}, torch::kUInt8), o), Error);
+}
+
+
+// The agreement counts the classifier's argmax against the labels, overall and per class, over
+// more sprites than one slice of 1,000; a class without sprites reads NaN.
+TEST(ClassifierAgreement, CountsArgmaxHitsPerClass) {
+  torch::manual_seed(3);
+  auto classifier = models::make_model({"ann", {4, 4, 4}, 3});
+  const int64_t n = 2500;
+  const auto sprites = torch::randint(0, 256, {n, 4, 4, 4}, torch::kUInt8);
+  torch::Tensor predicted;
+  {
+    torch::NoGradGuard no_grad;
+    classifier->eval();
+    predicted = classifier->forward(data::to_model_input(sprites)).argmax(1);
+  }
+  // Labels: the prediction on even rows, another class on odd ones (exactly half the hits).
+  auto labels = predicted.clone();
+  for (int64_t i = 1; i < n; i += 2) labels[i] = (predicted[i].item<int64_t>() + 1) % 3;
+  const Agreement a = classifier_agreement(*classifier, sprites, labels, 4);
+  EXPECT_NEAR(a.mean, 0.5, 1e-12);
+  ASSERT_EQ(a.per_class.size(), 4u);
+  for (int64_t c = 0; c < 3; ++c) {
+    const auto mask = labels == c;
+    const double expected =
+        (predicted.index({mask}) == c).to(torch::kFloat64).mean().item<double>();
+    EXPECT_NEAR(a.per_class[c], expected, 1e-12) << "class " << c;
+  }
+  EXPECT_TRUE(std::isnan(a.per_class[3]));  // no sprite labelled 3
 }
 
 }  // namespace
