@@ -73,7 +73,7 @@ for section in "${sections[@]}"; do
       --no-run-dir --save "$out/gen64.pt" --json ${GEN64_FLAGS:-} >"$out/gen64.json" 2>"$out/gen64.err" ||
       tail -5 "$out/gen64.err"
     echo "gen64 train wall $(( $(date +%s) - start )) s"; tail -3 "$out/gen64.err"
-    json_field "$out/gen64.json" '"train_seconds %.1f, epochs %s, test %s" % (r.get("train_seconds", 0), r.get("epochs"), r.get("test"))'
+    json_field "$out/gen64.json" '"train_s %.1f, steps %s, test %s" % (r.get("train_s", 0), r.get("steps"), r.get("test"))'
     "$bin" train --task classify --dataset "folder:$set_dir" --size 64 --device cuda --no-run-dir \
       --save "$out/cls64.pt" >"$out/cls64.log" 2>&1 || tail -3 "$out/cls64.log"
     "$bin" eval --checkpoint "$out/gen64.pt" --classifier "$out/cls64.pt" --device cuda 2>&1 | tail -25

@@ -215,7 +215,9 @@ Subcommand add_train_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_flag("--overwrite", config->overwrite, "Let --save replace an existing file");
   add_choice(sub, "--task", config->task,
-             "classify | generate (sprite diffusion model; docs/sprites.md)");
+             "classify | generate (sprite diffusion model; docs/sprites.md). Without --recipe, "
+             "generate fills the options not given with the generator's defaults: " +
+                 train::generator_defaults().summary);
   add_sprite_data_options(sub, *config, /*training=*/true);
   add_choice(sub, "--strategy", config->strategy,
              "auto | single | dp | ddp (auto: ddp when started by launch/torchrun, else single; "

@@ -261,10 +261,16 @@ std::map<const CLI::App*, std::map<std::string, std::string>>& recipe_aliases() 
 }
 
 // --recipe NAME (train/recipe.h): its values go to the options still unset, checked as if given.
+// Without --recipe, `--task generate` takes the generator's defaults the same way.
 void apply_recipe(CLI::App& sub) {
   const CLI::Option* recipe_option = sub.get_option_no_throw("--recipe");
-  if (!recipe_option || recipe_option->count() == 0) return;
-  const train::Recipe& recipe = train::find_recipe(recipe_option->as<std::string>());
+  const CLI::Option* task_option = sub.get_option_no_throw("--task");
+  const bool named = recipe_option && recipe_option->count() > 0;
+  const bool generator =
+      task_option && task_option->count() > 0 && task_option->as<std::string>() == "generate";
+  if (!named && !generator) return;
+  const train::Recipe& recipe = named ? train::find_recipe(recipe_option->as<std::string>())
+                                      : train::generator_defaults();
   for (const auto& [key, value] : recipe.options) {
     const auto& aliases = recipe_aliases()[&sub];
     const auto alias = aliases.find(key);

@@ -53,7 +53,8 @@ void add_sprite_data_options(CLI::App* sub, train::TrainConfig& config, bool tra
       ->capture_default_str();
   if (training) {
     sub->add_option("--unet-base", config.unet_base,
-                    "--task generate: UNet channels at full resolution (x2 below)")
+                    "--task generate: UNet channels at full resolution (x2 below; the "
+                    "generator's default: 32)")
         ->check(kPositive)
         ->capture_default_str();
     sub->add_flag("--activation-checkpointing", config.activation_checkpointing,

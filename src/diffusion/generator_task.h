@@ -29,7 +29,7 @@ struct GeneratorDesign {
 
 // Without --epochs a generator run takes about kDefaultSteps optimizer steps of `batch` sprites:
 // default_epochs = ceil(kDefaultSteps / max(1, train_samples / batch)), at least 1.
-constexpr int64_t kDefaultSteps = 2000;
+constexpr int64_t kDefaultSteps = 3000;
 int64_t default_epochs(int64_t train_samples, int64_t batch);
 
 // The per-sample weight of the MSE on `prediction`'s target that makes the loss

@@ -38,6 +38,18 @@ const std::vector<Recipe>& recipes() {
   return kRecipes;
 }
 
+const Recipe& generator_defaults() {
+  static const Recipe kGenerator = {
+      "generator defaults",
+      "UNet base 32, bf16 where the device has it natively, cosine lr decay after 100 warm-up "
+      "steps",
+      {{"unet-base", "32"},
+       {"precision", "auto"},
+       {"lr-schedule", "cosine"},
+       {"warmup-steps", "100"}}};
+  return kGenerator;
+}
+
 std::vector<std::string> recipe_names() {
   std::vector<std::string> names;
   for (const auto& r : recipes()) names.push_back(r.name);

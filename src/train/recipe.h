@@ -25,4 +25,9 @@ std::string describe_recipes();
 // The recipe called `name`; an Error listing the names when there is none.
 const Recipe& find_recipe(const std::string& name);
 
+// What `train --task generate` takes for the options a run leaves unset when it names no
+// recipe: the generator's defaults, measured on a real sprite set (docs/sprites.md). They are
+// applied as a recipe is (flags, environment and --config files override each).
+const Recipe& generator_defaults();
+
 }  // namespace spritetorch::train

@@ -150,7 +150,11 @@ expect 0 "$tmp/preview.png	[a-z]+	[01]\.[0-9]+" -- classify --checkpoint "$tmp/c
 expect 2 "is a generator checkpoint|expected a spritetorch checkpoint" -- classify --checkpoint "$tmp/not-a-checkpoint.pt" "$tmp/preview.png"
 expect 0 "Saved checkpoint" -- train --task generate --dataset sprites --sprite-count 64 --epochs 1 --batch-size 16 --save "$tmp/g.pt"
 # A generator follows the optimizer flags too.
-expect 0 '"optimizer":"adamw lr 0.002, weight decay 0.01, cosine \(flat buffers\)' -- train --task generate --dataset sprites --sprite-count 32 --epochs 1 --batch-size 16 --device cpu --json --no-run-dir --optimizer adamw --lr 0.002 --lr-schedule cosine
+expect 0 '"optimizer":"adamw lr 0.002, weight decay 0.01, cosine, warm-up 100 steps \(flat buffers\)' -- train --task generate --dataset sprites --sprite-count 32 --epochs 1 --batch-size 16 --device cpu --json --no-run-dir --optimizer adamw --lr 0.002 --lr-schedule cosine
+# The generator's defaults fill what is not given (UNet base 32, auto precision, cosine after a
+# warm-up), and each flag overrides its own.
+expect 0 '"model":"unet base 32 .*"optimizer":"adam lr 0.001, cosine, warm-up 100 steps \(flat buffers\)","precision":"(bf16 autocast, fp32 weights \(auto: native|fp32 \(auto: no native)' -- train --task generate --dataset sprites --sprite-count 32 --epochs 1 --batch-size 16 --device cpu --json --no-run-dir
+expect 0 '"model":"unet base 16 .*"optimizer":"adam lr 0.001 \(flat buffers\)","precision":"fp32"' -- train --task generate --dataset sprites --sprite-count 32 --epochs 1 --batch-size 16 --device cpu --json --no-run-dir --unet-base 16 --lr-schedule constant --warmup-steps 0 --precision fp32
 # A generator's --json carries its settings like a classifier's, threads split for a conv net.
 expect 0 '"settings":\{[^}]*"threads":"[0-9]+ intra-op, ([0-9]+|\?) BLAS"[^}]*\}.*"train_s":' -- train --task generate --dataset sprites --sprite-count 32 --epochs 1 --batch-size 16 --device cpu --json --no-run-dir
 expect 2 "unknown class 'dragon'" -- generate --checkpoint "$tmp/g.pt" --class dragon --out "$tmp/x.png"
