@@ -28,10 +28,9 @@ void print_generator_eval(std::ostream& out, const diffusion::GeneratorEval& r,
   out << std::fixed << std::setprecision(4) << "Samples: " << r.samples << "\n"
       << "Class agreement (generated, and the classifier on " << held_out
       << " held-out real sprites):\n"
-      << "  " << std::left << std::setw(12) << "all" << "  " << r.class_agreement << "  "
-      << real.mean << "\n";
-  for (size_t k = 0; k < class_names.size() && k < r.per_class_agreement.size(); ++k)
-  {
+      << "  " << std::left << std::setw(12) << "all"
+      << "  " << r.class_agreement << "  " << real.mean << "\n";
+  for (size_t k = 0; k < class_names.size() && k < r.per_class_agreement.size(); ++k) {
     out << "  " << std::left << std::setw(12) << class_names[k] << "  " << r.per_class_agreement[k]
         << "  ";
     // A class without held-out sprites has no reference.

@@ -269,8 +269,8 @@ void apply_recipe(CLI::App& sub) {
   const bool generator =
       task_option && task_option->count() > 0 && task_option->as<std::string>() == "generate";
   if (!named && !generator) return;
-  const train::Recipe& recipe = named ? train::find_recipe(recipe_option->as<std::string>())
-                                      : train::generator_defaults();
+  const train::Recipe& recipe =
+      named ? train::find_recipe(recipe_option->as<std::string>()) : train::generator_defaults();
   for (const auto& [key, value] : recipe.options) {
     const auto& aliases = recipe_aliases()[&sub];
     const auto alias = aliases.find(key);

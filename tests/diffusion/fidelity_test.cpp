@@ -97,7 +97,6 @@ TEST(Fidelity, ReportsBothTestsAndTheStatistics) {
   EXPECT_THROW(fidelity(generated, torch::zeros({8, 4, 32, 32}, torch::kUInt8), o), Error);
 }
 
-
 // The agreement counts the classifier's argmax against the labels, overall and per class, over
 // more sprites than one slice of 1,000; a class without sprites reads NaN.
 TEST(ClassifierAgreement, CountsArgmaxHitsPerClass) {
