@@ -29,9 +29,9 @@ void print_generator_eval(std::ostream& out, const diffusion::GeneratorEval& r,
       << "Class agreement (generated, and the classifier on " << held_out
       << " held-out real sprites):\n"
       << "  " << std::left << std::setw(12) << "all"
-      << "  " << r.class_agreement << "  " << real.mean << "\n";
-  for (size_t k = 0; k < class_names.size() && k < r.per_class_agreement.size(); ++k) {
-    out << "  " << std::left << std::setw(12) << class_names[k] << "  " << r.per_class_agreement[k]
+      << "  " << r.agreement.mean << "  " << real.mean << "\n";
+  for (size_t k = 0; k < class_names.size() && k < r.agreement.per_class.size(); ++k) {
+    out << "  " << std::left << std::setw(12) << class_names[k] << "  " << r.agreement.per_class[k]
         << "  ";
     // A class without held-out sprites has no reference.
     if (k < real.per_class.size() && !std::isnan(real.per_class[k]))
@@ -145,8 +145,8 @@ int run_generator_eval(const GeneratorEvalFlags& f, const std::string& checkpoin
   }
   if (json) {
     nlohmann::json out{{"samples", r.samples},
-                       {"class_agreement", r.class_agreement},
-                       {"per_class_agreement", r.per_class_agreement},
+                       {"class_agreement", r.agreement.mean},
+                       {"per_class_agreement", r.agreement.per_class},
                        {"real_class_agreement", real.mean},
                        {"real_per_class_agreement", real.per_class},
                        {"real_held_out", data.test.size()},

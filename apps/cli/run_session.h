@@ -18,7 +18,7 @@
 namespace spritetorch::cli {
 
 struct RunFlags {
-  std::string run_dir;            // exact folder (empty: a fresh one under runs_root)
+  std::string run_dir;  // exact folder (empty: a fresh one under runs_root)
   std::string runs_root = "runs";
   bool no_run_dir = false;
   bool quiet = false, verbose = false;

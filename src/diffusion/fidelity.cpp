@@ -140,13 +140,14 @@ double two_sample_accuracy(const torch::Tensor& a_in, const torch::Tensor& b_in,
                 " and " + c10::str(b_in.sizes()));
   if (o.repeats < 1) throw Error("a two-sample test needs at least 1 repeat");
   auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed);
+  const auto a_all = binarised(a_in.narrow(0, 0, n)), b_all = binarised(b_in.narrow(0, 0, n));
   double sum = 0;
   for (int64_t r = 0; r < o.repeats; ++r) {
     // Each set split in two by its own permutation; a critic trained on the first halves is
     // scored on the second, and one trained on the second on the first (each sprite is scored
-    // once per repeat). One critic on one split swung by +-0.1 between seeds.
-    const auto a = binarised(a_in.narrow(0, 0, n)).index_select(0, torch::randperm(n, gen));
-    const auto b = binarised(b_in.narrow(0, 0, n)).index_select(0, torch::randperm(n, gen));
+    // once per repeat). One critic on one split scored one generator 0.69 and 0.95 at two seeds.
+    const auto a = a_all.index_select(0, torch::randperm(n, gen));
+    const auto b = b_all.index_select(0, torch::randperm(n, gen));
     const int64_t half = n / 2, rest = n - half;
     const auto x_first =
         model_input(torch::cat({a.narrow(0, 0, half), b.narrow(0, 0, half)})).to(o.device);

@@ -374,10 +374,11 @@ Agreement classifier_agreement(models::ClassifierImpl& classifier, const torch::
   }
   Agreement a;
   if (predicted.empty()) return a;
-  const auto hit = (torch::cat(predicted) == labels.cpu()).to(torch::kFloat64);
+  const auto truth = labels.cpu();
+  const auto hit = (torch::cat(predicted) == truth).to(torch::kFloat64);
   a.mean = hit.mean().item<double>();
   for (int64_t c = 0; c < classes; ++c)
-    a.per_class.push_back(hit.index({labels.cpu() == c}).mean().item<double>());
+    a.per_class.push_back(hit.index({truth == c}).mean().item<double>());
   return a;
 }
 
@@ -394,9 +395,7 @@ GeneratorEval evaluate_generator(Generator& g, models::ClassifierImpl& classifie
   r.samples = count;
   r.sample_seconds = timer.seconds();
   r.sprites_per_second = static_cast<double>(count) / r.sample_seconds;
-  const Agreement agreement = classifier_agreement(classifier, sprites, labels, k);
-  r.class_agreement = agreement.mean;
-  r.per_class_agreement = agreement.per_class;
+  r.agreement = classifier_agreement(classifier, sprites, labels, k);
   auto key = [](const torch::Tensor& s) {
     const auto c = s.contiguous();
     return std::string(reinterpret_cast<const char*>(c.data_ptr<uint8_t>()),

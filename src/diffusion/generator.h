@@ -21,12 +21,12 @@
 
 namespace spritetorch::diffusion {
 
-constexpr double kClassDropout = 0.1;   // share of training labels replaced by "no class"
-constexpr double kEmaDecay = 0.995;     // the saved weights are an exponential moving average
+constexpr double kClassDropout = 0.1;  // share of training labels replaced by "no class"
+constexpr double kEmaDecay = 0.995;    // the saved weights are an exponential moving average
 // The EMA's decay after `updates` updates: (1 + k) / (10 + k), at most kEmaDecay (a warm-up, so
 // that the initial weights leave the average within the first few hundred steps).
 double ema_decay(int64_t updates);
-constexpr int64_t kPaletteColours = 32; // --palette auto: k-means colours of the training set
+constexpr int64_t kPaletteColours = 32;  // --palette auto: k-means colours of the training set
 
 // Pixel art draws each sprite from a handful of colours (the DCSS items: 18 per sprite at 4 bits
 // per channel); a generator's sprites come out with small colour noise on every pixel. Sprites out
@@ -62,7 +62,7 @@ struct SampleOptions {
   double guidance = 2.0;         // classifier-free guidance scale w: eps_u + w (eps_c - eps_u)
   double eta = 0.0;              // DDIM noise: 0 deterministic, 1 DDPM-like
   uint64_t seed = 1;
-  int64_t batch = 512;           // sprites per forward pass
+  int64_t batch = 512;  // sprites per forward pass
   // The UNet's passes under bf16 autocast (GroupNorm stays fp32): "fp32" or "bf16".
   std::string precision = "fp32";
   bool cuda_graphs = true;  // CUDA, DDIM eta 0: replay batches as one graph (cuda_graph_sampler.h)
@@ -74,7 +74,8 @@ struct SampleOptions {
 // labels: (N) int64 class indices -> (N, 4, S, S) float32 in [-1, 1] on the generator's device.
 // The starting noise (and DDPM's per-step noise) comes from a CPU generator seeded with
 // options.seed, so a seed gives the same sprites on every device up to float rounding.
-torch::Tensor sample(Generator& generator, const torch::Tensor& labels, const SampleOptions& options);
+torch::Tensor sample(Generator& generator, const torch::Tensor& labels,
+                     const SampleOptions& options);
 
 // DDIM (Song et al. 2021, eq. 12) from x_T along ddim_timesteps(T, steps), then to abar = 1.
 // x: (B, 4, S, S), c: (B). Each step clips the predicted x0 to [-1, 1] and re-derives eps from it.
@@ -117,17 +118,6 @@ torch::Tensor kmeans_palette(const torch::Tensor& sprites, int64_t colours, uint
 // The distinct colours of a PNG's opaque pixels (a palette strip, or any image) -> (K, 3) uint8.
 torch::Tensor palette_from_png(const std::string& path);
 
-struct GeneratorEval {
-  int64_t samples = 0;
-  double class_agreement = 0;  // share the classifier assigns to the requested class
-  double distinct = 0;         // share of distinct sprites among the samples
-  double exact_copies = 0;     // share identical to a training sprite
-  std::vector<double> per_class_agreement;
-  double sample_seconds = 0;
-  double sprites_per_second = 0;
-  torch::Tensor sprites;  // the samples judged: (N, 4, S, S) uint8 on the CPU
-};
-
 // How often `classifier` assigns each of `sprites` (N, 4, S, S) uint8 to its label (N) int64:
 // the mean and, per class 0..classes-1, the share (NaN for a class with no sprites). Run on
 // generated sprites it is the class agreement; on held-out real ones, the ceiling that the
@@ -139,9 +129,20 @@ struct Agreement {
 Agreement classifier_agreement(models::ClassifierImpl& classifier, const torch::Tensor& sprites,
                                const torch::Tensor& labels, int64_t classes);
 
+struct GeneratorEval {
+  int64_t samples = 0;
+  Agreement agreement;      // with the requested class: the class agreement
+  double distinct = 0;      // share of distinct sprites among the samples
+  double exact_copies = 0;  // share identical to a training sprite
+  double sample_seconds = 0;
+  double sprites_per_second = 0;
+  torch::Tensor sprites;  // the samples judged: (N, 4, S, S) uint8 on the CPU
+};
+
 // `count` samples spread evenly over the classes, judged by `classifier` (trained on real data,
 // same class order) and compared with `training` sprites (N, 4, S, S) uint8.
 GeneratorEval evaluate_generator(Generator& generator, models::ClassifierImpl& classifier,
-                                 const torch::Tensor& training, int64_t count, const SampleOptions& options);
+                                 const torch::Tensor& training, int64_t count,
+                                 const SampleOptions& options);
 
 }  // namespace spritetorch::diffusion

@@ -26,8 +26,8 @@ constexpr int kMetricsSchema = 1;  // "schema" of metrics.jsonl's start line and
 
 // Makes a fresh folder <root>/<YYYY-MM-DD-HHMMSS>-<task>-<model> (local time `now`); when that name
 // is taken, -2, -3, ... are appended: a run never writes into another run's folder.
-std::string create_run_folder(const std::string& root, const std::string& task, const std::string& model,
-                              std::time_t now);
+std::string create_run_folder(const std::string& root, const std::string& task,
+                              const std::string& model, std::time_t now);
 // --run-dir: creates `folder` (and its parents); an existing folder must be empty. Returns
 // whether it made the folder.
 bool claim_run_folder(const std::string& folder);
@@ -55,7 +55,9 @@ class RunRecorder : public train::TrainObserver {
   std::string file(const std::string& name) const;
 
   void on_start(const std::string& device, const train::Settings& settings) override;
-  void on_step(const train::StepTick& tick) override { global_step_ = (tick.epoch - 1) * tick.steps + tick.step; }
+  void on_step(const train::StepTick& tick) override {
+    global_step_ = (tick.epoch - 1) * tick.steps + tick.step;
+  }
   void on_log(const train::StepLog& log) override;
   void on_epoch(const train::EpochReport& report) override;
   // Writes samples/epoch-NNN.png (rows: classes).

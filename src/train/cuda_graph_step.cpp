@@ -52,7 +52,12 @@ struct CudaGraphStep::Impl {
 
   Impl(TrainStep& s, FlatOptimizer& o, precision::GradScaler* sc, double clip, int64_t b,
        torch::Device d)
-      : step(s), optimizer(o), scaler(sc), clip_grad_norm(clip), batch_size(b), device(d),
+      : step(s),
+        optimizer(o),
+        scaler(sc),
+        clip_grad_norm(clip),
+        batch_size(b),
+        device(d),
         side_stream(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, d.index())) {}
 
   // The work captured in the graph: everything reads and writes static tensors only.
