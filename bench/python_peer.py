@@ -9,8 +9,9 @@ channels, fc 128, dropout 0.25: the same layers as `spritetorch train --model cn
 way a PyTorch tutorial writes it; the loop stays the seed's. --train-limit N trains on the first N
 images only (a Subset), as spritetorch's --train-limit does.
 
---recipe wide is the same with FastCNN at 4x the channels (64/128/256) and random 2-pixel shifts
-besides the flips, as `spritetorch train --recipe wide`.
+--recipe mid is the same with FastCNN at 2x the channels (32/64/128), as `spritetorch train
+--recipe mid`; --recipe wide at 4x (64/128/256) with random 2-pixel shifts besides the flips, as
+`spritetorch train --recipe wide`.
 
 --recipe fast is `spritetorch train --recipe fast` written the way a PyTorch user who wants speed
 writes it (tensors resident on the device, torch.randperm batches, channels_last): the same
@@ -128,8 +129,13 @@ def shift_batch(x, s):
     return padded.gather(3, cols.expand(b, c, h, w))
 
 
+# FastCNN's channels and spritetorch's model name for each recipe (src/train/recipe.cpp).
+RECIPE_WIDTHS = {"fast": (16, 32, 64), "mid": (32, 64, 128), "wide": (64, 128, 256)}
+RECIPE_MODELS = {"fast": "fastcnn", "mid": "fastcnn-2x", "wide": "fastcnn-wide"}
+
+
 def run_fast(args, device, start):
-    """The fast recipe (or wide: 4x the channels, flips and 2-pixel shifts); returns the JSON
+    """The fast recipe (mid: 2x the channels; wide: 4x, flips and 2-pixel shifts); returns the JSON
     summary."""
     torch.manual_seed(args.seed)
     x_train = idx_tensor(args.data, RAW[0], 16).view(-1, 1, 28, 28).to(device).float().div_(255)
@@ -140,7 +146,8 @@ def run_fast(args, device, start):
         x_train, y_train = x_train[:args.train_limit], y_train[:args.train_limit]
     memory = torch.channels_last
     wide = args.recipe == "wide"
-    model = FastCNN((64, 128, 256) if wide else (16, 32, 64)).to(device, memory_format=memory)
+    widths = RECIPE_WIDTHS[args.recipe]
+    model = FastCNN(widths).to(device, memory_format=memory)
     batch, epochs = 256, args.epochs
     steps_per_epoch = (len(x_train) + batch - 1) // batch
     total, warmup = epochs * steps_per_epoch, 100
@@ -163,7 +170,7 @@ def run_fast(args, device, start):
 
     # Untimed warm-up on a throwaway copy (CUDA context, lazy kernel loading, autocast), as
     # spritetorch's bench warms up before its first seed.
-    spare = FastCNN((64, 128, 256) if wide else (16, 32, 64)).to(device, memory_format=memory)
+    spare = FastCNN(widths).to(device, memory_format=memory)
     spare_optimizer = optim.AdamW(spare.parameters(), lr=0.01, weight_decay=0.05)
     for i in range(5):
         x = x_train[i * batch:(i + 1) * batch].contiguous(memory_format=memory)
@@ -214,7 +221,7 @@ def run_fast(args, device, start):
     accuracy = evals[-1]["test_accuracy"]
     out = {"train_s": round(train_s, 3), "total_s": round(time.time() - start, 3),
            "accuracy": accuracy, "device": str(device), "torch": torch.__version__,
-           "model": "fastcnn-wide" if wide else "fastcnn", "recipe": args.recipe, "seed": args.seed, "precision": args.precision,
+           "model": RECIPE_MODELS[args.recipe], "recipe": args.recipe, "seed": args.seed, "precision": args.precision,
            "evals": evals}
     if reached:
         out.update(reached)
@@ -228,7 +235,7 @@ def main():
     parser.add_argument("--device", default="auto")
     parser.add_argument("--model", choices=["ann", "cnn"], default="ann")
     parser.add_argument("--train-limit", type=int, default=0, help="first N training images (0: all)")
-    parser.add_argument("--recipe", choices=["seed", "fast", "wide"], default="seed")
+    parser.add_argument("--recipe", choices=["seed", "fast", "mid", "wide"], default="seed")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: all cores)")
     parser.add_argument("--target-accuracy", type=float, default=0)
@@ -244,7 +251,7 @@ def main():
     else:
         device = torch.device(args.device)
     print("Using:", device)
-    if args.recipe in ("fast", "wide"):
+    if args.recipe in RECIPE_WIDTHS:
         # All cores, as spritetorch's conv nets use them (Debian's torch starts with one thread).
         torch.set_num_threads(args.threads or os.cpu_count())
         print(json.dumps(run_fast(args, device, start)))

@@ -123,9 +123,9 @@ int run_target_bench(const BenchFlags& f) {
                 "pass one --devices value (or none: the best device here)");
   if (!f.bench.devices.empty()) w.device = f.bench.devices.front();
   w.precision = precision::parse_precision(f.bench.precisions.front());
-  if (f.vs_python && w.recipe != "fast" && w.recipe != "wide")
+  if (f.vs_python && w.recipe != "fast" && w.recipe != "mid" && w.recipe != "wide")
     throw Error("--vs-python with --target-accuracy runs the peer's version of a recipe",
-                "add --recipe fast or --recipe wide");
+                "add --recipe fast, mid or wide");
   const std::string model = w.model.empty() ? train::default_model(w) : w.model;
   // The peer runs at the precision ours resolves to on this device.
   const torch::Device device = device::pick_device(w.device);

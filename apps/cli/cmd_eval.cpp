@@ -91,17 +91,24 @@ std::shared_ptr<GeneratorEvalFlags> add_generator_eval_options(CLI::App* sub) {
                   "them (0: the model's own colours)")
       ->check(kNonNegative)
       ->capture_default_str();
-  sub->add_option("--steps", f->options.steps, "Generator checkpoints: DDIM steps")
+  sub->add_option("--steps", f->options.steps,
+                  "Generator checkpoints: sampler steps (ddim, dpm++2m)")
       ->check(kPositive)
+      ->capture_default_str();
+  sub->add_option("--spacing", f->spacing,
+                  "Generator checkpoints: where the sampler's steps fall: uniform in t, or "
+                  "quadratic (more of them at low noise)")
+      ->check(CLI::IsMember({"uniform", "quadratic"}))
       ->capture_default_str();
   sub->add_option("--guidance", f->options.guidance,
                   "Generator checkpoints: classifier-free guidance scale")
       ->capture_default_str();
-  sub->add_option("--eta", f->options.eta, "Generator checkpoints: DDIM noise (0 deterministic)")
+  sub->add_option("--eta", f->options.eta,
+                  "Generator checkpoints: DDIM noise (0 deterministic, 1 DDPM-like)")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
-  sub->add_option("--sampler", f->options.sampler, "Generator checkpoints: ddim | ddpm")
-      ->check(CLI::IsMember({"ddim", "ddpm"}))
+  sub->add_option("--sampler", f->options.sampler, "Generator checkpoints: ddim | dpm++2m | ddpm")
+      ->check(CLI::IsMember({"ddim", "dpm++2m", "ddpm"}))
       ->capture_default_str();
   sub->add_option("--seed", f->options.seed,
                   "Generator checkpoints: sampling seed (and the two-sample test's)")
@@ -111,8 +118,12 @@ std::shared_ptr<GeneratorEvalFlags> add_generator_eval_options(CLI::App* sub) {
   return f;
 }
 
-int run_generator_eval(const GeneratorEvalFlags& f, const std::string& checkpoint,
-                       const std::string& device_text, const CpuThreadFlags& cpu, bool json) {
+int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
+                       const std::string& checkpoint, const std::string& device_text,
+                       const CpuThreadFlags& cpu, bool json) {
+  GeneratorEvalFlags f = flags;
+  f.options.spacing = diffusion::parse_spacing(f.spacing);
+  check_sampler_options(sub, f.options);
   if (f.classifier.empty())
     throw Error(
         "evaluating a generator needs --classifier C.pt",
@@ -158,6 +169,7 @@ int run_generator_eval(const GeneratorEvalFlags& f, const std::string& checkpoin
                        {"colours", f.options.colours},
                        {"guidance", f.options.guidance},
                        {"sampler", f.options.sampler},
+                       {"spacing", f.spacing},
                        {"device", device::display_name(device)},
                        {"threads", threads}};
     if (fidelity_report) {
@@ -170,7 +182,7 @@ int run_generator_eval(const GeneratorEvalFlags& f, const std::string& checkpoin
   } else {
     std::cout << "Using device: " << device::display_name(device) << "\nCPU threads: " << threads
               << "\nGenerator: " << checkpoint << " (" << f.options.sampler << ", "
-              << f.options.steps << " steps, guidance " << f.options.guidance
+              << f.options.steps << " " << f.spacing << " steps, guidance " << f.options.guidance
               << ")\nJudged by: " << f.classifier << "\n";
     print_generator_eval(std::cout, r, real, data.test.size(), generator.class_names);
     if (fidelity_report) print_fidelity(std::cout, *fidelity_report);
@@ -200,11 +212,11 @@ Subcommand add_eval_command(CLI::App& app) {
   add_cpu_thread_options(sub, f->cpu.threads, f->cpu.blas_threads);
   auto generator_flags = add_generator_eval_options(sub);
 
-  return {sub, [f, generator_flags]() {
+  return {sub, [sub, f, generator_flags]() {
             const torch::Device device = device::pick_device(f->device);
             const train::Checkpoint checkpoint = train::load_checkpoint(f->checkpoint);
             if (checkpoint.meta.value("task", std::string()) == "generate")
-              return run_generator_eval(*generator_flags, f->checkpoint, f->device, f->cpu,
+              return run_generator_eval(*sub, *generator_flags, f->checkpoint, f->device, f->cpu,
                                         f->json);
             train::TrainConfig config = train::checkpoint_data_config(checkpoint.meta);
             config.data_dir = f->data_dir;

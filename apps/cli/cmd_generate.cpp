@@ -17,11 +17,25 @@
 
 namespace spritetorch::cli {
 
+void check_sampler_options(const CLI::App& sub, const diffusion::SampleOptions& options) {
+  if (options.sampler != "ddim" && sub.count("--eta") > 0)
+    throw Error("--eta is DDIM's noise; --sampler " + options.sampler + " does not take it",
+                "use --sampler ddim, or leave --eta out");
+  if (options.sampler == "ddpm")
+    for (const char* name : {"--steps", "--spacing"})
+      if (sub.count(name) > 0)
+        throw Error(
+            std::string(name) + ": --sampler ddpm takes every one of the schedule's T steps",
+            "use --sampler ddim or dpm++2m for fewer steps");
+}
+
 Subcommand add_generate_command(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "generate", "Draw sprites from a generator checkpoint into a PNG sprite sheet");
   struct Flags {
-    std::string checkpoint, class_name, out, out_dir, palette, device = "auto", precision = "fp32";
+    std::string checkpoint, class_name, out, out_dir, palette,
+        device = "auto", precision = "fp32",
+        spacing = diffusion::spacing_name(diffusion::SampleOptions().spacing);
     bool no_cuda_graphs = false;
     int64_t count = 64, scale = 1, columns = 0;
     diffusion::SampleOptions sample;
@@ -49,17 +63,25 @@ Subcommand add_generate_command(CLI::App& app) {
                   "model's own colours)")
       ->check(kNonNegative)
       ->capture_default_str();
-  sub->add_option("--steps", f->sample.steps, "DDIM steps")
+  sub->add_option("--steps", f->sample.steps, "Sampler steps (ddim, dpm++2m)")
       ->check(kPositive)
+      ->capture_default_str();
+  sub->add_option("--spacing", f->spacing,
+                  "Where the sampler's steps fall: uniform in t, or quadratic (more of them at "
+                  "low noise, where edges and flat colours are decided)")
+      ->check(CLI::IsMember({"uniform", "quadratic"}))
       ->capture_default_str();
   sub->add_option("--guidance", f->sample.guidance, "Classifier-free guidance scale (1: none)")
       ->capture_default_str();
-  sub->add_option("--eta", f->sample.eta, "DDIM noise: 0 deterministic, 1 DDPM-like")
+  sub->add_option(
+         "--eta", f->sample.eta,
+         "DDIM noise: 0 deterministic, 1 DDPM-like (the default: cleaner sprites, docs/sprites.md)")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   sub->add_option("--sampler", f->sample.sampler,
-                  "ddim (deterministic, --steps) | ddpm (all T steps)")
-      ->check(CLI::IsMember({"ddim", "ddpm"}))
+                  "ddim (--steps, --eta) | dpm++2m (deterministic, second "
+                  "order: DDIM's quality in fewer --steps) | ddpm (all T steps)")
+      ->check(CLI::IsMember({"ddim", "dpm++2m", "ddpm"}))
       ->capture_default_str();
   sub->add_option("--seed", f->sample.seed, "Sampling seed")->capture_default_str();
   sub->add_option("--batch-size", f->sample.batch, "Sprites per forward pass")
@@ -72,14 +94,17 @@ Subcommand add_generate_command(CLI::App& app) {
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
   sub->add_flag("--no-cuda-graphs", f->no_cuda_graphs,
-                "CUDA: sample every batch eagerly (default: DDIM with --eta 0 replays the whole "
+                "CUDA: sample every batch eagerly (default: deterministic sampling, DDIM with "
+                "--eta 0 or dpm++2m, replays the whole "
                 "sampling loop as one CUDA graph from the second batch of --batch-size on)");
   sub->add_flag("--json", f->json, "Print a JSON summary");
   add_cpu_thread_options(sub, f->cpu.threads, f->cpu.blas_threads);
   return {
-      sub, [f]() {
+      sub, [sub, f]() {
         if (f->out.empty() && f->out_dir.empty())
           throw Error("generate needs --out SHEET.png and/or --out-dir DIR");
+        f->sample.spacing = diffusion::parse_spacing(f->spacing);
+        check_sampler_options(*sub, f->sample);
         const torch::Device device = device::pick_device(f->device);
         auto generator = diffusion::load_generator(f->checkpoint, device);
         const std::string threads = describe_cpu_threads(
@@ -97,6 +122,7 @@ Subcommand add_generate_command(CLI::App& app) {
           labels = torch::full({f->count}, it - generator.class_names.begin(), torch::kInt64);
         }
         f->sample.cuda_graphs = !f->no_cuda_graphs;
+
         f->sample.precision = f->precision;
         if (f->sample.precision == "bf16" && !device.is_cuda() && !device.is_cpu())
           throw Error(
@@ -133,6 +159,10 @@ Subcommand add_generate_command(CLI::App& app) {
                                       {"sprites_per_second", rate},
                                       {"device", device::display_name(device)},
                                       {"threads", threads},
+                                      {"sampler", f->sample.sampler},
+                                      {"steps", f->sample.steps},
+                                      {"spacing", f->spacing},
+                                      {"eta", f->sample.eta},
                                       {"precision", f->sample.precision},
                                       {"cuda_graphs", graphed},
                                       {"out", f->out}}
@@ -142,8 +172,10 @@ Subcommand add_generate_command(CLI::App& app) {
           std::cout << "Generated " << f->count << " sprites on " << device::display_name(device)
                     << " in " << std::fixed << std::setprecision(2) << seconds << " s ("
                     << std::setprecision(1) << rate << " sprites/s, " << f->sample.sampler << " "
-                    << f->sample.steps << " steps, " << f->sample.precision
-                    << (graphed ? ", CUDA graph" : "") << "; CPU threads: " << threads << ")\n"
+                    << f->sample.steps << " " << f->spacing << " steps"
+                    << (f->sample.sampler == "ddim" ? ", eta " + c10::str(f->sample.eta) : "")
+                    << ", " << f->sample.precision << (graphed ? ", CUDA graph" : "")
+                    << "; CPU threads: " << threads << ")\n"
                     << std::defaultfloat;
           if (!f->out.empty()) std::cout << "Wrote " << f->out << "\n";
           if (!f->out_dir.empty())

@@ -24,6 +24,9 @@ Subcommand add_eval_command(CLI::App& app);
 Subcommand add_bench_command(CLI::App& app);
 Subcommand add_classify_command(CLI::App& app);
 Subcommand add_generate_command(CLI::App& app);
+// generate and eval: a sampler option the chosen --sampler does not take is an error, not ignored
+// (--eta is DDIM's; DDPM takes all T steps, so no --steps or --spacing).
+void check_sampler_options(const CLI::App& sub, const diffusion::SampleOptions& options);
 Subcommand add_data_command(CLI::App& app);
 
 // --threads and --blas-threads, as every command that runs a model takes them (0: the split
@@ -45,10 +48,12 @@ struct GeneratorEvalFlags {
   int64_t count = 256;
   bool no_fidelity = false;
   diffusion::SampleOptions options;
+  std::string spacing = diffusion::spacing_name(options.spacing);  // --spacing
 };
 std::shared_ptr<GeneratorEvalFlags> add_generator_eval_options(CLI::App* sub);
-int run_generator_eval(const GeneratorEvalFlags& flags, const std::string& checkpoint,
-                       const std::string& device, const CpuThreadFlags& threads, bool json);
+int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
+                       const std::string& checkpoint, const std::string& device,
+                       const CpuThreadFlags& threads, bool json);
 Subcommand add_launch_command(CLI::App& app);
 // Python interop (cmd_interop.cpp) and shell completion (cmd_completion.cpp).
 Subcommand add_export_command(CLI::App& app);

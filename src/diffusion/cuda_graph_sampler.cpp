@@ -17,9 +17,10 @@ namespace spritetorch::diffusion {
 std::optional<std::string> graph_sampling_unavailable(const torch::Device& device,
                                                       const SampleOptions& options) {
   if (!options.cuda_graphs) return "--no-cuda-graphs";
-  if (options.sampler != "ddim")
+  if (options.sampler == "ddpm")
     return "the " + options.sampler + " sampler draws noise on the host at every step";
-  if (options.eta != 0) return "DDIM with eta > 0 draws noise on the host at every step";
+  if (options.sampler == "ddim" && options.eta != 0)
+    return "DDIM with eta > 0 draws noise on the host at every step (--eta 0: deterministic)";
   if (!device.is_cuda()) return "not a CUDA device";
   if (!SPRITETORCH_WITH_CUDA) return "this spritetorch was built without CUDA";
   return std::nullopt;

@@ -6,8 +6,9 @@
 // partial one) runs eagerly. The starting noise is copied into the graph's input buffer outside
 // the graph, so a seed gives the same sprites graphed or not, up to float rounding.
 //
-// Only deterministic sampling is captured (DDIM with eta 0, the default): the noise of eta > 0 and
-// of DDPM is drawn on the host per step, which a graph cannot replay.
+// Only deterministic sampling is captured (DDIM with eta 0, and DPM-Solver++(2M)): the noise of
+// DDIM with eta > 0 (the default) and of DDPM is drawn on the host per step, which a graph cannot
+// replay.
 #pragma once
 
 #include <torch/torch.h>

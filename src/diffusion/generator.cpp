@@ -98,10 +98,12 @@ namespace {
 // k_x, k_out by prediction: eps 1 / sqrt(abar), sqrt(1 / abar - 1); v sqrt(abar), sqrt(1 - abar);
 // x0 0, -1. The coefficients are plain doubles, worked out on the host before the loop (no
 // per-step sync).
+// DPM-Solver++(2M) adds c_prev x0_hat_prev, the previous step's clipped x0_hat (0 for the others).
 struct ReverseStep {
   int64_t t = 0;
   double k_x = 0, k_out = 0;
   double c_x0 = 0, c_x = 0, sigma = 0;
+  double c_prev = 0;
 };
 
 // x0_hat = k_x x_t - k_out out at abar_t = a.
@@ -125,6 +127,7 @@ torch::Tensor reverse_loop(const EpsModel& eps_model, torch::Tensor x,
   torch::NoGradGuard no_grad;
   const int64_t b = x.size(0);
   const auto t_options = torch::TensorOptions().dtype(torch::kInt64).device(x.device());
+  torch::Tensor x0_prev;  // the previous step's clipped x0_hat, for DPM-Solver++(2M)
   for (size_t i = 0; i < steps.size(); ++i) {
     const auto& s = steps[i];
     // (B) t filled on the device: no host-to-device copy, so the loop can be captured as a graph.
@@ -132,7 +135,8 @@ torch::Tensor reverse_loop(const EpsModel& eps_model, torch::Tensor x,
     // Clipping keeps x0_hat in the data's range; the update then uses the eps implied by the
     // clipped x0_hat (folded into c_x0 / c_x), which keeps it on the DDIM / posterior path.
     const auto x0 = (s.k_x * x - s.k_out * out).clamp(-1.0, 1.0);
-    x = s.c_x0 * x0 + s.c_x * x;
+    x = s.c_prev != 0 ? s.c_x0 * x0 + s.c_prev * x0_prev + s.c_x * x : s.c_x0 * x0 + s.c_x * x;
+    x0_prev = x0;
     if (s.sigma > 0) {
       auto z = at::randn(x.sizes(), *gen, torch::kFloat32);
       if (x.is_cuda()) z = z.pin_memory();  // pinned: the copy below does not block the host
@@ -144,22 +148,44 @@ torch::Tensor reverse_loop(const EpsModel& eps_model, torch::Tensor x,
 
 }  // namespace
 
-std::vector<int64_t> ddim_timesteps(int64_t T, int64_t steps) {
+std::string spacing_name(TimestepSpacing spacing) {
+  return spacing == TimestepSpacing::kQuadratic ? "quadratic" : "uniform";
+}
+
+TimestepSpacing parse_spacing(const std::string& name) {
+  if (name == "uniform") return TimestepSpacing::kUniform;
+  if (name == "quadratic") return TimestepSpacing::kQuadratic;
+  throw Error("unknown timestep spacing '" + name + "': expected uniform or quadratic");
+}
+
+std::vector<int64_t> ddim_timesteps(int64_t T, int64_t steps, TimestepSpacing spacing) {
   steps = std::clamp<int64_t>(steps, 1, T);
+  if (steps == 1) return {T - 1};
   std::vector<int64_t> out;
-  // Evenly spaced from T - 1 down to 0, both included; distinct since steps <= T.
-  for (int64_t i = 0; i < steps; ++i)
-    out.push_back(steps == 1 ? T - 1 : ((T - 1) * (steps - 1 - i)) / (steps - 1));
+  // From T - 1 down to 0, both included: evenly spaced, or at (T - 1) u^2 for evenly spaced u.
+  for (int64_t i = 0; i < steps; ++i) {
+    const int64_t k = steps - 1 - i;
+    if (spacing == TimestepSpacing::kUniform) {
+      out.push_back(((T - 1) * k) / (steps - 1));
+    } else {
+      const double u = static_cast<double>(k) / static_cast<double>(steps - 1);
+      out.push_back(std::llround(static_cast<double>(T - 1) * u * u));
+    }
+  }
+  // Distinct: where rounding put two at the same t (the quadratic's low end), the earlier one
+  // moves up; steps <= T keeps them within [0, T - 1].
+  for (int64_t i = steps - 2; i >= 0; --i) out[i] = std::max(out[i], out[i + 1] + 1);
   return out;
 }
 
 torch::Tensor ddim_sample_eps(const EpsModel& eps_model, const NoiseSchedule& schedule,
                               torch::Tensor x, int64_t steps, double eta,
-                              std::optional<at::Generator> gen, Prediction prediction) {
+                              std::optional<at::Generator> gen, Prediction prediction,
+                              TimestepSpacing spacing) {
   if (!(eta >= 0)) throw Error("DDIM eta must be >= 0, got " + std::to_string(eta));
   if (eta > 0 && !gen) throw Error("DDIM with eta > 0 needs a generator for its noise");
   const auto& ab = schedule.host_alpha_bars();
-  const auto ts = ddim_timesteps(schedule.steps(), steps);
+  const auto ts = ddim_timesteps(schedule.steps(), steps, spacing);
   std::vector<ReverseStep> plan;
   for (size_t i = 0; i < ts.size(); ++i) {
     const int64_t t = ts[i];
@@ -175,6 +201,41 @@ torch::Tensor ddim_sample_eps(const EpsModel& eps_model, const NoiseSchedule& sc
     plan.push_back({t, k_x, k_out, std::sqrt(a_prev) - dir * std::sqrt(a), dir, sigma});
   }
   return reverse_loop(eps_model, std::move(x), plan, eta > 0 ? gen : std::nullopt);
+}
+
+torch::Tensor dpm_solver_sample_eps(const EpsModel& eps_model, const NoiseSchedule& schedule,
+                                    torch::Tensor x, int64_t steps, Prediction prediction,
+                                    TimestepSpacing spacing) {
+  const auto& ab = schedule.host_alpha_bars();
+  const auto ts = ddim_timesteps(schedule.steps(), steps, spacing);
+  // log(alpha / sigma) at abar = a: the solver's time variable.
+  auto lambda = [](double a) { return 0.5 * std::log(a / (1.0 - a)); };
+  std::vector<ReverseStep> plan;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const double a = ab[ts[i]];
+    const bool last = i + 1 == ts.size();  // to abar = 1: x_prev = x0_hat
+    const double a_prev = last ? 1.0 : ab[ts[i + 1]];
+    const auto [k_x, k_out] = x0_coefficients(prediction, a);
+    ReverseStep s{ts[i], k_x, k_out};
+    if (last) {
+      s.c_x0 = 1.0;
+    } else {
+      // x_prev = (sigma_prev / sigma) x + alpha_prev (1 - e^-h) D, h = lambda_prev - lambda:
+      // with D = x0_hat this is DDIM's eta-0 step (first order).
+      const double h = lambda(a_prev) - lambda(a);
+      const double g = std::sqrt(a_prev) * -std::expm1(-h);
+      s.c_x = std::sqrt((1.0 - a_prev) / (1.0 - a));
+      s.c_x0 = g;
+      if (i > 0) {
+        // D = (1 + 1/(2r)) x0_hat - 1/(2r) x0_hat_prev, r = h_last / h (Lu et al. 2022, alg. 2).
+        const double r = (lambda(a) - lambda(ab[ts[i - 1]])) / h;
+        s.c_x0 = g * (1.0 + 0.5 / r);
+        s.c_prev = -g * 0.5 / r;
+      }
+    }
+    plan.push_back(s);
+  }
+  return reverse_loop(eps_model, std::move(x), plan, std::nullopt);
 }
 
 torch::Tensor ddpm_sample_eps(const EpsModel& eps_model, const NoiseSchedule& schedule,
@@ -196,12 +257,23 @@ torch::Tensor ddpm_sample_eps(const EpsModel& eps_model, const NoiseSchedule& sc
 
 torch::Tensor ddim_sample(UNet& net, const NoiseSchedule& schedule, torch::Tensor x,
                           const torch::Tensor& c, int64_t steps, double guidance, double eta,
-                          std::optional<at::Generator> gen, Prediction prediction) {
+                          std::optional<at::Generator> gen, Prediction prediction,
+                          TimestepSpacing spacing) {
   return ddim_sample_eps(
       [&](const torch::Tensor& xt, const torch::Tensor& t) {
         return guided_eps(net, xt, t, c, guidance);
       },
-      schedule, std::move(x), steps, eta, std::move(gen), prediction);
+      schedule, std::move(x), steps, eta, std::move(gen), prediction, spacing);
+}
+
+torch::Tensor dpm_solver_sample(UNet& net, const NoiseSchedule& schedule, torch::Tensor x,
+                                const torch::Tensor& c, int64_t steps, double guidance,
+                                Prediction prediction, TimestepSpacing spacing) {
+  return dpm_solver_sample_eps(
+      [&](const torch::Tensor& xt, const torch::Tensor& t) {
+        return guided_eps(net, xt, t, c, guidance);
+      },
+      schedule, std::move(x), steps, prediction, spacing);
 }
 
 torch::Tensor ddpm_sample(UNet& net, const NoiseSchedule& schedule, torch::Tensor x,
@@ -215,8 +287,8 @@ torch::Tensor ddpm_sample(UNet& net, const NoiseSchedule& schedule, torch::Tenso
 }
 
 torch::Tensor sample(Generator& g, const torch::Tensor& labels, const SampleOptions& options) {
-  if (options.sampler != "ddim" && options.sampler != "ddpm")
-    throw Error("unknown sampler '" + options.sampler + "': expected ddim or ddpm");
+  if (options.sampler != "ddim" && options.sampler != "ddpm" && options.sampler != "dpm++2m")
+    throw Error("unknown sampler '" + options.sampler + "': expected ddim, dpm++2m or ddpm");
   if (options.steps < 1) throw Error("--steps must be >= 1");
   if (options.precision != "fp32" && options.precision != "bf16")
     throw Error("unknown sampling precision '" + options.precision + "': expected fp32 or bf16");
@@ -229,9 +301,12 @@ torch::Tensor sample(Generator& g, const torch::Tensor& labels, const SampleOpti
     std::optional<precision::AutocastGuard> autocast;
     if (options.precision == "bf16")
       autocast.emplace(device.type(), torch::kBFloat16, true, /*cache_enabled=*/!graphs);
+    if (options.sampler == "dpm++2m")
+      return dpm_solver_sample(g.net, g.schedule, x, c, options.steps, options.guidance,
+                               g.prediction, options.spacing);
     return options.sampler == "ddim"
                ? ddim_sample(g.net, g.schedule, x, c, options.steps, options.guidance, options.eta,
-                             gen, g.prediction)
+                             gen, g.prediction, options.spacing)
                : ddpm_sample(g.net, g.schedule, x, c, options.guidance, gen, g.prediction);
   };
   std::optional<CudaGraphSampler> graphed;

@@ -87,8 +87,8 @@ torch::Tensor FastCnnImpl::forward(torch::Tensor x) {
 }
 
 const std::vector<std::string>& model_names() {
-  static const std::vector<std::string> kNames = {"ann", "cnn", "fastcnn", "fastcnn-wide",
-                                                  "simplenn"};
+  static const std::vector<std::string> kNames = {"ann",        "cnn",          "fastcnn",
+                                                  "fastcnn-2x", "fastcnn-wide", "simplenn"};
   return kNames;
 }
 
@@ -136,7 +136,7 @@ Classifier make_model_of_kind(const ModelSpec& spec) {
           "use --model ann or simplenn for feature vectors");
     return std::make_shared<CnnImpl>(s[0], s[1], s[2], spec.classes);
   }
-  if (spec.name == "fastcnn" || spec.name == "fastcnn-wide") {
+  if (spec.name == "fastcnn" || spec.name == "fastcnn-2x" || spec.name == "fastcnn-wide") {
     const auto& s = spec.input_shape;
     if (s.size() != 3 || s[1] < 8 || s[2] < 8)
       throw Error("model '" + spec.name +
@@ -144,6 +144,9 @@ Classifier make_model_of_kind(const ModelSpec& spec) {
                       "are " +
                       shape_string(s),
                   "use --model ann or simplenn for feature vectors");
+    if (spec.name == "fastcnn-2x")
+      return std::make_shared<FastCnnImpl>(s[0], s[1], s[2], spec.classes,
+                                           std::array<int64_t, 3>{32, 64, 128});
     if (spec.name == "fastcnn-wide")
       return std::make_shared<FastCnnImpl>(s[0], s[1], s[2], spec.classes,
                                            std::array<int64_t, 3>{64, 128, 256});

@@ -180,6 +180,10 @@ out=$("$bin" train --recipe wide --print-config 2>&1)
 [ "$(value model <<<"$out")" = '"fastcnn-wide"' ] && [ "$(value epochs <<<"$out")" = 16 ] &&
   [ "$(value augment <<<"$out")" = '"flip,shift:2"' ]
 check "--recipe wide sets its values" $? "$out"
+out=$("$bin" train --recipe mid --print-config 2>&1)
+[ "$(value model <<<"$out")" = '"fastcnn-2x"' ] && [ "$(value epochs <<<"$out")" = 8 ] &&
+  [ "$(value augment <<<"$out")" = '"flip"' ]
+check "--recipe mid sets its values" $? "$out"
 expect 2 "recipe" -- train --recipe slow --print-config
 
 echo "config_test: $passes passed, $fails failed"

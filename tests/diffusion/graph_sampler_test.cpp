@@ -31,9 +31,10 @@ Generator small_generator(torch::Device device) {
   return g;
 }
 
-TEST(GraphSampling, OnlyDeterministicDdimOnCudaFromTheSecondBatchOn) {
+TEST(GraphSampling, OnlyDeterministicSamplersOnCudaFromTheSecondBatchOn) {
   const torch::Device cuda(torch::kCUDA, 0);
-  SampleOptions o;  // ddim, eta 0, batch 512
+  SampleOptions o;  // ddim, batch 512
+  o.eta = 0;
   EXPECT_EQ(graph_sampling_unavailable(torch::kCPU, o).value_or(""), "not a CUDA device");
   if (SPRITETORCH_WITH_CUDA) {
     EXPECT_FALSE(graph_sampling_unavailable(cuda, o).has_value());
@@ -44,8 +45,11 @@ TEST(GraphSampling, OnlyDeterministicDdimOnCudaFromTheSecondBatchOn) {
               std::string::npos);
     EXPECT_FALSE(graph_sampling_applies(cuda, o, 4096));
   }
+  SampleOptions second_order = o;  // DPM-Solver++(2M) draws nothing either
+  second_order.sampler = "dpm++2m";
+  EXPECT_EQ(graph_sampling_unavailable(cuda, second_order), graph_sampling_unavailable(cuda, o));
   SampleOptions eta = o, ddpm = o, off = o;
-  eta.eta = 1;
+  eta.eta = 1;  // the default
   ddpm.sampler = "ddpm";
   off.cuda_graphs = false;
   for (const auto* options : {&eta, &ddpm, &off})
@@ -80,6 +84,7 @@ TEST(GraphSamplingCuda, ReplayedBatchesEqualEagerOnes) {
   const auto labels = torch::arange(27, torch::kInt64).remainder(3);
   for (const std::string precision : {"fp32", "bf16"}) {
     SampleOptions o;
+    o.eta = 0;  // deterministic: what a graph replays
     o.steps = 6;
     o.batch = 8;
     o.precision = precision;

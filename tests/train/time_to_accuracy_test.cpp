@@ -243,6 +243,12 @@ TEST(FastCnn, TakesImagesOfAnySizeFromEightPixels) {
   EXPECT_EQ(params["conv3.weight"].sizes(), (std::vector<int64_t>{256, 128, 3, 3}));
   EXPECT_EQ(params["fc.weight"].sizes(), (std::vector<int64_t>{10, 256 * 3 * 3}));
   EXPECT_EQ(wide->forward(torch::randn({2, 1, 28, 28})).sizes(), (std::vector<int64_t>{2, 10}));
+  // fastcnn-2x (--recipe mid): 32/64/128.
+  auto mid = models::make_model({"fastcnn-2x", {1, 28, 28}, 10});
+  const auto mid_params = mid->named_parameters();
+  EXPECT_EQ(mid_params["conv1.weight"].sizes(), (std::vector<int64_t>{32, 1, 3, 3}));
+  EXPECT_EQ(mid_params["conv2.weight"].sizes(), (std::vector<int64_t>{64, 32, 3, 3}));
+  EXPECT_EQ(mid_params["fc.weight"].sizes(), (std::vector<int64_t>{10, 128 * 3 * 3}));
 }
 
 }  // namespace
