@@ -54,8 +54,9 @@ for section in "${sections[@]}"; do
   sample)
     "$bin" train --task generate --dataset sprites --size 32 --device cuda --epochs 1 \
       --no-run-dir --save "$out/g32.pt" >"$out/g32.log" 2>&1 || tail -3 "$out/g32.log"
-    # The default (bf16 on this GPU, the loop as a CUDA graph), then each choice undone.
-    for extra in "" "--no-cuda-graphs" "--precision fp32" "--precision fp32 --no-cuda-graphs"; do
+    # Deterministic DDIM (its loop as a CUDA graph), the graph undone, bf16; then the default
+    # sampler (DDIM with eta 1: per-step noise from the host, eager).
+    for extra in "--eta 0" "--eta 0 --no-cuda-graphs" "--eta 0 --precision bf16" ""; do
       for count in 1024 8192; do
         "$bin" generate --checkpoint "$out/g32.pt" --count "$count" --batch-size 1024 --steps 25 \
           --guidance 2 --device cuda --json --out "$out/sheet$count.png" $extra \

@@ -33,6 +33,10 @@ constexpr int64_t kPaletteColours = 32;  // --palette auto: k-means colours of t
 // of generate and eval keep at most this many colours each (SampleOptions::colours).
 constexpr int64_t kSpriteColours = 16;
 
+// The sample sheets of a training run are previews: DDIM eta 1 at half generate's steps, so that
+// ten sheets take ~5% of a default run instead of ~10%.
+constexpr int64_t kPreviewSteps = 25;
+
 // What the UNet's output stands for. eps: the noise (the DDPM paper; generators trained before v
 // became the default); v: sqrt(abar) eps - sqrt(1 - abar) x0 (Salimans & Ho 2022), well defined
 // at both ends of the schedule; x0: the clean image.
@@ -65,7 +69,9 @@ TimestepSpacing parse_spacing(const std::string& name);  // Error for anything e
 
 struct SampleOptions {
   std::string sampler = "ddim";  // ddim | dpm++2m | ddpm
-  int64_t steps = 25;            // DDIM / DPM-Solver steps (DDPM always takes the schedule's T)
+  // DDIM / DPM-Solver steps (DDPM always takes the schedule's T). 50: with eta 1, the DCSS items'
+  // two-sample accuracy 0.77 / 0.79 against 0.80 at 25 steps, at twice the sampling time.
+  int64_t steps = 50;
   TimestepSpacing spacing = TimestepSpacing::kUniform;  // of those steps
   double guidance = 2.0;  // classifier-free guidance scale w: eps_u + w (eps_c - eps_u)
   // DDIM's noise: 0 deterministic, 1 DDPM-like (the other samplers do not use it). 1 by default:
