@@ -162,7 +162,9 @@ Subcommand add_generate_command(CLI::App& app) {
                                       {"sampler", f->sample.sampler},
                                       {"steps", f->sample.steps},
                                       {"spacing", f->spacing},
-                                      {"eta", f->sample.eta},
+                                      {"eta", f->sample.sampler == "ddim"
+                                                  ? nlohmann::json(f->sample.eta)
+                                                  : nlohmann::json()},
                                       {"precision", f->sample.precision},
                                       {"cuda_graphs", graphed},
                                       {"out", f->out}}
