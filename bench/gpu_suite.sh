@@ -107,7 +107,7 @@ for t in 2 4 8 0; do
     --step-threads "$t" --out "$out/threads$t" --overwrite 2>&1 | grep -E "^cpu |floor"
 done
 echo "## 6. the CNN against the same CNN in Python on $device (12,000 images, 2 epochs)"
-# bench/python_peer.py --model cnn: the seed's loop with our CNN's layers (session 8; on the CPU
+# bench/python_peer.py --model cnn: the seed's loop with our CNN's layers (on the 2-core CPU
 # spritetorch was 2.3x faster, both sides running the same oneDNN convolutions).
 "$bin" bench --data "$data" --model cnn --train-limit 12000 --epochs 2 --repeats "$repeats" \
   --devices "$device" --no-streaming --vs-python --out "$out/cnn-peer" --overwrite 2>&1 | grep -v "^  "
