@@ -165,13 +165,10 @@ int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
                        {"exact_copies", r.exact_copies},
                        {"sample_s", r.sample_seconds},
                        {"sprites_per_second", r.sprites_per_second},
-                       {"steps", f.options.steps},
                        {"colours", f.options.colours},
-                       {"guidance", f.options.guidance},
-                       {"sampler", f.options.sampler},
-                       {"spacing", f.spacing},
                        {"device", device::display_name(device)},
                        {"threads", threads}};
+    out.update(sampler_json(f.options, generator.schedule.steps()));
     if (fidelity_report) {
       const auto& fr = *fidelity_report;
       out["fidelity"] = {{"per_set", fr.per_set},       {"c2st", fr.c2st},
@@ -181,8 +178,9 @@ int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
     std::cout << out.dump() << "\n";
   } else {
     std::cout << "Using device: " << device::display_name(device) << "\nCPU threads: " << threads
-              << "\nGenerator: " << checkpoint << " (" << f.options.sampler << ", "
-              << f.options.steps << " " << f.spacing << " steps, guidance " << f.options.guidance
+              << "\nGenerator: " << checkpoint << " ("
+              << describe_sampler(f.options, generator.schedule.steps()) << ", guidance "
+              << f.options.guidance
               << ")\nJudged by: " << f.classifier << "\n";
     print_generator_eval(std::cout, r, real, data.test.size(), generator.class_names);
     if (fidelity_report) print_fidelity(std::cout, *fidelity_report);

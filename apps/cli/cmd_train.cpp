@@ -6,6 +6,7 @@
 #include "checks.h"
 #include "commands.h"
 #include "common/error.h"
+#include "data/sprite_sources.h"
 #include "device/device.h"
 #include "diffusion/generator_task.h"
 #include "models/classifier.h"
@@ -56,12 +57,13 @@ nlohmann::json train_json(const train::TrainReport& report, const std::string& r
                         {"steps", report.steps}};
   if (!report.evals.empty()) {
     nlohmann::json evals = nlohmann::json::array();
-    for (const auto& p : report.evals)
+    for (const auto& p : report.evals) {
       evals.push_back({{"step", p.step},
                        {"epoch", p.epoch},
                        {"train_s", p.train_seconds},
-                       {"test_loss", p.loss},
-                       {"test_accuracy", p.accuracy}});
+                       {"test_loss", p.loss}});
+      if (report.has_accuracy) evals.back()["test_accuracy"] = p.accuracy;
+    }
     out["evals"] = evals;
   }
   if (report.target_reached) {  // absent when not reached
@@ -100,7 +102,9 @@ Subcommand add_train_command(CLI::App& app) {
   sub->add_option("--data", config->data_dir,
                   "Folder with the Fashion-MNIST IDX files (plain or .gz)")
       ->capture_default_str();
-  sub->add_option("--epochs", config->epochs, "Epochs to train (in total, when resuming)")
+  sub->add_option("--epochs", config->epochs,
+                  "Epochs to train (in total, when resuming). Unset: 5; a generator, about 3000 "
+                  "steps' worth; a sprite classifier, at least 500 steps and 5 epochs")
       ->check(kNonNegative)
       ->capture_default_str();
   sub->add_option("--batch-size", config->batch_size, "Samples per step")
@@ -281,15 +285,20 @@ Subcommand add_train_command(CLI::App& app) {
         auto task = make_task(*config);       // an option of the other task fails first,
         device::pick_device(config->device);  // then an unavailable device, before the data
         const train::Datasets data = train::load_datasets(*config);
-        // A generator trains for a number of optimizer steps, whatever the dataset's size: without
-        // --epochs (flag, variable, config file or recipe) the epochs follow from it.
-        if (config->task == train::TaskKind::kGenerate && sub->count("--epochs") == 0) {
+        // A generator trains for a number of optimizer steps, whatever the dataset's size, and a
+        // sprite classifier for at least a number of them: without --epochs (flag, variable,
+        // config file or recipe) the epochs follow from the dataset's size.
+        const bool generator = config->task == train::TaskKind::kGenerate;
+        const bool sprite_classifier =
+            config->task == train::TaskKind::kClassify && data::is_sprite_dataset(config->dataset);
+        if ((generator || sprite_classifier) && sub->count("--epochs") == 0) {
           const int64_t n = config->train_limit > 0
                                 ? std::min(config->train_limit, data.train.size())
                                 : data.train.size();
-          config->epochs = diffusion::default_epochs(n, config->batch_size);
+          config->epochs = generator ? diffusion::default_epochs(n, config->batch_size)
+                                     : train::sprite_classifier_epochs(n, config->batch_size);
           // A run folder's sheets: about ten over the run, not one per (short) epoch.
-          if (sub->count("--sample-every") == 0 && config->sample_every > 0) {
+          if (generator && sub->count("--sample-every") == 0 && config->sample_every > 0) {
             config->sample_every = std::max<int64_t>(1, config->epochs / 10);
             sub->get_option("--sample-every")->add_result(std::to_string(config->sample_every));
           }
@@ -298,9 +307,14 @@ Subcommand add_train_command(CLI::App& app) {
           session.record_config(*sub);
           task = make_task(*config);
           if (!session.quiet())
-            human << "Epochs: " << config->epochs << " (about " << diffusion::kDefaultSteps
-                  << " steps of " << config->batch_size << " from " << n
-                  << " sprites; --epochs sets them)\n";
+            human << "Epochs: " << config->epochs << " ("
+                  << (generator ? "about " + std::to_string(diffusion::kDefaultSteps)
+                                : "at least " + std::to_string(train::kSpriteClassifierSteps))
+                  << " steps of " << config->batch_size << " from " << n << " sprites"
+                  << (generator ? "" : ", at least " +
+                                           std::to_string(train::kSpriteClassifierMinEpochs) +
+                                           " epochs")
+                  << "; --epochs sets them)\n";
         }
         if (events) log_training_samples(*events, data.train);
         const train::TrainReport report =

@@ -1,5 +1,7 @@
 #include "train/recipe.h"
 
+#include <algorithm>
+
 #include "common/error.h"
 
 namespace spritetorch::train {
@@ -52,6 +54,12 @@ const Recipe& generator_defaults() {
        {"lr-schedule", "cosine"},
        {"warmup-steps", "100"}}};
   return kGenerator;
+}
+
+int64_t sprite_classifier_epochs(int64_t train_samples, int64_t batch) {
+  const int64_t per_epoch = std::max<int64_t>(1, train_samples / std::max<int64_t>(1, batch));
+  return std::max(kSpriteClassifierMinEpochs,
+                  (kSpriteClassifierSteps + per_epoch - 1) / per_epoch);
 }
 
 std::vector<std::string> recipe_names() {

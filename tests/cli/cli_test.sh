@@ -157,6 +157,8 @@ expect 0 '"model":"unet base 32 .*"optimizer":"adam lr 0.001, cosine, warm-up 10
 expect 0 '"model":"unet base 16 .*"optimizer":"adam lr 0.001 \(flat buffers\)","precision":"fp32"' -- train --task generate --dataset sprites --sprite-count 32 --epochs 1 --batch-size 16 --device cpu --json --no-run-dir --unet-base 16 --lr-schedule constant --warmup-steps 0 --precision fp32
 # A generator's --json carries its settings like a classifier's, threads split for a conv net.
 expect 0 '"settings":\{[^}]*"threads":"[0-9]+ intra-op, ([0-9]+|\?) BLAS"[^}]*\}.*"train_s":' -- train --task generate --dataset sprites --sprite-count 32 --epochs 1 --batch-size 16 --device cpu --json --no-run-dir
+# Its step evaluations have a test loss and no accuracy.
+expect 0 '"evals":\[\{"epoch":1\.0,"step":1,"test_loss":[-0-9.e]+,"train_s":[-0-9.e]+\}\]' -- train --task generate --dataset sprites --sprite-count 32 --epochs 1 --batch-size 16 --device cpu --json --no-run-dir --eval-every-steps 1
 expect 2 "unknown class 'dragon'" -- generate --checkpoint "$tmp/g.pt" --class dragon --out "$tmp/x.png"
 expect 2 "needs --out" -- generate --checkpoint "$tmp/g.pt"
 expect 2 "expected a generator checkpoint" -- generate --checkpoint "$tmp/c.pt" --out "$tmp/x.png"
@@ -165,6 +167,8 @@ expect 0 "CPU threads: 1 intra-op, (1|\?) BLAS" -- generate --checkpoint "$tmp/g
 expect 0 '"threads":"[0-9]+ intra-op, (1|\?) BLAS"' -- generate --checkpoint "$tmp/g.pt" --count 2 --steps 2 --json --out "$tmp/t2.png"
 # The samplers: each takes only its own options.
 expect 0 '"eta":null,.*"sampler":"dpm\+\+2m"' -- generate --checkpoint "$tmp/g.pt" --count 2 --steps 3 --sampler dpm++2m --spacing quadratic --json --out "$tmp/t3.png"
+# DDPM runs every one of the schedule's T = 500 steps and reports so (no spacing, no eta).
+expect 0 '"eta":null.*"sampler":"ddpm".*"spacing":null.*"steps":500' -- generate --checkpoint "$tmp/g.pt" --count 1 --sampler ddpm --json --out "$tmp/t4.png"
 expect 2 "--eta is DDIM's noise; --sampler dpm\+\+2m does not take it" -- generate --checkpoint "$tmp/g.pt" --sampler dpm++2m --eta 1 --out "$tmp/x.png"
 expect 2 "--steps: --sampler ddpm takes every one" -- generate --checkpoint "$tmp/g.pt" --sampler ddpm --steps 10 --out "$tmp/x.png"
 expect 2 "--spacing: --sampler ddpm takes every one" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --sampler ddpm --spacing quadratic
@@ -174,7 +178,7 @@ expect 0 "Class agreement" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c
 # The fidelity report: both two-sample tests and the pixel-art statistics, in text and JSON.
 expect 0 "real vs real +[01]\.[0-9]{4}" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2
 expect 0 '"fidelity":\{"c2st":[0-9.]+,"c2st_real":[0-9.]+,"generated":\{"alpha_coverage":[0-9.]+,"colours":[0-9.]+,"sprites":8,"stray_pixels":[0-9.]+\}' -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2 --json
-expect 0 '"threads":"1 intra-op' -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2 --threads 1 --json
+expect 0 '"eta":1\.0,.*"guidance":2\.0,.*"sampler":"ddim".*"spacing":"uniform".*"steps":2,.*"threads":"1 intra-op' -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2 --threads 1 --json
 expect 2 "--blas-threads: .-2. is not a number >= 0" -- classify --checkpoint "$tmp/c.pt" --blas-threads -2 "$tmp/preview.png"
 expect 0 "$tmp/preview.png	[a-z]+	[01]\.[0-9]+" -- classify --checkpoint "$tmp/c.pt" --threads 1 --blas-threads 1 "$tmp/preview.png"
 if [ -f "$tmp/one/robot_0005.png" ]; then passes=$((passes + 1)); else echo "FAIL: --out-dir wrote no robot_0005.png"; fails=$((fails + 1)); fi
@@ -255,6 +259,8 @@ assert kinds.count("epoch") == 2 and kinds.count("eval") == 2, kinds
 PY
 check "config.toml holds the effective flags, not --run-dir" grep -q "epochs" "$tmp/r1/config.toml"
 check "config.toml has no run-dir" bash -c "! grep -q '^run-dir' '$tmp/r1/config.toml'"
+# A sprite classifier without --epochs trains for at least 500 steps: 576 sprites, 9 steps an epoch.
+expect 0 "Epochs: 56 \(at least 500 steps of 64 from 576 sprites, at least 5 epochs; --epochs sets them\)" -- train --task classify --dataset sprites --sprite-count 640 --device cpu --no-run-dir
 # A generator's epochs follow from its dataset's size once the data is read: config.toml records
 # the number chosen (so --config repeats the run), rewritten before the first step; then SIGINT.
 "$bin" train --task generate --dataset sprites --sprite-count 64 --batch-size 32 --device cpu \
