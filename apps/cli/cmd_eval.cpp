@@ -168,7 +168,7 @@ int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
                        {"colours", f.options.colours},
                        {"device", device::display_name(device)},
                        {"threads", threads}};
-    out.update(sampler_json(f.options, generator.schedule.steps()));
+    out.update(diffusion::sampler_json(f.options, generator.schedule.steps()));
     if (fidelity_report) {
       const auto& fr = *fidelity_report;
       out["fidelity"] = {{"per_set", fr.per_set},       {"c2st", fr.c2st},
@@ -179,8 +179,7 @@ int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
   } else {
     std::cout << "Using device: " << device::display_name(device) << "\nCPU threads: " << threads
               << "\nGenerator: " << checkpoint << " ("
-              << describe_sampler(f.options, generator.schedule.steps()) << ", guidance "
-              << f.options.guidance
+              << diffusion::describe_sampler(f.options, generator.schedule.steps())
               << ")\nJudged by: " << f.classifier << "\n";
     print_generator_eval(std::cout, r, real, data.test.size(), generator.class_names);
     if (fidelity_report) print_fidelity(std::cout, *fidelity_report);

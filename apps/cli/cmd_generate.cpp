@@ -29,23 +29,6 @@ void check_sampler_options(const CLI::App& sub, const diffusion::SampleOptions& 
             "use --sampler ddim or dpm++2m for fewer steps");
 }
 
-nlohmann::json sampler_json(const diffusion::SampleOptions& options, int64_t schedule_steps) {
-  const bool ddpm = options.sampler == "ddpm";
-  return {{"sampler", options.sampler},
-          {"steps", ddpm ? schedule_steps : options.steps},
-          {"spacing", ddpm ? nlohmann::json() : nlohmann::json(diffusion::spacing_name(options.spacing))},
-          {"eta", options.sampler == "ddim" ? nlohmann::json(options.eta) : nlohmann::json()},
-          {"guidance", options.guidance}};
-}
-
-std::string describe_sampler(const diffusion::SampleOptions& options, int64_t schedule_steps) {
-  if (options.sampler == "ddpm")
-    return "ddpm, all " + std::to_string(schedule_steps) + " steps";
-  return options.sampler + " " + std::to_string(options.steps) + " " +
-         diffusion::spacing_name(options.spacing) + " steps" +
-         (options.sampler == "ddim" ? ", eta " + c10::str(options.eta) : "");
-}
-
 Subcommand add_generate_command(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "generate", "Draw sprites from a generator checkpoint into a PNG sprite sheet");
@@ -171,22 +154,19 @@ Subcommand add_generate_command(CLI::App& app) {
         }
         const double rate = static_cast<double>(f->count) / seconds;
         if (f->json) {
-          auto out = nlohmann::json{{"count", f->count},
-                                      {"seconds", seconds},
-                                      {"sprites_per_second", rate},
-                                      {"device", device::display_name(device)},
-                                      {"threads", threads},
-                                      {"precision", f->sample.precision},
-                                      {"cuda_graphs", graphed},
-                                      {"out", f->out}};
-          out.update(sampler_json(f->sample, generator.schedule.steps()));
+          auto out =
+              nlohmann::json{{"count", f->count},          {"seconds", seconds},
+                             {"sprites_per_second", rate}, {"device", device::display_name(device)},
+                             {"threads", threads},         {"precision", f->sample.precision},
+                             {"cuda_graphs", graphed},     {"out", f->out}};
+          out.update(diffusion::sampler_json(f->sample, generator.schedule.steps()));
           std::cout << out.dump() << "\n";
         } else {
           std::cout << "Generated " << f->count << " sprites on " << device::display_name(device)
                     << " in " << std::fixed << std::setprecision(2) << seconds << " s ("
                     << std::setprecision(1) << rate << " sprites/s, "
-                    << describe_sampler(f->sample, generator.schedule.steps()) << ", guidance "
-                    << f->sample.guidance << ", " << f->sample.precision << (graphed ? ", CUDA graph" : "")
+                    << diffusion::describe_sampler(f->sample, generator.schedule.steps()) << ", "
+                    << f->sample.precision << (graphed ? ", CUDA graph" : "")
                     << "; CPU threads: " << threads << ")\n"
                     << std::defaultfloat;
           if (!f->out.empty()) std::cout << "Wrote " << f->out << "\n";

@@ -311,9 +311,9 @@ Subcommand add_train_command(CLI::App& app) {
                   << (generator ? "about " + std::to_string(diffusion::kDefaultSteps)
                                 : "at least " + std::to_string(train::kSpriteClassifierSteps))
                   << " steps of " << config->batch_size << " from " << n << " sprites"
-                  << (generator ? "" : ", at least " +
-                                           std::to_string(train::kSpriteClassifierMinEpochs) +
-                                           " epochs")
+                  << (generator ? ""
+                                : ", at least " +
+                                      std::to_string(train::kSpriteClassifierMinEpochs) + " epochs")
                   << "; --epochs sets them)\n";
         }
         if (events) log_training_samples(*events, data.train);

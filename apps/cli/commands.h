@@ -27,10 +27,6 @@ Subcommand add_generate_command(CLI::App& app);
 // generate and eval: a sampler option the chosen --sampler does not take is an error, not ignored
 // (--eta is DDIM's; DDPM takes all T steps, so no --steps or --spacing).
 void check_sampler_options(const CLI::App& sub, const diffusion::SampleOptions& options);
-// The sampler as it runs, for --json and the text summary of generate and eval: DDPM reports the
-// schedule's T steps and no spacing; eta only for DDIM.
-nlohmann::json sampler_json(const diffusion::SampleOptions& options, int64_t schedule_steps);
-std::string describe_sampler(const diffusion::SampleOptions& options, int64_t schedule_steps);
 Subcommand add_data_command(CLI::App& app);
 
 // --threads and --blas-threads, as every command that runs a model takes them (0: the split

@@ -152,6 +152,24 @@ std::string spacing_name(TimestepSpacing spacing) {
   return spacing == TimestepSpacing::kQuadratic ? "quadratic" : "uniform";
 }
 
+nlohmann::json sampler_json(const SampleOptions& options, int64_t schedule_steps) {
+  const bool ddpm = options.sampler == "ddpm";
+  return {{"sampler", options.sampler},
+          {"steps", ddpm ? schedule_steps : options.steps},
+          {"spacing", ddpm ? nlohmann::json() : nlohmann::json(spacing_name(options.spacing))},
+          {"eta", options.sampler == "ddim" ? nlohmann::json(options.eta) : nlohmann::json()},
+          {"guidance", options.guidance}};
+}
+
+std::string describe_sampler(const SampleOptions& options, int64_t schedule_steps) {
+  const std::string guidance = ", guidance " + c10::str(options.guidance);
+  if (options.sampler == "ddpm")
+    return "ddpm, all " + std::to_string(schedule_steps) + " steps" + guidance;
+  return options.sampler + " " + std::to_string(options.steps) + " " +
+         spacing_name(options.spacing) + " steps" +
+         (options.sampler == "ddim" ? ", eta " + c10::str(options.eta) : "") + guidance;
+}
+
 TimestepSpacing parse_spacing(const std::string& name) {
   if (name == "uniform") return TimestepSpacing::kUniform;
   if (name == "quadratic") return TimestepSpacing::kQuadratic;

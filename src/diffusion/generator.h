@@ -88,6 +88,12 @@ struct SampleOptions {
   int64_t colours = kSpriteColours;
 };
 
+// The sampler as it runs, for generate's and eval's summaries: DDPM reports the schedule's T
+// (`schedule_steps`) and no spacing; eta only for DDIM. JSON keys: sampler, steps, spacing, eta,
+// guidance (null where they do not apply); text e.g. "ddim 50 uniform steps, eta 1, guidance 2".
+nlohmann::json sampler_json(const SampleOptions& options, int64_t schedule_steps);
+std::string describe_sampler(const SampleOptions& options, int64_t schedule_steps);
+
 // labels: (N) int64 class indices -> (N, 4, S, S) float32 in [-1, 1] on the generator's device.
 // The starting noise (and DDPM's per-step noise) comes from a CPU generator seeded with
 // options.seed, so a seed gives the same sprites on every device up to float rounding.

@@ -58,8 +58,7 @@ const Recipe& generator_defaults() {
 
 int64_t sprite_classifier_epochs(int64_t train_samples, int64_t batch) {
   const int64_t per_epoch = std::max<int64_t>(1, train_samples / std::max<int64_t>(1, batch));
-  return std::max(kSpriteClassifierMinEpochs,
-                  (kSpriteClassifierSteps + per_epoch - 1) / per_epoch);
+  return std::max(kSpriteClassifierMinEpochs, (kSpriteClassifierSteps + per_epoch - 1) / per_epoch);
 }
 
 std::vector<std::string> recipe_names() {

@@ -541,6 +541,31 @@ TEST(Sampler, DdpmIsDdimOverAllStepsWithEtaOne) {
       << "max difference " << (ddpm - ddim).abs().max().item<double>();
 }
 
+TEST(Sampler, TheReportNamesWhatRuns) {
+  SampleOptions o;  // the defaults: DDIM, 50 uniform steps, eta 1, guidance 2
+  EXPECT_EQ(describe_sampler(o, 500), "ddim 50 uniform steps, eta 1, guidance 2");
+  EXPECT_EQ(sampler_json(o, 500), (nlohmann::json{{"sampler", "ddim"},
+                                                  {"steps", 50},
+                                                  {"spacing", "uniform"},
+                                                  {"eta", 1.0},
+                                                  {"guidance", 2.0}}));
+  // DDPM takes every step of the schedule, whatever --steps held; it has no spacing or eta.
+  o.sampler = "ddpm";
+  EXPECT_EQ(describe_sampler(o, 500), "ddpm, all 500 steps, guidance 2");
+  const auto ddpm = sampler_json(o, 500);
+  EXPECT_EQ(ddpm["steps"], 500);
+  EXPECT_TRUE(ddpm["spacing"].is_null());
+  EXPECT_TRUE(ddpm["eta"].is_null());
+  // DPM-Solver++(2M) has steps and spacing, no eta.
+  o.sampler = "dpm++2m";
+  o.steps = 25;
+  o.spacing = TimestepSpacing::kQuadratic;
+  o.guidance = 4;
+  EXPECT_EQ(describe_sampler(o, 500), "dpm++2m 25 quadratic steps, guidance 4");
+  EXPECT_TRUE(sampler_json(o, 500)["eta"].is_null());
+  EXPECT_EQ(sampler_json(o, 500)["spacing"], "quadratic");
+}
+
 TEST(Sprites, AlphaBinaryAndPaletteOnly) {
   auto g = tiny_generator();
   SampleOptions o;
