@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "train/model_state.h"
+#include "train/recipe.h"
 #include "train/trainer.h"
 
 namespace spritetorch::diffusion {
@@ -22,8 +23,7 @@ int64_t sheet_per_class(int64_t classes) {
 }  // namespace
 
 int64_t default_epochs(int64_t train_samples, int64_t batch) {
-  const int64_t per_epoch = std::max<int64_t>(1, train_samples / std::max<int64_t>(1, batch));
-  return std::max<int64_t>(1, (kDefaultSteps + per_epoch - 1) / per_epoch);
+  return train::epochs_for_steps(kDefaultSteps, train_samples, batch);
 }
 
 torch::Tensor min_snr_weight(const torch::Tensor& snr, Prediction prediction, double gamma) {

@@ -56,9 +56,14 @@ const Recipe& generator_defaults() {
   return kGenerator;
 }
 
-int64_t sprite_classifier_epochs(int64_t train_samples, int64_t batch) {
+int64_t epochs_for_steps(int64_t steps, int64_t train_samples, int64_t batch) {
   const int64_t per_epoch = std::max<int64_t>(1, train_samples / std::max<int64_t>(1, batch));
-  return std::max(kSpriteClassifierMinEpochs, (kSpriteClassifierSteps + per_epoch - 1) / per_epoch);
+  return std::max<int64_t>(1, (steps + per_epoch - 1) / per_epoch);
+}
+
+int64_t sprite_classifier_epochs(int64_t train_samples, int64_t batch) {
+  return std::max(kSpriteClassifierMinEpochs,
+                  epochs_for_steps(kSpriteClassifierSteps, train_samples, batch));
 }
 
 std::vector<std::string> recipe_names() {

@@ -39,4 +39,8 @@ constexpr int64_t kSpriteClassifierSteps = 500;
 constexpr int64_t kSpriteClassifierMinEpochs = 5;
 int64_t sprite_classifier_epochs(int64_t train_samples, int64_t batch);
 
+// The epochs that make at least `steps` optimizer steps of `batch` (full batches) from
+// `train_samples`, at least 1: the generator's and the sprite classifier's automatic epochs.
+int64_t epochs_for_steps(int64_t steps, int64_t train_samples, int64_t batch);
+
 }  // namespace spritetorch::train
