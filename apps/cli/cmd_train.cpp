@@ -174,6 +174,9 @@ Subcommand add_train_command(CLI::App& app) {
   sub->add_option("--augment", config->augment,
                   "On-device batch augmentation: none | flip | shift[:N] | flip,shift[:N]")
       ->capture_default_str();
+  add_choice(sub, "--class-sampling", config->class_sampling,
+             "natural | balanced (each epoch draws every class equally often, the small classes' "
+             "sprites repeated: for generators asked for every class alike)");
   add_choice(sub, "--step", config->step,
              "auto | autograd | fused (fused: hand-written forward/backward for ReLU MLPs)");
   sub->add_option(

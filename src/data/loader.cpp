@@ -1,5 +1,8 @@
 #include "data/loader.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "common/error.h"
 #include "data/distributed_sampler.h"
 
@@ -14,6 +17,62 @@ torch::Tensor epoch_order(int64_t n, uint64_t seed, int64_t epoch, bool shuffle)
   return torch::randperm(n, gen, torch::TensorOptions().dtype(torch::kInt64));
 }
 
+const Choices<ClassSampling>& choices_of(ClassSampling) {
+  static const Choices<ClassSampling> kChoices{
+      {{ClassSampling::kNatural, "natural"}, {ClassSampling::kBalanced, "balanced"}}};
+  return kChoices;
+}
+
+torch::Tensor balanced_epoch_order(const torch::Tensor& labels, uint64_t seed, int64_t epoch) {
+  const auto host = labels.to(torch::kCPU, torch::kInt64).contiguous();
+  const int64_t n = host.numel();
+  const int64_t* label = host.data_ptr<int64_t>();
+  std::vector<std::vector<int64_t>> rows;  // rows[c]: the rows of class c
+  for (int64_t i = 0; i < n; ++i) {
+    if (label[i] < 0) throw Error("class sampling: negative label " + std::to_string(label[i]));
+    if (static_cast<size_t>(label[i]) >= rows.size()) rows.resize(label[i] + 1);
+    rows[label[i]].push_back(i);
+  }
+  std::vector<const std::vector<int64_t>*> present;
+  for (const auto& r : rows)
+    if (!r.empty()) present.push_back(&r);
+  if (present.empty()) return torch::empty({0}, torch::kInt64);
+  // Its own stream (not epoch_order's), seeded by (seed, epoch) alone as epoch_order is.
+  const uint64_t mixed = (seed ^ 0xB5AD4ECEDA1CE2A9ull) * 0x9E3779B97F4A7C15ull +
+                         static_cast<uint64_t>(epoch) + 1;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(mixed);
+  const int64_t classes = static_cast<int64_t>(present.size());
+  // N / C draws per class; the remainder's extra draws go to classes picked at random.
+  const auto extra = torch::randperm(classes, gen, torch::kInt64);
+  std::vector<int64_t> quota(classes, n / classes);
+  for (int64_t k = 0; k < n % classes; ++k) ++quota[extra[k].item<int64_t>()];
+  std::vector<int64_t> order;
+  order.reserve(n);
+  for (int64_t c = 0; c < classes; ++c) {
+    const auto& r = *present[c];
+    const int64_t m = static_cast<int64_t>(r.size());
+    for (int64_t taken = 0; taken < quota[c]; taken += m) {  // one fresh permutation per cycle
+      const auto perm = torch::randperm(m, gen, torch::kInt64);
+      const int64_t* p = perm.data_ptr<int64_t>();
+      for (int64_t j = 0; j < std::min(m, quota[c] - taken); ++j) order.push_back(r[p[j]]);
+    }
+  }
+  const auto mix = torch::randperm(n, gen, torch::kInt64);  // interleave the classes
+  auto out = torch::empty({n}, torch::kInt64);
+  const int64_t* q = mix.data_ptr<int64_t>();
+  int64_t* o = out.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i) o[i] = order[q[i]];
+  return out;
+}
+
+torch::Tensor training_order(const LoaderOptions& options, const torch::Tensor& labels,
+                             int64_t epoch) {
+  if (!options.shuffle) return torch::Tensor();
+  if (options.class_sampling == ClassSampling::kBalanced)
+    return balanced_epoch_order(labels, options.seed, epoch);
+  return epoch_order(labels.size(0), options.seed, epoch, true);
+}
+
 int64_t count_batches(int64_t samples, int64_t batch_size, bool drop_last) {
   return drop_last ? samples / batch_size : (samples + batch_size - 1) / batch_size;
 }
@@ -25,6 +84,8 @@ ResidentLoader::ResidentLoader(const Dataset& dataset, torch::Device device, Loa
   if (dataset.size() == 0) throw Error("dataset '" + dataset.name + "' is empty");
   inputs_ = dataset.inputs.to(device_).contiguous();
   labels_ = dataset.labels.to(device_, torch::kInt64).contiguous();
+  if (options_.class_sampling == ClassSampling::kBalanced)
+    host_labels_ = dataset.labels.to(torch::kCPU, torch::kInt64).contiguous();
 }
 
 int64_t ResidentLoader::batches_per_epoch() const {
@@ -43,8 +104,8 @@ int64_t ResidentLoader::samples_per_epoch() const {
 
 void ResidentLoader::start_epoch(int64_t epoch) {
   cursor_ = 0;
-  order_ = options_.shuffle ? epoch_order(inputs_.size(0), options_.seed, epoch, true).to(device_)
-                            : torch::Tensor();
+  order_ = training_order(options_, host_labels_.defined() ? host_labels_ : labels_, epoch);
+  if (order_.defined()) order_ = order_.to(device_);
   if (options_.shard_count > 1) {
     const auto full =
         order_.defined() ? order_ : torch::arange(inputs_.size(0), torch::kInt64).to(device_);

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "common/choice.h"
 #include "common/shard_pool.h"
 #include "data/dataset.h"
 
@@ -26,6 +27,18 @@ int64_t count_batches(int64_t samples, int64_t batch_size, bool drop_last);
 // (seed, epoch), or 0..n-1 when not shuffling. (n) int64 on the CPU.
 torch::Tensor epoch_order(int64_t n, uint64_t seed, int64_t epoch, bool shuffle);
 
+// How often each class comes up in a shuffled epoch. natural: every sample once, so classes as
+// often as the dataset holds them. balanced: the epoch's N draws split equally over the classes
+// present, each class's samples cycled in fresh random orders (a class of 30 among 954 samples
+// and 13 classes comes up 73 times, its samples 2-3 times each; a class of 290 samples comes up
+// 73 times too, without repeats). For generators asked for every class alike (docs/sprites.md).
+enum class ClassSampling { kNatural, kBalanced };
+const Choices<ClassSampling>& choices_of(ClassSampling);  // natural, balanced
+
+// The balanced order of one epoch (see ClassSampling): labels (N) int64 on the CPU, classes any
+// non-negative values; (N) int64 row indices on the CPU, a pure function of (labels, seed, epoch).
+torch::Tensor balanced_epoch_order(const torch::Tensor& labels, uint64_t seed, int64_t epoch);
+
 struct LoaderOptions {
   int64_t batch_size = 64;
   bool shuffle = true;
@@ -34,7 +47,13 @@ struct LoaderOptions {
   // Distributed training (data/distributed_sampler.h): this rank's share of each epoch's order.
   // drop_last also decides the tail: dropped when set, padded otherwise.
   int64_t shard_rank = 0, shard_count = 1;
+  ClassSampling class_sampling = ClassSampling::kNatural;  // with shuffle only
 };
+
+// The rows one epoch visits, in order: epoch_order, balanced_epoch_order (labels (N) int64 on the
+// CPU) or, without shuffling, undefined (0..N-1); not yet sharded.
+torch::Tensor training_order(const LoaderOptions& options, const torch::Tensor& labels,
+                             int64_t epoch);
 
 class Loader {
  public:
@@ -74,6 +93,7 @@ class ResidentLoader : public Loader {
   void prefetch_rows(const int64_t* rows, int64_t begin, int64_t end) const;
   torch::Tensor inputs_;  // the dataset's inputs, on device_
   torch::Tensor labels_;  // (N) int64, on device_
+  torch::Tensor host_labels_;  // (N) int64 on the CPU, for balanced class sampling only
   torch::Tensor order_;   // (N) int64, on device_; undefined when not shuffling
   torch::Device device_;
   LoaderOptions options_;

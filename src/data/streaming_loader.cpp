@@ -104,7 +104,7 @@ void StreamingLoader::stop_workers() {
 
 void StreamingLoader::start_epoch(int64_t epoch) {
   stop_workers();
-  order_ = options_.shuffle ? epoch_order(inputs_.size(0), options_.seed, epoch, true) : torch::Tensor();
+  order_ = training_order(options_, labels_, epoch);
   if (options_.shard_count > 1)
     order_ = shard_order(order_.defined() ? order_ : torch::arange(inputs_.size(0), torch::kInt64),
                          options_.shard_rank, options_.shard_count, options_.drop_last);

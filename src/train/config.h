@@ -64,6 +64,7 @@ struct TrainConfig {
   bool drop_last = false;
   data::DataPathOptions data_path;  // resident vs streaming (--data-on, --workers, ...)
   std::string augment = "none";     // none | flip | shift[:N] | flip,shift[:N] (data/augment.h)
+  data::ClassSampling class_sampling = data::ClassSampling::kNatural;  // data/loader.h
   StepKind step = StepKind::kAuto;
   int step_threads = 0;  // fused step on the CPU: threads splitting each step (0: see trainer)
   std::string save;      // checkpoint written after the last epoch

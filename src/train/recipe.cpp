@@ -48,11 +48,12 @@ const Recipe& generator_defaults() {
   static const Recipe kGenerator = {
       "generator defaults",
       "UNet base 32, bf16 where the device has it natively, cosine lr decay after 100 warm-up "
-      "steps",
+      "steps, every class drawn equally often",
       {{"unet-base", "32"},
        {"precision", "auto"},
        {"lr-schedule", "cosine"},
-       {"warmup-steps", "100"}}};
+       {"warmup-steps", "100"},
+       {"class-sampling", "balanced"}}};
   return kGenerator;
 }
 

@@ -204,15 +204,18 @@ void check_mid_run_resume(const TrainConfig& config, const Checkpoint& checkpoin
   auto differs = [&](const char* key, const nlohmann::json& now) {
     return meta.contains(key) && meta.at(key) != now;
   };
+  // A checkpoint from before --class-sampling was drawn in natural order.
+  const std::string sampling = meta.value("class_sampling", std::string("natural"));
   if (differs("batch_size", config.batch_size) || differs("seed", config.seed) ||
-      differs("drop_last", config.drop_last))
+      differs("drop_last", config.drop_last) || sampling != choice_name(config.class_sampling))
     throw Error("--resume " + config.resume + " stopped inside epoch " +
                     std::to_string(state.epoch + 1) + " (step " + std::to_string(state.step) +
                     ") with --batch-size " + meta.value("batch_size", nlohmann::json()).dump() +
                     ", --seed " + meta.value("seed", nlohmann::json()).dump() + ", --drop-last " +
-                    meta.value("drop_last", nlohmann::json()).dump() + "; this run differs",
-                "resume with the same --batch-size, --seed and --drop-last (the printed resume "
-                "command has them)");
+                    meta.value("drop_last", nlohmann::json()).dump() + ", --class-sampling " +
+                    sampling + "; this run differs",
+                "resume with the same --batch-size, --seed, --drop-last and --class-sampling (the "
+                "printed resume command has them)");
 }
 
 Error out_of_memory(const std::exception& oom, const TrainConfig& config, int64_t epoch,

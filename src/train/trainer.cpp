@@ -333,6 +333,7 @@ void TrainingRun::set_up_step() {
 void TrainingRun::set_up_data_paths() {
   drop_last_ = config_.drop_last || traits_.drop_last;
   data::LoaderOptions train_options{config_.batch_size, /*shuffle=*/true, drop_last_, config_.seed};
+  train_options.class_sampling = config_.class_sampling;
   // ddp: this rank's share (parallel_ may keep it, so it lives as long as the run).
   const data::Dataset& train_data = parallel_.shard(data_.train, train_options);
   train_path_ = data::make_data_path(train_data, device_, train_options, config_.data_path);
@@ -365,6 +366,9 @@ Settings TrainingRun::describe() const {
            (start_epoch_ ? " (resuming after " + std::to_string(start_epoch_) + ")" : "")},
       {"optimizer", optimization_.describe() + " (flat buffers)"},
       {"augment", augment_.describe()},
+      {"class sampling", config_.class_sampling == data::ClassSampling::kBalanced
+                             ? "balanced (each class equally often per epoch)"
+                             : "natural (every sample once per epoch)"},
       {"step", describe_step(*step_)},
       {"precision",
        plan_.description + (config_.clip_grad_norm > 0
@@ -398,6 +402,7 @@ Checkpoint TrainingRun::make_checkpoint(int64_t epochs_done, int64_t steps) cons
       {"seed", config_.seed},
       {"batch_size", config_.batch_size},
       {"drop_last", config_.drop_last},
+      {"class_sampling", choice_name(config_.class_sampling)},
       {"spritetorch_version", SPRITETORCH_VERSION},
       {"precision", precision::to_string(plan_.precision)},
   };

@@ -34,6 +34,67 @@ TEST(EpochOrder, IsAPermutationDeterministicPerSeedAndEpoch) {
   EXPECT_TRUE(torch::equal(epoch_order(10, 7, 0, false), torch::arange(10, torch::kInt64)));
 }
 
+// Labels 0 x 90, 2 x 10, 5 x 20 (classes 1, 3, 4 absent): rows 0-89, 90-99, 100-119.
+torch::Tensor imbalanced_labels() {
+  return torch::cat({torch::full({90}, 0, torch::kInt64), torch::full({10}, 2, torch::kInt64),
+                     torch::full({20}, 5, torch::kInt64)});
+}
+
+TEST(BalancedEpochOrder, EveryPresentClassEquallyOftenEachRowAsEvenlyAsItsClassAllows) {
+  const auto labels = imbalanced_labels();
+  const auto order = balanced_epoch_order(labels, 7, 0);
+  ASSERT_EQ(order.numel(), 120);
+  const auto drawn = labels.index_select(0, order);
+  for (int64_t c : {0, 2, 5}) EXPECT_EQ(drawn.eq(c).sum().item<int64_t>(), 40) << "class " << c;
+  const auto times = torch::bincount(order, {}, 120);  // (120): how often each row is drawn
+  EXPECT_TRUE(times.narrow(0, 90, 10).eq(4).all().item<bool>()) << "10 rows, 40 draws";
+  EXPECT_TRUE(times.narrow(0, 100, 20).eq(2).all().item<bool>()) << "20 rows, 40 draws";
+  EXPECT_EQ(times.narrow(0, 0, 90).eq(1).sum().item<int64_t>(), 40) << "40 of 90, no repeats";
+  EXPECT_EQ(times.narrow(0, 0, 90).gt(1).sum().item<int64_t>(), 0);
+  // Classes interleaved, not in blocks: the first 30 draws hold more than one class.
+  EXPECT_GT(std::get<0>(at::_unique(drawn.narrow(0, 0, 30))).numel(), 1);
+  EXPECT_TRUE(torch::equal(order, balanced_epoch_order(labels, 7, 0)));
+  EXPECT_FALSE(torch::equal(order, balanced_epoch_order(labels, 7, 1)));
+  EXPECT_FALSE(torch::equal(order, balanced_epoch_order(labels, 8, 0)));
+}
+
+TEST(BalancedEpochOrder, TheRemainderGoesOneDrawEachToSomeClasses) {
+  const auto labels = torch::cat({imbalanced_labels(), torch::full({2}, 0, torch::kInt64)});
+  for (int64_t epoch = 0; epoch < 6; ++epoch) {
+    const auto drawn = labels.index_select(0, balanced_epoch_order(labels, 3, epoch));
+    ASSERT_EQ(drawn.numel(), 122);
+    for (int64_t c : {0, 2, 5}) {
+      const auto k = drawn.eq(c).sum().item<int64_t>();
+      EXPECT_TRUE(k == 40 || k == 41) << "class " << c << ": " << k;
+    }
+  }
+  // One class only: a permutation, as with natural sampling.
+  const auto one = balanced_epoch_order(torch::full({9}, 4, torch::kInt64), 1, 0);
+  EXPECT_TRUE(torch::equal(std::get<0>(one.sort()), torch::arange(9, torch::kInt64)));
+}
+
+TEST(ResidentLoader, BalancedSamplingServesTheBalancedOrder) {
+  Dataset d;
+  d.inputs = torch::arange(120, torch::kInt64).to(torch::kUInt8).view({120, 1, 1, 1});
+  d.labels = imbalanced_labels();
+  d.class_names = {"a", "b", "c", "d", "e", "f"};
+  d.name = "imbalanced";
+  LoaderOptions options{16, true, false, 5};
+  options.class_sampling = ClassSampling::kBalanced;
+  ResidentLoader loader(d, torch::kCPU, options);
+  EXPECT_EQ(loader.samples_per_epoch(), 120);
+  loader.start_epoch(2);
+  std::vector<torch::Tensor> rows, labels;
+  Batch b;
+  while (loader.next(b)) {
+    rows.push_back((b.inputs.view({-1}) * 255).round().to(torch::kInt64));
+    labels.push_back(b.labels);
+  }
+  const auto order = balanced_epoch_order(d.labels, 5, 2);
+  EXPECT_TRUE(torch::equal(torch::cat(rows), order));
+  EXPECT_TRUE(torch::equal(torch::cat(labels), d.labels.index_select(0, order)));
+}
+
 TEST(ResidentLoader, EverySampleExactlyOncePerEpochWithShortLastBatch) {
   ResidentLoader loader(indexed_dataset(103), torch::kCPU, {10, true, false, 3});
   EXPECT_EQ(loader.batches_per_epoch(), 11);

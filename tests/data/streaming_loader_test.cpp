@@ -56,6 +56,23 @@ TEST(StreamingLoader, SameBatchesAsResidentForEveryWorkerCount) {
   }
 }
 
+TEST(StreamingLoader, BalancedSamplingSameBatchesAsResident) {
+  auto data = indexed_images(301);
+  data.labels = (torch::arange(301, torch::kInt64) % 7).clamp_max(3);  // classes 0-2 x 43, 3 x 172
+  LoaderOptions options{32, true, false, 9};
+  options.class_sampling = ClassSampling::kBalanced;
+  ResidentLoader resident(data, torch::kCPU, options);
+  const auto expected = run_epoch(resident, 1);
+  for (int workers : {0, 2}) {
+    StreamingLoader streaming(data, torch::kCPU, options, {workers, 2, false});
+    const auto got = run_epoch(streaming, 1);
+    EXPECT_TRUE(torch::equal(got.labels, expected.labels)) << "workers " << workers;
+    EXPECT_TRUE(torch::equal(got.inputs, expected.inputs)) << "workers " << workers;
+  }
+  const auto fourth = expected.labels.eq(3).sum().item<int64_t>();
+  EXPECT_TRUE(fourth == 75 || fourth == 76) << fourth << ": 301 / 4, the remainder to one class";
+}
+
 TEST(StreamingLoader, WorkersLoseAndDuplicateNothingAcrossEpochs) {
   const auto data = indexed_images(5000);
   StreamingLoader loader(data, torch::kCPU, {32, true, false, 5}, {4, 3, false});
