@@ -203,5 +203,34 @@ TEST(InterruptProcess, SigintExits130WithACheckpoint) {
   EXPECT_EQ(out.find("Exception raised from"), std::string::npos) << out;
 }
 
+// A run stopped inside an epoch resumes only with the batches it was drawing: the same batch
+// size, seed, --drop-last and class sampling (a checkpoint from before the option: natural).
+TEST(MidEpochResume, RefusesOtherClassSampling) {
+  Checkpoint checkpoint;
+  checkpoint.meta = {{"batch_size", 64}, {"seed", 7}, {"drop_last", false},
+                     {"class_sampling", "balanced"}};
+  RunState state;
+  state.epoch = 1;
+  state.step = 3;
+  TrainConfig config;
+  config.batch_size = 64;
+  config.seed = 7;
+  config.resume = "gen.pt";
+  config.class_sampling = data::ClassSampling::kBalanced;
+  EXPECT_NO_THROW(check_mid_run_resume(config, checkpoint, state));
+  config.class_sampling = data::ClassSampling::kNatural;
+  try {
+    check_mid_run_resume(config, checkpoint, state);
+    ADD_FAILURE() << "natural sampling resumed a balanced run";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--class-sampling balanced"), std::string::npos)
+        << e.what();
+  }
+  checkpoint.meta.erase("class_sampling");
+  EXPECT_NO_THROW(check_mid_run_resume(config, checkpoint, state));
+  config.class_sampling = data::ClassSampling::kBalanced;
+  EXPECT_THROW(check_mid_run_resume(config, checkpoint, state), Error);
+}
+
 }  // namespace
 }  // namespace spritetorch::train
