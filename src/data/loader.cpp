@@ -38,8 +38,8 @@ torch::Tensor balanced_epoch_order(const torch::Tensor& labels, uint64_t seed, i
     if (!r.empty()) present.push_back(&r);
   if (present.empty()) return torch::empty({0}, torch::kInt64);
   // Its own stream (not epoch_order's), seeded by (seed, epoch) alone as epoch_order is.
-  const uint64_t mixed = (seed ^ 0xB5AD4ECEDA1CE2A9ull) * 0x9E3779B97F4A7C15ull +
-                         static_cast<uint64_t>(epoch) + 1;
+  const uint64_t mixed =
+      (seed ^ 0xB5AD4ECEDA1CE2A9ull) * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(epoch) + 1;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(mixed);
   const int64_t classes = static_cast<int64_t>(present.size());
   // N / C draws per class; the remainder's extra draws go to classes picked at random.

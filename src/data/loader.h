@@ -91,10 +91,10 @@ class ResidentLoader : public Loader {
   torch::Tensor gather_cpu_labels(const int64_t* rows, int64_t b) const;  // (b) int64
   // CPU, uint8 inputs: start fetching the dataset rows rows[begin..end).
   void prefetch_rows(const int64_t* rows, int64_t begin, int64_t end) const;
-  torch::Tensor inputs_;  // the dataset's inputs, on device_
-  torch::Tensor labels_;  // (N) int64, on device_
+  torch::Tensor inputs_;       // the dataset's inputs, on device_
+  torch::Tensor labels_;       // (N) int64, on device_
   torch::Tensor host_labels_;  // (N) int64 on the CPU, for balanced class sampling only
-  torch::Tensor order_;   // (N) int64, on device_; undefined when not shuffling
+  torch::Tensor order_;        // (N) int64, on device_; undefined when not shuffling
   torch::Device device_;
   LoaderOptions options_;
   int64_t cursor_ = 0;

@@ -207,8 +207,8 @@ TEST(InterruptProcess, SigintExits130WithACheckpoint) {
 // size, seed, --drop-last and class sampling (a checkpoint from before the option: natural).
 TEST(MidEpochResume, RefusesOtherClassSampling) {
   Checkpoint checkpoint;
-  checkpoint.meta = {{"batch_size", 64}, {"seed", 7}, {"drop_last", false},
-                     {"class_sampling", "balanced"}};
+  checkpoint.meta = {
+      {"batch_size", 64}, {"seed", 7}, {"drop_last", false}, {"class_sampling", "balanced"}};
   RunState state;
   state.epoch = 1;
   state.step = 3;
