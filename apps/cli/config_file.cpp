@@ -269,22 +269,24 @@ void apply_recipe(CLI::App& sub) {
   const bool generator =
       task_option && task_option->count() > 0 && task_option->as<std::string>() == "generate";
   if (!named && !generator) return;
-  const train::Recipe& recipe =
-      named ? train::find_recipe(recipe_option->as<std::string>()) : train::generator_defaults();
-  for (const auto& [key, value] : recipe.options) {
+  // A pointer, not a reference: GCC 13 takes a reference bound to the result of a call with a
+  // temporary argument (the recipe's name) for a dangling one; both recipes are static.
+  const train::Recipe* recipe =
+      named ? &train::find_recipe(recipe_option->as<std::string>()) : &train::generator_defaults();
+  for (const auto& [key, value] : recipe->options) {
     const auto& aliases = recipe_aliases()[&sub];
     const auto alias = aliases.find(key);
     CLI::Option* option =
         sub.get_option_no_throw("--" + (alias == aliases.end() ? key : alias->second));
     if (!option)  // every recipe key is an option of each command that takes --recipe
-      throw Error("--recipe " + recipe.name + " sets '" + key + "', which spritetorch " +
+      throw Error("--recipe " + recipe->name + " sets '" + key + "', which spritetorch " +
                   sub.get_name() + " does not have");
     if (option->count() > 0) continue;  // given: it wins
     try {
       option->add_result(value);
       option->run_callback();
     } catch (const CLI::Error& e) {  // a recipe that does not fit its own options: our bug
-      throw Error("--recipe " + recipe.name + ": '" + key + " = " + value + "': " + e.what());
+      throw Error("--recipe " + recipe->name + ": '" + key + " = " + value + "': " + e.what());
     }
   }
 }

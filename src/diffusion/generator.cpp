@@ -14,6 +14,7 @@
 #include "io/png.h"
 #include "precision/autocast_guard.h"
 #include "train/checkpoint.h"
+#include "train/amp_step.h"
 #include "train/model_state.h"
 
 namespace spritetorch::diffusion {
@@ -84,12 +85,30 @@ Generator load_generator(const std::string& path, torch::Device device) {
   g.meta = checkpoint.meta;
   train::load_model_state(*g.net, checkpoint.model, path);
   g.net->to(device);
+  // On CUDA the convolutions take channels_last (NHWC) weights and activations: with NCHW, cuDNN
+  // wraps each tensor-core convolution in layout transposes, which took about a third of the
+  // sampler's GPU time on an H100 (docs/benchmarks.md). sample() feeds channels_last noise.
+  if (device.is_cuda()) train::apply_channels_last(*g.net);
   g.net->eval();
   g.schedule.to(device);
   return g;
 }
 
 namespace {
+
+// Sets cuDNN's benchmark mode (a process-wide switch) for a scope and puts the old value back.
+class CudnnBenchmarkScope {
+ public:
+  explicit CudnnBenchmarkScope(bool on) : old_(at::globalContext().benchmarkCuDNN()) {
+    if (on) at::globalContext().setBenchmarkCuDNN(true);
+  }
+  ~CudnnBenchmarkScope() { at::globalContext().setBenchmarkCuDNN(old_); }
+  CudnnBenchmarkScope(const CudnnBenchmarkScope&) = delete;
+  CudnnBenchmarkScope& operator=(const CudnnBenchmarkScope&) = delete;
+
+ private:
+  bool old_;
+};
 
 // One reverse step from t to t_prev as both samplers take it (Song et al. 2021, eq. 12, with
 // DDPM's posterior as the eta = 1, all-steps case), on the model's output `out`:
@@ -329,11 +348,17 @@ torch::Tensor sample(Generator& g, const torch::Tensor& labels, const SampleOpti
   };
   std::optional<CudaGraphSampler> graphed;
   if (graphs) graphed.emplace(eager, device);
+  // Every batch but the last has one shape, so on CUDA cuDNN times its algorithms once and keeps
+  // the fastest (its heuristics picked FFT and im2col kernels here); restored on return.
+  const CudnnBenchmarkScope cudnn_benchmark(device.is_cuda());
+  const auto memory_format =
+      device.is_cuda() ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
   std::vector<torch::Tensor> out;
   for (int64_t start = 0; start < n; start += batch) {
     const int64_t b = std::min(batch, n - start);
-    auto x =
-        at::randn({b, g.net->options().channels, g.size, g.size}, gen, torch::kFloat32).to(device);
+    auto x = at::randn({b, g.net->options().channels, g.size, g.size}, gen, torch::kFloat32)
+                 .to(device)
+                 .contiguous(memory_format);
     const auto c = labels.narrow(0, start, b).to(device);
     out.push_back(graphed ? graphed->run(x, c) : eager(x, c));
   }

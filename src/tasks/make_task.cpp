@@ -20,12 +20,12 @@ std::unique_ptr<train::Task> make_task(const train::TrainConfig& config) {
   if (config.task == train::TaskKind::kClassify) {
     if (config.sample_every > 0)
       throw not_for_task("--sample-every", "classify", "sample sheets are a generator's");
-    if (config.unet_base != train::TrainConfig{}.unet_base)
+    const train::TrainConfig defaults;
+    if (config.unet_base != defaults.unet_base)
       throw not_for_task("--unet-base", "classify", "it sizes the generator's UNet");
     if (config.activation_checkpointing)
       throw not_for_task("--activation-checkpointing", "classify",
                          "it recomputes the generator's UNet blocks");
-    const train::TrainConfig defaults;
     if (config.unet_attention != defaults.unet_attention)
       throw not_for_task("--unet-attention", "classify", "it shapes the generator's UNet");
     if (config.prediction != defaults.prediction)
