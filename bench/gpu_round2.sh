@@ -9,12 +9,17 @@
 #   sample  sprite sampling: generate at 32x32, batch 1,024, 25 DDIM steps, guidance 2
 #   gen64   the generator on a real sprite set at --size 64 (.gpu-deps/dcss-items when carried)
 #   ddp     the generator under NCCL DDP with one rank against one process
-# Usage: bench/gpu_round2.sh SECTION... (output on stdout; logs under $OUT when set)
+#   profile ncu's per-kernel GPU time of the 32x32 sampler in its steady state (after cuDNN's
+#           algorithm search): ~2 of 25 DDIM steps at batch 1,024, guidance 2
+# Usage: bench/gpu_round2.sh SECTION... (output on stdout). Scratch files stay on the machine; the
+# few worth keeping (logs, sheets, JSON, the profile) are copied to $OUT when set: the device tool
+# brings back at most 8 files a call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=build-gpu/spritetorch
 data=.gpu-deps/fashion-mnist
-out=${OUT:-$(mktemp -d)}
+out=$(mktemp -d)
+keep() { [ -n "${OUT:-}" ] && cp "$@" "$OUT/" 2>/dev/null; true; }
 if [ ! -e /usr/share/datasets/fashion-mnist ] && [ -w /usr/share ]; then
   mkdir -p /usr/share/datasets && ln -s "$(realpath "$data")" /usr/share/datasets/fashion-mnist
 fi
@@ -37,6 +42,7 @@ for section in "${sections[@]}"; do
     ctest --test-dir build-gpu -j "$(nproc)" --timeout 300 --output-on-failure >"$out/ctest.log" 2>&1
     echo "ctest exit $?"
     grep -E "tests passed|tests failed|\*\*\*Failed|Timeout|\(Skipped\)|Not Run" "$out/ctest.log" | tail -30
+    keep "$out/build.log" "$out/ctest.log"
     ;;
   tta)
     # fast: 92% (eval every 40 steps); wide: 93% and 94% (eval every 100 steps). Each against the
@@ -44,12 +50,14 @@ for section in "${sections[@]}"; do
     for run in "fast 0.92 40" "wide 0.93 100" "wide 0.94 100"; do
       set -- $run
       "$bin" bench --data "$data" --devices cuda --recipe "$1" --target-accuracy "$2" --seeds 3 \
-        --eval-every-steps "$3" --vs-python --out "$out/tta-$1-$2" --overwrite 2>&1
+        --eval-every-steps "$3" --vs-python --out "$out/tta-$1-$2" --overwrite 2>&1 | grep -v "^  "
+      keep "$out/tta-$1-$2.json"
     done
     ;;
   default)
     "$bin" bench --data "$data" --devices cuda --no-streaming --epochs 5 --repeats 3 --vs-python \
       --out "$out/default" --overwrite 2>&1 | grep -v "^  "
+    keep "$out/default.json"
     ;;
   sample)
     "$bin" train --task generate --dataset sprites --size 32 --device cuda --epochs 1 \
@@ -79,6 +87,7 @@ for section in "${sections[@]}"; do
       --save "$out/cls64.pt" >"$out/cls64.log" 2>&1 || tail -3 "$out/cls64.log"
     "$bin" eval --checkpoint "$out/gen64.pt" --classifier "$out/cls64.pt" --device cuda 2>&1 | tail -25
     "$bin" generate --checkpoint "$out/gen64.pt" --count 64 --device cuda --out "$out/gen64_sheet.png" --scale 2
+    keep "$out/gen64_sheet.png"
     ;;
   ddp)
     # One process twice (is the run itself deterministic?), then one NCCL rank.
@@ -89,6 +98,33 @@ for section in "${sections[@]}"; do
         --no-run-dir --json ${DDP_FLAGS:-} >"$out/ddp_$mode.json" 2>"$out/ddp_$mode.err" || tail -3 "$out/ddp_$mode.err"
       json_field "$out/ddp_$mode.json" '"'$mode': " + json.dumps({k: r.get(k) for k in ("test", "final_loss", "train_seconds", "steps")})'
     done
+    ;;
+  profile)
+    # Benchmark mode runs cuDNN's trials in the first step; skipping ~6 steps' kernels (about 500
+    # a step) leaves a steady-state window. Without --cache-control/--clock-control none, ncu
+    # flushes caches and locks base clocks: slower kernels than a real run.
+    ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
+    [ -n "$ncu_bin" ] || { echo "no ncu"; continue; }
+    [ -f "$out/g32.pt" ] || "$bin" train --task generate --dataset sprites --size 32 --device cuda \
+      --epochs 1 --no-run-dir --save "$out/g32.pt" >"$out/g32.log" 2>&1
+    timeout 300 "$ncu_bin" --cache-control none --clock-control none --launch-skip 3000 \
+      --launch-count 1000 --metrics gpu__time_duration.sum --print-summary per-kernel \
+      "$bin" generate --checkpoint "$out/g32.pt" --count 1024 --batch-size 1024 --steps 25 \
+      --guidance 2 --eta 0 --no-cuda-graphs --device cuda --out "$out/p.png" >"$out/profile.txt" 2>&1
+    echo "ncu exit $?"; keep "$out/profile.txt"
+    python3 - "$out/profile.txt" <<'PY'
+import collections, re, sys
+total, count, name = collections.Counter(), collections.Counter(), None
+for line in open(sys.argv[1]):
+    m = re.match(r"  (\S.*?) \(\d+, \d+, \d+\)x\(\d+, \d+, \d+\), .*Invocations (\d+)", line)
+    if m: name, calls = m.group(1)[:70], int(m.group(2))
+    m = re.match(r"\s+gpu__time_duration.sum\s+(\w+)\s+[\d.]+\s+[\d.]+\s+([\d.]+)", line)
+    if m and name:
+        scale = {"ms": 1000.0, "us": 1.0, "ns": 0.001}.get(m.group(1), 1.0)
+        total[name] += float(m.group(2)) * scale * calls; count[name] += calls; name = None
+print("kernel time in the window: %.1f ms over %d kernels" % (sum(total.values()) / 1000, sum(count.values())))
+for k, v in total.most_common(15): print("%9.0f us %5d  %s" % (v, count[k], k))
+PY
     ;;
   *) echo "unknown section $section" ;;
   esac
