@@ -13,8 +13,8 @@
 #include "diffusion/cuda_graph_sampler.h"
 #include "io/png.h"
 #include "precision/autocast_guard.h"
-#include "train/checkpoint.h"
 #include "train/amp_step.h"
+#include "train/checkpoint.h"
 #include "train/model_state.h"
 
 namespace spritetorch::diffusion {
