@@ -92,6 +92,9 @@ if [ -n "$resumed" ] && [ -n "$single" ] &&
   fail "2 ranks resumed after epoch 1 differ from 2 epochs in one run: $resumed"; fi
 
 # --- a rank that dies, a rank that hangs ---------------------------------------------------------
+# A --verbose log line of a training step ("  epoch 1 step 20/..."; the settings table's "step" row
+# comes before training starts).
+training='epoch [0-9]+ step [0-9]+/'
 # start_pair TIMEOUT: two ranks training for a long time; sets r0 and r1 (pids).
 start_pair() {
   local port; port=$(free_port)
@@ -101,8 +104,8 @@ start_pair() {
     eval "r$r=$!"
   done
   local t=0
-  while ! grep -qs "step" "$tmp/r0.log" && [ $t -lt 300 ]; do sleep 0.1; t=$((t + 1)); done
-  grep -qs "step" "$tmp/r0.log" || fail "ranks did not start training: $(tail -5 "$tmp/r0.log")"
+  while ! grep -qsE "$training" "$tmp/r0.log" && [ $t -lt 300 ]; do sleep 0.1; t=$((t + 1)); done
+  grep -qsE "$training" "$tmp/r0.log" || fail "ranks did not start training: $(tail -5 "$tmp/r0.log")"
 }
 start_pair 30
 kill -9 "$r1"; t0=$(date +%s.%N)
@@ -133,12 +136,16 @@ if [ "$rc" != 0 ] && [ "$rc" != running ] && ! kill -0 "$survivor" 2>/dev/null &
 # launch: SIGTERM to the launcher is passed on once; the ranks agree on a step to stop at, rank 0
 # checkpoints, and all exit 143 long before --dist-timeout (a rank stopping alone would leave the
 # other waiting in a collective until the timeout).
+# The signal goes once rank 0 logs a step: a fixed sleep sent it, under ASan on a loaded CI machine,
+# while the ranks were still loading, where SIGTERM simply ends them and nothing is saved.
 "$bin" launch --nproc-per-node 2 -- train "${common[@]}" --epochs 100000 --batch-size 8 --dist-timeout 30 \
-  --save "$tmp/sig.pt" >"$tmp/s.log" 2>&1 &
+  --verbose --log-every 20 --save "$tmp/sig.pt" >"$tmp/s.log" 2>&1 &
 launcher=$!
 t=0; children=""
 while [ $t -lt 100 ]; do children=$(pgrep -P "$launcher" | tr '\n' ' '); [ "$(wc -w <<<"$children")" = 2 ] && break; sleep 0.1; t=$((t + 1)); done
-sleep 3
+t=0
+while ! grep -qsE "$training" "$tmp/s.log" && [ $t -lt 600 ]; do sleep 0.1; t=$((t + 1)); done
+grep -qsE "$training" "$tmp/s.log" || fail "launched ranks did not start training in 60 s: $(tail -5 "$tmp/s.log")"
 kill -TERM "$launcher"; t0=$(date +%s.%N)
 wait_for "$launcher" 25; took=$(since "$t0")
 ckpt=$(sed -n 's/.*checkpoint saved: \(.*\)$/\1/p' "$tmp/s.log" | head -1)
