@@ -100,9 +100,7 @@ std::shared_ptr<GeneratorEvalFlags> add_generator_eval_options(CLI::App* sub) {
                   "quadratic (more of them at low noise)")
       ->check(CLI::IsMember({"uniform", "quadratic"}))
       ->capture_default_str();
-  sub->add_option("--guidance", f->options.guidance,
-                  "Generator checkpoints: classifier-free guidance scale")
-      ->capture_default_str();
+  add_guidance_options(sub, f->options, f->guidance_interval, "Generator checkpoints: ");
   sub->add_option("--eta", f->options.eta,
                   "Generator checkpoints: DDIM noise (0 deterministic, 1 DDPM-like)")
       ->check(CLI::Range(0.0, 1.0))
@@ -123,6 +121,7 @@ int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
                        const CpuThreadFlags& cpu, bool json) {
   GeneratorEvalFlags f = flags;
   f.options.spacing = diffusion::parse_spacing(f.spacing);
+  f.options.guidance_interval = diffusion::parse_guidance_interval(f.guidance_interval);
   check_sampler_options(sub, f.options);
   if (f.classifier.empty())
     throw Error(

@@ -29,13 +29,26 @@ void check_sampler_options(const CLI::App& sub, const diffusion::SampleOptions& 
             "use --sampler ddim or dpm++2m for fewer steps");
 }
 
+void add_guidance_options(CLI::App* sub, diffusion::SampleOptions& options, std::string& interval,
+                          const std::string& prefix) {
+  sub->add_option("--guidance", options.guidance,
+                  prefix + "Classifier-free guidance scale (1: none)")
+      ->capture_default_str();
+  sub->add_option("--guidance-interval", interval,
+                  prefix +
+                      "Guide only the steps with t/T in FROM:TO (1 is pure noise); the others take "
+                      "the conditional output alone, one pass of the net instead of two")
+      ->capture_default_str();
+}
+
 Subcommand add_generate_command(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "generate", "Draw sprites from a generator checkpoint into a PNG sprite sheet");
   struct Flags {
     std::string checkpoint, class_name, out, out_dir, palette,
         device = "auto", precision = "fp32",
-        spacing = diffusion::spacing_name(diffusion::SampleOptions().spacing);
+        spacing = diffusion::spacing_name(diffusion::SampleOptions().spacing),
+        guidance_interval = "0:1";
     bool no_cuda_graphs = false;
     int64_t count = 64, scale = 1, columns = 0;
     diffusion::SampleOptions sample;
@@ -71,8 +84,7 @@ Subcommand add_generate_command(CLI::App& app) {
                   "low noise, where edges and flat colours are decided)")
       ->check(CLI::IsMember({"uniform", "quadratic"}))
       ->capture_default_str();
-  sub->add_option("--guidance", f->sample.guidance, "Classifier-free guidance scale (1: none)")
-      ->capture_default_str();
+  add_guidance_options(sub, f->sample, f->guidance_interval, "");
   sub->add_option(
          "--eta", f->sample.eta,
          "DDIM noise: 0 deterministic, 1 DDPM-like (the default: cleaner sprites, docs/sprites.md)")
@@ -104,6 +116,7 @@ Subcommand add_generate_command(CLI::App& app) {
         if (f->out.empty() && f->out_dir.empty())
           throw Error("generate needs --out SHEET.png and/or --out-dir DIR");
         f->sample.spacing = diffusion::parse_spacing(f->spacing);
+        f->sample.guidance_interval = diffusion::parse_guidance_interval(f->guidance_interval);
         check_sampler_options(*sub, f->sample);
         const torch::Device device = device::pick_device(f->device);
         auto generator = diffusion::load_generator(f->checkpoint, device);

@@ -27,6 +27,10 @@ Subcommand add_generate_command(CLI::App& app);
 // generate and eval: a sampler option the chosen --sampler does not take is an error, not ignored
 // (--eta is DDIM's; DDPM takes all T steps, so no --steps or --spacing).
 void check_sampler_options(const CLI::App& sub, const diffusion::SampleOptions& options);
+// generate and eval: --guidance W and --guidance-interval FROM:TO (text into `interval`, parsed by
+// diffusion::parse_guidance_interval when the command runs). `prefix` starts each help text.
+void add_guidance_options(CLI::App* sub, diffusion::SampleOptions& options, std::string& interval,
+                          const std::string& prefix);
 Subcommand add_data_command(CLI::App& app);
 
 // --threads and --blas-threads, as every command that runs a model takes them (0: the split
@@ -49,6 +53,7 @@ struct GeneratorEvalFlags {
   bool no_fidelity = false;
   diffusion::SampleOptions options;
   std::string spacing = diffusion::spacing_name(options.spacing);  // --spacing
+  std::string guidance_interval = "0:1";                           // --guidance-interval
 };
 std::shared_ptr<GeneratorEvalFlags> add_generator_eval_options(CLI::App* sub);
 int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,

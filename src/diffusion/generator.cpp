@@ -138,9 +138,27 @@ std::pair<double, double> x0_coefficients(Prediction p, double a) {
   return {1.0 / std::sqrt(a), std::sqrt(1.0 / a - 1.0)};
 }
 
+// The net at one step: x_t, t as a (B) device tensor and the same t on the host (what the
+// guidance interval is decided by, without reading the device).
+using StepModel =
+    std::function<torch::Tensor(const torch::Tensor& x, const torch::Tensor& t, int64_t t_host)>;
+
+StepModel ignoring_host_t(const EpsModel& model) {
+  return [&model](const torch::Tensor& x, const torch::Tensor& t, int64_t) { return model(x, t); };
+}
+
+// The guided UNet: guidance w inside `interval`, the conditional output alone outside it.
+StepModel guided_model(UNet& net, const torch::Tensor& c, double guidance,
+                       GuidanceInterval interval, int64_t schedule_steps) {
+  return [&net, &c, guidance, interval, schedule_steps](const torch::Tensor& x,
+                                                        const torch::Tensor& t, int64_t t_host) {
+    return guided_eps(net, x, t, c, interval.covers(t_host, schedule_steps) ? guidance : 1.0);
+  };
+}
+
 // The shared loop. x: (B, C, H, W) x_T; steps in order T - 1 .. 0. Noise for sigma > 0 is drawn on
 // the CPU from `gen` (a seed gives the same sprites on every device) and copied without a sync.
-torch::Tensor reverse_loop(const EpsModel& eps_model, torch::Tensor x,
+torch::Tensor reverse_loop(const StepModel& eps_model, torch::Tensor x,
                            const std::vector<ReverseStep>& steps,
                            std::optional<at::Generator> gen) {
   torch::NoGradGuard no_grad;
@@ -150,7 +168,7 @@ torch::Tensor reverse_loop(const EpsModel& eps_model, torch::Tensor x,
   for (size_t i = 0; i < steps.size(); ++i) {
     const auto& s = steps[i];
     // (B) t filled on the device: no host-to-device copy, so the loop can be captured as a graph.
-    const auto out = eps_model(x, torch::full({b}, s.t, t_options));
+    const auto out = eps_model(x, torch::full({b}, s.t, t_options), s.t);
     // Clipping keeps x0_hat in the data's range; the update then uses the eps implied by the
     // clipped x0_hat (folded into c_x0 / c_x), which keeps it on the DDIM / posterior path.
     const auto x0 = (s.k_x * x - s.k_out * out).clamp(-1.0, 1.0);
@@ -177,11 +195,47 @@ nlohmann::json sampler_json(const SampleOptions& options, int64_t schedule_steps
           {"steps", ddpm ? schedule_steps : options.steps},
           {"spacing", ddpm ? nlohmann::json() : nlohmann::json(spacing_name(options.spacing))},
           {"eta", options.sampler == "ddim" ? nlohmann::json(options.eta) : nlohmann::json()},
-          {"guidance", options.guidance}};
+          {"guidance", options.guidance},
+          {"guidance_interval",
+           nlohmann::json::array({options.guidance_interval.from, options.guidance_interval.to})}};
+}
+
+bool GuidanceInterval::covers(int64_t t, int64_t schedule_steps) const {
+  if (whole()) return true;
+  const double f =
+      schedule_steps > 1 ? static_cast<double>(t) / static_cast<double>(schedule_steps - 1) : 1.0;
+  return f >= from && f <= to;
+}
+
+GuidanceInterval parse_guidance_interval(const std::string& text) {
+  const auto colon = text.find(':');
+  GuidanceInterval g;
+  bool ok = colon != std::string::npos;
+  if (ok) {
+    try {
+      size_t used_a = 0, used_b = 0;
+      const std::string a = text.substr(0, colon), b = text.substr(colon + 1);
+      g.from = std::stod(a, &used_a);
+      g.to = std::stod(b, &used_b);
+      ok = used_a == a.size() && used_b == b.size();
+    } catch (const std::exception&) {
+      ok = false;
+    }
+  }
+  if (!ok || !(g.from >= 0.0 && g.from < g.to && g.to <= 1.0))
+    throw Error("guidance interval '" + text +
+                "': expected FROM:TO, fractions of the noise schedule with 0 <= FROM < TO <= 1 "
+                "(e.g. 0.4:1, guidance at the noisier 60% of the steps)");
+  return g;
 }
 
 std::string describe_sampler(const SampleOptions& options, int64_t schedule_steps) {
-  const std::string guidance = ", guidance " + c10::str(options.guidance);
+  const auto& interval = options.guidance_interval;
+  const std::string guidance =
+      ", guidance " + c10::str(options.guidance) +
+      (interval.whole() || options.guidance == 1.0
+           ? std::string()
+           : " at t/T " + c10::str(interval.from) + "-" + c10::str(interval.to));
   if (options.sampler == "ddpm")
     return "ddpm, all " + std::to_string(schedule_steps) + " steps" + guidance;
   return options.sampler + " " + std::to_string(options.steps) + " " +
@@ -215,12 +269,13 @@ std::vector<int64_t> ddim_timesteps(int64_t T, int64_t steps, TimestepSpacing sp
   return out;
 }
 
-torch::Tensor ddim_sample_eps(const EpsModel& eps_model, const NoiseSchedule& schedule,
-                              torch::Tensor x, int64_t steps, double eta,
-                              std::optional<at::Generator> gen, Prediction prediction,
-                              TimestepSpacing spacing) {
+namespace {
+
+// Each sampler's steps, worked out on the host before its loop.
+std::vector<ReverseStep> ddim_plan(const NoiseSchedule& schedule, int64_t steps, double eta,
+                                   bool has_gen, Prediction prediction, TimestepSpacing spacing) {
   if (!(eta >= 0)) throw Error("DDIM eta must be >= 0, got " + std::to_string(eta));
-  if (eta > 0 && !gen) throw Error("DDIM with eta > 0 needs a generator for its noise");
+  if (eta > 0 && !has_gen) throw Error("DDIM with eta > 0 needs a generator for its noise");
   const auto& ab = schedule.host_alpha_bars();
   const auto ts = ddim_timesteps(schedule.steps(), steps, spacing);
   std::vector<ReverseStep> plan;
@@ -237,12 +292,11 @@ torch::Tensor ddim_sample_eps(const EpsModel& eps_model, const NoiseSchedule& sc
     const auto [k_x, k_out] = x0_coefficients(prediction, a);
     plan.push_back({t, k_x, k_out, std::sqrt(a_prev) - dir * std::sqrt(a), dir, sigma});
   }
-  return reverse_loop(eps_model, std::move(x), plan, eta > 0 ? gen : std::nullopt);
+  return plan;
 }
 
-torch::Tensor dpm_solver_sample_eps(const EpsModel& eps_model, const NoiseSchedule& schedule,
-                                    torch::Tensor x, int64_t steps, Prediction prediction,
-                                    TimestepSpacing spacing) {
+std::vector<ReverseStep> dpm_solver_plan(const NoiseSchedule& schedule, int64_t steps,
+                                         Prediction prediction, TimestepSpacing spacing) {
   const auto& ab = schedule.host_alpha_bars();
   const auto ts = ddim_timesteps(schedule.steps(), steps, spacing);
   // log(alpha / sigma) at abar = a: the solver's time variable.
@@ -272,11 +326,10 @@ torch::Tensor dpm_solver_sample_eps(const EpsModel& eps_model, const NoiseSchedu
     }
     plan.push_back(s);
   }
-  return reverse_loop(eps_model, std::move(x), plan, std::nullopt);
+  return plan;
 }
 
-torch::Tensor ddpm_sample_eps(const EpsModel& eps_model, const NoiseSchedule& schedule,
-                              torch::Tensor x, at::Generator gen, Prediction prediction) {
+std::vector<ReverseStep> ddpm_plan(const NoiseSchedule& schedule, Prediction prediction) {
   const auto& ab = schedule.host_alpha_bars();
   const auto& betas = schedule.host_betas();
   std::vector<ReverseStep> plan;
@@ -289,38 +342,54 @@ torch::Tensor ddpm_sample_eps(const EpsModel& eps_model, const NoiseSchedule& sc
                     std::sqrt(1.0 - beta) * (1.0 - a_prev) / (1.0 - a),
                     std::sqrt(beta * (1.0 - a_prev) / (1.0 - a))});
   }
-  return reverse_loop(eps_model, std::move(x), plan, gen);
+  return plan;
+}
+
+}  // namespace
+
+torch::Tensor ddim_sample_eps(const EpsModel& eps_model, const NoiseSchedule& schedule,
+                              torch::Tensor x, int64_t steps, double eta,
+                              std::optional<at::Generator> gen, Prediction prediction,
+                              TimestepSpacing spacing) {
+  const auto plan = ddim_plan(schedule, steps, eta, gen.has_value(), prediction, spacing);
+  return reverse_loop(ignoring_host_t(eps_model), std::move(x), plan, eta > 0 ? gen : std::nullopt);
+}
+
+torch::Tensor dpm_solver_sample_eps(const EpsModel& eps_model, const NoiseSchedule& schedule,
+                                    torch::Tensor x, int64_t steps, Prediction prediction,
+                                    TimestepSpacing spacing) {
+  return reverse_loop(ignoring_host_t(eps_model), std::move(x),
+                      dpm_solver_plan(schedule, steps, prediction, spacing), std::nullopt);
+}
+
+torch::Tensor ddpm_sample_eps(const EpsModel& eps_model, const NoiseSchedule& schedule,
+                              torch::Tensor x, at::Generator gen, Prediction prediction) {
+  return reverse_loop(ignoring_host_t(eps_model), std::move(x), ddpm_plan(schedule, prediction),
+                      gen);
 }
 
 torch::Tensor ddim_sample(UNet& net, const NoiseSchedule& schedule, torch::Tensor x,
                           const torch::Tensor& c, int64_t steps, double guidance, double eta,
                           std::optional<at::Generator> gen, Prediction prediction,
-                          TimestepSpacing spacing) {
-  return ddim_sample_eps(
-      [&](const torch::Tensor& xt, const torch::Tensor& t) {
-        return guided_eps(net, xt, t, c, guidance);
-      },
-      schedule, std::move(x), steps, eta, std::move(gen), prediction, spacing);
+                          TimestepSpacing spacing, GuidanceInterval interval) {
+  const auto plan = ddim_plan(schedule, steps, eta, gen.has_value(), prediction, spacing);
+  return reverse_loop(guided_model(net, c, guidance, interval, schedule.steps()), std::move(x),
+                      plan, eta > 0 ? gen : std::nullopt);
 }
 
 torch::Tensor dpm_solver_sample(UNet& net, const NoiseSchedule& schedule, torch::Tensor x,
                                 const torch::Tensor& c, int64_t steps, double guidance,
-                                Prediction prediction, TimestepSpacing spacing) {
-  return dpm_solver_sample_eps(
-      [&](const torch::Tensor& xt, const torch::Tensor& t) {
-        return guided_eps(net, xt, t, c, guidance);
-      },
-      schedule, std::move(x), steps, prediction, spacing);
+                                Prediction prediction, TimestepSpacing spacing,
+                                GuidanceInterval interval) {
+  return reverse_loop(guided_model(net, c, guidance, interval, schedule.steps()), std::move(x),
+                      dpm_solver_plan(schedule, steps, prediction, spacing), std::nullopt);
 }
 
 torch::Tensor ddpm_sample(UNet& net, const NoiseSchedule& schedule, torch::Tensor x,
                           const torch::Tensor& c, double guidance, at::Generator gen,
-                          Prediction prediction) {
-  return ddpm_sample_eps(
-      [&](const torch::Tensor& xt, const torch::Tensor& t) {
-        return guided_eps(net, xt, t, c, guidance);
-      },
-      schedule, std::move(x), std::move(gen), prediction);
+                          Prediction prediction, GuidanceInterval interval) {
+  return reverse_loop(guided_model(net, c, guidance, interval, schedule.steps()), std::move(x),
+                      ddpm_plan(schedule, prediction), gen);
 }
 
 torch::Tensor sample(Generator& g, const torch::Tensor& labels, const SampleOptions& options) {
@@ -340,11 +409,12 @@ torch::Tensor sample(Generator& g, const torch::Tensor& labels, const SampleOpti
       autocast.emplace(device.type(), torch::kBFloat16, true, /*cache_enabled=*/!graphs);
     if (options.sampler == "dpm++2m")
       return dpm_solver_sample(g.net, g.schedule, x, c, options.steps, options.guidance,
-                               g.prediction, options.spacing);
+                               g.prediction, options.spacing, options.guidance_interval);
     return options.sampler == "ddim"
                ? ddim_sample(g.net, g.schedule, x, c, options.steps, options.guidance, options.eta,
-                             gen, g.prediction, options.spacing)
-               : ddpm_sample(g.net, g.schedule, x, c, options.guidance, gen, g.prediction);
+                             gen, g.prediction, options.spacing, options.guidance_interval)
+               : ddpm_sample(g.net, g.schedule, x, c, options.guidance, gen, g.prediction,
+                             options.guidance_interval);
   };
   std::optional<CudaGraphSampler> graphed;
   if (graphs) graphed.emplace(eager, device);

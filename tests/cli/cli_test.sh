@@ -172,6 +172,11 @@ expect 2 "--steps: --sampler ddpm takes every one" -- generate --checkpoint "$tm
 expect 2 "--spacing: --sampler ddpm takes every one" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --sampler ddpm --spacing quadratic
 expect 2 "--spacing: karras not in" -- generate --checkpoint "$tmp/g.pt" --spacing karras --out "$tmp/x.png"
 expect 2 "needs --classifier" -- eval --checkpoint "$tmp/g.pt"
+# Guidance on part of the schedule only: reported in both commands, a bad interval refused.
+expect 0 '"guidance":3\.0,"guidance_interval":\[0\.4,1\.0\]' -- generate --checkpoint "$tmp/g.pt" --count 2 --steps 3 --guidance 3 --guidance-interval 0.4:1 --json --out "$tmp/t4.png"
+expect 0 "guidance 3 at t/T 0\.4-1" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 4 --steps 3 --guidance 3 --guidance-interval 0.4:1 --no-fidelity
+expect 2 "guidance interval '1:0.4': expected FROM:TO" -- generate --checkpoint "$tmp/g.pt" --guidance-interval 1:0.4 --out "$tmp/x.png"
+expect 2 "guidance interval 'half': expected FROM:TO" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --guidance-interval half
 expect 0 "Class agreement" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2
 # The fidelity report: both two-sample tests and the pixel-art statistics, in text and JSON.
 expect 0 "real vs real +[01]\.[0-9]{4}" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2

@@ -119,6 +119,69 @@ TEST(Sampler, GuidanceCombinesConditionalAndUnconditional) {
   EXPECT_TRUE(torch::allclose(out, expected, 1e-4, 1e-4));
 }
 
+TEST(Sampler, GuidanceIntervalGuidesOnlyItsSteps) {
+  auto g = tiny_generator();  // T = 50: t / (T - 1) = t / 49
+  const auto x = torch::randn({3, 4, 16, 16});
+  const auto c = torch::tensor({0, 1, 2}, torch::kInt64);
+  const auto ddim = [&](double w, GuidanceInterval interval) {
+    return ddim_sample(g.net, g.schedule, x, c, 6, w, 0.0, std::nullopt, Prediction::kEps,
+                       TimestepSpacing::kUniform, interval);
+  };
+  const auto whole = ddim(3.0, {}), unguided = ddim(1.0, {});
+  EXPECT_FALSE(torch::allclose(whole, unguided, 1e-4, 1e-4));
+  EXPECT_TRUE(torch::equal(ddim(3.0, {0.0, 1.0}), whole));
+  // The 6 steps sit at t = 49, 39, 29, 19, 9, 0: [0.999, 1] holds t = 49 alone, [0.1, 0.15]
+  // none of them (guidance then changes nothing).
+  EXPECT_TRUE(torch::equal(ddim(3.0, {0.1, 0.15}), unguided));
+  const auto first_only = ddim(3.0, {0.999, 1.0});
+  EXPECT_FALSE(torch::allclose(first_only, whole, 1e-4, 1e-4));
+  EXPECT_FALSE(torch::allclose(first_only, unguided, 1e-4, 1e-4));
+  // Both ends belong to the interval.
+  GuidanceInterval high{0.5, 1.0};
+  EXPECT_TRUE(high.covers(49, 50) && high.covers(29, 50) && !high.covers(19, 50));
+  const GuidanceInterval low{0.0, 0.5};
+  EXPECT_FALSE(low.covers(49, 50));
+  // DDPM and DPM-Solver take the interval too.
+  const auto gen = [] { return at::make_generator<at::CPUGeneratorImpl>(5); };
+  const GuidanceInterval no_step{0.1, 0.1001};  // between t = 4 and t = 5 of DDPM's 50
+  const auto ddpm_interval =
+      ddpm_sample(g.net, g.schedule, x, c, 3.0, gen(), Prediction::kEps, no_step);
+  EXPECT_TRUE(torch::equal(ddpm_interval, ddpm_sample(g.net, g.schedule, x, c, 1.0, gen())));
+  const GuidanceInterval no_dpm_step{0.1, 0.15};
+  const auto dpm_interval = dpm_solver_sample(g.net, g.schedule, x, c, 6, 3.0, Prediction::kEps,
+                                              TimestepSpacing::kUniform, no_dpm_step);
+  EXPECT_TRUE(torch::equal(dpm_interval, dpm_solver_sample(g.net, g.schedule, x, c, 6, 1.0)));
+  // Through sample() and its report.
+  SampleOptions o;
+  o.steps = 6;
+  o.guidance = 3;
+  o.guidance_interval = {0.1, 0.15};
+  SampleOptions none = o;
+  none.guidance = 1;
+  none.guidance_interval = {};
+  EXPECT_TRUE(torch::equal(sample(g, c, o), sample(g, c, none)));
+  o.guidance_interval = {0.4, 1.0};
+  EXPECT_EQ(describe_sampler(o, 50), "ddim 6 uniform steps, eta 1, guidance 3 at t/T 0.4-1");
+  EXPECT_EQ(sampler_json(o, 50)["guidance_interval"], (nlohmann::json{0.4, 1.0}));
+}
+
+TEST(Sampler, GuidanceIntervalTextIsCheckedWithTheReason) {
+  const auto i = parse_guidance_interval("0.4:1");
+  EXPECT_EQ(i.from, 0.4);
+  EXPECT_EQ(i.to, 1.0);
+  EXPECT_TRUE(parse_guidance_interval("0:1").whole());
+  for (const char* bad : {"0.4", "1:0.4", "0.5:0.5", "-0.1:1", "0:1.5", "a:1", "0.2:1x", ":"}) {
+    try {
+      parse_guidance_interval(bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const spritetorch::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("'") + bad + "'"), std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("0 <= FROM < TO <= 1"), std::string::npos);
+    }
+  }
+}
+
 // An eps "model" that knows x0: it returns the noise that takes x0 to x_t under q(x_t | x0), so
 // every x0_hat is x0 and a correct sampler ends at x0 whatever path it takes. It records the
 // timestep and the eps of every call (each call's t must be one value across the batch).
@@ -548,7 +611,8 @@ TEST(Sampler, TheReportNamesWhatRuns) {
                                                   {"steps", 50},
                                                   {"spacing", "uniform"},
                                                   {"eta", 1.0},
-                                                  {"guidance", 2.0}}));
+                                                  {"guidance", 2.0},
+                                                  {"guidance_interval", {0.0, 1.0}}}));
   // DDPM takes every step of the schedule, whatever --steps held; it has no spacing or eta.
   o.sampler = "ddpm";
   EXPECT_EQ(describe_sampler(o, 500), "ddpm, all 500 steps, guidance 2");
