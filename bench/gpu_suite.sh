@@ -113,7 +113,7 @@ echo "## 6. the CNN against the same CNN in Python on $device (12,000 images, 2 
   --devices "$device" --no-streaming --vs-python --out "$out/cnn-peer" --overwrite 2>&1 | grep -v "^  "
 echo "## 7. sprite sampling on $device (docs/sprites.md: >= 10,000 sprites/s at batch 1,024)"
 # A generator trained for 2 epochs (what it draws does not change the arithmetic), then 25 DDIM
-# steps with guidance 2; the larger count shows the rate once cuDNN is warm.
+# steps with the default guidance; the larger count shows the rate once cuDNN is warm.
 "$bin" train --task generate --dataset sprites --device "$device" --epochs 2 --batch-size 64 \
   --no-run-dir --save "$out/g.pt" >"$out/g.log" 2>&1 || tail -3 "$out/g.log"
 for count in 1024 8192; do

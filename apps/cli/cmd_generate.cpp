@@ -36,8 +36,9 @@ void add_guidance_options(CLI::App* sub, diffusion::SampleOptions& options, std:
       ->capture_default_str();
   sub->add_option("--guidance-interval", interval,
                   prefix +
-                      "Guide only the steps with t/T in FROM:TO (1 is pure noise); the others take "
-                      "the conditional output alone, one pass of the net instead of two")
+                      "Guide only the steps with t/T in FROM:TO (1 is pure noise; 0:1 every "
+                      "step); the others take the conditional output alone, one pass of the net "
+                      "instead of two")
       ->capture_default_str();
 }
 
@@ -48,7 +49,8 @@ Subcommand add_generate_command(CLI::App& app) {
     std::string checkpoint, class_name, out, out_dir, palette,
         device = "auto", precision = "fp32",
         spacing = diffusion::spacing_name(diffusion::SampleOptions().spacing),
-        guidance_interval = "0:1";
+        guidance_interval =
+            diffusion::guidance_interval_text(diffusion::SampleOptions().guidance_interval);
     bool no_cuda_graphs = false;
     int64_t count = 64, scale = 1, columns = 0;
     diffusion::SampleOptions sample;

@@ -53,7 +53,8 @@ struct GeneratorEvalFlags {
   bool no_fidelity = false;
   diffusion::SampleOptions options;
   std::string spacing = diffusion::spacing_name(options.spacing);  // --spacing
-  std::string guidance_interval = "0:1";                           // --guidance-interval
+  std::string guidance_interval =
+      diffusion::guidance_interval_text(options.guidance_interval);  // --guidance-interval
 };
 std::shared_ptr<GeneratorEvalFlags> add_generator_eval_options(CLI::App* sub);
 int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,

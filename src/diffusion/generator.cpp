@@ -207,6 +207,10 @@ bool GuidanceInterval::covers(int64_t t, int64_t schedule_steps) const {
   return f >= from && f <= to;
 }
 
+std::string guidance_interval_text(const GuidanceInterval& interval) {
+  return c10::str(interval.from) + ":" + c10::str(interval.to);
+}
+
 GuidanceInterval parse_guidance_interval(const std::string& text) {
   const auto colon = text.find(':');
   GuidanceInterval g;

@@ -170,6 +170,7 @@ TEST(Sampler, GuidanceIntervalTextIsCheckedWithTheReason) {
   EXPECT_EQ(i.from, 0.4);
   EXPECT_EQ(i.to, 1.0);
   EXPECT_TRUE(parse_guidance_interval("0:1").whole());
+  EXPECT_EQ(guidance_interval_text(parse_guidance_interval("0.25:0.75")), "0.25:0.75");
   for (const char* bad : {"0.4", "1:0.4", "0.5:0.5", "-0.1:1", "0:1.5", "a:1", "0.2:1x", ":"}) {
     try {
       parse_guidance_interval(bad);
@@ -605,14 +606,23 @@ TEST(Sampler, DdpmIsDdimOverAllStepsWithEtaOne) {
 }
 
 TEST(Sampler, TheReportNamesWhatRuns) {
-  SampleOptions o;  // the defaults: DDIM, 50 uniform steps, eta 1, guidance 2
-  EXPECT_EQ(describe_sampler(o, 500), "ddim 50 uniform steps, eta 1, guidance 2");
+  SampleOptions o;  // the defaults: DDIM, 50 uniform steps, eta 1, guidance 2.5 at t/T 0.4-1
+  EXPECT_EQ(describe_sampler(o, 500), "ddim 50 uniform steps, eta 1, guidance 2.5 at t/T 0.4-1");
   EXPECT_EQ(sampler_json(o, 500), (nlohmann::json{{"sampler", "ddim"},
                                                   {"steps", 50},
                                                   {"spacing", "uniform"},
                                                   {"eta", 1.0},
-                                                  {"guidance", 2.0},
-                                                  {"guidance_interval", {0.0, 1.0}}}));
+                                                  {"guidance", 2.5},
+                                                  {"guidance_interval", {0.4, 1.0}}}));
+  EXPECT_EQ(guidance_interval_text(o.guidance_interval), "0.4:1");
+  // Guidance on every step, or none at all, names no interval.
+  o.guidance_interval = {};
+  EXPECT_EQ(describe_sampler(o, 500), "ddim 50 uniform steps, eta 1, guidance 2.5");
+  o.guidance = 1;
+  o.guidance_interval = {0.4, 1.0};
+  EXPECT_EQ(describe_sampler(o, 500), "ddim 50 uniform steps, eta 1, guidance 1");
+  o.guidance = 2;
+  o.guidance_interval = {};
   // DDPM takes every step of the schedule, whatever --steps held; it has no spacing or eta.
   o.sampler = "ddpm";
   EXPECT_EQ(describe_sampler(o, 500), "ddpm, all 500 steps, guidance 2");
