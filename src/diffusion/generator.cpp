@@ -201,7 +201,6 @@ nlohmann::json sampler_json(const SampleOptions& options, int64_t schedule_steps
 }
 
 bool GuidanceInterval::covers(int64_t t, int64_t schedule_steps) const {
-  if (whole()) return true;
   const double f =
       schedule_steps > 1 ? static_cast<double>(t) / static_cast<double>(schedule_steps - 1) : 1.0;
   return f >= from && f <= to;
