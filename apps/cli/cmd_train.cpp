@@ -72,6 +72,7 @@ nlohmann::json train_json(const train::TrainReport& report, const std::string& r
     out["target_step"] = report.target_reached->step;
     out["target_test_accuracy"] = report.target_reached->accuracy;
   }
+  if (report.budget) out["time_budget"] = train::budget_json(*report.budget);
   if (!report.epochs.empty()) out["loss"] = report.epochs.back().loss;
   if (report.has_test) {
     out["test"] = eval_json(report.test, report.class_names);
@@ -103,10 +104,30 @@ Subcommand add_train_command(CLI::App& app) {
                   "Folder with the Fashion-MNIST IDX files (plain or .gz)")
       ->capture_default_str();
   sub->add_option("--epochs", config->epochs,
-                  "Epochs to train (in total, when resuming). Unset: 5; a generator, about 3000 "
-                  "steps' worth; a sprite classifier, at least 500 steps and 5 epochs")
+                  "Epochs to train (in total, when resuming; with --time-budget, the most). "
+                  "Unset: 5; a generator, about " +
+                      std::to_string(diffusion::kDefaultSteps) +
+                      " steps' worth within a time budget of " +
+                      train::duration_text(diffusion::kDefaultTimeBudgetSeconds) +
+                      "; a sprite classifier, at least 500 steps and 5 epochs")
       ->check(kNonNegative)
       ->capture_default_str();
+  sub->add_option("--time-budget", config->time_budget_s,
+                  "Train the epochs that fit in this much training time (900, 900s, 15m, 1.5h, "
+                  "1h30m; 0: none), at most --epochs: planned once from the speed of the run's "
+                  "first steps (evaluations and sample sheets not counted). A generator without "
+                  "--epochs takes " +
+                      train::duration_text(diffusion::kDefaultTimeBudgetSeconds))
+      ->transform(CLI::Validator(
+          [](std::string& text) {
+            try {
+              text = c10::str(train::parse_duration(text));
+              return std::string();
+            } catch (const Error& e) {
+              return std::string(e.what());
+            }
+          },
+          "DURATION"));
   sub->add_option("--batch-size", config->batch_size, "Samples per step")
       ->check(kPositive)
       ->capture_default_str();
@@ -305,6 +326,12 @@ Subcommand add_train_command(CLI::App& app) {
             config->sample_every = std::max<int64_t>(1, config->epochs / 10);
             sub->get_option("--sample-every")->add_result(std::to_string(config->sample_every));
           }
+          // A generator's steps are bounded by time too: the defaults must fit a slow CPU, and a
+          // fast one takes every step (train/time_budget.h).
+          if (generator && sub->count("--time-budget") == 0) {
+            config->time_budget_s = diffusion::kDefaultTimeBudgetSeconds;
+            sub->get_option("--time-budget")->add_result(c10::str(config->time_budget_s));
+          }
           // config.toml records the epochs chosen, so `--config` repeats this run.
           sub->get_option("--epochs")->add_result(std::to_string(config->epochs));
           session.record_config(*sub);
@@ -314,10 +341,15 @@ Subcommand add_train_command(CLI::App& app) {
                   << (generator ? "about " + std::to_string(diffusion::kDefaultSteps)
                                 : "at least " + std::to_string(train::kSpriteClassifierSteps))
                   << " steps of " << config->batch_size << " from " << n << " sprites"
-                  << (generator ? ""
+                  << (generator ? config->time_budget_s > 0
+                                      ? ", fewer if they do not fit in " +
+                                            train::duration_text(config->time_budget_s) +
+                                            " of training"
+                                      : std::string()
                                 : ", at least " +
                                       std::to_string(train::kSpriteClassifierMinEpochs) + " epochs")
-                  << "; --epochs sets them)\n";
+                  << "; --epochs sets them" << (generator ? ", --time-budget the time" : "")
+                  << ")\n";
         }
         if (events) log_training_samples(*events, data.train);
         const train::TrainReport report =

@@ -27,9 +27,14 @@ struct GeneratorDesign {
       5.0;  // loss weight min(SNR, gamma) / (what the target's MSE weighs); 0 off
 };
 
-// Without --epochs a generator run takes about kDefaultSteps optimizer steps of `batch` sprites:
-// default_epochs = ceil(kDefaultSteps / max(1, train_samples / batch)), at least 1.
-constexpr int64_t kDefaultSteps = 3000;
+// Without --epochs a generator run takes about kDefaultSteps optimizer steps of `batch` sprites,
+// default_epochs = ceil(kDefaultSteps / max(1, train_samples / batch)), at least 1, or fewer
+// when they do not fit in kDefaultTimeBudgetSeconds of training (--time-budget, planned from the
+// run's own speed). On the DCSS items 4,522 steps beat 3,010 on both quality numbers; 15 minutes
+// of training leave room for the sample sheets and start-up inside the 20 minutes a default run
+// may take on a 2-core CPU (docs/sprites.md).
+constexpr int64_t kDefaultSteps = 4500;
+constexpr double kDefaultTimeBudgetSeconds = 15 * 60;
 int64_t default_epochs(int64_t train_samples, int64_t batch);
 
 // The per-sample weight of the MSE on `prediction`'s target that makes the loss

@@ -33,6 +33,9 @@ class ObserverList : public train::TrainObserver {
   void on_epoch(const train::EpochReport& report) override {
     for (auto* o : observers_) o->on_epoch(report);
   }
+  void on_plan(const train::BudgetPlan& plan) override {
+    for (auto* o : observers_) o->on_plan(plan);
+  }
   void on_samples(int64_t epoch, const torch::Tensor& sprites, int64_t per_class) override {
     for (auto* o : observers_) o->on_samples(epoch, sprites, per_class);
   }

@@ -149,6 +149,19 @@ void ProgressPrinter::on_epoch(const train::EpochReport& r) {
   print_line(line);
 }
 
+// Printed whatever the style: the run's length changes here.
+void ProgressPrinter::on_plan(const train::BudgetPlan& plan) {
+  if (options_.verbosity == Verbosity::kQuiet) return;
+  std::string line = "Time budget " + train::duration_text(plan.budget_s) + ": " +
+                     std::to_string(plan.epochs) + (plan.epochs == 1 ? " epoch, " : " epochs, ") +
+                     std::to_string(plan.steps) +
+                     " steps at " + fixed(plan.seconds_per_step, 3) + " s a step";
+  line += plan.epochs < plan.max_epochs ? " (of at most " + std::to_string(plan.max_epochs) + ")"
+                                        : " (all of --epochs fit)";
+  print_line(line);
+  if (options_.style.redraw) redraw();
+}
+
 void ProgressPrinter::on_samples(int64_t epoch, const torch::Tensor& sprites,
                                  int64_t /*per_class*/) {
   if (options_.verbosity != Verbosity::kVerbose) return;

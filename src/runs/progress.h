@@ -33,6 +33,7 @@ class ProgressPrinter : public train::TrainObserver {
   void on_step(const train::StepTick& tick) override;
   void on_log(const train::StepLog& log) override;
   void on_epoch(const train::EpochReport& report) override;
+  void on_plan(const train::BudgetPlan& plan) override;
   void on_samples(int64_t epoch, const torch::Tensor& sprites, int64_t per_class) override;
   // Ends a progress line left on the screen (before an error message, say).
   void finish_line();

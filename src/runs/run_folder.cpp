@@ -277,6 +277,7 @@ RunRecorder::Finished RunRecorder::finish(const train::TrainReport& report,
   summary["steps"] = report.steps;
   summary["train_seconds"] = report.train_seconds;
   summary["eval_seconds"] = report.eval_seconds;
+  if (report.budget) summary["time_budget"] = train::budget_json(*report.budget);
   nlohmann::json end_values = {{"train_seconds", report.train_seconds}};
   if (report.has_test) {
     summary["test"] = {{"loss", finite(report.test.loss)}, {"samples", report.test.samples}};

@@ -35,6 +35,9 @@ struct TrainConfig {
   std::string data_dir = data::kDefaultFashionMnistDir;
   std::string device = "auto";  // auto | cpu | cuda | cuda:N | mps
   int64_t epochs = 5;
+  // --time-budget: seconds of training this run may take (0 = none). The Trainer plans how many
+  // epochs fit from the speed of its first steps, at most `epochs` (train/time_budget.h).
+  double time_budget_s = 0;
   int64_t batch_size = 64;
   double lr = 1e-3;
   std::string optimizer = "adam";        // adam | adamw | sgd (train/flat_optimizer.h)

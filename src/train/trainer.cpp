@@ -20,6 +20,7 @@
 #include "train/optimization.h"
 #include "train/parallel.h"
 #include "train/run_state.h"
+#include "train/time_budget.h"
 #include "train/train_step.h"
 
 namespace spritetorch::train {
@@ -142,6 +143,9 @@ class TrainingRun {
   // last_test_ and evals_ (rank 0), checked against --target-accuracy. Returns whether the run
   // stops here, agreed by every rank (each calls it at the same steps).
   bool evaluate_point(int64_t epoch, int64_t step, bool keep_predictions);
+  // --time-budget, after every step: starts the clock after kBudgetSkipSteps steps and, after
+  // kBudgetTimedSteps more, sets epochs_ to what fits (rank 0's plan on every rank).
+  void follow_budget(int64_t epoch);
 
   const TrainConfig& config_;
   Task& task_;
@@ -163,6 +167,9 @@ class TrainingRun {
   int64_t start_epoch_ = 0;
   int64_t start_steps_ = 0;            // optimizer steps before this run (resumed)
   int64_t steps_done_ = 0;             // optimizer steps in this run
+  int64_t epochs_ = 0;  // the run's epochs in total: --epochs, or what --time-budget planned
+  double budget_clock_start_ = 0;     // training seconds when the timed steps began
+  std::optional<BudgetPlan> budget_;  // the plan, once made
   std::optional<RunState> run_state_;  // resuming mid-epoch: where
 
   data::AugmentOptions augment_;
@@ -195,7 +202,8 @@ TrainingRun::TrainingRun(const TrainConfig& config, Task& task, const Datasets& 
       run_base_(run_checkpoint_base(config)),
       parallel_(config, distributed::process_env()),
       device_(parallel_.pick_device(config.device)),
-      optimization_(optimization_of(config)) {
+      optimization_(optimization_of(config)),
+      epochs_(config.epochs) {
   if (!parallel_.is_main()) observer_ = &silent_;  // under ddp only rank 0 talks to the observer
   check_task_options();
   if (!config_.resume.empty()) {
@@ -339,7 +347,7 @@ void TrainingRun::set_up_data_paths() {
   train_path_ = data::make_data_path(train_data, device_, train_options, config_.data_path);
   train_path_.loader->use_thread_pool(step_->thread_pool());
   steps_ = train_path_.loader->batches_per_epoch();
-  if (steps_ == 0 && config_.epochs > start_epoch_)
+  if (steps_ == 0 && epochs_ > start_epoch_)
     throw Error("the training data (" + std::to_string(train_data.size()) +
                     " samples on this rank) fills no batch of " +
                     std::to_string(config_.batch_size) +
@@ -362,7 +370,7 @@ Settings TrainingRun::describe() const {
       {"data path", train_path_.description},
       {"batch", std::to_string(config_.batch_size) + (drop_last_ ? " (drop last)" : "")},
       {"epochs",
-       std::to_string(config_.epochs) +
+       std::to_string(epochs_) + (config_.time_budget_s > 0 ? " at most" : "") +
            (start_epoch_ ? " (resuming after " + std::to_string(start_epoch_) + ")" : "")},
       {"optimizer", optimization_.describe() + " (flat buffers)"},
       {"augment", augment_.describe()},
@@ -379,6 +387,11 @@ Settings TrainingRun::describe() const {
       {"strategy", parallel_.describe()},
   };
   settings.insert(settings.end(), common.begin(), common.end());
+  if (config_.time_budget_s > 0)
+    settings.emplace_back(
+        "time budget", duration_text(config_.time_budget_s) + " of training: the epochs that fit, " +
+                           "planned from the speed of steps " + std::to_string(kBudgetSkipSteps + 1) +
+                           "-" + std::to_string(kBudgetSkipSteps + kBudgetTimedSteps));
   if (channels_last_) settings.emplace_back("memory format", "channels_last");
   if (graph_step_)
     settings.emplace_back("cuda graphs", "whole step captured after " +
@@ -414,6 +427,26 @@ Checkpoint TrainingRun::make_checkpoint(int64_t epochs_done, int64_t steps) cons
   checkpoint.optimizer = optimizer_->state();
   task_.save(checkpoint);
   return checkpoint;
+}
+
+void TrainingRun::follow_budget(int64_t epoch) {
+  if (steps_done_ == kBudgetSkipSteps) budget_clock_start_ = train_seconds_now();
+  if (steps_done_ != kBudgetSkipSteps + kBudgetTimedSteps) return;
+  const double now = train_seconds_now();
+  BudgetPlan plan;
+  plan.budget_s = config_.time_budget_s;
+  plan.timed_steps = kBudgetTimedSteps;
+  plan.seconds_per_step = (now - budget_clock_start_) / static_cast<double>(kBudgetTimedSteps);
+  plan.max_epochs = epochs_;
+  const int64_t planned = epochs_within_budget({config_.time_budget_s, now, plan.seconds_per_step,
+                                                steps_done_, steps_, start_epoch_, epoch, epochs_});
+  // ddp: every rank runs rank 0's plan (their clocks differ; their epochs must not).
+  plan.epochs = static_cast<int64_t>(
+      parallel_.sum({parallel_.is_main() ? static_cast<double>(planned) : 0.0})[0]);
+  plan.steps = (plan.epochs - start_epoch_) * steps_;
+  epochs_ = plan.epochs;
+  budget_ = plan;
+  observer_->on_plan(plan);
 }
 
 double TrainingRun::train_seconds_now() const {
@@ -502,7 +535,7 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
                                "the model");
     const int64_t b = batch.labels.size(0);
     if (augment_.enabled()) batch.inputs = data::augment_batch(batch.inputs, augment_);
-    optimization_.set_step_lr(*optimizer_, epoch * steps_ + step, steps_, config_.epochs);
+    optimization_.set_step_lr(*optimizer_, epoch * steps_ + step, steps_, epochs_);
     try {
       if (graph_step_) {
         graph_step_->run(batch, progress.interval_loss, progress.correct);
@@ -522,7 +555,8 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
     progress.samples += b;
     ++step;
     ++steps_done_;
-    observer_->on_step({epoch + 1, config_.epochs, step, steps_, progress.samples});
+    if (config_.time_budget_s > 0 && !budget_) follow_budget(epoch);
+    observer_->on_step({epoch + 1, epochs_, step, steps_, progress.samples});
     if (config_.log_every > 0 && step % config_.log_every == 0) {
       const auto interval = parallel_.sum(
           {progress.interval_loss.item<double>(), static_cast<double>(progress.interval_samples)});
@@ -561,7 +595,7 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
                                      static_cast<double>(progress.samples)});
   EpochReport er;
   er.epoch = epoch + 1;
-  er.epochs = config_.epochs;
+  er.epochs = epochs_;
   er.samples = static_cast<int64_t>(totals[2]);
   er.loss = totals[0] / static_cast<double>(std::max<int64_t>(er.samples, 1));
   er.accuracy = totals[1] / static_cast<double>(std::max<int64_t>(er.samples, 1));
@@ -596,13 +630,13 @@ TrainReport TrainingRun::run() {
   // with a checkpoint; the application's hooks run now (train/interrupt.h).
   LoopScope loop_scope;
   const bool has_test = test_path_.loader != nullptr;
-  int64_t epochs_done = std::max(config_.epochs, start_epoch_);
-  for (int64_t epoch = start_epoch_; epoch < config_.epochs; ++epoch) {
+  int64_t epochs_done = -1;  // set when the run stops early
+  for (int64_t epoch = start_epoch_; epoch < epochs_; ++epoch) {
     EpochReport er = train_epoch(epoch);
     const bool stopped_within = stop_;
     // The test set after this epoch, for the test curves: rank 0 only, outside train_seconds. The
     // last epoch's evaluation is the final one (with predictions): no second pass.
-    bool last_epoch = epoch + 1 == config_.epochs || stop_;
+    bool last_epoch = epoch + 1 == epochs_ || stop_;
     const int64_t global_step = (epoch + 1) * steps_;
     const bool due = last_epoch ||
                      (config_.eval_every > 0 && (epoch + 1) % config_.eval_every == 0) ||
@@ -629,7 +663,9 @@ TrainReport TrainingRun::run() {
       break;
     }
   }
+  if (epochs_done < 0) epochs_done = std::max(epochs_, start_epoch_);
   report.train_seconds = train_seconds_now();
+  report.budget = budget_;
   report.eval_seconds = eval_seconds_;
   report.sample_seconds = sample_seconds_;
   report.steps = start_steps_ + steps_done_;

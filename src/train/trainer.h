@@ -20,6 +20,7 @@
 #include "train/config.h"
 #include "train/evaluator.h"
 #include "train/task.h"
+#include "train/time_budget.h"
 
 namespace spritetorch::train {
 
@@ -82,6 +83,9 @@ struct TrainReport {
   // stop_at_target the run ended there.
   std::optional<EvalPoint> target_reached;
   bool stopped_at_target = false;
+  // --time-budget: the epochs planned (absent without a budget, or when the whole run was too
+  // short to time: it then trained its --epochs).
+  std::optional<BudgetPlan> budget;
   bool has_test = false;      // the test set was evaluated (it is not empty); rank 0 only
   EvalReport test;
   Misclassified misclassified;  // from the final evaluation (no extra pass), classifiers only
@@ -97,6 +101,9 @@ class TrainObserver {
   virtual void on_step(const StepTick& /*tick*/) {}
   virtual void on_log(const StepLog& /*log*/) {}
   virtual void on_epoch(const EpochReport& /*report*/) {}
+  // --time-budget: once, when the run's epochs are planned (StepTick and EpochReport carry the
+  // planned number from then on).
+  virtual void on_plan(const BudgetPlan& /*plan*/) {}
   // Generators (sample_every): sprites (N, 4, S, S) uint8 on the CPU, drawn with the EMA weights
   // after `epoch` (1-based), `per_class` consecutive sprites per class.
   virtual void on_samples(int64_t /*epoch*/, const torch::Tensor& /*sprites*/,

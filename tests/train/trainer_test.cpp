@@ -161,6 +161,64 @@ TEST(Trainer, LrScheduleIsAFunctionOfTheGlobalStepSoResumeContinuesIt) {
       << "the schedule changed nothing";
 }
 
+// --time-budget: a budget no step fits in ends the run after the epoch in progress, and the
+// schedule it follows is that of the planned length (the plan falls inside the lr warm-up), so it
+// equals a run asked for that many epochs.
+TEST(Trainer, TimeBudgetPlansTheEpochsThatFitAndTheScheduleFollows) {
+  struct PlanLog : TrainObserver {
+    std::vector<BudgetPlan> plans;
+    std::vector<EpochReport> epochs;
+    void on_plan(const BudgetPlan& plan) override { plans.push_back(plan); }
+    void on_epoch(const EpochReport& report) override { epochs.push_back(report); }
+  } observer;
+  ScratchDir dir;
+  TrainConfig budget = dummy_sgd_run(&dir, "budget.pt");  // 64 steps an epoch
+  budget.lr_schedule = "cosine";
+  budget.warmup_steps = 40;
+  budget.epochs = 20;
+  budget.time_budget_s = 1e-9;
+  const auto report = run_training(budget, &observer);
+  ASSERT_TRUE(report.budget.has_value());
+  EXPECT_EQ(report.budget->epochs, 1);
+  EXPECT_EQ(report.budget->max_epochs, 20);
+  EXPECT_EQ(report.budget->steps, 64);
+  EXPECT_EQ(report.budget->timed_steps, kBudgetTimedSteps);
+  EXPECT_GT(report.budget->seconds_per_step, 0);
+  ASSERT_EQ(observer.plans.size(), 1u);
+  ASSERT_EQ(report.epochs.size(), 1u);
+  EXPECT_EQ(observer.epochs.at(0).epochs, 1);  // the planned length, from the first epoch's end
+  EXPECT_EQ(load_checkpoint(budget.save).meta.at("epoch").get<int64_t>(), 1);
+  bool described = false;
+  for (const auto& [k, v] : report.settings) described |= k == "time budget";
+  EXPECT_TRUE(described);
+
+  TrainConfig one = budget;
+  one.save = dir.file("one.pt");
+  one.epochs = 1;
+  one.time_budget_s = 0;
+  EXPECT_FALSE(run_training(one).budget.has_value());
+  EXPECT_EQ(max_weight_difference(budget.save, one.save), 0.0);
+
+  TrainConfig ample = budget;  // everything fits: --epochs as asked
+  ample.save.clear();
+  ample.epochs = 3;
+  ample.time_budget_s = 1e9;
+  const auto all = run_training(ample);
+  ASSERT_TRUE(all.budget.has_value());
+  EXPECT_EQ(all.budget->epochs, 3);
+  EXPECT_EQ(all.epochs.size(), 3u);
+}
+
+TEST(Trainer, ARunTooShortToTimeTrainsItsEpochs) {
+  TrainConfig c = dummy_sgd_run();
+  c.train_limit = 640;  // 10 steps an epoch, 30 in all: fewer than the plan needs
+  c.epochs = 3;
+  c.time_budget_s = 1e-9;
+  const auto report = run_training(c);
+  EXPECT_FALSE(report.budget.has_value());
+  EXPECT_EQ(report.epochs.size(), 3u);
+}
+
 TEST(Trainer, LogLinesCarryTheScheduledLr) {
   struct LrLog : TrainObserver {
     std::vector<StepLog> logs;

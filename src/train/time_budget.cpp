@@ -1,0 +1,91 @@
+#include "train/time_budget.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "common/error.h"
+
+namespace spritetorch::train {
+
+double parse_duration(const std::string& text, const std::string& flag) {
+  const auto bad = [&] {
+    return Error("cannot read " + flag + " '" + text +
+                     "': expected a duration such as 900, 900s, 15m, 1.5h or 1h30m (0: none)",
+                 "");
+  };
+  if (text.empty()) throw bad();
+  double total = 0;
+  const char* p = text.c_str();
+  bool last_had_unit = true;  // a bare number (seconds) may only end the text
+  while (*p) {
+    if (!last_had_unit) throw bad();
+    if (!(std::isdigit(static_cast<unsigned char>(*p)) || *p == '.')) throw bad();
+    char* end = nullptr;
+    const double value = std::strtod(p, &end);
+    if (end == p || !std::isfinite(value) || value < 0) throw bad();
+    p = end;
+    double unit = 1;
+    last_had_unit = true;
+    switch (*p) {
+      case 'h':
+        unit = 3600;
+        ++p;
+        break;
+      case 'm':
+        unit = 60;
+        ++p;
+        break;
+      case 's':
+        ++p;
+        break;
+      case '\0':
+        last_had_unit = false;
+        break;
+      default:
+        throw bad();
+    }
+    total += value * unit;
+  }
+  if (!std::isfinite(total)) throw bad();
+  return total;
+}
+
+std::string duration_text(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const auto whole = static_cast<int64_t>(seconds);
+  const int64_t h = whole / 3600, m = whole / 60 % 60;
+  const double s = seconds - static_cast<double>(whole - whole % 60);
+  char buffer[48];
+  const bool fraction = std::fabs(s - std::round(s)) > 1e-9;
+  if (h > 0)
+    std::snprintf(buffer, sizeof buffer, fraction ? "%lld:%02lld:%04.1f" : "%lld:%02lld:%02.0f",
+                  static_cast<long long>(h), static_cast<long long>(m), s);
+  else
+    std::snprintf(buffer, sizeof buffer, fraction ? "%lld:%04.1f" : "%lld:%02.0f",
+                  static_cast<long long>(m), s);
+  return buffer;
+}
+
+nlohmann::json budget_json(const BudgetPlan& plan) {
+  return {{"budget_s", plan.budget_s},     {"seconds_per_step", plan.seconds_per_step},
+          {"timed_steps", plan.timed_steps}, {"epochs", plan.epochs},
+          {"max_epochs", plan.max_epochs},   {"steps", plan.steps}};
+}
+
+int64_t epochs_within_budget(const BudgetInput& in) {
+  const int64_t at_least = in.current_epoch + 1;
+  const int64_t at_most = std::max(in.max_epochs, at_least);
+  if (!(in.seconds_per_step > 0)) return at_most;
+  const double left_s = std::max(0.0, in.budget_s - in.used_s);
+  // Steps of this run in all: those done and those that fit in what is left.
+  const double steps = static_cast<double>(in.steps_done) + std::floor(left_s / in.seconds_per_step);
+  const double epochs =
+      static_cast<double>(in.start_epoch) +
+      std::floor(steps / static_cast<double>(std::max<int64_t>(in.steps_per_epoch, 1)));
+  if (epochs >= static_cast<double>(at_most)) return at_most;
+  return std::max(at_least, static_cast<int64_t>(epochs));
+}
+
+}  // namespace spritetorch::train

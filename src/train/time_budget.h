@@ -1,0 +1,57 @@
+// --time-budget: a run sized to a length of training time instead of a number of epochs. The
+// Trainer times the run's own steps early on (kBudgetSkipSteps, then kBudgetTimedSteps), and
+// from that speed plans how many epochs fit, at most the run's --epochs. The plan is made once,
+// inside the learning-rate warm-up of the default schedules, so the schedule the run follows is
+// the one of the planned length: a cosine decay still ends at the last step. A generator without
+// --epochs takes a budget by default (diffusion/generator_task.h), so its defaults fit a slow CPU
+// and take more steps on a fast one.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace spritetorch::train {
+
+// Steps not timed (the first allocations, autocast's weight casts, thread pools waking), then the
+// steps timed for the plan.
+constexpr int64_t kBudgetSkipSteps = 5;
+constexpr int64_t kBudgetTimedSteps = 30;
+
+// "900", "900s", "15m", "1.5h", "1h30m" -> seconds; "0" -> 0 (no budget). Throws Error naming
+// `flag` and the text when it is not a non-negative duration.
+double parse_duration(const std::string& text, const std::string& flag = "--time-budget");
+// 900 -> "15:00", 5400 -> "1:30:00", 12.5 -> "0:12.5"
+std::string duration_text(double seconds);
+
+struct BudgetInput {
+  double budget_s = 0;          // training time allowed this run
+  double used_s = 0;            // training time this run has taken so far
+  double seconds_per_step = 0;  // measured
+  int64_t steps_done = 0;       // optimizer steps this run has taken so far
+  int64_t steps_per_epoch = 1;
+  int64_t start_epoch = 0;    // epochs done before this run (resumed)
+  int64_t current_epoch = 0;  // 0-based epoch in progress
+  int64_t max_epochs = 1;     // --epochs: the plan never exceeds it
+};
+
+// The plan made from the speed of the run's first steps.
+struct BudgetPlan {
+  double budget_s = 0;          // training time allowed
+  double seconds_per_step = 0;  // measured over timed_steps steps
+  int64_t timed_steps = 0;
+  int64_t epochs = 0;      // planned, in total as --epochs counts them
+  int64_t max_epochs = 0;  // --epochs
+  int64_t steps = 0;       // optimizer steps of the planned run (this process)
+};
+
+// {"budget_s", "seconds_per_step", "timed_steps", "epochs", "max_epochs", "steps"}: for --json
+// and summary.json.
+nlohmann::json budget_json(const BudgetPlan& plan);
+
+// The epochs (in total, as --epochs counts them) whose steps fit in what is left of the budget at
+// the measured speed: at least the one in progress, at most max_epochs.
+int64_t epochs_within_budget(const BudgetInput& in);
+
+}  // namespace spritetorch::train
