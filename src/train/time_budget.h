@@ -16,8 +16,8 @@ namespace spritetorch::train {
 
 // Steps not timed (the first allocations, autocast's weight casts, thread pools waking), then the
 // steps timed for the plan.
-constexpr int64_t kBudgetSkipSteps = 5;
-constexpr int64_t kBudgetTimedSteps = 30;
+constexpr int64_t kBudgetSkipSteps = 10;
+constexpr int64_t kBudgetTimedSteps = 60;
 
 // "900", "900s", "15m", "1.5h", "1h30m" -> seconds; "0" -> 0 (no budget). Throws Error naming
 // `flag` and the text when it is not a non-negative duration.

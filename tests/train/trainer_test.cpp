@@ -161,9 +161,10 @@ TEST(Trainer, LrScheduleIsAFunctionOfTheGlobalStepSoResumeContinuesIt) {
       << "the schedule changed nothing";
 }
 
-// --time-budget: a budget no step fits in ends the run after the epoch in progress, and the
-// schedule it follows is that of the planned length (the plan falls inside the lr warm-up), so it
-// equals a run asked for that many epochs.
+// --time-budget: a budget no step fits in ends the run after the epoch in progress when the plan is
+// made (the second: 64 steps an epoch, the plan after 70), and the schedule it follows is that of
+// the planned length (the plan falls inside the lr warm-up), so it equals a run asked for that many
+// epochs.
 TEST(Trainer, TimeBudgetPlansTheEpochsThatFitAndTheScheduleFollows) {
   struct PlanLog : TrainObserver {
     std::vector<BudgetPlan> plans;
@@ -174,27 +175,29 @@ TEST(Trainer, TimeBudgetPlansTheEpochsThatFitAndTheScheduleFollows) {
   ScratchDir dir;
   TrainConfig budget = dummy_sgd_run(&dir, "budget.pt");  // 64 steps an epoch
   budget.lr_schedule = "cosine";
-  budget.warmup_steps = 40;
+  budget.warmup_steps = 80;
   budget.epochs = 20;
   budget.time_budget_s = 1e-9;
   const auto report = run_training(budget, &observer);
   ASSERT_TRUE(report.budget.has_value());
-  EXPECT_EQ(report.budget->epochs, 1);
+  ASSERT_EQ(kBudgetSkipSteps + kBudgetTimedSteps, 70);
+  EXPECT_EQ(report.budget->epochs, 2);
   EXPECT_EQ(report.budget->max_epochs, 20);
-  EXPECT_EQ(report.budget->steps, 64);
+  EXPECT_EQ(report.budget->steps, 128);
   EXPECT_EQ(report.budget->timed_steps, kBudgetTimedSteps);
   EXPECT_GT(report.budget->seconds_per_step, 0);
   ASSERT_EQ(observer.plans.size(), 1u);
-  ASSERT_EQ(report.epochs.size(), 1u);
-  EXPECT_EQ(observer.epochs.at(0).epochs, 1);  // the planned length, from the first epoch's end
-  EXPECT_EQ(load_checkpoint(budget.save).meta.at("epoch").get<int64_t>(), 1);
+  ASSERT_EQ(report.epochs.size(), 2u);
+  EXPECT_EQ(observer.epochs.at(0).epochs, 20);  // before the plan: --epochs
+  EXPECT_EQ(observer.epochs.at(1).epochs, 2);   // after it: the planned length
+  EXPECT_EQ(load_checkpoint(budget.save).meta.at("epoch").get<int64_t>(), 2);
   bool described = false;
   for (const auto& [k, v] : report.settings) described |= k == "time budget";
   EXPECT_TRUE(described);
 
   TrainConfig one = budget;
   one.save = dir.file("one.pt");
-  one.epochs = 1;
+  one.epochs = 2;
   one.time_budget_s = 0;
   EXPECT_FALSE(run_training(one).budget.has_value());
   EXPECT_EQ(max_weight_difference(budget.save, one.save), 0.0);
@@ -211,7 +214,7 @@ TEST(Trainer, TimeBudgetPlansTheEpochsThatFitAndTheScheduleFollows) {
 
 TEST(Trainer, ARunTooShortToTimeTrainsItsEpochs) {
   TrainConfig c = dummy_sgd_run();
-  c.train_limit = 640;  // 10 steps an epoch, 30 in all: fewer than the plan needs
+  c.train_limit = 640;  // 10 steps an epoch, 30 in all: fewer than the plan needs (70)
   c.epochs = 3;
   c.time_budget_s = 1e-9;
   const auto report = run_training(c);
