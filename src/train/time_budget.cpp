@@ -74,6 +74,23 @@ nlohmann::json budget_json(const BudgetPlan& plan) {
           {"max_epochs", plan.max_epochs},   {"steps", plan.steps}};
 }
 
+BudgetPlan budget_from_json(const nlohmann::json& json, const std::string& source) {
+  try {
+    BudgetPlan plan;
+    plan.budget_s = json.at("budget_s").get<double>();
+    plan.seconds_per_step = json.at("seconds_per_step").get<double>();
+    plan.timed_steps = json.at("timed_steps").get<int64_t>();
+    plan.epochs = json.at("epochs").get<int64_t>();
+    plan.max_epochs = json.at("max_epochs").get<int64_t>();
+    plan.steps = json.at("steps").get<int64_t>();
+    if (plan.epochs < 1) throw std::invalid_argument("epochs " + std::to_string(plan.epochs));
+    return plan;
+  } catch (const std::exception& e) {
+    throw DataError(source, "a time_budget plan (budget_s, seconds_per_step, epochs >= 1, ...)",
+                    e.what());
+  }
+}
+
 int64_t epochs_within_budget(const BudgetInput& in) {
   const int64_t at_least = in.current_epoch + 1;
   const int64_t at_most = std::max(in.max_epochs, at_least);

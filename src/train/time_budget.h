@@ -50,6 +50,10 @@ struct BudgetPlan {
 // and summary.json.
 nlohmann::json budget_json(const BudgetPlan& plan);
 
+// budget_json's object back (a checkpoint's "time_budget"); a DataError naming `source` when it is
+// not one.
+BudgetPlan budget_from_json(const nlohmann::json& json, const std::string& source);
+
 // The epochs (in total, as --epochs counts them) whose steps fit in what is left of the budget at
 // the measured speed: at least the one in progress, at most max_epochs.
 int64_t epochs_within_budget(const BudgetInput& in);

@@ -290,6 +290,12 @@ void TrainingRun::set_up_model() {
     }
     start_epoch_ = resumed_->meta.value("epoch", int64_t{0});
     start_steps_ = resumed_->meta.value("steps", int64_t{0});
+    // A run sized by --time-budget goes on with its plan, so its schedule keeps its length: a new
+    // plan from this process's speed would move the end of the cosine decay.
+    if (config_.time_budget_s > 0 && resumed_->meta.contains("time_budget")) {
+      budget_ = budget_from_json(resumed_->meta.at("time_budget"), config_.resume);
+      epochs_ = std::min(epochs_, budget_->epochs);
+    }
     run_state_ = load_run_state(*resumed_, device_, config_.resume);
     // Mid-epoch only: an epoch boundary may change --batch-size (its state carries just the RNG).
     if (run_state_ && run_state_->step > 0) check_mid_run_resume(config_, *resumed_, *run_state_);
@@ -389,9 +395,13 @@ Settings TrainingRun::describe() const {
   settings.insert(settings.end(), common.begin(), common.end());
   if (config_.time_budget_s > 0)
     settings.emplace_back(
-        "time budget", duration_text(config_.time_budget_s) + " of training: the epochs that fit, " +
-                           "planned from the speed of steps " + std::to_string(kBudgetSkipSteps + 1) +
-                           "-" + std::to_string(kBudgetSkipSteps + kBudgetTimedSteps));
+        "time budget",
+        budget_ ? "the plan of the run resumed: " + std::to_string(budget_->epochs) + " epochs (" +
+                      duration_text(budget_->budget_s) + " of training at " +
+                      c10::str(budget_->seconds_per_step) + " s a step)"
+                : duration_text(config_.time_budget_s) + " of training: the epochs that fit, " +
+                      "planned from the speed of steps " + std::to_string(kBudgetSkipSteps + 1) +
+                      "-" + std::to_string(kBudgetSkipSteps + kBudgetTimedSteps));
   if (channels_last_) settings.emplace_back("memory format", "channels_last");
   if (graph_step_)
     settings.emplace_back("cuda graphs", "whole step captured after " +
@@ -420,6 +430,7 @@ Checkpoint TrainingRun::make_checkpoint(int64_t epochs_done, int64_t steps) cons
       {"precision", precision::to_string(plan_.precision)},
   };
   checkpoint.meta.update(optimization_.meta(config_.lr_schedule));
+  if (budget_) checkpoint.meta["time_budget"] = budget_json(*budget_);
   if (scaler_) checkpoint.meta["grad_scaler"] = scaler_->state();
   if (data::is_sprite_dataset(config_.dataset))
     checkpoint.meta["sprites"] = data::sprite_options_json(config_.sprites);

@@ -212,6 +212,38 @@ TEST(Trainer, TimeBudgetPlansTheEpochsThatFitAndTheScheduleFollows) {
   EXPECT_EQ(all.epochs.size(), 3u);
 }
 
+// A run sized by --time-budget and resumed goes on with its plan (kept in its checkpoints), even
+// where the resumed process's own --epochs and budget would allow more: the same weights as the
+// run never interrupted.
+TEST(Trainer, AResumedRunKeepsThePlanOfTheRunItContinues) {
+  ScratchDir dir;
+  TrainConfig c = dummy_sgd_run(&dir, "straight.pt");  // 64 steps an epoch
+  c.lr_schedule = "cosine";
+  c.warmup_steps = 80;
+  c.epochs = 4;
+  c.time_budget_s = 1e9;  // everything fits: the plan is the 4 epochs
+  const auto straight = run_training(c);
+  ASSERT_TRUE(straight.budget.has_value());
+  ASSERT_EQ(straight.budget->epochs, 4);
+
+  TrainConfig again = c;
+  again.checkpoint_every = 2 * 64;
+  again.save = dir.file("again.pt");
+  run_training(again);
+  TrainConfig resumed = c;
+  resumed.model.clear();
+  resumed.resume = periodic_checkpoint_path(again.save, 2 * 64);
+  resumed.save = dir.file("resumed.pt");
+  resumed.epochs = 40;  // a new plan would take 40 epochs and stretch the cosine
+  const auto report = run_training(resumed);
+  ASSERT_TRUE(report.budget.has_value());
+  EXPECT_EQ(report.budget->epochs, 4);
+  ASSERT_FALSE(report.epochs.empty());
+  EXPECT_EQ(report.epochs.back().epoch, 4);
+  EXPECT_EQ(report.epochs.back().epochs, 4);
+  EXPECT_EQ(max_weight_difference(c.save, resumed.save), 0.0);
+}
+
 TEST(Trainer, ARunTooShortToTimeTrainsItsEpochs) {
   TrainConfig c = dummy_sgd_run();
   c.train_limit = 640;  // 10 steps an epoch, 30 in all: fewer than the plan needs (70)
