@@ -108,16 +108,18 @@ Subcommand add_train_command(CLI::App& app) {
                   "Unset: 5; a generator, about " +
                       std::to_string(diffusion::kDefaultSteps) +
                       " steps' worth within a time budget of " +
-                      train::duration_text(diffusion::kDefaultTimeBudgetSeconds) +
+                      std::to_string(static_cast<int>(diffusion::kDefaultTimeBudgetSeconds / 60)) +
+                      " minutes" +
                       "; a sprite classifier, at least 500 steps and 5 epochs")
       ->check(kNonNegative)
       ->capture_default_str();
   sub->add_option("--time-budget", config->time_budget_s,
                   "Train the epochs that fit in this much training time (900, 900s, 15m, 1.5h, "
                   "1h30m; 0: none), at most --epochs: planned once from the speed of the run's "
-                  "first steps (evaluations and sample sheets not counted). A generator without "
-                  "--epochs takes " +
-                      train::duration_text(diffusion::kDefaultTimeBudgetSeconds))
+                  "first steps (evaluations and sample sheets not counted); a --config file gives "
+                  "seconds. A generator without --epochs takes " +
+                      std::to_string(static_cast<int>(diffusion::kDefaultTimeBudgetSeconds / 60)) +
+                      " minutes")
       ->transform(CLI::Validator(
           [](std::string& text) {
             try {
