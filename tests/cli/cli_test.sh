@@ -293,6 +293,9 @@ check "config.toml records a generator's automatic epochs ($n)" \
   bash -c "[ -n '$n' ] && [ '$n' != 5 ] && grep -q '^epochs = $n\$' '$tmp/gauto/config.toml'"
 check "config.toml records a generator's default time budget" \
   grep -q '^time-budget = 900\(\.0\)\?$' "$tmp/gauto/config.toml"
+every=$(( ${n:-0} / 50 > 1 ? ${n:-0} / 50 : 1 ))
+check "config.toml records a generator's automatic evaluation interval ($every: epochs / 50)" \
+  grep -q "^eval-every = $every\$" "$tmp/gauto/config.toml"
 check "a generator's automatic epochs say the time budget" \
   grep -q "fewer if they do not fit in 15:00 of training; --epochs sets them, --time-budget the time)" "$tmp/gauto.log"
 check "summary.json names the checkpoint and the test accuracy" python3 -c "
