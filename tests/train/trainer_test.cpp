@@ -126,6 +126,20 @@ double max_weight_difference(const std::string& a_path, const std::string& b_pat
   return worst;
 }
 
+// `c` run again keeping a periodic checkpoint after epoch 2 (64 steps an epoch of dummy_sgd_run),
+// and the run that resumes from it into dir's "resumed.pt", to be run by the caller.
+TrainConfig resumed_after_two_epochs(const TrainConfig& c, const ScratchDir& dir) {
+  TrainConfig again = c;
+  again.checkpoint_every = 2 * 64;
+  again.save = dir.file("again.pt");
+  run_training(again);
+  TrainConfig resumed = c;
+  resumed.model.clear();
+  resumed.resume = periodic_checkpoint_path(again.save, 2 * 64);
+  resumed.save = dir.file("resumed.pt");
+  return resumed;
+}
+
 TEST(Trainer, LrScheduleIsAFunctionOfTheGlobalStepSoResumeContinuesIt) {
   ScratchDir dir;
   TrainConfig c = dummy_sgd_run(&dir, "straight.pt");
@@ -142,15 +156,7 @@ TEST(Trainer, LrScheduleIsAFunctionOfTheGlobalStepSoResumeContinuesIt) {
 
   // The same run again, keeping a checkpoint after epoch 2 (64 steps per epoch), resumed from it:
   // the second half must follow the same curve (its lr from the global step, not from zero).
-  TrainConfig again = c;
-  again.checkpoint_every = 2 * 64;
-  again.save = dir.file("again.pt");
-  run_training(again);
-  TrainConfig resumed = c;
-  resumed.model.clear();
-  resumed.resume = periodic_checkpoint_path(again.save, 2 * 64);
-  resumed.save = dir.file("resumed.pt");
-  run_training(resumed);
+  run_training(resumed_after_two_epochs(c, dir));
   EXPECT_EQ(max_weight_difference(dir.file("straight.pt"), dir.file("resumed.pt")), 0.0);
 
   TrainConfig constant = dummy_sgd_run(&dir, "constant.pt");
@@ -226,14 +232,7 @@ TEST(Trainer, AResumedRunKeepsThePlanOfTheRunItContinues) {
   ASSERT_TRUE(straight.budget.has_value());
   ASSERT_EQ(straight.budget->epochs, 4);
 
-  TrainConfig again = c;
-  again.checkpoint_every = 2 * 64;
-  again.save = dir.file("again.pt");
-  run_training(again);
-  TrainConfig resumed = c;
-  resumed.model.clear();
-  resumed.resume = periodic_checkpoint_path(again.save, 2 * 64);
-  resumed.save = dir.file("resumed.pt");
+  TrainConfig resumed = resumed_after_two_epochs(c, dir);
   resumed.epochs = 40;  // a new plan would take 40 epochs and stretch the cosine
   const auto report = run_training(resumed);
   ASSERT_TRUE(report.budget.has_value());
