@@ -6,6 +6,7 @@
 #include "checks.h"
 #include "commands.h"
 #include "common/error.h"
+#include "common/timer.h"
 #include "data/sprite_sources.h"
 #include "device/device.h"
 #include "diffusion/generator_task.h"
@@ -103,13 +104,13 @@ Subcommand add_train_command(CLI::App& app) {
   sub->add_option("--data", config->data_dir,
                   "Folder with the Fashion-MNIST IDX files (plain or .gz)")
       ->capture_default_str();
+  const std::string generator_budget =
+      std::to_string(static_cast<int>(diffusion::kDefaultTimeBudgetSeconds / 60)) + " minutes";
   sub->add_option("--epochs", config->epochs,
                   "Epochs to train (in total, when resuming; with --time-budget, the most). "
                   "Unset: 5; a generator, about " +
                       std::to_string(diffusion::kDefaultSteps) +
-                      " steps' worth within a time budget of " +
-                      std::to_string(static_cast<int>(diffusion::kDefaultTimeBudgetSeconds / 60)) +
-                      " minutes" +
+                      " steps' worth within a time budget of " + generator_budget +
                       "; a sprite classifier, at least 500 steps and 5 epochs")
       ->check(kNonNegative)
       ->capture_default_str();
@@ -118,8 +119,7 @@ Subcommand add_train_command(CLI::App& app) {
                   "1h30m; 0: none), at most --epochs: planned once from the speed of the run's "
                   "first steps (evaluations and sample sheets not counted); a --config file gives "
                   "seconds. A generator without --epochs takes " +
-                      std::to_string(static_cast<int>(diffusion::kDefaultTimeBudgetSeconds / 60)) +
-                      " minutes")
+                      generator_budget)
       ->transform(CLI::Validator(
           [](std::string& text) {
             try {
@@ -349,13 +349,14 @@ Subcommand add_train_command(CLI::App& app) {
                   << (generator ? "about " + std::to_string(diffusion::kDefaultSteps)
                                 : "at least " + std::to_string(train::kSpriteClassifierSteps))
                   << " steps of " << config->batch_size << " from " << n << " sprites"
-                  << (generator ? config->time_budget_s > 0
-                                      ? ", fewer if they do not fit in " +
-                                            train::duration_text(config->time_budget_s) +
-                                            " of training"
-                                      : std::string()
-                                : ", at least " +
-                                      std::to_string(train::kSpriteClassifierMinEpochs) + " epochs")
+                  << (generator
+                          ? config->time_budget_s > 0
+                                ? ", fewer if they do not fit in " +
+                                      format_duration(config->time_budget_s, /*keep_tenths=*/true) +
+                                      " of training"
+                                : std::string()
+                          : ", at least " + std::to_string(train::kSpriteClassifierMinEpochs) +
+                                " epochs")
                   << "; --epochs sets them" << (generator ? ", --time-budget the time" : "")
                   << ")\n";
         }

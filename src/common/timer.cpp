@@ -1,5 +1,8 @@
 #include "common/timer.h"
 
+#include <cmath>
+#include <cstdio>
+
 #if SPRITETORCH_WITH_CUDA
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -17,6 +20,22 @@ void synchronize(const torch::Device& device) {
   (void)device;
 #endif
   // MPS: LibTorch 1.13 exposes no C++ synchronise; a .cpu() copy of a result is the barrier there.
+}
+
+std::string format_duration(double seconds, bool keep_tenths) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const bool tenths = keep_tenths && std::fabs(seconds - std::round(seconds)) > 1e-9;
+  const auto whole = static_cast<long long>(tenths ? seconds : std::round(seconds));
+  const long long h = whole / 3600, m = whole / 60 % 60;
+  const double s =
+      tenths ? seconds - static_cast<double>(whole - whole % 60) : static_cast<double>(whole % 60);
+  char buffer[48];
+  if (h > 0)
+    std::snprintf(buffer, sizeof buffer, tenths ? "%lld:%02lld:%04.1f" : "%lld:%02lld:%02.0f", h, m,
+                  s);
+  else
+    std::snprintf(buffer, sizeof buffer, tenths ? "%lld:%04.1f" : "%lld:%02.0f", whole / 60, s);
+  return buffer;
 }
 
 }  // namespace spritetorch

@@ -5,11 +5,16 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <string>
 
 namespace spritetorch {
 
 // Blocks until every kernel queued on `device` has finished (a no-op on the CPU).
 void synchronize(const torch::Device& device);
+
+// "1:05", "1:02:03" (rounded to the second); "?" for a negative or non-finite duration. With
+// keep_tenths a duration that is not a whole number of seconds keeps its tenths: "0:12.5".
+std::string format_duration(double seconds, bool keep_tenths = false);
 
 class DeviceTimer {
  public:

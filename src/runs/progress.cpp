@@ -7,6 +7,8 @@
 #include <ostream>
 #include <utility>
 
+#include "common/timer.h"
+
 namespace spritetorch::runs {
 
 namespace {
@@ -20,19 +22,6 @@ std::string fixed(double v, int digits) {
 }
 
 }  // namespace
-
-std::string format_duration(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "?";
-  const auto total = static_cast<int64_t>(std::llround(seconds));
-  char buffer[48];
-  if (total >= 3600)
-    std::snprintf(buffer, sizeof buffer, "%lld:%02lld:%02lld", static_cast<long long>(total / 3600),
-                  static_cast<long long>(total / 60 % 60), static_cast<long long>(total % 60));
-  else
-    std::snprintf(buffer, sizeof buffer, "%lld:%02lld", static_cast<long long>(total / 60),
-                  static_cast<long long>(total % 60));
-  return buffer;
-}
 
 ProgressPrinter::ProgressPrinter(std::ostream& out, ProgressOptions options)
     : out_(out), options_(std::move(options)) {
@@ -152,10 +141,10 @@ void ProgressPrinter::on_epoch(const train::EpochReport& r) {
 // Printed whatever the style: the run's length changes here.
 void ProgressPrinter::on_plan(const train::BudgetPlan& plan) {
   if (options_.verbosity == Verbosity::kQuiet) return;
-  std::string line = "Time budget " + train::duration_text(plan.budget_s) + ": " +
+  std::string line = "Time budget " + format_duration(plan.budget_s, /*keep_tenths=*/true) + ": " +
                      std::to_string(plan.epochs) + (plan.epochs == 1 ? " epoch, " : " epochs, ") +
-                     std::to_string(plan.steps) +
-                     " steps at " + fixed(plan.seconds_per_step, 3) + " s a step";
+                     std::to_string(plan.steps) + " steps at " + fixed(plan.seconds_per_step, 3) +
+                     " s a step";
   line += plan.epochs < plan.max_epochs ? " (of at most " + std::to_string(plan.max_epochs) + ")"
                                         : " (all of --epochs fit)";
   print_line(line);

@@ -55,7 +55,5 @@ class ProgressPrinter : public train::TrainObserver {
   size_t drawn_width_ = 0;        // characters of the progress line on screen (0: none)
 };
 
-// "1:05", "1:02:03"; "?" for a negative or non-finite duration.
-std::string format_duration(double seconds);
 
 }  // namespace spritetorch::runs

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 
 #include "common/error.h"
@@ -52,24 +51,8 @@ double parse_duration(const std::string& text, const std::string& flag) {
   return total;
 }
 
-std::string duration_text(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "?";
-  const auto whole = static_cast<int64_t>(seconds);
-  const int64_t h = whole / 3600, m = whole / 60 % 60;
-  const double s = seconds - static_cast<double>(whole - whole % 60);
-  char buffer[48];
-  const bool fraction = std::fabs(s - std::round(s)) > 1e-9;
-  if (h > 0)
-    std::snprintf(buffer, sizeof buffer, fraction ? "%lld:%02lld:%04.1f" : "%lld:%02lld:%02.0f",
-                  static_cast<long long>(h), static_cast<long long>(m), s);
-  else
-    std::snprintf(buffer, sizeof buffer, fraction ? "%lld:%04.1f" : "%lld:%02.0f",
-                  static_cast<long long>(m), s);
-  return buffer;
-}
-
 nlohmann::json budget_json(const BudgetPlan& plan) {
-  return {{"budget_s", plan.budget_s},     {"seconds_per_step", plan.seconds_per_step},
+  return {{"budget_s", plan.budget_s},       {"seconds_per_step", plan.seconds_per_step},
           {"timed_steps", plan.timed_steps}, {"epochs", plan.epochs},
           {"max_epochs", plan.max_epochs},   {"steps", plan.steps}};
 }
@@ -97,7 +80,8 @@ int64_t epochs_within_budget(const BudgetInput& in) {
   if (!(in.seconds_per_step > 0)) return at_most;
   const double left_s = std::max(0.0, in.budget_s - in.used_s);
   // Steps of this run in all: those done and those that fit in what is left.
-  const double steps = static_cast<double>(in.steps_done) + std::floor(left_s / in.seconds_per_step);
+  const double steps =
+      static_cast<double>(in.steps_done) + std::floor(left_s / in.seconds_per_step);
   const double epochs =
       static_cast<double>(in.start_epoch) +
       std::floor(steps / static_cast<double>(std::max<int64_t>(in.steps_per_epoch, 1)));

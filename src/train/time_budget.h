@@ -22,8 +22,6 @@ constexpr int64_t kBudgetTimedSteps = 60;
 // "900", "900s", "15m", "1.5h", "1h30m" -> seconds; "0" -> 0 (no budget). Throws Error naming
 // `flag` and the text when it is not a non-negative duration.
 double parse_duration(const std::string& text, const std::string& flag = "--time-budget");
-// 900 -> "15:00", 5400 -> "1:30:00", 12.5 -> "0:12.5"
-std::string duration_text(double seconds);
 
 struct BudgetInput {
   double budget_s = 0;          // training time allowed this run

@@ -165,11 +165,11 @@ class TrainingRun {
   std::unique_ptr<FlatOptimizer> optimizer_;
   std::unique_ptr<precision::GradScaler> scaler_;  // fp16 only
   int64_t start_epoch_ = 0;
-  int64_t start_steps_ = 0;            // optimizer steps before this run (resumed)
-  int64_t steps_done_ = 0;             // optimizer steps in this run
-  int64_t epochs_ = 0;  // the run's epochs in total: --epochs, or what --time-budget planned
-  double budget_clock_start_ = 0;     // training seconds when the timed steps began
-  std::optional<BudgetPlan> budget_;  // the plan, once made
+  int64_t start_steps_ = 0;  // optimizer steps before this run (resumed)
+  int64_t steps_done_ = 0;   // optimizer steps in this run
+  int64_t epochs_ = 0;       // the run's epochs in total: --epochs, or what --time-budget planned
+  double budget_clock_start_ = 0;      // training seconds when the timed steps began
+  std::optional<BudgetPlan> budget_;   // the plan, once made
   std::optional<RunState> run_state_;  // resuming mid-epoch: where
 
   data::AugmentOptions augment_;
@@ -397,11 +397,12 @@ Settings TrainingRun::describe() const {
     settings.emplace_back(
         "time budget",
         budget_ ? "the plan of the run resumed: " + std::to_string(budget_->epochs) + " epochs (" +
-                      duration_text(budget_->budget_s) + " of training at " +
-                      c10::str(budget_->seconds_per_step) + " s a step)"
-                : duration_text(config_.time_budget_s) + " of training: the epochs that fit, " +
-                      "planned from the speed of steps " + std::to_string(kBudgetSkipSteps + 1) +
-                      "-" + std::to_string(kBudgetSkipSteps + kBudgetTimedSteps));
+                      format_duration(budget_->budget_s, /*keep_tenths=*/true) +
+                      " of training at " + c10::str(budget_->seconds_per_step) + " s a step)"
+                : format_duration(config_.time_budget_s, /*keep_tenths=*/true) +
+                      " of training: the epochs that fit, " + "planned from the speed of steps " +
+                      std::to_string(kBudgetSkipSteps + 1) + "-" +
+                      std::to_string(kBudgetSkipSteps + kBudgetTimedSteps));
   if (channels_last_) settings.emplace_back("memory format", "channels_last");
   if (graph_step_)
     settings.emplace_back("cuda graphs", "whole step captured after " +

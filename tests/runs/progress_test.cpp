@@ -3,6 +3,7 @@
 
 #include <sstream>
 
+#include "common/timer.h"
 #include "runs/progress.h"
 #include "runs/terminal.h"
 
@@ -104,6 +105,12 @@ TEST(FormatDuration, MinutesAndHours) {
   EXPECT_EQ(format_duration(65.4), "1:05");
   EXPECT_EQ(format_duration(3723), "1:02:03");
   EXPECT_EQ(format_duration(-1), "?");
+  // keep_tenths (a --time-budget's text): whole seconds as before, a fraction kept to tenths.
+  EXPECT_EQ(format_duration(900, true), "15:00");
+  EXPECT_EQ(format_duration(65, true), "1:05");
+  EXPECT_EQ(format_duration(5400, true), "1:30:00");
+  EXPECT_EQ(format_duration(12.5, true), "0:12.5");
+  EXPECT_EQ(format_duration(-1, true), "?");
 }
 
 }  // namespace

@@ -31,14 +31,6 @@ TEST(TimeBudget, ABadDurationIsAnErrorNamingTheFlagAndTheText) {
   }
 }
 
-TEST(TimeBudget, DurationTextIsMinutesAndSeconds) {
-  EXPECT_EQ(duration_text(900), "15:00");
-  EXPECT_EQ(duration_text(65), "1:05");
-  EXPECT_EQ(duration_text(5400), "1:30:00");
-  EXPECT_EQ(duration_text(12.5), "0:12.5");
-  EXPECT_EQ(duration_text(-1), "?");
-}
-
 TEST(TimeBudget, EpochsAreWhatFitsBetweenTheEpochInProgressAndTheMost) {
   // 100 s allowed, 10 used by 35 steps, 0.1 s a step: 35 + 900 = 935 steps, 9 epochs of 100.
   BudgetInput in{100, 10, 0.1, 35, 100, 0, 0, 50};
