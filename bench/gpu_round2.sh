@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # The GPU-proof measurements of docs/benchmarks.md's "GPU round 2" and docs/sprites.md, on the lent
 # GPU machine (device tool: repository root, `.gpu-deps` carried; see scripts/gpu-build --pack).
-# Each section is one call's worth of work (a call is limited to 10 minutes):
-#   build   scripts/gpu-build, then the whole ctest on CUDA (summary and failures)
+# Each section is one call's worth of work or less (a call is limited to 10 minutes):
+#   build   scripts/gpu-build (all targets) and `devices`; with .gpu-deps/old-src (an earlier
+#           commit's source: `git archive REV | tar -x -C .gpu-deps/old-src`) its CLI alongside
+#           in .gpu-deps/old-src/build-gpu, for before/after rows in the same call
+#   ctest   the whole ctest on CUDA (summary and failures; CTEST_TIMEOUT seconds at most)
 #   tta     time to accuracy, --recipe fast, 3 seeds, 92% (and 93% / 94% with longer schedules),
 #           against the same recipe in Python on the same GPU
 #   default the seed workload with no flag beyond --device cuda, against the Python peer
-#   sample  sprite sampling: generate at 32x32, batch 1,024, 25 DDIM steps, guidance 2
+#   sample  sprite sampling: generate at 32x32, 8,192 sprites in batches of 1,024, 25 DDIM steps,
+#           guidance 2 (the generator in .gpu-deps/gen32.pt when carried, else one trained for an
+#           epoch on the procedural sprites); the old CLI's rows too when it was built
+#   probe   bench/sampler_probe.py: the same UNet pass in PyTorch, per variant, with kernel tables
+#   layout  the generator's training step at --size 64, channels_last against NCHW
 #   gen64   the generator on a real sprite set at --size 64 (.gpu-deps/dcss-items when carried)
 #   ddp     the generator under NCCL DDP with one rank against one process
 #   profile ncu's per-kernel GPU time of the 32x32 sampler in its steady state (after cuDNN's
@@ -36,13 +43,24 @@ for section in "${sections[@]}"; do
   build)
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
     python3 -c 'import torch; print("python torch", torch.__version__, "cuda", torch.version.cuda)'
+    old_pid=
+    if [ -d .gpu-deps/old-src ]; then
+      GPU_BUILD_TARGETS=spritetorch_cli SPRITETORCH_WERROR=OFF .gpu-deps/old-src/scripts/gpu-build \
+        "$(realpath .gpu-deps)" >"$out/build-old.log" 2>&1 &
+      old_pid=$!
+    fi
     SPRITETORCH_WERROR=${SPRITETORCH_WERROR:-OFF} scripts/gpu-build .gpu-deps >"$out/build.log" 2>&1
-    echo "build exit $?"; grep -E "error|warning: unused" "$out/build.log" | head -20
+    echo "build exit $? after ${SECONDS} s"; grep -E "error|warning: unused" "$out/build.log" | head -20
+    if [ -n "$old_pid" ]; then wait "$old_pid"; echo "old build exit $? after ${SECONDS} s"; fi
     "$bin" devices
-    ctest --test-dir build-gpu -j "$(nproc)" --timeout 300 --output-on-failure >"$out/ctest.log" 2>&1
+    keep "$out/build.log"
+    ;;
+  ctest)
+    ctest --test-dir build-gpu -j "$(nproc)" --timeout 300 --stop-time "$(date -d "+${CTEST_TIMEOUT:-400} seconds" +%T)" \
+      --output-on-failure >"$out/ctest.log" 2>&1
     echo "ctest exit $?"
     grep -E "tests passed|tests failed|\*\*\*Failed|Timeout|\(Skipped\)|Not Run" "$out/ctest.log" | tail -30
-    keep "$out/build.log" "$out/ctest.log"
+    keep "$out/ctest.log"
     ;;
   tta)
     # fast: 92% (eval every 40 steps); wide: 93% and 94% (eval every 100 steps). Each against the
@@ -60,23 +78,58 @@ for section in "${sections[@]}"; do
     keep "$out/default.json"
     ;;
   sample)
-    "$bin" train --task generate --dataset sprites --size 32 --device cuda --epochs 1 \
-      --no-run-dir --save "$out/g32.pt" >"$out/g32.log" 2>&1 || tail -3 "$out/g32.log"
-    # Deterministic DDIM (its loop as a CUDA graph), the graph undone, bf16; then DDIM with eta 1
-    # (per-step noise from the host, eager). All at guidance 2 on every step, as the earlier
-    # figures; the last row is the default guidance (2.5 on the noisier 60% of the steps: 80% of
-    # the UNet passes).
-    for extra in "--eta 0" "--eta 0 --no-cuda-graphs" "--eta 0 --precision bf16" "" \
-      "--guidance 2.5 --guidance-interval 0.4:1"; do
+    g32=.gpu-deps/gen32.pt
+    if [ ! -f "$g32" ]; then
+      g32=$out/g32.pt
+      "$bin" train --task generate --dataset sprites --size 32 --device cuda --epochs 1 \
+        --no-run-dir --save "$g32" >"$out/g32.log" 2>&1 || tail -3 "$out/g32.log"
+    fi
+    old_bin=.gpu-deps/old-src/build-gpu/spritetorch
+    # DDIM eta 0 (its loop as a CUDA graph) in fp32 and bf16, without the colour reduction, without
+    # the graph; DDIM eta 1 (per-step noise from the host, eager); the default guidance (2.5 on
+    # the noisier 60% of the steps). All but the last at guidance 2 on every step.
+    rows=("new|--eta 0" "new|--eta 0 --colours 0" "new|--eta 0 --precision bf16" "new|--eta 0 --no-cuda-graphs"
+      "new|" "new|--eta 0 --precision bf16 --guidance 2.5 --guidance-interval 0.4:1")
+    [ -x "$old_bin" ] && rows+=("old|--eta 0" "old|--eta 0 --colours 0" "old|")
+    for row in "${rows[@]}"; do
+      which=${row%%|*} extra=${row#*|}
+      run=$bin; [ "$which" = old ] && run=$old_bin
       guidance=(--guidance 2 --guidance-interval 0:1)
       [[ "$extra" == *guidance* ]] && guidance=()
-      for count in 1024 8192; do
-        "$bin" generate --checkpoint "$out/g32.pt" --count "$count" --batch-size 1024 --steps 25 \
-          "${guidance[@]}" --device cuda --json --out "$out/sheet$count.png" $extra \
-          2>"$out/gen.err" >"$out/gen.json" && json_field "$out/gen.json" \
-          '"%-36s %5d sprites, %.3f s, %6.0f sprites/s (%s, graph %s)" % ("'"${extra:-default}"'", r["count"], r["seconds"], r["sprites_per_second"], r["precision"], r["cuda_graphs"])' ||
-          tail -3 "$out/gen.err"
-      done
+      "$run" generate --checkpoint "$g32" --count 8192 --batch-size 1024 --steps 25 --seed 3 \
+        "${guidance[@]}" --device cuda --json --out "$out/sheet.png" $extra \
+        2>"$out/gen.err" >"$out/gen.json" && json_field "$out/gen.json" \
+        '"%-3s %-62s %5d sprites, %.3f s, %6.0f sprites/s (%s, graph %s)" % ("'"$which"'", "'"${extra:-default}"'", r["count"], r["seconds"], r["sprites_per_second"], r["precision"], r["cuda_graphs"])' ||
+        tail -3 "$out/gen.err"
+    done
+    # bf16 against fp32 on the same seed: how many sprite bytes differ, and a sheet of each.
+    for p in fp32 bf16; do
+      "$bin" generate --checkpoint "$g32" --count 1024 --steps 25 --eta 0 --seed 5 --device cuda \
+        --precision $p --out "$out/sheet_$p.png" >/dev/null 2>&1 || echo "generate $p failed"
+      "$bin" generate --checkpoint "$g32" --count 64 --steps 50 --seed 7 --device cuda --precision $p \
+        --out "$out/look_$p.png" --scale 2 >/dev/null 2>&1
+    done
+    python3 - "$out" <<'PY'
+import sys, numpy as np
+from PIL import Image
+a, b = (np.asarray(Image.open(f"{sys.argv[1]}/sheet_{p}.png").convert("RGBA")) for p in ("fp32", "bf16"))
+same_px = (a == b).all(-1).mean()
+print(f"bf16 against fp32, 1,024 sprites, seed 5: {100 * same_px:.2f}% of pixels identical, "
+      f"mean |diff| {np.abs(a.astype(int) - b.astype(int)).mean():.3f} of 255")
+PY
+    keep "$out/look_fp32.png" "$out/look_bf16.png"
+    ;;
+  probe)
+    PYTHONUNBUFFERED=1 timeout 200 python3 bench/sampler_probe.py --profile 2>&1 | grep -v "^-\{10\}" | tee "$out/probe.txt"
+    keep "$out/probe.txt"
+    ;;
+  layout)
+    set_dir=.gpu-deps/dcss-items
+    [ -d "$set_dir" ] || { echo "no $set_dir carried"; continue; }
+    for cl in true false true false; do  # alternating, in case the machine warms up
+      "$bin" train --task generate --dataset "folder:$set_dir" --size 64 --device cuda --epochs 20 \
+        --channels-last $cl --no-run-dir --json >"$out/layout.json" 2>"$out/layout.err" || tail -3 "$out/layout.err"
+      json_field "$out/layout.json" '"channels_last '$cl': train_s %.2f, steps %s, test %s" % (r.get("train_s", 0), r.get("steps"), r.get("test"))'
     done
     ;;
   gen64)

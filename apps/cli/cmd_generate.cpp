@@ -103,8 +103,8 @@ Subcommand add_generate_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--device", f->device, "auto | cpu | cuda | cuda:N | mps")->capture_default_str();
   sub->add_option("--precision", f->precision,
-                  "fp32 | bf16 (the UNet under bf16 autocast: half the activation memory; on an "
-                  "H100 no faster, docs/sprites.md)")
+                  "fp32 | bf16 (the UNet's passes in bf16: on CUDA a bf16 copy of it, on the "
+                  "CPU autocast; the updates between passes stay fp32)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
   sub->add_flag("--no-cuda-graphs", f->no_cuda_graphs,
@@ -147,9 +147,8 @@ Subcommand add_generate_command(CLI::App& app) {
         // Fixed shapes: let cuDNN time its algorithms once (the first batch pays for it).
         if (device.is_cuda()) at::globalContext().setBenchmarkCuDNN(true);
         DeviceTimer timer(device);
-        auto sprites = diffusion::reduce_colours(
-            diffusion::to_sprites(diffusion::sample(generator, labels, f->sample)),
-            f->sample.colours);
+        auto sprites = diffusion::finish_sprites(diffusion::sample(generator, labels, f->sample),
+                                                 f->sample.colours);
         const double seconds = timer.seconds();
         if (f->palette == "auto")
           sprites = diffusion::snap_to_palette(sprites, generator.palette);

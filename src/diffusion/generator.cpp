@@ -1,8 +1,10 @@
 #include "diffusion/generator.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <set>
 #include <unordered_set>
@@ -13,7 +15,6 @@
 #include "diffusion/cuda_graph_sampler.h"
 #include "io/png.h"
 #include "precision/autocast_guard.h"
-#include "train/amp_step.h"
 #include "train/checkpoint.h"
 #include "train/model_state.h"
 
@@ -25,9 +26,11 @@ namespace {
 // unconditional]. Linear in the output, so it means the same for eps, v and x0 predictions.
 torch::Tensor guided_eps(UNet& net, const torch::Tensor& x, const torch::Tensor& t,
                          const torch::Tensor& c, double guidance) {
-  if (guidance == 1.0) return net->forward(x, t, c);
+  // The output in fp32 whatever the net's dtype: guidance and the update stay fp32.
+  if (guidance == 1.0) return net->forward(x, t, c).to(torch::kFloat32);
   const auto null_c = torch::full_like(c, net->options().classes);
-  auto eps = net->forward(torch::cat({x, x}), torch::cat({t, t}), torch::cat({c, null_c}));
+  auto eps = net->forward(torch::cat({x, x}), torch::cat({t, t}), torch::cat({c, null_c}))
+                 .to(torch::kFloat32);
   auto parts = eps.chunk(2);
   return parts[1] + guidance * (parts[0] - parts[1]);
 }
@@ -85,10 +88,9 @@ Generator load_generator(const std::string& path, torch::Device device) {
   g.meta = checkpoint.meta;
   train::load_model_state(*g.net, checkpoint.model, path);
   g.net->to(device);
-  // On CUDA the convolutions take channels_last (NHWC) weights and activations: with NCHW, cuDNN
-  // wraps each tensor-core convolution in layout transposes, which took about a third of the
-  // sampler's GPU time on an H100 (docs/benchmarks.md). sample() feeds channels_last noise.
-  if (device.is_cuda()) train::apply_channels_last(*g.net);
+  // NCHW on every device. channels_last made a guided 32x32 UNet pass 1.26x slower on an H200
+  // (23.4 against 18.6 ms at batch 2,048, bench/sampler_probe.py): CUDA's GroupNorm converts it
+  // back to NCHW around every norm.
   g.net->eval();
   g.schedule.to(device);
   return g;
@@ -395,6 +397,15 @@ torch::Tensor ddpm_sample(UNet& net, const NoiseSchedule& schedule, torch::Tenso
                       ddpm_plan(schedule, prediction), gen);
 }
 
+UNet bf16_copy(const UNetImpl& net) {
+  UNet copy(net.options());
+  torch::NoGradGuard no_grad;
+  const auto from = net.named_parameters();
+  for (auto& p : copy->named_parameters()) p.value().set_data(from[p.key()].to(torch::kBFloat16));
+  copy->eval();
+  return copy;
+}
+
 torch::Tensor sample(Generator& g, const torch::Tensor& labels, const SampleOptions& options) {
   if (options.sampler != "ddim" && options.sampler != "ddpm" && options.sampler != "dpm++2m")
     throw Error("unknown sampler '" + options.sampler + "': expected ddim, dpm++2m or ddpm");
@@ -405,18 +416,23 @@ torch::Tensor sample(Generator& g, const torch::Tensor& labels, const SampleOpti
   const int64_t n = labels.size(0), batch = std::max<int64_t>(options.batch, 1);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(options.seed);
   const bool graphs = graph_sampling_applies(device, options, n);
+  // bf16: the UNet's passes in bf16, its output and the updates between passes in fp32. On CUDA a
+  // bf16 copy of the UNet (g.net stays as it is): half the bytes of every pass and no casts
+  // around each layer. On the CPU autocast: with LibTorch 1.13 it sampled 1.6x faster than fp32
+  // on a Zen 4 core, the copy 1.2x slower (bf16 GroupNorm and elementwise kernels).
+  const bool bf16 = options.precision == "bf16";
+  UNet net = bf16 && device.is_cuda() ? bf16_copy(*g.net) : g.net;
   const BatchSampler eager = [&](const torch::Tensor& x, const torch::Tensor& c) {
-    // bf16: the UNet's convolutions and matmuls in bf16; the updates between them stay fp32.
     std::optional<precision::AutocastGuard> autocast;
-    if (options.precision == "bf16")
+    if (bf16 && !device.is_cuda())
       autocast.emplace(device.type(), torch::kBFloat16, true, /*cache_enabled=*/!graphs);
     if (options.sampler == "dpm++2m")
-      return dpm_solver_sample(g.net, g.schedule, x, c, options.steps, options.guidance,
-                               g.prediction, options.spacing, options.guidance_interval);
+      return dpm_solver_sample(net, g.schedule, x, c, options.steps, options.guidance, g.prediction,
+                               options.spacing, options.guidance_interval);
     return options.sampler == "ddim"
-               ? ddim_sample(g.net, g.schedule, x, c, options.steps, options.guidance, options.eta,
+               ? ddim_sample(net, g.schedule, x, c, options.steps, options.guidance, options.eta,
                              gen, g.prediction, options.spacing, options.guidance_interval)
-               : ddpm_sample(g.net, g.schedule, x, c, options.guidance, gen, g.prediction,
+               : ddpm_sample(net, g.schedule, x, c, options.guidance, gen, g.prediction,
                              options.guidance_interval);
   };
   std::optional<CudaGraphSampler> graphed;
@@ -424,29 +440,33 @@ torch::Tensor sample(Generator& g, const torch::Tensor& labels, const SampleOpti
   // Every batch but the last has one shape, so on CUDA cuDNN times its algorithms once and keeps
   // the fastest (its heuristics picked FFT and im2col kernels here); restored on return.
   const CudnnBenchmarkScope cudnn_benchmark(device.is_cuda());
-  const auto memory_format =
-      device.is_cuda() ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
   std::vector<torch::Tensor> out;
   for (int64_t start = 0; start < n; start += batch) {
     const int64_t b = std::min(batch, n - start);
-    auto x = at::randn({b, g.net->options().channels, g.size, g.size}, gen, torch::kFloat32)
-                 .to(device)
-                 .contiguous(memory_format);
+    auto x =
+        at::randn({b, g.net->options().channels, g.size, g.size}, gen, torch::kFloat32).to(device);
     const auto c = labels.narrow(0, start, b).to(device);
     out.push_back(graphed ? graphed->run(x, c) : eager(x, c));
   }
   return torch::cat(out);
 }
 
-torch::Tensor to_sprites(const torch::Tensor& x) {
-  auto px = ((x.detach().to(torch::kFloat32).cpu() + 1.0) * 127.5)
-                .round()
-                .clamp(0, 255)
-                .to(torch::kUInt8);
+namespace {
+// to_sprites on x's device: (N, 4, S, S) uint8 there.
+torch::Tensor binarise(const torch::Tensor& x) {
+  auto px =
+      ((x.detach().to(torch::kFloat32) + 1.0) * 127.5).round().clamp(0, 255).to(torch::kUInt8);
   const auto opaque = px.narrow(1, 3, 1) >= 128;  // (N, 1, S, S)
   px.narrow(1, 3, 1).copy_(opaque.to(torch::kUInt8) * 255);
   px.narrow(1, 0, 3).mul_(opaque.to(torch::kUInt8));
   return px;
+}
+}  // namespace
+
+torch::Tensor to_sprites(const torch::Tensor& x) { return binarise(x).cpu(); }
+
+torch::Tensor finish_sprites(const torch::Tensor& x, int64_t colours) {
+  return reduce_colours(binarise(x), colours).cpu();
 }
 
 torch::Tensor snap_to_palette(const torch::Tensor& sprites, const torch::Tensor& palette) {
@@ -465,44 +485,153 @@ torch::Tensor snap_to_palette(const torch::Tensor& sprites, const torch::Tensor&
   return out;
 }
 
-torch::Tensor reduce_colours(const torch::Tensor& sprites, int64_t colours) {
-  if (colours <= 0) return sprites;
-  auto out = sprites.cpu().clone();
-  const int64_t n = out.size(0), h = out.size(2), w = out.size(3);
-  for (int64_t i = 0; i < n; ++i) {
-    auto sprite = out[i];                                             // (4, S, S) view
-    const auto opaque = (sprite[3] >= 128).flatten();                 // (S*S)
-    const auto rgb = sprite.narrow(0, 0, 3).reshape({3, h * w}).t();  // (S*S, 3)
-    const auto idx = opaque.nonzero().squeeze(1);
-    const int64_t p = idx.size(0);
-    if (p == 0) continue;
-    const auto px = rgb.index_select(0, idx).to(torch::kFloat32);  // (P, 3)
-    // Farthest-point start from the first pixel: deterministic and spread over the colours.
-    std::vector<int64_t> picks = {0};
-    auto d2 = (px - px[0]).pow(2).sum(1);
-    const int64_t k = std::min(colours, p);
-    for (int64_t j = 1; j < k; ++j) {
-      const int64_t far = d2.argmax().item<int64_t>();
-      if (d2[far].item<float>() == 0) break;  // fewer distinct colours than k
-      picks.push_back(far);
-      d2 = torch::minimum(d2, (px - px[far]).pow(2).sum(1));
+namespace {
+
+// One sprite's opaque pixels as the loop form works on them.
+using Rgb = std::array<float, 3>;
+float squared_distance(const Rgb& a, const Rgb& b) {  // r, g, b in this order, as the tensor form
+  float d = (a[0] - b[0]) * (a[0] - b[0]);
+  d = d + (a[1] - b[1]) * (a[1] - b[1]);
+  return d + (a[2] - b[2]) * (a[2] - b[2]);
+}
+
+// One sprite (4, H, W) uint8, contiguous, in place.
+void reduce_sprite_colours(uint8_t* sprite, int64_t pixels, int64_t colours) {
+  std::vector<int64_t> where;  // raster index of each opaque pixel
+  std::vector<Rgb> px;
+  for (int64_t q = 0; q < pixels; ++q)
+    if (sprite[3 * pixels + q] >= 128) {
+      where.push_back(q);
+      px.push_back({static_cast<float>(sprite[q]), static_cast<float>(sprite[pixels + q]),
+                    static_cast<float>(sprite[2 * pixels + q])});
     }
-    auto c = px.index_select(0, torch::tensor(picks, torch::kInt64));  // (k, 3)
-    torch::Tensor assign;
-    for (int iter = 0; iter < 10; ++iter) {
-      assign = torch::cdist(px, c).argmin(1);
-      auto sums = torch::zeros_like(c).index_add_(0, assign, px);
-      auto counts = torch::zeros({c.size(0)}, torch::kFloat32)
-                        .index_add_(0, assign, torch::ones({p}, torch::kFloat32));
-      c = torch::where(counts.unsqueeze(1) > 0, sums / counts.clamp_min(1).unsqueeze(1), c);
-    }
-    assign = torch::cdist(px, c).argmin(1);
-    const auto snapped =
-        c.round().clamp(0, 255).to(torch::kUInt8).index_select(0, assign);  // (P, 3)
-    auto flat = sprite.narrow(0, 0, 3).reshape({3, h * w});  // a copy unless contiguous: write back
-    flat.index_copy_(1, idx, snapped.t().contiguous());
-    sprite.narrow(0, 0, 3).copy_(flat.view({3, h, w}));
+  if (px.empty()) return;
+  std::vector<Rgb> c = {px[0]};
+  std::vector<float> d2(px.size());
+  for (size_t q = 0; q < px.size(); ++q) d2[q] = squared_distance(px[q], c[0]);
+  while (static_cast<int64_t>(c.size()) < colours) {
+    const auto far = static_cast<size_t>(std::max_element(d2.begin(), d2.end()) - d2.begin());
+    if (d2[far] == 0) break;  // fewer distinct colours than asked
+    c.push_back(px[far]);
+    for (size_t q = 0; q < px.size(); ++q)
+      d2[q] = std::min(d2[q], squared_distance(px[q], c.back()));
   }
+  const auto nearest = [&](const Rgb& p) {  // the first of equally near centres
+    size_t best = 0;
+    float best_d = squared_distance(p, c[0]);
+    for (size_t j = 1; j < c.size(); ++j) {
+      const float d = squared_distance(p, c[j]);
+      if (d < best_d) best = j, best_d = d;
+    }
+    return best;
+  };
+  std::vector<size_t> assign(px.size());
+  for (int iter = 0; iter <= 10; ++iter) {  // 10 Lloyd updates, then the final assignment
+    for (size_t q = 0; q < px.size(); ++q) assign[q] = nearest(px[q]);
+    if (iter == 10) break;
+    std::vector<Rgb> sums(c.size(), Rgb{0, 0, 0});
+    std::vector<float> counts(c.size(), 0);
+    for (size_t q = 0; q < px.size(); ++q) {
+      for (int ch = 0; ch < 3; ++ch) sums[assign[q]][ch] += px[q][ch];
+      counts[assign[q]] += 1;
+    }
+    for (size_t j = 0; j < c.size(); ++j)
+      if (counts[j] > 0)
+        for (int ch = 0; ch < 3; ++ch) c[j][ch] = sums[j][ch] / counts[j];
+  }
+  for (size_t q = 0; q < px.size(); ++q)
+    for (int ch = 0; ch < 3; ++ch)
+      sprite[ch * pixels + where[q]] =
+          static_cast<uint8_t>(std::clamp(std::nearbyint(c[assign[q]][ch]), 0.0f, 255.0f));
+}
+
+// Squared RGB distance of every pixel to every centre, summed in a fixed order (r, g, b).
+// px: (B, P, 3), centres: (B, K, 3) float -> (B, P, K).
+torch::Tensor squared_distances(const torch::Tensor& px, const torch::Tensor& centres) {
+  torch::Tensor d;
+  for (int64_t ch = 0; ch < 3; ++ch) {
+    const auto diff = px.select(2, ch).unsqueeze(2) - centres.select(2, ch).unsqueeze(1);
+    d = ch == 0 ? diff * diff : d + diff * diff;
+  }
+  return d;
+}
+
+// reduce_colours on B sprites at once, in place: sprites (B, 4, S, S) uint8 on any device.
+void reduce_colours_batch(torch::Tensor sprites, int64_t k) {
+  const int64_t b = sprites.size(0), p = sprites.size(2) * sprites.size(3);
+  const auto opaque = sprites.select(1, 3).reshape({b, p}) >= 128;  // (B, P)
+  const auto px = sprites.narrow(1, 0, 3).reshape({b, 3, p}).transpose(1, 2).to(torch::kFloat32);
+  const auto pick = [&](const torch::Tensor& index) {  // (B) pixel index -> (B, 3) its colour
+    return px.gather(1, index.view({b, 1, 1}).expand({b, 1, 3})).squeeze(1);
+  };
+  // Farthest-point start from each sprite's first opaque pixel. d2: (B, P) squared distance to the
+  // nearest centre so far, -1 at transparent pixels (never picked). A sprite whose farthest pixel
+  // is at distance 0 has all its colours: its later centres are not valid (the per-sprite loop's
+  // early stop), and stay so, as d2 only shrinks.
+  const auto first = opaque.to(torch::kUInt8).argmax(1);  // (B) the first opaque pixel
+  std::vector<torch::Tensor> centres = {pick(first)}, valid = {opaque.any(1)};
+  auto d2 = torch::where(opaque, squared_distances(px, centres[0].unsqueeze(1)).squeeze(2),
+                         torch::full({}, -1.0f, px.options()));
+  for (int64_t j = 1; j < k; ++j) {
+    const auto [farthest, at] = d2.max(1);  // (B) the first farthest pixel
+    centres.push_back(pick(at));
+    valid.push_back(farthest > 0);
+    d2 = torch::minimum(d2, squared_distances(px, centres.back().unsqueeze(1)).squeeze(2));
+  }
+  auto c = torch::stack(centres, 1);                                      // (B, K, 3)
+  const auto unused = torch::stack(valid, 1).logical_not().unsqueeze(1);  // (B, 1, K)
+  const auto inf = torch::full({}, std::numeric_limits<float>::infinity(), px.options());
+  const auto assign = [&] {  // (B, P) nearest valid centre, the first on ties
+    return torch::where(unused, inf, squared_distances(px, c)).argmin(2);
+  };
+  // Sums of integer colours stay exact in fp32 (at most 255 x 4,096 pixels), whatever the order
+  // scatter_add adds them in on the GPU.
+  const auto weight = opaque.to(torch::kFloat32);  // (B, P): transparent pixels count for nothing
+  const auto weighted = px * weight.unsqueeze(2);
+  for (int iter = 0; iter < 10; ++iter) {
+    const auto a = assign();
+    const auto sums =
+        torch::zeros_like(c).scatter_add_(1, a.unsqueeze(2).expand({b, p, 3}), weighted);
+    const auto counts = torch::zeros({b, k}, px.options()).scatter_add_(1, a, weight);  // (B, K)
+    c = torch::where(counts.unsqueeze(2) > 0, sums / counts.clamp_min(1).unsqueeze(2), c);
+  }
+  const auto snapped = c.round()
+                           .clamp(0, 255)
+                           .to(torch::kUInt8)
+                           .gather(1, assign().unsqueeze(2).expand({b, p, 3}));  // (B, P, 3)
+  auto rgb = sprites.narrow(1, 0, 3);
+  rgb.copy_(torch::where(opaque.view({b, 1, sprites.size(2), sprites.size(3)}),
+                         snapped.transpose(1, 2).reshape(rgb.sizes()), rgb));
+}
+
+}  // namespace
+
+torch::Tensor reduce_colours(const torch::Tensor& sprites, int64_t colours) {
+  return sprites.is_cpu() ? reduce_colours_loop(sprites, colours)
+                          : reduce_colours_batched(sprites, colours);
+}
+
+torch::Tensor reduce_colours_loop(const torch::Tensor& sprites, int64_t colours) {
+  if (colours <= 0) return sprites;
+  auto out = sprites.cpu().contiguous().clone();
+  const int64_t pixels = out.size(2) * out.size(3);
+  uint8_t* data = out.data_ptr<uint8_t>();
+  at::parallel_for(0, out.size(0), 16, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      reduce_sprite_colours(data + i * 4 * pixels, pixels, colours);
+  });
+  return out;
+}
+
+torch::Tensor reduce_colours_batched(const torch::Tensor& sprites, int64_t colours) {
+  if (colours <= 0) return sprites;
+  auto out = sprites.clone();
+  // Sprites in chunks: the (B, P, K) distances are the largest tensors (CUDA ~128 MB each).
+  const int64_t per_sprite = out.size(2) * out.size(3) * colours;
+  const int64_t budget = out.is_cuda() ? (int64_t{32} << 20) : (int64_t{4} << 20);
+  const int64_t chunk = std::max<int64_t>(1, budget / std::max<int64_t>(per_sprite, 1));
+  for (int64_t start = 0; start < out.size(0); start += chunk)
+    reduce_colours_batch(out.narrow(0, start, std::min(chunk, out.size(0) - start)), colours);
   return out;
 }
 
@@ -581,7 +710,7 @@ GeneratorEval evaluate_generator(Generator& g, models::ClassifierImpl& classifie
   const auto device = g.net->parameters().front().device();
   DeviceTimer timer(device);
   // (N, 4, S, S) uint8, CPU, as generate writes them.
-  const auto sprites = reduce_colours(to_sprites(sample(g, labels, options)), options.colours);
+  const auto sprites = finish_sprites(sample(g, labels, options), options.colours);
   GeneratorEval r;
   r.samples = count;
   r.sample_seconds = timer.seconds();

@@ -193,7 +193,7 @@ void GeneratorTask::on_epoch_end(int64_t epoch, bool last, train::TrainObserver&
         torch::arange(classes, torch::kInt64).repeat_interleave(per_class);  // (K * per_class)
     SampleOptions preview;
     preview.steps = kPreviewSteps;
-    return reduce_colours(to_sprites(sample(generator, labels, preview)), kSpriteColours);
+    return finish_sprites(sample(generator, labels, preview), kSpriteColours);
   });
   observer.on_samples(epoch + 1, sprites, per_class);
 }

@@ -11,10 +11,12 @@ namespace spritetorch::diffusion {
 
 namespace {
 int64_t groups_for(int64_t channels) { return channels % 8 == 0 ? 8 : 1; }
-// GroupNorm in fp32, as mixed precision wants normalisation (and LibTorch 1.13's CPU group_norm
-// refuses bf16 inputs with fp32 weights under autocast). A no-op cast in fp32 runs.
-torch::Tensor norm_fp32(torch::nn::GroupNorm& norm, const torch::Tensor& x) {
-  return norm(x.to(torch::kFloat32));
+// GroupNorm in its weights' dtype. fp32 weights under bf16 autocast (training): the norm in fp32,
+// as mixed precision wants normalisation (and LibTorch 1.13's CPU group_norm refuses bf16 inputs
+// with fp32 weights). A UNet held in bf16 (sampling, bf16_copy): bf16 in and out, the statistics
+// accumulated in fp32 inside the kernel. A no-op cast in fp32 runs.
+torch::Tensor normalise(torch::nn::GroupNorm& norm, const torch::Tensor& x) {
+  return norm(x.to(norm->weight.scalar_type()));
 }
 }  // namespace
 
@@ -111,9 +113,9 @@ ResBlockImpl::ResBlockImpl(int64_t in, int64_t out, int64_t embed) {
 }
 
 torch::Tensor ResBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& emb) {
-  auto h = conv1(torch::silu(norm_fp32(norm1, x)));
+  auto h = conv1(torch::silu(normalise(norm1, x)));
   h = h + emb_proj(emb).unsqueeze(-1).unsqueeze(-1);  // (B, out, 1, 1) broadcast over H, W
-  h = conv2(torch::silu(norm_fp32(norm2, h)));
+  h = conv2(torch::silu(normalise(norm2, h)));
   return h + (skip ? skip(x) : x);
 }
 
@@ -129,7 +131,7 @@ AttentionBlockImpl::AttentionBlockImpl(int64_t channels, int64_t heads) : heads_
 
 torch::Tensor AttentionBlockImpl::forward(const torch::Tensor& x) {
   const int64_t b = x.size(0), c = x.size(1), n = x.size(2) * x.size(3), d = c / heads_;
-  const auto qkv_out = qkv(norm_fp32(norm, x)).reshape({b, 3, heads_, d, n});
+  const auto qkv_out = qkv(normalise(norm, x)).reshape({b, 3, heads_, d, n});
   const auto q = qkv_out.select(1, 0), k = qkv_out.select(1, 1),
              v = qkv_out.select(1, 2);  // (B, h, d, N)
   // Scores and softmax in fp32 (bf16 autocast would round the logits); weights (B, h, N, N).
@@ -166,13 +168,15 @@ UNetImpl::UNetImpl(const UNetOptions& o) : options_(o) {
 }
 
 torch::Tensor UNetImpl::forward(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& c) {
-  auto emb = time2(torch::silu(time1(timestep_embedding(t, options_.embed))));  // (B, E)
+  // The weights' dtype: fp32, or bf16 for a UNet held in bf16 (the casts are no-ops in fp32).
+  const auto dtype = in_conv->weight.scalar_type();
+  auto emb = time2(torch::silu(time1(timestep_embedding(t, options_.embed).to(dtype))));  // (B, E)
   emb = torch::silu(emb + class_embed(c));
   const bool checkpoint = checkpointing_ && torch::GradMode::is_enabled();
   auto run = [&](ResBlock& block, const torch::Tensor& in) {
     return checkpoint ? checkpointed_block(*block, in, emb) : block(in, emb);
   };
-  auto h0 = in_conv(x);                               // (B, c1, S, S)
+  auto h0 = in_conv(x.to(dtype));                     // (B, c1, S, S)
   auto h1 = run(block1, h0);                          // (B, c1, S, S)
   auto h2 = run(block2, down1(h1));                   // (B, c2, S/2, S/2)
   auto m = run(mid1, down2(h2));                      // (B, c2, S/4, S/4)
@@ -184,7 +188,7 @@ torch::Tensor UNetImpl::forward(const torch::Tensor& x, const torch::Tensor& t, 
   auto u2 = run(up2, torch::cat({up, h2}, 1));  // (B, c2, S/2, S/2)
   up = u2.repeat_interleave(2, 2).repeat_interleave(2, 3);
   auto u1 = run(up1, torch::cat({up, h1}, 1));            // (B, c1, S, S)
-  return out_conv(torch::silu(norm_fp32(out_norm, u1)));  // (B, 4, S, S)
+  return out_conv(torch::silu(normalise(out_norm, u1)));  // (B, 4, S, S) in the weights' dtype
 }
 
 }  // namespace spritetorch::diffusion

@@ -48,7 +48,8 @@ class UNetImpl : public torch::nn::Module {
  public:
   explicit UNetImpl(const UNetOptions& options);
   // x: (B, 4, S, S) float32; t: (B) int64; c: (B) int64 in [0, classes] (classes = unconditional).
-  // S must be divisible by 4. Returns the predicted noise (B, 4, S, S).
+  // S must be divisible by 4. Returns the predicted noise (B, 4, S, S) in the weights' dtype: the
+  // net runs in fp32 (under autocast where asked), or wholly in bf16 once converted to it.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& c);
   const UNetOptions& options() const { return options_; }
   // Activation checkpointing: while grad mode is on, each ResBlock keeps only its inputs and

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <filesystem>
 
 #include "common/error.h"
@@ -417,6 +418,28 @@ TEST(UNet, AttentionStartsAsTheIdentityAndIsRecorded) {
             (std::vector<int64_t>{2, 4, 16, 16}));
 }
 
+// Sampling in bf16 runs a bf16 copy of the UNet (with attention): its output is the fp32 one up to
+// bf16 rounding, and the generator's own net stays fp32.
+TEST(Sampler, Bf16RunsACopyOfTheNetInBf16) {
+  auto g = tiny_generator();
+  const auto x = torch::randn({3, 4, 16, 16});
+  const auto t = torch::tensor({5, 20, 40}), c = torch::tensor({0, 1, 3});
+  auto copy = bf16_copy(*g.net);
+  EXPECT_EQ(copy->out_conv->weight.scalar_type(), torch::kBFloat16);
+  EXPECT_FALSE(copy->is_training());
+  torch::NoGradGuard no_grad;
+  const auto want = g.net->forward(x, t, c), got = copy->forward(x, t, c);
+  EXPECT_EQ(got.scalar_type(), torch::kBFloat16);
+  const double scale = want.abs().max().item<double>();
+  EXPECT_GT(scale, 0.01);
+  EXPECT_LT((got.to(torch::kFloat32) - want).abs().max().item<double>(), 0.05 * scale);
+  SampleOptions o;  // sampling in bf16 (graph_sampler_test: near fp32) leaves g.net in fp32
+  o.steps = 2;
+  o.precision = "bf16";
+  sample(g, torch::tensor({0, 1}, torch::kInt64), o);
+  EXPECT_EQ(g.net->out_conv->weight.scalar_type(), torch::kFloat32);
+}
+
 TEST(GeneratorTraining, DefaultEpochsFollowTheDataset) {
   EXPECT_EQ(default_epochs(64 * 20, 64), (kDefaultSteps + 19) / 20);
   EXPECT_EQ(default_epochs(64 * kDefaultSteps * 3, 64), 1);  // at least one
@@ -700,6 +723,68 @@ TEST(Palette, ReduceColoursFlattensSmallNoise) {
           << y << " " << ch;
   EXPECT_TRUE(torch::equal(out[1], sprites[1]));  // 3 exact colours, 4 allowed: unchanged
   EXPECT_TRUE(torch::equal(reduce_colours(sprites, 0), sprites));
+}
+
+namespace {
+
+// Sprites of a few base colours with noise, random alpha; one fully transparent, one with a
+// single opaque pixel, one with two flat colours.
+torch::Tensor noisy_sprites(int64_t n, int64_t size, uint64_t seed) {
+  torch::manual_seed(seed);
+  const auto base = torch::randint(0, 256, {n, 3, 1, 1}, torch::kInt64);
+  const auto pattern = torch::randint(0, 4, {n, 1, size, size}, torch::kInt64) * 40;
+  const auto noise = torch::randint(-9, 10, {n, 3, size, size}, torch::kInt64);
+  auto rgb = (base + pattern + noise).remainder(256);
+  auto alpha = (torch::rand({n, 1, size, size}) < 0.6).to(torch::kInt64) * 255;
+  auto sprites = torch::cat({rgb, alpha}, 1).to(torch::kUInt8);
+  sprites[0].select(0, 3).zero_();
+  sprites[1].select(0, 3).zero_();
+  sprites[1][3][2][3] = 255;
+  sprites[2].narrow(0, 0, 3).fill_(70);
+  sprites[2].narrow(0, 0, 3).narrow(1, 0, size / 2).fill_(200);
+  return to_sprites(sprites.to(torch::kFloat32) / 127.5 - 1.0);
+}
+
+}  // namespace
+
+// The two forms of reduce_colours give the same bytes: the tensor form (all sprites of a chunk at
+// once, what a GPU runs) and the per-sprite loop (the CPU's), in the same float arithmetic.
+TEST(Palette, ReduceColoursBatchedEqualsThePerSpriteLoop) {
+  const auto sprites = noisy_sprites(24, 16, 5);
+  for (const int64_t k : {1, 2, 5, 16}) {
+    const auto out = reduce_colours_batched(sprites, k);
+    EXPECT_TRUE(torch::equal(out, reduce_colours_loop(sprites, k))) << "k " << k;
+    EXPECT_TRUE(torch::equal(out[0], sprites[0]));  // transparent: unchanged
+    EXPECT_TRUE(torch::equal(out[1], sprites[1]));  // one opaque pixel keeps its colour
+    const auto rgb = out[5].narrow(0, 0, 3).reshape({3, -1}).t();
+    const auto opaque = out[5][3].flatten() > 0;
+    EXPECT_LE(std::get<0>(torch::unique_dim(rgb.index({opaque}), 0)).size(0), k);
+  }
+  EXPECT_TRUE(torch::equal(reduce_colours_batched(sprites, 2)[2], sprites[2]));  // 2 flat colours
+  EXPECT_TRUE(torch::equal(reduce_colours_loop(sprites, 2)[2], sprites[2]));
+  EXPECT_FALSE(torch::equal(reduce_colours(sprites, 2), sprites));
+}
+
+// 64x64 sprites at 16 colours span several chunks of the tensor form on the CPU: the same result
+// as one sprite at a time, and as the loop.
+TEST(Palette, ReduceColoursInChunksEqualsOneSpriteAtATime) {
+  const auto sprites = noisy_sprites(70, 64, 6);
+  const auto out = reduce_colours_batched(sprites, 16);
+  for (int64_t i = 0; i < sprites.size(0); ++i)
+    ASSERT_TRUE(torch::equal(out[i], reduce_colours_batched(sprites.narrow(0, i, 1), 16)[0])) << i;
+  EXPECT_TRUE(torch::equal(out, reduce_colours_loop(sprites, 16)));
+}
+
+// On a GPU the reduction runs where the sprites are (generate's finish_sprites) and gives the
+// CPU's bytes: the cluster sums are exact integers whatever order the atomics add them in.
+TEST(PaletteCuda, ReduceColoursOnTheGpuEqualsTheCpu) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const auto sprites = noisy_sprites(40, 32, 7);
+  const auto on_gpu = reduce_colours(sprites.to(torch::kCUDA), 16);
+  EXPECT_TRUE(on_gpu.is_cuda());
+  EXPECT_TRUE(torch::equal(on_gpu.cpu(), reduce_colours(sprites, 16)));
+  const auto x = sprites.to(torch::kFloat32) / 127.5 - 1.0;
+  EXPECT_TRUE(torch::equal(finish_sprites(x.to(torch::kCUDA), 16), finish_sprites(x, 16)));
 }
 
 TEST(Palette, KMeansFindsTheColours) {

@@ -68,7 +68,7 @@ TEST(GraphSampling, Bf16SamplingStaysCloseToFp32) {
   const auto bf16 = sample(g, labels, o);
   EXPECT_EQ(bf16.scalar_type(), torch::kFloat32);
   const double diff = (fp32 - bf16).abs().max().item<double>();
-  EXPECT_GT(diff, 0.0) << "bf16 autocast did not reach the UNet";
+  EXPECT_GT(diff, 0.0) << "bf16 did not reach the UNet";
   EXPECT_LT(diff, 0.1);
   o.precision = "fp16";
   EXPECT_THROW(sample(g, labels, o), Error);
