@@ -227,7 +227,8 @@ Subcommand add_train_command(CLI::App& app) {
          "CUDA: run every step eagerly, without graph capture")
       ->excludes(graphs_on);
   sub->add_option("--channels-last", config->channels_last,
-                  "CNNs on CUDA: channels_last memory format (true|false)")
+                  "CNNs on CUDA: channels_last memory format (true|false; a generator's "
+                  "default is false: its GroupNorms run NCHW)")
       ->capture_default_str();
   sub->add_option("--cudnn-benchmark", config->cudnn_benchmark,
                   "CUDA: let cuDNN pick the fastest conv algorithms (true|false)")
@@ -317,6 +318,13 @@ Subcommand add_train_command(CLI::App& app) {
         const bool generator = config->task == train::TaskKind::kGenerate;
         const bool sprite_classifier =
             config->task == train::TaskKind::kClassify && data::is_sprite_dataset(config->dataset);
+        // A generator trains NCHW unless told otherwise: CUDA's GroupNorm turns channels_last
+        // back into NCHW around each of its norms (a --size 64 step 5-8% slower on an H200).
+        if (generator && sub->count("--channels-last") == 0 && config->channels_last) {
+          config->channels_last = false;
+          sub->get_option("--channels-last")->add_result("false");
+          session.record_config(*sub);
+        }
         if ((generator || sprite_classifier) && sub->count("--epochs") == 0) {
           const int64_t n = config->train_limit > 0
                                 ? std::min(config->train_limit, data.train.size())

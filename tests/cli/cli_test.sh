@@ -293,6 +293,9 @@ check "config.toml records a generator's automatic epochs ($n)" \
   bash -c "[ -n '$n' ] && [ '$n' != 5 ] && grep -q '^epochs = $n\$' '$tmp/gauto/config.toml'"
 check "config.toml records a generator's default time budget" \
   grep -q '^time-budget = 900\(\.0\)\?$' "$tmp/gauto/config.toml"
+check "config.toml records a generator's NCHW default (its GroupNorms run NCHW on CUDA)" \
+  grep -q '^channels-last = false$' "$tmp/gauto/config.toml"
+check "a classifier keeps channels_last on" grep -q '^channels-last = true$' "$tmp/r1/config.toml"
 every=$(( ${n:-0} / 50 > 1 ? ${n:-0} / 50 : 1 ))
 check "config.toml records a generator's automatic evaluation interval ($every: epochs / 50)" \
   grep -q "^eval-every = $every\$" "$tmp/gauto/config.toml"
