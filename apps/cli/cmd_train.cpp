@@ -318,13 +318,6 @@ Subcommand add_train_command(CLI::App& app) {
         const bool generator = config->task == train::TaskKind::kGenerate;
         const bool sprite_classifier =
             config->task == train::TaskKind::kClassify && data::is_sprite_dataset(config->dataset);
-        // A generator trains NCHW unless told otherwise: CUDA's GroupNorm turns channels_last
-        // back into NCHW around each of its norms (a --size 64 step 5-8% slower on an H200).
-        if (generator && sub->count("--channels-last") == 0 && config->channels_last) {
-          config->channels_last = false;
-          sub->get_option("--channels-last")->add_result("false");
-          session.record_config(*sub);
-        }
         if ((generator || sprite_classifier) && sub->count("--epochs") == 0) {
           const int64_t n = config->train_limit > 0
                                 ? std::min(config->train_limit, data.train.size())
