@@ -117,9 +117,10 @@ Subcommand add_train_command(CLI::App& app) {
   sub->add_option("--time-budget", config->time_budget_s,
                   "Train the epochs that fit in this much training time (900, 900s, 15m, 1.5h, "
                   "1h30m; 0: none), at most --epochs: planned once from the speed of the run's "
-                  "first steps (evaluations and sample sheets not counted); a --config file gives "
-                  "seconds. A generator without --epochs takes " +
+                  "first steps (evaluations and sample sheets not counted); a --config file takes "
+                  "seconds or the same text in quotes. A generator without --epochs takes " +
                       generator_budget)
+      ->type_name("DURATION")
       ->transform(CLI::Validator(
           [](std::string& text) {
             try {
@@ -129,7 +130,7 @@ Subcommand add_train_command(CLI::App& app) {
               return std::string(e.what());
             }
           },
-          "DURATION"));
+          ""));  // the type name says DURATION
   sub->add_option("--batch-size", config->batch_size, "Samples per step")
       ->check(kPositive)
       ->capture_default_str();

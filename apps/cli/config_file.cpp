@@ -20,7 +20,8 @@ namespace spritetorch::cli {
 namespace {
 
 // What TOML value an option takes, from CLI11's type name ("INT:POSITIVE" -> INT).
-enum class OptionKind { kFlag, kInteger, kNumber, kBoolean, kString };
+// kDuration: seconds as a number, or a string the option's own parser reads ("15m").
+enum class OptionKind { kFlag, kInteger, kNumber, kBoolean, kString, kDuration };
 
 OptionKind option_kind(const CLI::Option& option) {
   if (option.get_expected_min() == 0) return OptionKind::kFlag;
@@ -29,6 +30,7 @@ OptionKind option_kind(const CLI::Option& option) {
   if (type == "INT" || type == "UINT") return OptionKind::kInteger;
   if (type == "FLOAT") return OptionKind::kNumber;
   if (type == "BOOLEAN") return OptionKind::kBoolean;
+  if (type == "DURATION") return OptionKind::kDuration;
   return OptionKind::kString;
 }
 
@@ -43,6 +45,8 @@ std::string expected_text(OptionKind kind) {
       return "a number";
     case OptionKind::kString:
       return "a string (in quotes)";
+    case OptionKind::kDuration:
+      return "a number of seconds or a duration in quotes (\"15m\")";
   }
   return "a value";
 }
@@ -58,6 +62,9 @@ bool kind_fits(OptionKind expected, config::ValueKind found) {
       return found == config::ValueKind::kInteger || found == config::ValueKind::kFloat;
     case OptionKind::kString:
       return found == config::ValueKind::kString;
+    case OptionKind::kDuration:
+      return found == config::ValueKind::kInteger || found == config::ValueKind::kFloat ||
+             found == config::ValueKind::kString;
   }
   return false;
 }
@@ -90,7 +97,8 @@ std::string toml_literal(OptionKind kind, const std::string& text) {
           text != "-";
       return digits ? text : std::string();
     }
-    case OptionKind::kNumber: {
+    case OptionKind::kNumber:
+    case OptionKind::kDuration: {  // the option's value is seconds once parsed
       char* end = nullptr;
       const double value = std::strtod(text.c_str(), &end);
       if (text.empty() || *end != '\0') return {};

@@ -83,6 +83,19 @@ printf 'lr = 0.1\ndrop-last = "yes"\n' >"$tmp/flag.toml"
 expect 2 "flag.toml:2: expected 'drop-last' to be a boolean" -- train --config "$tmp/flag.toml" --print-config
 printf 'device = 0\n' >"$tmp/str.toml"
 expect 2 "str.toml:1: expected 'device' to be a string" -- train --config "$tmp/str.toml" --print-config
+# A duration takes seconds or the flag's own text in quotes; the dump writes seconds.
+printf 'time-budget = "1h30m"\n' >"$tmp/budget.toml"
+out=$("$bin" train --config "$tmp/budget.toml" --print-config 2>&1)
+[ "$(value time-budget <<<"$out")" = 5400.0 ]
+check "a duration in quotes in a config file" $? "$out"
+printf 'time-budget = 90\n' >"$tmp/budget.toml"
+out=$("$bin" train --config "$tmp/budget.toml" --print-config 2>&1)
+[ "$(value time-budget <<<"$out")" = 90.0 ]
+check "a duration as seconds in a config file" $? "$out"
+printf 'time-budget = "soon"\n' >"$tmp/budget.toml"
+expect 2 "budget.toml:1: 'time-budget': --time-budget: cannot read --time-budget 'soon'" -- train --config "$tmp/budget.toml" --print-config
+printf 'time-budget = true\n' >"$tmp/budget.toml"
+expect 2 "budget.toml:1: expected 'time-budget' to be a number of seconds or a duration in quotes" -- train --config "$tmp/budget.toml" --print-config
 printf 'epochs = 3\nlr = \n' >"$tmp/syntax.toml"
 expect 2 "syntax.toml:2:[0-9]+: TOML syntax error" -- train --config "$tmp/syntax.toml" --print-config
 printf '\nmodel = "resnet"\n' >"$tmp/value.toml"
