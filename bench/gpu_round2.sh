@@ -4,7 +4,8 @@
 # Each section is one call's worth of work or less (a call is limited to 10 minutes):
 #   build   scripts/gpu-build (all targets) and `devices`; with .gpu-deps/old-src (an earlier
 #           commit's source: `git archive REV | tar -x -C .gpu-deps/old-src`) its CLI alongside
-#           in .gpu-deps/old-src/build-gpu, for before/after rows in the same call
+#           in .gpu-deps/old-src/build-gpu, for before/after rows in the same call (a later call
+#           that carries .gpu-deps again replaces that build: run `sample` in the build's call)
 #   ctest   the whole ctest on CUDA (summary and failures; CTEST_TIMEOUT seconds at most)
 #   tta     time to accuracy, --recipe fast, 3 seeds, 92% (and 93% / 94% with longer schedules),
 #           against the same recipe in Python on the same GPU

@@ -94,6 +94,13 @@ torch::Tensor checkpointed_block(ResBlockImpl& block, const torch::Tensor& x,
   return CheckpointedBlock::apply(&block, x, emb, torch::TensorList(params));
 }
 
+torch::Tensor upsample_nearest_x2(const torch::Tensor& x) {
+  namespace F = torch::nn::functional;
+  return F::interpolate(x, F::InterpolateFuncOptions()
+                               .size(std::vector<int64_t>{2 * x.size(2), 2 * x.size(3)})
+                               .mode(torch::kNearest));
+}
+
 torch::Tensor timestep_embedding(const torch::Tensor& t, int64_t dim) {
   const int64_t half = dim / 2;
   auto freqs = torch::exp(torch::arange(half, torch::TensorOptions().dtype(torch::kFloat32).device(t.device())) *
@@ -182,12 +189,8 @@ torch::Tensor UNetImpl::forward(const torch::Tensor& x, const torch::Tensor& t, 
   auto m = run(mid1, down2(h2));                      // (B, c2, S/4, S/4)
   if (mid_attn) m = mid_attn(m);
   m = run(mid2, m);
-  // x2 nearest-neighbour upsampling (the stride-2 convs halved even sizes exactly); repeat_interleave
-  // rather than upsample_nearest2d, whose overloads differ between LibTorch 1.13 and 2.x.
-  auto up = m.repeat_interleave(2, 2).repeat_interleave(2, 3);
-  auto u2 = run(up2, torch::cat({up, h2}, 1));  // (B, c2, S/2, S/2)
-  up = u2.repeat_interleave(2, 2).repeat_interleave(2, 3);
-  auto u1 = run(up1, torch::cat({up, h1}, 1));            // (B, c1, S, S)
+  auto u2 = run(up2, torch::cat({upsample_nearest_x2(m), h2}, 1));   // (B, c2, S/2, S/2)
+  auto u1 = run(up1, torch::cat({upsample_nearest_x2(u2), h1}, 1));  // (B, c1, S, S)
   return out_conv(torch::silu(normalise(out_norm, u1)));  // (B, 4, S, S) in the weights' dtype
 }
 

@@ -394,6 +394,19 @@ TEST(GeneratorTraining, MinSnrWeightIsTheSameX0WeightForEveryPrediction) {
   EXPECT_TRUE(torch::equal(min_snr_weight(snr, Prediction::kV, 0), torch::ones_like(snr)));
 }
 
+// The UNet's upsampling repeats each pixel into a 2x2 block, as repeat_interleave does on both
+// axes; its gradient sums the block's four gradients.
+TEST(UNet, UpsamplingRepeatsEachPixelIntoATwoByTwoBlock) {
+  torch::manual_seed(3);
+  const auto x = torch::randn({2, 3, 4, 5}, torch::requires_grad());
+  const auto up = upsample_nearest_x2(x);
+  EXPECT_TRUE(torch::equal(up, x.repeat_interleave(2, 2).repeat_interleave(2, 3)));
+  const auto g = torch::randn({2, 3, 8, 10});
+  const auto grad = torch::autograd::grad({up}, {x}, {g})[0];
+  const auto want = g.view({2, 3, 4, 2, 5, 2}).sum({3, 5});
+  EXPECT_TRUE(torch::allclose(grad, want, 1e-6, 1e-6));
+}
+
 TEST(UNet, AttentionStartsAsTheIdentityAndIsRecorded) {
   torch::manual_seed(6);
   AttentionBlock block(32, 2);
