@@ -613,7 +613,7 @@ torch::Tensor reduce_colours(const torch::Tensor& sprites, int64_t colours) {
 
 torch::Tensor reduce_colours_loop(const torch::Tensor& sprites, int64_t colours) {
   if (colours <= 0) return sprites;
-  auto out = sprites.cpu().contiguous().clone();
+  auto out = sprites.cpu().clone(torch::MemoryFormat::Contiguous);  // one copy, contiguous
   const int64_t pixels = out.size(2) * out.size(3);
   uint8_t* data = out.data_ptr<uint8_t>();
   at::parallel_for(0, out.size(0), 16, [&](int64_t begin, int64_t end) {

@@ -55,5 +55,4 @@ class ProgressPrinter : public train::TrainObserver {
   size_t drawn_width_ = 0;        // characters of the progress line on screen (0: none)
 };
 
-
 }  // namespace spritetorch::runs
