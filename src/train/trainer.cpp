@@ -162,6 +162,7 @@ class TrainingRun {
 
   std::optional<Checkpoint> resumed_;  // --resume, read and checked once
   bool channels_last_ = false;
+  bool channels_last_off_device_ = false;  // --channels-last asked for where it does not apply
   std::unique_ptr<FlatOptimizer> optimizer_;
   std::unique_ptr<precision::GradScaler> scaler_;  // fp16 only
   int64_t start_epoch_ = 0;
@@ -276,6 +277,7 @@ void TrainingRun::set_up_model() {
   bool has_conv = false;
   for (const auto& p : module.parameters()) has_conv |= p.dim() == 4;
   channels_last_ = device_.is_cuda() && config_.channels_last && has_conv;
+  channels_last_off_device_ = !device_.is_cuda() && config_.channels_last && has_conv;
   if (channels_last_) apply_channels_last(module);
   if (device_.is_cuda()) at::globalContext().setBenchmarkCuDNN(config_.cudnn_benchmark);
   optimizer_ = std::make_unique<FlatOptimizer>(module.parameters(), optimization_.options);
@@ -404,6 +406,9 @@ Settings TrainingRun::describe() const {
                       std::to_string(kBudgetSkipSteps + 1) + "-" +
                       std::to_string(kBudgetSkipSteps + kBudgetTimedSteps));
   if (channels_last_) settings.emplace_back("memory format", "channels_last");
+  // Said, not silently dropped: --channels-last is a CUDA layout choice (docs/precision.md).
+  if (channels_last_off_device_)
+    settings.emplace_back("memory format", "NCHW (--channels-last applies to CUDA runs only)");
   if (graph_step_)
     settings.emplace_back("cuda graphs", "whole step captured after " +
                                              std::to_string(CudaGraphStep::kWarmupSteps) +

@@ -296,6 +296,16 @@ check "config.toml records a generator's default time budget" \
 check "config.toml records a generator's NCHW default (its GroupNorms run NCHW on CUDA)" \
   grep -q '^channels-last = false$' "$tmp/gauto/config.toml"
 check "a classifier keeps channels_last on" grep -q '^channels-last = true$' "$tmp/r1/config.toml"
+# --channels-last is a CUDA layout: a CPU run of a conv net says it keeps NCHW instead of dropping
+# the option without a word.
+cl_json=$("$bin" train --dataset sprites --sprite-count 64 --epochs 1 --device cpu --no-run-dir --json 2>/dev/null)
+check "a CPU conv run's settings say --channels-last applies to CUDA runs only" python3 -c "
+import json, sys; s = json.loads(sys.argv[1])['settings']
+assert s['memory format'] == 'NCHW (--channels-last applies to CUDA runs only)', s" "$cl_json"
+cl_json=$("$bin" train --dataset sprites --sprite-count 64 --epochs 1 --device cpu --no-run-dir --json \
+  --channels-last false 2>/dev/null)
+check "--channels-last false on the CPU: no memory format row" python3 -c "
+import json, sys; assert 'memory format' not in json.loads(sys.argv[1])['settings']" "$cl_json"
 every=$(( ${n:-0} / 50 > 1 ? ${n:-0} / 50 : 1 ))
 check "config.toml records a generator's automatic evaluation interval ($every: epochs / 50)" \
   grep -q "^eval-every = $every\$" "$tmp/gauto/config.toml"
