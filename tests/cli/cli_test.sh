@@ -157,10 +157,10 @@ expect 2 "is a generator checkpoint|expected a spritetorch checkpoint" -- classi
 expect 0 "Saved checkpoint" -- train --task generate --dataset sprites --sprite-count 64 --epochs 1 --batch-size 16 --save "$tmp/g.pt"
 # A generator follows the optimizer flags too.
 expect 0 '"optimizer":"adamw lr 0.002, weight decay 0.01, cosine, warm-up 100 steps \(flat buffers\)' -- train --task generate --dataset sprites --sprite-count 32 --epochs 1 --batch-size 16 --device cpu --json --no-run-dir --optimizer adamw --lr 0.002 --lr-schedule cosine
-# The generator's defaults fill what is not given (UNet base 32, auto precision, cosine after a
-# warm-up), and each flag overrides its own.
-expect 0 '"model":"unet base 32 .*"optimizer":"adam lr 0.001, cosine, warm-up 100 steps \(flat buffers\)","precision":"(bf16 autocast, fp32 weights \(auto: native|fp32 \(auto: no native)' -- train --task generate --dataset sprites --sprite-count 32 --epochs 1 --batch-size 16 --device cpu --json --no-run-dir
-expect 0 '"model":"unet base 16 .*"optimizer":"adam lr 0.001 \(flat buffers\)","precision":"fp32"' -- train --task generate --dataset sprites --sprite-count 32 --epochs 1 --batch-size 16 --device cpu --json --no-run-dir --unet-base 16 --lr-schedule constant --warmup-steps 0 --precision fp32
+# The generator's defaults fill what is not given (UNet base 32, auto precision, lr 0.002, cosine
+# after a warm-up), and each flag overrides its own.
+expect 0 '"model":"unet base 32 .*"optimizer":"adam lr 0.002, cosine, warm-up 100 steps \(flat buffers\)","precision":"(bf16 autocast, fp32 weights \(auto: native|fp32 \(auto: no native)' -- train --task generate --dataset sprites --sprite-count 32 --epochs 1 --batch-size 16 --device cpu --json --no-run-dir
+expect 0 '"model":"unet base 16 .*"optimizer":"adam lr 0.001 \(flat buffers\)","precision":"fp32"' -- train --task generate --dataset sprites --sprite-count 32 --epochs 1 --batch-size 16 --device cpu --json --no-run-dir --unet-base 16 --lr-schedule constant --warmup-steps 0 --precision fp32 --lr 0.001
 # A generator's --json carries its settings like a classifier's, threads split for a conv net.
 expect 0 '"settings":\{[^}]*"threads":"[0-9]+ intra-op, ([0-9]+|\?) BLAS"[^}]*\}.*"train_s":' -- train --task generate --dataset sprites --sprite-count 32 --epochs 1 --batch-size 16 --device cpu --json --no-run-dir
 # Its step evaluations have a test loss and no accuracy.
@@ -295,6 +295,9 @@ check "config.toml records a generator's default time budget" \
   grep -q '^time-budget = 900\(\.0\)\?$' "$tmp/gauto/config.toml"
 check "config.toml records a generator's NCHW default (its GroupNorms run NCHW on CUDA)" \
   grep -q '^channels-last = false$' "$tmp/gauto/config.toml"
+check "config.toml records a generator's default lr (0.002: docs/sprites.md, The learning rate)" \
+  grep -q '^lr = 0.002$' "$tmp/gauto/config.toml"
+check "a classifier keeps the lr of 0.001" grep -q '^lr = 0.001$' "$tmp/r1/config.toml"
 check "a classifier keeps channels_last on" grep -q '^channels-last = true$' "$tmp/r1/config.toml"
 # --channels-last is a CUDA layout: a CPU run of a conv net says it keeps NCHW instead of dropping
 # the option without a word.
