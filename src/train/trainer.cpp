@@ -161,8 +161,8 @@ class TrainingRun {
   precision::PrecisionPlan plan_;
 
   std::optional<Checkpoint> resumed_;  // --resume, read and checked once
+  bool has_conv_ = false;              // a 4-D parameter: --channels-last concerns this model
   bool channels_last_ = false;
-  bool channels_last_off_device_ = false;  // --channels-last asked for where it does not apply
   std::unique_ptr<FlatOptimizer> optimizer_;
   std::unique_ptr<precision::GradScaler> scaler_;  // fp16 only
   int64_t start_epoch_ = 0;
@@ -274,10 +274,8 @@ void TrainingRun::set_up_model() {
   task_.to_device(device_);
   // channels_last must be set before the flat optimizer re-points the parameters (it keeps their
   // strides).
-  bool has_conv = false;
-  for (const auto& p : module.parameters()) has_conv |= p.dim() == 4;
-  channels_last_ = device_.is_cuda() && config_.channels_last && has_conv;
-  channels_last_off_device_ = !device_.is_cuda() && config_.channels_last && has_conv;
+  for (const auto& p : module.parameters()) has_conv_ |= p.dim() == 4;
+  channels_last_ = device_.is_cuda() && config_.channels_last && has_conv_;
   if (channels_last_) apply_channels_last(module);
   if (device_.is_cuda()) at::globalContext().setBenchmarkCuDNN(config_.cudnn_benchmark);
   optimizer_ = std::make_unique<FlatOptimizer>(module.parameters(), optimization_.options);
@@ -405,10 +403,11 @@ Settings TrainingRun::describe() const {
                       " of training: the epochs that fit, " + "planned from the speed of steps " +
                       std::to_string(kBudgetSkipSteps + 1) + "-" +
                       std::to_string(kBudgetSkipSteps + kBudgetTimedSteps));
-  if (channels_last_) settings.emplace_back("memory format", "channels_last");
-  // Said, not silently dropped: --channels-last is a CUDA layout choice (docs/precision.md).
-  if (channels_last_off_device_)
-    settings.emplace_back("memory format", "NCHW (--channels-last applies to CUDA runs only)");
+  // Off CUDA the option is said to do nothing, not dropped silently (docs/precision.md).
+  if (config_.channels_last && has_conv_)
+    settings.emplace_back(
+        "memory format",
+        channels_last_ ? "channels_last" : "NCHW (--channels-last applies to CUDA runs only)");
   if (graph_step_)
     settings.emplace_back("cuda graphs", "whole step captured after " +
                                              std::to_string(CudaGraphStep::kWarmupSteps) +
