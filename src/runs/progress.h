@@ -47,12 +47,12 @@ class ProgressPrinter : public train::TrainObserver {
   std::ostream& out_;
   ProgressOptions options_;
   train::StepTick tick_;
-  double epoch_start_s_ = 0;      // clock at the epoch's first tick
+  double epoch_start_s_ = 0;  // clock at the epoch's first tick
   int64_t epoch_start_samples_ = 0;
-  double now_s_ = 0;              // clock at the latest tick
+  double now_s_ = 0;  // clock at the latest tick
   double last_draw_s_ = -1e300;
-  double running_loss_ = -1;      // latest --log-every reading; < 0: none yet this epoch
-  size_t drawn_width_ = 0;        // characters of the progress line on screen (0: none)
+  double running_loss_ = -1;  // latest --log-every reading; < 0: none yet this epoch
+  size_t drawn_width_ = 0;    // characters of the progress line on screen (0: none)
 };
 
 }  // namespace spritetorch::runs
