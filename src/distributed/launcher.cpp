@@ -8,12 +8,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "common/error.h"
 
@@ -84,10 +87,15 @@ class ForwardSignals {
   ForwardSignals& operator=(const ForwardSignals&) = delete;
 
  private:
-  struct sigaction old_int_ {}, old_term_ {};
+  struct sigaction old_int_ {
+  }, old_term_{};
 };
 
 }  // namespace
+
+bool reported_before(int status_a, int status_b) {
+  return WIFSIGNALED(status_a) && !WIFSIGNALED(status_b);
+}
 
 LaunchResult launch_local_ranks(const LaunchOptions& options,
                                 const std::function<void(const std::string&)>& log) {
@@ -152,8 +160,8 @@ LaunchResult launch_local_ranks(const LaunchOptions& options,
   LaunchResult result;
   int alive = options.nproc_per_node;
   std::chrono::steady_clock::time_point kill_at{};
-  bool stopping = false;   // a rank failed: the others are being stopped
-  int forwarded = 0;       // signals passed on to the ranks (the first checkpoints, a second kills)
+  bool stopping = false;  // a rank failed: the others are being stopped
+  int forwarded = 0;      // signals passed on to the ranks (the first checkpoints, a second kills)
   while (alive > 0) {
     if (g_signal_count > forwarded) {
       forwarded = g_signal_count;
@@ -165,19 +173,31 @@ LaunchResult launch_local_ranks(const LaunchOptions& options,
       stop_all(signal);
     }
     // Polled rather than blocking, so a signal that lands just before the wait is not missed.
-    int status = 0;
-    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
-    if (pid < 0) {
-      if (errno == EINTR) continue;
-      break;  // no children left
+    // Every rank that has ended is reaped before any is blamed: a killed rank's peer fails within
+    // milliseconds, and waitpid(-1) hands back the older child (rank 0) first, so blaming the first
+    // one reaped would name the peer instead of the rank that died.
+    std::vector<std::pair<size_t, int>> ended;  // (local index, wait status)
+    for (;;) {
+      int status = 0;
+      const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      if (pid < 0 && errno == EINTR) continue;
+      if (pid <= 0) {
+        if (pid < 0 && ended.empty()) alive = 0;  // no children left
+        break;
+      }
+      for (size_t i = 0; i < pids.size(); ++i)
+        if (pids[i] == pid && running[i]) ended.emplace_back(i, status);
     }
-    if (pid == 0) {  // nobody exited yet
+    if (alive == 0) break;
+    if (ended.empty()) {  // nobody exited yet
       if (stopping && std::chrono::steady_clock::now() >= kill_at) stop_all(SIGKILL);
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       continue;
     }
-    for (size_t i = 0; i < pids.size(); ++i) {
-      if (pids[i] != pid || !running[i]) continue;
+    std::stable_sort(ended.begin(), ended.end(), [](const auto& a, const auto& b) {
+      return reported_before(a.second, b.second);
+    });
+    for (const auto& [i, status] : ended) {
       running[i] = false;
       --alive;
       const int rank = options.node_rank * options.nproc_per_node + static_cast<int>(i);

@@ -19,9 +19,9 @@ struct LaunchOptions {
   int nnodes = 1;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;  // 0: a free port of this machine (one node only)
+  int master_port = 0;            // 0: a free port of this machine (one node only)
   std::vector<std::string> args;  // the subcommand and its flags, e.g. {"train", "--epochs", "2"}
-  double grace_s = 5;  // between SIGTERM and SIGKILL for the surviving ranks
+  double grace_s = 5;             // between SIGTERM and SIGKILL for the surviving ranks
 };
 
 struct LaunchResult {
@@ -33,6 +33,11 @@ struct LaunchResult {
 // first failure); the library itself prints nothing. Throws spritetorch::Error for bad options.
 LaunchResult launch_local_ranks(const LaunchOptions& options,
                                 const std::function<void(const std::string&)>& log);
+
+// Of two ranks found ended in the same poll (waitpid statuses), whether the first is reported as
+// the failure before the second: one killed by a signal is the cause, one that exited with an
+// error is usually its peer, which lost the connection a few milliseconds later.
+bool reported_before(int status_a, int status_b);
 
 // A TCP port on this machine that was free a moment ago (bind to port 0, read it, close).
 int free_tcp_port();

@@ -2,10 +2,14 @@
 #include "distributed/dist_env.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <map>
 
 #include "common/error.h"
+#include "distributed/launcher.h"
 
 namespace spritetorch::distributed {
 namespace {
@@ -103,6 +107,32 @@ TEST(DistEnv, MalformedNumbersAreRejected) {
     const auto message = error_of(vars);
     EXPECT_NE(message.find(name + "='" + value + "'"), std::string::npos) << message;
   }
+}
+
+// The wait status of a real child that runs `body`.
+template <typename Body>
+int status_of_child(Body body) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    body();
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return status;
+}
+
+// A killed rank's peer exits with an error a few milliseconds later; when launch finds both ended
+// in one poll it must name the killed one, whatever order waitpid returned them in.
+TEST(Launch, ARankKilledByASignalIsReportedBeforeAPeerThatExitedWithAnError) {
+  const int killed = status_of_child([] { ::kill(::getpid(), SIGKILL); });
+  const int failed = status_of_child([] { ::_exit(2); });
+  ASSERT_TRUE(WIFSIGNALED(killed));
+  ASSERT_EQ(WEXITSTATUS(failed), 2);
+  EXPECT_TRUE(reported_before(killed, failed));
+  EXPECT_FALSE(reported_before(failed, killed));
+  EXPECT_FALSE(reported_before(failed, failed));  // equals keep their rank order
+  EXPECT_FALSE(reported_before(killed, killed));
 }
 
 }  // namespace
