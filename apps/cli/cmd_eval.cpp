@@ -4,6 +4,8 @@
 #include <iomanip>
 #include <iostream>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "checks.h"
 #include "commands.h"
@@ -113,21 +115,46 @@ std::shared_ptr<GeneratorEvalFlags> add_generator_eval_options(CLI::App* sub) {
       ->capture_default_str();
   sub->add_flag("--no-fidelity", f->no_fidelity,
                 "Generator checkpoints: skip the two-sample test and pixel-art statistics");
+  sub->add_option("--precision", f->options.precision,
+                  "Generator checkpoints: the UNet's passes in fp32 | bf16, as generate "
+                  "--precision draws them")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
   return f;
+}
+
+// Options that mean something for one kind of checkpoint only: given for the other kind they are
+// refused (exit 2) rather than dropped without a word.
+static void refuse_options_of_other_task(const CLI::App& sub, const std::string& checkpoint,
+                                         bool generator) {
+  static const std::vector<std::string> kGeneratorOnly = {
+      "--classifier",        "--count", "--colours", "--steps", "--spacing",     "--guidance",
+      "--guidance-interval", "--eta",   "--sampler", "--seed",  "--no-fidelity", "--precision"};
+  static const std::vector<std::string> kClassifierOnly = {"--data", "--limit"};
+  for (const auto& name : generator ? kClassifierOnly : kGeneratorOnly)
+    if (sub.count(name) > 0)
+      throw Error(name + " applies to " + (generator ? "classifier" : "generator") +
+                      " checkpoints; " + checkpoint + " is a " +
+                      (generator ? "generator" : "classifier"),
+                  generator ? "a generator is evaluated on the sprites it draws: --count, "
+                              "--classifier, the sampler's options"
+                            : "leave it out, or evaluate a checkpoint of train --task generate");
 }
 
 int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
                        const std::string& checkpoint, const std::string& device_text,
-                       const CpuThreadFlags& cpu, bool json) {
+                       const CpuThreadFlags& cpu, int64_t batch_size, bool json) {
   GeneratorEvalFlags f = flags;
   f.options.spacing = diffusion::parse_spacing(f.spacing);
   f.options.guidance_interval = diffusion::parse_guidance_interval(f.guidance_interval);
   check_sampler_options(sub, f.options);
+  if (sub.count("--batch-size") > 0) f.options.batch = batch_size;
   if (f.classifier.empty())
     throw Error(
         "evaluating a generator needs --classifier C.pt",
         "train one on the same data: spritetorch train --task classify --dataset ... --save C.pt");
   const torch::Device device = device::pick_device(device_text);
+  check_sampling_precision(f.options, device);
   auto generator = diffusion::load_generator(checkpoint, device);
   const std::string threads = describe_cpu_threads(
       apply_cpu_threads(cpu.threads, cpu.blas_threads, cpu_work_of(*generator.net)));
@@ -165,6 +192,7 @@ int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
                        {"sample_s", r.sample_seconds},
                        {"sprites_per_second", r.sprites_per_second},
                        {"colours", f.options.colours},
+                       {"precision", f.options.precision},
                        {"device", device::display_name(device)},
                        {"threads", threads}};
     out.update(diffusion::sampler_json(f.options, generator.schedule.steps()));
@@ -179,6 +207,7 @@ int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
     std::cout << "Using device: " << device::display_name(device) << "\nCPU threads: " << threads
               << "\nGenerator: " << checkpoint << " ("
               << diffusion::describe_sampler(f.options, generator.schedule.steps())
+              << (f.options.precision == "fp32" ? "" : ", " + f.options.precision)
               << ")\nJudged by: " << f.classifier << "\n";
     print_generator_eval(std::cout, r, real, data.test.size(), generator.class_names);
     if (fidelity_report) print_fidelity(std::cout, *fidelity_report);
@@ -211,9 +240,11 @@ Subcommand add_eval_command(CLI::App& app) {
   return {sub, [sub, f, generator_flags]() {
             const torch::Device device = device::pick_device(f->device);
             const train::Checkpoint checkpoint = train::load_checkpoint(f->checkpoint);
-            if (checkpoint.meta.value("task", std::string()) == "generate")
+            const bool generator = checkpoint.meta.value("task", std::string()) == "generate";
+            refuse_options_of_other_task(*sub, f->checkpoint, generator);
+            if (generator)
               return run_generator_eval(*sub, *generator_flags, f->checkpoint, f->device, f->cpu,
-                                        f->json);
+                                        f->batch_size, f->json);
             train::TrainConfig config = train::checkpoint_data_config(checkpoint.meta);
             config.data_dir = f->data_dir;
             config.test_limit = f->limit;

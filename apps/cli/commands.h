@@ -27,6 +27,8 @@ Subcommand add_generate_command(CLI::App& app);
 // generate and eval: a sampler option the chosen --sampler does not take is an error, not ignored
 // (--eta is DDIM's; DDPM takes all T steps, so no --steps or --spacing).
 void check_sampler_options(const CLI::App& sub, const diffusion::SampleOptions& options);
+// bf16 sampling runs on CUDA and the CPU only: a clear error for another device.
+void check_sampling_precision(const diffusion::SampleOptions& options, const torch::Device& device);
 // generate and eval: --guidance W and --guidance-interval FROM:TO (text into `interval`, parsed by
 // diffusion::parse_guidance_interval when the command runs). `prefix` starts each help text.
 void add_guidance_options(CLI::App* sub, diffusion::SampleOptions& options, std::string& interval,
@@ -59,7 +61,7 @@ struct GeneratorEvalFlags {
 std::shared_ptr<GeneratorEvalFlags> add_generator_eval_options(CLI::App* sub);
 int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
                        const std::string& checkpoint, const std::string& device,
-                       const CpuThreadFlags& threads, bool json);
+                       const CpuThreadFlags& threads, int64_t batch_size, bool json);
 Subcommand add_launch_command(CLI::App& app);
 // Python interop (cmd_interop.cpp) and shell completion (cmd_completion.cpp).
 Subcommand add_export_command(CLI::App& app);

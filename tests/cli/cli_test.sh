@@ -188,6 +188,13 @@ expect 0 "Class agreement" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c
 expect 0 "real vs real +[01]\.[0-9]{4}" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2
 expect 0 '"fidelity":\{"c2st":[0-9.]+,"c2st_real":[0-9.]+,"generated":\{"alpha_coverage":[0-9.]+,"colours":[0-9.]+,"sprites":8,"stray_pixels":[0-9.]+\}' -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2 --json
 expect 0 '"eta":1\.0,.*"guidance":2\.5,"guidance_interval":\[0\.4,1\.0\],.*"sampler":"ddim".*"spacing":"uniform".*"steps":2,.*"threads":"1 intra-op' -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2 --threads 1 --json
+# eval samples in bf16 as generate does; an option of the other kind of checkpoint is refused.
+expect 0 "Generator: .*g\.pt \(ddim 2 uniform steps, .*, bf16\)" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 4 --steps 2 --precision bf16 --no-fidelity
+expect 0 '"precision":"bf16"' -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 4 --steps 2 --batch-size 3 --precision bf16 --no-fidelity --json
+expect 0 '"precision":"fp32"' -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 4 --steps 2 --no-fidelity --json
+expect 2 "--steps applies to generator checkpoints; .*c\.pt is a classifier" -- eval --checkpoint "$tmp/c.pt" --steps 3
+expect 2 "--classifier applies to generator checkpoints" -- eval --checkpoint "$tmp/c.pt" --classifier "$tmp/c.pt"
+expect 2 "--limit applies to classifier checkpoints; .*g\.pt is a generator" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --limit 5
 expect 2 "--blas-threads: .-2. is not a number >= 0" -- classify --checkpoint "$tmp/c.pt" --blas-threads -2 "$tmp/preview.png"
 expect 0 "$tmp/preview.png	[a-z]+	[01]\.[0-9]+" -- classify --checkpoint "$tmp/c.pt" --threads 1 --blas-threads 1 "$tmp/preview.png"
 if [ -f "$tmp/one/robot_0005.png" ]; then passes=$((passes + 1)); else echo "FAIL: --out-dir wrote no robot_0005.png"; fails=$((fails + 1)); fi
