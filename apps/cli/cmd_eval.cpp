@@ -115,10 +115,10 @@ std::shared_ptr<GeneratorEvalFlags> add_generator_eval_options(CLI::App* sub) {
       ->capture_default_str();
   sub->add_flag("--no-fidelity", f->no_fidelity,
                 "Generator checkpoints: skip the two-sample test and pixel-art statistics");
+  f->options.precision = "auto";
   sub->add_option("--precision", f->options.precision,
-                  "Generator checkpoints: the UNet's passes in fp32 | bf16, as generate "
-                  "--precision draws them")
-      ->check(CLI::IsMember({"fp32", "bf16"}))
+                  std::string("Generator checkpoints: ") + kSamplingPrecisionHelp)
+      ->check(CLI::IsMember({"auto", "fp32", "bf16"}))
       ->capture_default_str();
   return f;
 }
@@ -154,6 +154,8 @@ int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
         "evaluating a generator needs --classifier C.pt",
         "train one on the same data: spritetorch train --task classify --dataset ... --save C.pt");
   const torch::Device device = device::pick_device(device_text);
+  const bool auto_precision = f.options.precision == "auto";
+  f.options.precision = diffusion::resolve_sampling_precision(f.options.precision, device);
   check_sampling_precision(f.options, device);
   auto generator = diffusion::load_generator(checkpoint, device);
   const std::string threads = describe_cpu_threads(
@@ -206,8 +208,8 @@ int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
   } else {
     std::cout << "Using device: " << device::display_name(device) << "\nCPU threads: " << threads
               << "\nGenerator: " << checkpoint << " ("
-              << diffusion::describe_sampler(f.options, generator.schedule.steps())
-              << (f.options.precision == "fp32" ? "" : ", " + f.options.precision)
+              << diffusion::describe_sampler(f.options, generator.schedule.steps()) << ", "
+              << f.options.precision << (auto_precision ? " (auto)" : "")
               << ")\nJudged by: " << f.classifier << "\n";
     print_generator_eval(std::cout, r, real, data.test.size(), generator.class_names);
     if (fidelity_report) print_fidelity(std::cout, *fidelity_report);

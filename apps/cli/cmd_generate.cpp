@@ -54,7 +54,7 @@ Subcommand add_generate_command(CLI::App& app) {
       "generate", "Draw sprites from a generator checkpoint into a PNG sprite sheet");
   struct Flags {
     std::string checkpoint, class_name, out, out_dir, palette,
-        device = "auto", precision = "fp32",
+        device = "auto", precision = "auto",
         spacing = diffusion::spacing_name(diffusion::SampleOptions().spacing),
         guidance_interval =
             diffusion::guidance_interval_text(diffusion::SampleOptions().guidance_interval);
@@ -109,10 +109,8 @@ Subcommand add_generate_command(CLI::App& app) {
       ->check(kPositive)
       ->capture_default_str();
   sub->add_option("--device", f->device, "auto | cpu | cuda | cuda:N | mps")->capture_default_str();
-  sub->add_option("--precision", f->precision,
-                  "fp32 | bf16 (the UNet's passes in bf16: on CUDA a bf16 copy of it, on the "
-                  "CPU autocast; the updates between passes stay fp32)")
-      ->check(CLI::IsMember({"fp32", "bf16"}))
+  sub->add_option("--precision", f->precision, kSamplingPrecisionHelp)
+      ->check(CLI::IsMember({"auto", "fp32", "bf16"}))
       ->capture_default_str();
   sub->add_flag("--no-cuda-graphs", f->no_cuda_graphs,
                 "CUDA: sample every batch eagerly (default: deterministic sampling, DDIM with "
@@ -145,7 +143,7 @@ Subcommand add_generate_command(CLI::App& app) {
         }
         f->sample.cuda_graphs = !f->no_cuda_graphs;
 
-        f->sample.precision = f->precision;
+        f->sample.precision = diffusion::resolve_sampling_precision(f->precision, device);
         check_sampling_precision(f->sample, device);
         const bool graphed = diffusion::graph_sampling_applies(device, f->sample, f->count);
         // Fixed shapes: let cuDNN time its algorithms once (the first batch pays for it).
@@ -184,8 +182,8 @@ Subcommand add_generate_command(CLI::App& app) {
                     << " in " << std::fixed << std::setprecision(2) << seconds << " s ("
                     << std::setprecision(1) << rate << " sprites/s, "
                     << diffusion::describe_sampler(f->sample, generator.schedule.steps()) << ", "
-                    << f->sample.precision << (graphed ? ", CUDA graph" : "")
-                    << "; CPU threads: " << threads << ")\n"
+                    << f->sample.precision << (f->precision == "auto" ? " (auto)" : "")
+                    << (graphed ? ", CUDA graph" : "") << "; CPU threads: " << threads << ")\n"
                     << std::defaultfloat;
           if (!f->out.empty()) std::cout << "Wrote " << f->out << "\n";
           if (!f->out_dir.empty())

@@ -27,6 +27,11 @@ Subcommand add_generate_command(CLI::App& app);
 // generate and eval: a sampler option the chosen --sampler does not take is an error, not ignored
 // (--eta is DDIM's; DDPM takes all T steps, so no --steps or --spacing).
 void check_sampler_options(const CLI::App& sub, const diffusion::SampleOptions& options);
+// generate's and eval's --precision.
+inline constexpr const char* kSamplingPrecisionHelp =
+    "auto | fp32 | bf16: the UNet's passes in bf16 (on CUDA a bf16 copy of it, on the CPU "
+    "autocast; the updates between passes stay fp32). auto: bf16 on a CPU with native bf16 "
+    "(twice as fast, the same quality), else fp32";
 // bf16 sampling runs on CUDA and the CPU only: a clear error for another device.
 void check_sampling_precision(const diffusion::SampleOptions& options, const torch::Device& device);
 // generate and eval: --guidance W and --guidance-interval FROM:TO (text into `interval`, parsed by

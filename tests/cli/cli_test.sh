@@ -191,7 +191,10 @@ expect 0 '"eta":1\.0,.*"guidance":2\.5,"guidance_interval":\[0\.4,1\.0\],.*"samp
 # eval samples in bf16 as generate does; an option of the other kind of checkpoint is refused.
 expect 0 "Generator: .*g\.pt \(ddim 2 uniform steps, .*, bf16\)" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 4 --steps 2 --precision bf16 --no-fidelity
 expect 0 '"precision":"bf16"' -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 4 --steps 2 --batch-size 3 --precision bf16 --no-fidelity --json
-expect 0 '"precision":"fp32"' -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 4 --steps 2 --no-fidelity --json
+expect 0 '"precision":"fp32"' -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 4 --steps 2 --precision fp32 --no-fidelity --json
+native=fp32  # eval's default, auto: bf16 where `devices` says the CPU has native bf16
+"$bin" devices --json | python3 -c 'import json,sys; d=json.load(sys.stdin); sys.exit(0 if any(x.get("bf16") for x in d["devices"] if x["device"].startswith("cpu")) else 1)' && native=bf16
+expect 0 "Generator: .*g\.pt \(ddim 2 uniform steps, .*, $native \(auto\)\)" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 4 --steps 2 --no-fidelity --device cpu
 expect 2 "--steps applies to generator checkpoints; .*c\.pt is a classifier" -- eval --checkpoint "$tmp/c.pt" --steps 3
 expect 2 "--classifier applies to generator checkpoints" -- eval --checkpoint "$tmp/c.pt" --classifier "$tmp/c.pt"
 expect 2 "--limit applies to classifier checkpoints; .*g\.pt is a generator" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --limit 5

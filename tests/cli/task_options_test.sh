@@ -47,7 +47,12 @@ expect 0 "Saved checkpoint" -- "${gen[@]}" --save "$tmp/g.pt"
 expect 0 '"cuda_graphs":false,.*"precision":"bf16"' -- generate --checkpoint "$tmp/g.pt" --count 4 \
   --steps 2 --precision bf16 --device cpu --json --out "$tmp/bf16.png"
 expect 0 '"precision":"fp32"' -- generate --checkpoint "$tmp/g.pt" --count 4 --steps 2 \
-  --no-cuda-graphs --device cpu --json --out "$tmp/eager.png"
+  --no-cuda-graphs --device cpu --precision fp32 --json --out "$tmp/eager.png"
+# The default, auto: bf16 where `devices` says the CPU has native bf16, else fp32.
+native=fp32
+"$bin" devices --json | python3 -c 'import json,sys; d=json.load(sys.stdin); sys.exit(0 if any(x.get("bf16") for x in d["devices"] if x["device"].startswith("cpu")) else 1)' && native=bf16
+expect 0 "\"precision\":\"$native\"" -- generate --checkpoint "$tmp/g.pt" --count 4 --steps 2 --device cpu --json --out "$tmp/auto.png"
+expect 0 "Generated 4 sprites .*, $native \(auto\)" -- generate --checkpoint "$tmp/g.pt" --count 4 --steps 2 --device cpu --out "$tmp/auto.png"
 expect 2 "--precision: fp16 not in" -- generate --checkpoint "$tmp/g.pt" --precision fp16 --out "$tmp/x.png"
 
 # --- the classifier refuses the generator's options ----------------------------------------------

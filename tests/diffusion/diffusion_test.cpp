@@ -14,6 +14,7 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "device/device.h"
 #include "io/png.h"
 #include "tasks/make_task.h"
 #include "test_util.h"
@@ -451,6 +452,33 @@ TEST(Sampler, Bf16RunsACopyOfTheNetInBf16) {
   o.precision = "bf16";
   sample(g, torch::tensor({0, 1}, torch::kInt64), o);
   EXPECT_EQ(g.net->out_conv->weight.scalar_type(), torch::kFloat32);
+}
+
+// --precision auto (generate's and eval's default) samples in bf16 only on a CPU with native bf16,
+// and what it samples is exactly what the precision it resolves to samples.
+TEST(Sampler, AutoPrecisionIsBf16OnlyOnACpuWithNativeBf16) {
+  const torch::Device cpu(torch::kCPU);
+  const std::string native = device::describe_device(cpu).bf16 ? "bf16" : "fp32";
+  EXPECT_EQ(resolve_sampling_precision("auto", cpu), native);
+  EXPECT_EQ(resolve_sampling_precision("auto", torch::Device("cuda:0")), "fp32");
+  EXPECT_EQ(resolve_sampling_precision("fp32", cpu), "fp32");
+  EXPECT_EQ(resolve_sampling_precision("bf16", torch::Device("cuda:0")), "bf16");
+  try {
+    resolve_sampling_precision("fp16", cpu);
+    ADD_FAILURE() << "fp16 sampling was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected auto, fp32 or bf16"), std::string::npos);
+  }
+  auto g = tiny_generator();
+  SampleOptions o;
+  o.steps = 3;
+  o.precision = "auto";
+  const auto labels = torch::tensor({0, 1, 2}, torch::kInt64);
+  const auto automatic = sample(g, labels, o);
+  o.precision = native;
+  EXPECT_TRUE(torch::equal(automatic, sample(g, labels, o)));
+  o.precision = native == "bf16" ? "fp32" : "bf16";  // the other one rounds differently
+  EXPECT_FALSE(torch::equal(automatic, sample(g, labels, o)));
 }
 
 TEST(GeneratorTraining, DefaultEpochsFollowTheDataset) {
