@@ -6,6 +6,7 @@
 
 #include "common/compat.h"
 #include "common/error.h"
+#include "common/small_gemm.h"
 
 #if SPRITETORCH_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -186,6 +187,10 @@ std::vector<DeviceInfo> list_devices() {
     out.push_back(describe_device(torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(i))));
   if (a.mps) out.push_back(describe_device(torch::Device(torch::kMPS)));
   return out;
+}
+
+bool channels_last_pays(const torch::Device& device) {
+  return device.is_cuda() || (device.is_cpu() && gemm::available(gemm::Kernel::avx512));
 }
 
 std::string display_name(const torch::Device& device) {

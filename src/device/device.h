@@ -52,6 +52,12 @@ struct DeviceInfo {
 std::vector<DeviceInfo> list_devices();
 DeviceInfo describe_device(const torch::Device& device);
 
+// Whether conv nets on `device` should run channels_last: on CUDA (cuDNN's tensor cores want NHWC)
+// and on a CPU with AVX-512, where oneDNN's NHWC convolutions made the sprite CNNs 1.4-1.5x faster
+// on a Zen 4; an AVX2-only Zen 3 ran the Fashion-MNIST CNN 20% slower with them
+// (docs/precision.md). MPS keeps NCHW.
+bool channels_last_pays(const torch::Device& device);
+
 // "cuda:0 (NVIDIA H100 80GB HBM3)", "cpu (AMD EPYC 7B13)".
 std::string display_name(const torch::Device& device);
 

@@ -6,7 +6,6 @@
 #include "common/cpu_threads.h"
 #include "common/error.h"
 #include "common/output_file.h"
-#include "common/small_gemm.h"
 #include "common/timer.h"
 #include "data/augment.h"
 #include "data/dummy.h"
@@ -268,8 +267,6 @@ bool TrainingRun::decide_cuda_graphs() {
   return false;
 }
 
-bool cpu_channels_last_pays() { return gemm::available(gemm::Kernel::avx512); }
-
 void TrainingRun::set_up_model() {
   task_.build({data_.train, resumed_ ? &*resumed_ : nullptr, config_.resume, config_.seed});
   torch::nn::Module& module = task_.module();
@@ -278,11 +275,8 @@ void TrainingRun::set_up_model() {
   // channels_last must be set before the flat optimizer re-points the parameters (it keeps their
   // strides).
   for (const auto& p : module.parameters()) has_conv_ |= p.dim() == 4;
-  // On a CPU with AVX-512 too: oneDNN's NHWC convolutions made the sprite CNNs' epochs 1.4-1.5x
-  // faster on a Zen 4, the Fashion-MNIST CNNs the same; on an AVX2-only Zen 3 the Fashion-MNIST
-  // CNN was 20% slower with them, so there (and on MPS) the run keeps NCHW (docs/precision.md).
-  channels_last_ = (device_.is_cuda() || (device_.is_cpu() && cpu_channels_last_pays())) &&
-                   config_.channels_last && has_conv_;
+  // On CUDA and on a CPU with AVX-512 (device::channels_last_pays; docs/precision.md).
+  channels_last_ = device::channels_last_pays(device_) && config_.channels_last && has_conv_;
   if (channels_last_) apply_channels_last(module);
   if (device_.is_cuda()) at::globalContext().setBenchmarkCuDNN(config_.cudnn_benchmark);
   optimizer_ = std::make_unique<FlatOptimizer>(module.parameters(), optimization_.options);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "common/small_gemm.h"
 
 namespace spritetorch::device {
 namespace {
@@ -79,6 +80,14 @@ TEST(DevicePolicy, ThisMachineResolvesAuto) {
   EXPECT_FALSE(list_devices().empty());
   EXPECT_TRUE(list_devices()[0].device.is_cpu());
   EXPECT_EQ(display_name(torch::Device(torch::kCPU)).rfind("cpu (", 0), 0u);
+}
+
+// Conv nets run channels_last on CUDA and on a CPU whose AVX-512 kernels run; MPS keeps NCHW.
+TEST(DevicePolicy, ChannelsLastOnCudaAndAvx512Cpus) {
+  EXPECT_TRUE(channels_last_pays(torch::Device("cuda:0")));
+  EXPECT_FALSE(channels_last_pays(torch::Device(torch::kMPS)));
+  EXPECT_EQ(channels_last_pays(torch::Device(torch::kCPU)),
+            gemm::available(gemm::Kernel::avx512));
 }
 
 TEST(DeviceCheck, MismatchNamesBothDevices) {
