@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "common/cpu_threads.h"
 #include "common/error.h"
+#include "config_file.h"
 #include "device/device.h"
 #include "diffusion/fidelity.h"
 #include "diffusion/generator.h"
@@ -132,7 +133,7 @@ static void refuse_options_of_other_task(const CLI::App& sub, const std::string&
       "--guidance-interval", "--eta",   "--sampler", "--seed",  "--no-fidelity", "--precision"};
   static const std::vector<std::string> kClassifierOnly = {"--data", "--limit"};
   for (const auto& name : generator ? kClassifierOnly : kGeneratorOnly)
-    if (sub.count(name) > 0)
+    if (sub.count(name) > 0 && !set_by_environment(sub.get_option(name)))
       throw Error(name + " applies to " + (generator ? "classifier" : "generator") +
                       " checkpoints; " + checkpoint + " is a " +
                       (generator ? "generator" : "classifier"),

@@ -240,6 +240,11 @@ std::map<const CLI::Option*, std::string>& mirror_of_option() {
   return mirrors;
 }
 
+std::set<const CLI::Option*>& options_set_by_environment() {
+  static std::set<const CLI::Option*> options;
+  return options;
+}
+
 // Applies the mirrors of `sub` to the options the command line did not give (resolve_config).
 void apply_environment(CLI::App& sub) {
   for (CLI::Option* option : sub.get_options()) {
@@ -251,6 +256,7 @@ void apply_environment(CLI::App& sub) {
     try {
       option->add_result(std::string(value));
       option->run_callback();  // the option's checks, as for a flag
+      options_set_by_environment().insert(option);
     } catch (const CLI::Error& e) {
       const std::string flag = "--" + long_name(*option);
       std::string detail = e.what();  // "--threads: 'many' is not a number ..."
@@ -329,6 +335,10 @@ void add_config_options(CLI::App* sub) {
                 "Print the effective configuration as TOML (what --config reads) "
                 "and exit")
       ->configurable(false);
+}
+
+bool set_by_environment(const CLI::Option* option) {
+  return options_set_by_environment().count(option) > 0;
 }
 
 bool resolve_config(CLI::App& sub, std::ostream& out) {

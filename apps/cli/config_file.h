@@ -36,6 +36,10 @@ void mirror_environment(CLI::Option* option, const std::string& variable);
 // Mirrors the single-valued options of environment_mirrors() that `sub` already has (call after
 // adding them).
 void add_environment_mirrors(CLI::App* sub);
+// Whether resolve_config set `option` from its environment variable: a setting for every command
+// (SPRITETORCH_PRECISION, SPRITETORCH_DATA), where a command that refuses the option when it is
+// given should let it pass.
+bool set_by_environment(const CLI::Option* option);
 // In `sub`, the recipe key `key` (a train option's long name) sets --option_name instead.
 void recipe_alias(CLI::App* sub, const std::string& key, const std::string& option_name);
 // Adds --config FILE and --print-config to `sub` and installs TomlConfig as its formatter.
