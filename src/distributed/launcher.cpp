@@ -87,8 +87,8 @@ class ForwardSignals {
   ForwardSignals& operator=(const ForwardSignals&) = delete;
 
  private:
-  struct sigaction old_int_ {
-  }, old_term_{};
+  struct sigaction old_int_ {};
+  struct sigaction old_term_ {};
 };
 
 }  // namespace
