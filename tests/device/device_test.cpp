@@ -86,8 +86,7 @@ TEST(DevicePolicy, ThisMachineResolvesAuto) {
 TEST(DevicePolicy, ChannelsLastOnCudaAndAvx512Cpus) {
   EXPECT_TRUE(channels_last_pays(torch::Device("cuda:0")));
   EXPECT_FALSE(channels_last_pays(torch::Device(torch::kMPS)));
-  EXPECT_EQ(channels_last_pays(torch::Device(torch::kCPU)),
-            gemm::available(gemm::Kernel::avx512));
+  EXPECT_EQ(channels_last_pays(torch::Device(torch::kCPU)), gemm::available(gemm::Kernel::avx512));
 }
 
 TEST(DeviceCheck, MismatchNamesBothDevices) {
