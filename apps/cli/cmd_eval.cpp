@@ -1,5 +1,6 @@
 // `spritetorch eval --checkpoint PATH`: loss, accuracy, per-class accuracy, confusion matrix; for a
 // generator checkpoint, its samples judged by a classifier.
+#include <algorithm>
 #include <cmath>
 #include <iomanip>
 #include <iostream>
@@ -81,6 +82,7 @@ nlohmann::json stats_json(const diffusion::PixelArtStats& s) {
 
 std::shared_ptr<GeneratorEvalFlags> add_generator_eval_options(CLI::App* sub) {
   auto f = std::make_shared<GeneratorEvalFlags>();
+  const std::vector<CLI::Option*> before = sub->get_options();
   sub->add_option("--classifier", f->classifier,
                   "Generator checkpoints: a classifier checkpoint trained on the real data, to "
                   "judge the samples")
@@ -121,25 +123,27 @@ std::shared_ptr<GeneratorEvalFlags> add_generator_eval_options(CLI::App* sub) {
                   std::string("Generator checkpoints: ") + kSamplingPrecisionHelp)
       ->check(CLI::IsMember({"auto", "fp32", "bf16"}))
       ->capture_default_str();
+  for (const CLI::Option* option : sub->get_options())
+    if (std::find(before.begin(), before.end(), option) == before.end())
+      f->registered.push_back(option);
   return f;
 }
 
-// Options that mean something for one kind of checkpoint only: given for the other kind they are
-// refused (exit 2) rather than dropped without a word.
-static void refuse_options_of_other_task(const CLI::App& sub, const std::string& checkpoint,
-                                         bool generator) {
-  static const std::vector<std::string> kGeneratorOnly = {
-      "--classifier",        "--count", "--colours", "--steps", "--spacing",     "--guidance",
-      "--guidance-interval", "--eta",   "--sampler", "--seed",  "--no-fidelity", "--precision"};
-  static const std::vector<std::string> kClassifierOnly = {"--data", "--limit"};
-  for (const auto& name : generator ? kClassifierOnly : kGeneratorOnly)
-    if (sub.count(name) > 0 && !set_by_environment(sub.get_option(name)))
+// Options that mean something for one kind of checkpoint only (`other_task`: those of the kind
+// `checkpoint` is not): given on the command line they are refused (exit 2) rather than dropped
+// without a word; set by their environment variable (settings for every command) they are not.
+static void refuse_options_of_other_task(const std::vector<const CLI::Option*>& other_task,
+                                         const std::string& checkpoint, bool generator) {
+  for (const CLI::Option* option : other_task)
+    if (option->count() > 0 && !set_by_environment(option)) {
+      const std::string name = "--" + option->get_lnames().front();
       throw Error(name + " applies to " + (generator ? "classifier" : "generator") +
                       " checkpoints; " + checkpoint + " is a " +
                       (generator ? "generator" : "classifier"),
                   generator ? "a generator is evaluated on the sprites it draws: --count, "
                               "--classifier, the sampler's options"
                             : "leave it out, or evaluate a checkpoint of train --task generate");
+    }
 }
 
 int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
@@ -157,7 +161,6 @@ int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
   const torch::Device device = device::pick_device(device_text);
   const bool auto_precision = f.options.precision == "auto";
   f.options.precision = diffusion::resolve_sampling_precision(f.options.precision, device);
-  check_sampling_precision(f.options, device);
   auto generator = diffusion::load_generator(checkpoint, device);
   const std::string threads = describe_cpu_threads(
       apply_cpu_threads(cpu.threads, cpu.blas_threads, cpu_work_of(*generator.net)));
@@ -229,22 +232,24 @@ Subcommand add_eval_command(CLI::App& app) {
   auto f = std::make_shared<Flags>();
   sub->add_option("--checkpoint", f->checkpoint, "Checkpoint written by train --save")->required();
   sub->add_option("--device", f->device, "auto | cpu | cuda | cuda:N | mps")->capture_default_str();
-  sub->add_option("--data", f->data_dir, "Folder with the Fashion-MNIST IDX files")
-      ->capture_default_str();
+  const std::vector<const CLI::Option*> classifier_only = {
+      sub->add_option("--data", f->data_dir, "Folder with the Fashion-MNIST IDX files")
+          ->capture_default_str(),
+      sub->add_option("--limit", f->limit, "Evaluate on the first N test samples only (0: all)")
+          ->check(kNonNegative)};
   sub->add_option("--batch-size", f->batch_size, "Samples per forward pass")
       ->check(kPositive)
       ->capture_default_str();
-  sub->add_option("--limit", f->limit, "Evaluate on the first N test samples only (0: all)")
-      ->check(kNonNegative);
   sub->add_flag("--json", f->json, "Print the report as JSON");
   add_cpu_thread_options(sub, f->cpu.threads, f->cpu.blas_threads);
   auto generator_flags = add_generator_eval_options(sub);
 
-  return {sub, [sub, f, generator_flags]() {
+  return {sub, [sub, f, generator_flags, classifier_only]() {
             const torch::Device device = device::pick_device(f->device);
             const train::Checkpoint checkpoint = train::load_checkpoint(f->checkpoint);
             const bool generator = checkpoint.meta.value("task", std::string()) == "generate";
-            refuse_options_of_other_task(*sub, f->checkpoint, generator);
+            refuse_options_of_other_task(generator ? classifier_only : generator_flags->registered,
+                                         f->checkpoint, generator);
             if (generator)
               return run_generator_eval(*sub, *generator_flags, f->checkpoint, f->device, f->cpu,
                                         f->batch_size, f->json);

@@ -29,13 +29,6 @@ void check_sampler_options(const CLI::App& sub, const diffusion::SampleOptions& 
             "use --sampler ddim or dpm++2m for fewer steps");
 }
 
-void check_sampling_precision(const diffusion::SampleOptions& options,
-                              const torch::Device& device) {
-  if (options.precision == "bf16" && !device.is_cuda() && !device.is_cpu())
-    throw Error("--precision bf16: sampling in bf16 runs on CUDA and the CPU, not " + device.str(),
-                "use --precision fp32");
-}
-
 void add_guidance_options(CLI::App* sub, diffusion::SampleOptions& options, std::string& interval,
                           const std::string& prefix) {
   sub->add_option("--guidance", options.guidance,
@@ -144,7 +137,6 @@ Subcommand add_generate_command(CLI::App& app) {
         f->sample.cuda_graphs = !f->no_cuda_graphs;
 
         f->sample.precision = diffusion::resolve_sampling_precision(f->precision, device);
-        check_sampling_precision(f->sample, device);
         const bool graphed = diffusion::graph_sampling_applies(device, f->sample, f->count);
         // Fixed shapes: let cuDNN time its algorithms once (the first batch pays for it).
         if (device.is_cuda()) at::globalContext().setBenchmarkCuDNN(true);

@@ -32,8 +32,6 @@ inline constexpr const char* kSamplingPrecisionHelp =
     "auto | fp32 | bf16: the UNet's passes in bf16 (on CUDA a bf16 copy of it, on the CPU "
     "autocast; the updates between passes stay fp32). auto: bf16 on a CPU with native bf16 "
     "(twice as fast, the same quality), else fp32";
-// bf16 sampling runs on CUDA and the CPU only: a clear error for another device.
-void check_sampling_precision(const diffusion::SampleOptions& options, const torch::Device& device);
 // generate and eval: --guidance W and --guidance-interval FROM:TO (text into `interval`, parsed by
 // diffusion::parse_guidance_interval when the command runs). `prefix` starts each help text.
 void add_guidance_options(CLI::App* sub, diffusion::SampleOptions& options, std::string& interval,
@@ -62,6 +60,8 @@ struct GeneratorEvalFlags {
   std::string spacing = diffusion::spacing_name(options.spacing);  // --spacing
   std::string guidance_interval =
       diffusion::guidance_interval_text(options.guidance_interval);  // --guidance-interval
+  // Every option add_generator_eval_options registered: eval refuses them for a classifier.
+  std::vector<const CLI::Option*> registered;
 };
 std::shared_ptr<GeneratorEvalFlags> add_generator_eval_options(CLI::App* sub);
 int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,

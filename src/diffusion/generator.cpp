@@ -408,6 +408,9 @@ UNet bf16_copy(const UNetImpl& net) {
 }
 
 std::string resolve_sampling_precision(const std::string& requested, const torch::Device& device) {
+  if (requested == "bf16" && !device.is_cuda() && !device.is_cpu())
+    throw Error("--precision bf16: sampling in bf16 runs on CUDA and the CPU, not " + device.str(),
+                "use --precision fp32");
   if (requested == "fp32" || requested == "bf16") return requested;
   if (requested != "auto")
     throw Error("unknown sampling precision '" + requested + "': expected auto, fp32 or bf16");

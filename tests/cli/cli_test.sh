@@ -198,6 +198,10 @@ expect 0 "Generator: .*g\.pt \(ddim 2 uniform steps, .*, $native \(auto\)\)" -- 
 expect 2 "--steps applies to generator checkpoints; .*c\.pt is a classifier" -- eval --checkpoint "$tmp/c.pt" --steps 3
 expect 2 "--classifier applies to generator checkpoints" -- eval --checkpoint "$tmp/c.pt" --classifier "$tmp/c.pt"
 expect 2 "--limit applies to classifier checkpoints; .*g\.pt is a generator" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --limit 5
+# Every option the generator branch registers is refused for a classifier, the last ones too.
+expect 2 "--precision applies to generator checkpoints" -- eval --checkpoint "$tmp/c.pt" --precision fp32
+expect 2 "--no-fidelity applies to generator checkpoints" -- eval --checkpoint "$tmp/c.pt" --no-fidelity
+expect 2 "--data applies to classifier checkpoints" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --data "$tmp"
 # The environment variables are settings for every command: one of the other kind passes.
 SPRITETORCH_PRECISION=bf16 expect 0 "Confusion matrix" -- eval --checkpoint "$tmp/c.pt"
 SPRITETORCH_DATA="$tmp/nowhere" expect 0 "Class agreement" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 4 --steps 2 --no-fidelity

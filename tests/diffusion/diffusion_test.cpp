@@ -469,6 +469,15 @@ TEST(Sampler, AutoPrecisionIsBf16OnlyOnACpuWithNativeBf16) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("expected auto, fp32 or bf16"), std::string::npos);
   }
+  // MPS: auto is fp32, and bf16 is refused in the library, not only by the CLI.
+  const torch::Device mps(torch::kMPS);
+  EXPECT_EQ(resolve_sampling_precision("auto", mps), "fp32");
+  try {
+    resolve_sampling_precision("bf16", mps);
+    ADD_FAILURE() << "bf16 sampling on MPS was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("runs on CUDA and the CPU, not mps"), std::string::npos);
+  }
   auto g = tiny_generator();
   SampleOptions o;
   o.steps = 3;
