@@ -116,8 +116,9 @@ Subcommand add_train_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--time-budget", config->time_budget_s,
                   "Train the epochs that fit in this much training time (900, 900s, 15m, 1.5h, "
-                  "1h30m; 0: none), at most --epochs: planned once from the speed of the run's "
-                  "first steps (evaluations and sample sheets not counted); a --config file takes "
+                  "1h30m; 0: none), at most --epochs: planned from the speed of the run's first "
+                  "steps and revised twice from that of the steps since (evaluations and sample "
+                  "sheets not counted); a --config file takes "
                   "seconds or the same text in quotes. A generator without --epochs takes " +
                       generator_budget)
       ->type_name("DURATION")

@@ -140,10 +140,12 @@ void ProgressPrinter::on_epoch(const train::EpochReport& r) {
 // Printed whatever the style: the run's length changes here.
 void ProgressPrinter::on_plan(const train::BudgetPlan& plan) {
   if (options_.verbosity == Verbosity::kQuiet) return;
-  std::string line = "Time budget " + format_duration(plan.budget_s, /*keep_tenths=*/true) + ": " +
-                     std::to_string(plan.epochs) + (plan.epochs == 1 ? " epoch, " : " epochs, ") +
-                     std::to_string(plan.steps) + " steps at " + fixed(plan.seconds_per_step, 3) +
-                     " s a step";
+  std::string line =
+      "Time budget " + format_duration(plan.budget_s, /*keep_tenths=*/true) +
+      (plan.revisions > 0 ? ", revised at step " + std::to_string(plan.revised_at_step)
+                          : std::string()) +
+      ": " + std::to_string(plan.epochs) + (plan.epochs == 1 ? " epoch, " : " epochs, ") +
+      std::to_string(plan.steps) + " steps at " + fixed(plan.seconds_per_step, 3) + " s a step";
   line += plan.epochs < plan.max_epochs ? " (of at most " + std::to_string(plan.max_epochs) + ")"
                                         : " (all of --epochs fit)";
   print_line(line);

@@ -54,7 +54,25 @@ double parse_duration(const std::string& text, const std::string& flag) {
 nlohmann::json budget_json(const BudgetPlan& plan) {
   return {{"budget_s", plan.budget_s},       {"seconds_per_step", plan.seconds_per_step},
           {"timed_steps", plan.timed_steps}, {"epochs", plan.epochs},
-          {"max_epochs", plan.max_epochs},   {"steps", plan.steps}};
+          {"max_epochs", plan.max_epochs},   {"steps", plan.steps},
+          {"revisions", plan.revisions}};
+}
+
+int64_t next_budget_revision(const BudgetPlan& plan, int64_t steps_done) {
+  if (plan.revisions >= kBudgetRevisions) return 0;
+  const int64_t half_left = (plan.steps - steps_done) / 2;
+  return half_left > 0 ? steps_done + half_left : 0;
+}
+
+BudgetPlan revise_budget_plan(const BudgetPlan& plan, const BudgetInput& in, int64_t timed_steps) {
+  BudgetPlan revised = plan;
+  revised.seconds_per_step = in.seconds_per_step;
+  revised.timed_steps = timed_steps;
+  revised.epochs = epochs_within_budget(in);
+  revised.steps = (revised.epochs - in.start_epoch) * in.steps_per_epoch;
+  revised.revisions = plan.revisions + 1;
+  revised.revised_at_step = in.steps_done;
+  return revised;
 }
 
 BudgetPlan budget_from_json(const nlohmann::json& json, const std::string& source) {
@@ -66,6 +84,7 @@ BudgetPlan budget_from_json(const nlohmann::json& json, const std::string& sourc
     plan.epochs = json.at("epochs").get<int64_t>();
     plan.max_epochs = json.at("max_epochs").get<int64_t>();
     plan.steps = json.at("steps").get<int64_t>();
+    plan.revisions = json.value("revisions", int64_t{0});  // absent in older checkpoints
     if (plan.epochs < 1) throw std::invalid_argument("epochs " + std::to_string(plan.epochs));
     return plan;
   } catch (const std::exception& e) {

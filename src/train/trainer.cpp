@@ -144,8 +144,11 @@ class TrainingRun {
   // stops here, agreed by every rank (each calls it at the same steps).
   bool evaluate_point(int64_t epoch, int64_t step, bool keep_predictions);
   // --time-budget, after every step: starts the clock after kBudgetSkipSteps steps and, after
-  // kBudgetTimedSteps more, sets epochs_ to what fits (rank 0's plan on every rank).
+  // kBudgetTimedSteps more, sets epochs_ to what fits (rank 0's plan on every rank); then revises
+  // the plan at next_revision_ from the speed of every step timed so far.
   void follow_budget(int64_t epoch);
+  // rank 0's epochs, on every rank (their clocks differ; their epochs must not).
+  int64_t agreed_epochs(int64_t epochs);
 
   const TrainConfig& config_;
   Task& task_;
@@ -171,6 +174,7 @@ class TrainingRun {
   int64_t epochs_ = 0;       // the run's epochs in total: --epochs, or what --time-budget planned
   double budget_clock_start_ = 0;      // training seconds when the timed steps began
   std::optional<BudgetPlan> budget_;   // the plan, once made
+  int64_t next_revision_ = 0;          // steps_done_ at which the plan is revised (0: never)
   std::optional<RunState> run_state_;  // resuming mid-epoch: where
 
   data::AugmentOptions augment_;
@@ -401,9 +405,10 @@ Settings TrainingRun::describe() const {
                       format_duration(budget_->budget_s, /*keep_tenths=*/true) +
                       " of training at " + c10::str(budget_->seconds_per_step) + " s a step)"
                 : format_duration(config_.time_budget_s, /*keep_tenths=*/true) +
-                      " of training: the epochs that fit, " + "planned from the speed of steps " +
+                      " of training: the epochs that fit, planned from the speed of steps " +
                       std::to_string(kBudgetSkipSteps + 1) + "-" +
-                      std::to_string(kBudgetSkipSteps + kBudgetTimedSteps));
+                      std::to_string(kBudgetSkipSteps + kBudgetTimedSteps) +
+                      ", revised halfway and three-quarters through");
   // On MPS the option is said to do nothing, not dropped silently (docs/precision.md).
   if (config_.channels_last && has_conv_)
     settings.emplace_back("memory format",
@@ -449,6 +454,23 @@ Checkpoint TrainingRun::make_checkpoint(int64_t epochs_done, int64_t steps) cons
 
 void TrainingRun::follow_budget(int64_t epoch) {
   if (steps_done_ == kBudgetSkipSteps) budget_clock_start_ = train_seconds_now();
+  if (budget_) {  // made by this process: revised at next_revision_
+    if (next_revision_ == 0 || steps_done_ != next_revision_) return;
+    const double now = train_seconds_now();
+    const int64_t timed = steps_done_ - kBudgetSkipSteps;
+    BudgetPlan revised = revise_budget_plan(
+        *budget_,
+        {budget_->budget_s, now, (now - budget_clock_start_) / static_cast<double>(timed),
+         steps_done_, steps_, start_epoch_, epoch, budget_->max_epochs},
+        timed);
+    revised.epochs = agreed_epochs(revised.epochs);
+    revised.steps = (revised.epochs - start_epoch_) * steps_;
+    epochs_ = revised.epochs;
+    budget_ = revised;
+    next_revision_ = next_budget_revision(revised, steps_done_);
+    observer_->on_plan(revised);
+    return;
+  }
   if (steps_done_ != kBudgetSkipSteps + kBudgetTimedSteps) return;
   const double now = train_seconds_now();
   BudgetPlan plan;
@@ -456,15 +478,19 @@ void TrainingRun::follow_budget(int64_t epoch) {
   plan.timed_steps = kBudgetTimedSteps;
   plan.seconds_per_step = (now - budget_clock_start_) / static_cast<double>(kBudgetTimedSteps);
   plan.max_epochs = epochs_;
-  const int64_t planned = epochs_within_budget({config_.time_budget_s, now, plan.seconds_per_step,
-                                                steps_done_, steps_, start_epoch_, epoch, epochs_});
-  // ddp: every rank runs rank 0's plan (their clocks differ; their epochs must not).
-  plan.epochs = static_cast<int64_t>(
-      parallel_.sum({parallel_.is_main() ? static_cast<double>(planned) : 0.0})[0]);
+  plan.epochs =
+      agreed_epochs(epochs_within_budget({config_.time_budget_s, now, plan.seconds_per_step,
+                                          steps_done_, steps_, start_epoch_, epoch, epochs_}));
   plan.steps = (plan.epochs - start_epoch_) * steps_;
   epochs_ = plan.epochs;
   budget_ = plan;
+  next_revision_ = next_budget_revision(plan, steps_done_);
   observer_->on_plan(plan);
+}
+
+int64_t TrainingRun::agreed_epochs(int64_t epochs) {
+  return static_cast<int64_t>(
+      parallel_.sum({parallel_.is_main() ? static_cast<double>(epochs) : 0.0})[0]);
 }
 
 double TrainingRun::train_seconds_now() const {
@@ -573,7 +599,7 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
     progress.samples += b;
     ++step;
     ++steps_done_;
-    if (config_.time_budget_s > 0 && !budget_) follow_budget(epoch);
+    if (config_.time_budget_s > 0 && (!budget_ || next_revision_ > 0)) follow_budget(epoch);
     observer_->on_step({epoch + 1, epochs_, step, steps_, progress.samples});
     if (config_.log_every > 0 && step % config_.log_every == 0) {
       const auto interval = parallel_.sum(

@@ -32,10 +32,12 @@ expect 2 "needs a CUDA device" -- train --device cpu --cuda-graphs --dataset dum
 expect 2 "fp32 only" -- train --device cpu --precision bf16 --step fused --dataset dummy --model simplenn
 expect 0 "bf16 autocast" -- train --device cpu --precision bf16 --dataset dummy --model simplenn --epochs 1
 # --time-budget: a budget no step fits in ends the run after the epoch in progress when the plan is
-# made (after 70 steps: the second of 64, of at most 20), said
-# in the settings, the plan line and the JSON; a text that is no duration is refused.
+# made (after 70 steps: the second of 64, of at most 20) and when it is revised (halfway through
+# the 58 steps left, and through the 29 left then), said in the settings, the plan lines and the
+# JSON; a text that is no duration is refused.
 expect 0 "Time budget 0:00.0: 2 epochs, 128 steps at .* s a step \(of at most 20\)" -- train --device cpu --dataset dummy --model simplenn --epochs 20 --time-budget 0.0000001
-expect 0 '"time_budget":\{"budget_s":1e-07,"epochs":2,"max_epochs":20,' -- train --device cpu --dataset dummy --model simplenn --epochs 20 --time-budget 0.0000001 --json --quiet
+expect 0 "Time budget 0:00.0, revised at step 113: 2 epochs, 128 steps at .* s a step \(of at most 20\)" -- train --device cpu --dataset dummy --model simplenn --epochs 20 --time-budget 0.0000001
+expect 0 '"time_budget":\{"budget_s":1e-07,"epochs":2,"max_epochs":20,"revisions":2,' -- train --device cpu --dataset dummy --model simplenn --epochs 20 --time-budget 0.0000001 --json --quiet
 expect 2 "cannot read --time-budget '15 min': expected a duration such as 900, 900s, 15m" -- train --dataset dummy --model simplenn --time-budget "15 min"
 # --vs-python compares the seed's loop only (ann or cnn on Fashion-MNIST): any other workload is
 # refused before anything runs.

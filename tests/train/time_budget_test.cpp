@@ -48,5 +48,46 @@ TEST(TimeBudget, EpochsAreWhatFitsBetweenTheEpochInProgressAndTheMost) {
   EXPECT_EQ(epochs_within_budget(in), 50);
 }
 
+// The DCSS generator's plan (15 minutes, 14 steps an epoch, 0.208 s a step over steps 11-70) when
+// its steps turn out to take 0.224 s: halfway, the revision fits the rest in the budget.
+TEST(TimeBudget, APlanIsRevisedHalfwayThroughWhatItHasLeftTwice) {
+  BudgetPlan plan;
+  plan.budget_s = 900;
+  plan.seconds_per_step = 0.208;
+  plan.timed_steps = kBudgetTimedSteps;
+  plan.epochs = 309;
+  plan.max_epochs = 322;
+  plan.steps = 4326;
+  const int64_t first = next_budget_revision(plan, 70);
+  EXPECT_EQ(first, 70 + (4326 - 70) / 2);
+  // 492.4 s used by 2198 steps at 0.224 s: floor(407.6 / 0.224) = 1819 steps more, 4017 in all,
+  // 286 whole epochs (4004 steps, 897 s at that speed).
+  const BudgetPlan revised =
+      revise_budget_plan(plan, {900, 492.4, 0.224, first, 14, 0, first / 14, 322}, first - 10);
+  EXPECT_EQ(revised.epochs, 286);
+  EXPECT_EQ(revised.steps, 4004);
+  EXPECT_EQ(revised.revisions, 1);
+  EXPECT_EQ(revised.revised_at_step, first);
+  EXPECT_DOUBLE_EQ(revised.seconds_per_step, 0.224);
+  EXPECT_EQ(revised.timed_steps, first - 10);
+  EXPECT_EQ(revised.budget_s, 900);
+  EXPECT_EQ(revised.max_epochs, 322);
+  const int64_t second = next_budget_revision(revised, first);
+  EXPECT_EQ(second, first + (4004 - first) / 2);
+  // Faster than feared: the second revision gives steps back, up to --epochs.
+  const BudgetPlan again =
+      revise_budget_plan(revised, {900, 600, 0.1, second, 14, 0, second / 14, 322}, second - 10);
+  EXPECT_EQ(again.epochs, 322);
+  EXPECT_EQ(again.revisions, 2);
+  EXPECT_EQ(next_budget_revision(again, second), 0);  // kBudgetRevisions reached
+  // Its JSON carries the revisions; a checkpoint's plan from before them reads as unrevised.
+  EXPECT_EQ(budget_from_json(budget_json(again), "x.pt").revisions, 2);
+  nlohmann::json old = budget_json(plan);
+  old.erase("revisions");
+  EXPECT_EQ(budget_from_json(old, "old.pt").revisions, 0);
+  // Nothing left to revise: the plan's last step reached.
+  EXPECT_EQ(next_budget_revision(plan, 4326), 0);
+}
+
 }  // namespace
 }  // namespace spritetorch::train

@@ -190,9 +190,15 @@ TEST(Trainer, TimeBudgetPlansTheEpochsThatFitAndTheScheduleFollows) {
   EXPECT_EQ(report.budget->epochs, 2);
   EXPECT_EQ(report.budget->max_epochs, 20);
   EXPECT_EQ(report.budget->steps, 128);
-  EXPECT_EQ(report.budget->timed_steps, kBudgetTimedSteps);
+  EXPECT_EQ(report.budget->timed_steps, 113 - kBudgetSkipSteps);  // every step since the skip
   EXPECT_GT(report.budget->seconds_per_step, 0);
-  ASSERT_EQ(observer.plans.size(), 1u);
+  // Revised halfway through its 58 steps left and halfway through the 29 left then; nothing fits
+  // any more, so each revision keeps the epoch in progress.
+  ASSERT_EQ(observer.plans.size(), 3u);
+  EXPECT_EQ(observer.plans.at(0).timed_steps, kBudgetTimedSteps);
+  EXPECT_EQ(observer.plans.at(1).revised_at_step, 99);
+  EXPECT_EQ(observer.plans.at(2).revised_at_step, 113);
+  EXPECT_EQ(report.budget->revisions, 2);
   ASSERT_EQ(report.epochs.size(), 2u);
   EXPECT_EQ(observer.epochs.at(0).epochs, 20);  // before the plan: --epochs
   EXPECT_EQ(observer.epochs.at(1).epochs, 2);   // after it: the planned length
