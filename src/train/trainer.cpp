@@ -147,8 +147,6 @@ class TrainingRun {
   // kBudgetTimedSteps more, sets epochs_ to what fits (rank 0's plan on every rank); then revises
   // the plan at next_revision_ from the speed of every step timed so far.
   void follow_budget(int64_t epoch);
-  // rank 0's epochs, on every rank (their clocks differ; their epochs must not).
-  int64_t agreed_epochs(int64_t epochs);
 
   const TrainConfig& config_;
   Task& task_;
@@ -454,43 +452,37 @@ Checkpoint TrainingRun::make_checkpoint(int64_t epochs_done, int64_t steps) cons
 
 void TrainingRun::follow_budget(int64_t epoch) {
   if (steps_done_ == kBudgetSkipSteps) budget_clock_start_ = train_seconds_now();
-  if (budget_) {  // made by this process: revised at next_revision_
-    if (next_revision_ == 0 || steps_done_ != next_revision_) return;
-    const double now = train_seconds_now();
-    const int64_t timed = steps_done_ - kBudgetSkipSteps;
-    BudgetPlan revised = revise_budget_plan(
-        *budget_,
-        {budget_->budget_s, now, (now - budget_clock_start_) / static_cast<double>(timed),
-         steps_done_, steps_, start_epoch_, epoch, budget_->max_epochs},
-        timed);
-    revised.epochs = agreed_epochs(revised.epochs);
-    revised.steps = (revised.epochs - start_epoch_) * steps_;
-    epochs_ = revised.epochs;
-    budget_ = revised;
-    next_revision_ = next_budget_revision(revised, steps_done_);
-    observer_->on_plan(revised);
-    return;
-  }
-  if (steps_done_ != kBudgetSkipSteps + kBudgetTimedSteps) return;
+  const bool plan_now = !budget_ && steps_done_ == kBudgetSkipSteps + kBudgetTimedSteps;
+  const bool revise_now = budget_ && next_revision_ > 0 && steps_done_ == next_revision_;
+  if (!plan_now && !revise_now) return;
   const double now = train_seconds_now();
+  const int64_t timed = steps_done_ - kBudgetSkipSteps;
+  const BudgetInput in{config_.time_budget_s,
+                       now,
+                       (now - budget_clock_start_) / static_cast<double>(timed),
+                       steps_done_,
+                       steps_,
+                       start_epoch_,
+                       epoch,
+                       budget_ ? budget_->max_epochs : epochs_};
   BudgetPlan plan;
-  plan.budget_s = config_.time_budget_s;
-  plan.timed_steps = kBudgetTimedSteps;
-  plan.seconds_per_step = (now - budget_clock_start_) / static_cast<double>(kBudgetTimedSteps);
-  plan.max_epochs = epochs_;
-  plan.epochs =
-      agreed_epochs(epochs_within_budget({config_.time_budget_s, now, plan.seconds_per_step,
-                                          steps_done_, steps_, start_epoch_, epoch, epochs_}));
+  if (revise_now) {
+    plan = revise_budget_plan(*budget_, in, timed);
+  } else {
+    plan.budget_s = config_.time_budget_s;
+    plan.timed_steps = timed;
+    plan.seconds_per_step = in.seconds_per_step;
+    plan.max_epochs = epochs_;
+    plan.epochs = epochs_within_budget(in);
+  }
+  // ddp: every rank runs rank 0's plan (their clocks differ; their epochs must not).
+  plan.epochs = static_cast<int64_t>(
+      parallel_.sum({parallel_.is_main() ? static_cast<double>(plan.epochs) : 0.0})[0]);
   plan.steps = (plan.epochs - start_epoch_) * steps_;
   epochs_ = plan.epochs;
   budget_ = plan;
   next_revision_ = next_budget_revision(plan, steps_done_);
   observer_->on_plan(plan);
-}
-
-int64_t TrainingRun::agreed_epochs(int64_t epochs) {
-  return static_cast<int64_t>(
-      parallel_.sum({parallel_.is_main() ? static_cast<double>(epochs) : 0.0})[0]);
 }
 
 double TrainingRun::train_seconds_now() const {
