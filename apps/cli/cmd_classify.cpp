@@ -71,6 +71,11 @@ Subcommand add_classify_command(CLI::App& app) {
                               " is a sprite model, which takes the RGBA pixels as they are",
                           "drop --invert");
             const auto names = checkpoint.meta.value("class_names", std::vector<std::string>());
+            // Sprites of another size are resized as the training set was.
+            const std::string sprite_resize =
+                data::sprite_options_from_json(
+                    checkpoint.meta.value("sprites", nlohmann::json::object()))
+                    .resize;
             auto model = train::model_from_checkpoint(checkpoint, f->checkpoint, device);
             apply_cpu_threads(f->cpu.threads, f->cpu.blas_threads, cpu_work_of(*model));
             model->eval();
@@ -78,7 +83,8 @@ Subcommand add_classify_command(CLI::App& app) {
             // One line (or JSON object) per picture; `tile` is null for whole files.
             auto classify = [&](const std::string& file, const torch::Tensor& hwc,
                                 const data::SheetTile* tile) {
-              const auto input = data::picture_to_input(hwc, shape, f->invert);  // (1, C, H, W)
+              const auto input =
+                  data::picture_to_input(hwc, shape, f->invert, sprite_resize);  // (1, C, H, W)
               const auto prediction =
                   models::predict(forward, data::to_model_input(input.to(device)), names).at(0);
               const std::string& name = prediction.name;

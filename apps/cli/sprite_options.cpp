@@ -33,9 +33,15 @@ void add_sprite_data_options(CLI::App* sub, train::TrainConfig& config, bool tra
                   "Sprite datasets: share held out as the test split (deterministic)")
       ->check(CLI::Range(0.0, 0.95))
       ->capture_default_str();
-  sub->add_option("--size", s.size,
-                  "Sprite datasets: model size S (16, 32 or 64; nearest-neighbour scaling)")
+  sub->add_option("--size", s.size, "Sprite datasets: model size S (16, 32 or 64; see --resize)")
       ->check(CLI::IsMember({16, 32, 64}))
+      ->capture_default_str();
+  sub->add_option("--resize", s.resize,
+                  "Sprite datasets: how sprites of another size are brought to --size: area "
+                  "(larger ones by the mean of each pixel's area, alpha-weighted, so outlines "
+                  "survive; smaller ones by pixel repetition) or nearest (every pixel repeated "
+                  "or skipped)")
+      ->check(CLI::IsMember({"area", "nearest"}))
       ->capture_default_str();
   sub->add_option_function<std::string>(
          "--tile",

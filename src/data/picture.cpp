@@ -30,7 +30,7 @@ bool takes_pictures(const std::vector<int64_t>& input_shape) {
 }
 
 torch::Tensor picture_to_input(const torch::Tensor& rgba, const std::vector<int64_t>& input_shape,
-                               bool invert) {
+                               bool invert, const std::string& sprite_resize) {
   if (rgba.dim() != 3 || rgba.size(2) != 4 || rgba.scalar_type() != torch::kUInt8)
     throw Error("picture_to_input: expected (h, w, 4) uint8 RGBA pixels, got " +
                 c10::str(rgba.sizes()) + " " + std::string(c10::toString(rgba.scalar_type())));
@@ -41,7 +41,7 @@ torch::Tensor picture_to_input(const torch::Tensor& rgba, const std::vector<int6
                 "(3, H, W) pictures");
   const int64_t channels = input_shape[0];
   if (channels == 4)
-    return io::resize_nearest(rgba.permute({2, 0, 1}).unsqueeze(0), input_shape[1]);
+    return io::resize_sprites(rgba.permute({2, 0, 1}).unsqueeze(0), input_shape[1], sprite_resize);
   auto pixels = rgba.permute({2, 0, 1}).to(torch::kFloat32);  // (4, h, w) in [0, 255]
   auto rgb = pixels.narrow(0, 0, 3);
   if (invert) rgb = 255.0f - rgb;

@@ -12,8 +12,8 @@ namespace spritetorch::data {
 bool takes_pictures(const std::vector<int64_t>& input_shape);
 
 // rgba: (h, w, 4) uint8 on the CPU, as io::read_png returns it. input_shape: the model's (C, H, W).
-//   C = 4 (sprite models): the RGBA pixels as they are, nearest-neighbour scaled (pixel art keeps
-//          its hard edges and colours); H must equal W.
+//   C = 4 (sprite models): the RGBA pixels as they are, resized as the model's training set was
+//          (`sprite_resize`, the checkpoint's sprite option: io::resize_sprites); H must equal W.
 //   C = 3: RGB composited over black (alpha 0 = black), then scaled.
 //   C = 1 (Fashion-MNIST models): luminance (ITU-R BT.601 weights) composited over black, since
 //          Fashion-MNIST draws light items on a black ground; `invert` first turns a dark item on
@@ -21,6 +21,6 @@ bool takes_pictures(const std::vector<int64_t>& input_shape);
 // C = 1 and 3 are scaled down by averaging over areas (no aliasing from a large photo) and up by
 // nearest neighbour. Returns (1, C, H, W) uint8; a shape no model here takes is an Error.
 torch::Tensor picture_to_input(const torch::Tensor& rgba, const std::vector<int64_t>& input_shape,
-                               bool invert = false);
+                               bool invert = false, const std::string& sprite_resize = "area");
 
 }  // namespace spritetorch::data

@@ -39,9 +39,9 @@ std::string read_all(const std::string& path, const std::string& what) {
   return s.str();
 }
 
-// (H, W, 4) -> (1, 4, size, size), nearest neighbour.
-torch::Tensor to_sprite(const torch::Tensor& hwc, int64_t size) {
-  return io::resize_nearest(hwc.permute({2, 0, 1}).unsqueeze(0), size);
+// (H, W, 4) -> (1, 4, size, size), resized by `resize` (io::resize_sprites).
+torch::Tensor to_sprite(const torch::Tensor& hwc, int64_t size, const std::string& resize) {
+  return io::resize_sprites(hwc.permute({2, 0, 1}).unsqueeze(0), size, resize);
 }
 
 }  // namespace
@@ -71,18 +71,19 @@ Dataset load_sprite_dataset(const std::string& spec, const SpriteOptions& option
   if (spec == "sprites") {
     Dataset d = make_procedural_sprites(options.count, options.seed);
     if (options.size != kProceduralSpriteSize)
-      d.inputs = io::resize_nearest(d.inputs, options.size);
+      d.inputs = io::resize_sprites(d.inputs, options.size, options.resize);
     return d;
   }
   const auto colon = spec.find(':');
   const std::string kind = spec.substr(0, colon), arg = spec.substr(colon + 1);
   if (arg.empty()) throw Error("--dataset " + spec + ": a path is missing after '" + kind + ":'");
-  if (kind == "folder") return read_sprite_folder(arg, options.size);
+  if (kind == "folder") return read_sprite_folder(arg, options.size, options.resize);
   if (kind == "sheet") return read_sprite_sheet(arg, options);
   if (kind == "npy") {
     const auto comma = arg.find(',');
     return read_npy_sprites(arg.substr(0, comma),
-                            comma == std::string::npos ? "" : arg.substr(comma + 1), options.size);
+                            comma == std::string::npos ? "" : arg.substr(comma + 1), options.size,
+                            options.resize);
   }
   throw Error("unknown sprite dataset '" + spec + "'",
               "expected sprites, folder:PATH, sheet:FILE or npy:FILE[,LABELS.npy]");
@@ -110,7 +111,7 @@ SpriteSplit holdout_split(const Dataset& all, double holdout, uint64_t seed) {
   return out;
 }
 
-Dataset read_sprite_folder(const std::string& path, int64_t size) {
+Dataset read_sprite_folder(const std::string& path, int64_t size, const std::string& resize) {
   check_size(size);
   std::error_code ec;
   if (!fs::is_directory(path, ec))
@@ -134,7 +135,7 @@ Dataset read_sprite_folder(const std::string& path, int64_t size) {
     const auto label = static_cast<int64_t>(out.class_names.size());
     out.class_names.push_back(dir.filename().string());
     for (const auto& f : files) {
-      images.push_back(to_sprite(io::read_png(f.string()), size));
+      images.push_back(to_sprite(io::read_png(f.string()), size, resize));
       labels.push_back(label);
     }
   }
@@ -210,7 +211,7 @@ Dataset read_sprite_sheet(const std::string& file, const SpriteOptions& o) {
       if (it == names.end()) continue;
       label = std::find(class_names.begin(), class_names.end(), it->second) - class_names.begin();
     }
-    tiles.push_back(to_sprite(tile.pixels, o.size));
+    tiles.push_back(to_sprite(tile.pixels, o.size, o.resize));
     labels.push_back(label);
   }
   if (tiles.empty()) throw DataError(file, "at least one non-transparent tile", "none");
@@ -225,7 +226,8 @@ Dataset read_sprite_sheet(const std::string& file, const SpriteOptions& o) {
 nlohmann::json sprite_options_json(const SpriteOptions& o) {
   return {{"size", o.size},     {"count", o.count},         {"seed", o.seed},
           {"tile_w", o.tile_w}, {"tile_h", o.tile_h},       {"spacing", o.spacing},
-          {"margin", o.margin}, {"label_map", o.label_map}, {"holdout", o.holdout}};
+          {"margin", o.margin}, {"label_map", o.label_map}, {"holdout", o.holdout},
+          {"resize", o.resize}};
 }
 
 SpriteOptions sprite_options_from_json(const nlohmann::json& j) {
@@ -239,6 +241,7 @@ SpriteOptions sprite_options_from_json(const nlohmann::json& j) {
   o.margin = j.value("margin", o.margin);
   o.label_map = j.value("label_map", o.label_map);
   o.holdout = j.value("holdout", o.holdout);
+  o.resize = j.value("resize", std::string("nearest"));  // checkpoints from before "area"
   return o;
 }
 
@@ -349,7 +352,8 @@ NpyArray read_npy(const std::string& file) {
   return parse_npy(read_all(file, "a NumPy .npy file"), file);
 }
 
-Dataset read_npy_sprites(const std::string& file, const std::string& labels_file, int64_t size) {
+Dataset read_npy_sprites(const std::string& file, const std::string& labels_file, int64_t size,
+                         const std::string& resize) {
   check_size(size);
   NpyArray images = read_npy(file);
   if (images.data.scalar_type() != torch::kUInt8)
@@ -366,7 +370,7 @@ Dataset read_npy_sprites(const std::string& file, const std::string& labels_file
   if (x.size(3) == 3)
     x = torch::cat({x, torch::full({x.size(0), x.size(1), x.size(2), 1}, 255, torch::kUInt8)}, 3);
   Dataset out;
-  out.inputs = io::resize_nearest(x.permute({0, 3, 1, 2}), size).contiguous();
+  out.inputs = io::resize_sprites(x.permute({0, 3, 1, 2}).contiguous(), size, resize).contiguous();
   const int64_t n = x.size(0);
   if (labels_file.empty()) {
     out.labels = torch::zeros({n}, torch::kInt64);

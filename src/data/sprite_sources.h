@@ -28,6 +28,9 @@ struct SpriteOptions {
   int64_t spacing = 0, margin = 0;  // sheet: pixels between tiles, around the grid
   std::string label_map;  // sheet: text file of "TILE_INDEX CLASS" lines (row-major, 0-based)
   double holdout = 0.1;   // share of samples held out as the test split
+  // How sprites of another size are brought to `size`: "area" (down by area means, up by
+  // nearest neighbour) or "nearest" (io::resize_sprites).
+  std::string resize = "area";
 };
 
 // True for "sprites", "folder:...", "sheet:...", "npy:...".
@@ -43,7 +46,8 @@ struct SpriteSplit {
 };
 SpriteSplit holdout_split(const Dataset& all, double holdout, uint64_t seed);
 
-Dataset read_sprite_folder(const std::string& path, int64_t size);
+Dataset read_sprite_folder(const std::string& path, int64_t size,
+                           const std::string& resize = "area");
 Dataset read_sprite_sheet(const std::string& file, const SpriteOptions& options);
 
 // The tiles of a sprite sheet (H, W, 4) uint8 read from `file`, cut by options' tile size,
@@ -59,7 +63,8 @@ struct SheetGrid {
 };
 SheetGrid cut_sheet(const torch::Tensor& sheet, const std::string& file,
                     const SpriteOptions& options);
-Dataset read_npy_sprites(const std::string& file, const std::string& labels_file, int64_t size);
+Dataset read_npy_sprites(const std::string& file, const std::string& labels_file, int64_t size,
+                         const std::string& resize = "area");
 
 // A parsed .npy array, for the readers above and for tests. data: a CPU tensor of the file's dtype
 // (uint8, int32, int64, float32 or float64), shape as in the header, C order.

@@ -120,6 +120,33 @@ torch::Tensor resize_nearest(const torch::Tensor& images, int64_t size) {
       .index_select(3, index(w, size).to(images.device()));
 }
 
+torch::Tensor resize_area(const torch::Tensor& images, int64_t size) {
+  if (images.dim() != 4 || images.size(1) != 4 || images.scalar_type() != torch::kUInt8)
+    throw Error("resize_area: expected (N, 4, H, W) uint8 sprites, got " +
+                c10::str(images.sizes()) + " " + std::string(c10::toString(images.scalar_type())));
+  const int64_t h = images.size(2), w = images.size(3);
+  if (h <= size && w <= size) return resize_nearest(images, size);
+  namespace F = torch::nn::functional;
+  const auto pool = F::AdaptiveAvgPool2dFuncOptions({size, size});
+  const auto x = images.to(torch::kFloat32);  // (N, 4, H, W) in [0, 255]
+  const auto alpha = x.narrow(1, 3, 1) / 255.0f;
+  const auto mean_alpha = F::adaptive_avg_pool2d(alpha, pool);                    // (N, 1, s, s)
+  const auto weighted = F::adaptive_avg_pool2d(x.narrow(1, 0, 3) * alpha, pool);  // (N, 3, s, s)
+  const auto rgb = torch::where(mean_alpha > 0, weighted / mean_alpha.clamp_min(1e-12),
+                                torch::zeros_like(weighted));
+  const auto a = images.narrow(1, 3, 1);
+  const auto hard = ((a == 0) | (a == 255)).flatten(1).all(1).view({-1, 1, 1, 1});  // (N, 1, 1, 1)
+  const auto out_alpha =
+      torch::where(hard, (mean_alpha >= 0.5f).to(torch::kFloat32), mean_alpha) * 255.0f;
+  return torch::cat({rgb, out_alpha}, 1).round().clamp(0, 255).to(torch::kUInt8);
+}
+
+torch::Tensor resize_sprites(const torch::Tensor& images, int64_t size, const std::string& method) {
+  if (method == "area") return resize_area(images, size);
+  if (method == "nearest") return resize_nearest(images, size);
+  throw Error("unknown sprite resize '" + method + "': expected area or nearest");
+}
+
 torch::Tensor make_sheet(const torch::Tensor& sprites_in, const SheetOptions& options) {
   if (sprites_in.dim() != 4 || sprites_in.size(1) != 4)
     throw Error("a sprite sheet needs (N, 4, H, W) sprites, found " + c10::str(sprites_in.sizes()));

@@ -31,6 +31,18 @@ torch::Tensor upscale_nearest(const torch::Tensor& image, int64_t scale);
 // sampling only, never interpolation (pixel art keeps its hard edges and its colours).
 torch::Tensor resize_nearest(const torch::Tensor& images, int64_t size);
 
+// Resize of RGBA sprites (N, 4, H, W) uint8 to (N, 4, size, size) for a model: up by nearest
+// neighbour (resize_nearest), down by the mean over each target pixel's source area, colours
+// weighted by alpha (a transparent pixel lends no colour) and alpha the area's mean, rounded to 0
+// or 255 in a sprite whose alpha is all 0 or 255 (hard edges stay hard). Sampling every other
+// pixel instead breaks 1-pixel outlines and leaves stray specks (docs/sprites.md, "Datasets").
+torch::Tensor resize_area(const torch::Tensor& images, int64_t size);
+
+// How a sprite set is brought to the model's size: "area" (resize_area, the default) or
+// "nearest" (resize_nearest; what checkpoints that record none were trained with). Anything
+// else is an Error.
+torch::Tensor resize_sprites(const torch::Tensor& images, int64_t size, const std::string& method);
+
 struct SheetOptions {
   int64_t columns = 0;  // 0: ceil(sqrt(N))
   int64_t padding = 1;  // transparent pixels between tiles and around the sheet (before scaling)

@@ -154,6 +154,9 @@ expect 0 "Test Accuracy: " -- train --task classify --dataset sprites --sprite-c
 mkdir -p "$tmp/sheetdir"
 expect 0 "rows:" -- data preview --dataset sprites --sprite-count 80 --per-class 4 --out "$tmp/preview.png"
 expect 0 "sprite \(" -- data preview --dataset "sheet:$(dirname "$0")/../fixtures/kenney_1bit_colored_packed.png" --out "$tmp/kenney.png"
+# Sprites of another size: area means down by default, nearest neighbour on request, nothing else.
+expect 0 "rows:" -- data preview --dataset sprites --sprite-count 80 --per-class 4 --size 32 --resize nearest --out "$tmp/preview32.png"
+expect 2 "--resize: bicubic not in \{area,nearest\}" -- data preview --dataset sprites --sprite-count 80 --resize bicubic --out "$tmp/x.png"
 expect 0 "$tmp/preview.png	[a-z]+	[01]\.[0-9]+" -- classify --checkpoint "$tmp/c.pt" "$tmp/preview.png"
 expect 2 "is a generator checkpoint|expected a spritetorch checkpoint" -- classify --checkpoint "$tmp/not-a-checkpoint.pt" "$tmp/preview.png"
 expect 0 "Saved checkpoint" -- train --task generate --dataset sprites --sprite-count 64 --epochs 1 --batch-size 16 --save "$tmp/g.pt"
@@ -312,6 +315,8 @@ check "config.toml records a generator's automatic epochs ($n)" \
   bash -c "[ -n '$n' ] && [ '$n' != 5 ] && grep -q '^epochs = $n\$' '$tmp/gauto/config.toml'"
 check "config.toml records a generator's default time budget" \
   grep -q '^time-budget = 900\(\.0\)\?$' "$tmp/gauto/config.toml"
+check "config.toml records how sprites are resized (area means by default)" \
+  grep -q '^resize = "area"$' "$tmp/gauto/config.toml"
 check "config.toml records a generator's NCHW default (its GroupNorms run NCHW on CUDA)" \
   grep -q '^channels-last = false$' "$tmp/gauto/config.toml"
 check "config.toml records a generator's default lr (0.002: docs/sprites.md, The learning rate)" \

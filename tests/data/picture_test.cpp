@@ -63,11 +63,17 @@ TEST(Picture, ColourIsLuminanceOverBlack) {
   EXPECT_TRUE(torch::equal(rgb.select(2, 0).flatten(), torch::tensor({255, 0, 0}, torch::kUInt8)));
 }
 
-TEST(Picture, SpriteModelsTakeRgbaScaledByNearestNeighbour) {
+// Sprite models take the RGBA pixels resized as their training set was: up by repetition, down
+// by area means ("area") or by nearest neighbour (checkpoints that record "nearest" or nothing).
+TEST(Picture, SpriteModelsTakeRgbaResizedAsTheirTrainingSetWas) {
   torch::manual_seed(5);
   const auto sprite = torch::randint(0, 256, {8, 8, 4}, torch::kUInt8);
-  const auto input = picture_to_input(sprite, {4, 16, 16});
-  EXPECT_TRUE(torch::equal(input, io::resize_nearest(sprite.permute({2, 0, 1}).unsqueeze(0), 16)));
+  const auto nchw = sprite.permute({2, 0, 1}).unsqueeze(0);
+  EXPECT_TRUE(torch::equal(picture_to_input(sprite, {4, 16, 16}), io::resize_nearest(nchw, 16)));
+  EXPECT_TRUE(torch::equal(picture_to_input(sprite, {4, 4, 4}), io::resize_area(nchw, 4)));
+  EXPECT_FALSE(torch::equal(picture_to_input(sprite, {4, 4, 4}), io::resize_nearest(nchw, 4)));
+  EXPECT_TRUE(torch::equal(picture_to_input(sprite, {4, 4, 4}, false, "nearest"),
+                           io::resize_nearest(nchw, 4)));
 }
 
 TEST(Picture, ShapesThatAreNotPicturesAreErrors) {

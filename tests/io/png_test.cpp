@@ -2,8 +2,10 @@
 #include "io/png.h"
 
 #include <gtest/gtest.h>
+
 #include <png.h>
 #include <zlib.h>
+#include <array>
 
 #include "common/error.h"
 #include "test_util.h"
@@ -135,6 +137,55 @@ TEST(Png, NearestNeighbourOnly) {
   EXPECT_TRUE(torch::isin(up, x.flatten()).all().item<bool>());
   EXPECT_TRUE(torch::equal(resize_nearest(up, 2), x));
   EXPECT_TRUE(torch::equal(upscale_nearest(x, 2), up));
+}
+
+// (1, 4, h, w) uint8 sprite: every pixel `rgba`.
+torch::Tensor filled(int64_t h, int64_t w, std::array<int, 4> rgba) {
+  return torch::tensor(std::vector<int>(rgba.begin(), rgba.end()), torch::kUInt8)
+      .view({1, 4, 1, 1})
+      .expand({1, 4, h, w})
+      .contiguous();
+}
+
+TEST(Png, AreaResizeKeepsThinLinesThatNearestNeighbourLoses) {
+  // A transparent 4x4 sprite with a 1-pixel red line down column 0 (an outline's edge): halved,
+  // nearest neighbour samples columns 1 and 3 and loses the line; the area mean keeps it as a
+  // hard-edged red column (half of each 2x2 block is line: alpha 0.5 -> opaque).
+  auto line = filled(4, 4, {0, 255, 0, 0});  // transparent pixels may carry any colour
+  line.select(3, 0).copy_(torch::tensor({255, 0, 0, 255}, torch::kUInt8).view({1, 4, 1}));
+  EXPECT_EQ(resize_nearest(line, 2).select(1, 3).max().item<int>(), 0);
+  const auto area = resize_area(line, 2);
+  EXPECT_TRUE(
+      torch::equal(area.select(3, 0),
+                   torch::tensor({255, 255, 0, 0, 0, 0, 255, 255}, torch::kUInt8).view({1, 4, 2})))
+      << area;  // red and opaque: the transparent green lends no colour
+  EXPECT_EQ(area.select(3, 1).select(1, 3).max().item<int>(), 0);  // the rest stays transparent
+
+  // Colours average over the opaque pixels of each area; soft alpha averages rather than
+  // snapping to 0 or 255.
+  auto halves = filled(2, 2, {0, 0, 0, 255});
+  halves.select(3, 1).copy_(torch::tensor({200, 100, 50, 255}, torch::kUInt8).view({1, 4, 1}));
+  EXPECT_TRUE(torch::equal(resize_area(halves, 1).flatten(),
+                           torch::tensor({100, 50, 25, 255}, torch::kUInt8)));
+  EXPECT_EQ(resize_area(filled(4, 4, {10, 20, 30, 128}), 2).select(1, 3).min().item<int>(), 128);
+
+  // Pixel art stored at twice its size comes back exactly; growing is pixel repetition.
+  const auto art = torch::randint(0, 256, {3, 4, 8, 8}, torch::kUInt8);
+  const auto doubled = upscale_nearest(art, 2).contiguous();
+  auto hard = art.clone();
+  hard.select(1, 3).copy_((art.select(1, 3) >= 128).to(torch::kUInt8) * 255);
+  const auto hard_doubled = upscale_nearest(hard, 2).contiguous();
+  EXPECT_TRUE(torch::equal(resize_area(hard_doubled, 8).select(1, 3), hard.select(1, 3)));
+  EXPECT_TRUE(torch::equal(resize_area(doubled, 8).select(1, 3), art.select(1, 3)));
+  // Opaque pixels keep their colours exactly.
+  const auto opaque = hard.select(1, 3).unsqueeze(1).expand_as(hard) == 255;
+  EXPECT_TRUE(
+      torch::equal(resize_area(hard_doubled, 8).masked_select(opaque), hard.masked_select(opaque)));
+  EXPECT_TRUE(torch::equal(resize_area(art, 16), resize_nearest(art, 16)));
+
+  EXPECT_TRUE(torch::equal(resize_sprites(line, 2, "nearest"), resize_nearest(line, 2)));
+  EXPECT_TRUE(torch::equal(resize_sprites(line, 2, "area"), area));
+  EXPECT_THROW(resize_sprites(line, 2, "bicubic"), Error);
 }
 
 }  // namespace

@@ -22,6 +22,15 @@ TEST(CheckpointDataset, TheMetadataNamesTheDataAndOldCheckpointsGetTheDefaults) 
   EXPECT_EQ(config.sprites.size, 32);
   EXPECT_DOUBLE_EQ(config.sprites.holdout, 0.25);
   EXPECT_EQ(config.sprites.seed, 99u);
+  EXPECT_EQ(config.sprites.resize, "area");  // the default, recorded
+  sprites.resize = "nearest";
+  EXPECT_EQ(
+      checkpoint_data_config({{"sprites", data::sprite_options_json(sprites)}}).sprites.resize,
+      "nearest");
+  // A checkpoint from before sprites were resized by area means was trained on nearest neighbour.
+  nlohmann::json old = data::sprite_options_json(sprites);
+  old.erase("resize");
+  EXPECT_EQ(checkpoint_data_config({{"sprites", old}}).sprites.resize, "nearest");
 }
 
 }  // namespace
