@@ -11,6 +11,7 @@
 #include "device/device.h"
 #include "io/png.h"
 #include "models/predict.h"
+#include "train/checkpoint_dataset.h"
 #include "train/classifier_task.h"
 #include "train/model_state.h"
 
@@ -73,9 +74,7 @@ Subcommand add_classify_command(CLI::App& app) {
             const auto names = checkpoint.meta.value("class_names", std::vector<std::string>());
             // Sprites of another size are resized as the training set was.
             const std::string sprite_resize =
-                data::sprite_options_from_json(
-                    checkpoint.meta.value("sprites", nlohmann::json::object()))
-                    .resize;
+                train::checkpoint_data_config(checkpoint.meta).sprites.resize;
             auto model = train::model_from_checkpoint(checkpoint, f->checkpoint, device);
             apply_cpu_threads(f->cpu.threads, f->cpu.blas_threads, cpu_work_of(*model));
             model->eval();

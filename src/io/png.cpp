@@ -132,8 +132,8 @@ torch::Tensor resize_area(const torch::Tensor& images, int64_t size) {
   const auto alpha = x.narrow(1, 3, 1) / 255.0f;
   const auto mean_alpha = F::adaptive_avg_pool2d(alpha, pool);                    // (N, 1, s, s)
   const auto weighted = F::adaptive_avg_pool2d(x.narrow(1, 0, 3) * alpha, pool);  // (N, 3, s, s)
-  const auto rgb = torch::where(mean_alpha > 0, weighted / mean_alpha.clamp_min(1e-12),
-                                torch::zeros_like(weighted));
+  // An area with no opaque pixel has weighted = 0, so its colour comes out 0.
+  const auto rgb = weighted / mean_alpha.clamp_min(1e-12);
   const auto a = images.narrow(1, 3, 1);
   const auto hard = ((a == 0) | (a == 255)).flatten(1).all(1).view({-1, 1, 1, 1});  // (N, 1, 1, 1)
   const auto out_alpha =

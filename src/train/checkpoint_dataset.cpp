@@ -11,7 +11,8 @@ TrainConfig checkpoint_data_config(const nlohmann::json& meta) {
   const bool generator = meta.value("task", std::string()) == "generate";
   config.dataset = meta.value("dataset", std::string(generator ? "sprites" : "fashion-mnist"));
   config.seed = meta.value("seed", uint64_t{1});
-  if (meta.contains("sprites")) config.sprites = data::sprite_options_from_json(meta["sprites"]);
+  // Absent in older checkpoints: the defaults of that time (sprite_options_from_json).
+  config.sprites = data::sprite_options_from_json(meta.value("sprites", nlohmann::json::object()));
   return config;
 }
 

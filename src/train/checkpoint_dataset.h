@@ -10,7 +10,8 @@ namespace spritetorch::train {
 
 // A TrainConfig whose data settings are the checkpoint's: "dataset" (where absent, from before the
 // field: sprites for generators, else fashion-mnist), "seed" (else 1; the dummy dataset depends on
-// it) and "sprites" (the sprite options: size, holdout, data seed...). The rest keeps its defaults;
+// it) and "sprites" (the sprite options: size, holdout, data seed, resize...; where absent, those
+// older checkpoints were trained with: resize "nearest"). The rest keeps its defaults;
 // data_dir and the limits are the caller's. load_datasets(result) gives the run's split.
 TrainConfig checkpoint_data_config(const nlohmann::json& meta);
 

@@ -6,11 +6,12 @@
 // --epochs takes a budget by default (diffusion/generator_task.h), so its defaults fit a slow CPU
 // and take more steps on a fast one.
 //
-// The speed of 60 early steps is not the run's: on a 2-core Zen 4 a 15-minute generator run went
-// 3-8% over its budget, its steps 3-7% slower than the timed ones (the shared machine's noise;
-// nothing in the step grows). So the plan is revised twice, halfway through its steps and
-// halfway through the rest, from the speed of every step timed so far. Each revision moves the
-// end of the cosine decay by a few per cent: the lr jumps by as much, once.
+// The speed of 60 early steps is not the run's: on a 2-core Zen 4 15-minute generator runs went
+// 2-8% over their budget, their steps that much slower than the timed ones (the shared machine's
+// noise: the step itself does not slow down; flushing denormals changed nothing). So the plan is
+// revised twice, halfway through its steps and halfway through the rest, from the speed of every
+// step timed so far. Each revision moves the end of the cosine decay by a few per cent: the lr
+// jumps by as much, once.
 #pragma once
 
 #include <cstdint>
@@ -48,10 +49,10 @@ struct BudgetPlan {
   double budget_s = 0;          // training time allowed
   double seconds_per_step = 0;  // measured over timed_steps steps
   int64_t timed_steps = 0;
-  int64_t epochs = 0;      // planned, in total as --epochs counts them
-  int64_t max_epochs = 0;  // --epochs
-  int64_t steps = 0;       // optimizer steps of the planned run (this process)
-  int64_t revisions = 0;   // how often it was revised (at most kBudgetRevisions)
+  int64_t epochs = 0;           // planned, in total as --epochs counts them
+  int64_t max_epochs = 0;       // --epochs
+  int64_t steps = 0;            // optimizer steps of the planned run (this process)
+  int64_t revisions = 0;        // how often it was revised (at most kBudgetRevisions)
   int64_t revised_at_step = 0;  // this process's step of the last revision (0: none)
 };
 

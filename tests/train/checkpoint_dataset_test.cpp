@@ -10,6 +10,7 @@ TEST(CheckpointDataset, TheMetadataNamesTheDataAndOldCheckpointsGetTheDefaults) 
   EXPECT_EQ(checkpoint_data_config(nlohmann::json::object()).dataset, "fashion-mnist");
   EXPECT_EQ(checkpoint_data_config(nlohmann::json::object()).seed, 1u);
   EXPECT_EQ(checkpoint_data_config({{"task", "generate"}}).dataset, "sprites");
+  EXPECT_EQ(checkpoint_data_config(nlohmann::json::object()).sprites.resize, "nearest");
 
   data::SpriteOptions sprites;
   sprites.size = 32;
