@@ -51,6 +51,37 @@ bool is_sprite_dataset(const std::string& spec) {
          starts_with(spec, "npy:");
 }
 
+void check_sprite_options_apply(const std::string& dataset, const SpriteOptions& options) {
+  const SpriteOptions defaults;
+  // (flag, whether options sets it, which datasets read it)
+  struct Field {
+    const char* flag;
+    bool set;
+    bool read;
+  };
+  const bool sprite = is_sprite_dataset(dataset), sheet = starts_with(dataset, "sheet:");
+  const Field fields[] = {
+      {"--size", options.size != defaults.size, sprite},
+      {"--holdout", options.holdout != defaults.holdout, sprite},
+      {"--resize", options.resize != defaults.resize, sprite},
+      {"--data-seed", options.seed != defaults.seed, sprite},
+      {"--sprite-count", options.count != defaults.count, dataset == "sprites"},
+      {"--tile", options.tile_w != defaults.tile_w || options.tile_h != defaults.tile_h, sheet},
+      {"--spacing", options.spacing != defaults.spacing, sheet},
+      {"--margin", options.margin != defaults.margin, sheet},
+      {"--labels", options.label_map != defaults.label_map, sheet},
+  };
+  for (const Field& f : fields) {
+    if (!f.set || f.read) continue;
+    const std::string applies_to = !sprite ? "sprite datasets (sprites, folder:, sheet:, npy:)"
+                                   : f.flag == std::string("--sprite-count")
+                                       ? "the procedural sprites (--dataset sprites)"
+                                       : "sprite sheets (--dataset sheet:FILE)";
+    throw Error(std::string(f.flag) + " applies to " + applies_to + ", not --dataset " + dataset,
+                std::string("leave ") + f.flag + " out, or choose a dataset that reads it");
+  }
+}
+
 std::pair<int64_t, int64_t> parse_tile(const std::string& text) {
   const auto x = text.find('x');
   try {

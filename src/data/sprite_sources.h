@@ -7,8 +7,8 @@
 //   npy:FILE[,LABELS]  NumPy uint8 N x H x W x C (C = 1, 3 or 4) with optional one-hot (N x K) or
 //                      integer (N) labels
 // Every reader checks its input and throws DataError(file, expected, found) for anything off; none
-// allocates more than the file's real size can fill. Sizes other than S are brought to S by
-// nearest-neighbour scaling only.
+// allocates more than the file's real size can fill. Sizes other than S are brought to S as
+// SpriteOptions::resize says (io::resize_sprites).
 #pragma once
 
 #include <cstdint>
@@ -35,6 +35,12 @@ struct SpriteOptions {
 
 // True for "sprites", "folder:...", "sheet:...", "npy:...".
 bool is_sprite_dataset(const std::string& spec);
+
+// Throws Error when `options` sets, to other than its default, a field that `dataset` does not
+// read (so it would be ignored without a word): any of them on fashion-mnist or dummy, the sheet
+// cutting (--tile, --spacing, --margin, --labels) on a dataset other than sheet:, --sprite-count
+// on a dataset other than the procedural sprites. The message names the flag and the dataset.
+void check_sprite_options_apply(const std::string& dataset, const SpriteOptions& options);
 
 // The whole dataset a spec names (no split).
 Dataset load_sprite_dataset(const std::string& spec, const SpriteOptions& options);

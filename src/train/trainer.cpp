@@ -9,6 +9,7 @@
 #include "common/timer.h"
 #include "data/augment.h"
 #include "data/dummy.h"
+#include "data/sprite_sources.h"
 #include "device/device.h"
 #include "precision/grad_scaler.h"
 #include "precision/precision.h"
@@ -83,6 +84,9 @@ std::string describe_step(const TrainStep& step) {
 }  // namespace
 
 Datasets load_datasets(const TrainConfig& config) {
+  const bool known = config.dataset == "fashion-mnist" || config.dataset == "dummy" ||
+                     data::is_sprite_dataset(config.dataset);
+  if (known) data::check_sprite_options_apply(config.dataset, config.sprites);  // else: below
   Datasets out;
   if (config.dataset == "fashion-mnist") {
     const auto cache = data::IdxCache::from_environment();

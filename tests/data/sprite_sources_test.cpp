@@ -285,5 +285,73 @@ TEST(SpriteSources, LoadDatasetsHook) {
   EXPECT_THROW(parse_tile("0x4"), Error);
 }
 
+// An option the dataset does not read is an Error naming it, not a run that ignores it.
+TEST(SpriteSources, OptionsTheDatasetDoesNotReadAreRefused) {
+  const auto message = [](const std::string& dataset, const SpriteOptions& options) {
+    try {
+      check_sprite_options_apply(dataset, options);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const SpriteOptions defaults;
+  for (const std::string dataset :
+       {"fashion-mnist", "dummy", "sprites", "folder:x", "sheet:x.png", "npy:x.npy"})
+    EXPECT_EQ(message(dataset, defaults), "") << dataset;
+
+  SpriteOptions size = defaults;
+  size.size = 32;
+  EXPECT_EQ(message("fashion-mnist", size),
+            "--size applies to sprite datasets (sprites, folder:, sheet:, npy:), not --dataset "
+            "fashion-mnist");
+  EXPECT_EQ(message("folder:x", size), "");
+  SpriteOptions resize = defaults, holdout = defaults, seed = defaults;
+  resize.resize = "nearest";
+  holdout.holdout = 0.2;
+  seed.seed = 7;
+  for (const auto& [options, flag] :
+       {std::pair{resize, "--resize"}, {holdout, "--holdout"}, {seed, "--data-seed"}}) {
+    EXPECT_NE(message("dummy", options).find(flag), std::string::npos) << flag;
+    EXPECT_EQ(message("npy:x.npy", options), "") << flag;
+  }
+
+  SpriteOptions count = defaults;
+  count.count = 100;
+  EXPECT_EQ(message("sprites", count), "");
+  EXPECT_EQ(message("folder:x", count),
+            "--sprite-count applies to the procedural sprites (--dataset sprites), not --dataset "
+            "folder:x");
+
+  SpriteOptions tile = defaults, spacing = defaults, margin = defaults, labels = defaults;
+  tile.tile_h = 8;
+  spacing.spacing = 1;
+  margin.margin = 2;
+  labels.label_map = "map.txt";
+  for (const auto& [options, flag] : {std::pair{tile, "--tile"},
+                                      {spacing, "--spacing"},
+                                      {margin, "--margin"},
+                                      {labels, "--labels"}}) {
+    EXPECT_EQ(message("sheet:x.png", options), "") << flag;
+    EXPECT_EQ(message("sprites", options), std::string(flag) +
+                                               " applies to sprite sheets (--dataset sheet:FILE), "
+                                               "not --dataset sprites");
+    EXPECT_NE(message("fashion-mnist", options).find(flag), std::string::npos) << flag;
+  }
+
+  // load_datasets refuses before reading anything (no Fashion-MNIST files are needed here).
+  train::TrainConfig config;
+  config.dataset = "fashion-mnist";
+  config.data_dir = "/nonexistent";
+  config.sprites.size = 64;
+  try {
+    train::load_datasets(config);
+    ADD_FAILURE() << "load_datasets took --size for fashion-mnist";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--size applies to sprite datasets"), std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace spritetorch::data

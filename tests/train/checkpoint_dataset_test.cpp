@@ -10,7 +10,11 @@ TEST(CheckpointDataset, TheMetadataNamesTheDataAndOldCheckpointsGetTheDefaults) 
   EXPECT_EQ(checkpoint_data_config(nlohmann::json::object()).dataset, "fashion-mnist");
   EXPECT_EQ(checkpoint_data_config(nlohmann::json::object()).seed, 1u);
   EXPECT_EQ(checkpoint_data_config({{"task", "generate"}}).dataset, "sprites");
-  EXPECT_EQ(checkpoint_data_config(nlohmann::json::object()).sprites.resize, "nearest");
+  EXPECT_EQ(checkpoint_data_config({{"task", "generate"}}).sprites.resize, "nearest");
+  // A dataset that reads no sprite options gets their defaults, whatever the metadata says.
+  EXPECT_EQ(checkpoint_data_config(nlohmann::json::object()).sprites.resize, "area");
+  EXPECT_EQ(
+      checkpoint_data_config({{"dataset", "dummy"}, {"sprites", {{"size", 32}}}}).sprites.size, 16);
 
   data::SpriteOptions sprites;
   sprites.size = 32;
@@ -25,13 +29,15 @@ TEST(CheckpointDataset, TheMetadataNamesTheDataAndOldCheckpointsGetTheDefaults) 
   EXPECT_EQ(config.sprites.seed, 99u);
   EXPECT_EQ(config.sprites.resize, "area");  // the default, recorded
   sprites.resize = "nearest";
-  EXPECT_EQ(
-      checkpoint_data_config({{"sprites", data::sprite_options_json(sprites)}}).sprites.resize,
-      "nearest");
+  EXPECT_EQ(checkpoint_data_config(
+                {{"dataset", "sprites"}, {"sprites", data::sprite_options_json(sprites)}})
+                .sprites.resize,
+            "nearest");
   // A checkpoint from before sprites were resized by area means was trained on nearest neighbour.
   nlohmann::json old = data::sprite_options_json(sprites);
   old.erase("resize");
-  EXPECT_EQ(checkpoint_data_config({{"sprites", old}}).sprites.resize, "nearest");
+  EXPECT_EQ(checkpoint_data_config({{"dataset", "sprites"}, {"sprites", old}}).sprites.resize,
+            "nearest");
 }
 
 }  // namespace
