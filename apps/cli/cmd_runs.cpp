@@ -26,16 +26,16 @@ nlohmann::json optional_json(const std::optional<double>& v) {
 
 void print_table(std::ostream& out, const std::vector<runs::RunEntry>& entries) {
   std::vector<std::vector<std::string>> rows = {{"run", "started", "task", "model", "dataset",
-                                                 "epochs", "test acc", "loss", "train s",
-                                                 "status"}};
+                                                 "epochs", "test acc", "test loss", "loss",
+                                                 "train s", "status"}};
   for (const auto& e : entries) {
     std::string started =
         e.started.size() >= 16 ? e.started.substr(0, 10) + " " + e.started.substr(11, 5) : "-";
     std::string status = e.status + (e.problem.empty() ? "" : ": " + e.problem);
     rows.push_back({e.name, started, e.task.empty() ? "-" : e.task, e.model.empty() ? "-" : e.model,
                     e.dataset.empty() ? "-" : e.dataset, std::to_string(e.epochs),
-                    figure(e.test_accuracy, 4), figure(e.final_loss, 4), figure(e.train_seconds, 1),
-                    status});
+                    figure(e.test_accuracy, 4), figure(e.test_loss, 4), figure(e.final_loss, 4),
+                    figure(e.train_seconds, 1), status});
   }
   std::vector<size_t> width(rows[0].size(), 0);
   for (const auto& row : rows)
@@ -77,6 +77,7 @@ Subcommand add_runs_command(CLI::App& app) {
                                {"device", e.device},
                                {"epochs", e.epochs},
                                {"test_accuracy", optional_json(e.test_accuracy)},
+                               {"test_loss", optional_json(e.test_loss)},
                                {"loss", optional_json(e.final_loss)},
                                {"train_seconds", optional_json(e.train_seconds)}});
               std::cout << out.dump() << "\n";

@@ -50,6 +50,7 @@ void read_metrics(const std::string& path, RunEntry& entry) {
       entry.final_loss = number_at(j, "/values/loss"_json_pointer);
     } else if (kind == "eval") {
       entry.test_accuracy = number_at(j, "/values/accuracy"_json_pointer);
+      entry.test_loss = number_at(j, "/values/loss"_json_pointer);
     }
   }
   entry.problem = "no summary.json (still running, interrupted or failed)";
@@ -84,6 +85,7 @@ RunEntry read_run(const std::string& folder) {
   entry.device = text_at(j, "device");
   if (j.contains("epochs") && j["epochs"].is_number_integer()) entry.epochs = j["epochs"].get<int64_t>();
   entry.test_accuracy = number_at(j, "/test/accuracy"_json_pointer);
+  entry.test_loss = number_at(j, "/test/loss"_json_pointer);
   entry.final_loss = number_at(j, "/final_loss"_json_pointer);
   if (!entry.final_loss) entry.final_loss = number_at(j, "/train/loss"_json_pointer);
   entry.train_seconds = number_at(j, "/train_seconds"_json_pointer);

@@ -223,12 +223,14 @@ TEST(RunList, ListsCompleteIncompleteAndCorruptFoldersWithoutFailing) {
   fs::create_directories(root + "/2024-01-01-000000-classify-ann");
   std::ofstream(root + "/2024-01-01-000000-classify-ann/summary.json")
       << R"({"status":"complete","task":"classify","model":"ann","dataset":"fashion-mnist","epochs":5,)"
-      << R"("started":"2024-01-01T00:00:00+0000","test":{"accuracy":0.87},"train":{"loss":0.3},"train_seconds":12.5})";
+      << R"("started":"2024-01-01T00:00:00+0000","test":{"accuracy":0.87,"loss":0.41},"train":{"loss":0.3},"train_seconds":12.5})";
   fs::create_directories(root + "/2024-01-02-000000-classify-cnn");
   std::ofstream(root + "/2024-01-02-000000-classify-cnn/metrics.jsonl")
       << R"({"kind":"start","step":0,"epoch":0,"wall_s":0,"values":{},"task":"classify","model":"cnn"})"
       << "\n"
       << R"({"kind":"epoch","step":10,"epoch":1,"wall_s":1,"values":{"loss":0.5}})"
+      << "\n"
+      << R"({"kind":"eval","split":"test","step":10,"epoch":1,"values":{"loss":0.0314}})"
       << "\n"
       << R"({"kind":"epo)";  // killed mid-line
   fs::create_directories(root + "/2024-01-03-000000-classify-ann");
@@ -243,6 +245,11 @@ TEST(RunList, ListsCompleteIncompleteAndCorruptFoldersWithoutFailing) {
   ASSERT_TRUE(runs[0].test_accuracy.has_value());
   EXPECT_DOUBLE_EQ(*runs[0].test_accuracy, 0.87);
   EXPECT_DOUBLE_EQ(*runs[0].train_seconds, 12.5);
+  ASSERT_TRUE(runs[0].test_loss.has_value());
+  EXPECT_DOUBLE_EQ(*runs[0].test_loss, 0.41);
+  ASSERT_TRUE(runs[1].test_loss.has_value());  // a generator's evaluation has a loss, no accuracy
+  EXPECT_DOUBLE_EQ(*runs[1].test_loss, 0.0314);
+  EXPECT_FALSE(runs[1].test_accuracy.has_value());
   EXPECT_EQ(runs[1].status, "incomplete");
   EXPECT_EQ(runs[1].model, "cnn");
   EXPECT_EQ(runs[1].epochs, 1);
