@@ -8,7 +8,8 @@
 #           that carries .gpu-deps again replaces that build: run `sample` in the build's call)
 #   ctest   the whole ctest on CUDA (summary and failures; CTEST_TIMEOUT seconds at most)
 #   tta     time to accuracy, --recipe fast, 3 seeds, 92% (and 93% / 94% with longer schedules),
-#           against the same recipe in Python on the same GPU
+#           against the same recipe in Python on the same GPU (TTA_ROWS="fast 0.92 40": that row
+#           alone; rows are "RECIPE TARGET EVAL_EVERY_STEPS", separated by ';')
 #   default the seed workload with no flag beyond --device cuda, against the Python peer
 #   sample  sprite sampling: generate at 32x32, 8,192 sprites in batches of 1,024, 25 DDIM steps,
 #           guidance 2 (the generator in .gpu-deps/gen32.pt when carried, else one trained for an
@@ -16,7 +17,9 @@
 #   probe   bench/sampler_probe.py: the same UNet pass in PyTorch, per variant, with kernel tables
 #   layout  the generator's training step at --size 64, channels_last against NCHW
 #   gen64   the generator on a real sprite set at --size 64 (.gpu-deps/dcss-items when carried)
-#   ddp     the generator under NCCL DDP with one rank against one process
+#   ddp     the generator under NCCL DDP with one rank against one process (DDP_FLAGS: more
+#           train flags for all three runs, e.g. --time-budget 600: its plan and two revisions,
+#           each an all-reduce over the ranks, printed from the JSON)
 #   profile ncu's per-kernel GPU time of the 32x32 sampler in its steady state (after cuDNN's
 #           algorithm search): ~2 of 25 DDIM steps at batch 1,024, guidance 2
 # Usage: bench/gpu_round2.sh SECTION... (output on stdout). Scratch files stay on the machine; the
@@ -66,7 +69,8 @@ for section in "${sections[@]}"; do
   tta)
     # fast: 92% (eval every 40 steps); wide: 93% and 94% (eval every 100 steps). Each against the
     # same recipe in Python on the same GPU, same seeds.
-    for run in "fast 0.92 40" "wide 0.93 100" "wide 0.94 100"; do
+    IFS=';' read -ra tta_rows <<<"${TTA_ROWS:-fast 0.92 40;wide 0.93 100;wide 0.94 100}"
+    for run in "${tta_rows[@]}"; do
       set -- $run
       "$bin" bench --data "$data" --devices cuda --recipe "$1" --target-accuracy "$2" --seeds 3 \
         --eval-every-steps "$3" --vs-python --out "$out/tta-$1-$2" --overwrite 2>&1 | grep -v "^  "
@@ -155,7 +159,7 @@ PY
         cmd=("$bin" launch --nproc-per-node 1 -- train --dist-backend nccl --dist-shard global); fi
       "${cmd[@]}" --task generate --dataset sprites --device cuda --epochs 2 --batch-size 64 \
         --no-run-dir --json ${DDP_FLAGS:-} >"$out/ddp_$mode.json" 2>"$out/ddp_$mode.err" || tail -3 "$out/ddp_$mode.err"
-      json_field "$out/ddp_$mode.json" '"'$mode': " + json.dumps({k: r.get(k) for k in ("test", "final_loss", "train_seconds", "steps")})'
+      json_field "$out/ddp_$mode.json" '"'$mode': " + json.dumps({k: r.get(k) for k in ("test", "loss", "train_s", "steps", "time_budget")})'
     done
     ;;
   profile)
