@@ -27,6 +27,17 @@ DataPath make_data_path(const Dataset& dataset, torch::Device device, LoaderOpti
   if (resident) {
     out.loader = std::make_unique<ResidentLoader>(dataset, device, loader);
     out.description = "resident on " + device.str();
+    // Streaming's options, set and unused: said where the run's settings are shown (not an
+    // error: SPRITETORCH_WORKERS may set --workers for every run of a machine).
+    const DataPathOptions defaults;
+    std::string unused;
+    for (const auto& [flag, set] :
+         {std::pair<const char*, bool>{"--workers", path.workers != defaults.workers},
+          {"--prefetch", path.prefetch != defaults.prefetch},
+          {"--pin-memory", path.pin_memory != defaults.pin_memory}})
+      if (set) unused += (unused.empty() ? "" : ", ") + std::string(flag);
+    if (!unused.empty())
+      out.description += " (" + unused + " unused: streaming's, which --data-on host chooses)";
     return out;
   }
   StreamingOptions streaming;

@@ -63,6 +63,26 @@ ParallelRun::ParallelRun(const TrainConfig& config, const distributed::EnvLookup
   reducer_options_.overlap = config.overlap;
   if (!(reducer_options_.bucket_mb > 0))
     throw Error("--bucket-mb must be positive, got " + std::to_string(config.bucket_mb));
+  // The process group's options mean nothing to one process: given, they are refused rather
+  // than ignored (no variable mirrors them, so a value other than the default was asked for).
+  if (kind_ != StrategyKind::kDdp) {
+    const TrainConfig defaults;
+    const std::pair<const char*, bool> ddp_only[] = {
+        {"--dist-backend", config.dist_backend != defaults.dist_backend},
+        {"--dist-timeout", config.dist_timeout_s != defaults.dist_timeout_s},
+        {"--bucket-mb", config.bucket_mb != defaults.bucket_mb},
+        {"--no-overlap", config.overlap != defaults.overlap},
+        {"--dist-shard", config.dist_shard != defaults.dist_shard},
+    };
+    for (const auto& [flag, set] : ddp_only)
+      if (set)
+        throw Error(std::string(flag) + " applies to ddp runs (one process per device); this run " +
+                        (kind_ == StrategyKind::kDataParallel ? "is dp, one process over its GPUs"
+                                                              : "is a single process"),
+                    "start it with spritetorch launch --nproc-per-node N -- train ... (or "
+                    "torchrun), or leave " +
+                        std::string(flag) + " out");
+  }
 }
 
 ParallelRun::~ParallelRun() = default;

@@ -106,6 +106,19 @@ TEST(DataPath, AutoIsResidentOnCpuAndBothChoicesAreHonoured) {
   DataPathOptions bad;
   bad.data_on = "gpu";
   EXPECT_THROW(make_data_path(data, torch::kCPU, options, bad), Error);
+  // Streaming's options on resident data are named as unused where the settings are shown.
+  DataPathOptions resident_with_workers;
+  resident_with_workers.workers = 4;
+  resident_with_workers.prefetch = 8;
+  EXPECT_EQ(make_data_path(data, torch::kCPU, options, resident_with_workers).description,
+            "resident on cpu (--workers, --prefetch unused: streaming's, which --data-on host "
+            "chooses)");
+  resident_with_workers.data_on = "device";
+  resident_with_workers.prefetch = 2;
+  resident_with_workers.pin_memory = 1;
+  EXPECT_EQ(make_data_path(data, torch::kCPU, options, resident_with_workers).description,
+            "resident on cpu (--workers, --pin-memory unused: streaming's, which --data-on host "
+            "chooses)");
 }
 
 }  // namespace

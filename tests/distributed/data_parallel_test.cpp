@@ -67,8 +67,10 @@ RankResult train_rank(models::Classifier model, const data::Dataset& d, TrainCon
   if (world > 1)
     vars = {{"RANK", std::to_string(rank)}, {"WORLD_SIZE", std::to_string(world)},
             {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}};
-  config.dist_backend = train::DistBackend::kGloo;
-  config.dist_timeout_s = 20;
+  if (world > 1) {  // a single process refuses the process group's options
+    config.dist_backend = train::DistBackend::kGloo;
+    config.dist_timeout_s = 20;
+  }
   ParallelRun parallel(config, fake_env(vars));
   parallel.connect(torch::kCPU);
   FlatOptimizer optimizer(model->parameters(), OptimizerOptions{});
@@ -264,6 +266,32 @@ TEST(DataParallel, DataParallelStrategyMatchesSingleOnCuda) {
   for (size_t i = 0; i < sp.size(); ++i)
     EXPECT_TRUE(torch::allclose(sp[i].grad(), ip[i].grad(), 1e-4, 1e-6)) << i;
   EXPECT_NE(run.describe().find("dp (DataParallel) over"), std::string::npos) << run.describe();
+}
+
+// The process group's options are refused by a run that has none, not ignored; under a launcher
+// the same options are taken.
+TEST(DataParallel, DdpOptionsAreRefusedByASingleProcess) {
+  const auto refused = [](const std::function<void(TrainConfig&)>& set, const std::string& flag) {
+    TrainConfig c;
+    set(c);
+    try {
+      ParallelRun run(c, fake_env({}));
+      ADD_FAILURE() << flag << " accepted by a single process";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()),
+                flag +
+                    " applies to ddp runs (one process per device); this run is a single "
+                    "process");
+    }
+  };
+  refused([](TrainConfig& c) { c.bucket_mb = 10; }, "--bucket-mb");
+  refused([](TrainConfig& c) { c.overlap = false; }, "--no-overlap");
+  refused([](TrainConfig& c) { c.dist_shard = DistShard::kGlobal; }, "--dist-shard");
+  refused([](TrainConfig& c) { c.dist_backend = DistBackend::kGloo; }, "--dist-backend");
+  refused([](TrainConfig& c) { c.dist_timeout_s = 30; }, "--dist-timeout");
+  // Their defaults (a config.toml records them) pass.
+  const TrainConfig defaults;
+  EXPECT_NO_THROW({ ParallelRun run(defaults, fake_env({})); });
 }
 
 TEST(DataParallel, DataParallelStrategyIsRefusedWithoutCuda) {
