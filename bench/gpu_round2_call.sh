@@ -2,7 +2,7 @@
 # bench/gpu_round2.sh's sections that fit one device-tool call (10 minutes; a start costs one or
 # two more of the session's 15): the build (~175 s on the H100 machine), time to 92% (~80 s), the
 # generator under NCCL with a time budget (~40 s), then the whole ctest beside the size-64
-# generator (neither is timed against a peer), ending near 570 s. docs/benchmarks.md, 2026-11-26.
+# generator (neither is timed against a peer), ending near 570 s (docs/benchmarks.md).
 #   device tool: bash bench/gpu_round2_call.sh   (carry .gpu-deps, with dcss-items in it)
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -152,7 +152,10 @@ std::string TomlConfig::to_config(const CLI::App* app, bool default_also, bool w
   if (prefix.empty())
     out << "# spritetorch " << app->get_name() << " " << SPRITETORCH_VERSION
         << ": the effective configuration.\n# Replay: spritetorch " << app->get_name()
-        << " --config FILE (command-line flags and SPRITETORCH_* variables override it).\n";
+        << " --config FILE (command-line flags and SPRITETORCH_* variables override it)"
+        << (app->get_name() == "train"
+                ? ";\n# a ddp run: spritetorch launch --nproc-per-node N -- train --config FILE.\n"
+                : ".\n");
   for (const CLI::Option* option : app->get_options()) {
     const std::string name = long_name(*option);
     if (name.empty() || !option->get_configurable() || one_shot(name)) continue;

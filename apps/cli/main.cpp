@@ -3,6 +3,7 @@
 // (0 success, 2 bad usage or bad input, 1 an internal failure).
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -17,6 +18,25 @@
 #include "train/interrupt.h"
 
 namespace {
+
+// A launched rank's environment (spritetorch launch, torchrun): the processes per node, 0 when
+// this process was not launched as a rank.
+int env_int(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr) return 0;
+  char* end = nullptr;
+  const long n = std::strtol(value, &end, 10);
+  return end != value && *end == '\0' && n > 0 && n < 1 << 20 ? static_cast<int>(n) : 0;
+}
+int launched_local_world_size() {
+  if (env_int("WORLD_SIZE") == 0 || std::getenv("RANK") == nullptr) return 0;
+  const int local = env_int("LOCAL_WORLD_SIZE");
+  return local > 0 ? local : env_int("WORLD_SIZE");
+}
+int launched_nnodes() {
+  const int local = launched_local_world_size();
+  return local > 0 ? std::max(1, env_int("WORLD_SIZE") / local) : 1;
+}
 
 int run(int argc, char** argv) {
   spritetorch::cli::stop_runs_on_signals();  // a training loop's SIGINT/SIGTERM: checkpoint, stop
@@ -58,7 +78,10 @@ int run(int argc, char** argv) {
     if (e.main_rank())
       std::cerr << ("\n" + std::string(e.what()) + "; checkpoint saved: " + e.checkpoint() +
                     "\nresume with: " +
-                    spritetorch::cli::resume_command(argc, argv, e.checkpoint()) + "\n")
+                    spritetorch::cli::resume_command(argc, argv, e.checkpoint(),
+                                                     launched_local_world_size(),
+                                                     launched_nnodes()) +
+                    "\n")
                 << std::flush;
     return e.exit_code();                     // 130 for SIGINT, 143 for SIGTERM
   } catch (const c10::OutOfMemoryError& e) {  // outside the training loop (which saves its state)

@@ -17,9 +17,15 @@ std::string quote(const std::string& arg) {
 
 }  // namespace
 
-std::string resume_command(int argc, char** argv, const std::string& checkpoint) {
+std::string resume_command(int argc, char** argv, const std::string& checkpoint,
+                           int local_world_size, int nnodes) {
   std::string out;
+  if (local_world_size > 0 && argc > 0) {
+    out = quote(argv[0]) + " launch" + (nnodes > 1 ? " --nnodes " + std::to_string(nnodes) : "") +
+          " --nproc-per-node " + std::to_string(local_world_size) + " --";
+  }
   for (int i = 0; i < argc; ++i) {
+    if (i == 0 && !out.empty()) continue;  // argv[0] leads the launch prefix
     const std::string arg = argv[i];
     if (arg == "--resume") {
       ++i;  // and its value

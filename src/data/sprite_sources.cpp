@@ -51,35 +51,71 @@ bool is_sprite_dataset(const std::string& spec) {
          starts_with(spec, "npy:");
 }
 
+namespace {
+
+// One sprite option: its flag, who reads it, whether `options` sets it, and how to unset it.
+struct SpriteField {
+  const char* flag;
+  const char* readers;  // the datasets that read it, as the messages name them
+  bool (*reads)(const std::string& dataset);
+  bool (*is_set)(const SpriteOptions& o, const SpriteOptions& defaults);
+  void (*reset)(SpriteOptions& o, const SpriteOptions& defaults);
+};
+
+bool any_sprite_set(const std::string& d) { return is_sprite_dataset(d); }
+bool sheet_set(const std::string& d) { return starts_with(d, "sheet:"); }
+bool procedural_set(const std::string& d) { return d == "sprites"; }
+
+const SpriteField kSpriteFields[] = {
+    {"--size", "sprite datasets (sprites, folder:, sheet:, npy:)", any_sprite_set,
+     [](const SpriteOptions& o, const SpriteOptions& d) { return o.size != d.size; },
+     [](SpriteOptions& o, const SpriteOptions& d) { o.size = d.size; }},
+    {"--holdout", "sprite datasets (sprites, folder:, sheet:, npy:)", any_sprite_set,
+     [](const SpriteOptions& o, const SpriteOptions& d) { return o.holdout != d.holdout; },
+     [](SpriteOptions& o, const SpriteOptions& d) { o.holdout = d.holdout; }},
+    {"--resize", "sprite datasets (sprites, folder:, sheet:, npy:)", any_sprite_set,
+     [](const SpriteOptions& o, const SpriteOptions& d) { return o.resize != d.resize; },
+     [](SpriteOptions& o, const SpriteOptions& d) { o.resize = d.resize; }},
+    {"--data-seed", "sprite datasets (sprites, folder:, sheet:, npy:)", any_sprite_set,
+     [](const SpriteOptions& o, const SpriteOptions& d) { return o.seed != d.seed; },
+     [](SpriteOptions& o, const SpriteOptions& d) { o.seed = d.seed; }},
+    {"--sprite-count", "the procedural sprites (--dataset sprites)", procedural_set,
+     [](const SpriteOptions& o, const SpriteOptions& d) { return o.count != d.count; },
+     [](SpriteOptions& o, const SpriteOptions& d) { o.count = d.count; }},
+    {"--tile", "sprite sheets (--dataset sheet:FILE)", sheet_set,
+     [](const SpriteOptions& o, const SpriteOptions& d) {
+       return o.tile_w != d.tile_w || o.tile_h != d.tile_h;
+     },
+     [](SpriteOptions& o, const SpriteOptions& d) {
+       o.tile_w = d.tile_w;
+       o.tile_h = d.tile_h;
+     }},
+    {"--spacing", "sprite sheets (--dataset sheet:FILE)", sheet_set,
+     [](const SpriteOptions& o, const SpriteOptions& d) { return o.spacing != d.spacing; },
+     [](SpriteOptions& o, const SpriteOptions& d) { o.spacing = d.spacing; }},
+    {"--margin", "sprite sheets (--dataset sheet:FILE)", sheet_set,
+     [](const SpriteOptions& o, const SpriteOptions& d) { return o.margin != d.margin; },
+     [](SpriteOptions& o, const SpriteOptions& d) { o.margin = d.margin; }},
+    {"--labels", "sprite sheets (--dataset sheet:FILE)", sheet_set,
+     [](const SpriteOptions& o, const SpriteOptions& d) { return o.label_map != d.label_map; },
+     [](SpriteOptions& o, const SpriteOptions& d) { o.label_map = d.label_map; }},
+};
+
+}  // namespace
+
 void check_sprite_options_apply(const std::string& dataset, const SpriteOptions& options) {
   const SpriteOptions defaults;
-  // (flag, whether options sets it, which datasets read it)
-  struct Field {
-    const char* flag;
-    bool set;
-    bool read;
-  };
-  const bool sprite = is_sprite_dataset(dataset), sheet = starts_with(dataset, "sheet:");
-  const Field fields[] = {
-      {"--size", options.size != defaults.size, sprite},
-      {"--holdout", options.holdout != defaults.holdout, sprite},
-      {"--resize", options.resize != defaults.resize, sprite},
-      {"--data-seed", options.seed != defaults.seed, sprite},
-      {"--sprite-count", options.count != defaults.count, dataset == "sprites"},
-      {"--tile", options.tile_w != defaults.tile_w || options.tile_h != defaults.tile_h, sheet},
-      {"--spacing", options.spacing != defaults.spacing, sheet},
-      {"--margin", options.margin != defaults.margin, sheet},
-      {"--labels", options.label_map != defaults.label_map, sheet},
-  };
-  for (const Field& f : fields) {
-    if (!f.set || f.read) continue;
-    const std::string applies_to = !sprite ? "sprite datasets (sprites, folder:, sheet:, npy:)"
-                                   : f.flag == std::string("--sprite-count")
-                                       ? "the procedural sprites (--dataset sprites)"
-                                       : "sprite sheets (--dataset sheet:FILE)";
-    throw Error(std::string(f.flag) + " applies to " + applies_to + ", not --dataset " + dataset,
-                std::string("leave ") + f.flag + " out, or choose a dataset that reads it");
-  }
+  for (const SpriteField& f : kSpriteFields)
+    if (f.is_set(options, defaults) && !f.reads(dataset))
+      throw Error(std::string(f.flag) + " applies to " + f.readers + ", not --dataset " + dataset,
+                  std::string("leave ") + f.flag + " out, or choose a dataset that reads it");
+}
+
+SpriteOptions sprite_options_read_by(const std::string& dataset, SpriteOptions options) {
+  const SpriteOptions defaults;
+  for (const SpriteField& f : kSpriteFields)
+    if (!f.reads(dataset)) f.reset(options, defaults);
+  return options;
 }
 
 std::pair<int64_t, int64_t> parse_tile(const std::string& text) {

@@ -42,6 +42,11 @@ bool is_sprite_dataset(const std::string& spec);
 // on a dataset other than the procedural sprites. The message names the flag and the dataset.
 void check_sprite_options_apply(const std::string& dataset, const SpriteOptions& options);
 
+// `options` with every field that `dataset` does not read back at its default: what a checkpoint
+// or an export recorded is read this way, since runs from before check_sprite_options_apply kept
+// whatever was passed, read or not.
+SpriteOptions sprite_options_read_by(const std::string& dataset, SpriteOptions options);
+
 // The whole dataset a spec names (no split).
 Dataset load_sprite_dataset(const std::string& spec, const SpriteOptions& options);
 

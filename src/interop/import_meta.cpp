@@ -17,8 +17,9 @@ ImportMeta import_meta(const TensorFile& state, const std::string& source,
   }
   if (!dataset_given && exported.contains("dataset") && exported["dataset"].is_string()) {
     config.dataset = exported["dataset"].get<std::string>();
-    if (exported.contains("sprites"))
-      config.sprites = data::sprite_options_from_json(exported["sprites"]);
+    if (exported.contains("sprites"))  // as a checkpoint's: fields the dataset reads
+      config.sprites = data::sprite_options_read_by(
+          config.dataset, data::sprite_options_from_json(exported["sprites"]));
   }
   if (config.model.empty() && exported.contains("model") && exported["model"].is_string())
     config.model = exported["model"].get<std::string>();

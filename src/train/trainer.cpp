@@ -236,11 +236,6 @@ TrainingRun::TrainingRun(const TrainConfig& config, Task& task, const Datasets& 
 
 void TrainingRun::check_task_options() const {
   const std::string task = "task '" + task_.name() + "'";
-  if (config_.keep_last > 0 && config_.checkpoint_every == 0)
-    throw Error(
-        "--keep-last prunes the periodic checkpoints of --checkpoint-every; this run "
-        "writes none",
-        "add --checkpoint-every N, or leave --keep-last out");
   if (config_.cuda_graphs == CudaGraphs::kOn && !traits_.cuda_graphs)
     throw Error("--cuda-graphs cannot capture the step of " + task + ": " + traits_.no_cuda_graphs,
                 "drop --cuda-graphs");

@@ -157,10 +157,9 @@ expect 0 "sprite \(" -- data preview --dataset "sheet:$(dirname "$0")/../fixture
 # Sprites of another size: area means down by default, nearest neighbour on request, nothing else.
 expect 0 "rows:" -- data preview --dataset sprites --sprite-count 80 --per-class 4 --size 32 --resize nearest --out "$tmp/preview32.png"
 expect 2 "--resize: bicubic not in \{area,nearest\}" -- data preview --dataset sprites --sprite-count 80 --resize bicubic --out "$tmp/x.png"
-# So are a process group's options in one process and --keep-last with nothing to prune; streaming's
-# options on resident data are named in the settings (SPRITETORCH_WORKERS may set them for a machine).
+# So are a process group's options in one process; streaming's options on resident data are named
+# in the settings (SPRITETORCH_WORKERS may set them for a machine).
 expect 2 "--bucket-mb applies to ddp runs .*this run is a single process" -- train --dataset dummy --epochs 1 --no-run-dir --bucket-mb 10
-expect 2 "--keep-last prunes the periodic checkpoints of --checkpoint-every" -- train --dataset dummy --epochs 1 --no-run-dir --keep-last 2
 expect 0 "resident on cpu \(--workers unused: streaming's, which --data-on host chooses\)" -- train --dataset dummy --epochs 1 --no-run-dir --workers 4
 # A sprite option the dataset does not read is refused, not ignored.
 expect 2 "--size applies to sprite datasets .*not --dataset dummy" -- train --dataset dummy --size 32 --epochs 1 --no-run-dir

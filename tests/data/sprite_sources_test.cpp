@@ -336,8 +336,34 @@ TEST(SpriteSources, OptionsTheDatasetDoesNotReadAreRefused) {
     EXPECT_EQ(message("sprites", options), std::string(flag) +
                                                " applies to sprite sheets (--dataset sheet:FILE), "
                                                "not --dataset sprites");
-    EXPECT_NE(message("fashion-mnist", options).find(flag), std::string::npos) << flag;
+    EXPECT_EQ(message("fashion-mnist", options),
+              std::string(flag) +
+                  " applies to sprite sheets (--dataset sheet:FILE), not --dataset fashion-mnist");
   }
+  EXPECT_EQ(message("dummy", count),
+            "--sprite-count applies to the procedural sprites (--dataset sprites), not --dataset "
+            "dummy");
+
+  // What a checkpoint recorded is read as the dataset reads it: the rest back at its default.
+  SpriteOptions recorded = defaults;
+  recorded.size = 32;
+  recorded.count = 100;
+  recorded.tile_w = 8;
+  recorded.label_map = "map.txt";
+  recorded.resize = "nearest";
+  const SpriteOptions folder = sprite_options_read_by("folder:x", recorded);
+  EXPECT_EQ(folder.size, 32);
+  EXPECT_EQ(folder.resize, "nearest");
+  EXPECT_EQ(folder.count, defaults.count);
+  EXPECT_EQ(folder.tile_w, defaults.tile_w);
+  EXPECT_EQ(folder.label_map, "");
+  EXPECT_EQ(message("folder:x", folder), "");
+  const SpriteOptions sheet = sprite_options_read_by("sheet:x.png", recorded);
+  EXPECT_EQ(sheet.tile_w, 8);
+  EXPECT_EQ(sheet.label_map, "map.txt");
+  EXPECT_EQ(sheet.count, defaults.count);
+  EXPECT_EQ(sprite_options_read_by("sprites", recorded).count, 100);
+  EXPECT_EQ(message("fashion-mnist", sprite_options_read_by("fashion-mnist", recorded)), "");
 
   // load_datasets refuses before reading anything (no Fashion-MNIST files are needed here).
   train::TrainConfig config;

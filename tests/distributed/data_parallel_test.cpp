@@ -268,8 +268,8 @@ TEST(DataParallel, DataParallelStrategyMatchesSingleOnCuda) {
   EXPECT_NE(run.describe().find("dp (DataParallel) over"), std::string::npos) << run.describe();
 }
 
-// The process group's options are refused by a run that has none, not ignored; under a launcher
-// the same options are taken.
+// The process group's options are refused by a run that has none, not ignored (one_rank_test.sh
+// runs them under a launcher).
 TEST(DataParallel, DdpOptionsAreRefusedByASingleProcess) {
   const auto refused = [](const std::function<void(TrainConfig&)>& set, const std::string& flag) {
     TrainConfig c;

@@ -154,6 +154,10 @@ if [ "$rc" = 143 ] && [ -n "$ckpt" ] && [ -f "$ckpt" ] && [ -z "$alive" ] && gre
    python3 -c "import sys; sys.exit(0 if $took < 15 else 1)"; then pass; else
   fail "SIGTERM to launch: exit $rc after ${took}s, checkpoint '$ckpt', ranks alive:$alive, log: $(tail -5 "$tmp/s.log")"; fi
 [ "$(grep -c "checkpoint saved" "$tmp/s.log")" = 1 ] && pass || fail "only rank 0 should report the interrupt: $(cat "$tmp/s.log")"
+# Its resume command starts the ranks again (a rank's own command line would be one process, which
+# refuses --dist-timeout).
+grep -qE "resume with: \S+ launch --nproc-per-node 2 -- train .*--dist-timeout 30 .*--resume " "$tmp/s.log" && pass ||
+  fail "the resume command of a launched run should run under launch: $(grep "resume with" "$tmp/s.log")"
 if [ -n "$ckpt" ] && [ -f "$ckpt" ]; then
   "$bin" eval --checkpoint "$ckpt" >/dev/null 2>&1 && pass || fail "interrupt checkpoint $ckpt does not evaluate"
 fi

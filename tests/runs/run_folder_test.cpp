@@ -247,7 +247,7 @@ TEST(RunList, ListsCompleteIncompleteAndCorruptFoldersWithoutFailing) {
   EXPECT_DOUBLE_EQ(*runs[0].train_seconds, 12.5);
   ASSERT_TRUE(runs[0].test_loss.has_value());
   EXPECT_DOUBLE_EQ(*runs[0].test_loss, 0.41);
-  ASSERT_TRUE(runs[1].test_loss.has_value());  // a generator's evaluation has a loss, no accuracy
+  ASSERT_TRUE(runs[1].test_loss.has_value());  // an evaluation line with a loss and no accuracy
   EXPECT_DOUBLE_EQ(*runs[1].test_loss, 0.0314);
   EXPECT_FALSE(runs[1].test_accuracy.has_value());
   EXPECT_EQ(runs[1].status, "incomplete");

@@ -15,6 +15,14 @@ TEST(CheckpointDataset, TheMetadataNamesTheDataAndOldCheckpointsGetTheDefaults) 
   EXPECT_EQ(checkpoint_data_config(nlohmann::json::object()).sprites.resize, "area");
   EXPECT_EQ(
       checkpoint_data_config({{"dataset", "dummy"}, {"sprites", {{"size", 32}}}}).sprites.size, 16);
+  // A run from before sprite options were checked recorded them as passed, read or not: such a
+  // checkpoint still evaluates (load_datasets takes its config), with what its dataset reads.
+  const auto procedural_with_tile = checkpoint_data_config(
+      {{"dataset", "sprites"}, {"sprites", {{"tile_w", 8}, {"count", 300}}}});
+  EXPECT_EQ(procedural_with_tile.sprites.tile_w, 16);
+  EXPECT_EQ(procedural_with_tile.sprites.count, 300);
+  EXPECT_NO_THROW(
+      data::check_sprite_options_apply(procedural_with_tile.dataset, procedural_with_tile.sprites));
 
   data::SpriteOptions sprites;
   sprites.size = 32;
