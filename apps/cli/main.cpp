@@ -7,35 +7,31 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <utility>
 
 #include "checks.h"
 #include "commands.h"
 #include "common/error.h"
 #include "common/malloc_tuning.h"
 #include "config_file.h"
+#include "distributed/dist_env.h"
 #include "resume_command.h"
 #include "signals.h"
 #include "train/interrupt.h"
 
 namespace {
 
-// A launched rank's environment (spritetorch launch, torchrun): the processes per node, 0 when
-// this process was not launched as a rank.
-int env_int(const char* name) {
-  const char* value = std::getenv(name);
-  if (value == nullptr) return 0;
-  char* end = nullptr;
-  const long n = std::strtol(value, &end, 10);
-  return end != value && *end == '\0' && n > 0 && n < 1 << 20 ? static_cast<int>(n) : 0;
-}
-int launched_local_world_size() {
-  if (env_int("WORLD_SIZE") == 0 || std::getenv("RANK") == nullptr) return 0;
-  const int local = env_int("LOCAL_WORLD_SIZE");
-  return local > 0 ? local : env_int("WORLD_SIZE");
-}
-int launched_nnodes() {
-  const int local = launched_local_world_size();
-  return local > 0 ? std::max(1, env_int("WORLD_SIZE") / local) : 1;
+// How this process was launched, for its resume command: {ranks per node, nodes} when it is one
+// rank of a launch (spritetorch launch, torchrun), else {0, 1}.
+std::pair<int, int> launch_shape() {
+  const auto env = spritetorch::distributed::process_env();
+  if (!spritetorch::distributed::launched_as_rank(env)) return {0, 1};
+  try {
+    const auto dist = spritetorch::distributed::read_dist_env(env);
+    return {dist.local_world_size, std::max(1, dist.world_size / dist.local_world_size)};
+  } catch (const spritetorch::Error&) {  // variables a run could not use: no launch to repeat
+    return {0, 1};
+  }
 }
 
 int run(int argc, char** argv) {
@@ -75,14 +71,15 @@ int run(int argc, char** argv) {
   } catch (const spritetorch::train::Interrupted& e) {
     // Rank 0 speaks for a ddp run (the others stop at the same step). One write: ranks of a
     // launch share stderr, and piecewise writes of two processes interleave mid-line.
-    if (e.main_rank())
+    if (e.main_rank()) {
+      const auto [ranks_per_node, nodes] = launch_shape();
       std::cerr << ("\n" + std::string(e.what()) + "; checkpoint saved: " + e.checkpoint() +
                     "\nresume with: " +
-                    spritetorch::cli::resume_command(argc, argv, e.checkpoint(),
-                                                     launched_local_world_size(),
-                                                     launched_nnodes()) +
+                    spritetorch::cli::resume_command(argc, argv, e.checkpoint(), ranks_per_node,
+                                                     nodes) +
                     "\n")
                 << std::flush;
+    }
     return e.exit_code();                     // 130 for SIGINT, 143 for SIGTERM
   } catch (const c10::OutOfMemoryError& e) {  // outside the training loop (which saves its state)
     std::cerr << "error: out of device memory: " << e.what_without_backtrace() << "\n"

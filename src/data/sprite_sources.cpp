@@ -53,51 +53,43 @@ bool is_sprite_dataset(const std::string& spec) {
 
 namespace {
 
-// One sprite option: its flag, who reads it, whether `options` sets it, and how to unset it.
+// One sprite option: its flag, the datasets that read it, and how to put it back to its default
+// (whether `options` sets it follows: resetting it changes them).
 struct SpriteField {
   const char* flag;
   const char* readers;  // the datasets that read it, as the messages name them
   bool (*reads)(const std::string& dataset);
-  bool (*is_set)(const SpriteOptions& o, const SpriteOptions& defaults);
   void (*reset)(SpriteOptions& o, const SpriteOptions& defaults);
 };
 
-bool any_sprite_set(const std::string& d) { return is_sprite_dataset(d); }
-bool sheet_set(const std::string& d) { return starts_with(d, "sheet:"); }
-bool procedural_set(const std::string& d) { return d == "sprites"; }
+bool read_by_every_sprite_set(const std::string& d) { return is_sprite_dataset(d); }
+bool read_by_sheets(const std::string& d) { return starts_with(d, "sheet:"); }
+bool read_by_procedural(const std::string& d) { return d == "sprites"; }
+
+const char* const kEverySpriteSet = "sprite datasets (sprites, folder:, sheet:, npy:)";
+const char* const kSheets = "sprite sheets (--dataset sheet:FILE)";
 
 const SpriteField kSpriteFields[] = {
-    {"--size", "sprite datasets (sprites, folder:, sheet:, npy:)", any_sprite_set,
-     [](const SpriteOptions& o, const SpriteOptions& d) { return o.size != d.size; },
+    {"--size", kEverySpriteSet, read_by_every_sprite_set,
      [](SpriteOptions& o, const SpriteOptions& d) { o.size = d.size; }},
-    {"--holdout", "sprite datasets (sprites, folder:, sheet:, npy:)", any_sprite_set,
-     [](const SpriteOptions& o, const SpriteOptions& d) { return o.holdout != d.holdout; },
+    {"--holdout", kEverySpriteSet, read_by_every_sprite_set,
      [](SpriteOptions& o, const SpriteOptions& d) { o.holdout = d.holdout; }},
-    {"--resize", "sprite datasets (sprites, folder:, sheet:, npy:)", any_sprite_set,
-     [](const SpriteOptions& o, const SpriteOptions& d) { return o.resize != d.resize; },
+    {"--resize", kEverySpriteSet, read_by_every_sprite_set,
      [](SpriteOptions& o, const SpriteOptions& d) { o.resize = d.resize; }},
-    {"--data-seed", "sprite datasets (sprites, folder:, sheet:, npy:)", any_sprite_set,
-     [](const SpriteOptions& o, const SpriteOptions& d) { return o.seed != d.seed; },
+    {"--data-seed", kEverySpriteSet, read_by_every_sprite_set,
      [](SpriteOptions& o, const SpriteOptions& d) { o.seed = d.seed; }},
-    {"--sprite-count", "the procedural sprites (--dataset sprites)", procedural_set,
-     [](const SpriteOptions& o, const SpriteOptions& d) { return o.count != d.count; },
+    {"--sprite-count", "the procedural sprites (--dataset sprites)", read_by_procedural,
      [](SpriteOptions& o, const SpriteOptions& d) { o.count = d.count; }},
-    {"--tile", "sprite sheets (--dataset sheet:FILE)", sheet_set,
-     [](const SpriteOptions& o, const SpriteOptions& d) {
-       return o.tile_w != d.tile_w || o.tile_h != d.tile_h;
-     },
+    {"--tile", kSheets, read_by_sheets,
      [](SpriteOptions& o, const SpriteOptions& d) {
        o.tile_w = d.tile_w;
        o.tile_h = d.tile_h;
      }},
-    {"--spacing", "sprite sheets (--dataset sheet:FILE)", sheet_set,
-     [](const SpriteOptions& o, const SpriteOptions& d) { return o.spacing != d.spacing; },
+    {"--spacing", kSheets, read_by_sheets,
      [](SpriteOptions& o, const SpriteOptions& d) { o.spacing = d.spacing; }},
-    {"--margin", "sprite sheets (--dataset sheet:FILE)", sheet_set,
-     [](const SpriteOptions& o, const SpriteOptions& d) { return o.margin != d.margin; },
+    {"--margin", kSheets, read_by_sheets,
      [](SpriteOptions& o, const SpriteOptions& d) { o.margin = d.margin; }},
-    {"--labels", "sprite sheets (--dataset sheet:FILE)", sheet_set,
-     [](const SpriteOptions& o, const SpriteOptions& d) { return o.label_map != d.label_map; },
+    {"--labels", kSheets, read_by_sheets,
      [](SpriteOptions& o, const SpriteOptions& d) { o.label_map = d.label_map; }},
 };
 
@@ -105,10 +97,15 @@ const SpriteField kSpriteFields[] = {
 
 void check_sprite_options_apply(const std::string& dataset, const SpriteOptions& options) {
   const SpriteOptions defaults;
-  for (const SpriteField& f : kSpriteFields)
-    if (f.is_set(options, defaults) && !f.reads(dataset))
+  const nlohmann::json given = sprite_options_json(options);  // every field, comparable
+  for (const SpriteField& f : kSpriteFields) {
+    if (f.reads(dataset)) continue;
+    SpriteOptions unset = options;
+    f.reset(unset, defaults);
+    if (sprite_options_json(unset) != given)
       throw Error(std::string(f.flag) + " applies to " + f.readers + ", not --dataset " + dataset,
                   std::string("leave ") + f.flag + " out, or choose a dataset that reads it");
+  }
 }
 
 SpriteOptions sprite_options_read_by(const std::string& dataset, SpriteOptions options) {

@@ -84,9 +84,12 @@ std::string describe_step(const TrainStep& step) {
 }  // namespace
 
 Datasets load_datasets(const TrainConfig& config) {
-  const bool known = config.dataset == "fashion-mnist" || config.dataset == "dummy" ||
-                     data::is_sprite_dataset(config.dataset);
-  if (known) data::check_sprite_options_apply(config.dataset, config.sprites);  // else: below
+  const bool sprites = data::is_sprite_dataset(config.dataset);
+  if (!sprites && config.dataset != "fashion-mnist" && config.dataset != "dummy")
+    throw Error("unknown dataset '" + config.dataset +
+                "': expected fashion-mnist, dummy, sprites, "
+                "folder:PATH, sheet:FILE or npy:FILE[,LABELS.npy]");
+  data::check_sprite_options_apply(config.dataset, config.sprites);  // before reading anything
   Datasets out;
   if (config.dataset == "fashion-mnist") {
     const auto cache = data::IdxCache::from_environment();
@@ -95,15 +98,11 @@ Datasets load_datasets(const TrainConfig& config) {
   } else if (config.dataset == "dummy") {
     out.train = data::make_dummy_dataset(4096, config.seed);
     out.test = data::make_dummy_dataset(1024, config.seed + 1);
-  } else if (data::is_sprite_dataset(config.dataset)) {
+  } else {
     auto split = data::holdout_split(data::load_sprite_dataset(config.dataset, config.sprites),
                                      config.sprites.holdout, config.sprites.seed);
     out.train = split.train;
     out.test = split.test;
-  } else {
-    throw Error("unknown dataset '" + config.dataset +
-                "': expected fashion-mnist, dummy, sprites, "
-                "folder:PATH, sheet:FILE or npy:FILE[,LABELS.npy]");
   }
   if (config.train_limit > 0) out.train = out.train.head(config.train_limit);
   if (config.test_limit > 0) out.test = out.test.head(config.test_limit);
