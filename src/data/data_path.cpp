@@ -21,7 +21,8 @@ DataPath make_data_path(const Dataset& dataset, torch::Device device, LoaderOpti
   if (path.data_on == "auto") {
     // On the CPU the data is in host memory either way; resident skips the copies.
     const int64_t free = device.is_cpu() ? -1 : device::describe_device(device).free_memory;
-    resident = device.is_cpu() || (free > 0 && dataset_bytes(dataset) <= path.resident_share * static_cast<double>(free));
+    resident = device.is_cpu() || (free > 0 && dataset_bytes(dataset) <=
+                                                   path.resident_share * static_cast<double>(free));
   }
   DataPath out;
   if (resident) {

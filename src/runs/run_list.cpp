@@ -54,7 +54,8 @@ void read_metrics(const std::string& path, RunEntry& entry) {
     }
   }
   entry.problem = "no summary.json (still running, interrupted or failed)";
-  if (damaged) entry.problem += "; " + std::to_string(damaged) + " damaged line(s) in metrics.jsonl";
+  if (damaged)
+    entry.problem += "; " + std::to_string(damaged) + " damaged line(s) in metrics.jsonl";
 }
 
 }  // namespace
@@ -83,7 +84,8 @@ RunEntry read_run(const std::string& folder) {
   entry.model = text_at(j, "model");
   entry.dataset = text_at(j, "dataset");
   entry.device = text_at(j, "device");
-  if (j.contains("epochs") && j["epochs"].is_number_integer()) entry.epochs = j["epochs"].get<int64_t>();
+  if (j.contains("epochs") && j["epochs"].is_number_integer())
+    entry.epochs = j["epochs"].get<int64_t>();
   entry.test_accuracy = number_at(j, "/test/accuracy"_json_pointer);
   entry.test_loss = number_at(j, "/test/loss"_json_pointer);
   entry.final_loss = number_at(j, "/final_loss"_json_pointer);

@@ -10,17 +10,17 @@
 namespace spritetorch::runs {
 
 struct RunEntry {
-  std::string name;    // folder name
+  std::string name;  // folder name
   std::string path;
-  std::string status;  // complete | incomplete | corrupt
-  std::string problem; // for incomplete / corrupt: what is missing or wrong
+  std::string status;   // complete | incomplete | corrupt
+  std::string problem;  // for incomplete / corrupt: what is missing or wrong
   std::string started, task, model, dataset, device;
   int64_t epochs = 0;
   std::optional<double> test_accuracy;  // classifiers
   // The held-out loss: a generator's measure of how well it learned (its training loss is noisier:
   // random timesteps); the last evaluation's for an unfinished run.
   std::optional<double> test_loss;
-  std::optional<double> final_loss;     // generators (or the last epoch's loss of an unfinished run)
+  std::optional<double> final_loss;  // generators (or the last epoch's loss of an unfinished run)
   std::optional<double> train_seconds;
 };
 

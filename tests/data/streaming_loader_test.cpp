@@ -11,7 +11,11 @@ namespace {
 Dataset indexed_images(int64_t n) {
   Dataset d;
   // Each image's pixels encode its index, so inputs and labels can be checked against each other.
-  d.inputs = (torch::arange(n, torch::kInt64) % 256).to(torch::kUInt8).view({n, 1, 1, 1}).expand({n, 1, 2, 2}).contiguous();
+  d.inputs = (torch::arange(n, torch::kInt64) % 256)
+                 .to(torch::kUInt8)
+                 .view({n, 1, 1, 1})
+                 .expand({n, 1, 2, 2})
+                 .contiguous();
   d.labels = torch::arange(n, torch::kInt64);
   d.class_names = {"a", "b"};
   d.name = "indexed";
@@ -80,8 +84,9 @@ TEST(StreamingLoader, WorkersLoseAndDuplicateNothingAcrossEpochs) {
     const auto got = run_epoch(loader, epoch);
     EXPECT_TRUE(torch::equal(std::get<0>(got.labels.sort()), torch::arange(5000, torch::kInt64)));
     // Inputs travel with their labels.
-    EXPECT_TRUE(torch::equal((got.inputs.select(1, 0).select(1, 0).select(1, 0) * 255).round().to(torch::kInt64),
-                             got.labels % 256));
+    EXPECT_TRUE(torch::equal(
+        (got.inputs.select(1, 0).select(1, 0).select(1, 0) * 255).round().to(torch::kInt64),
+        got.labels % 256));
   }
 }
 
@@ -102,7 +107,8 @@ TEST(DataPath, AutoIsResidentOnCpuAndBothChoicesAreHonoured) {
   DataPathOptions host;
   host.data_on = "host";
   host.workers = 3;
-  EXPECT_EQ(make_data_path(data, torch::kCPU, options, host).description, "streaming: 3 workers, prefetch 2");
+  EXPECT_EQ(make_data_path(data, torch::kCPU, options, host).description,
+            "streaming: 3 workers, prefetch 2");
   DataPathOptions bad;
   bad.data_on = "gpu";
   EXPECT_THROW(make_data_path(data, torch::kCPU, options, bad), Error);

@@ -65,8 +65,10 @@ RankResult train_rank(models::Classifier model, const data::Dataset& d, TrainCon
                       int rank, int world, int port, int64_t batch) {
   std::map<std::string, std::string> vars;
   if (world > 1)
-    vars = {{"RANK", std::to_string(rank)}, {"WORLD_SIZE", std::to_string(world)},
-            {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}};
+    vars = {{"RANK", std::to_string(rank)},
+            {"WORLD_SIZE", std::to_string(world)},
+            {"MASTER_ADDR", "127.0.0.1"},
+            {"MASTER_PORT", std::to_string(port)}};
   if (world > 1) {  // a single process refuses the process group's options
     config.dist_backend = train::DistBackend::kGloo;
     config.dist_timeout_s = 20;
@@ -227,7 +229,8 @@ TEST(DataParallel, LocalShardsKeepTheRanksInSync) {
 TEST(DataParallel, WrapperOnOneDeviceMatchesThePlainModel) {
   auto plain = make_ann(5);
   auto inner = make_ann(5);
-  auto wrapped = std::make_shared<DataParallelClassifierImpl>(inner, std::vector<torch::Device>{torch::kCPU});
+  auto wrapped =
+      std::make_shared<DataParallelClassifierImpl>(inner, std::vector<torch::Device>{torch::kCPU});
   const auto x = torch::rand({8, 1, 16, 16});
   const auto labels = torch::randint(0, 10, {8}, torch::kInt64);
   const auto a = plain->forward(x), b = wrapped->forward(x);

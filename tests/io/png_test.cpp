@@ -26,7 +26,8 @@ std::string encode(uint32_t w, uint32_t h, uint32_t format, const std::vector<ui
   image.format = format;
   image.colormap_entries = static_cast<uint32_t>(colormap.size() / 4);
   png_alloc_size_t size = 0;
-  EXPECT_TRUE(png_image_write_get_memory_size(image, size, 0, pixels.data(), 0, colormap.empty() ? nullptr : colormap.data()));
+  EXPECT_TRUE(png_image_write_get_memory_size(image, size, 0, pixels.data(), 0,
+                                              colormap.empty() ? nullptr : colormap.data()));
   std::string out(size, '\0');
   EXPECT_TRUE(png_image_write_to_memory(&image, out.data(), &size, 0, pixels.data(), 0,
                                         colormap.empty() ? nullptr : colormap.data()));
@@ -41,7 +42,8 @@ std::vector<uint8_t> rgba_at(const torch::Tensor& img, int64_t y, int64_t x) {
 }
 
 TEST(Png, ReadsRgba) {
-  const auto img = decode_png(encode(2, 1, PNG_FORMAT_RGBA, {10, 20, 30, 40, 50, 60, 70, 255}), "rgba");
+  const auto img =
+      decode_png(encode(2, 1, PNG_FORMAT_RGBA, {10, 20, 30, 40, 50, 60, 70, 255}), "rgba");
   EXPECT_EQ(img.sizes(), (std::vector<int64_t>{1, 2, 4}));
   EXPECT_EQ(rgba_at(img, 0, 0), (std::vector<uint8_t>{10, 20, 30, 40}));
   EXPECT_EQ(rgba_at(img, 0, 1), (std::vector<uint8_t>{50, 60, 70, 255}));
@@ -83,10 +85,12 @@ TEST(Png, WriteReadRoundTrip) {
 }
 
 TEST(Png, ReadsKenneyIndexedSheet) {
-  const auto img = read_png(std::string(SPRITETORCH_TEST_DIR) + "/fixtures/kenney_1bit_colored_packed.png");
+  const auto img =
+      read_png(std::string(SPRITETORCH_TEST_DIR) + "/fixtures/kenney_1bit_colored_packed.png");
   EXPECT_EQ(img.sizes(), (std::vector<int64_t>{352, 784, 4}));
   const auto alpha = img.select(2, 3);
-  EXPECT_TRUE(((alpha == 0) | (alpha == 255)).all().item<bool>());  // index 0 transparent, rest opaque
+  EXPECT_TRUE(
+      ((alpha == 0) | (alpha == 255)).all().item<bool>());  // index 0 transparent, rest opaque
   EXPECT_GT((alpha == 0).sum().item<int64_t>(), 0);
   EXPECT_GT((alpha == 255).sum().item<int64_t>(), 0);
 }
@@ -111,8 +115,10 @@ TEST(Png, RejectsCorruptInput) {
   // A valid IHDR (with a correct CRC) that claims 60000 x 60000 pixels in a tiny file.
   std::string big = good;
   const uint32_t side = 60000;
-  for (int i = 0; i < 4; ++i) big[16 + i] = big[20 + i] = static_cast<char>((side >> (24 - 8 * i)) & 0xff);
-  const uint32_t crc = static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(big.data() + 12), 17));
+  for (int i = 0; i < 4; ++i)
+    big[16 + i] = big[20 + i] = static_cast<char>((side >> (24 - 8 * i)) & 0xff);
+  const uint32_t crc =
+      static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(big.data() + 12), 17));
   for (int i = 0; i < 4; ++i) big[29 + i] = static_cast<char>((crc >> (24 - 8 * i)) & 0xff);
   EXPECT_NE(error_of(big).find("60000x60000"), std::string::npos) << error_of(big);
   EXPECT_THROW(read_png("/nonexistent/x.png"), DataError);
