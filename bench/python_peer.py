@@ -17,7 +17,8 @@ images only (a Subset), as spritetorch's --train-limit does.
 writes it (tensors resident on the device, torch.randperm batches, channels_last): the same
 FastCNN (three 3x3 conv + BatchNorm + ReLU + max-pool stages, one linear layer), batch 256, AdamW
 with linear warm-up and cosine decay, label smoothing 0.1, random horizontal flips, test-time flip
-averaging, bf16 autocast with --precision bf16. --target-accuracy X evaluates the test set after every epoch (and every
+averaging, bf16 autocast with --precision bf16. --batch-size, --lr and --warmup-steps change the
+recipe's 256, 0.01 and 100 as spritetorch's flags of those names do. --target-accuracy X evaluates the test set after every epoch (and every
 --eval-every-steps steps) outside the timed training and reports time_to_target_s; the schedule
 runs to its end unless --stop-at-target.
 
@@ -148,10 +149,11 @@ def run_fast(args, device, start):
     wide = args.recipe == "wide"
     widths = RECIPE_WIDTHS[args.recipe]
     model = FastCNN(widths).to(device, memory_format=memory)
-    batch, epochs = 256, args.epochs
+    batch, epochs, lr = args.batch_size or 256, args.epochs, args.lr or 0.01
     steps_per_epoch = (len(x_train) + batch - 1) // batch
-    total, warmup = epochs * steps_per_epoch, 100
-    optimizer = optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.05)
+    total = epochs * steps_per_epoch
+    warmup = 100 if args.warmup_steps is None else args.warmup_steps
+    optimizer = optim.AdamW(model.parameters(), lr=lr, weight_decay=0.05)
     schedule = optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: (s + 1) / warmup if s < warmup
         else 0.5 * (1 + math.cos(math.pi * min(1.0, (s - warmup) / max(total - warmup, 1)))))
@@ -171,7 +173,7 @@ def run_fast(args, device, start):
     # Untimed warm-up on a throwaway copy (CUDA context, lazy kernel loading, autocast), as
     # spritetorch's bench warms up before its first seed.
     spare = FastCNN(widths).to(device, memory_format=memory)
-    spare_optimizer = optim.AdamW(spare.parameters(), lr=0.01, weight_decay=0.05)
+    spare_optimizer = optim.AdamW(spare.parameters(), lr=lr, weight_decay=0.05)
     for i in range(5):
         x = x_train[i * batch:(i + 1) * batch].contiguous(memory_format=memory)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16"):
@@ -222,7 +224,7 @@ def run_fast(args, device, start):
     out = {"train_s": round(train_s, 3), "total_s": round(time.time() - start, 3),
            "accuracy": accuracy, "device": str(device), "torch": torch.__version__,
            "model": RECIPE_MODELS[args.recipe], "recipe": args.recipe, "seed": args.seed, "precision": args.precision,
-           "evals": evals}
+           "batch_size": batch, "lr": lr, "warmup_steps": warmup, "evals": evals}
     if reached:
         out.update(reached)
     return out
@@ -243,7 +245,16 @@ def main():
     parser.add_argument("--stop-at-target", action="store_true")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                         help="fast recipe: bf16 autocast (fp32 weights), as spritetorch's --precision bf16")
+    parser.add_argument("--batch-size", type=int, help="recipes: images per step (default 256)")
+    parser.add_argument("--lr", type=float, help="recipes: peak learning rate (default 0.01)")
+    parser.add_argument("--warmup-steps", type=int, help="recipes: linear warm-up steps (default 100)")
     args = parser.parse_args()
+    if args.recipe not in RECIPE_WIDTHS and (args.batch_size, args.lr, args.warmup_steps) != (None,) * 3:
+        parser.error("--batch-size, --lr and --warmup-steps change a recipe; the seed's loop is "
+                     "fixed (batch 64, Adam 1e-3)")
+    if (args.batch_size is not None and args.batch_size < 1) or (args.lr is not None and args.lr <= 0) \
+            or (args.warmup_steps is not None and args.warmup_steps < 0):
+        parser.error("--batch-size >= 1, --lr > 0 and --warmup-steps >= 0")
 
     start = time.time()
     if args.device == "auto":

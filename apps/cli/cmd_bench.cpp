@@ -1,10 +1,13 @@
 // `spritetorch bench`: the workload on every device and data path, a table, JSON and CSV; with
 // --vs-python, the Python peer right after, on the same device, and the ratio.
 #include <unistd.h>
+
+#include <charconv>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -86,6 +89,44 @@ void check_peer_workload(const train::TrainConfig& w) {
         "drop those options, or run the bench without --vs-python");
 }
 
+// The peer writes each recipe out in Python, with the batch size, peak lr, warm-up, epochs,
+// precision, seeds and --train-limit passed on; any other change to the recipe would time
+// different work under the name "same recipe".
+void check_peer_recipe(const train::TrainConfig& w) {
+  const train::Recipe& recipe = train::find_recipe(w.recipe);
+  const std::map<std::string, std::string> text_values = {
+      {"model", w.model},
+      {"optimizer", w.optimizer},
+      {"lr-schedule", w.lr_schedule},
+      {"augment", w.augment},
+      {"test-time-augment", w.test_time_augment}};
+  const std::map<std::string, double> number_values = {{"weight-decay", w.weight_decay},
+                                                       {"label-smoothing", w.label_smoothing}};
+  std::string differs;
+  if (w.dataset != "fashion-mnist") differs += " --dataset " + w.dataset;
+  for (const auto& [key, value] : recipe.options) {
+    const auto text = text_values.find(key);
+    const auto number = number_values.find(key);
+    if (text != text_values.end() && text->second != value)
+      differs += " --" + key + " " + text->second;
+    else if (number != number_values.end() && number->second != std::stod(value))
+      differs += " --" + key + " " + c10::str(number->second);
+  }
+  if (!differs.empty())
+    throw Error("--vs-python runs the " + w.recipe +
+                    " recipe in Python with only --batch-size, --lr, --lr-warmup-steps, --epochs, "
+                    "--precision, --train-limit and the seeds changed; this bench also changes:" +
+                    differs,
+                "drop those options, or run the bench without --vs-python");
+}
+
+// The shortest text that reads back as exactly `value` (what Python's repr prints).
+std::string shortest(double value) {
+  char text[32];
+  const auto end = std::to_chars(text, text + sizeof text, value).ptr;
+  return std::string(text, end);
+}
+
 // The last line of a peer's output as JSON; null when the peer failed or printed none.
 nlohmann::json peer_result(const ProcessResult& result) {
   std::istringstream lines(result.out);
@@ -126,6 +167,7 @@ int run_target_bench(const BenchFlags& f) {
   if (f.vs_python && w.recipe != "fast" && w.recipe != "mid" && w.recipe != "wide")
     throw Error("--vs-python with --target-accuracy runs the peer's version of a recipe",
                 "add --recipe fast, mid or wide");
+  if (f.vs_python) check_peer_recipe(w);
   const std::string model = w.model.empty() ? train::default_model(w) : w.model;
   // The peer runs at the precision ours resolves to on this device.
   const torch::Device device = device::pick_device(w.device);
@@ -205,7 +247,13 @@ int run_target_bench(const BenchFlags& f) {
                                              "--eval-every-steps",
                                              std::to_string(w.eval_every_steps),
                                              "--train-limit",
-                                             std::to_string(w.train_limit)}));
+                                             std::to_string(w.train_limit),
+                                             "--batch-size",
+                                             std::to_string(w.batch_size),
+                                             "--lr",
+                                             shortest(w.lr),
+                                             "--warmup-steps",
+                                             std::to_string(w.warmup_steps)}));
       if (result.is_null()) {
         std::cout << "  Python peer, seed " << seed << ": failed\n";
         continue;

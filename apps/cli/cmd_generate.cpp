@@ -18,6 +18,11 @@
 namespace spritetorch::cli {
 
 void check_sampler_options(const CLI::App& sub, const diffusion::SampleOptions& options) {
+  if (options.guidance == 1.0 && sub.count("--guidance-interval") > 0)
+    throw Error(
+        "--guidance-interval places guidance on part of the schedule; --guidance 1 is no "
+        "guidance, so there is nothing to place",
+        "give --guidance W (W > 1), or leave --guidance-interval out");
   if (options.sampler != "ddim" && sub.count("--eta") > 0)
     throw Error("--eta is DDIM's noise; --sampler " + options.sampler + " does not take it",
                 "use --sampler ddim, or leave --eta out");

@@ -43,17 +43,12 @@ expect 2 "cannot read --time-budget '15 min': expected a duration such as 900, 9
 # refused before anything runs.
 expect 2 "this bench differs: --model simplenn --dataset dummy" -- bench --vs-python --model simplenn --dataset dummy --out "$tmp/peer"
 expect 2 "this bench differs: --batch-size 32" -- bench --vs-python --batch-size 32 --out "$tmp/peer"
-# The peer itself, on the CNN and a slice of the data, where a python3 has torch and torchvision
-# (scripts/setup --peer): its time, accuracy and the ratio, faster or slower.
-if python3 -c "import torch, torchvision" 2>/dev/null || /usr/bin/python3 -c "import torch, torchvision" 2>/dev/null; then
-  expect 0 "Python peer on cpu \(PyTorch [^)]+\): train [0-9.]+ s, accuracy [0-9.]+; spritetorch resident [0-9.]+ s: [0-9.]+x (faster|slower)" -- \
-    bench --vs-python --model cnn --train-limit 256 --epochs 1 --repeats 1 --warmup-steps 1 --devices cpu --no-streaming --out "$tmp/peer"
-  check_peer=$(python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["python_peer"][0]; print(p["model"], p["ratio"] > 0)' "$tmp/peer.json" 2>&1)
-  if [ "$check_peer" = "cnn True" ]; then passes=$((passes + 1)); else
-    echo "FAIL: bench --vs-python --model cnn: peer.json says '$check_peer'"; fails=$((fails + 1)); fi
-else
-  echo "skipped: the Python peer run (no python3 with torch and torchvision: scripts/setup --peer)"
-fi
+# Time to accuracy against the peer: the recipe's batch size, lr and warm-up are passed on to it;
+# a change to anything else in the recipe is refused before anything runs.
+expect 2 "runs the fast recipe in Python with only --batch-size, --lr, --lr-warmup-steps, --epochs, --precision, --train-limit and the seeds changed; this bench also changes: --label-smoothing 0 --augment none" -- \
+  bench --recipe fast --target-accuracy 0.9 --vs-python --label-smoothing 0 --augment none --devices cpu --out "$tmp/tta_peer"
+expect 2 "this bench also changes: --model fastcnn-2x" -- bench --recipe fast --model fastcnn-2x --target-accuracy 0.9 --vs-python --devices cpu --out "$tmp/tta_peer"
+# The peer runs themselves: tests/cli/python_peer_test.sh.
 # The fused CPU step's threads: asked for (old name too), and never on top of explicit BLAS threads.
 # They need the raw-buffer CPU step, i.e. a LibTorch whose BLAS exports CBLAS (Debian's OpenBLAS;
 # a pip torch's bundled MKL does not, and `devices` says so).
@@ -195,6 +190,8 @@ expect 0 '"guidance":3\.0,"guidance_interval":\[0\.4,1\.0\]' -- generate --check
 expect 0 "guidance 3 at t/T 0\.4-1" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 4 --steps 3 --guidance 3 --guidance-interval 0.4:1 --no-fidelity
 expect 2 "guidance interval '1:0.4': expected FROM:TO" -- generate --checkpoint "$tmp/g.pt" --guidance-interval 1:0.4 --out "$tmp/x.png"
 expect 2 "guidance interval 'half': expected FROM:TO" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --guidance-interval half
+expect 2 "--guidance-interval places guidance on part of the schedule; --guidance 1 is no guidance" -- generate --checkpoint "$tmp/g.pt" --guidance 1 --guidance-interval 0:1 --out "$tmp/x.png"
+expect 2 "--guidance-interval places guidance on part of the schedule; --guidance 1 is no guidance" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --guidance 1 --guidance-interval 0.4:1
 expect 0 "Class agreement" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2
 # The fidelity report: both two-sample tests and the pixel-art statistics, in text and JSON.
 expect 0 "real vs real +[01]\.[0-9]{4}" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2
