@@ -9,7 +9,9 @@
 #   ctest   the whole ctest on CUDA (summary and failures; CTEST_TIMEOUT seconds at most)
 #   tta     time to accuracy, --recipe fast, 3 seeds, 92% (and 93% / 94% with longer schedules),
 #           against the same recipe in Python on the same GPU (TTA_ROWS="fast 0.92 40": that row
-#           alone; rows are "RECIPE TARGET EVAL_EVERY_STEPS", separated by ';')
+#           alone; rows are "RECIPE TARGET EVAL_EVERY_STEPS [BENCH FLAGS]", separated by ';',
+#           e.g. "fast 0.92 20 --batch-size 512 --lr 0.02 --lr-warmup-steps 50": the peer takes
+#           the same batch size, lr and warm-up)
 #   default the seed workload with no flag beyond --device cuda, against the Python peer
 #   sample  sprite sampling: generate at 32x32, 8,192 sprites in batches of 1,024, 25 DDIM steps,
 #           guidance 2 (the generator in .gpu-deps/gen32.pt when carried, else one trained for an
@@ -72,9 +74,14 @@ for section in "${sections[@]}"; do
     IFS=';' read -ra tta_rows <<<"${TTA_ROWS:-fast 0.92 40;wide 0.93 100;wide 0.94 100}"
     for run in "${tta_rows[@]}"; do
       set -- $run
-      "$bin" bench --data "$data" --devices cuda --recipe "$1" --target-accuracy "$2" --seeds 3 \
-        --eval-every-steps "$3" --vs-python --out "$out/tta-$1-$2" --overwrite 2>&1 | grep -v "^  "
-      keep "$out/tta-$1-$2.json"
+      recipe=$1 target=$2 every=$3
+      shift 3
+      name=tta-$recipe-$target$(printf '%s' "$*" | tr -c 'a-zA-Z0-9.' '_')
+      echo "tta row: --recipe $recipe --target-accuracy $target --eval-every-steps $every $*"
+      "$bin" bench --data "$data" --devices cuda --recipe "$recipe" --target-accuracy "$target" \
+        --seeds 3 --eval-every-steps "$every" --vs-python --out "$out/$name" --overwrite "$@" 2>&1 |
+        grep -v "^  "
+      keep "$out/$name.json"
     done
     ;;
   default)

@@ -1,8 +1,12 @@
 #include "train/flat_optimizer.h"
 
+#include <ATen/core/dispatch/Dispatcher.h>
+
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -13,6 +17,29 @@
 namespace spritetorch::train {
 
 namespace {
+
+// aten::_fused_adam_ / _fused_adamw_, overload "tensor_lr" (PyTorch 2.2 on): the whole Adam(W)
+// update in one multi-tensor kernel that reads the lr, the step count and found_inf on the device,
+// as torch.optim.Adam(fused=True) runs it, where the tensor-op form takes some twenty kernels.
+// Looked up by name at run time, so the same source builds against LibTorch 1.13, which has no
+// such operator; taken only for float32 buffers on CUDA, where the operator has a kernel and its
+// arguments are the ones step_on_device() passes, in that order.
+std::optional<c10::OperatorHandle> find_fused_adam(const std::string& kind,
+                                                   const torch::Tensor& values) {
+  if (kind == "sgd" || !values.is_cuda() || values.scalar_type() != torch::kFloat32) return {};
+  const auto op = c10::Dispatcher::singleton().findSchema(
+      {kind == "adamw" ? "aten::_fused_adamw_" : "aten::_fused_adam_", "tensor_lr"});
+  if (!op || !op->hasKernelForDispatchKey(c10::DispatchKey::CUDA)) return {};
+  static const std::vector<std::string> kArguments = {
+      "self",        "grads",   "exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs",
+      "state_steps", "lr",      "beta1",    "beta2",       "weight_decay",
+      "eps",         "amsgrad", "maximize", "grad_scale",  "found_inf"};
+  const auto& arguments = op->schema().arguments();
+  if (arguments.size() != kArguments.size()) return {};
+  for (size_t i = 0; i < arguments.size(); ++i)
+    if (arguments[i].name() != kArguments[i]) return {};
+  return *op;
+}
 
 struct AdamScalars {
   float b1, b2, one_minus_b1, one_minus_b2, inv_bias2_sqrt, eps, neg_step;
@@ -166,8 +193,32 @@ void FlatOptimizer::set_lr(double lr) {
 
 void FlatOptimizer::step_on_device(const torch::Tensor& found_inf) {
   torch::NoGradGuard no_grad;
-  if (!step_t_.defined()) step_t_ = torch::full({}, static_cast<double>(steps_), values_.options());
+  if (!step_t_.defined()) {
+    step_t_ = torch::full({}, static_cast<double>(steps_), values_.options());
+    fused_adam_ = find_fused_adam(options_.kind, values_);
+  }
   if (!lr_t_.defined()) lr_t_ = torch::full({}, options_.lr, values_.options());
+  if (fused_adam_) {
+    // The kernel reads the incremented count for its bias corrections and, where found_inf is 1,
+    // changes nothing; the count then goes back (torch.optim.Adam's fused path does the same).
+    step_t_.add_(1.0);
+    torch::jit::Stack stack;
+    for (const auto& buffer : {values_, grads_, exp_avg_, exp_avg_sq_})
+      stack.emplace_back(c10::List<at::Tensor>({buffer}));
+    stack.emplace_back(c10::List<at::Tensor>());  // max_exp_avg_sqs: no amsgrad
+    stack.emplace_back(c10::List<at::Tensor>({step_t_}));
+    stack.emplace_back(lr_t_);
+    for (const double scalar :
+         {options_.beta1, options_.beta2, options_.weight_decay, options_.eps})
+      stack.emplace_back(scalar);
+    stack.emplace_back(false);  // amsgrad
+    stack.emplace_back(false);  // maximize
+    stack.emplace_back();       // grad_scale: the scaler has unscaled the gradients already
+    stack.emplace_back(found_inf.defined() ? c10::IValue(found_inf.reshape({1})) : c10::IValue());
+    fused_adam_->callBoxed(&stack);
+    if (found_inf.defined()) step_t_.sub_(found_inf.reshape({}));
+    return;
+  }
   // keep: () 1 = take the step, 0 = skip it. Multiplying every change by keep skips without a
   // branch.
   torch::Tensor keep;

@@ -11,6 +11,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,7 +53,11 @@ class FlatOptimizer {
   // the buffers' device, or undefined; where it is nonzero the step changes nothing (parameters,
   // moments and step count stay as they were, inf/NaN in the gradients never reach the moments).
   // Several small kernels where step() has one loop on the CPU: use step() when neither applies.
+  // Adam and AdamW on CUDA with a LibTorch that has PyTorch's fused Adam kernel (2.2 on): that one
+  // kernel instead.
   void step_on_device(const torch::Tensor& found_inf = {});
+  // Whether step_on_device() has run PyTorch's fused Adam kernel (false before its first call).
+  bool fused_kernel() const { return fused_adam_.has_value(); }
 
   torch::Tensor& values() { return values_; }  // (P) all parameters, in registration order
   torch::Tensor& grads() { return grads_; }    // (P) their gradients
@@ -75,6 +80,7 @@ class FlatOptimizer {
   torch::Tensor
       step_t_;  // () float32 on device once step_on_device() ran; then it counts, not steps_
   torch::Tensor lr_t_;  // () float32 on device once step_on_device() ran: options_.lr there
+  std::optional<c10::OperatorHandle> fused_adam_;  // set by step_on_device()'s first call
 };
 
 const std::vector<std::string>& optimizer_names();

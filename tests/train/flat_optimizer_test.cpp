@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
+#include <string>
 
+#include "common/compat.h"
 #include "models/classifier.h"
 
 namespace spritetorch::train {
@@ -106,18 +109,20 @@ TEST(FlatOptimizer, WeightDecayIsNotANoOp) {
 }
 
 // The device-side update (CUDA graphs, fp16 without a sync) is the same arithmetic as step(),
-// weight decay and a changing lr included; here both run on the CPU. The gradients are given, not
-// computed from the weights: Adam normalises each gradient, so through a model a rounding-level
-// difference flips the sign of near-zero gradients and grows step by step.
-TEST(FlatOptimizer, StepOnDeviceMatchesStepWithWeightDecayAndAChangingLr) {
+// weight decay and a changing lr included: step_on_device() on `device` against step() on the CPU.
+// The gradients are given, not computed from the weights: Adam normalises each gradient, so
+// through a model a rounding-level difference flips the sign of near-zero gradients and grows
+// step by step. On CUDA, Adam and AdamW run PyTorch's fused kernel where LibTorch has it.
+void expect_step_on_device_matches_step(const torch::Device& device) {
   torch::manual_seed(11);
   const auto start = torch::randn({1000});
   std::vector<torch::Tensor> gradients;
   for (int s = 0; s < 6; ++s)
     gradients.push_back(torch::randn({1000}) * (torch::rand({1000}) > 0.1));
   for (const char* kind : {"adam", "adamw", "sgd"}) {
+    bool fused = false;
     auto run = [&](bool on_device) {
-      auto p = start.clone();
+      auto p = start.clone().to(on_device ? device : torch::Device(torch::kCPU));
       FlatOptimizer flat({p}, {kind, 0.05, 0.9, 0.999, 1e-8, 0.9, 0.2});
       for (int s = 0; s < 6; ++s) {
         flat.set_lr(0.05 / (s + 1));
@@ -127,14 +132,58 @@ TEST(FlatOptimizer, StepOnDeviceMatchesStepWithWeightDecayAndAChangingLr) {
         else
           flat.step();
       }
-      return flat.values().clone();
+      EXPECT_EQ(flat.steps_taken(), 6) << kind;
+      if (on_device) fused = flat.fused_kernel();
+      return flat.values().cpu();
     };
-    const auto device = run(true), host = run(false);
+    const auto on_device = run(true), host = run(false);
     // Relative: the device path forms the decay factor 1 - lr wd in float, the host in double (an
     // ulp of the factor, times weights up to ~4, over 6 steps); a missing decay would be 1%.
-    EXPECT_TRUE(torch::allclose(device, host, /*rtol=*/1e-5, /*atol=*/1e-6))
-        << kind << ": " << (device - host).abs().max().item<double>();
+    EXPECT_TRUE(torch::allclose(on_device, host, /*rtol=*/1e-5, /*atol=*/1e-6))
+        << kind << " on " << device << ": " << (on_device - host).abs().max().item<double>();
     EXPECT_GT((host - start).abs().max().item<double>(), 0.05) << kind << ": the steps moved";
+    // The fused kernel exists for CUDA from PyTorch 2.2 and has taken a device lr since 2.4 at
+    // the latest; never on the CPU, whose step() is the fused loop.
+    const bool expect_fused =
+        device.is_cuda() && std::string(kind) != "sgd" && SPRITETORCH_TORCH_AT_LEAST(2, 4);
+    if (expect_fused || !device.is_cuda()) {
+      EXPECT_EQ(fused, expect_fused) << kind;
+    }
+  }
+}
+
+TEST(FlatOptimizer, StepOnDeviceMatchesStepWithWeightDecayAndAChangingLr) {
+  expect_step_on_device_matches_step(torch::kCPU);
+}
+
+TEST(FlatOptimizerCuda, StepOnDeviceMatchesTheHostStep) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  expect_step_on_device_matches_step(torch::Device(torch::kCUDA, 0));
+}
+
+// found_inf = 1 leaves the weights, the moments and the step count as they were, on the fused
+// kernel's path as on the tensor-op one.
+TEST(FlatOptimizerCuda, FoundInfSkipsTheWholeUpdate) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const torch::Device cuda(torch::kCUDA, 0);
+  for (const std::string kind : {"adam", "adamw", "sgd"}) {
+    auto p = torch::randn({300}, cuda);
+    FlatOptimizer opt({p}, {kind, 1e-2, 0.9, 0.999, 1e-8, 0.9, 0.1});
+    opt.grads().normal_();
+    opt.step_on_device(torch::zeros({1}, cuda));  // a real step first: nonzero moments
+    const auto values = opt.values().clone();
+    const auto state = opt.state();
+    opt.grads().normal_();
+    opt.grads()[3] = std::numeric_limits<float>::infinity();
+    opt.step_on_device(torch::ones({1}, cuda));
+    EXPECT_TRUE(torch::equal(opt.values(), values)) << kind;
+    EXPECT_EQ(opt.steps_taken(), 1) << kind;
+    const auto after = opt.state();
+    EXPECT_TRUE(torch::equal(after.at("exp_avg"), state.at("exp_avg"))) << kind;
+    opt.grads().normal_();
+    opt.step_on_device(torch::zeros({1}, cuda));
+    EXPECT_EQ(opt.steps_taken(), 2) << kind;
+    EXPECT_FALSE(torch::equal(opt.values(), values)) << kind << ": the next step moves";
   }
 }
 
