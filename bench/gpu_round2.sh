@@ -103,13 +103,14 @@ for section in "${sections[@]}"; do
     rows=("new|--eta 0" "new|--eta 0 --colours 0" "new|--eta 0 --precision bf16" "new|--eta 0 --no-cuda-graphs"
       "new|" "new|--eta 0 --precision bf16 --guidance 2.5 --guidance-interval 0.4:1")
     [ -x "$old_bin" ] && rows+=("old|--eta 0" "old|--eta 0 --colours 0" "old|")
+    n=0
     for row in "${rows[@]}"; do
-      which=${row%%|*} extra=${row#*|}
+      which=${row%%|*} extra=${row#*|} n=$((n + 1))
       run=$bin; [ "$which" = old ] && run=$old_bin
       guidance=(--guidance 2 --guidance-interval 0:1)
       [[ "$extra" == *guidance* ]] && guidance=()
       "$run" generate --checkpoint "$g32" --count 8192 --batch-size 1024 --steps 25 --seed 3 \
-        "${guidance[@]}" --device cuda --json --out "$out/sheet.png" $extra \
+        "${guidance[@]}" --device cuda --json --out "$out/sheet$n.png" $extra \
         2>"$out/gen.err" >"$out/gen.json" && json_field "$out/gen.json" \
         '"%-3s %-62s %5d sprites, %.3f s, %6.0f sprites/s (%s, graph %s)" % ("'"$which"'", "'"${extra:-default}"'", r["count"], r["seconds"], r["sprites_per_second"], r["precision"], r["cuda_graphs"])' ||
         tail -3 "$out/gen.err"

@@ -1,5 +1,7 @@
 #include "checks.h"
 
+#include <c10/util/StringUtil.h>
+
 #include <cstdlib>
 
 namespace spritetorch::cli {
@@ -21,6 +23,20 @@ CLI::Validator number_at_least(double min, bool strict, const std::string& name)
 }
 
 }  // namespace
+
+CLI::Validator number_between(double min, double max) {
+  const std::string range = "a number from " + c10::str(min) + " to " + c10::str(max);
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double value = std::strtod(text.c_str(), &end);
+        if (text.empty() || end != text.c_str() + text.size() || value != value)
+          return "'" + text + "' is not a number (expected " + range + ")";
+        if (value < min || value > max) return "'" + text + "' is not " + range;
+        return std::string();
+      },
+      "[" + c10::str(min) + " - " + c10::str(max) + "]", range);
+}
 
 const CLI::Validator kNonNegative = number_at_least(0, false, "NONNEGATIVE");
 const CLI::Validator kPositive = number_at_least(0, true, "POSITIVE");

@@ -360,7 +360,7 @@ Subcommand add_bench_command(CLI::App& app) {
   recipe_alias(sub, "warmup-steps", "lr-warmup-steps");
   recipe_alias(sub, "precision", "precisions");  // its resident rows' list; --target-accuracy: one
   sub->add_option("--label-smoothing", w.label_smoothing, "As train --label-smoothing")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(number_between(0.0, 1.0))
       ->capture_default_str();
   sub->add_option("--test-time-augment", w.test_time_augment, "As train --test-time-augment")
       ->check(CLI::IsMember({"none", "flip"}))
@@ -371,7 +371,7 @@ Subcommand add_bench_command(CLI::App& app) {
          "Time to this test accuracy instead: train --seeds runs of the whole schedule on one "
          "device, the test set evaluated every epoch and --eval-every-steps outside the timer; "
          "median and spread of the time to target, and the schedule's own final accuracy")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(number_between(0.0, 1.0));
   sub->add_option("--eval-every-steps", w.eval_every_steps,
                   "--target-accuracy: also evaluate every N steps within epochs (0: per epoch)")
       ->check(kNonNegative)

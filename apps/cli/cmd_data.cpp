@@ -5,6 +5,7 @@
 #include "checks.h"
 #include "commands.h"
 #include "common/error.h"
+#include "common/output_file.h"
 #include "data/sprite_sources.h"
 #include "io/png.h"
 #include "train/trainer.h"
@@ -22,6 +23,7 @@ Subcommand add_data_command(CLI::App& app) {
     std::string out;
     int64_t per_class = 12, scale = 4;
     std::string split = "train";
+    bool overwrite = false;
   };
   auto f = std::make_shared<Flags>();
   preview
@@ -39,10 +41,12 @@ Subcommand add_data_command(CLI::App& app) {
   preview->add_option("--split", f->split, "train | test")
       ->check(CLI::IsMember({"train", "test"}))
       ->capture_default_str();
+  preview->add_flag("--overwrite", f->overwrite, "Replace an existing --out file");
   add_sprite_data_options(preview, *config, /*training=*/false);
   return {sub, [config, f]() {
             if (!data::is_sprite_dataset(config->dataset))
               throw Error("data preview takes sprite datasets");
+            check_output_path(f->out, f->overwrite, "--out");
             const auto sets = train::load_datasets(*config);
             const auto& d = f->split == "train" ? sets.train : sets.test;
             // Rows = classes in order; each row holds the first --per-class samples of that class.

@@ -108,7 +108,7 @@ std::shared_ptr<GeneratorEvalFlags> add_generator_eval_options(CLI::App* sub) {
   add_guidance_options(sub, f->options, f->guidance_interval, "Generator checkpoints: ");
   sub->add_option("--eta", f->options.eta,
                   "Generator checkpoints: DDIM noise (0 deterministic, 1 DDPM-like)")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(number_between(0.0, 1.0))
       ->capture_default_str();
   sub->add_option("--sampler", f->options.sampler, "Generator checkpoints: ddim | dpm++2m | ddpm")
       ->check(CLI::IsMember({"ddim", "dpm++2m", "ddpm"}))

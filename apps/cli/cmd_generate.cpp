@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "common/cpu_threads.h"
 #include "common/error.h"
+#include "common/output_file.h"
 #include "common/timer.h"
 #include "device/device.h"
 #include "diffusion/cuda_graph_sampler.h"
@@ -37,7 +38,8 @@ void check_sampler_options(const CLI::App& sub, const diffusion::SampleOptions& 
 void add_guidance_options(CLI::App* sub, diffusion::SampleOptions& options, std::string& interval,
                           const std::string& prefix) {
   sub->add_option("--guidance", options.guidance,
-                  prefix + "Classifier-free guidance scale (1: none)")
+                  prefix + "Classifier-free guidance scale (1: none, 0: unconditional)")
+      ->check(kNonNegative)
       ->capture_default_str();
   sub->add_option("--guidance-interval", interval,
                   prefix +
@@ -56,7 +58,7 @@ Subcommand add_generate_command(CLI::App& app) {
         spacing = diffusion::spacing_name(diffusion::SampleOptions().spacing),
         guidance_interval =
             diffusion::guidance_interval_text(diffusion::SampleOptions().guidance_interval);
-    bool no_cuda_graphs = false;
+    bool no_cuda_graphs = false, overwrite = false;
     int64_t count = 64, scale = 1, columns = 0;
     diffusion::SampleOptions sample;
     bool json = false;
@@ -95,7 +97,7 @@ Subcommand add_generate_command(CLI::App& app) {
   sub->add_option(
          "--eta", f->sample.eta,
          "DDIM noise: 0 deterministic, 1 DDPM-like (the default: cleaner sprites, docs/sprites.md)")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(number_between(0.0, 1.0))
       ->capture_default_str();
   sub->add_option("--sampler", f->sample.sampler,
                   "ddim (--steps, --eta) | dpm++2m (deterministic, second "
@@ -114,6 +116,9 @@ Subcommand add_generate_command(CLI::App& app) {
                 "CUDA: sample every batch eagerly (default: deterministic sampling, DDIM with "
                 "--eta 0 or dpm++2m, replays the whole "
                 "sampling loop as one CUDA graph from the second batch of --batch-size on)");
+  sub->add_flag("--overwrite", f->overwrite,
+                "Replace an existing --out sheet and existing --out-dir PNGs (default: refuse, "
+                "before any sampling)");
   sub->add_flag("--json", f->json, "Print a JSON summary");
   add_cpu_thread_options(sub, f->cpu.threads, f->cpu.blas_threads);
   return {
@@ -123,6 +128,12 @@ Subcommand add_generate_command(CLI::App& app) {
         f->sample.spacing = diffusion::parse_spacing(f->spacing);
         f->sample.guidance_interval = diffusion::parse_guidance_interval(f->guidance_interval);
         check_sampler_options(*sub, f->sample);
+        // Every output is checked, and the palette read, before any sampling: a typo must not
+        // cost the minutes a large --count takes.
+        if (!f->out.empty()) check_output_path(f->out, f->overwrite, "--out");
+        const torch::Tensor palette_png = f->palette.empty() || f->palette == "auto"
+                                              ? torch::Tensor()
+                                              : diffusion::palette_from_png(f->palette);
         const torch::Device device = device::pick_device(f->device);
         auto generator = diffusion::load_generator(f->checkpoint, device);
         const std::string threads = describe_cpu_threads(
@@ -140,6 +151,25 @@ Subcommand add_generate_command(CLI::App& app) {
           labels = torch::full({f->count}, it - generator.class_names.begin(), torch::kInt64);
         }
         f->sample.cuda_graphs = !f->no_cuda_graphs;
+        // --out-dir: one PNG per sprite, named by class and index.
+        const auto sprite_path = [&](int64_t i) {
+          std::ostringstream path;
+          path << f->out_dir << "/"
+               << generator.class_names[static_cast<size_t>(labels[i].item<int64_t>())] << "_"
+               << std::setw(4) << std::setfill('0') << i << ".png";
+          return path.str();
+        };
+        if (!f->out_dir.empty()) {
+          std::error_code ec;
+          if (std::filesystem::exists(f->out_dir, ec) &&
+              !std::filesystem::is_directory(f->out_dir, ec))
+            throw Error("--out-dir " + f->out_dir + " exists and is not a folder",
+                        "give a folder, new or existing");
+          std::filesystem::create_directories(f->out_dir, ec);
+          if (ec) throw Error("cannot create --out-dir " + f->out_dir + ": " + ec.message());
+          for (int64_t i = 0; i < f->count; ++i)
+            check_new_output(sprite_path(i), f->overwrite, "--out-dir");
+        }
 
         f->sample.precision = diffusion::resolve_sampling_precision(f->precision, device);
         const bool graphed = diffusion::graph_sampling_applies(device, f->sample, f->count);
@@ -151,20 +181,14 @@ Subcommand add_generate_command(CLI::App& app) {
         const double seconds = timer.seconds();
         if (f->palette == "auto")
           sprites = diffusion::snap_to_palette(sprites, generator.palette);
-        else if (!f->palette.empty())
-          sprites = diffusion::snap_to_palette(sprites, diffusion::palette_from_png(f->palette));
+        else if (palette_png.defined())
+          sprites = diffusion::snap_to_palette(sprites, palette_png);
         if (!f->out.empty())
           io::write_png(f->out, io::make_sheet(sprites, {f->columns, 1, f->scale}));
-        if (!f->out_dir.empty()) {
-          std::filesystem::create_directories(f->out_dir);
-          for (int64_t i = 0; i < sprites.size(0); ++i) {
-            const auto name = generator.class_names[static_cast<size_t>(labels[i].item<int64_t>())];
-            std::ostringstream path;
-            path << f->out_dir << "/" << name << "_" << std::setw(4) << std::setfill('0') << i
-                 << ".png";
-            io::write_png(path.str(), io::upscale_nearest(sprites[i].permute({1, 2, 0}), f->scale));
-          }
-        }
+        if (!f->out_dir.empty())
+          for (int64_t i = 0; i < sprites.size(0); ++i)
+            io::write_png(sprite_path(i),
+                          io::upscale_nearest(sprites[i].permute({1, 2, 0}), f->scale));
         const double rate = static_cast<double>(f->count) / seconds;
         if (f->json) {
           auto out =

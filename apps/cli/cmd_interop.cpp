@@ -63,8 +63,8 @@ Subcommand add_export_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_flag("--overwrite", f->overwrite, "Replace OUT (and --reference) if they exist");
   return {sub, [f]() {
-            check_new_output(f->out, f->overwrite, "--overwrite");
-            if (!f->reference.empty()) check_new_output(f->reference, f->overwrite, "--overwrite");
+            check_output_path(f->out, f->overwrite, "OUT");
+            if (!f->reference.empty()) check_output_path(f->reference, f->overwrite, "--reference");
             const std::string format =
                 f->format == "auto" ? format_from_extension(f->out) : f->format;
             const auto checkpoint = train::load_checkpoint(f->checkpoint);
@@ -123,7 +123,7 @@ Subcommand add_import_command(CLI::App& app) {
   add_sprite_data_options(sub, *config, /*training=*/false);
   sub->add_flag("--overwrite", f->overwrite, "Replace OUT if it exists");
   return {sub, [sub, f, config]() {
-            check_new_output(f->out, f->overwrite, "--overwrite");
+            check_output_path(f->out, f->overwrite, "OUT");
             const interop::TensorFile state = interop::read_safetensors(f->in);
             const auto imported =
                 interop::import_meta(state, f->in, *config, sub->count("--dataset") > 0);

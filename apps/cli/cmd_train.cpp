@@ -140,7 +140,7 @@ Subcommand add_train_command(CLI::App& app) {
       ->check(CLI::IsMember(train::optimizer_names()))
       ->capture_default_str();
   sub->add_option("--momentum", config->momentum, "SGD momentum")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(number_between(0.0, 1.0))
       ->capture_default_str();
   sub->add_option("--weight-decay", config->weight_decay,
                   "Weight decay: decoupled for adamw, L2 on the gradient for adam and sgd, as "
@@ -194,7 +194,7 @@ Subcommand add_train_command(CLI::App& app) {
       ->check(CLI::Range(0, 1));
   sub->add_option("--resident-share", config->data_path.resident_share,
                   "auto: resident when the data needs at most this share of free device memory")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(number_between(0.0, 1.0))
       ->capture_default_str();
   sub->add_option("--augment", config->augment,
                   "On-device batch augmentation: none | flip | shift[:N] | flip,shift[:N]")
@@ -281,10 +281,10 @@ Subcommand add_train_command(CLI::App& app) {
                   "Stop when the test accuracy reaches this (0-1; evaluated every epoch and "
                   "every --eval-every-steps, outside the timed training); --json reports "
                   "time_to_target_s (0: train every epoch)")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(number_between(0.0, 1.0));
   sub->add_option("--label-smoothing", config->label_smoothing,
                   "Classifiers: cross-entropy against labels smoothed by this much (0-1)")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(number_between(0.0, 1.0))
       ->capture_default_str();
   sub->add_option("--test-time-augment", config->test_time_augment,
                   "Classifiers: none | flip (evaluate on the mean of each image's and its "

@@ -31,7 +31,7 @@ void add_sprite_data_options(CLI::App* sub, train::TrainConfig& config, bool tra
   auto& s = config.sprites;
   sub->add_option("--holdout", s.holdout,
                   "Sprite datasets: share held out as the test split (deterministic)")
-      ->check(CLI::Range(0.0, 0.95))
+      ->check(number_between(0.0, 0.95))
       ->capture_default_str();
   sub->add_option("--size", s.size, "Sprite datasets: model size S (16, 32 or 64; see --resize)")
       ->check(CLI::IsMember({16, 32, 64}))

@@ -11,4 +11,8 @@ namespace spritetorch {
 // Throws Error naming `path` and `flag` when `path` exists and !overwrite.
 void check_new_output(const std::string& path, bool overwrite, const std::string& flag);
 
+// check_new_output, and the folder `path` goes into must exist: a sheet or report written after
+// minutes of work must not fail then for a typo in its folder.
+void check_output_path(const std::string& path, bool overwrite, const std::string& flag);
+
 }  // namespace spritetorch

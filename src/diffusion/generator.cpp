@@ -421,6 +421,15 @@ torch::Tensor sample(Generator& g, const torch::Tensor& labels, const SampleOpti
   if (options.sampler != "ddim" && options.sampler != "ddpm" && options.sampler != "dpm++2m")
     throw Error("unknown sampler '" + options.sampler + "': expected ddim, dpm++2m or ddpm");
   if (options.steps < 1) throw Error("--steps must be >= 1");
+  const int64_t T = g.schedule.steps();
+  if (options.sampler != "ddpm" && options.steps > T)
+    throw Error("--steps " + std::to_string(options.steps) +
+                    ": this generator's noise schedule has " + std::to_string(T) +
+                    " timesteps, the most " + options.sampler + " can take",
+                "pass --steps " + std::to_string(T) + " or fewer");
+  if (!(options.guidance >= 0))
+    throw Error("--guidance " + c10::str(options.guidance) +
+                ": expected a scale >= 0 (0: unconditional, 1: no guidance)");
   const auto device = g.net->parameters().front().device();
   const std::string precision = resolve_sampling_precision(options.precision, device);
   const int64_t n = labels.size(0), batch = std::max<int64_t>(options.batch, 1);

@@ -24,6 +24,12 @@ nlohmann::json Optimization::meta(const std::string& lr_schedule_text) const {
 }
 
 Optimization optimization_of(const TrainConfig& config) {
+  if (!(config.momentum >= 0 && config.momentum <= 1))
+    throw Error("--momentum must be a number from 0 to 1, got " + c10::str(config.momentum));
+  if (config.momentum != 0 && config.optimizer != "sgd")
+    throw Error("--momentum is SGD's; --optimizer " + config.optimizer +
+                    " keeps its own running averages (beta1 0.9, beta2 0.999)",
+                "use --optimizer sgd, or leave --momentum out");
   Optimization out;
   out.options.kind = config.optimizer;
   out.options.lr = config.lr;

@@ -71,6 +71,11 @@ expect 0 "optimizer +sgd lr 0.1, momentum 0.9, weight decay 0.0001, step every 1
 expect 2 "cannot read --lr-schedule 'step:0'" -- train --dataset dummy --model simplenn --lr-schedule step:0
 expect 2 "cannot read --lr-schedule 'warm'" -- train --dataset dummy --model simplenn --lr-schedule warm
 expect 2 "--weight-decay: '-1' is not a number >= 0" -- train --dataset dummy --model simplenn --weight-decay -1
+expect 2 "--momentum is SGD's; --optimizer adamw keeps its own running averages" -- train --dataset dummy --model simplenn --optimizer adamw --momentum 0.9
+# Number ranges refuse NaN (CLI11's own Range lets it through: every comparison with NaN is false).
+expect 2 "--label-smoothing: 'nan' is not a number \(expected a number from 0 to 1\)" -- train --dataset dummy --model simplenn --label-smoothing nan
+expect 2 "--target-accuracy: '1.5' is not a number from 0 to 1" -- train --dataset dummy --model simplenn --target-accuracy 1.5
+expect 2 "--holdout: 'nan' is not a number \(expected a number from 0 to 0.95\)" -- train --dataset sprites --holdout nan
 expect 2 "needs a CUDA device" -- train --device cpu --dataset dummy --model simplenn --lr-schedule cosine --cuda-graphs
 expect 2 "excludes" -- train --device cpu --dataset dummy --model simplenn --cuda-graphs --no-cuda-graphs
 
@@ -190,6 +195,20 @@ expect 0 '"guidance":3\.0,"guidance_interval":\[0\.4,1\.0\]' -- generate --check
 expect 0 "guidance 3 at t/T 0\.4-1" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 4 --steps 3 --guidance 3 --guidance-interval 0.4:1 --no-fidelity
 expect 2 "guidance interval '1:0.4': expected FROM:TO" -- generate --checkpoint "$tmp/g.pt" --guidance-interval 1:0.4 --out "$tmp/x.png"
 expect 2 "guidance interval 'half': expected FROM:TO" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --guidance-interval half
+# Outputs are checked before any sampling: an existing sheet or sprite PNG is kept unless
+# --overwrite, a missing folder or a file given as --out-dir is refused, and so is a palette PNG
+# that cannot be read; a negative guidance and more DDIM steps than the schedule has, too.
+expect 0 "Wrote $tmp/once.png" -- generate --checkpoint "$tmp/g.pt" --count 2 --steps 2 --out "$tmp/once.png"
+expect 2 "refusing to overwrite $tmp/once.png \(given as --out\): the file exists" -- generate --checkpoint "$tmp/g.pt" --count 2 --steps 2 --out "$tmp/once.png"
+expect 0 "Wrote $tmp/once.png" -- generate --checkpoint "$tmp/g.pt" --count 2 --steps 2 --out "$tmp/once.png" --overwrite
+expect 2 "cannot write $tmp/no-such-folder/x.png \(given as --out\): the folder $tmp/no-such-folder does not exist" -- generate --checkpoint "$tmp/g.pt" --out "$tmp/no-such-folder/x.png"
+expect 2 "--out-dir $tmp/once.png exists and is not a folder" -- generate --checkpoint "$tmp/g.pt" --out-dir "$tmp/once.png"
+expect 0 "Wrote 2 PNGs to $tmp/each" -- generate --checkpoint "$tmp/g.pt" --count 2 --steps 2 --out-dir "$tmp/each"
+expect 2 "refusing to overwrite $tmp/each/[a-z]+_0000.png \(given as --out-dir\)" -- generate --checkpoint "$tmp/g.pt" --count 2 --steps 2 --out-dir "$tmp/each"
+expect 2 "$tmp/none.png: expected a readable PNG file" -- generate --checkpoint "$tmp/g.pt" --palette "$tmp/none.png" --out "$tmp/p.png"
+expect 2 "--steps 5000: this generator's noise schedule has [0-9]+ timesteps, the most ddim can take" -- generate --checkpoint "$tmp/g.pt" --steps 5000 --out "$tmp/p.png"
+expect 2 "--guidance: '-1' is not a number >= 0" -- generate --checkpoint "$tmp/g.pt" --guidance -1 --out "$tmp/p.png"
+expect 2 "refusing to overwrite $tmp/once.png \(given as --out\)" -- data preview --dataset sprites --out "$tmp/once.png"
 expect 2 "--guidance-interval places guidance on part of the schedule; --guidance 1 is no guidance" -- generate --checkpoint "$tmp/g.pt" --guidance 1 --guidance-interval 0:1 --out "$tmp/x.png"
 expect 2 "--guidance-interval places guidance on part of the schedule; --guidance 1 is no guidance" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --guidance 1 --guidance-interval 0.4:1
 expect 0 "Class agreement" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2

@@ -52,7 +52,7 @@ expect 0 '"precision":"fp32"' -- generate --checkpoint "$tmp/g.pt" --count 4 --s
 native=fp32
 "$bin" devices --json | python3 -c 'import json,sys; d=json.load(sys.stdin); sys.exit(0 if any(x.get("bf16") for x in d["devices"] if x["device"].startswith("cpu")) else 1)' && native=bf16
 expect 0 "\"precision\":\"$native\"" -- generate --checkpoint "$tmp/g.pt" --count 4 --steps 2 --device cpu --json --out "$tmp/auto.png"
-expect 0 "Generated 4 sprites .*, $native \(auto\)" -- generate --checkpoint "$tmp/g.pt" --count 4 --steps 2 --device cpu --out "$tmp/auto.png"
+expect 0 "Generated 4 sprites .*, $native \(auto\)" -- generate --checkpoint "$tmp/g.pt" --count 4 --steps 2 --device cpu --out "$tmp/auto.png" --overwrite
 expect 2 "--precision: fp16 not in" -- generate --checkpoint "$tmp/g.pt" --precision fp16 --out "$tmp/x.png"
 
 # --- the classifier refuses the generator's options ----------------------------------------------

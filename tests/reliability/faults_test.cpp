@@ -114,6 +114,21 @@ TEST(Overwrite, SaveRefusesAnExistingFileUnlessOverwriteOrResumingInPlace) {
   EXPECT_THROW(check_new_output(c.save, false, "--out"), Error);
   EXPECT_NO_THROW(check_new_output(c.save, true, "--out"));
   EXPECT_NO_THROW(check_new_output(dir.file("new.png"), false, "--out"));
+
+  // check_output_path adds the folder: it must exist, and the path must not be one.
+  EXPECT_NO_THROW(check_output_path(dir.file("new.png"), false, "--out"));
+  EXPECT_NO_THROW(check_output_path("relative-new.png", false, "--out"));  // the current folder
+  EXPECT_THROW(check_output_path(c.save, false, "--out"), Error);
+  try {
+    check_output_path(dir.file("missing/new.png"), false, "--out");
+    ADD_FAILURE() << "a missing folder was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "cannot write " + dir.file("missing/new.png") +
+                                         " (given as --out): the folder " + dir.file("missing") +
+                                         " does not exist");
+  }
+  EXPECT_THROW(check_output_path(dir.file(""), true, "--out"),
+               Error);  // a folder, even with overwrite
 }
 
 TEST(Overwrite, AFreshRunDoesNotTakeOverAnotherRunsPeriodicCheckpoints) {

@@ -94,5 +94,32 @@ TEST(Optimization, WeightDecayDefaultsToPyTorchsPerOptimizer) {
             "sgd lr 0.001, momentum 0.9, weight decay 0.5, cosine, warm-up 3 steps");
 }
 
+// Momentum is SGD's: Adam and AdamW would not read it, so a run that sets it is refused; a value
+// outside [0, 1] (NaN included) too.
+TEST(Optimization, MomentumIsRefusedWhereTheOptimizerWouldNotReadIt) {
+  TrainConfig c;
+  c.momentum = 0.9;
+  for (const char* kind : {"adam", "adamw"}) {
+    c.optimizer = kind;
+    try {
+      optimization_of(c);
+      ADD_FAILURE() << kind << ": --momentum accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), "--momentum is SGD's; --optimizer " + std::string(kind) +
+                                           " keeps its own running averages (beta1 0.9, beta2 "
+                                           "0.999)");
+    }
+  }
+  c.optimizer = "sgd";
+  EXPECT_DOUBLE_EQ(optimization_of(c).options.momentum, 0.9);
+  for (const double bad : {-0.1, 1.5, std::nan("")}) {
+    c.momentum = bad;
+    EXPECT_THROW(optimization_of(c), Error) << bad;
+  }
+  c.optimizer = "adam";
+  c.momentum = 0;
+  EXPECT_NO_THROW(optimization_of(c));
+}
+
 }  // namespace
 }  // namespace spritetorch::train
