@@ -2,6 +2,7 @@
 
 #include <c10/util/StringUtil.h>
 
+#include <cmath>
 #include <cstdlib>
 
 namespace spritetorch::cli {
@@ -14,7 +15,7 @@ CLI::Validator number_at_least(double min, bool strict, const std::string& name)
         char* end = nullptr;
         const double value = std::strtod(text.c_str(), &end);
         const std::string wanted = strict ? "a number > " : "a number >= ";
-        if (text.empty() || end != text.c_str() + text.size() || value != value)
+        if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value))
           return "'" + text + "' is not a number (expected " + wanted + "0)";
         if (strict ? value <= min : value < min) return "'" + text + "' is not " + wanted + "0";
         return std::string();

@@ -10,6 +10,7 @@
 
 namespace spritetorch::cli {
 
+// Finite numbers only: "nan" and "inf" are refused.
 extern const CLI::Validator kNonNegative;  // a number >= 0 (help: NONNEGATIVE)
 extern const CLI::Validator kPositive;     // a number > 0 (help: POSITIVE)
 // A number in [min, max]; unlike CLI::Range, "nan" is refused (every comparison with it is false).

@@ -74,6 +74,7 @@ expect 2 "--weight-decay: '-1' is not a number >= 0" -- train --dataset dummy --
 expect 2 "--momentum is SGD's; --optimizer adamw keeps its own running averages" -- train --dataset dummy --model simplenn --optimizer adamw --momentum 0.9
 # Number ranges refuse NaN (CLI11's own Range lets it through: every comparison with NaN is false).
 expect 2 "--label-smoothing: 'nan' is not a number \(expected a number from 0 to 1\)" -- train --dataset dummy --model simplenn --label-smoothing nan
+expect 2 "--lr: 'inf' is not a number \(expected a number > 0\)" -- train --dataset dummy --model simplenn --lr inf
 expect 2 "--target-accuracy: '1.5' is not a number from 0 to 1" -- train --dataset dummy --model simplenn --target-accuracy 1.5
 expect 2 "--holdout: 'nan' is not a number \(expected a number from 0 to 0.95\)" -- train --dataset sprites --holdout nan
 expect 2 "needs a CUDA device" -- train --device cpu --dataset dummy --model simplenn --lr-schedule cosine --cuda-graphs
