@@ -22,6 +22,7 @@ t0=$SECONDS
   TTA_ROWS="fast 0.92 40;fast 0.92 20 --batch-size 512 --lr 0.02 --lr-warmup-steps 50" \
     timeout 240 bash bench/gpu_round2.sh tta
   left=$((560 - (SECONDS - t0)))
+  [ "$left" -lt 30 ] && left=30
   echo "after tta: $((SECONDS - t0)) s; $left s left for the tests"
   timeout "$left" ctest --test-dir build-gpu -j "$(nproc)" --timeout "$left" --output-on-failure \
     -R "FlatOptimizer|StepOnDevice|CudaGraphs|one_rank|multiproc|python_peer|ResumeCommand|DataParallel|SpriteSources|CheckpointDataset" 2>&1 |
