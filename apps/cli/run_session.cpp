@@ -90,6 +90,10 @@ RunSession::RunSession(const RunFlags& flags, train::TrainConfig& config, const 
   const bool keep = !flags.no_run_dir && main_rank();
   if (flags.no_run_dir && !flags.run_dir.empty())
     throw Error("--run-dir and --no-run-dir contradict each other");
+  // (Another task's run is refused --sample-every by make_task, with that reason.)
+  if (flags.no_run_dir && config.sample_every > 0 && config.task == train::TaskKind::kGenerate)
+    throw Error("--sample-every writes sample sheets into the run folder; --no-run-dir keeps none",
+                "drop --no-run-dir to keep the sheets, or --sample-every");
   if (keep) {
     const std::string config_toml =
         sub.config_to_str(/*default_also=*/true, /*write_description=*/true);
