@@ -1,7 +1,5 @@
 #include "train/flat_optimizer.h"
 
-#include <ATen/core/dispatch/Dispatcher.h>
-
 #include <algorithm>
 #include <cfloat>
 #include <cmath>

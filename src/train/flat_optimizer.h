@@ -7,6 +7,7 @@
 // compare them.
 #pragma once
 
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/torch.h>
 
 #include <map>
