@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One device-tool call (10 minutes): the seed workload's default path against the Python peer and
 # time to 92% at two batch sizes, both after Adam became one fused kernel on CUDA
-# (FlatOptimizer::step_on_device: counted from the code, 22 of the seed MLP's ~34 graphed kernels
-# a step were the optimizer's tensor ops; not profiled), then the tests whose code the last GPU run did not cover (the fused kernel's
+# (FlatOptimizer::step_on_device: 24 of the seed MLP's ~51 graphed kernels a step were the
+# optimizer's tensor ops, as StepOpCount counts them on the CPU; not profiled on a GPU), then the tests whose code the last GPU run did not cover (the fused kernel's
 # included). fastcnn's graphed step at batch 256 takes ~1.1 ms on
 # an H100, mostly kernel latency, and 92% needs 1,160-1,400 of them; at batch 512 (lr 0.02, 50
 # warm-up steps) the 2-core CPU crosses 92% after 654-773 steps (docs/benchmarks.md), so if a step

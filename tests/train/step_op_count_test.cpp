@@ -115,6 +115,19 @@ TEST(StepOpCount, SeedMlpStepAndAdamStayWithinTheirLaunchBudget) {
   EXPECT_LE(OpCounter::total(step_ops), 30) << listing(step_ops);
   // Flat Adam: a handful of whole-buffer ops, independent of the number of parameter tensors (6).
   EXPECT_LE(OpCounter::total(adam_ops), 10) << listing(adam_ops);
+
+  // The device-side step a CUDA graph captures (lr, step count and found_inf read on the device):
+  // in its tensor-op form, what a LibTorch without PyTorch's fused Adam kernel runs, about as many
+  // ops as the forward and backward above; with that kernel (CUDA, torch 2.x) the step count's
+  // increment and the kernel itself. step_on_device() makes its device tensors on its first call.
+  optimizer.step_on_device();
+  counter.take();
+  optimizer.step_on_device();
+  const auto device_adam_ops = counter.take();
+  std::cout << "adam on the device (tensor ops): " << OpCounter::total(device_adam_ops)
+            << " ops:" << listing(device_adam_ops) << "\n";
+  EXPECT_FALSE(optimizer.fused_kernel()) << "the fused kernel is CUDA's";
+  EXPECT_LE(OpCounter::total(device_adam_ops), 24) << listing(device_adam_ops);
 }
 
 }  // namespace
