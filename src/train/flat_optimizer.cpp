@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -213,9 +214,21 @@ void FlatOptimizer::step_on_device(const torch::Tensor& found_inf) {
     stack.emplace_back(false);  // maximize
     stack.emplace_back();       // grad_scale: the scaler has unscaled the gradients already
     stack.emplace_back(found_inf.defined() ? c10::IValue(found_inf.reshape({1})) : c10::IValue());
-    fused_adam_->callBoxed(&stack);
-    if (found_inf.defined()) step_t_.sub_(found_inf.reshape({}));
-    return;
+    try {
+      fused_adam_->callBoxed(&stack);
+      if (found_inf.defined()) step_t_.sub_(found_inf.reshape({}));
+      return;
+    } catch (const c10::Error& e) {
+      // A kernel that refuses these buffers (its checks run before it launches, so nothing
+      // changed): the tensor-op form below, from now on. The first step_on_device() runs eagerly
+      // (CUDA graphs capture a later one), so a refusal never happens inside a capture.
+      step_t_.sub_(1.0);
+      fused_adam_.reset();
+      std::string why = e.what_without_backtrace();
+      why = why.substr(0, why.find('\n'));
+      std::cerr << "note: PyTorch's fused Adam kernel refused the optimizer's buffers (" << why
+                << "); the step runs as tensor ops\n";
+    }
   }
   // keep: () 1 = take the step, 0 = skip it. Multiplying every change by keep skips without a
   // branch.

@@ -55,7 +55,7 @@ class FlatOptimizer {
   // moments and step count stay as they were, inf/NaN in the gradients never reach the moments).
   // Several small kernels where step() has one loop on the CPU: use step() when neither applies.
   // Adam and AdamW on CUDA with a LibTorch that has PyTorch's fused Adam kernel (2.2 on): that one
-  // kernel instead.
+  // kernel instead (should it refuse the buffers, a note on stderr and the tensor ops).
   void step_on_device(const torch::Tensor& found_inf = {});
   // Whether step_on_device() has run PyTorch's fused Adam kernel (false before its first call).
   bool fused_kernel() const { return fused_adam_.has_value(); }
