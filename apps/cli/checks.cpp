@@ -9,13 +9,19 @@ namespace spritetorch::cli {
 
 namespace {
 
+// The whole of `text` as a finite number; false for anything else ("", "1x", "nan", "inf").
+bool read_finite_number(const std::string& text, double& value) {
+  char* end = nullptr;
+  value = std::strtod(text.c_str(), &end);
+  return !text.empty() && end == text.c_str() + text.size() && std::isfinite(value);
+}
+
 CLI::Validator number_at_least(double min, bool strict, const std::string& name) {
   return CLI::Validator(
       [=](std::string& text) -> std::string {
-        char* end = nullptr;
-        const double value = std::strtod(text.c_str(), &end);
         const std::string wanted = strict ? "a number > " : "a number >= ";
-        if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value))
+        double value = 0;
+        if (!read_finite_number(text, value))
           return "'" + text + "' is not a number (expected " + wanted + "0)";
         if (strict ? value <= min : value < min) return "'" + text + "' is not " + wanted + "0";
         return std::string();
@@ -29,9 +35,8 @@ CLI::Validator number_between(double min, double max) {
   const std::string range = "a number from " + c10::str(min) + " to " + c10::str(max);
   return CLI::Validator(
       [=](std::string& text) -> std::string {
-        char* end = nullptr;
-        const double value = std::strtod(text.c_str(), &end);
-        if (text.empty() || end != text.c_str() + text.size() || value != value)
+        double value = 0;
+        if (!read_finite_number(text, value))
           return "'" + text + "' is not a number (expected " + range + ")";
         if (value < min || value > max) return "'" + text + "' is not " + range;
         return std::string();

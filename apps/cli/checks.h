@@ -13,7 +13,8 @@ namespace spritetorch::cli {
 // Finite numbers only: "nan" and "inf" are refused.
 extern const CLI::Validator kNonNegative;  // a number >= 0 (help: NONNEGATIVE)
 extern const CLI::Validator kPositive;     // a number > 0 (help: POSITIVE)
-// A number in [min, max]; unlike CLI::Range, "nan" is refused (every comparison with it is false).
+// A finite number in [min, max]; unlike CLI::Range, "nan" is refused (every comparison with it is
+// false).
 CLI::Validator number_between(double min, double max);
 
 // A flag whose value is one of an enum's names (common/choice.h): the flag, the environment and

@@ -2,7 +2,6 @@
 // --vs-python, the Python peer right after, on the same device, and the ratio.
 #include <unistd.h>
 
-#include <charconv>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -15,6 +14,7 @@
 #include "checks.h"
 #include "commands.h"
 #include "common/error.h"
+#include "config/toml_file.h"
 #include "config_file.h"
 #include "device/device.h"
 #include "models/classifier.h"
@@ -118,13 +118,6 @@ void check_peer_recipe(const train::TrainConfig& w) {
                     "--precision, --train-limit and the seeds changed; this bench also changes:" +
                     differs,
                 "drop those options, or run the bench without --vs-python");
-}
-
-// The shortest text that reads back as exactly `value` (what Python's repr prints).
-std::string shortest(double value) {
-  char text[32];
-  const auto end = std::to_chars(text, text + sizeof text, value).ptr;
-  return std::string(text, end);
 }
 
 // The last line of a peer's output as JSON; null when the peer failed or printed none.
@@ -251,7 +244,7 @@ int run_target_bench(const BenchFlags& f) {
                                              "--batch-size",
                                              std::to_string(w.batch_size),
                                              "--lr",
-                                             shortest(w.lr),
+                                             config::shortest_double_text(w.lr),
                                              "--warmup-steps",
                                              std::to_string(w.warmup_steps)}));
       if (result.is_null()) {
