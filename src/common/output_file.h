@@ -1,5 +1,5 @@
-// The overwrite rule for every file a command writes (checkpoints, sprite sheets, reports, metrics):
-// an existing file is never replaced unless the user passed --overwrite. Commands call
+// The overwrite rule for every file a command writes (checkpoints, sprite sheets, reports,
+// metrics): an existing file is never replaced unless the user passed --overwrite. Commands call
 // check_new_output for each output path before doing any work, so a refusal costs nothing.
 // (A training run's own periodic checkpoints are the exception: train/run_state.h.)
 #pragma once

@@ -52,13 +52,15 @@ TEST(Divergence, NanLossStopsWithEpochAndStepsNamedAndKeepsTheLastGoodCheckpoint
   c.log_every = 4;
   c.checkpoint_every = 1;
   const std::string msg = error_of(c);
-  EXPECT_NE(msg.find("training diverged: weights are not finite in epoch 1, at or before step 2"), std::string::npos)
+  EXPECT_NE(msg.find("training diverged: weights are not finite in epoch 1, at or before step 2"),
+            std::string::npos)
       << msg;
   // Step 1's checkpoint was written before the weights went bad; step 2's never was.
   const std::string good = periodic_checkpoint_path(c.save, 1);
   EXPECT_NE(msg.find("last good checkpoint: " + good), std::string::npos) << msg;
   EXPECT_EQ(periodic_checkpoints(c.save), std::vector<std::string>{good});
-  for (const auto& [name, t] : load_checkpoint(good).model) EXPECT_TRUE(torch::isfinite(t).all().item<bool>()) << name;
+  for (const auto& [name, t] : load_checkpoint(good).model)
+    EXPECT_TRUE(torch::isfinite(t).all().item<bool>()) << name;
   EXPECT_FALSE(std::filesystem::exists(c.save));
 }
 
@@ -83,13 +85,18 @@ TEST(OutOfMemory, ReportsStepAndHintAndSavesTheRunState) {
   c.batch_size = 4096;
   const Error e = out_of_memory(oom, c, 2, 9, [] { return std::string("run.step137.pt"); });
   const std::string msg = e.what();
-  EXPECT_NE(msg.find("out of device memory in epoch 3, step 10 (batch 4096 on cuda:0)"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("Tried to allocate 2.00 GiB; run state saved to run.step137.pt"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("out of device memory in epoch 3, step 10 (batch 4096 on cuda:0)"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("Tried to allocate 2.00 GiB; run state saved to run.step137.pt"),
+            std::string::npos)
+      << msg;
   EXPECT_EQ(msg.find("more detail"), std::string::npos) << "only the first line of LibTorch's text";
   EXPECT_NE(e.hint().find("smaller --batch-size"), std::string::npos);
   EXPECT_NE(e.hint().find("bf16"), std::string::npos);
   EXPECT_NE(e.hint().find("streaming"), std::string::npos);
-  const Error unsaved = out_of_memory(oom, c, 0, 0, []() -> std::string { throw Error("disk full"); });
+  const Error unsaved =
+      out_of_memory(oom, c, 0, 0, []() -> std::string { throw Error("disk full"); });
   EXPECT_NE(std::string(unsaved.what()).find("could not be saved: disk full"), std::string::npos);
 }
 
@@ -141,7 +148,8 @@ TEST(Overwrite, AFreshRunDoesNotTakeOverAnotherRunsPeriodicCheckpoints) {
   run_training(c);
   std::filesystem::remove(dir.file("b.pt"));
   const std::string msg = error_of(c);  // b.step32.pt, b.step64.pt exist; no --resume
-  EXPECT_NE(msg.find("checkpoints of another run: " + dir.file("b.step64.pt")), std::string::npos) << msg;
+  EXPECT_NE(msg.find("checkpoints of another run: " + dir.file("b.step64.pt")), std::string::npos)
+      << msg;
   c.resume = dir.file("b.step32.pt");  // continuing that run is fine
   EXPECT_EQ(error_of(c), "");
 }
