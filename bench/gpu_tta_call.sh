@@ -19,6 +19,17 @@ t0=$SECONDS
   echo "after build: $((SECONDS - t0)) s"
   timeout 120 bash bench/gpu_round2.sh default
   echo "after default: $((SECONDS - t0)) s"
+  # The same default path built from the commit before the fused kernel (.gpu-deps/old-src, built
+  # beside the new one by the build section), without the peer: before/after on one card.
+  old=.gpu-deps/old-src/build-gpu/spritetorch
+  if [ -x "$old" ]; then
+    for bin in "$old" build-gpu/spritetorch "$old" build-gpu/spritetorch; do
+      echo "default path, $bin:"
+      timeout 40 "$bin" bench --data .gpu-deps/fashion-mnist --devices cuda --no-streaming --epochs 5 \
+        --repeats 3 --out /tmp/default-path --overwrite 2>&1 | grep -E "ms/step|^cuda" | head -4
+    done
+  fi
+  echo "after old/new: $((SECONDS - t0)) s"
   TTA_ROWS="fast 0.92 40;fast 0.92 20 --batch-size 512 --lr 0.02 --lr-warmup-steps 50" \
     timeout 240 bash bench/gpu_round2.sh tta
   left=$((560 - (SECONDS - t0)))

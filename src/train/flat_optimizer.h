@@ -86,4 +86,9 @@ class FlatOptimizer {
 
 const std::vector<std::string>& optimizer_names();
 
+// What step_on_device() gives PyTorch's fused Adam kernel for each flat (P) buffer: up to 36
+// consecutive views of near-equal size (the last may be shorter) that together are the whole
+// buffer, so the kernel spreads the update over more thread blocks than one tensor gets.
+std::vector<torch::Tensor> fused_adam_views(const torch::Tensor& flat);
+
 }  // namespace spritetorch::train

@@ -115,10 +115,11 @@ TEST(FlatOptimizer, WeightDecayIsNotANoOp) {
 // step by step. On CUDA, Adam and AdamW run PyTorch's fused kernel where LibTorch has it.
 void expect_step_on_device_matches_step(const torch::Device& device) {
   torch::manual_seed(11);
-  const auto start = torch::randn({1000});
+  // 40,000: the fused kernel gets 36 views, the last one shorter (fused_adam_views).
+  const int64_t n = 40000;
+  const auto start = torch::randn({n});
   std::vector<torch::Tensor> gradients;
-  for (int s = 0; s < 6; ++s)
-    gradients.push_back(torch::randn({1000}) * (torch::rand({1000}) > 0.1));
+  for (int s = 0; s < 6; ++s) gradients.push_back(torch::randn({n}) * (torch::rand({n}) > 0.1));
   for (const char* kind : {"adam", "adamw", "sgd"}) {
     bool fused = false;
     auto run = [&](bool on_device) {
@@ -184,6 +185,27 @@ TEST(FlatOptimizerCuda, FoundInfSkipsTheWholeUpdate) {
     opt.step_on_device(torch::zeros({1}, cuda));
     EXPECT_EQ(opt.steps_taken(), 2) << kind;
     EXPECT_FALSE(torch::equal(opt.values(), values)) << kind << ": the next step moves";
+  }
+}
+
+// The views cover the buffer exactly once, in order, as slices of its own memory (the kernel writes
+// the parameters through them): one per 1,024 elements, at most 36, all of one size but the last.
+TEST(FlatOptimizer, FusedAdamViewsAreTheWholeBufferInOrder) {
+  for (const int64_t n : {1, 1000, 1025, 36 * 1024, 40000, 109386}) {
+    const auto flat = torch::arange(n, torch::kFloat32);
+    const auto views = fused_adam_views(flat);
+    const int64_t expected = std::min<int64_t>(36, (n + 1023) / 1024);
+    EXPECT_EQ(static_cast<int64_t>(views.size()), expected) << n;
+    int64_t offset = 0;
+    for (size_t i = 0; i < views.size(); ++i) {
+      EXPECT_EQ(views[i].data_ptr<float>(), flat.data_ptr<float>() + offset) << n << " view " << i;
+      if (i + 1 < views.size()) {
+        EXPECT_EQ(views[i].numel(), (n + expected - 1) / expected) << n;
+      }
+      offset += views[i].numel();
+    }
+    EXPECT_EQ(offset, n);
+    EXPECT_TRUE(torch::equal(torch::cat(views), flat)) << n;
   }
 }
 
