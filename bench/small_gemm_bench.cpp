@@ -1,17 +1,21 @@
 // The products of one seed-MLP step (784-128-64-10, batch 64, two step threads), each timed
 // with every kernel this machine can run (common/small_gemm.h): the hand-written AVX2 kernels
-// against the BLAS library's sgemm, on the shapes and strides CpuMlpStep passes them.
+// against the BLAS library's sgemm, on the shapes and strides CpuMlpStep passes them; and the
+// step's Adam update (train/adam_kernels.h) over one step thread's half of the 109,386 parameters.
 //
 //   build/bench/small_gemm_bench                      # all shapes, all kernels
 //   build/bench/small_gemm_bench --benchmark_filter=layer1
+//   build/bench/small_gemm_bench --benchmark_filter=adam
 //
-// Counters: GFLOP/s of the product (2 m n k per call). One thread; the step runs one per core.
+// Counters: GFLOP/s of the product (2 m n k per call); for Adam, parameters updated per second.
+// One thread; the step runs one per core.
 #include <benchmark/benchmark.h>
 
 #include <string>
 #include <vector>
 
 #include "common/small_gemm.h"
+#include "train/adam_kernels.h"
 
 namespace {
 
@@ -63,7 +67,29 @@ void run_shape(benchmark::State& state, const Shape& s, Kernel kernel) {
                          benchmark::Counter::kIs1000);
 }
 
+void run_adam(benchmark::State& state, Kernel kernel) {
+  if (!spritetorch::gemm::available(kernel)) {
+    state.SkipWithError(
+        (std::string(spritetorch::gemm::kernel_name(kernel)) + " cannot run here").c_str());
+    return;
+  }
+  const int64_t n = 109386 / 2;
+  std::vector<float> p(n, 0.5f), g(n, 0.01f), m(n, 0.0f), v(n, 0.0f);
+  spritetorch::train::AdamScalars k{0.9f, 0.999f, 0.1f, 0.001f, 1.0f, 1e-8f, -1e-3f, 0.0f, 1.0f};
+  for (auto _ : state) {
+    spritetorch::train::adam_update(p.data(), g.data(), m.data(), v.data(), 0, n, k, kernel);
+    benchmark::DoNotOptimize(p.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["params/s"] =
+      benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
+}
+
 const bool kRegistered = [] {
+  for (Kernel kernel : {Kernel::avx2, Kernel::avx512, Kernel::loops})
+    benchmark::RegisterBenchmark(
+        (std::string("adam/") + spritetorch::gemm::kernel_name(kernel)).c_str(),
+        [kernel](benchmark::State& state) { run_adam(state, kernel); });
   for (const Shape& s : kShapes)
     for (Kernel kernel : {Kernel::avx2, Kernel::avx512, Kernel::blas})
       benchmark::RegisterBenchmark(

@@ -14,7 +14,8 @@
 // The kernel is picked once at run time: AVX-512 (F, BW, VL) when the CPU has it, else AVX2+FMA,
 // else the BLAS library (cblas_sgemm, common/blas.h), else plain loops; SPRITETORCH_GEMM_KERNEL
 // names one to use instead (to compare them). They agree within float rounding (tests compare
-// each with torch::mm); bench/small_gemm_bench.cpp times them against each other.
+// each with torch::mm); bench/small_gemm_bench.cpp times them against each other. The step's Adam
+// update follows the same choice (train/adam_kernels.h).
 #pragma once
 
 namespace spritetorch::gemm {

@@ -1,17 +1,13 @@
 #include "train/flat_optimizer.h"
 
 #include <algorithm>
-#include <cfloat>
 #include <cmath>
 #include <iostream>
 #include <string>
 #include <vector>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 #include "common/error.h"
+#include "train/adam_kernels.h"
 
 namespace spritetorch::train {
 
@@ -38,77 +34,6 @@ std::optional<c10::OperatorHandle> find_fused_adam(const std::string& kind,
   for (size_t i = 0; i < arguments.size(); ++i)
     if (arguments[i].name() != kArguments[i]) return {};
   return *op;
-}
-
-struct AdamScalars {
-  float b1, b2, one_minus_b1, one_minus_b2, inv_bias2_sqrt, eps, neg_step;
-  float l2;     // adam's weight decay: the gradient is g + l2 * p (0: none)
-  float decay;  // adamw's: p *= decay before the update (1: none)
-};
-
-// One pass over memory instead of six (the seed MLP's 109k parameters stay in cache).
-void adam_update_scalar(float* p, const float* g, float* m, float* v, int64_t begin, int64_t end,
-                        const AdamScalars& k) {
-  for (int64_t i = begin; i < end; ++i) {
-    const float gi = k.l2 != 0.0f ? g[i] + k.l2 * p[i] : g[i];  // no 0 * inf = NaN without decay
-    p[i] *= k.decay;
-    const float mi = m[i] * k.b1 + k.one_minus_b1 * gi;
-    const float vi = v[i] * k.b2 + k.one_minus_b2 * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] += k.neg_step * mi / (std::sqrt(vi) * k.inv_bias2_sqrt + k.eps);
-  }
-}
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define SPRITETORCH_ADAM_AVX2 1
-// The same update, 8 lanes at a time. The square root and the division were the loop's whole
-// cost (on Zen 2 each takes ~14 cycles per 8 lanes); the hardware estimates of 1/sqrt and 1/x,
-// refined by one Newton step each, are within a few float ulps of them (tests compare the
-// optimizer with torch.optim.Adam's arithmetic). Built for AVX2+FMA, chosen at run time.
-__attribute__((target("avx2,fma"))) void adam_update_avx2(float* p, const float* g, float* m,
-                                                          float* v, int64_t begin, int64_t end,
-                                                          const AdamScalars& k) {
-  const __m256 b1 = _mm256_set1_ps(k.b1), b2 = _mm256_set1_ps(k.b2);
-  const __m256 c1 = _mm256_set1_ps(k.one_minus_b1), c2 = _mm256_set1_ps(k.one_minus_b2);
-  const __m256 scale = _mm256_set1_ps(k.inv_bias2_sqrt), eps = _mm256_set1_ps(k.eps);
-  const __m256 neg_step = _mm256_set1_ps(k.neg_step), tiny = _mm256_set1_ps(FLT_MIN);
-  const __m256 half = _mm256_set1_ps(0.5f), three_halves = _mm256_set1_ps(1.5f);
-  const __m256 two = _mm256_set1_ps(2.0f);
-  const __m256 l2 = _mm256_set1_ps(k.l2), decay = _mm256_set1_ps(k.decay);
-  int64_t i = begin;
-  for (; i + 8 <= end; i += 8) {
-    const __m256 pi = _mm256_loadu_ps(p + i);
-    const __m256 gi =
-        k.l2 != 0.0f ? _mm256_fmadd_ps(l2, pi, _mm256_loadu_ps(g + i)) : _mm256_loadu_ps(g + i);
-    const __m256 mi =
-        _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(m + i), b1), _mm256_mul_ps(c1, gi));
-    const __m256 vi = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(v + i), b2),
-                                    _mm256_mul_ps(_mm256_mul_ps(c2, gi), gi));
-    _mm256_storeu_ps(m + i, mi);
-    _mm256_storeu_ps(v + i, vi);
-    // sqrt(v) = v / sqrt(v) = v * rsqrt(v); v = 0 gives 0 (rsqrt of FLT_MIN is finite).
-    const __m256 vc = _mm256_max_ps(vi, tiny);
-    __m256 r = _mm256_rsqrt_ps(vc);
-    r = _mm256_mul_ps(r,
-                      _mm256_fnmadd_ps(_mm256_mul_ps(half, vc), _mm256_mul_ps(r, r), three_halves));
-    const __m256 denom = _mm256_fmadd_ps(_mm256_mul_ps(vi, r), scale, eps);
-    __m256 q = _mm256_rcp_ps(denom);
-    q = _mm256_mul_ps(q, _mm256_fnmadd_ps(denom, q, two));
-    _mm256_storeu_ps(p + i,
-                     _mm256_fmadd_ps(_mm256_mul_ps(neg_step, mi), q, _mm256_mul_ps(pi, decay)));
-  }
-  adam_update_scalar(p, g, m, v, i, end, k);
-}
-#endif
-
-void adam_update(float* p, const float* g, float* m, float* v, int64_t begin, int64_t end,
-                 const AdamScalars& k) {
-#ifdef SPRITETORCH_ADAM_AVX2
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (avx2) return adam_update_avx2(p, g, m, v, begin, end, k);
-#endif
-  adam_update_scalar(p, g, m, v, begin, end, k);
 }
 
 }  // namespace
