@@ -302,6 +302,8 @@ Subcommand add_train_command(CLI::App& app) {
 
   return {
       sub, [sub, config, json, run_flags, tensorboard]() {
+        if (const auto note = unused_runs_root_note(*run_flags, *sub, *tensorboard); !note.empty())
+          std::cerr << "note: " << note << "\n";
         RunSession session(*run_flags, *config, *sub, *json);
         std::ostream& human = session.human();
         std::unique_ptr<report::EventWriter> events;

@@ -76,6 +76,17 @@ std::shared_ptr<RunFlags> add_run_options(CLI::App* sub, train::TrainConfig& con
   return flags;
 }
 
+std::string unused_runs_root_note(const RunFlags& flags, const CLI::App& sub, bool tensorboard) {
+  const CLI::Option* root = sub.get_option_no_throw("--runs-root");
+  if (root == nullptr || root->count() == 0 || set_by_environment(root)) return "";
+  if (!flags.run_dir.empty())
+    return "--runs-root places fresh run folders; --run-dir names this run's folder exactly";
+  if (flags.no_run_dir && !tensorboard)
+    return "--runs-root places run folders (and --tensorboard's events without one); "
+           "--no-run-dir keeps none";
+  return "";
+}
+
 RunSession::RunSession(const RunFlags& flags, train::TrainConfig& config, const CLI::App& sub,
                        bool json)
     : human_(json ? std::cerr : std::cout), quiet_(flags.quiet) {

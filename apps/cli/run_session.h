@@ -26,6 +26,11 @@ struct RunFlags {
 
 // Adds --run-dir, --runs-root, --no-run-dir, --quiet, --verbose, --eval-every, --sample-every.
 std::shared_ptr<RunFlags> add_run_options(CLI::App* sub, train::TrainConfig& config);
+// The note for a --runs-root given on the command line or in a --config file that places nothing:
+// with --run-dir (the exact folder), or with --no-run-dir and no TensorBoard events (which go
+// under it then). Empty when it places something or came from SPRITETORCH_RUNS_ROOT (a setting
+// for every run). A note, not a refusal: a config file kept in a run folder names it always.
+std::string unused_runs_root_note(const RunFlags& flags, const CLI::App& sub, bool tensorboard);
 
 class RunSession {
  public:

@@ -162,6 +162,15 @@ expect 2 "--resize: bicubic not in \{area,nearest\}" -- data preview --dataset s
 # in the settings (SPRITETORCH_WORKERS may set them for a machine).
 expect 2 "--bucket-mb applies to ddp runs .*this run is a single process" -- train --dataset dummy --epochs 1 --no-run-dir --bucket-mb 10
 expect 0 "resident on cpu \(--workers unused: streaming's, which --data-on host chooses\)" -- train --dataset dummy --epochs 1 --no-run-dir --workers 4
+# --runs-root that places nothing is said (a note: a config file kept in a run folder names it
+# always); from SPRITETORCH_RUNS_ROOT, set for this whole script, it is a setting and says nothing.
+expect 0 "note: --runs-root places run folders .*--no-run-dir keeps none" -- train --dataset dummy --epochs 1 --no-run-dir --runs-root "$tmp/elsewhere"
+expect 0 "note: --runs-root places fresh run folders; --run-dir names" -- train --dataset dummy --epochs 1 --run-dir "$tmp/exact-run" --runs-root "$tmp/elsewhere"
+if "$bin" train --dataset dummy --epochs 1 --no-run-dir 2>&1 | grep -q "runs-root"; then
+  echo "FAIL: a runs root from SPRITETORCH_RUNS_ROOT drew a note"; fails=$((fails + 1))
+else
+  passes=$((passes + 1))
+fi
 # A sprite option the dataset does not read is refused, not ignored.
 expect 2 "--size applies to sprite datasets .*not --dataset dummy" -- train --dataset dummy --size 32 --epochs 1 --no-run-dir
 expect 2 "--tile applies to sprite sheets .*not --dataset sprites" -- data preview --dataset sprites --sprite-count 80 --tile 8x8 --out "$tmp/x.png"
