@@ -9,6 +9,7 @@
 #include "common/small_gemm.h"
 #include "device/device.h"
 #include "distributed/communicator.h"
+#include "train/adam_kernels.h"
 
 namespace spritetorch::cli {
 
@@ -67,6 +68,7 @@ Subcommand add_devices_command(CLI::App& app) {
                                           {"blas", threads.blas_name},
                                           {"cpu_gemm_kernel", gemm_kernel},
                                           {"cpu_gemm_kernels", gemm_kernels},
+                                          {"cpu_adam_kernel", train::adam_kernel_name()},
                                           {"intra_op_threads", threads.intra_op},
                                           {"blas_threads", threads.blas}}
                                .dump(2)
@@ -91,7 +93,8 @@ Subcommand add_devices_command(CLI::App& app) {
                       << "; distributed (c10d) backends: " << dist_backends << "\n"
                       << "BLAS: " << threads.blas_name << "\n"
                       << "fused MLP step's matrix kernels (CPU): " << gemm_kernel
-                      << " (this CPU runs: " << gemm_list << ")\n"
+                      << " (this CPU runs: " << gemm_list
+                      << "); its Adam update: " << train::adam_kernel_name() << "\n"
                       << "CPU threads: " << describe_cpu_threads(threads) << "\n";
             return 0;
           }};

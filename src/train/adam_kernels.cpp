@@ -112,17 +112,46 @@ __attribute__((target("avx512f"))) void adam_update_avx512(float* p, const float
 
 }  // namespace
 
-void adam_update(float* p, const float* g, float* m, float* v, int64_t begin, int64_t end,
-                 const AdamScalars& k, gemm::Kernel kernel) {
+namespace {
+
+enum class AdamKernel { avx512, avx2, loops };
+
+AdamKernel adam_kernel_for(gemm::Kernel kernel) {
 #ifdef SPRITETORCH_ADAM_SIMD
   if (kernel == gemm::Kernel::avx512 && gemm::available(gemm::Kernel::avx512))
-    return adam_update_avx512(p, g, m, v, begin, end, k);
-  if (kernel != gemm::Kernel::loops && gemm::available(gemm::Kernel::avx2))
-    return adam_update_avx2(p, g, m, v, begin, end, k);
+    return AdamKernel::avx512;
+  if (kernel != gemm::Kernel::loops && gemm::available(gemm::Kernel::avx2)) return AdamKernel::avx2;
 #else
   (void)kernel;
 #endif
-  adam_update_loop(p, g, m, v, begin, end, k);
+  return AdamKernel::loops;
+}
+
+}  // namespace
+
+void adam_update(float* p, const float* g, float* m, float* v, int64_t begin, int64_t end,
+                 const AdamScalars& k, gemm::Kernel kernel) {
+  switch (adam_kernel_for(kernel)) {
+#ifdef SPRITETORCH_ADAM_SIMD
+    case AdamKernel::avx512:
+      return adam_update_avx512(p, g, m, v, begin, end, k);
+    case AdamKernel::avx2:
+      return adam_update_avx2(p, g, m, v, begin, end, k);
+#endif
+    default:
+      return adam_update_loop(p, g, m, v, begin, end, k);
+  }
+}
+
+const char* adam_kernel_name(gemm::Kernel kernel) {
+  switch (adam_kernel_for(kernel)) {
+    case AdamKernel::avx512:
+      return "avx512";
+    case AdamKernel::avx2:
+      return "avx2";
+    default:
+      return "loops";
+  }
 }
 
 }  // namespace spritetorch::train

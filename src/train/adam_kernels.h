@@ -26,4 +26,8 @@ struct AdamScalars {
 void adam_update(float* p, const float* g, float* m, float* v, int64_t begin, int64_t end,
                  const AdamScalars& k, gemm::Kernel kernel = gemm::best_kernel());
 
+// The update adam_update() runs for `kernel` on this CPU: "avx512", "avx2" or "loops" (`devices`
+// names it).
+const char* adam_kernel_name(gemm::Kernel kernel = gemm::best_kernel());
+
 }  // namespace spritetorch::train

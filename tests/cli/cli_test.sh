@@ -18,6 +18,8 @@ expect 0 '"auto":' -- devices --json
 expect 0 "matrix kernels \(CPU\): (avx512|avx2|blas|loops) \(this CPU runs: .*loops\)" -- devices
 SPRITETORCH_GEMM_KERNEL=loops expect 0 "matrix kernels \(CPU\): loops " -- devices
 SPRITETORCH_GEMM_KERNEL=loops expect 0 '"cpu_gemm_kernel": "loops"' -- devices --json
+SPRITETORCH_GEMM_KERNEL=loops expect 0 '"cpu_adam_kernel": "loops"' -- devices --json
+SPRITETORCH_GEMM_KERNEL=loops expect 0 "its Adam update: loops" -- devices
 SPRITETORCH_GEMM_KERNEL=sse9 expect 2 "SPRITETORCH_GEMM_KERNEL=sse9: expected avx512, avx2, blas or loops" -- devices
 SPRITETORCH_CACHE=maybe expect 2 "SPRITETORCH_CACHE=maybe: expected 0" -- train --data "$tmp/nowhere"
 expect 2 "unknown device 'gpu'" -- train --device gpu --dataset dummy --model simplenn

@@ -96,5 +96,16 @@ TEST(AdamKernels, EveryKernelMatchesTheLoop) {
         }
 }
 
+// `devices` names the update that runs: the matrix kernel's width where the CPU has it.
+TEST(AdamKernels, TheNamedKernelFollowsTheMatrixKernel) {
+  EXPECT_STREQ(adam_kernel_name(Kernel::loops), "loops");
+  const bool avx2 = gemm::available(Kernel::avx2);
+  EXPECT_STREQ(adam_kernel_name(Kernel::avx2), avx2 ? "avx2" : "loops");
+  EXPECT_STREQ(adam_kernel_name(Kernel::blas), avx2 ? "avx2" : "loops");
+  if (gemm::available(Kernel::avx512)) {
+    EXPECT_STREQ(adam_kernel_name(Kernel::avx512), "avx512");
+  }
+}
+
 }  // namespace
 }  // namespace spritetorch::train
