@@ -110,10 +110,6 @@ __attribute__((target("avx512f"))) void adam_update_avx512(float* p, const float
 #pragma GCC diagnostic pop
 #endif
 
-}  // namespace
-
-namespace {
-
 enum class AdamKernel { avx512, avx2, loops };
 
 AdamKernel adam_kernel_for(gemm::Kernel kernel) {

@@ -135,6 +135,14 @@ void FlatOptimizer::step_on_device(const torch::Tensor& found_inf) {
   if (!step_t_.defined()) {
     step_t_ = torch::full({}, static_cast<double>(steps_), values_.options());
     fused_adam_ = find_fused_adam(options_.kind, values_);
+    // The kernel's tensor lists, made once: views of the four buffers, then the step count once
+    // per view (the same tensor; the kernel only reads it). A step would otherwise cut 144 views.
+    fused_lists_.clear();
+    if (fused_adam_) {
+      for (const auto& buffer : {values_, grads_, exp_avg_, exp_avg_sq_})
+        fused_lists_.push_back(fused_adam_views(buffer));
+      fused_lists_.emplace_back(fused_lists_.front().size(), step_t_);
+    }
   }
   if (!lr_t_.defined()) lr_t_ = torch::full({}, options_.lr, values_.options());
   if (fused_adam_) {
@@ -142,15 +150,9 @@ void FlatOptimizer::step_on_device(const torch::Tensor& found_inf) {
     // changes nothing; the count then goes back (torch.optim.Adam's fused path does the same).
     step_t_.add_(1.0);
     torch::jit::Stack stack;
-    size_t views = 0;
-    for (const auto& buffer : {values_, grads_, exp_avg_, exp_avg_sq_}) {
-      auto list = fused_adam_views(buffer);
-      views = list.size();
-      stack.emplace_back(c10::List<at::Tensor>(std::move(list)));
-    }
+    for (size_t i = 0; i < 4; ++i) stack.emplace_back(c10::List<at::Tensor>(fused_lists_[i]));
     stack.emplace_back(c10::List<at::Tensor>());  // max_exp_avg_sqs: no amsgrad
-    // One step count per view, all the same tensor (the kernel only reads it).
-    stack.emplace_back(c10::List<at::Tensor>(std::vector<at::Tensor>(views, step_t_)));
+    stack.emplace_back(c10::List<at::Tensor>(fused_lists_[4]));  // state_steps
     stack.emplace_back(lr_t_);
     for (const double scalar :
          {options_.beta1, options_.beta2, options_.weight_decay, options_.eps})
@@ -169,6 +171,7 @@ void FlatOptimizer::step_on_device(const torch::Tensor& found_inf) {
       // (CUDA graphs capture a later one), so a refusal never happens inside a capture.
       step_t_.sub_(1.0);
       fused_adam_.reset();
+      fused_lists_.clear();
       std::string why = e.what_without_backtrace();
       why = why.substr(0, why.find('\n'));
       std::cerr << "note: PyTorch's fused Adam kernel refused the optimizer's buffers (" << why

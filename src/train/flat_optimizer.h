@@ -82,6 +82,8 @@ class FlatOptimizer {
       step_t_;  // () float32 on device once step_on_device() ran; then it counts, not steps_
   torch::Tensor lr_t_;  // () float32 on device once step_on_device() ran: options_.lr there
   std::optional<c10::OperatorHandle> fused_adam_;  // set by step_on_device()'s first call
+  // With fused_adam_: its lists (views of values_, grads_, exp_avg_, exp_avg_sq_; step_t_ per view)
+  std::vector<std::vector<torch::Tensor>> fused_lists_;
 };
 
 const std::vector<std::string>& optimizer_names();
