@@ -31,73 +31,72 @@ Subcommand add_devices_command(CLI::App& app) {
                                  "and the one --device auto picks");
   auto json = std::make_shared<bool>(false);
   sub->add_flag("--json", *json, "Print one JSON object instead of the table");
-  return {sub, [json]() {
-            const auto devices = device::list_devices();
-            const torch::Device picked = device::pick_device("auto");
-            const CpuThreads threads = current_cpu_threads();
-            // What --dist-backend accepts in this build (gloo: c10d's Gloo headers were found;
-            // nccl: a CUDA build that found <nccl.h>).
-            const std::vector<std::string> backends = distributed::backends();
-            std::string dist_backends;
-            for (const auto& b : backends) dist_backends += (dist_backends.empty() ? "" : ", ") + b;
-            if (dist_backends.empty()) dist_backends = "none (ddp cannot run)";
-            // The fused CPU step's matrix kernel, and every one this CPU could run.
-            const char* gemm_kernel = gemm::kernel_name(gemm::best_kernel());
-            std::vector<std::string> gemm_kernels;
-            for (auto k : {gemm::Kernel::avx512, gemm::Kernel::avx2, gemm::Kernel::blas,
-                           gemm::Kernel::loops})
-              if (gemm::available(k)) gemm_kernels.push_back(gemm::kernel_name(k));
-            std::string gemm_list;
-            for (const auto& k : gemm_kernels) gemm_list += (gemm_list.empty() ? "" : ", ") + k;
-            if (*json) {
-              nlohmann::json list = nlohmann::json::array();
-              for (const auto& d : devices)
-                list.push_back({{"device", d.device.str()},
-                                {"name", d.name},
-                                {"total_memory", d.total_memory},
-                                {"free_memory", d.free_memory},
-                                {"compute_capability", d.compute_capability},
-                                {"bf16", d.bf16},
-                                {"fp16", d.fp16}});
-              std::cout << nlohmann::json{{"devices", list},
-                                          {"auto", picked.str()},
-                                          {"libtorch", compat::torch_version()},
-                                          {"cuda_built", SPRITETORCH_WITH_CUDA != 0},
-                                          {"mps_available", compat::mps_available()},
-                                          {"distributed_backends", backends},
-                                          {"blas", threads.blas_name},
-                                          {"cpu_gemm_kernel", gemm_kernel},
-                                          {"cpu_gemm_kernels", gemm_kernels},
-                                          {"cpu_adam_kernel", train::adam_kernel_name()},
-                                          {"intra_op_threads", threads.intra_op},
-                                          {"blas_threads", threads.blas}}
-                               .dump(2)
-                        << "\n";
-              return 0;
-            }
-            std::cout << std::left << std::setw(8) << "device" << std::setw(44) << "name"
-                      << std::setw(12) << "total" << std::setw(12) << "free" << std::setw(6) << "cc"
-                      << std::setw(6) << "bf16"
-                      << "fp16\n";
-            for (const auto& d : devices)
-              std::cout << std::setw(8) << d.device.str() << std::setw(44) << d.name.substr(0, 43)
-                        << std::setw(12) << gib(d.total_memory) << std::setw(12)
-                        << gib(d.free_memory) << std::setw(6)
-                        << (d.compute_capability.empty() ? "-" : d.compute_capability)
-                        << std::setw(6) << (d.bf16 ? "yes" : "no") << (d.fp16 ? "yes" : "no")
-                        << "\n";
-            std::cout << "\nauto picks: " << device::display_name(picked) << "\n"
-                      << "LibTorch " << compat::torch_version()
-                      << "; built with CUDA: " << (SPRITETORCH_WITH_CUDA ? "yes" : "no")
-                      << "; MPS: " << (compat::mps_available() ? "yes" : "no")
-                      << "; distributed (c10d) backends: " << dist_backends << "\n"
-                      << "BLAS: " << threads.blas_name << "\n"
-                      << "fused MLP step's matrix kernels (CPU): " << gemm_kernel
-                      << " (this CPU runs: " << gemm_list
-                      << "); its Adam update: " << train::adam_kernel_name() << "\n"
-                      << "CPU threads: " << describe_cpu_threads(threads) << "\n";
-            return 0;
-          }};
+  return {
+      sub, [json]() {
+        const auto devices = device::list_devices();
+        const torch::Device picked = device::pick_device("auto");
+        const CpuThreads threads = current_cpu_threads();
+        // What --dist-backend accepts in this build (gloo: c10d's Gloo headers were found;
+        // nccl: a CUDA build that found <nccl.h>).
+        const std::vector<std::string> backends = distributed::backends();
+        std::string dist_backends;
+        for (const auto& b : backends) dist_backends += (dist_backends.empty() ? "" : ", ") + b;
+        if (dist_backends.empty()) dist_backends = "none (ddp cannot run)";
+        // The fused CPU step's matrix kernel, and every one this CPU could run.
+        const char* gemm_kernel = gemm::kernel_name(gemm::best_kernel());
+        std::vector<std::string> gemm_kernels;
+        for (auto k :
+             {gemm::Kernel::avx512, gemm::Kernel::avx2, gemm::Kernel::blas, gemm::Kernel::loops})
+          if (gemm::available(k)) gemm_kernels.push_back(gemm::kernel_name(k));
+        std::string gemm_list;
+        for (const auto& k : gemm_kernels) gemm_list += (gemm_list.empty() ? "" : ", ") + k;
+        if (*json) {
+          nlohmann::json list = nlohmann::json::array();
+          for (const auto& d : devices)
+            list.push_back({{"device", d.device.str()},
+                            {"name", d.name},
+                            {"total_memory", d.total_memory},
+                            {"free_memory", d.free_memory},
+                            {"compute_capability", d.compute_capability},
+                            {"bf16", d.bf16},
+                            {"fp16", d.fp16}});
+          std::cout << nlohmann::json{{"devices", list},
+                                      {"auto", picked.str()},
+                                      {"libtorch", compat::torch_version()},
+                                      {"cuda_built", SPRITETORCH_WITH_CUDA != 0},
+                                      {"mps_available", compat::mps_available()},
+                                      {"distributed_backends", backends},
+                                      {"blas", threads.blas_name},
+                                      {"cpu_gemm_kernel", gemm_kernel},
+                                      {"cpu_gemm_kernels", gemm_kernels},
+                                      {"cpu_adam_kernel", train::adam_kernel_name()},
+                                      {"intra_op_threads", threads.intra_op},
+                                      {"blas_threads", threads.blas}}
+                           .dump(2)
+                    << "\n";
+          return 0;
+        }
+        std::cout << std::left << std::setw(8) << "device" << std::setw(44) << "name"
+                  << std::setw(12) << "total" << std::setw(12) << "free" << std::setw(6) << "cc"
+                  << std::setw(6) << "bf16"
+                  << "fp16\n";
+        for (const auto& d : devices)
+          std::cout << std::setw(8) << d.device.str() << std::setw(44) << d.name.substr(0, 43)
+                    << std::setw(12) << gib(d.total_memory) << std::setw(12) << gib(d.free_memory)
+                    << std::setw(6) << (d.compute_capability.empty() ? "-" : d.compute_capability)
+                    << std::setw(6) << (d.bf16 ? "yes" : "no") << (d.fp16 ? "yes" : "no") << "\n";
+        std::cout << "\nauto picks: " << device::display_name(picked) << "\n"
+                  << "LibTorch " << compat::torch_version()
+                  << "; built with CUDA: " << (SPRITETORCH_WITH_CUDA ? "yes" : "no")
+                  << "; MPS: " << (compat::mps_available() ? "yes" : "no")
+                  << "; distributed (c10d) backends: " << dist_backends << "\n"
+                  << "BLAS: " << threads.blas_name << "\n"
+                  << "fused MLP step's matrix kernels (CPU): " << gemm_kernel
+                  << " (this CPU runs: " << gemm_list
+                  << "); its Adam update: " << train::adam_kernel_name() << "\n"
+                  << "CPU threads: " << describe_cpu_threads(threads) << "\n";
+        return 0;
+      }};
 }
 
 }  // namespace spritetorch::cli
