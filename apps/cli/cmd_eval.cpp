@@ -96,6 +96,7 @@ std::shared_ptr<GeneratorEvalFlags> add_generator_eval_options(CLI::App* sub) {
                   "them (0: the model's own colours)")
       ->check(kNonNegative)
       ->capture_default_str();
+  add_alpha_option(sub, f->alpha, "Generator checkpoints: ");
   sub->add_option("--steps", f->options.steps,
                   "Generator checkpoints: sampler steps (ddim, dpm++2m)")
       ->check(kPositive)
@@ -152,6 +153,7 @@ int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
   GeneratorEvalFlags f = flags;
   f.options.spacing = diffusion::parse_spacing(f.spacing);
   f.options.guidance_interval = diffusion::parse_guidance_interval(f.guidance_interval);
+  f.options.alpha = alpha_option(f.alpha);
   check_sampler_options(sub, f.options);
   if (sub.count("--batch-size") > 0) f.options.batch = batch_size;
   if (f.classifier.empty())
@@ -183,24 +185,27 @@ int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
     diffusion::TwoSampleOptions o;
     o.seed = f.options.seed;
     o.device = device;
+    o.alpha = f.options.alpha.value_or(generator.alpha);
     fidelity_report =
         diffusion::fidelity(r.sprites, torch::cat({data.train.inputs, data.test.inputs}), o);
   }
   if (json) {
-    nlohmann::json out{{"samples", r.samples},
-                       {"class_agreement", r.agreement.mean},
-                       {"per_class_agreement", r.agreement.per_class},
-                       {"real_class_agreement", real.mean},
-                       {"real_per_class_agreement", real.per_class},
-                       {"real_held_out", data.test.size()},
-                       {"distinct", r.distinct},
-                       {"exact_copies", r.exact_copies},
-                       {"sample_s", r.sample_seconds},
-                       {"sprites_per_second", r.sprites_per_second},
-                       {"colours", f.options.colours},
-                       {"precision", f.options.precision},
-                       {"device", device::display_name(device)},
-                       {"threads", threads}};
+    nlohmann::json out{
+        {"samples", r.samples},
+        {"class_agreement", r.agreement.mean},
+        {"per_class_agreement", r.agreement.per_class},
+        {"real_class_agreement", real.mean},
+        {"real_per_class_agreement", real.per_class},
+        {"real_held_out", data.test.size()},
+        {"distinct", r.distinct},
+        {"exact_copies", r.exact_copies},
+        {"sample_s", r.sample_seconds},
+        {"sprites_per_second", r.sprites_per_second},
+        {"colours", f.options.colours},
+        {"precision", f.options.precision},
+        {"alpha", diffusion::alpha_mode_name(f.options.alpha.value_or(generator.alpha))},
+        {"device", device::display_name(device)},
+        {"threads", threads}};
     out.update(diffusion::sampler_json(f.options, generator.schedule.steps()));
     if (fidelity_report) {
       const auto& fr = *fidelity_report;
@@ -213,8 +218,9 @@ int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
     std::cout << "Using device: " << device::display_name(device) << "\nCPU threads: " << threads
               << "\nGenerator: " << checkpoint << " ("
               << diffusion::describe_sampler(f.options, generator.schedule.steps()) << ", "
-              << f.options.precision << (auto_precision ? " (auto)" : "")
-              << ")\nJudged by: " << f.classifier << "\n";
+              << f.options.precision << (auto_precision ? " (auto)" : "") << ", alpha "
+              << diffusion::alpha_mode_name(f.options.alpha.value_or(generator.alpha))
+              << (f.alpha == "auto" ? " (auto)" : "") << ")\nJudged by: " << f.classifier << "\n";
     print_generator_eval(std::cout, r, real, data.test.size(), generator.class_names);
     if (fidelity_report) print_fidelity(std::cout, *fidelity_report);
   }

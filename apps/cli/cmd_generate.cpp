@@ -49,12 +49,28 @@ void add_guidance_options(CLI::App* sub, diffusion::SampleOptions& options, std:
       ->capture_default_str();
 }
 
+void add_alpha_option(CLI::App* sub, std::string& alpha, const std::string& prefix) {
+  sub->add_option("--alpha", alpha,
+                  prefix + (prefix.empty() ? "T" : "t") +
+                      "he sprites' alpha: binary (opaque or transparent, pixel art's hard "
+                      "edges), soft (8 bits: shadows, glows, antialiased edges), or auto (what "
+                      "the training set had: soft when 2% or more of its visible pixels are "
+                      "partly transparent; recorded in the checkpoint)")
+      ->check(CLI::IsMember({"auto", "binary", "soft"}))
+      ->capture_default_str();
+}
+
+std::optional<diffusion::AlphaMode> alpha_option(const std::string& alpha) {
+  if (alpha == "auto") return std::nullopt;
+  return diffusion::parse_alpha_mode(alpha);
+}
+
 Subcommand add_generate_command(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "generate", "Draw sprites from a generator checkpoint into a PNG sprite sheet");
   struct Flags {
     std::string checkpoint, class_name, out, out_dir, palette,
-        device = "auto", precision = "auto",
+        device = "auto", precision = "auto", alpha = "auto",
         spacing = diffusion::spacing_name(diffusion::SampleOptions().spacing),
         guidance_interval =
             diffusion::guidance_interval_text(diffusion::SampleOptions().guidance_interval);
@@ -85,6 +101,7 @@ Subcommand add_generate_command(CLI::App& app) {
                   "model's own colours)")
       ->check(kNonNegative)
       ->capture_default_str();
+  add_alpha_option(sub, f->alpha, "");
   sub->add_option("--steps", f->sample.steps, "Sampler steps (ddim, dpm++2m)")
       ->check(kPositive)
       ->capture_default_str();
@@ -127,6 +144,7 @@ Subcommand add_generate_command(CLI::App& app) {
           throw Error("generate needs --out SHEET.png and/or --out-dir DIR");
         f->sample.spacing = diffusion::parse_spacing(f->spacing);
         f->sample.guidance_interval = diffusion::parse_guidance_interval(f->guidance_interval);
+        f->sample.alpha = alpha_option(f->alpha);
         check_sampler_options(*sub, f->sample);
         // Every output is checked, and the palette read, before any sampling: a typo must not
         // cost the minutes a large --count takes.
@@ -176,8 +194,9 @@ Subcommand add_generate_command(CLI::App& app) {
         // Fixed shapes: let cuDNN time its algorithms once (the first batch pays for it).
         if (device.is_cuda()) at::globalContext().setBenchmarkCuDNN(true);
         DeviceTimer timer(device);
+        const auto alpha = f->sample.alpha.value_or(generator.alpha);
         auto sprites = diffusion::finish_sprites(diffusion::sample(generator, labels, f->sample),
-                                                 f->sample.colours);
+                                                 f->sample.colours, alpha);
         const double seconds = timer.seconds();
         if (f->palette == "auto")
           sprites = diffusion::snap_to_palette(sprites, generator.palette);
@@ -191,11 +210,15 @@ Subcommand add_generate_command(CLI::App& app) {
                           io::upscale_nearest(sprites[i].permute({1, 2, 0}), f->scale));
         const double rate = static_cast<double>(f->count) / seconds;
         if (f->json) {
-          auto out =
-              nlohmann::json{{"count", f->count},          {"seconds", seconds},
-                             {"sprites_per_second", rate}, {"device", device::display_name(device)},
-                             {"threads", threads},         {"precision", f->sample.precision},
-                             {"cuda_graphs", graphed},     {"out", f->out}};
+          auto out = nlohmann::json{{"count", f->count},
+                                    {"seconds", seconds},
+                                    {"sprites_per_second", rate},
+                                    {"device", device::display_name(device)},
+                                    {"threads", threads},
+                                    {"precision", f->sample.precision},
+                                    {"cuda_graphs", graphed},
+                                    {"out", f->out},
+                                    {"alpha", diffusion::alpha_mode_name(alpha)}};
           out.update(diffusion::sampler_json(f->sample, generator.schedule.steps()));
           std::cout << out.dump() << "\n";
         } else {
@@ -204,7 +227,9 @@ Subcommand add_generate_command(CLI::App& app) {
                     << std::setprecision(1) << rate << " sprites/s, "
                     << diffusion::describe_sampler(f->sample, generator.schedule.steps()) << ", "
                     << f->sample.precision << (f->precision == "auto" ? " (auto)" : "")
-                    << (graphed ? ", CUDA graph" : "") << "; CPU threads: " << threads << ")\n"
+                    << (graphed ? ", CUDA graph" : "") << ", alpha "
+                    << diffusion::alpha_mode_name(alpha) << (f->alpha == "auto" ? " (auto)" : "")
+                    << "; CPU threads: " << threads << ")\n"
                     << std::defaultfloat;
           if (!f->out.empty()) std::cout << "Wrote " << f->out << "\n";
           if (!f->out_dir.empty())

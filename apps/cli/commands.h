@@ -36,6 +36,10 @@ inline constexpr const char* kSamplingPrecisionHelp =
 // diffusion::parse_guidance_interval when the command runs). `prefix` starts each help text.
 void add_guidance_options(CLI::App* sub, diffusion::SampleOptions& options, std::string& interval,
                           const std::string& prefix);
+// generate and eval: --alpha auto|binary|soft (text into `alpha`); alpha_option turns it into
+// SampleOptions::alpha (auto: unset, the generator's own).
+void add_alpha_option(CLI::App* sub, std::string& alpha, const std::string& prefix);
+std::optional<diffusion::AlphaMode> alpha_option(const std::string& alpha);
 Subcommand add_data_command(CLI::App& app);
 
 // --threads and --blas-threads, as every command that runs a model takes them (0: the split
@@ -60,6 +64,7 @@ struct GeneratorEvalFlags {
   std::string spacing = diffusion::spacing_name(options.spacing);  // --spacing
   std::string guidance_interval =
       diffusion::guidance_interval_text(options.guidance_interval);  // --guidance-interval
+  std::string alpha = "auto";                                        // --alpha
   // Every option add_generator_eval_options registered: eval refuses them for a classifier.
   std::vector<const CLI::Option*> registered;
 };

@@ -13,12 +13,13 @@ namespace spritetorch::diffusion {
 
 namespace {
 
-// Binary alpha and RGB 0 under transparent pixels, as to_sprites makes generated sprites.
-torch::Tensor binarised(const torch::Tensor& sprites) {
+// Alpha as `mode` makes it and RGB 0 under transparent pixels, as to_sprites makes generated
+// sprites.
+torch::Tensor prepared(const torch::Tensor& sprites, AlphaMode mode) {
   if (sprites.dim() != 4 || sprites.size(1) != 4 || sprites.scalar_type() != torch::kUInt8)
     throw Error("fidelity: expected (N, 4, S, S) uint8 sprites, got " + c10::str(sprites.sizes()) +
                 " " + std::string(c10::toString(sprites.scalar_type())));
-  return to_sprites(sprites.cpu().to(torch::kFloat32) / 127.5 - 1.0);
+  return to_sprites(sprites.cpu().to(torch::kFloat32) / 127.5 - 1.0, mode);
 }
 
 // The two-sample test's critic. Mean and max of the features at full resolution (one stray or
@@ -72,7 +73,7 @@ torch::Tensor model_input(const torch::Tensor& sprites) {
 }  // namespace
 
 PixelArtStats pixel_art_stats(const torch::Tensor& sprites_in) {
-  const auto sprites = binarised(sprites_in);
+  const auto sprites = prepared(sprites_in, AlphaMode::kBinary);
   const int64_t n = sprites.size(0), s = sprites.size(2), w = sprites.size(3);
   PixelArtStats r;
   r.sprites = n;
@@ -140,7 +141,8 @@ double two_sample_accuracy(const torch::Tensor& a_in, const torch::Tensor& b_in,
                 " and " + c10::str(b_in.sizes()));
   if (o.repeats < 1) throw Error("a two-sample test needs at least 1 repeat");
   auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed);
-  const auto a_all = binarised(a_in.narrow(0, 0, n)), b_all = binarised(b_in.narrow(0, 0, n));
+  const auto a_all = prepared(a_in.narrow(0, 0, n), o.alpha);
+  const auto b_all = prepared(b_in.narrow(0, 0, n), o.alpha);
   double sum = 0;
   for (int64_t r = 0; r < o.repeats; ++r) {
     // Each set split in two by its own permutation; a critic trained on the first halves is

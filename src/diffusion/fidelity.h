@@ -2,14 +2,18 @@
 // test (a small CNN trained to tell the two sets apart, scored on held-out halves: 0.5 when it
 // cannot, 1.0 when it always can) and pixel-art statistics (stray pixels, colours, coverage).
 //
-// Sprites in: (N, 4, S, S) uint8 RGBA. Both sets are binarised as generated sprites are
-// (to_sprites: alpha >= 128 opaque, RGB 0 under transparent pixels), so partial alpha cannot give
-// real ones away.
+// Sprites in: (N, 4, S, S) uint8 RGBA. The two-sample test prepares both sets as generated
+// sprites come out (to_sprites with TwoSampleOptions::alpha): with binary alpha the real set's
+// partial alpha cannot give it away; with soft alpha the critic sees the real set's shadows and
+// glows as they are, and whether the generator drew them. The pixel-art statistics count opaque
+// pixels (alpha >= 128) in either case.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
+
+#include "diffusion/generator.h"
 
 namespace spritetorch::diffusion {
 
@@ -29,6 +33,7 @@ struct TwoSampleOptions {
   // Splits (each scored both ways: two critics) whose accuracies are averaged.
   int64_t repeats = 2;
   torch::Device device = torch::kCPU;
+  AlphaMode alpha = AlphaMode::kBinary;  // how both sets are prepared (to_sprites)
 };
 
 // Accuracy on held-out halves of a CNN trained on the other halves to tell `a` (label 0) from `b`

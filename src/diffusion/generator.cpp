@@ -56,6 +56,27 @@ Prediction parse_prediction(const std::string& name) {
   throw Error("unknown prediction '" + name + "': expected eps, v or x0");
 }
 
+std::string alpha_mode_name(AlphaMode mode) { return mode == AlphaMode::kSoft ? "soft" : "binary"; }
+
+AlphaMode parse_alpha_mode(const std::string& name) {
+  if (name == "binary") return AlphaMode::kBinary;
+  if (name == "soft") return AlphaMode::kSoft;
+  throw Error("unknown alpha mode '" + name + "': expected binary or soft");
+}
+
+double partial_alpha_share(const torch::Tensor& sprites) {
+  if (sprites.dim() != 4 || sprites.size(1) != 4 || sprites.scalar_type() != torch::kUInt8)
+    throw Error("expected (N, 4, S, S) uint8 sprites, got " + c10::str(sprites.sizes()) + " " +
+                std::string(c10::toString(sprites.scalar_type())));
+  const auto alpha = sprites.select(1, 3);  // (N, S, S)
+  const double visible = (alpha > 0).sum().item<double>();
+  return visible > 0 ? (alpha < 255).logical_and(alpha > 0).sum().item<double>() / visible : 0.0;
+}
+
+AlphaMode alpha_mode_of(const torch::Tensor& sprites) {
+  return partial_alpha_share(sprites) >= kSoftAlphaShare ? AlphaMode::kSoft : AlphaMode::kBinary;
+}
+
 void check_generator_checkpoint(const train::Checkpoint& c, const std::string& source) {
   if (c.meta.value("task", std::string()) != "generate")
     throw DataError(source, "a generator checkpoint (train --task generate)",
@@ -82,6 +103,7 @@ Generator load_generator(const std::string& path, torch::Device device) {
     g.class_names = checkpoint.meta.at("class_names").get<std::vector<std::string>>();
     g.size = checkpoint.meta.at("size").get<int64_t>();
     g.palette = palette_tensor(checkpoint.meta.at("palette"));
+    g.alpha = parse_alpha_mode(checkpoint.meta.value("alpha", "binary"));
   } catch (const nlohmann::json::exception& e) {
     throw DataError(path, "generator metadata (unet, schedule_steps, class_names, size, palette)",
                     e.what());
@@ -472,20 +494,26 @@ torch::Tensor sample(Generator& g, const torch::Tensor& labels, const SampleOpti
 
 namespace {
 // to_sprites on x's device: (N, 4, S, S) uint8 there.
-torch::Tensor binarise(const torch::Tensor& x) {
+torch::Tensor quantise(const torch::Tensor& x, AlphaMode mode) {
   auto px =
       ((x.detach().to(torch::kFloat32) + 1.0) * 127.5).round().clamp(0, 255).to(torch::kUInt8);
-  const auto opaque = px.narrow(1, 3, 1) >= 128;  // (N, 1, S, S)
-  px.narrow(1, 3, 1).copy_(opaque.to(torch::kUInt8) * 255);
-  px.narrow(1, 0, 3).mul_(opaque.to(torch::kUInt8));
+  auto alpha = px.narrow(1, 3, 1);  // (N, 1, S, S)
+  const auto shown = (alpha >= (mode == AlphaMode::kSoft ? kAlphaFloor : 128)).to(torch::kUInt8);
+  if (mode == AlphaMode::kSoft)
+    alpha.mul_(shown);
+  else
+    alpha.copy_(shown * 255);
+  px.narrow(1, 0, 3).mul_(shown);
   return px;
 }
 }  // namespace
 
-torch::Tensor to_sprites(const torch::Tensor& x) { return binarise(x).cpu(); }
+torch::Tensor to_sprites(const torch::Tensor& x, AlphaMode alpha) {
+  return quantise(x, alpha).cpu();
+}
 
-torch::Tensor finish_sprites(const torch::Tensor& x, int64_t colours) {
-  return reduce_colours(binarise(x), colours).cpu();
+torch::Tensor finish_sprites(const torch::Tensor& x, int64_t colours, AlphaMode alpha) {
+  return reduce_colours(quantise(x, alpha), colours).cpu();
 }
 
 torch::Tensor snap_to_palette(const torch::Tensor& sprites, const torch::Tensor& palette) {
@@ -729,7 +757,8 @@ GeneratorEval evaluate_generator(Generator& g, models::ClassifierImpl& classifie
   const auto device = g.net->parameters().front().device();
   DeviceTimer timer(device);
   // (N, 4, S, S) uint8, CPU, as generate writes them.
-  const auto sprites = finish_sprites(sample(g, labels, options), options.colours);
+  const AlphaMode alpha = options.alpha.value_or(g.alpha);
+  const auto sprites = finish_sprites(sample(g, labels, options), options.colours, alpha);
   GeneratorEval r;
   r.samples = count;
   r.sample_seconds = timer.seconds();
@@ -741,8 +770,7 @@ GeneratorEval evaluate_generator(Generator& g, models::ClassifierImpl& classifie
                        static_cast<size_t>(c.numel()));
   };
   std::unordered_set<std::string> generated, train_keys;
-  const auto real =
-      to_sprites(training.to(torch::kFloat32) / 127.5 - 1.0);  // same binarisation as samples
+  const auto real = to_sprites(training.to(torch::kFloat32) / 127.5 - 1.0, alpha);  // as samples
   for (int64_t i = 0; i < real.size(0); ++i) train_keys.insert(key(real[i]));
   int64_t copies = 0;
   for (int64_t i = 0; i < count; ++i) {

@@ -1,6 +1,7 @@
 // The class-conditional sprite generator: a UNet denoiser trained with the DDPM loss and
 // classifier-free guidance, sampled with DDPM (ancestral, T steps) or DDIM (deterministic, few
-// steps), and turned into sprites: alpha made binary, colours optionally snapped to a palette.
+// steps), and turned into sprites: alpha binary or soft as the training set's art is, colours
+// optionally snapped to a palette.
 //
 // Pixels: the model works on RGBA scaled to [-1, 1]; sprites in and out are (N, 4, S, S) uint8.
 #pragma once
@@ -44,6 +45,25 @@ enum class Prediction { kEps, kV, kX0 };
 std::string prediction_name(Prediction prediction);    // "eps" | "v" | "x0"
 Prediction parse_prediction(const std::string& name);  // Error for anything else
 
+// How the sampler's alpha channel becomes the sprites' alpha. binary: alpha >= 128 opaque, the
+// rest transparent (pixel art's hard edges: the procedural sprites, sets drawn without soft
+// pixels). soft: alpha as drawn, 8 bits, with the faint haze below kAlphaFloor cleared, for art
+// with soft shadows, glows or antialiased edges (2 in 5 of the DCSS items have some; rendered
+// game characters are mostly soft at their edges), which a binary cut would turn into hard black
+// blobs or drop. RGB is 0 under transparent pixels either way.
+enum class AlphaMode { kBinary, kSoft };
+std::string alpha_mode_name(AlphaMode mode);          // "binary" | "soft"
+AlphaMode parse_alpha_mode(const std::string& name);  // Error for anything else
+// soft: alpha below this is cleared (1/16 of opaque: invisible on any background, and where a
+// sampler's noise leaves a haze around the sprite).
+constexpr int kAlphaFloor = 16;
+// A training set calls for soft alpha when at least this share of its visible pixels (alpha > 0)
+// is partly transparent: the DCSS items 12%, the procedural sprites 0.
+constexpr double kSoftAlphaShare = 0.02;
+// The share of visible pixels with 0 < alpha < 255. sprites: (N, 4, S, S) uint8; 0 if none visible.
+double partial_alpha_share(const torch::Tensor& sprites);
+AlphaMode alpha_mode_of(const torch::Tensor& sprites);  // by partial_alpha_share
+
 // A trained generator, ready to sample on `device`.
 struct Generator {
   UNet net{nullptr};
@@ -51,6 +71,7 @@ struct Generator {
   Prediction prediction = Prediction::kEps;  // checkpoints without "prediction" predict eps
   std::vector<std::string> class_names;
   torch::Tensor palette;  // (K, 3) uint8 on the CPU: the training set's k-means colours
+  AlphaMode alpha = AlphaMode::kBinary;  // the training set's (checkpoints without "alpha": binary)
   nlohmann::json meta;    // the checkpoint's metadata (dataset, sprites options, ...)
   int64_t size = 16;
 };
@@ -107,6 +128,8 @@ struct SampleOptions {
   // Sprites out (generate, eval): each sprite's opaque colours reduced to at most this many by
   // k-means (reduce_colours; 0: the model's own colours). Not applied by sample().
   int64_t colours = kSpriteColours;
+  // Sprites out (generate, eval): their alpha; unset: the generator's own (Generator::alpha).
+  std::optional<AlphaMode> alpha;
 };
 
 // The sampler as it runs, for generate's and eval's summaries: DDPM reports the schedule's T
@@ -176,12 +199,14 @@ torch::Tensor ddpm_sample_eps(const EpsModel& model, const NoiseSchedule& schedu
 std::vector<int64_t> ddim_timesteps(int64_t T, int64_t steps,
                                     TimestepSpacing spacing = TimestepSpacing::kUniform);
 
-// [-1, 1] float -> uint8 RGBA with alpha 0 or 255 and RGB 0 under transparent pixels, on the CPU
-// (worked out on x's device, then copied).
-torch::Tensor to_sprites(const torch::Tensor& x);
+// [-1, 1] float -> uint8 RGBA, alpha as `alpha` says (binary: 0 or 255; soft: 0 or
+// kAlphaFloor..255) and RGB 0 under transparent pixels, on the CPU (worked out on x's device,
+// then copied).
+torch::Tensor to_sprites(const torch::Tensor& x, AlphaMode alpha = AlphaMode::kBinary);
 // What generate and eval make of the sampler's output: to_sprites, then reduce_colours, both on
 // x's device, then the uint8 sprites to the CPU.
-torch::Tensor finish_sprites(const torch::Tensor& x, int64_t colours);
+torch::Tensor finish_sprites(const torch::Tensor& x, int64_t colours,
+                             AlphaMode alpha = AlphaMode::kBinary);
 // Replaces every opaque pixel's RGB by the nearest palette colour. sprites: (N, 4, S, S) uint8;
 // palette: (K, 3) uint8.
 torch::Tensor snap_to_palette(const torch::Tensor& sprites, const torch::Tensor& palette);

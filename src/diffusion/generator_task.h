@@ -85,6 +85,8 @@ class GeneratorTask : public train::Task {
   const data::Dataset* train_ = nullptr;
   int64_t size_ = 0;
   mutable std::optional<torch::Tensor> palette_;  // (K, 3) uint8, from the training set, once
+  double partial_alpha_ = 0;                      // partial_alpha_share of the training set
+  AlphaMode alpha_ = AlphaMode::kBinary;          // alpha_mode_of the training set
 };
 
 }  // namespace spritetorch::diffusion

@@ -186,7 +186,7 @@ expect 0 '"optimizer":"adamw lr 0.002, weight decay 0.01, cosine, warm-up 100 st
 expect 0 '"model":"unet base 32 .*"optimizer":"adam lr 0.002, cosine, warm-up 100 steps \(flat buffers\)","precision":"(bf16 autocast, fp32 weights \(auto: native|fp32 \(auto: no native)' -- train --task generate --dataset sprites --sprite-count 32 --epochs 1 --batch-size 16 --device cpu --json --no-run-dir
 expect 0 '"model":"unet base 16 .*"optimizer":"adam lr 0.001 \(flat buffers\)","precision":"fp32"' -- train --task generate --dataset sprites --sprite-count 32 --epochs 1 --batch-size 16 --device cpu --json --no-run-dir --unet-base 16 --lr-schedule constant --warmup-steps 0 --precision fp32 --lr 0.001
 # A generator's --json carries its settings like a classifier's, threads split for a conv net.
-expect 0 '"settings":\{[^}]*"threads":"[0-9]+ intra-op, ([0-9]+|\?) BLAS"[^}]*\}.*"train_s":' -- train --task generate --dataset sprites --sprite-count 32 --epochs 1 --batch-size 16 --device cpu --json --no-run-dir
+expect 0 '"settings":\{"alpha":"binary \(0% of the training set.s visible pixels are partly transparent; soft from 2%\)"[^}]*"threads":"[0-9]+ intra-op, ([0-9]+|\?) BLAS"[^}]*\}.*"train_s":' -- train --task generate --dataset sprites --sprite-count 32 --epochs 1 --batch-size 16 --device cpu --json --no-run-dir
 # Its step evaluations have a test loss and no accuracy.
 expect 0 '"evals":\[\{"epoch":1\.0,"step":1,"test_loss":[-0-9.e]+,"train_s":[-0-9.e]+\}\]' -- train --task generate --dataset sprites --sprite-count 32 --epochs 1 --batch-size 16 --device cpu --json --no-run-dir --eval-every-steps 1
 expect 2 "unknown class 'dragon'" -- generate --checkpoint "$tmp/g.pt" --class dragon --out "$tmp/x.png"
@@ -205,6 +205,10 @@ expect 2 "needs --classifier" -- eval --checkpoint "$tmp/g.pt"
 # Guidance on part of the schedule only: reported in both commands, a bad interval refused.
 expect 0 '"guidance":3\.0,"guidance_interval":\[0\.4,1\.0\]' -- generate --checkpoint "$tmp/g.pt" --count 2 --steps 3 --guidance 3 --guidance-interval 0.4:1 --json --out "$tmp/t4.png"
 expect 0 "guidance 3 at t/T 0\.4-1" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 4 --steps 3 --guidance 3 --guidance-interval 0.4:1 --no-fidelity
+# The sprites' alpha: auto is the checkpoint's (binary for the procedural sprites), --alpha picks.
+expect 0 '"alpha":"binary"' -- generate --checkpoint "$tmp/g.pt" --count 2 --steps 2 --json --out "$tmp/a1.png"
+expect 0 'alpha soft;' -- generate --checkpoint "$tmp/g.pt" --count 2 --steps 2 --alpha soft --out "$tmp/a2.png"
+expect 2 "--alpha: translucent not in" -- generate --checkpoint "$tmp/g.pt" --alpha translucent --out "$tmp/x.png"
 expect 2 "guidance interval '1:0.4': expected FROM:TO" -- generate --checkpoint "$tmp/g.pt" --guidance-interval 1:0.4 --out "$tmp/x.png"
 expect 2 "guidance interval 'half': expected FROM:TO" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --guidance-interval half
 # Outputs are checked before any sampling: an existing sheet or sprite PNG is kept unless
@@ -230,12 +234,12 @@ expect 0 "real vs real +[01]\.[0-9]{4}" -- eval --checkpoint "$tmp/g.pt" --class
 expect 0 '"fidelity":\{"c2st":[0-9.]+,"c2st_real":[0-9.]+,"generated":\{"alpha_coverage":[0-9.]+,"colours":[0-9.]+,"sprites":8,"stray_pixels":[0-9.]+\}' -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2 --json
 expect 0 '"eta":1\.0,.*"guidance":2\.5,"guidance_interval":\[0\.4,1\.0\],.*"sampler":"ddim".*"spacing":"uniform".*"steps":2,.*"threads":"1 intra-op' -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2 --threads 1 --json
 # eval samples in bf16 as generate does; an option of the other kind of checkpoint is refused.
-expect 0 "Generator: .*g\.pt \(ddim 2 uniform steps, .*, bf16\)" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 4 --steps 2 --precision bf16 --no-fidelity
+expect 0 "Generator: .*g\.pt \(ddim 2 uniform steps, .*, bf16, alpha binary \(auto\)\)" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 4 --steps 2 --precision bf16 --no-fidelity
 expect 0 '"precision":"bf16"' -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 4 --steps 2 --batch-size 3 --precision bf16 --no-fidelity --json
 expect 0 '"precision":"fp32"' -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 4 --steps 2 --precision fp32 --no-fidelity --json
 native=fp32  # eval's default, auto: bf16 where `devices` says the CPU has native bf16
 "$bin" devices --json | python3 -c 'import json,sys; d=json.load(sys.stdin); sys.exit(0 if any(x.get("bf16") for x in d["devices"] if x["device"].startswith("cpu")) else 1)' && native=bf16
-expect 0 "Generator: .*g\.pt \(ddim 2 uniform steps, .*, $native \(auto\)\)" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 4 --steps 2 --no-fidelity --device cpu
+expect 0 "Generator: .*g\.pt \(ddim 2 uniform steps, .*, $native \(auto\), alpha binary \(auto\)\)" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 4 --steps 2 --no-fidelity --device cpu
 expect 2 "--steps applies to generator checkpoints; .*c\.pt is a classifier" -- eval --checkpoint "$tmp/c.pt" --steps 3
 expect 2 "--classifier applies to generator checkpoints" -- eval --checkpoint "$tmp/c.pt" --classifier "$tmp/c.pt"
 expect 2 "--limit applies to classifier checkpoints; .*g\.pt is a generator" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --limit 5

@@ -14,6 +14,7 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "data/procedural_sprites.h"
 #include "device/device.h"
 #include "io/png.h"
 #include "tasks/make_task.h"
@@ -446,7 +447,10 @@ TEST(Sampler, Bf16RunsACopyOfTheNetInBf16) {
   EXPECT_EQ(got.scalar_type(), torch::kBFloat16);
   const double scale = want.abs().max().item<double>();
   EXPECT_GT(scale, 0.01);
-  EXPECT_LT((got.to(torch::kFloat32) - want).abs().max().item<double>(), 0.05 * scale);
+  // Without native bf16 (an AVX2-only CPU) LibTorch's bf16 kernels round differently: 5.5% of the
+  // scale on one, under 5% where the CPU has native bf16.
+  const double tolerance = device::describe_device(torch::kCPU).bf16 ? 0.05 : 0.1;
+  EXPECT_LT((got.to(torch::kFloat32) - want).abs().max().item<double>(), tolerance * scale);
   SampleOptions o;  // sampling in bf16 (graph_sampler_test: near fp32) leaves g.net in fp32
   o.steps = 2;
   o.precision = "bf16";
@@ -742,6 +746,48 @@ TEST(Sprites, AlphaBinaryAndPaletteOnly) {
   EXPECT_EQ(std::get<0>(dist.min(1)).max().item<float>(), 0.0f);
 }
 
+// Soft alpha keeps 8-bit alpha from kAlphaFloor up and clears the haze below it; binary cuts at
+// 128; RGB is 0 under every transparent pixel in both.
+TEST(Sprites, SoftAlphaKeepsEightBitsAboveTheFloor) {
+  const std::vector<int> alphas = {0, 10, 15, 16, 100, 127, 128, 255};
+  const int64_t n = static_cast<int64_t>(alphas.size());
+  auto px = torch::full({1, 4, 1, n}, 200, torch::kUInt8);
+  for (int64_t i = 0; i < n; ++i) px[0][3][0][i] = alphas[static_cast<size_t>(i)];
+  const auto x = px.to(torch::kFloat32) / 127.5 - 1.0;
+  const auto soft = to_sprites(x, AlphaMode::kSoft), binary = to_sprites(x, AlphaMode::kBinary);
+  const std::vector<int> soft_alpha = {0, 0, 0, 16, 100, 127, 128, 255};
+  const std::vector<int> binary_alpha = {0, 0, 0, 0, 0, 0, 255, 255};
+  for (int64_t i = 0; i < n; ++i) {
+    const size_t k = static_cast<size_t>(i);
+    EXPECT_EQ(soft[0][3][0][i].item<int>(), soft_alpha[k]) << "alpha " << alphas[k];
+    EXPECT_EQ(binary[0][3][0][i].item<int>(), binary_alpha[k]) << "alpha " << alphas[k];
+    EXPECT_EQ(soft[0][0][0][i].item<int>(), soft_alpha[k] ? 200 : 0);
+    EXPECT_EQ(binary[0][2][0][i].item<int>(), binary_alpha[k] ? 200 : 0);
+  }
+  // finish_sprites keeps the alpha to_sprites made (the colour reduction leaves alpha alone).
+  EXPECT_TRUE(
+      torch::equal(finish_sprites(x, 16, AlphaMode::kSoft).select(1, 3), soft.select(1, 3)));
+  EXPECT_EQ(parse_alpha_mode("soft"), AlphaMode::kSoft);
+  EXPECT_EQ(alpha_mode_name(AlphaMode::kBinary), "binary");
+  EXPECT_THROW(parse_alpha_mode("auto"), Error);
+}
+
+// The mode a set calls for: the share of its visible pixels that are partly transparent.
+TEST(Sprites, AlphaModeFollowsTheShareOfPartlyTransparentPixels) {
+  auto sprites = torch::zeros({2, 4, 10, 10}, torch::kUInt8);
+  sprites.select(1, 3).narrow(1, 0, 5).fill_(255);  // 100 visible pixels, all opaque
+  EXPECT_EQ(partial_alpha_share(sprites), 0.0);
+  EXPECT_EQ(alpha_mode_of(sprites), AlphaMode::kBinary);
+  sprites[0][3][0][0] = 60;  // 1 of 100: under kSoftAlphaShare
+  EXPECT_DOUBLE_EQ(partial_alpha_share(sprites), 0.01);
+  EXPECT_EQ(alpha_mode_of(sprites), AlphaMode::kBinary);
+  sprites[1][3][4][9] = 1;  // 2 of 100
+  EXPECT_DOUBLE_EQ(partial_alpha_share(sprites), 0.02);
+  EXPECT_EQ(alpha_mode_of(sprites), AlphaMode::kSoft);
+  EXPECT_EQ(partial_alpha_share(torch::zeros({1, 4, 4, 4}, torch::kUInt8)), 0.0);
+  EXPECT_THROW(partial_alpha_share(torch::zeros({1, 3, 4, 4}, torch::kUInt8)), Error);
+}
+
 // Per-sprite colour reduction: a sprite of 3 flat colours with small noise on every pixel comes
 // back with exactly 3 colours, near the flat ones; alpha and transparent pixels are untouched; a
 // sprite with fewer colours than asked keeps them exactly.
@@ -891,6 +937,8 @@ TEST(GeneratorTraining, TinyRunSavesALoadableCheckpoint) {
   auto g = load_generator(config.save, torch::kCPU);
   EXPECT_EQ(g.class_names.size(), 4u);
   EXPECT_EQ(g.palette.size(1), 3);
+  EXPECT_EQ(g.alpha, AlphaMode::kBinary);  // the procedural sprites have no partial alpha
+  EXPECT_EQ(g.meta.at("alpha"), "binary");
   SampleOptions o;
   o.steps = 2;
   EXPECT_EQ(sample(g, torch::tensor({0, 3}, torch::kInt64), o).sizes(),
@@ -898,6 +946,31 @@ TEST(GeneratorTraining, TinyRunSavesALoadableCheckpoint) {
   config.save.clear();
   config.dataset = "dummy";
   EXPECT_THROW(run_training(config), Error);
+}
+
+// A set whose art is partly transparent gets a soft-alpha generator, recorded in its checkpoint.
+TEST(GeneratorTraining, SoftArtGivesASoftAlphaGenerator) {
+  ScratchDir dir;
+  auto sprites = data::make_procedural_sprites(32, 3).inputs;  // (32, 4, 16, 16)
+  auto alpha = sprites.select(1, 3);
+  alpha.copy_(torch::where(alpha > 0, torch::full_like(alpha, 180), alpha));  // translucent art
+  for (int64_t i = 0; i < 32; ++i) {
+    const std::string folder = dir.file(i % 2 ? "set/ghost" : "set/glass");
+    std::filesystem::create_directories(folder);
+    io::write_png(folder + "/" + std::to_string(i) + ".png", sprites[i].permute({1, 2, 0}));
+  }
+  train::TrainConfig config;
+  config.task = train::TaskKind::kGenerate;
+  config.dataset = "folder:" + dir.file("set");
+  config.unet_base = 8;
+  config.epochs = 1;
+  config.batch_size = 16;
+  config.device = "cpu";
+  config.save = dir.file("g.pt");
+  run_training(config);
+  auto g = load_generator(config.save, torch::kCPU);
+  EXPECT_EQ(g.alpha, AlphaMode::kSoft);
+  EXPECT_EQ(g.meta.at("alpha"), "soft");
 }
 
 // A checkpoint written before the prediction / schedule / attention keys existed loads as what it
@@ -930,7 +1003,7 @@ TEST(GeneratorTraining, OldCheckpointsLoadAsEpsLinearWithoutAttention) {
   config.save = dir.file("explicit.pt");
   run_training(config);
   auto old = train::load_checkpoint(config.save);
-  for (const char* key : {"prediction", "schedule", "min_snr_gamma"}) old.meta.erase(key);
+  for (const char* key : {"prediction", "schedule", "min_snr_gamma", "alpha"}) old.meta.erase(key);
   old.meta["unet"].erase("attention");
   train::save_checkpoint(dir.file("old.pt"), old);
   auto g_old = load_generator(dir.file("old.pt"), torch::kCPU);
@@ -938,6 +1011,7 @@ TEST(GeneratorTraining, OldCheckpointsLoadAsEpsLinearWithoutAttention) {
   EXPECT_EQ(g_old.prediction, Prediction::kEps);
   EXPECT_EQ(g_old.schedule.kind(), ScheduleKind::kLinear);
   EXPECT_FALSE(g_old.net->mid_attn);
+  EXPECT_EQ(g_old.alpha, AlphaMode::kBinary);
   SampleOptions o;
   o.steps = 3;
   const auto labels = torch::tensor({0, 3}, torch::kInt64);

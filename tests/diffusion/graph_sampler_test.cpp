@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "device/device.h"
 #include "diffusion/cuda_graph_sampler.h"
 #include "diffusion/generator.h"
 
@@ -69,7 +70,9 @@ TEST(GraphSampling, Bf16SamplingStaysCloseToFp32) {
   EXPECT_EQ(bf16.scalar_type(), torch::kFloat32);
   const double diff = (fp32 - bf16).abs().max().item<double>();
   EXPECT_GT(diff, 0.0) << "bf16 did not reach the UNet";
-  EXPECT_LT(diff, 0.1);
+  // Without native bf16 (an AVX2-only CPU) LibTorch's bf16 kernels round differently: 0.157 on
+  // one, under 0.1 where the CPU has native bf16.
+  EXPECT_LT(diff, device::describe_device(torch::kCPU).bf16 ? 0.1 : 0.25);
   o.precision = "fp16";
   EXPECT_THROW(sample(g, labels, o), Error);
 }
