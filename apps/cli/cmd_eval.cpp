@@ -164,6 +164,7 @@ int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
   const bool auto_precision = f.options.precision == "auto";
   f.options.precision = diffusion::resolve_sampling_precision(f.options.precision, device);
   auto generator = diffusion::load_generator(checkpoint, device);
+  const diffusion::AlphaMode alpha = f.options.alpha.value_or(generator.alpha);
   const std::string threads = describe_cpu_threads(
       apply_cpu_threads(cpu.threads, cpu.blas_threads, cpu_work_of(*generator.net)));
   const auto classifier_ckpt = train::load_checkpoint(f.classifier);
@@ -185,7 +186,7 @@ int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
     diffusion::TwoSampleOptions o;
     o.seed = f.options.seed;
     o.device = device;
-    o.alpha = f.options.alpha.value_or(generator.alpha);
+    o.alpha = alpha;
     fidelity_report =
         diffusion::fidelity(r.sprites, torch::cat({data.train.inputs, data.test.inputs}), o);
   }
@@ -203,7 +204,7 @@ int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
         {"sprites_per_second", r.sprites_per_second},
         {"colours", f.options.colours},
         {"precision", f.options.precision},
-        {"alpha", diffusion::alpha_mode_name(f.options.alpha.value_or(generator.alpha))},
+        {"alpha", diffusion::alpha_mode_name(alpha)},
         {"device", device::display_name(device)},
         {"threads", threads}};
     out.update(diffusion::sampler_json(f.options, generator.schedule.steps()));
@@ -219,7 +220,7 @@ int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
               << "\nGenerator: " << checkpoint << " ("
               << diffusion::describe_sampler(f.options, generator.schedule.steps()) << ", "
               << f.options.precision << (auto_precision ? " (auto)" : "") << ", alpha "
-              << diffusion::alpha_mode_name(f.options.alpha.value_or(generator.alpha))
+              << diffusion::alpha_mode_name(alpha)
               << (f.alpha == "auto" ? " (auto)" : "") << ")\nJudged by: " << f.classifier << "\n";
     print_generator_eval(std::cout, r, real, data.test.size(), generator.class_names);
     if (fidelity_report) print_fidelity(std::cout, *fidelity_report);

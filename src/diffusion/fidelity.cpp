@@ -16,9 +16,7 @@ namespace {
 // Alpha as `mode` makes it and RGB 0 under transparent pixels, as to_sprites makes generated
 // sprites.
 torch::Tensor prepared(const torch::Tensor& sprites, AlphaMode mode) {
-  if (sprites.dim() != 4 || sprites.size(1) != 4 || sprites.scalar_type() != torch::kUInt8)
-    throw Error("fidelity: expected (N, 4, S, S) uint8 sprites, got " + c10::str(sprites.sizes()) +
-                " " + std::string(c10::toString(sprites.scalar_type())));
+  check_sprites(sprites, "fidelity");
   return to_sprites(sprites.cpu().to(torch::kFloat32) / 127.5 - 1.0, mode);
 }
 

@@ -64,17 +64,25 @@ AlphaMode parse_alpha_mode(const std::string& name) {
   throw Error("unknown alpha mode '" + name + "': expected binary or soft");
 }
 
-double partial_alpha_share(const torch::Tensor& sprites) {
+void check_sprites(const torch::Tensor& sprites, const std::string& who) {
   if (sprites.dim() != 4 || sprites.size(1) != 4 || sprites.scalar_type() != torch::kUInt8)
-    throw Error("expected (N, 4, S, S) uint8 sprites, got " + c10::str(sprites.sizes()) + " " +
-                std::string(c10::toString(sprites.scalar_type())));
+    throw Error(who + ": expected (N, 4, S, S) uint8 sprites, got " + c10::str(sprites.sizes()) +
+                " " + std::string(c10::toString(sprites.scalar_type())));
+}
+
+double partial_alpha_share(const torch::Tensor& sprites) {
+  check_sprites(sprites, "partial_alpha_share");
   const auto alpha = sprites.select(1, 3);  // (N, S, S)
   const double visible = (alpha > 0).sum().item<double>();
   return visible > 0 ? (alpha < 255).logical_and(alpha > 0).sum().item<double>() / visible : 0.0;
 }
 
+AlphaMode alpha_mode_for(double partial_share) {
+  return partial_share >= kSoftAlphaShare ? AlphaMode::kSoft : AlphaMode::kBinary;
+}
+
 AlphaMode alpha_mode_of(const torch::Tensor& sprites) {
-  return partial_alpha_share(sprites) >= kSoftAlphaShare ? AlphaMode::kSoft : AlphaMode::kBinary;
+  return alpha_mode_for(partial_alpha_share(sprites));
 }
 
 void check_generator_checkpoint(const train::Checkpoint& c, const std::string& source) {

@@ -62,7 +62,10 @@ constexpr int kAlphaFloor = 16;
 constexpr double kSoftAlphaShare = 0.02;
 // The share of visible pixels with 0 < alpha < 255. sprites: (N, 4, S, S) uint8; 0 if none visible.
 double partial_alpha_share(const torch::Tensor& sprites);
-AlphaMode alpha_mode_of(const torch::Tensor& sprites);  // by partial_alpha_share
+AlphaMode alpha_mode_for(double partial_share);         // soft from kSoftAlphaShare on
+AlphaMode alpha_mode_of(const torch::Tensor& sprites);  // alpha_mode_for(partial_alpha_share)
+// Error "<who>: expected (N, 4, S, S) uint8 sprites, got ..." unless `sprites` is that.
+void check_sprites(const torch::Tensor& sprites, const std::string& who);
 
 // A trained generator, ready to sample on `device`.
 struct Generator {
@@ -72,7 +75,7 @@ struct Generator {
   std::vector<std::string> class_names;
   torch::Tensor palette;  // (K, 3) uint8 on the CPU: the training set's k-means colours
   AlphaMode alpha = AlphaMode::kBinary;  // the training set's (checkpoints without "alpha": binary)
-  nlohmann::json meta;    // the checkpoint's metadata (dataset, sprites options, ...)
+  nlohmann::json meta;  // the checkpoint's metadata (dataset, sprites options, ...)
   int64_t size = 16;
 };
 

@@ -91,7 +91,6 @@ void GeneratorTask::build(const train::TaskSetup& setup) {
   train_ = &train;
   size_ = train.inputs.size(2);
   partial_alpha_ = partial_alpha_share(train.inputs);
-  alpha_ = alpha_mode_of(train.inputs);
   options_.classes = train.num_classes();
   net_ = UNet(options_);
   net_->set_activation_checkpointing(activation_checkpointing_);
@@ -196,7 +195,7 @@ void GeneratorTask::on_epoch_end(int64_t epoch, bool last, train::TrainObserver&
         torch::arange(classes, torch::kInt64).repeat_interleave(per_class);  // (K * per_class)
     SampleOptions preview;
     preview.steps = kPreviewSteps;
-    return finish_sprites(sample(generator, labels, preview), kSpriteColours, alpha_);
+    return finish_sprites(sample(generator, labels, preview), kSpriteColours, alpha());
   });
   observer.on_samples(epoch + 1, sprites, per_class);
 }
@@ -220,7 +219,7 @@ void GeneratorTask::save(train::Checkpoint& checkpoint) const {
   checkpoint.meta["min_snr_gamma"] = design_.min_snr_gamma;
   checkpoint.meta["size"] = size_;
   checkpoint.meta["palette"] = palette_json;
-  checkpoint.meta["alpha"] = alpha_mode_name(alpha_);
+  checkpoint.meta["alpha"] = alpha_mode_name(alpha());
   // The raw weights go beside the optimizer state; the model is the EMA weights.
   for (const auto& [name, t] : checkpoint.model) checkpoint.optimizer[kRawPrefix + name] = t;
   size_t i = 0;
@@ -284,7 +283,7 @@ train::Settings GeneratorTask::settings() const {
                    ", EMA " + std::to_string(kEmaDecay).substr(0, 5) + ")"},
       {"schedule",
        schedule_name(schedule_.kind()) + " betas, T = " + std::to_string(schedule_.steps())},
-      {"alpha", alpha_mode_name(alpha_) + " (" + c10::str(std::round(partial_alpha_ * 1000) / 10) +
+      {"alpha", alpha_mode_name(alpha()) + " (" + c10::str(std::round(partial_alpha_ * 1000) / 10) +
                     "% of the training set's visible pixels are partly transparent; soft from " +
                     c10::str(kSoftAlphaShare * 100) + "%)"},
   };

@@ -86,7 +86,7 @@ class GeneratorTask : public train::Task {
   int64_t size_ = 0;
   mutable std::optional<torch::Tensor> palette_;  // (K, 3) uint8, from the training set, once
   double partial_alpha_ = 0;                      // partial_alpha_share of the training set
-  AlphaMode alpha_ = AlphaMode::kBinary;          // alpha_mode_of the training set
+  AlphaMode alpha() const { return alpha_mode_for(partial_alpha_); }  // the training set's
 };
 
 }  // namespace spritetorch::diffusion

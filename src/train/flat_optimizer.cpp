@@ -151,7 +151,7 @@ void FlatOptimizer::step_on_device(const torch::Tensor& found_inf) {
     step_t_.add_(1.0);
     torch::jit::Stack stack;
     for (size_t i = 0; i < 4; ++i) stack.emplace_back(c10::List<at::Tensor>(fused_lists_[i]));
-    stack.emplace_back(c10::List<at::Tensor>());  // max_exp_avg_sqs: no amsgrad
+    stack.emplace_back(c10::List<at::Tensor>());                 // max_exp_avg_sqs: no amsgrad
     stack.emplace_back(c10::List<at::Tensor>(fused_lists_[4]));  // state_steps
     stack.emplace_back(lr_t_);
     for (const double scalar :

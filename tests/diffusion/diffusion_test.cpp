@@ -914,16 +914,22 @@ TEST(Palette, FromPngTakesDistinctOpaqueColours) {
   EXPECT_THROW(palette_from_png(dir.file("clear.png")), DataError);
 }
 
-TEST(GeneratorTraining, TinyRunSavesALoadableCheckpoint) {
-  ScratchDir dir;
+// One epoch of a generator on the CPU, batch 16, from `dataset`, saved to `save`.
+train::TrainConfig one_epoch_generator(const std::string& dataset, const std::string& save) {
   train::TrainConfig config;
   config.task = train::TaskKind::kGenerate;
-  config.dataset = "sprites";
-  config.sprites.count = 64;
+  config.dataset = dataset;
   config.epochs = 1;
   config.batch_size = 16;
   config.device = "cpu";
-  config.save = dir.file("g.pt");
+  config.save = save;
+  return config;
+}
+
+TEST(GeneratorTraining, TinyRunSavesALoadableCheckpoint) {
+  ScratchDir dir;
+  auto config = one_epoch_generator("sprites", dir.file("g.pt"));
+  config.sprites.count = 64;
   const auto report = run_training(config);
   EXPECT_EQ(report.task, "generate");
   EXPECT_EQ(report.steps, 3);  // 58 training sprites, drop_last: 3 batches of 16
@@ -959,14 +965,8 @@ TEST(GeneratorTraining, SoftArtGivesASoftAlphaGenerator) {
     std::filesystem::create_directories(folder);
     io::write_png(folder + "/" + std::to_string(i) + ".png", sprites[i].permute({1, 2, 0}));
   }
-  train::TrainConfig config;
-  config.task = train::TaskKind::kGenerate;
-  config.dataset = "folder:" + dir.file("set");
+  auto config = one_epoch_generator("folder:" + dir.file("set"), dir.file("g.pt"));
   config.unet_base = 8;
-  config.epochs = 1;
-  config.batch_size = 16;
-  config.device = "cpu";
-  config.save = dir.file("g.pt");
   run_training(config);
   auto g = load_generator(config.save, torch::kCPU);
   EXPECT_EQ(g.alpha, AlphaMode::kSoft);
@@ -978,15 +978,9 @@ TEST(GeneratorTraining, SoftArtGivesASoftAlphaGenerator) {
 // so; the new defaults are recorded in new checkpoints.
 TEST(GeneratorTraining, OldCheckpointsLoadAsEpsLinearWithoutAttention) {
   ScratchDir dir;
-  train::TrainConfig config;
-  config.task = train::TaskKind::kGenerate;
-  config.dataset = "sprites";
+  auto config = one_epoch_generator("sprites", dir.file("new.pt"));
   config.sprites.count = 64;
   config.unet_base = 8;
-  config.epochs = 1;
-  config.batch_size = 16;
-  config.device = "cpu";
-  config.save = dir.file("new.pt");
   run_training(config);
   const auto fresh = train::load_checkpoint(config.save);
   EXPECT_EQ(fresh.meta.at("prediction"), "v");
