@@ -191,22 +191,21 @@ int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
         diffusion::fidelity(r.sprites, torch::cat({data.train.inputs, data.test.inputs}), o);
   }
   if (json) {
-    nlohmann::json out{
-        {"samples", r.samples},
-        {"class_agreement", r.agreement.mean},
-        {"per_class_agreement", r.agreement.per_class},
-        {"real_class_agreement", real.mean},
-        {"real_per_class_agreement", real.per_class},
-        {"real_held_out", data.test.size()},
-        {"distinct", r.distinct},
-        {"exact_copies", r.exact_copies},
-        {"sample_s", r.sample_seconds},
-        {"sprites_per_second", r.sprites_per_second},
-        {"colours", f.options.colours},
-        {"precision", f.options.precision},
-        {"alpha", diffusion::alpha_mode_name(alpha)},
-        {"device", device::display_name(device)},
-        {"threads", threads}};
+    nlohmann::json out{{"samples", r.samples},
+                       {"class_agreement", r.agreement.mean},
+                       {"per_class_agreement", r.agreement.per_class},
+                       {"real_class_agreement", real.mean},
+                       {"real_per_class_agreement", real.per_class},
+                       {"real_held_out", data.test.size()},
+                       {"distinct", r.distinct},
+                       {"exact_copies", r.exact_copies},
+                       {"sample_s", r.sample_seconds},
+                       {"sprites_per_second", r.sprites_per_second},
+                       {"colours", f.options.colours},
+                       {"precision", f.options.precision},
+                       {"alpha", diffusion::alpha_mode_name(alpha)},
+                       {"device", device::display_name(device)},
+                       {"threads", threads}};
     out.update(diffusion::sampler_json(f.options, generator.schedule.steps()));
     if (fidelity_report) {
       const auto& fr = *fidelity_report;
@@ -220,8 +219,8 @@ int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
               << "\nGenerator: " << checkpoint << " ("
               << diffusion::describe_sampler(f.options, generator.schedule.steps()) << ", "
               << f.options.precision << (auto_precision ? " (auto)" : "") << ", alpha "
-              << diffusion::alpha_mode_name(alpha)
-              << (f.alpha == "auto" ? " (auto)" : "") << ")\nJudged by: " << f.classifier << "\n";
+              << diffusion::alpha_mode_name(alpha) << (f.alpha == "auto" ? " (auto)" : "")
+              << ")\nJudged by: " << f.classifier << "\n";
     print_generator_eval(std::cout, r, real, data.test.size(), generator.class_names);
     if (fidelity_report) print_fidelity(std::cout, *fidelity_report);
   }
