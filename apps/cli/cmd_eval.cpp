@@ -55,12 +55,24 @@ void print_fidelity(std::ostream& out, const diffusion::FidelityReport& f) {
     out << "  " << std::left << std::setw(26) << what << std::right << std::setw(10) << generated
         << std::setw(10) << real << "\n";
   };
+  const char* weighting =
+      f.class_weighted ? "; real sprites weighted to the generated classes' mix" : "";
   out << std::fixed << std::setprecision(4) << "Two-sample test (a CNN telling real from other, "
       << f.per_set << " + " << f.per_set << " sprites, accuracy on held-out halves; 0.5 = "
-      << "indistinguishable):\n"
+      << "indistinguishable" << weighting << "):\n"
       << "  real vs generated  " << f.c2st << "\n"
-      << "  real vs real       " << f.c2st_real << "\n"
-      << std::left << std::setw(28) << "Pixel-art statistics" << std::right << std::setw(10)
+      << "  real vs real       " << f.c2st_real << "\n";
+  if (f.judged) {
+    out << std::left << std::setw(28) << "In the classifier's features" << std::right
+        << std::setw(10) << "generated" << std::setw(10) << "real"
+        << "   (" << f.feature_dims << " dims; real: other real sprites)\n"
+        << std::setprecision(2);
+    row("Frechet distance", f.frechet, f.frechet_real);
+    out << std::setprecision(4);
+    row("precision (among real)", f.coverage.precision, f.coverage_real.precision);
+    row("recall (real covered)", f.coverage.recall, f.coverage_real.recall);
+  }
+  out << std::left << std::setw(28) << "Pixel-art statistics" << std::right << std::setw(10)
       << "generated" << std::setw(10) << "real"
       << "\n"
       << std::setprecision(2);
@@ -85,7 +97,8 @@ std::shared_ptr<GeneratorEvalFlags> add_generator_eval_options(CLI::App* sub) {
   const std::vector<CLI::Option*> before = sub->get_options();
   sub->add_option("--classifier", f->classifier,
                   "Generator checkpoints: a classifier checkpoint trained on the real data, to "
-                  "judge the samples")
+                  "judge the samples (class agreement; Frechet distance, precision and recall in "
+                  "its features)")
       ->check(CLI::ExistingFile);
   sub->add_option("--count", f->count,
                   "Generator checkpoints: samples to draw (spread over the classes)")
@@ -117,8 +130,10 @@ std::shared_ptr<GeneratorEvalFlags> add_generator_eval_options(CLI::App* sub) {
   sub->add_option("--seed", f->options.seed,
                   "Generator checkpoints: sampling seed (and the two-sample test's)")
       ->capture_default_str();
-  sub->add_flag("--no-fidelity", f->no_fidelity,
-                "Generator checkpoints: skip the two-sample test and pixel-art statistics");
+  sub->add_flag(
+      "--no-fidelity", f->no_fidelity,
+      "Generator checkpoints: skip the fidelity report (two-sample test, distances in the "
+      "classifier's features, pixel-art statistics)");
   f->options.precision = "auto";
   sub->add_option("--precision", f->options.precision,
                   std::string("Generator checkpoints: ") + kSamplingPrecisionHelp)
@@ -187,8 +202,9 @@ int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
     o.seed = f.options.seed;
     o.device = device;
     o.alpha = alpha;
-    fidelity_report =
-        diffusion::fidelity(r.sprites, torch::cat({data.train.inputs, data.test.inputs}), o);
+    fidelity_report = diffusion::fidelity(
+        r.sprites, torch::cat({data.train.inputs, data.test.inputs}), o, classifier.get(),
+        {r.labels, torch::cat({data.train.labels, data.test.labels})});
   }
   if (json) {
     nlohmann::json out{{"samples", r.samples},
@@ -209,9 +225,21 @@ int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
     out.update(diffusion::sampler_json(f.options, generator.schedule.steps()));
     if (fidelity_report) {
       const auto& fr = *fidelity_report;
-      out["fidelity"] = {{"per_set", fr.per_set},       {"c2st", fr.c2st},
-                         {"c2st_real", fr.c2st_real},   {"generated", stats_json(fr.generated)},
-                         {"real", stats_json(fr.real)}, {"seconds", fr.seconds}};
+      out["fidelity"] = {{"per_set", fr.per_set},
+                         {"class_weighted", fr.class_weighted},
+                         {"c2st", fr.c2st},
+                         {"c2st_real", fr.c2st_real},
+                         {"generated", stats_json(fr.generated)},
+                         {"real", stats_json(fr.real)},
+                         {"seconds", fr.seconds}};
+      if (fr.judged)
+        out["fidelity"]["judge_features"] = {{"dims", fr.feature_dims},
+                                             {"frechet", fr.frechet},
+                                             {"frechet_real", fr.frechet_real},
+                                             {"precision", fr.coverage.precision},
+                                             {"precision_real", fr.coverage_real.precision},
+                                             {"recall", fr.coverage.recall},
+                                             {"recall_real", fr.coverage_real.recall}};
     }
     std::cout << out.dump() << "\n";
   } else {

@@ -789,6 +789,7 @@ GeneratorEval evaluate_generator(Generator& g, models::ClassifierImpl& classifie
   r.distinct = static_cast<double>(generated.size()) / static_cast<double>(count);
   r.exact_copies = static_cast<double>(copies) / static_cast<double>(count);
   r.sprites = sprites;
+  r.labels = labels;
   return r;
 }
 

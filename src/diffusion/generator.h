@@ -249,6 +249,7 @@ struct GeneratorEval {
   double sample_seconds = 0;
   double sprites_per_second = 0;
   torch::Tensor sprites;  // the samples judged: (N, 4, S, S) uint8 on the CPU
+  torch::Tensor labels;   // (N) int64: the class each was drawn for
 };
 
 // `count` samples spread evenly over the classes, judged by `classifier` (trained on real data,

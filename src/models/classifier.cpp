@@ -28,11 +28,14 @@ AnnImpl::AnnImpl(int64_t in_features, int64_t classes) {
   out = register_module("out", torch::nn::Linear(64, classes));
 }
 
-torch::Tensor AnnImpl::forward(torch::Tensor x) {
+torch::Tensor AnnImpl::features(torch::Tensor x) {
   x = x.view({x.size(0), -1});  // (B, 784)
   x = torch::relu(fc1(x));
-  x = torch::relu(fc2(x));
-  return out(x);  // logits: CrossEntropy applies the softmax
+  return torch::relu(fc2(x));
+}
+
+torch::Tensor AnnImpl::forward(torch::Tensor x) {
+  return out(features(std::move(x)));  // logits: CrossEntropy applies the softmax
 }
 
 SimpleNnImpl::SimpleNnImpl(int64_t in_features, int64_t classes) {
@@ -40,9 +43,11 @@ SimpleNnImpl::SimpleNnImpl(int64_t in_features, int64_t classes) {
   fc2 = register_module("fc2", torch::nn::Linear(10, classes));
 }
 
-torch::Tensor SimpleNnImpl::forward(torch::Tensor x) {
-  return fc2(torch::relu(fc1(x.view({x.size(0), -1}))));
+torch::Tensor SimpleNnImpl::features(torch::Tensor x) {
+  return torch::relu(fc1(x.view({x.size(0), -1})));
 }
+
+torch::Tensor SimpleNnImpl::forward(torch::Tensor x) { return fc2(features(std::move(x))); }
 
 CnnImpl::CnnImpl(int64_t channels, int64_t height, int64_t width, int64_t classes) {
   using torch::nn::Conv2dOptions;
@@ -55,14 +60,15 @@ CnnImpl::CnnImpl(int64_t channels, int64_t height, int64_t width, int64_t classe
   dropout = register_module("dropout", torch::nn::Dropout(0.25));
 }
 
-torch::Tensor CnnImpl::forward(torch::Tensor x) {
+torch::Tensor CnnImpl::features(torch::Tensor x) {
   // relu(max_pool(x)) is max_pool(relu(x)), gradients included (the same element wins each
   // window or none gets a gradient), with the ReLU on a quarter of the values.
   x = torch::relu(torch::max_pool2d(conv1(x), 2));  // (B, 32, H/2, W/2)
   x = torch::relu(torch::max_pool2d(conv2(x), 2));  // (B, 64, H/4, W/4)
-  x = torch::relu(fc1(x.flatten(1)));
-  return fc2(dropout(x));
+  return torch::relu(fc1(x.flatten(1)));
 }
+
+torch::Tensor CnnImpl::forward(torch::Tensor x) { return fc2(dropout(features(std::move(x)))); }
 
 FastCnnImpl::FastCnnImpl(int64_t channels, int64_t height, int64_t width, int64_t classes,
                          std::array<int64_t, 3> w) {
@@ -79,11 +85,20 @@ FastCnnImpl::FastCnnImpl(int64_t channels, int64_t height, int64_t width, int64_
   fc = register_module("fc", torch::nn::Linear(w[2] * (height / 8) * (width / 8), classes));
 }
 
+namespace {
+torch::Tensor fast_cnn_map(FastCnnImpl& m, torch::Tensor x) {
+  x = torch::max_pool2d(torch::relu(m.bn1(m.conv1(x))), 2);     // (B, w0, H/2, W/2)
+  x = torch::max_pool2d(torch::relu(m.bn2(m.conv2(x))), 2);     // (B, w1, H/4, W/4)
+  return torch::max_pool2d(torch::relu(m.bn3(m.conv3(x))), 2);  // (B, w2, H/8, W/8)
+}
+}  // namespace
+
 torch::Tensor FastCnnImpl::forward(torch::Tensor x) {
-  x = torch::max_pool2d(torch::relu(bn1(conv1(x))), 2);  // (B, w0, H/2, W/2)
-  x = torch::max_pool2d(torch::relu(bn2(conv2(x))), 2);  // (B, w1, H/4, W/4)
-  x = torch::max_pool2d(torch::relu(bn3(conv3(x))), 2);  // (B, w2, H/8, W/8)
-  return fc(x.flatten(1));
+  return fc(fast_cnn_map(*this, std::move(x)).flatten(1));
+}
+
+torch::Tensor FastCnnImpl::features(torch::Tensor x) {
+  return fast_cnn_map(*this, std::move(x)).mean({2, 3});
 }
 
 const std::vector<std::string>& model_names() {

@@ -21,6 +21,10 @@ struct ModelSpec {
 class ClassifierImpl : public torch::nn::Module {
  public:
   virtual torch::Tensor forward(torch::Tensor x) = 0;
+  // (B, D) features of a batch: what the model has learnt to see, as a Fréchet distance between
+  // two sets of images compares them (diffusion/fidelity.h). The built-in models give the input of
+  // their last layer (the CNNs' pooled over positions); a model that does not say gives its logits.
+  virtual torch::Tensor features(torch::Tensor x) { return forward(std::move(x)); }
   // Non-empty when the model is exactly Linear, ReLU, Linear, ..., Linear on flattened inputs:
   // then the trainer may use its fused step (train/train_step.h).
   virtual std::vector<torch::nn::Linear> relu_mlp_layers() { return {}; }
@@ -48,6 +52,7 @@ class AnnImpl : public ClassifierImpl {
  public:
   AnnImpl(int64_t in_features, int64_t classes);
   torch::Tensor forward(torch::Tensor x) override;
+  torch::Tensor features(torch::Tensor x) override;  // (B, 64): what `out` sees
   std::vector<torch::nn::Linear> relu_mlp_layers() override { return {fc1, fc2, out}; }
   torch::nn::Linear fc1{nullptr}, fc2{nullptr}, out{nullptr};
 };
@@ -57,6 +62,7 @@ class SimpleNnImpl : public ClassifierImpl {
  public:
   SimpleNnImpl(int64_t in_features, int64_t classes);
   torch::Tensor forward(torch::Tensor x) override;
+  torch::Tensor features(torch::Tensor x) override;  // (B, 10): what fc2 sees
   std::vector<torch::nn::Linear> relu_mlp_layers() override { return {fc1, fc2}; }
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
 };
@@ -67,6 +73,7 @@ class CnnImpl : public ClassifierImpl {
  public:
   CnnImpl(int64_t channels, int64_t height, int64_t width, int64_t classes);
   torch::Tensor forward(torch::Tensor x) override;
+  torch::Tensor features(torch::Tensor x) override;  // (B, 128): the hidden units fc2 sees
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
   torch::nn::Dropout dropout{nullptr};
@@ -83,6 +90,10 @@ class FastCnnImpl : public ClassifierImpl {
   FastCnnImpl(int64_t channels, int64_t height, int64_t width, int64_t classes,
               std::array<int64_t, 3> widths = {16, 32, 64});
   torch::Tensor forward(torch::Tensor x) override;
+  // (B, w2): the last stage's map averaged over its (H/8, W/8) positions. fc sees the whole map
+  // (w2 H W / 64 values: 4,096 for fastcnn-wide at 32 x 32), too many dimensions to estimate a
+  // covariance from a few hundred images.
+  torch::Tensor features(torch::Tensor x) override;
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr};
   torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr}, bn3{nullptr};
   torch::nn::Linear fc{nullptr};

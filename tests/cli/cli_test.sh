@@ -229,9 +229,12 @@ expect 2 "--sample-every writes sample sheets into the run folder; --no-run-dir 
 expect 2 "--guidance-interval places guidance on part of the schedule; --guidance 1 is no guidance" -- generate --checkpoint "$tmp/g.pt" --guidance 1 --guidance-interval 0:1 --out "$tmp/x.png"
 expect 2 "--guidance-interval places guidance on part of the schedule; --guidance 1 is no guidance" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --guidance 1 --guidance-interval 0.4:1
 expect 0 "Class agreement" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2
-# The fidelity report: both two-sample tests and the pixel-art statistics, in text and JSON.
+# The fidelity report: both two-sample tests (real sprites weighted to the generated classes'
+# mix), the distances in the classifier's features and the pixel-art statistics, in text and JSON.
 expect 0 "real vs real +[01]\.[0-9]{4}" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2
-expect 0 '"fidelity":\{"c2st":[0-9.]+,"c2st_real":[0-9.]+,"generated":\{"alpha_coverage":[0-9.]+,"colours":[0-9.]+,"sprites":8,"stray_pixels":[0-9.]+\}' -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2 --json
+expect 0 "Frechet distance +[0-9]+\.[0-9]{2} +[0-9]+\.[0-9]{2}$" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2
+expect 0 "recall \(real covered\) +[01]\.[0-9]{4} +[01]\.[0-9]{4}$" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2
+expect 0 '"fidelity":\{"c2st":[0-9.]+,"c2st_real":[0-9.]+,"class_weighted":true,"generated":\{"alpha_coverage":[0-9.]+,"colours":[0-9.]+,"sprites":8,"stray_pixels":[0-9.]+\},"judge_features":\{"dims":[0-9]+,"frechet":[0-9.e+-]+,"frechet_real":[0-9.e+-]+,"precision":[0-9.]+,"precision_real":[0-9.]+,"recall":[0-9.]+,"recall_real":[0-9.]+\}' -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2 --json
 expect 0 '"eta":1\.0,.*"guidance":2\.5,"guidance_interval":\[0\.4,1\.0\],.*"sampler":"ddim".*"spacing":"uniform".*"steps":2,.*"threads":"1 intra-op' -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2 --threads 1 --json
 # eval samples in bf16 as generate does; an option of the other kind of checkpoint is refused.
 expect 0 "Generator: .*g\.pt \(ddim 2 uniform steps, .*, bf16, alpha binary \(auto\)\)" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 4 --steps 2 --precision bf16 --no-fidelity

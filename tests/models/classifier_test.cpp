@@ -18,6 +18,37 @@ TEST(Models, OutputShapesForEachModel) {
   EXPECT_EQ(simple->forward(torch::rand({7, 3})).sizes(), (std::vector<int64_t>{7, 2}));
 }
 
+// features() is what each model's last layer sees (fastcnn: its map averaged over positions), so
+// the logits are that layer applied to the features.
+TEST(Models, FeaturesAreWhatTheLastLayerSees) {
+  torch::manual_seed(4);
+  torch::NoGradGuard no_grad;
+  const auto grey = torch::rand({3, 1, 28, 28}), rgba = torch::rand({3, 4, 32, 32});
+  auto ann = std::dynamic_pointer_cast<AnnImpl>(make_model({"ann", {1, 28, 28}, 10}));
+  EXPECT_EQ(ann->features(grey).sizes(), (std::vector<int64_t>{3, 64}));
+  EXPECT_TRUE(torch::allclose(ann->out(ann->features(grey)), ann->forward(grey)));
+  auto cnn = std::dynamic_pointer_cast<CnnImpl>(make_model({"cnn", {4, 32, 32}, 13}));
+  cnn->eval();  // dropout off
+  EXPECT_EQ(cnn->features(rgba).sizes(), (std::vector<int64_t>{3, 128}));
+  EXPECT_TRUE(torch::allclose(cnn->fc2(cnn->features(rgba)), cnn->forward(rgba)));
+  EXPECT_GE(cnn->features(rgba).min().item<float>(), 0.0f);  // after the ReLU
+  auto simple = std::dynamic_pointer_cast<SimpleNnImpl>(make_model({"simplenn", {3}, 2}));
+  const auto points = torch::rand({5, 3});
+  EXPECT_TRUE(torch::allclose(simple->fc2(simple->features(points)), simple->forward(points)));
+  auto fast = std::dynamic_pointer_cast<FastCnnImpl>(make_model({"fastcnn-2x", {4, 32, 32}, 13}));
+  fast->eval();
+  EXPECT_EQ(fast->features(rgba).sizes(), (std::vector<int64_t>{3, 128}));  // 128 channels
+  // The last stage's map by hand: features average it, forward's fc reads all of it.
+  auto stage = [](auto& conv, auto& bn, const torch::Tensor& x) {
+    return torch::max_pool2d(torch::relu(bn(conv(x))), 2);
+  };
+  const auto map = stage(fast->conv3, fast->bn3,
+                         stage(fast->conv2, fast->bn2, stage(fast->conv1, fast->bn1, rgba)));
+  ASSERT_EQ(map.sizes(), (std::vector<int64_t>{3, 128, 4, 4}));
+  EXPECT_TRUE(torch::allclose(fast->features(rgba), map.mean({2, 3})));
+  EXPECT_TRUE(torch::allclose(fast->fc(map.flatten(1)), fast->forward(rgba)));
+}
+
 TEST(Models, SeedNetworkHasTheSeedsLayersAndNames) {
   auto ann = make_model({"ann", {1, 28, 28}, 10});
   int64_t count = 0;
