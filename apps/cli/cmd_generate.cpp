@@ -54,8 +54,10 @@ void add_alpha_option(CLI::App* sub, std::string& alpha, const std::string& pref
                   prefix + (prefix.empty() ? "T" : "t") +
                       "he sprites' alpha: binary (opaque or transparent, pixel art's hard "
                       "edges), soft (8 bits: shadows, glows, antialiased edges), or auto (what "
-                      "the training set had: soft when 2% or more of its visible pixels are "
-                      "partly transparent; recorded in the checkpoint)")
+                      "the training set had: soft when " +
+                      c10::str(diffusion::kSoftAlphaShare * 100) +
+                      "% or more of its visible pixels are partly transparent; recorded in the "
+                      "checkpoint)")
       ->check(CLI::IsMember({"auto", "binary", "soft"}))
       ->capture_default_str();
 }
