@@ -62,6 +62,9 @@ void print_fidelity(std::ostream& out, const diffusion::FidelityReport& f) {
       << "indistinguishable" << weighting << "):\n"
       << "  real vs generated  " << f.c2st << "\n"
       << "  real vs real       " << f.c2st_real << "\n";
+  if (f.per_set < f.max_per_set)
+    out << "  (the real set allows " << f.max_per_set << " a set: --count " << f.max_per_set
+        << " gives the critics more to learn from, and a sharper test)\n";
   if (f.judged) {
     out << std::left << std::setw(28) << "In the classifier's features" << std::right
         << std::setw(10) << "generated" << std::setw(10) << "real"
@@ -226,6 +229,7 @@ int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
     if (fidelity_report) {
       const auto& fr = *fidelity_report;
       out["fidelity"] = {{"per_set", fr.per_set},
+                         {"max_per_set", fr.max_per_set},
                          {"class_weighted", fr.class_weighted},
                          {"c2st", fr.c2st},
                          {"c2st_real", fr.c2st_real},

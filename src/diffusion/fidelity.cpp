@@ -341,6 +341,7 @@ FidelityReport fidelity(const torch::Tensor& generated, const torch::Tensor& rea
   }
   FidelityReport r;
   r.per_set = n;
+  r.max_per_set = real.size(0) / 2;
   r.class_weighted = weights_a.defined();
   r.c2st = two_sample_accuracy(real_a, generated.narrow(0, 0, n), o, weights_a);
   r.c2st_real = two_sample_accuracy(real_a, real_b, o, weights_a, weights_b);

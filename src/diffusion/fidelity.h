@@ -76,6 +76,9 @@ Coverage precision_recall(const torch::Tensor& real, const torch::Tensor& genera
 
 struct FidelityReport {
   int64_t per_set = 0;   // sprites in each set of each test
+  // The most the real set allows (half of it): a critic trained on more sprites sees more (on a
+  // set of game characters 0.65 at 512 a set, 0.92 at 1,800; docs/sprites.md).
+  int64_t max_per_set = 0;
   double c2st = 0;       // real vs generated
   double c2st_real = 0;  // real vs other real: what an indistinguishable generator would score
   bool class_weighted = false;  // real sets weighted to the generated set's class mix

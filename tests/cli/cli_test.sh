@@ -232,9 +232,10 @@ expect 0 "Class agreement" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c
 # The fidelity report: both two-sample tests (real sprites weighted to the generated classes'
 # mix), the distances in the classifier's features and the pixel-art statistics, in text and JSON.
 expect 0 "real vs real +[01]\.[0-9]{4}" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2
+expect 0 "the real set allows [0-9]+ a set: --count [0-9]+ gives the critics more to learn from" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2
 expect 0 "Frechet distance +[0-9]+\.[0-9]{2} +[0-9]+\.[0-9]{2}$" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2
 expect 0 "recall \(real covered\) +[01]\.[0-9]{4} +[01]\.[0-9]{4}$" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2
-expect 0 '"fidelity":\{"c2st":[0-9.]+,"c2st_real":[0-9.]+,"class_weighted":true,"generated":\{"alpha_coverage":[0-9.]+,"colours":[0-9.]+,"sprites":8,"stray_pixels":[0-9.]+\},"judge_features":\{"dims":[0-9]+,"frechet":[0-9.e+-]+,"frechet_real":[0-9.e+-]+,"precision":[0-9.]+,"precision_real":[0-9.]+,"recall":[0-9.]+,"recall_real":[0-9.]+\}' -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2 --json
+expect 0 '"fidelity":\{"c2st":[0-9.]+,"c2st_real":[0-9.]+,"class_weighted":true,"generated":\{"alpha_coverage":[0-9.]+,"colours":[0-9.]+,"sprites":8,"stray_pixels":[0-9.]+\},"judge_features":\{"dims":[0-9]+,"frechet":[0-9.e+-]+,"frechet_real":[0-9.e+-]+,"precision":[0-9.]+,"precision_real":[0-9.]+,"recall":[0-9.]+,"recall_real":[0-9.]+\},"max_per_set":[0-9]+,"per_set":8,' -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2 --json
 expect 0 '"eta":1\.0,.*"guidance":2\.5,"guidance_interval":\[0\.4,1\.0\],.*"sampler":"ddim".*"spacing":"uniform".*"steps":2,.*"threads":"1 intra-op' -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2 --threads 1 --json
 # eval samples in bf16 as generate does; an option of the other kind of checkpoint is refused.
 expect 0 "Generator: .*g\.pt \(ddim 2 uniform steps, .*, bf16, alpha binary \(auto\)\)" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 4 --steps 2 --precision bf16 --no-fidelity

@@ -136,6 +136,7 @@ TEST(Fidelity, ReportsBothTestsAndTheStatistics) {
   o.epochs = 3;
   const auto r = fidelity(generated, real, o);
   EXPECT_EQ(r.per_set, 100);  // min(100 generated, 200 real / 2)
+  EXPECT_EQ(r.max_per_set, 100);
   EXPECT_GE(r.c2st, 0.0);
   EXPECT_LE(r.c2st, 1.0);
   EXPECT_EQ(r.generated.sprites, 100);
