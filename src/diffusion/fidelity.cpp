@@ -7,7 +7,6 @@
 
 #include "common/error.h"
 #include "common/timer.h"
-#include "data/dataset.h"
 #include "diffusion/generator.h"
 
 namespace spritetorch::diffusion {
@@ -296,16 +295,8 @@ namespace {
 // (N, D) judge features of sprites prepared as the two-sample test prepares them.
 torch::Tensor judge_features(models::ClassifierImpl& judge, const torch::Tensor& sprites,
                              AlphaMode alpha) {
-  torch::InferenceMode guard;
-  judge.eval();
-  const auto device = judge.parameters().front().device();
-  const auto input = prepared(sprites, alpha);
-  std::vector<torch::Tensor> parts;  // in slices of 1,000, as classifier_agreement does
-  for (int64_t i = 0; i < input.size(0); i += 1000) {
-    const auto part = input.narrow(0, i, std::min<int64_t>(1000, input.size(0) - i));
-    parts.push_back(judge.features(data::to_model_input(part.to(device))).flatten(1).cpu());
-  }
-  return torch::cat(parts);
+  return classifier_pass(judge, prepared(sprites, alpha), &models::ClassifierImpl::features)
+      .flatten(1);
 }
 
 }  // namespace

@@ -75,7 +75,7 @@ Coverage precision_recall(const torch::Tensor& real, const torch::Tensor& genera
                           const torch::Tensor& generated_weights = {});
 
 struct FidelityReport {
-  int64_t per_set = 0;   // sprites in each set of each test
+  int64_t per_set = 0;  // sprites in each set of each test
   // The most the real set allows (half of it): a critic trained on more sprites sees more (on a
   // set of game characters 0.65 at 512 a set, 0.92 at 1,800; docs/sprites.md).
   int64_t max_per_set = 0;

@@ -737,20 +737,27 @@ torch::Tensor palette_from_png(const std::string& path) {
   return torch::tensor(flat, torch::kUInt8).view({-1, 3}).clone();
 }
 
-Agreement classifier_agreement(models::ClassifierImpl& classifier, const torch::Tensor& sprites,
-                               const torch::Tensor& labels, int64_t classes) {
+torch::Tensor classifier_pass(models::ClassifierImpl& classifier, const torch::Tensor& sprites,
+                              ClassifierPass pass) {
   torch::InferenceMode guard;
   classifier.eval();
   const auto device = classifier.parameters().front().device();
-  std::vector<torch::Tensor> predicted;  // in slices of 1,000: a whole real set may be large
+  std::vector<torch::Tensor> parts;
   for (int64_t i = 0; i < sprites.size(0); i += 1000) {
     const auto part = sprites.narrow(0, i, std::min<int64_t>(1000, sprites.size(0) - i));
-    predicted.push_back(classifier.forward(data::to_model_input(part.to(device))).argmax(1).cpu());
+    parts.push_back((classifier.*pass)(data::to_model_input(part.to(device))).cpu());
   }
+  return torch::cat(parts);
+}
+
+Agreement classifier_agreement(models::ClassifierImpl& classifier, const torch::Tensor& sprites,
+                               const torch::Tensor& labels, int64_t classes) {
   Agreement a;
-  if (predicted.empty()) return a;
+  if (sprites.size(0) == 0) return a;
+  const auto predicted = classifier_pass(classifier, sprites, &models::ClassifierImpl::forward);
+  torch::InferenceMode guard;
   const auto truth = labels.cpu();
-  const auto hit = (torch::cat(predicted) == truth).to(torch::kFloat64);
+  const auto hit = (predicted.argmax(1) == truth).to(torch::kFloat64);
   a.mean = hit.mean().item<double>();
   for (int64_t c = 0; c < classes; ++c)
     a.per_class.push_back(hit.index({truth == c}).mean().item<double>());

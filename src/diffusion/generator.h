@@ -241,6 +241,13 @@ struct Agreement {
 Agreement classifier_agreement(models::ClassifierImpl& classifier, const torch::Tensor& sprites,
                                const torch::Tensor& labels, int64_t classes);
 
+// One pass of a classifier (&ClassifierImpl::forward or ::features) over stored sprites (N, 4, S,
+// S) uint8, N >= 1, in eval and inference mode, in slices of 1,000 on the classifier's device (a
+// whole real set may be large): (N, ...) on the CPU.
+using ClassifierPass = torch::Tensor (models::ClassifierImpl::*)(torch::Tensor);
+torch::Tensor classifier_pass(models::ClassifierImpl& classifier, const torch::Tensor& sprites,
+                              ClassifierPass pass);
+
 struct GeneratorEval {
   int64_t samples = 0;
   Agreement agreement;      // with the requested class: the class agreement
