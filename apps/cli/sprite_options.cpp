@@ -69,6 +69,10 @@ void add_sprite_data_options(CLI::App* sub, train::TrainConfig& config, bool tra
     sub->add_option("--unet-attention", config.unet_attention,
                     "--task generate: self-attention at a quarter of the sprite size (1 or 0)")
         ->capture_default_str();
+    sub->add_option("--unet-scale-shift", config.unet_scale_shift,
+                    "--task generate: the time and class embedding scales and shifts each "
+                    "block's second GroupNorm (1) or is added before it (0)")
+        ->capture_default_str();
     sub->add_option("--prediction", config.prediction,
                     "--task generate: what the UNet predicts: v, eps (the noise) or x0")
         ->check(CLI::IsMember({"v", "eps", "x0"}))

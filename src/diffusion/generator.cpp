@@ -102,7 +102,8 @@ Generator load_generator(const std::string& path, torch::Device device) {
     o.base = u.at("base").get<int64_t>();
     o.classes = u.at("classes").get<int64_t>();
     o.embed = u.at("embed").get<int64_t>();
-    o.attention = u.value("attention", false);  // absent before attention existed
+    o.attention = u.value("attention", false);      // absent before attention existed
+    o.scale_shift = u.value("scale_shift", false);  // absent before scale-shift norms existed
     g.net = UNet(o);
     // Checkpoints from before the cosine / v defaults have neither key: linear betas, eps.
     g.schedule = NoiseSchedule(checkpoint.meta.at("schedule_steps").get<int64_t>(),

@@ -55,6 +55,7 @@ GeneratorTask::GeneratorTask(int64_t unet_base, int64_t sample_every, uint64_t p
                 std::to_string(design.min_snr_gamma));
   options_.base = unet_base;
   options_.attention = design.attention;
+  options_.scale_shift = design.scale_shift;
 }
 
 torch::Tensor GeneratorTask::denoising_loss(const torch::Tensor& x0, const torch::Tensor& t,
@@ -208,11 +209,10 @@ void GeneratorTask::save(train::Checkpoint& checkpoint) const {
     palette_json.push_back({int{rgb[k][0]}, int{rgb[k][1]}, int{rgb[k][2]}});
   checkpoint.meta["task"] = "generate";
   checkpoint.meta["model"] = "unet";
-  checkpoint.meta["unet"] = {{"channels", options_.channels},
-                             {"base", options_.base},
-                             {"classes", options_.classes},
-                             {"embed", options_.embed},
-                             {"attention", options_.attention}};
+  checkpoint.meta["unet"] = {
+      {"channels", options_.channels},   {"base", options_.base},
+      {"classes", options_.classes},     {"embed", options_.embed},
+      {"attention", options_.attention}, {"scale_shift", options_.scale_shift}};
   checkpoint.meta["schedule_steps"] = schedule_.steps();
   checkpoint.meta["schedule"] = schedule_name(schedule_.kind());
   checkpoint.meta["prediction"] = prediction_name(design_.prediction);
@@ -233,6 +233,7 @@ void GeneratorTask::load(const train::Checkpoint& c, const std::string& source) 
                               {"classes", options_.classes},
                               {"size", size_},
                               {"attention", options_.attention},
+                              {"scale_shift", options_.scale_shift},
                               {"prediction", prediction_name(design_.prediction)},
                               {"schedule", schedule_name(schedule_.kind())}};
   nlohmann::json then;
@@ -242,16 +243,18 @@ void GeneratorTask::load(const train::Checkpoint& c, const std::string& source) 
             {"classes", c.meta.at("unet").at("classes")},
             {"size", c.meta.at("size")},
             {"attention", c.meta.at("unet").value("attention", false)},
+            {"scale_shift", c.meta.at("unet").value("scale_shift", false)},
             {"prediction", c.meta.value("prediction", "eps")},
             {"schedule", c.meta.value("schedule", "linear")}};
   } catch (const nlohmann::json::exception& e) {
     throw DataError(source, "generator metadata (unet, size)", e.what());
   }
   if (then != now)
-    throw Error("--resume " + source + " holds a UNet for " + then.dump() + "; this run builds " +
-                    now.dump(),
-                "resume with the same --unet-base, --unet-attention, --prediction, "
-                "--noise-schedule, --size and dataset");
+    throw Error(
+        "--resume " + source + " holds a UNet for " + then.dump() + "; this run builds " +
+            now.dump(),
+        "resume with the same --unet-base, --unet-attention, --unet-scale-shift, --prediction, "
+        "--noise-schedule, --size and dataset");
   std::map<std::string, torch::Tensor> raw;
   for (const auto& [name, t] : c.optimizer)
     if (name.rfind(kRawPrefix, 0) == 0) raw[name.substr(std::strlen(kRawPrefix))] = t;
@@ -276,6 +279,7 @@ train::Settings GeneratorTask::settings() const {
   return {
       {"model", "unet base " + std::to_string(options_.base) + " (" + std::to_string(parameters) +
                     " parameters" + (options_.attention ? ", attention" : "") +
+                    (options_.scale_shift ? ", scale-shift norms" : "") +
                     (activation_checkpointing_ ? ", activation checkpointing" : "") + ")"},
       {"task", "generate (predicts " + prediction_name(design_.prediction) + ", min-SNR gamma " +
                    (design_.min_snr_gamma > 0 ? c10::str(design_.min_snr_gamma) : "off") +

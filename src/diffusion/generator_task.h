@@ -23,6 +23,7 @@ struct GeneratorDesign {
   Prediction prediction = Prediction::kV;
   ScheduleKind schedule = ScheduleKind::kCosine;
   bool attention = true;  // self-attention at S/4
+  bool scale_shift = true;  // the embedding scales and shifts the blocks' second norm
   double min_snr_gamma =
       5.0;  // loss weight min(SNR, gamma) / (what the target's MSE weighs); 0 off
 };

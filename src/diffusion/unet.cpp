@@ -109,11 +109,12 @@ torch::Tensor timestep_embedding(const torch::Tensor& t, int64_t dim) {
   return torch::cat({args.sin(), args.cos()}, 1);                          // (B, dim)
 }
 
-ResBlockImpl::ResBlockImpl(int64_t in, int64_t out, int64_t embed) {
+ResBlockImpl::ResBlockImpl(int64_t in, int64_t out, int64_t embed, bool scale_shift)
+    : scale_shift_(scale_shift) {
   using torch::nn::Conv2dOptions;
   norm1 = register_module("norm1", torch::nn::GroupNorm(groups_for(in), in));
   conv1 = register_module("conv1", torch::nn::Conv2d(Conv2dOptions(in, out, /*kernel_size=*/3).padding(1)));
-  emb_proj = register_module("emb_proj", torch::nn::Linear(embed, out));
+  emb_proj = register_module("emb_proj", torch::nn::Linear(embed, scale_shift ? 2 * out : out));
   norm2 = register_module("norm2", torch::nn::GroupNorm(groups_for(out), out));
   conv2 = register_module("conv2", torch::nn::Conv2d(Conv2dOptions(out, out, /*kernel_size=*/3).padding(1)));
   if (in != out) skip = register_module("skip", torch::nn::Conv2d(Conv2dOptions(in, out, /*kernel_size=*/1)));
@@ -121,8 +122,14 @@ ResBlockImpl::ResBlockImpl(int64_t in, int64_t out, int64_t embed) {
 
 torch::Tensor ResBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& emb) {
   auto h = conv1(torch::silu(normalise(norm1, x)));
-  h = h + emb_proj(emb).unsqueeze(-1).unsqueeze(-1);  // (B, out, 1, 1) broadcast over H, W
-  h = conv2(torch::silu(normalise(norm2, h)));
+  const auto e = emb_proj(emb).unsqueeze(-1).unsqueeze(-1);  // (B, out or 2 out, 1, 1)
+  if (scale_shift_) {
+    const auto parts = e.chunk(2, 1);  // scale, shift: (B, out, 1, 1) each
+    h = normalise(norm2, h) * (1 + parts[0]) + parts[1];
+  } else {
+    h = normalise(norm2, h + e);
+  }
+  h = conv2(torch::silu(h));
   return h + (skip ? skip(x) : x);
 }
 
@@ -156,16 +163,16 @@ UNetImpl::UNetImpl(const UNetOptions& o) : options_(o) {
   time2 = register_module("time2", torch::nn::Linear(e, e));
   class_embed = register_module("class_embed", torch::nn::Embedding(o.classes + 1, e));
   in_conv = register_module("in_conv", torch::nn::Conv2d(Conv2dOptions(o.channels, c1, 3).padding(1)));
-  block1 = register_module("block1", ResBlock(c1, c1, e));                                        // S
+  block1 = register_module("block1", ResBlock(c1, c1, e, o.scale_shift));  // S
   down1 = register_module("down1", torch::nn::Conv2d(Conv2dOptions(c1, c1, 3).stride(2).padding(1)));
-  block2 = register_module("block2", ResBlock(c1, c2, e));                                        // S/2
+  block2 = register_module("block2", ResBlock(c1, c2, e, o.scale_shift));  // S/2
   down2 = register_module("down2", torch::nn::Conv2d(Conv2dOptions(c2, c2, 3).stride(2).padding(1)));
-  mid1 = register_module("mid1", ResBlock(c2, c2, e));                                            // S/4
+  mid1 = register_module("mid1", ResBlock(c2, c2, e, o.scale_shift));  // S/4
   if (o.attention)
     mid_attn = register_module("mid_attn", AttentionBlock(c2, std::max<int64_t>(1, c2 / 32)));
-  mid2 = register_module("mid2", ResBlock(c2, c2, e));
-  up2 = register_module("up2", ResBlock(c2 + c2, c2, e));                                          // S/2
-  up1 = register_module("up1", ResBlock(c2 + c1, c1, e));                                          // S
+  mid2 = register_module("mid2", ResBlock(c2, c2, e, o.scale_shift));
+  up2 = register_module("up2", ResBlock(c2 + c2, c2, e, o.scale_shift));  // S/2
+  up1 = register_module("up1", ResBlock(c2 + c1, c1, e, o.scale_shift));  // S
   out_norm = register_module("out_norm", torch::nn::GroupNorm(groups_for(c1), c1));
   out_conv = register_module("out_conv", torch::nn::Conv2d(Conv2dOptions(c1, o.channels, 3).padding(1)));
   // Start from "predict zero noise": a calmer first few hundred steps.

@@ -17,6 +17,9 @@ struct UNetOptions {
   int64_t classes = 4;    // real classes; the embedding has classes + 1 rows
   int64_t embed = 128;    // time / class embedding width
   bool attention = false;  // self-attention between the two S/4 blocks (whole-sprite layout)
+  // The embedding (time + class) sets a scale and a shift of each block's second GroupNorm
+  // (Dhariwal & Nichol 2021's adaptive GroupNorm) instead of being added before it.
+  bool scale_shift = false;
 };
 
 // Multi-head self-attention over the H x W positions, residual: x + proj(attn(norm(x))). The
@@ -35,12 +38,16 @@ TORCH_MODULE(AttentionBlock);
 
 class ResBlockImpl : public torch::nn::Module {
  public:
-  ResBlockImpl(int64_t in, int64_t out, int64_t embed);
+  // scale_shift: see UNetOptions (emb_proj then gives 2 x out: scale, shift).
+  ResBlockImpl(int64_t in, int64_t out, int64_t embed, bool scale_shift = false);
   // x: (B, in, H, W); emb: (B, embed) -> (B, out, H, W)
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& emb);
   torch::nn::GroupNorm norm1{nullptr}, norm2{nullptr};
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, skip{nullptr};
   torch::nn::Linear emb_proj{nullptr};
+
+ private:
+  bool scale_shift_ = false;
 };
 TORCH_MODULE(ResBlock);
 

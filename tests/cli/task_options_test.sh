@@ -26,8 +26,9 @@ expect 0 '"threads":"1 intra-op' -- "${gen[@]}" --threads 1
 expect 0 '"steps":2,' -- "${gen[@]}" --train-limit 32
 expect 0 '"test":\{"loss":[0-9.e-]+,"samples":3\}' -- "${gen[@]}" --test-limit 3
 expect 0 '"step":"autograd"' -- "${gen[@]}" --step autograd
-expect 0 '"model":"unet base 8 \([0-9]+ parameters, attention, activation checkpointing\)"' -- "${gen[@]}" --activation-checkpointing
-expect 0 '"model":"unet base 8 \([0-9]+ parameters\)"' -- "${gen[@]}" --unet-attention 0
+expect 0 '"model":"unet base 8 \([0-9]+ parameters, attention, scale-shift norms, activation checkpointing\)"' -- "${gen[@]}" --activation-checkpointing
+expect 0 '"model":"unet base 8 \([0-9]+ parameters, scale-shift norms\)"' -- "${gen[@]}" --unet-attention 0
+expect 0 '"model":"unet base 8 \([0-9]+ parameters\)"' -- "${gen[@]}" --unet-attention 0 --unet-scale-shift 0
 expect 0 '"task":"generate \(predicts eps, min-SNR gamma off' -- "${gen[@]}" --prediction eps --min-snr-gamma 0
 expect 0 '"task":"generate \(predicts x0, min-SNR gamma 5' -- "${gen[@]}" --prediction x0
 expect 0 '"schedule":"linear betas' -- "${gen[@]}" --noise-schedule linear
@@ -61,6 +62,7 @@ expect 2 "--sample-every does not apply to --task classify" -- "${cls[@]}" --sam
 expect 2 "--unet-base does not apply to --task classify" -- "${cls[@]}" --unet-base 32
 expect 2 "--activation-checkpointing does not apply to --task classify" -- "${cls[@]}" --activation-checkpointing
 expect 2 "--unet-attention does not apply to --task classify" -- "${cls[@]}" --unet-attention 0
+expect 2 "--unet-scale-shift does not apply to --task classify" -- "${cls[@]}" --unet-scale-shift 0
 expect 2 "--prediction does not apply to --task classify" -- "${cls[@]}" --prediction eps
 expect 2 "--noise-schedule does not apply to --task classify" -- "${cls[@]}" --noise-schedule linear
 expect 2 "--min-snr-gamma does not apply to --task classify" -- "${cls[@]}" --min-snr-gamma 1

@@ -433,6 +433,43 @@ TEST(UNet, AttentionStartsAsTheIdentityAndIsRecorded) {
             (std::vector<int64_t>{2, 4, 16, 16}));
 }
 
+TEST(UNet, ScaleShiftNormsTakeTheEmbeddingAsScaleAndShift) {
+  torch::manual_seed(8);
+  ResBlock plain(8, 8, 16), adaptive(8, 8, 16, /*scale_shift=*/true);
+  EXPECT_EQ(plain->emb_proj->weight.size(0), 8);
+  EXPECT_EQ(adaptive->emb_proj->weight.size(0), 16);  // scale and shift for each channel
+  const auto x = torch::randn({2, 8, 4, 4}), emb = torch::randn({2, 16});
+  torch::NoGradGuard no_grad;
+  for (const char* name : {"conv1", "conv2"}) {
+    auto* from = plain->named_modules()[name]->as<torch::nn::Conv2d>();
+    auto* to = adaptive->named_modules()[name]->as<torch::nn::Conv2d>();
+    to->weight.copy_(from->weight);
+    to->bias.copy_(from->bias);
+  }
+  // With no embedding either way, the two blocks are one function.
+  for (auto* block : {plain.get(), adaptive.get()}) {
+    block->emb_proj->weight.zero_();
+    block->emb_proj->bias.zero_();
+  }
+  EXPECT_TRUE(torch::allclose(plain(x, emb), adaptive(x, emb), 1e-6, 1e-6));
+  // Scale s and shift b (the first and second halves of emb_proj's output) act on the norm.
+  const auto s = torch::randn({8}), b = torch::randn({8});
+  adaptive->emb_proj->bias.copy_(torch::cat({s, b}));
+  const auto h = adaptive->conv1(torch::silu(adaptive->norm1(x)));
+  const auto normed = adaptive->norm2(h) * (1 + s.view({1, 8, 1, 1})) + b.view({1, 8, 1, 1});
+  EXPECT_TRUE(
+      torch::allclose(adaptive(x, emb), adaptive->conv2(torch::silu(normed)) + x, 1e-5, 1e-5));
+  // The UNet passes the option to every block.
+  UNetOptions o;
+  o.base = 8;
+  o.embed = 16;
+  o.scale_shift = true;
+  UNet net(o);
+  for (auto* block : {net->block1.get(), net->block2.get(), net->mid1.get(), net->mid2.get(),
+                      net->up2.get(), net->up1.get()})
+    EXPECT_EQ(block->emb_proj->weight.size(0), 2 * block->norm2->options.num_channels());
+}
+
 // Sampling in bf16 runs a bf16 copy of the UNet (with attention): its output is the fp32 one up to
 // bf16 rounding, and the generator's own net stays fp32.
 TEST(Sampler, Bf16RunsACopyOfTheNetInBf16) {
@@ -973,9 +1010,9 @@ TEST(GeneratorTraining, SoftArtGivesASoftAlphaGenerator) {
   EXPECT_EQ(g.meta.at("alpha"), "soft");
 }
 
-// A checkpoint written before the prediction / schedule / attention keys existed loads as what it
-// was trained as (eps, linear betas, no attention) and samples exactly as a checkpoint that says
-// so; the new defaults are recorded in new checkpoints.
+// A checkpoint written before the prediction / schedule / attention / scale-shift keys existed
+// loads as what it was trained as (eps, linear betas, no attention, additive embedding) and samples
+// exactly as a checkpoint that says so; the new defaults are recorded in new checkpoints.
 TEST(GeneratorTraining, OldCheckpointsLoadAsEpsLinearWithoutAttention) {
   ScratchDir dir;
   auto config = one_epoch_generator("sprites", dir.file("new.pt"));
@@ -986,25 +1023,30 @@ TEST(GeneratorTraining, OldCheckpointsLoadAsEpsLinearWithoutAttention) {
   EXPECT_EQ(fresh.meta.at("prediction"), "v");
   EXPECT_EQ(fresh.meta.at("schedule"), "cosine");
   EXPECT_EQ(fresh.meta.at("unet").at("attention"), true);
+  EXPECT_EQ(fresh.meta.at("unet").at("scale_shift"), true);
   auto g_new = load_generator(config.save, torch::kCPU);
   EXPECT_EQ(g_new.prediction, Prediction::kV);
   EXPECT_EQ(g_new.schedule.kind(), ScheduleKind::kCosine);
   EXPECT_TRUE(g_new.net->mid_attn);
+  EXPECT_TRUE(g_new.net->options().scale_shift);
 
   config.prediction = "eps";
   config.noise_schedule = "linear";
   config.unet_attention = false;
+  config.unet_scale_shift = false;
   config.save = dir.file("explicit.pt");
   run_training(config);
   auto old = train::load_checkpoint(config.save);
   for (const char* key : {"prediction", "schedule", "min_snr_gamma", "alpha"}) old.meta.erase(key);
   old.meta["unet"].erase("attention");
+  old.meta["unet"].erase("scale_shift");
   train::save_checkpoint(dir.file("old.pt"), old);
   auto g_old = load_generator(dir.file("old.pt"), torch::kCPU);
   auto g_explicit = load_generator(config.save, torch::kCPU);
   EXPECT_EQ(g_old.prediction, Prediction::kEps);
   EXPECT_EQ(g_old.schedule.kind(), ScheduleKind::kLinear);
   EXPECT_FALSE(g_old.net->mid_attn);
+  EXPECT_FALSE(g_old.net->options().scale_shift);
   EXPECT_EQ(g_old.alpha, AlphaMode::kBinary);
   SampleOptions o;
   o.steps = 3;
