@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Where the sprite sampler's GPU time goes: the generator's UNet (src/diffusion/unet.cpp, the
-defaults: base 32, attention at S/4, embedding 128) rebuilt in PyTorch, one guided DDIM pass at
+defaults: base 32, attention at S/4, scale-shift norms, embedding 128) rebuilt in PyTorch, one guided DDIM pass at
 32x32 (batch 2 x 1,024) timed per variant with CUDA events, and a kernel table from
 torch.profiler. The same ATen and cuDNN run under `spritetorch generate`, so a variant that wins
 here is a change to make there. Weights are random: the time does not depend on them.
@@ -34,14 +34,14 @@ class ResBlock(nn.Module):
     def __init__(self, cin, cout, emb):
         super().__init__()
         self.norm1, self.conv1 = Norm(groups_for(cin), cin), nn.Conv2d(cin, cout, 3, padding=1)
-        self.emb_proj = nn.Linear(emb, cout)
+        self.emb_proj = nn.Linear(emb, 2 * cout)  # scale and shift of norm2 (unet.cpp's default)
         self.norm2, self.conv2 = Norm(groups_for(cout), cout), nn.Conv2d(cout, cout, 3, padding=1)
         self.skip = nn.Conv2d(cin, cout, 1) if cin != cout else None
 
     def forward(self, x, emb):
         h = self.conv1(F.silu(self.norm1(x)))
-        h = h + self.emb_proj(emb)[:, :, None, None]
-        h = self.conv2(F.silu(self.norm2(h)))
+        scale, shift = self.emb_proj(emb)[:, :, None, None].chunk(2, 1)
+        h = self.conv2(F.silu(self.norm2(h) * (1 + scale) + shift))
         return h + (self.skip(x) if self.skip is not None else x)
 
 
