@@ -22,7 +22,7 @@ namespace spritetorch::diffusion {
 struct GeneratorDesign {
   Prediction prediction = Prediction::kV;
   ScheduleKind schedule = ScheduleKind::kCosine;
-  bool attention = true;  // self-attention at S/4
+  bool attention = true;    // self-attention at S/4
   bool scale_shift = true;  // the embedding scales and shifts the blocks' second norm
   double min_snr_gamma =
       5.0;  // loss weight min(SNR, gamma) / (what the target's MSE weighs); 0 off

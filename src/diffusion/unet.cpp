@@ -103,21 +103,25 @@ torch::Tensor upsample_nearest_x2(const torch::Tensor& x) {
 
 torch::Tensor timestep_embedding(const torch::Tensor& t, int64_t dim) {
   const int64_t half = dim / 2;
-  auto freqs = torch::exp(torch::arange(half, torch::TensorOptions().dtype(torch::kFloat32).device(t.device())) *
-                          (-std::log(10000.0) / static_cast<double>(half)));  // (dim/2)
-  auto args = t.to(torch::kFloat32).unsqueeze(1) * freqs.unsqueeze(0);    // (B, dim/2)
-  return torch::cat({args.sin(), args.cos()}, 1);                          // (B, dim)
+  auto freqs = torch::exp(
+      torch::arange(half, torch::TensorOptions().dtype(torch::kFloat32).device(t.device())) *
+      (-std::log(10000.0) / static_cast<double>(half)));                // (dim/2)
+  auto args = t.to(torch::kFloat32).unsqueeze(1) * freqs.unsqueeze(0);  // (B, dim/2)
+  return torch::cat({args.sin(), args.cos()}, 1);                       // (B, dim)
 }
 
 ResBlockImpl::ResBlockImpl(int64_t in, int64_t out, int64_t embed, bool scale_shift)
     : scale_shift_(scale_shift) {
   using torch::nn::Conv2dOptions;
   norm1 = register_module("norm1", torch::nn::GroupNorm(groups_for(in), in));
-  conv1 = register_module("conv1", torch::nn::Conv2d(Conv2dOptions(in, out, /*kernel_size=*/3).padding(1)));
+  conv1 = register_module("conv1",
+                          torch::nn::Conv2d(Conv2dOptions(in, out, /*kernel_size=*/3).padding(1)));
   emb_proj = register_module("emb_proj", torch::nn::Linear(embed, scale_shift ? 2 * out : out));
   norm2 = register_module("norm2", torch::nn::GroupNorm(groups_for(out), out));
-  conv2 = register_module("conv2", torch::nn::Conv2d(Conv2dOptions(out, out, /*kernel_size=*/3).padding(1)));
-  if (in != out) skip = register_module("skip", torch::nn::Conv2d(Conv2dOptions(in, out, /*kernel_size=*/1)));
+  conv2 = register_module("conv2",
+                          torch::nn::Conv2d(Conv2dOptions(out, out, /*kernel_size=*/3).padding(1)));
+  if (in != out)
+    skip = register_module("skip", torch::nn::Conv2d(Conv2dOptions(in, out, /*kernel_size=*/1)));
 }
 
 torch::Tensor ResBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& emb) {
@@ -162,11 +166,14 @@ UNetImpl::UNetImpl(const UNetOptions& o) : options_(o) {
   time1 = register_module("time1", torch::nn::Linear(e, e));
   time2 = register_module("time2", torch::nn::Linear(e, e));
   class_embed = register_module("class_embed", torch::nn::Embedding(o.classes + 1, e));
-  in_conv = register_module("in_conv", torch::nn::Conv2d(Conv2dOptions(o.channels, c1, 3).padding(1)));
+  in_conv =
+      register_module("in_conv", torch::nn::Conv2d(Conv2dOptions(o.channels, c1, 3).padding(1)));
   block1 = register_module("block1", ResBlock(c1, c1, e, o.scale_shift));  // S
-  down1 = register_module("down1", torch::nn::Conv2d(Conv2dOptions(c1, c1, 3).stride(2).padding(1)));
+  down1 =
+      register_module("down1", torch::nn::Conv2d(Conv2dOptions(c1, c1, 3).stride(2).padding(1)));
   block2 = register_module("block2", ResBlock(c1, c2, e, o.scale_shift));  // S/2
-  down2 = register_module("down2", torch::nn::Conv2d(Conv2dOptions(c2, c2, 3).stride(2).padding(1)));
+  down2 =
+      register_module("down2", torch::nn::Conv2d(Conv2dOptions(c2, c2, 3).stride(2).padding(1)));
   mid1 = register_module("mid1", ResBlock(c2, c2, e, o.scale_shift));  // S/4
   if (o.attention)
     mid_attn = register_module("mid_attn", AttentionBlock(c2, std::max<int64_t>(1, c2 / 32)));
@@ -174,14 +181,16 @@ UNetImpl::UNetImpl(const UNetOptions& o) : options_(o) {
   up2 = register_module("up2", ResBlock(c2 + c2, c2, e, o.scale_shift));  // S/2
   up1 = register_module("up1", ResBlock(c2 + c1, c1, e, o.scale_shift));  // S
   out_norm = register_module("out_norm", torch::nn::GroupNorm(groups_for(c1), c1));
-  out_conv = register_module("out_conv", torch::nn::Conv2d(Conv2dOptions(c1, o.channels, 3).padding(1)));
+  out_conv =
+      register_module("out_conv", torch::nn::Conv2d(Conv2dOptions(c1, o.channels, 3).padding(1)));
   // Start from "predict zero noise": a calmer first few hundred steps.
   torch::NoGradGuard no_grad;
   out_conv->weight.zero_();
   out_conv->bias.zero_();
 }
 
-torch::Tensor UNetImpl::forward(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& c) {
+torch::Tensor UNetImpl::forward(const torch::Tensor& x, const torch::Tensor& t,
+                                const torch::Tensor& c) {
   // The weights' dtype: fp32, or bf16 for a UNet held in bf16 (the casts are no-ops in fp32).
   const auto dtype = in_conv->weight.scalar_type();
   auto emb = time2(torch::silu(time1(timestep_embedding(t, options_.embed).to(dtype))));  // (B, E)
@@ -190,10 +199,10 @@ torch::Tensor UNetImpl::forward(const torch::Tensor& x, const torch::Tensor& t, 
   auto run = [&](ResBlock& block, const torch::Tensor& in) {
     return checkpoint ? checkpointed_block(*block, in, emb) : block(in, emb);
   };
-  auto h0 = in_conv(x.to(dtype));                     // (B, c1, S, S)
-  auto h1 = run(block1, h0);                          // (B, c1, S, S)
-  auto h2 = run(block2, down1(h1));                   // (B, c2, S/2, S/2)
-  auto m = run(mid1, down2(h2));                      // (B, c2, S/4, S/4)
+  auto h0 = in_conv(x.to(dtype));    // (B, c1, S, S)
+  auto h1 = run(block1, h0);         // (B, c1, S, S)
+  auto h2 = run(block2, down1(h1));  // (B, c2, S/2, S/2)
+  auto m = run(mid1, down2(h2));     // (B, c2, S/4, S/4)
   if (mid_attn) m = mid_attn(m);
   m = run(mid2, m);
   auto u2 = run(up2, torch::cat({upsample_nearest_x2(m), h2}, 1));   // (B, c2, S/2, S/2)

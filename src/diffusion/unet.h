@@ -12,10 +12,10 @@
 namespace spritetorch::diffusion {
 
 struct UNetOptions {
-  int64_t channels = 4;   // RGBA
-  int64_t base = 16;      // channels at full resolution; 2x at S/2 and S/4
-  int64_t classes = 4;    // real classes; the embedding has classes + 1 rows
-  int64_t embed = 128;    // time / class embedding width
+  int64_t channels = 4;    // RGBA
+  int64_t base = 16;       // channels at full resolution; 2x at S/2 and S/4
+  int64_t classes = 4;     // real classes; the embedding has classes + 1 rows
+  int64_t embed = 128;     // time / class embedding width
   bool attention = false;  // self-attention between the two S/4 blocks (whole-sprite layout)
   // The embedding (time + class) sets a scale and a shift of each block's second GroupNorm
   // (Dhariwal & Nichol 2021's adaptive GroupNorm) instead of being added before it.
@@ -68,7 +68,8 @@ class UNetImpl : public torch::nn::Module {
   torch::nn::Linear time1{nullptr}, time2{nullptr};
   torch::nn::Embedding class_embed{nullptr};
   torch::nn::Conv2d in_conv{nullptr}, down1{nullptr}, down2{nullptr}, out_conv{nullptr};
-  ResBlock block1{nullptr}, block2{nullptr}, mid1{nullptr}, mid2{nullptr}, up2{nullptr}, up1{nullptr};
+  ResBlock block1{nullptr}, block2{nullptr}, mid1{nullptr}, mid2{nullptr}, up2{nullptr},
+      up1{nullptr};
   AttentionBlock mid_attn{nullptr};  // only with options.attention
   torch::nn::GroupNorm out_norm{nullptr};
 

@@ -22,12 +22,12 @@ enum class DistShard { kAuto, kGlobal, kLocal };              // --dist-shard
 // that is valid (CUDA, resident data, one process, a task whose step is a fixed kernel sequence)
 // and say why not elsewhere; on: capture or fail with the reason; off: eager.
 enum class CudaGraphs { kAuto, kOn, kOff };
-const Choices<TaskKind>& choices_of(TaskKind);                // classify, generate
-const Choices<StepKind>& choices_of(StepKind);                // auto, autograd, fused
-const Choices<Strategy>& choices_of(Strategy);                // auto, single, dp, ddp
-const Choices<DistBackend>& choices_of(DistBackend);          // auto, gloo, nccl
-const Choices<DistShard>& choices_of(DistShard);              // auto, global, local
-const Choices<CudaGraphs>& choices_of(CudaGraphs);            // auto, on, off
+const Choices<TaskKind>& choices_of(TaskKind);        // classify, generate
+const Choices<StepKind>& choices_of(StepKind);        // auto, autograd, fused
+const Choices<Strategy>& choices_of(Strategy);        // auto, single, dp, ddp
+const Choices<DistBackend>& choices_of(DistBackend);  // auto, gloo, nccl
+const Choices<DistShard>& choices_of(DistShard);      // auto, global, local
+const Choices<CudaGraphs>& choices_of(CudaGraphs);    // auto, on, off
 
 struct TrainConfig {
   std::string model;  // ann | cnn | simplenn | unet; empty: default_model (below)
@@ -47,10 +47,10 @@ struct TrainConfig {
   int64_t warmup_steps = 0;              // linear lr warm-up over the first N steps
   // Seeds 0-9 give 0.861-0.877 test accuracy on the seed workload (docs/benchmarks.md).
   uint64_t seed = 7;
-  int64_t log_every = 200;   // steps between reads of the running loss (0 = per epoch)
-  int64_t train_limit = 0;   // use only the first N training samples (0 = all)
-  int64_t test_limit = 0;    // evaluate on the first N test samples (0 = all)
-  int64_t eval_every = 1;    // epochs between test evaluations, untimed (0 = final only)
+  int64_t log_every = 200;       // steps between reads of the running loss (0 = per epoch)
+  int64_t train_limit = 0;       // use only the first N training samples (0 = all)
+  int64_t test_limit = 0;        // evaluate on the first N test samples (0 = all)
+  int64_t eval_every = 1;        // epochs between test evaluations, untimed (0 = final only)
   int64_t eval_every_steps = 0;  // also every N optimizer steps within epochs (0 = never)
   // Time to accuracy: a test accuracy to reach (0 = none). The test set is then also evaluated at
   // the end of every epoch; the first evaluation at or above it is the report's time to target.
@@ -75,23 +75,23 @@ struct TrainConfig {
   // How work is split (train/parallel.h, docs/distributed.md).
   Strategy strategy = Strategy::kAuto;
   DistBackend dist_backend = DistBackend::kAuto;  // auto: nccl on CUDA, else gloo
-  double dist_timeout_s = 300;        // rendezvous and every collective
-  double bucket_mb = 25;              // gradient all-reduce bucket size
-  bool overlap = true;                // all-reduce buckets during backward (--no-overlap)
+  double dist_timeout_s = 300;                    // rendezvous and every collective
+  double bucket_mb = 25;                          // gradient all-reduce bucket size
+  bool overlap = true;                      // all-reduce buckets during backward (--no-overlap)
   DistShard dist_shard = DistShard::kAuto;  // data/distributed_sampler.h
   // Mixed precision and CUDA graphs (docs/precision.md).
   precision::Precision precision = precision::Precision::kFp32;  // precision/precision.h
-  double clip_grad_norm = 0.0;     // clip the gradients' L2 norm to this (0 = off)
+  double clip_grad_norm = 0.0;                 // clip the gradients' L2 norm to this (0 = off)
   CudaGraphs cuda_graphs = CudaGraphs::kAuto;  // capture the train step as a CUDA graph
-  bool channels_last = true;       // CNNs on CUDA and AVX-512 CPUs: channels_last memory format
-  bool cudnn_benchmark = true;     // CUDA: let cuDNN time its algorithms (fixed shapes)
+  bool channels_last = true;    // CNNs on CUDA and AVX-512 CPUs: channels_last memory format
+  bool cudnn_benchmark = true;  // CUDA: let cuDNN time its algorithms (fixed shapes)
   // Reliability (train/run_state.h, docs/reliability.md).
-  int64_t checkpoint_every = 0;   // steps between periodic checkpoints (0 = none)
-  int64_t keep_last = 0;          // periodic checkpoints kept (0 = all)
-  bool overwrite = false;         // --save may replace an existing file
-  TaskKind task = TaskKind::kClassify;  // tasks/make_task.h
-  data::SpriteOptions sprites;    // sprites | folder: | sheet: | npy: datasets
-  int64_t unet_base = 16;         // --task generate: UNet channels at full resolution
+  int64_t checkpoint_every = 0;           // steps between periodic checkpoints (0 = none)
+  int64_t keep_last = 0;                  // periodic checkpoints kept (0 = all)
+  bool overwrite = false;                 // --save may replace an existing file
+  TaskKind task = TaskKind::kClassify;    // tasks/make_task.h
+  data::SpriteOptions sprites;            // sprites | folder: | sheet: | npy: datasets
+  int64_t unet_base = 16;                 // --task generate: UNet channels at full resolution
   bool activation_checkpointing = false;  // --task generate: recompute UNet blocks in backward
   // --task generate: the design (diffusion/generator_task.h GeneratorDesign; docs/sprites.md).
   bool unet_attention = true;             // self-attention at S/4
