@@ -91,24 +91,31 @@ void check_generator_checkpoint(const train::Checkpoint& c, const std::string& s
                     "a '" + c.meta.value("model", std::string("?")) + "' classifier checkpoint");
 }
 
+CheckpointDesign checkpoint_design(const nlohmann::json& meta) {
+  CheckpointDesign d;
+  const auto& u = meta.at("unet");
+  d.unet.channels = u.at("channels").get<int64_t>();
+  d.unet.base = u.at("base").get<int64_t>();
+  d.unet.classes = u.at("classes").get<int64_t>();
+  d.unet.embed = u.at("embed").get<int64_t>();
+  d.unet.attention = u.value("attention", false);      // absent before attention existed
+  d.unet.scale_shift = u.value("scale_shift", false);  // absent before scale-shift norms existed
+  // Checkpoints from before the cosine / v defaults have neither key.
+  d.schedule = parse_schedule(meta.value("schedule", "linear"));
+  d.prediction = parse_prediction(meta.value("prediction", "eps"));
+  return d;
+}
+
 Generator load_generator(const std::string& path, torch::Device device) {
   const train::Checkpoint checkpoint = train::load_checkpoint(path);
   check_generator_checkpoint(checkpoint, path);
   Generator g;
   try {
-    UNetOptions o;
-    const auto& u = checkpoint.meta.at("unet");
-    o.channels = u.at("channels").get<int64_t>();
-    o.base = u.at("base").get<int64_t>();
-    o.classes = u.at("classes").get<int64_t>();
-    o.embed = u.at("embed").get<int64_t>();
-    o.attention = u.value("attention", false);      // absent before attention existed
-    o.scale_shift = u.value("scale_shift", false);  // absent before scale-shift norms existed
-    g.net = UNet(o);
-    // Checkpoints from before the cosine / v defaults have neither key: linear betas, eps.
-    g.schedule = NoiseSchedule(checkpoint.meta.at("schedule_steps").get<int64_t>(),
-                               parse_schedule(checkpoint.meta.value("schedule", "linear")));
-    g.prediction = parse_prediction(checkpoint.meta.value("prediction", "eps"));
+    const CheckpointDesign design = checkpoint_design(checkpoint.meta);
+    g.net = UNet(design.unet);
+    g.schedule =
+        NoiseSchedule(checkpoint.meta.at("schedule_steps").get<int64_t>(), design.schedule);
+    g.prediction = design.prediction;
     g.class_names = checkpoint.meta.at("class_names").get<std::vector<std::string>>();
     g.size = checkpoint.meta.at("size").get<int64_t>();
     g.palette = palette_tensor(checkpoint.meta.at("palette"));

@@ -82,6 +82,18 @@ struct Generator {
 // A generator checkpoint (meta task "generate"), not a classifier's: DataError naming `source`.
 void check_generator_checkpoint(const train::Checkpoint& checkpoint, const std::string& source);
 
+// The design a generator checkpoint's metadata records. Keys that older checkpoints lack take the
+// values those checkpoints were trained with: no attention, additive embeddings (no scale-shift
+// norms), linear betas, eps. load_generator builds from it and a resumed run compares against it,
+// so the two cannot read an old checkpoint differently. nlohmann::json::exception when "unet" or
+// one of its required keys is missing; Error for an unknown prediction or schedule name.
+struct CheckpointDesign {
+  UNetOptions unet;
+  ScheduleKind schedule = ScheduleKind::kLinear;
+  Prediction prediction = Prediction::kEps;
+};
+CheckpointDesign checkpoint_design(const nlohmann::json& meta);
+
 Generator load_generator(const std::string& path, torch::Device device);
 
 // Where DDIM and DPM-Solver evaluate the net: `uniform` in t, or `quadratic`, t = (T - 1) u^2 for

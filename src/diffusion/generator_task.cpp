@@ -238,14 +238,14 @@ void GeneratorTask::load(const train::Checkpoint& c, const std::string& source) 
                               {"schedule", schedule_name(schedule_.kind())}};
   nlohmann::json then;
   try {
-    // Checkpoints from before these keys: no attention, eps, linear.
-    then = {{"base", c.meta.at("unet").at("base")},
-            {"classes", c.meta.at("unet").at("classes")},
+    const CheckpointDesign d = checkpoint_design(c.meta);
+    then = {{"base", d.unet.base},
+            {"classes", d.unet.classes},
             {"size", c.meta.at("size")},
-            {"attention", c.meta.at("unet").value("attention", false)},
-            {"scale_shift", c.meta.at("unet").value("scale_shift", false)},
-            {"prediction", c.meta.value("prediction", "eps")},
-            {"schedule", c.meta.value("schedule", "linear")}};
+            {"attention", d.unet.attention},
+            {"scale_shift", d.unet.scale_shift},
+            {"prediction", prediction_name(d.prediction)},
+            {"schedule", schedule_name(d.schedule)}};
   } catch (const nlohmann::json::exception& e) {
     throw DataError(source, "generator metadata (unet, size)", e.what());
   }

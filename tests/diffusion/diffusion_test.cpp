@@ -1067,6 +1067,35 @@ TEST(GeneratorTraining, OldCheckpointsLoadAsEpsLinearWithoutAttention) {
   }
 }
 
+TEST(GeneratorTraining, CheckpointDesignFillsWhatOldMetadataLacks) {
+  nlohmann::json meta = {{"unet", {{"channels", 4}, {"base", 16}, {"classes", 3}, {"embed", 64}}}};
+  CheckpointDesign old = checkpoint_design(meta);
+  EXPECT_EQ(old.unet.channels, 4);
+  EXPECT_EQ(old.unet.base, 16);
+  EXPECT_EQ(old.unet.classes, 3);
+  EXPECT_EQ(old.unet.embed, 64);
+  EXPECT_FALSE(old.unet.attention);
+  EXPECT_FALSE(old.unet.scale_shift);
+  EXPECT_EQ(old.schedule, ScheduleKind::kLinear);
+  EXPECT_EQ(old.prediction, Prediction::kEps);
+
+  meta["unet"]["attention"] = true;
+  meta["unet"]["scale_shift"] = true;
+  meta["schedule"] = "cosine";
+  meta["prediction"] = "x0";
+  const CheckpointDesign now = checkpoint_design(meta);
+  EXPECT_TRUE(now.unet.attention);
+  EXPECT_TRUE(now.unet.scale_shift);
+  EXPECT_EQ(now.schedule, ScheduleKind::kCosine);
+  EXPECT_EQ(now.prediction, Prediction::kX0);
+
+  meta["prediction"] = "score";
+  EXPECT_THROW(checkpoint_design(meta), Error);
+  meta["prediction"] = "v";
+  meta["unet"].erase("embed");
+  EXPECT_THROW(checkpoint_design(meta), nlohmann::json::exception);
+}
+
 TEST(GeneratorTraining, EmaDecayWarmsUpToItsCeiling) {
   EXPECT_DOUBLE_EQ(ema_decay(0), 0.1);  // the first update keeps 10% of the initial weights
   EXPECT_DOUBLE_EQ(ema_decay(10), 11.0 / 20.0);
