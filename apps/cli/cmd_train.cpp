@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <iomanip>
 #include <iostream>
+#include <optional>
 
 #include "checks.h"
 #include "commands.h"
@@ -16,6 +17,7 @@
 #include "run_session.h"
 #include "tasks/make_task.h"
 #include "tensorboard_output.h"
+#include "train/checkpoint.h"
 #include "train/flat_optimizer.h"
 #include "train/lr_schedule.h"
 #include "train/parallel.h"
@@ -106,14 +108,19 @@ Subcommand add_train_command(CLI::App& app) {
       ->capture_default_str();
   const std::string generator_budget =
       std::to_string(static_cast<int>(diffusion::kDefaultTimeBudgetSeconds / 60)) + " minutes";
+  // --epochs and --batch-size show no default value: a generator's depend on its data and device,
+  // and a --print-config file that stated 5 or 64 would fix them when replayed.
   sub->add_option("--epochs", config->epochs,
                   "Epochs to train (in total, when resuming; with --time-budget, the most). "
                   "Unset: 5; a generator, about " +
-                      std::to_string(diffusion::kDefaultSteps) +
-                      " steps' worth within a time budget of " + generator_budget +
+                      std::to_string(diffusion::kDefaultSprites) + " sprites' worth (" +
+                      std::to_string(diffusion::default_steps(diffusion::kDefaultBatch)) +
+                      " steps of " + std::to_string(diffusion::kDefaultBatch) + ", " +
+                      std::to_string(diffusion::default_steps(diffusion::kDefaultCpuBatch)) +
+                      " of " + std::to_string(diffusion::kDefaultCpuBatch) +
+                      ") within a time budget of " + generator_budget +
                       "; a sprite classifier, at least 500 steps and 5 epochs")
-      ->check(kNonNegative)
-      ->capture_default_str();
+      ->check(kNonNegative);
   sub->add_option("--time-budget", config->time_budget_s,
                   "Train the epochs that fit in this much training time (900, 900s, 15m, 1.5h, "
                   "1h30m; 0: none), at most --epochs: planned from the speed of the run's first "
@@ -132,9 +139,13 @@ Subcommand add_train_command(CLI::App& app) {
             }
           },
           ""));  // the type name says DURATION
-  sub->add_option("--batch-size", config->batch_size, "Samples per step")
-      ->check(kPositive)
-      ->capture_default_str();
+  sub->add_option("--batch-size", config->batch_size,
+                  "Samples per step. Unset: " + std::to_string(config->batch_size) +
+                      "; a generator, " + std::to_string(diffusion::kDefaultCpuBatch) +
+                      " on the CPU (where a step's time grows with its sprites, so a time budget "
+                      "buys more steps) and " +
+                      std::to_string(diffusion::kDefaultBatch) + " on a GPU")
+      ->check(kPositive);
   sub->add_option("--lr", config->lr, "Learning rate")->check(kPositive)->capture_default_str();
   sub->add_option("--optimizer", config->optimizer, "adam | adamw (decoupled weight decay) | sgd")
       ->check(CLI::IsMember(train::optimizer_names()))
@@ -313,13 +324,28 @@ Subcommand add_train_command(CLI::App& app) {
           tensorboard_observer = std::make_unique<report::TensorBoardObserver>(*events);
           session.add_observer(tensorboard_observer.get());
         }
-        auto task = make_task(*config);       // an option of the other task fails first,
-        device::pick_device(config->device);  // then an unavailable device, before the data
+        auto task = make_task(*config);  // an option of the other task fails first,
+        const torch::Device device =
+            device::pick_device(config->device);  // then an unavailable device, before the data
         const train::Datasets data = train::load_datasets(*config);
+        const bool generator = config->task == train::TaskKind::kGenerate;
+        // A generator's batch without --batch-size (flag, variable, config file) is the resumed
+        // run's, else follows from the device; config.toml records it, so --config repeats this
+        // run.
+        if (generator && sub->count("--batch-size") == 0) {
+          std::optional<nlohmann::json> resumed;
+          if (!config->resume.empty()) resumed = train::peek_checkpoint_meta(config->resume);
+          const int64_t resumed_batch = resumed && resumed->contains("batch_size") &&
+                                                resumed->at("batch_size").is_number_integer()
+                                            ? resumed->at("batch_size").get<int64_t>()
+                                            : 0;
+          config->batch_size = resumed_batch > 0 ? resumed_batch : diffusion::default_batch(device);
+          sub->get_option("--batch-size")->add_result(std::to_string(config->batch_size));
+          session.record_config(*sub);
+        }
         // A generator trains for a number of optimizer steps, whatever the dataset's size, and a
         // sprite classifier for at least a number of them: without --epochs (flag, variable,
         // config file or recipe) the epochs follow from the dataset's size.
-        const bool generator = config->task == train::TaskKind::kGenerate;
         const bool sprite_classifier =
             config->task == train::TaskKind::kClassify && data::is_sprite_dataset(config->dataset);
         if ((generator || sprite_classifier) && sub->count("--epochs") == 0) {
@@ -351,8 +377,9 @@ Subcommand add_train_command(CLI::App& app) {
           task = make_task(*config);
           if (!session.quiet())
             human << "Epochs: " << config->epochs << " ("
-                  << (generator ? "about " + std::to_string(diffusion::kDefaultSteps)
-                                : "at least " + std::to_string(train::kSpriteClassifierSteps))
+                  << (generator
+                          ? "about " + std::to_string(diffusion::default_steps(config->batch_size))
+                          : "at least " + std::to_string(train::kSpriteClassifierSteps))
                   << " steps of " << config->batch_size << " from " << n << " sprites"
                   << (generator
                           ? config->time_budget_s > 0

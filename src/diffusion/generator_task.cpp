@@ -23,8 +23,17 @@ int64_t sheet_per_class(int64_t classes) {
 
 }  // namespace
 
+int64_t default_batch(torch::Device device) {
+  return device.is_cpu() ? kDefaultCpuBatch : kDefaultBatch;
+}
+
+int64_t default_steps(int64_t batch) {
+  const int64_t b = std::max<int64_t>(1, batch);
+  return (kDefaultSprites + b - 1) / b;
+}
+
 int64_t default_epochs(int64_t train_samples, int64_t batch) {
-  return train::epochs_for_steps(kDefaultSteps, train_samples, batch);
+  return train::epochs_for_steps(default_steps(batch), train_samples, batch);
 }
 
 torch::Tensor min_snr_weight(const torch::Tensor& snr, Prediction prediction, double gamma) {

@@ -28,14 +28,25 @@ struct GeneratorDesign {
       5.0;  // loss weight min(SNR, gamma) / (what the target's MSE weighs); 0 off
 };
 
-// Without --epochs a generator run takes about kDefaultSteps optimizer steps of `batch` sprites,
-// default_epochs = ceil(kDefaultSteps / max(1, train_samples / batch)), at least 1, or fewer
+// Without --batch-size a generator trains on batches of default_batch(device) sprites: 32 on the
+// CPU, 64 elsewhere. A CPU step costs time in proportion to its sprites (0.233 s for 32 against
+// 0.511 s for 64 on a 2-vCPU EPYC), so within a time budget 32 buys twice the optimizer steps, and
+// twice the steps of half the sprites raised every quality number on both real sets
+// (docs/sprites.md); a GPU runs 32 sprites in about the time of 64, which would halve its work.
+constexpr int64_t kDefaultCpuBatch = 32;
+constexpr int64_t kDefaultBatch = 64;
+int64_t default_batch(torch::Device device);
+
+// Without --epochs a generator run draws about kDefaultSprites training sprites, in
+// default_steps(batch) = ceil(kDefaultSprites / batch) optimizer steps (4,500 of 64, 9,000 of 32):
+// default_epochs = ceil(default_steps / max(1, train_samples / batch)), at least 1, or fewer
 // when they do not fit in kDefaultTimeBudgetSeconds of training (--time-budget, planned from the
 // run's own speed). On the DCSS items 4,522 steps beat 3,010 on both quality numbers; 15 minutes
 // of training leave room for the sample sheets and start-up inside the 20 minutes a default run
 // may take on a 2-core CPU (docs/sprites.md).
-constexpr int64_t kDefaultSteps = 4500;
+constexpr int64_t kDefaultSprites = 4500 * 64;
 constexpr double kDefaultTimeBudgetSeconds = 15 * 60;
+int64_t default_steps(int64_t batch);
 int64_t default_epochs(int64_t train_samples, int64_t batch);
 
 // The per-sample weight of the MSE on `prediction`'s target that makes the loss

@@ -179,6 +179,8 @@ expect 2 "--tile applies to sprite sheets .*not --dataset sprites" -- data previ
 expect 0 "$tmp/preview.png	[a-z]+	[01]\.[0-9]+" -- classify --checkpoint "$tmp/c.pt" "$tmp/preview.png"
 expect 2 "is a generator checkpoint|expected a spritetorch checkpoint" -- classify --checkpoint "$tmp/not-a-checkpoint.pt" "$tmp/preview.png"
 expect 0 "Saved checkpoint" -- train --task generate --dataset sprites --sprite-count 64 --epochs 1 --batch-size 16 --save "$tmp/g.pt"
+# Resumed without --batch-size, a generator keeps its run's batch, not the device's default.
+expect 0 '"batch":"16 \(drop last\)"' -- train --task generate --dataset sprites --sprite-count 64 --epochs 2 --resume "$tmp/g.pt" --device cpu --json --no-run-dir
 # A generator follows the optimizer flags too.
 expect 0 '"optimizer":"adamw lr 0.002, weight decay 0.01, cosine, warm-up 100 steps \(flat buffers\)' -- train --task generate --dataset sprites --sprite-count 32 --epochs 1 --batch-size 16 --device cpu --json --no-run-dir --optimizer adamw --lr 0.002 --lr-schedule cosine
 # The generator's defaults fill what is not given (UNet base 32, auto precision, lr 0.002, cosine
@@ -346,7 +348,7 @@ check "a sprite classifier's automatic epochs" grep -q \
   "$tmp/cauto.log"
 # A generator's epochs follow from its dataset's size once the data is read: config.toml records
 # the number chosen (so --config repeats the run), rewritten before the first step; then SIGINT.
-"$bin" train --task generate --dataset sprites --sprite-count 64 --batch-size 32 --device cpu \
+"$bin" train --task generate --dataset sprites --sprite-count 64 --device cpu \
   --run-dir "$tmp/gauto" > "$tmp/gauto.log" 2>&1 &
 gauto=$!
 for _ in $(seq 1 240); do
@@ -357,6 +359,10 @@ done
 kill -INT $gauto 2>/dev/null; wait $gauto
 check "config.toml records a generator's automatic epochs ($n)" \
   bash -c "[ -n '$n' ] && [ '$n' != 5 ] && grep -q '^epochs = $n\$' '$tmp/gauto/config.toml'"
+check "a generator on the CPU takes batches of 32 without --batch-size" \
+  grep -q '^Epochs: [0-9]* (about 9000 steps of 32 from ' "$tmp/gauto.log"
+check "config.toml records a generator's default batch" \
+  grep -q '^batch-size = 32$' "$tmp/gauto/config.toml"
 check "config.toml records a generator's default time budget" \
   grep -q '^time-budget = 900\(\.0\)\?$' "$tmp/gauto/config.toml"
 check "config.toml records how sprites are resized (area means by default)" \

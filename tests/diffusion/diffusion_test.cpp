@@ -532,9 +532,19 @@ TEST(Sampler, AutoPrecisionIsBf16OnlyOnACpuWithNativeBf16) {
 }
 
 TEST(GeneratorTraining, DefaultEpochsFollowTheDataset) {
-  EXPECT_EQ(default_epochs(64 * 20, 64), (kDefaultSteps + 19) / 20);
-  EXPECT_EQ(default_epochs(64 * kDefaultSteps * 3, 64), 1);  // at least one
-  EXPECT_EQ(default_epochs(10, 64), kDefaultSteps);          // one step per epoch
+  EXPECT_EQ(default_steps(64), 4500);
+  EXPECT_EQ(default_steps(32), 9000);  // the same sprites in steps of half as many
+  EXPECT_EQ(default_steps(7) * 7 - kDefaultSprites, 1);  // rounded up to whole steps
+  EXPECT_EQ(default_epochs(64 * 20, 64), (4500 + 19) / 20);
+  EXPECT_EQ(default_epochs(32 * 20, 32), 9000 / 20);
+  EXPECT_EQ(default_epochs(64 * 4500 * 3, 64), 1);  // at least one
+  EXPECT_EQ(default_epochs(10, 64), 4500);          // one step per epoch
+}
+
+TEST(GeneratorTraining, DefaultBatchIsSmallerOnTheCpu) {
+  EXPECT_EQ(default_batch(torch::kCPU), 32);
+  EXPECT_EQ(default_batch(torch::Device(torch::kCUDA, 0)), 64);  // a device type, none needed
+  EXPECT_EQ(default_batch(torch::Device(torch::kMPS)), 64);
 }
 
 // With the oracle, every x_t a stochastic sampler visits must again be a draw from q(x_t | x0): the
