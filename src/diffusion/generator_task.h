@@ -31,8 +31,9 @@ struct GeneratorDesign {
 // Without --batch-size a generator trains on batches of default_batch(device) sprites: 32 on the
 // CPU, 64 elsewhere. A CPU step costs time in proportion to its sprites (0.233 s for 32 against
 // 0.511 s for 64 on a 2-vCPU EPYC), so within a time budget 32 buys twice the optimizer steps, and
-// twice the steps of half the sprites raised every quality number on both real sets
-// (docs/sprites.md); a GPU runs 32 sprites in about the time of 64, which would halve its work.
+// twice the steps of half the sprites raised all but one quality number on both real sets (16 did
+// worse: docs/sprites.md). A GPU's step at these sizes is bound by launches, not sprites, so there
+// a smaller batch would only cut the work done (not measured at 32 on a GPU).
 constexpr int64_t kDefaultCpuBatch = 32;
 constexpr int64_t kDefaultBatch = 64;
 int64_t default_batch(torch::Device device);
