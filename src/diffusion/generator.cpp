@@ -106,6 +106,19 @@ CheckpointDesign checkpoint_design(const nlohmann::json& meta) {
   return d;
 }
 
+nlohmann::json design_json(const CheckpointDesign& design) {
+  const UNetOptions& u = design.unet;
+  return {{"unet",
+           {{"channels", u.channels},
+            {"base", u.base},
+            {"classes", u.classes},
+            {"embed", u.embed},
+            {"attention", u.attention},
+            {"scale_shift", u.scale_shift}}},
+          {"schedule", schedule_name(design.schedule)},
+          {"prediction", prediction_name(design.prediction)}};
+}
+
 Generator load_generator(const std::string& path, torch::Device device) {
   const train::Checkpoint checkpoint = train::load_checkpoint(path);
   check_generator_checkpoint(checkpoint, path);

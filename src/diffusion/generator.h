@@ -93,6 +93,9 @@ struct CheckpointDesign {
   Prediction prediction = Prediction::kEps;
 };
 CheckpointDesign checkpoint_design(const nlohmann::json& meta);
+// The metadata a design is saved as ("unet", "schedule", "prediction"), the keys
+// checkpoint_design reads: GeneratorTask::save writes it and a resumed run compares it.
+nlohmann::json design_json(const CheckpointDesign& design);
 
 Generator load_generator(const std::string& path, torch::Device device);
 

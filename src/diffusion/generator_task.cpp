@@ -218,13 +218,8 @@ void GeneratorTask::save(train::Checkpoint& checkpoint) const {
     palette_json.push_back({int{rgb[k][0]}, int{rgb[k][1]}, int{rgb[k][2]}});
   checkpoint.meta["task"] = "generate";
   checkpoint.meta["model"] = "unet";
-  checkpoint.meta["unet"] = {
-      {"channels", options_.channels},   {"base", options_.base},
-      {"classes", options_.classes},     {"embed", options_.embed},
-      {"attention", options_.attention}, {"scale_shift", options_.scale_shift}};
+  checkpoint.meta.update(design_json(saved_design()));
   checkpoint.meta["schedule_steps"] = schedule_.steps();
-  checkpoint.meta["schedule"] = schedule_name(schedule_.kind());
-  checkpoint.meta["prediction"] = prediction_name(design_.prediction);
   checkpoint.meta["min_snr_gamma"] = design_.min_snr_gamma;
   checkpoint.meta["size"] = size_;
   checkpoint.meta["palette"] = palette_json;
@@ -238,23 +233,13 @@ void GeneratorTask::save(train::Checkpoint& checkpoint) const {
 
 void GeneratorTask::load(const train::Checkpoint& c, const std::string& source) {
   check_generator_checkpoint(c, source);
-  const nlohmann::json now = {{"base", options_.base},
-                              {"classes", options_.classes},
-                              {"size", size_},
-                              {"attention", options_.attention},
-                              {"scale_shift", options_.scale_shift},
-                              {"prediction", prediction_name(design_.prediction)},
-                              {"schedule", schedule_name(schedule_.kind())}};
+  // The design and the sprite size, as saved, against what this run builds.
+  nlohmann::json now = design_json(saved_design());
+  now["size"] = size_;
   nlohmann::json then;
   try {
-    const CheckpointDesign d = checkpoint_design(c.meta);
-    then = {{"base", d.unet.base},
-            {"classes", d.unet.classes},
-            {"size", c.meta.at("size")},
-            {"attention", d.unet.attention},
-            {"scale_shift", d.unet.scale_shift},
-            {"prediction", prediction_name(d.prediction)},
-            {"schedule", schedule_name(d.schedule)}};
+    then = design_json(checkpoint_design(c.meta));
+    then["size"] = c.meta.at("size");
   } catch (const nlohmann::json::exception& e) {
     throw DataError(source, "generator metadata (unet, size)", e.what());
   }

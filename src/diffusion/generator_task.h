@@ -100,6 +100,8 @@ class GeneratorTask : public train::Task {
   mutable std::optional<torch::Tensor> palette_;  // (K, 3) uint8, from the training set, once
   double partial_alpha_ = 0;                      // partial_alpha_share of the training set
   AlphaMode alpha() const { return alpha_mode_for(partial_alpha_); }  // the training set's
+  // What this run's checkpoints record of its design (checkpoint_design reads it back).
+  CheckpointDesign saved_design() const { return {options_, schedule_.kind(), design_.prediction}; }
 };
 
 }  // namespace spritetorch::diffusion

@@ -1098,6 +1098,12 @@ TEST(GeneratorTraining, CheckpointDesignFillsWhatOldMetadataLacks) {
   EXPECT_TRUE(now.unet.scale_shift);
   EXPECT_EQ(now.schedule, ScheduleKind::kCosine);
   EXPECT_EQ(now.prediction, Prediction::kX0);
+  // What save writes reads back as the same design, and holds every key the reader takes.
+  const nlohmann::json saved = design_json(now);
+  EXPECT_EQ(design_json(checkpoint_design(saved)), saved);
+  EXPECT_EQ(saved["unet"], meta["unet"]);
+  EXPECT_EQ(saved["schedule"], "cosine");
+  EXPECT_EQ(saved["prediction"], "x0");
 
   meta["prediction"] = "score";
   EXPECT_THROW(checkpoint_design(meta), Error);
