@@ -118,8 +118,11 @@ Subcommand add_train_command(CLI::App& app) {
                       " steps of " + std::to_string(diffusion::kDefaultBatch) + ", " +
                       std::to_string(diffusion::default_steps(diffusion::kDefaultCpuBatch)) +
                       " of " + std::to_string(diffusion::kDefaultCpuBatch) +
-                      ") within a time budget of " + generator_budget +
-                      "; a sprite classifier, at least 500 steps and 5 epochs")
+                      ") within a time budget of " + generator_budget + "; a sprite classifier, " +
+                      std::to_string(train::kSpriteClassifierEpochs) + " epochs within " +
+                      std::to_string(train::kSpriteClassifierSteps) + "-" +
+                      std::to_string(train::kSpriteClassifierMaxSteps) + " steps, at least " +
+                      std::to_string(train::kSpriteClassifierMinEpochs))
       ->check(kNonNegative);
   sub->add_option("--time-budget", config->time_budget_s,
                   "Train the epochs that fit in this much training time (900, 900s, 15m, 1.5h, "
@@ -379,7 +382,9 @@ Subcommand add_train_command(CLI::App& app) {
             human << "Epochs: " << config->epochs << " ("
                   << (generator
                           ? "about " + std::to_string(diffusion::default_steps(config->batch_size))
-                          : "at least " + std::to_string(train::kSpriteClassifierSteps))
+                          : std::to_string(train::kSpriteClassifierEpochs) + " epochs within " +
+                                std::to_string(train::kSpriteClassifierSteps) + "-" +
+                                std::to_string(train::kSpriteClassifierMaxSteps))
                   << " steps of " << config->batch_size << " from " << n << " sprites"
                   << (generator
                           ? config->time_budget_s > 0

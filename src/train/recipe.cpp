@@ -66,8 +66,9 @@ int64_t epochs_for_steps(int64_t steps, int64_t train_samples, int64_t batch) {
 }
 
 int64_t sprite_classifier_epochs(int64_t train_samples, int64_t batch) {
-  return std::max(kSpriteClassifierMinEpochs,
-                  epochs_for_steps(kSpriteClassifierSteps, train_samples, batch));
+  const int64_t fewest = epochs_for_steps(kSpriteClassifierSteps, train_samples, batch);
+  const int64_t most = epochs_for_steps(kSpriteClassifierMaxSteps, train_samples, batch);
+  return std::max(kSpriteClassifierMinEpochs, std::clamp(kSpriteClassifierEpochs, fewest, most));
 }
 
 std::vector<std::string> recipe_names() {

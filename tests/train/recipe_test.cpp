@@ -7,15 +7,20 @@
 
 namespace spritetorch::train {
 
-TEST(SpriteClassifierEpochs, EnoughEpochsForTheStepsAndNeverFewerThanFive) {
-  // The DCSS items: 954 training sprites, 14 steps of 64 an epoch -> ceil(500 / 14) = 36.
+TEST(SpriteClassifierEpochs, ThirtyEpochsWithinTheStepBoundsAndNeverFewerThanFive) {
+  // The DCSS items: 954 training sprites, 14 steps of 64 an epoch: 30 epochs are 420 steps, so
+  // ceil(500 / 14) = 36 for the least steps.
   EXPECT_EQ(sprite_classifier_epochs(954, 64), 36);
-  // The procedural sprites (7,200 for training): 112 steps an epoch, 5 epochs are 560 steps.
-  EXPECT_EQ(sprite_classifier_epochs(7200, 64), kSpriteClassifierMinEpochs);
-  // Steps reached exactly, and one past them.
-  EXPECT_EQ(sprite_classifier_epochs(64 * 100, 64), 5);
-  EXPECT_EQ(sprite_classifier_epochs(64 * 99, 64), 6);
-  // Fewer sprites than a batch: one (short) step an epoch.
+  // The four views: 3,240 sprites, 50 steps an epoch: 30 epochs are the 1,500 steps at most.
+  EXPECT_EQ(sprite_classifier_epochs(3240, 64), kSpriteClassifierEpochs);
+  // Past 1,500 steps the cap decides: 51 steps an epoch still round up to 30 epochs, 52 to 29.
+  EXPECT_EQ(sprite_classifier_epochs(64 * 51, 64), 30);
+  EXPECT_EQ(sprite_classifier_epochs(64 * 52, 64), 29);
+  // The procedural sprites (7,200 for training): 112 steps an epoch, ceil(1500 / 112) = 14.
+  EXPECT_EQ(sprite_classifier_epochs(7200, 64), 14);
+  // A large set: 1,500 steps are under 5 epochs, which it still gets.
+  EXPECT_EQ(sprite_classifier_epochs(64 * 1000, 64), kSpriteClassifierMinEpochs);
+  // Fewer sprites than a batch: one (short) step an epoch, the least steps decide.
   EXPECT_EQ(sprite_classifier_epochs(10, 64), kSpriteClassifierSteps);
   EXPECT_EQ(sprite_classifier_epochs(0, 64), kSpriteClassifierSteps);
 }
