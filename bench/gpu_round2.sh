@@ -98,10 +98,10 @@ for section in "${sections[@]}"; do
     fi
     old_bin=.gpu-deps/old-src/build-gpu/spritetorch
     # DDIM eta 0 (its loop as a CUDA graph) in fp32 and bf16, without the colour reduction, without
-    # the graph; DDIM eta 1 (per-step noise from the host, eager); the default guidance (2.5 on
-    # the noisier 60% of the steps). All but the last at guidance 2 on every step.
+    # the graph; DDIM eta 1 (per-step noise from the host, eager); the default guidance (4 on
+    # the middle 60% of the steps). All but the last at guidance 2 on every step.
     rows=("new|--eta 0" "new|--eta 0 --colours 0" "new|--eta 0 --precision bf16" "new|--eta 0 --no-cuda-graphs"
-      "new|" "new|--eta 0 --precision bf16 --guidance 2.5 --guidance-interval 0.4:1")
+      "new|" "new|--eta 0 --precision bf16 --guidance 4 --guidance-interval 0.3:0.9")
     [ -x "$old_bin" ] && rows+=("old|--eta 0" "old|--eta 0 --colours 0" "old|")
     n=0
     for row in "${rows[@]}"; do

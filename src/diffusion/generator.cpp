@@ -282,7 +282,7 @@ GuidanceInterval parse_guidance_interval(const std::string& text) {
   if (!ok || !(g.from >= 0.0 && g.from < g.to && g.to <= 1.0))
     throw Error("guidance interval '" + text +
                 "': expected FROM:TO, fractions of the noise schedule with 0 <= FROM < TO <= 1 "
-                "(e.g. 0.4:1, guidance at the noisier 60% of the steps)");
+                "(e.g. 0.3:0.9, guidance on the middle 60% of the steps)");
   return g;
 }
 

@@ -730,18 +730,18 @@ TEST(Sampler, DdpmIsDdimOverAllStepsWithEtaOne) {
 }
 
 TEST(Sampler, TheReportNamesWhatRuns) {
-  SampleOptions o;  // the defaults: DDIM, 50 uniform steps, eta 1, guidance 2.5 at t/T 0.4-1
-  EXPECT_EQ(describe_sampler(o, 500), "ddim 50 uniform steps, eta 1, guidance 2.5 at t/T 0.4-1");
+  SampleOptions o;  // the defaults: DDIM, 50 uniform steps, eta 1, guidance 4 at t/T 0.3-0.9
+  EXPECT_EQ(describe_sampler(o, 500), "ddim 50 uniform steps, eta 1, guidance 4 at t/T 0.3-0.9");
   EXPECT_EQ(sampler_json(o, 500), (nlohmann::json{{"sampler", "ddim"},
                                                   {"steps", 50},
                                                   {"spacing", "uniform"},
                                                   {"eta", 1.0},
-                                                  {"guidance", 2.5},
-                                                  {"guidance_interval", {0.4, 1.0}}}));
-  EXPECT_EQ(guidance_interval_text(o.guidance_interval), "0.4:1");
+                                                  {"guidance", 4.0},
+                                                  {"guidance_interval", {0.3, 0.9}}}));
+  EXPECT_EQ(guidance_interval_text(o.guidance_interval), "0.3:0.9");
   // Guidance on every step, or none at all, names no interval.
   o.guidance_interval = {};
-  EXPECT_EQ(describe_sampler(o, 500), "ddim 50 uniform steps, eta 1, guidance 2.5");
+  EXPECT_EQ(describe_sampler(o, 500), "ddim 50 uniform steps, eta 1, guidance 4");
   o.guidance = 1;
   o.guidance_interval = {0.4, 1.0};
   EXPECT_EQ(describe_sampler(o, 500), "ddim 50 uniform steps, eta 1, guidance 1");
