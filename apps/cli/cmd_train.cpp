@@ -119,10 +119,7 @@ Subcommand add_train_command(CLI::App& app) {
                       std::to_string(diffusion::default_steps(diffusion::kDefaultCpuBatch)) +
                       " of " + std::to_string(diffusion::kDefaultCpuBatch) +
                       ") within a time budget of " + generator_budget + "; a sprite classifier, " +
-                      std::to_string(train::kSpriteClassifierEpochs) + " epochs within " +
-                      std::to_string(train::kSpriteClassifierSteps) + "-" +
-                      std::to_string(train::kSpriteClassifierMaxSteps) + " steps, at least " +
-                      std::to_string(train::kSpriteClassifierMinEpochs))
+                      train::sprite_classifier_epochs_rule())
       ->check(kNonNegative);
   sub->add_option("--time-budget", config->time_budget_s,
                   "Train the epochs that fit in this much training time (900, 900s, 15m, 1.5h, "
@@ -380,20 +377,19 @@ Subcommand add_train_command(CLI::App& app) {
           task = make_task(*config);
           if (!session.quiet())
             human << "Epochs: " << config->epochs << " ("
-                  << (generator
-                          ? "about " + std::to_string(diffusion::default_steps(config->batch_size))
-                          : std::to_string(train::kSpriteClassifierEpochs) + " epochs within " +
-                                std::to_string(train::kSpriteClassifierSteps) + "-" +
-                                std::to_string(train::kSpriteClassifierMaxSteps))
-                  << " steps of " << config->batch_size << " from " << n << " sprites"
-                  << (generator
-                          ? config->time_budget_s > 0
-                                ? ", fewer if they do not fit in " +
-                                      format_duration(config->time_budget_s, /*keep_tenths=*/true) +
-                                      " of training"
-                                : std::string()
-                          : ", at least " + std::to_string(train::kSpriteClassifierMinEpochs) +
-                                " epochs")
+                  << (generator ? "about " +
+                                      std::to_string(diffusion::default_steps(config->batch_size)) +
+                                      " steps of " + std::to_string(config->batch_size) + " from " +
+                                      std::to_string(n) + " sprites" +
+                                      (config->time_budget_s > 0
+                                           ? ", fewer if they do not fit in " +
+                                                 format_duration(config->time_budget_s,
+                                                                 /*keep_tenths=*/true) +
+                                                 " of training"
+                                           : std::string())
+                                : std::to_string(n) + " sprites in batches of " +
+                                      std::to_string(config->batch_size) + ": " +
+                                      train::sprite_classifier_epochs_rule())
                   << "; --epochs sets them" << (generator ? ", --time-budget the time" : "")
                   << ")\n";
         }

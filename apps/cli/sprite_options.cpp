@@ -59,8 +59,8 @@ void add_sprite_data_options(CLI::App* sub, train::TrainConfig& config, bool tra
       ->capture_default_str();
   if (training) {
     sub->add_option("--unet-base", config.unet_base,
-                    "--task generate: UNet channels at full resolution (x2 below; the "
-                    "generator's default: 32)")
+                    "--task generate: UNet channels per unit of --unet-mult (the generator's "
+                    "default: 32)")
         ->check(kPositive)
         ->capture_default_str();
     sub->add_flag("--activation-checkpointing", config.activation_checkpointing,
@@ -72,6 +72,9 @@ void add_sprite_data_options(CLI::App* sub, train::TrainConfig& config, bool tra
     sub->add_option("--unet-scale-shift", config.unet_scale_shift,
                     "--task generate: the time and class embedding scales and shifts each "
                     "block's second GroupNorm (1) or is added before it (0)")
+        ->capture_default_str();
+    sub->add_option("--unet-mult", config.unet_mult,
+                    "--task generate: channel multipliers of --unet-base at S, S/2 and S/4")
         ->capture_default_str();
     sub->add_option("--prediction", config.prediction,
                     "--task generate: what the UNet predicts: v, eps (the noise) or x0")

@@ -100,6 +100,8 @@ CheckpointDesign checkpoint_design(const nlohmann::json& meta) {
   d.unet.embed = u.at("embed").get<int64_t>();
   d.unet.attention = u.value("attention", false);      // absent before attention existed
   d.unet.scale_shift = u.value("scale_shift", false);  // absent before scale-shift norms existed
+  if (u.contains("mult"))                              // absent before --unet-mult existed: 1,2,2
+    d.unet.mult = u.at("mult").get<std::array<int64_t, 3>>();
   // Checkpoints from before the cosine / v defaults have neither key.
   d.schedule = parse_schedule(meta.value("schedule", "linear"));
   d.prediction = parse_prediction(meta.value("prediction", "eps"));
@@ -114,7 +116,8 @@ nlohmann::json design_json(const CheckpointDesign& design) {
             {"classes", u.classes},
             {"embed", u.embed},
             {"attention", u.attention},
-            {"scale_shift", u.scale_shift}}},
+            {"scale_shift", u.scale_shift},
+            {"mult", u.mult}}},
           {"schedule", schedule_name(design.schedule)},
           {"prediction", prediction_name(design.prediction)}};
 }

@@ -84,9 +84,9 @@ void check_generator_checkpoint(const train::Checkpoint& checkpoint, const std::
 
 // The design a generator checkpoint's metadata records. Keys that older checkpoints lack take the
 // values those checkpoints were trained with: no attention, additive embeddings (no scale-shift
-// norms), linear betas, eps. load_generator builds from it and a resumed run compares against it,
-// so the two cannot read an old checkpoint differently. nlohmann::json::exception when "unet" or
-// one of its required keys is missing; Error for an unknown prediction or schedule name.
+// norms), widths 1,2,2, linear betas, eps. load_generator builds from it and a resumed run compares
+// against it, so the two cannot read an old checkpoint differently. nlohmann::json::exception when
+// "unet" or one of its required keys is missing; Error for an unknown prediction or schedule name.
 struct CheckpointDesign {
   UNetOptions unet;
   ScheduleKind schedule = ScheduleKind::kLinear;

@@ -65,6 +65,7 @@ GeneratorTask::GeneratorTask(int64_t unet_base, int64_t sample_every, uint64_t p
   options_.base = unet_base;
   options_.attention = design.attention;
   options_.scale_shift = design.scale_shift;
+  options_.mult = design.unet_mult;
 }
 
 torch::Tensor GeneratorTask::denoising_loss(const torch::Tensor& x0, const torch::Tensor& t,
@@ -271,7 +272,8 @@ train::Settings GeneratorTask::settings() const {
   int64_t parameters = 0;
   for (const auto& p : net_->parameters()) parameters += p.numel();
   return {
-      {"model", "unet base " + std::to_string(options_.base) + " (" + std::to_string(parameters) +
+      {"model", "unet base " + std::to_string(options_.base) + " x " +
+                    unet_mult_text(options_.mult) + " (" + std::to_string(parameters) +
                     " parameters" + (options_.attention ? ", attention" : "") +
                     (options_.scale_shift ? ", scale-shift norms" : "") +
                     (activation_checkpointing_ ? ", activation checkpointing" : "") + ")"},

@@ -24,6 +24,7 @@ struct GeneratorDesign {
   ScheduleKind schedule = ScheduleKind::kCosine;
   bool attention = true;    // self-attention at S/4
   bool scale_shift = true;  // the embedding scales and shifts the blocks' second norm
+  std::array<int64_t, 3> unet_mult = {1, 2, 2};  // channels at S, S/2, S/4 = base x these
   double min_snr_gamma =
       5.0;  // loss weight min(SNR, gamma) / (what the target's MSE weighs); 0 off
 };

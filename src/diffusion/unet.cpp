@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "common/compat.h"
+#include "common/error.h"
 #include "precision/autocast_guard.h"
 
 namespace spritetorch::diffusion {
@@ -162,7 +163,8 @@ torch::Tensor AttentionBlockImpl::forward(const torch::Tensor& x) {
 
 UNetImpl::UNetImpl(const UNetOptions& o) : options_(o) {
   using torch::nn::Conv2dOptions;
-  const int64_t c1 = o.base, c2 = 2 * o.base, e = o.embed;
+  const int64_t c1 = o.base * o.mult[0], c2 = o.base * o.mult[1], c3 = o.base * o.mult[2];
+  const int64_t e = o.embed;
   time1 = register_module("time1", torch::nn::Linear(e, e));
   time2 = register_module("time2", torch::nn::Linear(e, e));
   class_embed = register_module("class_embed", torch::nn::Embedding(o.classes + 1, e));
@@ -174,11 +176,11 @@ UNetImpl::UNetImpl(const UNetOptions& o) : options_(o) {
   block2 = register_module("block2", ResBlock(c1, c2, e, o.scale_shift));  // S/2
   down2 =
       register_module("down2", torch::nn::Conv2d(Conv2dOptions(c2, c2, 3).stride(2).padding(1)));
-  mid1 = register_module("mid1", ResBlock(c2, c2, e, o.scale_shift));  // S/4
+  mid1 = register_module("mid1", ResBlock(c2, c3, e, o.scale_shift));  // S/4
   if (o.attention)
-    mid_attn = register_module("mid_attn", AttentionBlock(c2, std::max<int64_t>(1, c2 / 32)));
-  mid2 = register_module("mid2", ResBlock(c2, c2, e, o.scale_shift));
-  up2 = register_module("up2", ResBlock(c2 + c2, c2, e, o.scale_shift));  // S/2
+    mid_attn = register_module("mid_attn", AttentionBlock(c3, std::max<int64_t>(1, c3 / 32)));
+  mid2 = register_module("mid2", ResBlock(c3, c3, e, o.scale_shift));
+  up2 = register_module("up2", ResBlock(c3 + c2, c2, e, o.scale_shift));  // S/2
   up1 = register_module("up1", ResBlock(c2 + c1, c1, e, o.scale_shift));  // S
   out_norm = register_module("out_norm", torch::nn::GroupNorm(groups_for(c1), c1));
   out_conv =
@@ -202,12 +204,36 @@ torch::Tensor UNetImpl::forward(const torch::Tensor& x, const torch::Tensor& t,
   auto h0 = in_conv(x.to(dtype));    // (B, c1, S, S)
   auto h1 = run(block1, h0);         // (B, c1, S, S)
   auto h2 = run(block2, down1(h1));  // (B, c2, S/2, S/2)
-  auto m = run(mid1, down2(h2));     // (B, c2, S/4, S/4)
+  auto m = run(mid1, down2(h2));     // (B, c3, S/4, S/4)
   if (mid_attn) m = mid_attn(m);
   m = run(mid2, m);
   auto u2 = run(up2, torch::cat({upsample_nearest_x2(m), h2}, 1));   // (B, c2, S/2, S/2)
   auto u1 = run(up1, torch::cat({upsample_nearest_x2(u2), h1}, 1));  // (B, c1, S, S)
   return out_conv(torch::silu(normalise(out_norm, u1)));  // (B, 4, S, S) in the weights' dtype
+}
+
+std::string unet_mult_text(const std::array<int64_t, 3>& mult) {
+  return std::to_string(mult[0]) + "," + std::to_string(mult[1]) + "," + std::to_string(mult[2]);
+}
+
+std::array<int64_t, 3> parse_unet_mult(const std::string& text) {
+  std::array<int64_t, 3> mult{};
+  size_t at = 0;
+  bool ok = true;
+  for (size_t i = 0; i < mult.size() && ok; ++i) {
+    const size_t end = i + 1 < mult.size() ? text.find(',', at) : text.size();
+    const std::string part = end == std::string::npos ? "" : text.substr(at, end - at);
+    ok = !part.empty() && part.size() <= 2 &&
+         std::all_of(part.begin(), part.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+    if (ok) mult[i] = std::stoll(part);
+    ok = ok && mult[i] >= 1 && mult[i] <= 16;
+    at = end + 1;
+  }
+  if (!ok)
+    throw Error("--unet-mult '" + text +
+                "': expected three whole numbers from 1 to 16 separated by commas, the channel "
+                "multipliers at S, S/2 and S/4 (e.g. 1,2,4)");
+  return mult;
 }
 
 }  // namespace spritetorch::diffusion

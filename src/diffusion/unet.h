@@ -1,19 +1,25 @@
 // A small UNet for class-conditional denoising of sprites: (B, 4, S, S) noisy RGBA in [-1, 1], the
 // timestep t and a class index in, the predicted noise (B, 4, S, S) out. Two resolutions below S
-// (S/2, S/4), residual blocks with GroupNorm + SiLU, optionally self-attention at S/4, a sinusoidal
-// time embedding and a learned class embedding added into every block. Class index `classes` is the
-// "no class" token that classifier-free guidance trains by dropping labels at random.
+// (S/2, S/4; widths base x mult), residual blocks with GroupNorm + SiLU, optionally self-attention
+// at S/4, a sinusoidal time embedding and a learned class embedding added into every block. Class
+// index `classes` is the "no class" token that classifier-free guidance trains by dropping labels
+// at random.
 #pragma once
 
 #include <torch/torch.h>
 
+#include <array>
 #include <cstdint>
+#include <string>
 
 namespace spritetorch::diffusion {
 
 struct UNetOptions {
-  int64_t channels = 4;    // RGBA
-  int64_t base = 16;       // channels at full resolution; 2x at S/2 and S/4
+  int64_t channels = 4;  // RGBA
+  int64_t base = 16;     // channels per unit of `mult`
+  // Channels at S, S/2 and S/4 are base x mult[0], [1], [2] (--unet-mult). A channel at S/4 costs
+  // a sixteenth of the FLOPs of one at S, so width there is the cheapest capacity.
+  std::array<int64_t, 3> mult = {1, 2, 2};
   int64_t classes = 4;     // real classes; the embedding has classes + 1 rows
   int64_t embed = 128;     // time / class embedding width
   bool attention = false;  // self-attention between the two S/4 blocks (whole-sprite layout)
@@ -85,6 +91,11 @@ TORCH_MODULE(UNet);
 // no random numbers, so the recomputation needs no RNG state.
 torch::Tensor checkpointed_block(ResBlockImpl& block, const torch::Tensor& x,
                                  const torch::Tensor& emb);
+
+// "1,2,4" <-> {1, 2, 4}. parse_unet_mult throws Error unless the text is three positive integers
+// (each at most 16) separated by commas.
+std::string unet_mult_text(const std::array<int64_t, 3>& mult);
+std::array<int64_t, 3> parse_unet_mult(const std::string& text);
 
 // x2 nearest-neighbour upsampling, (B, C, H, W) -> (B, C, 2H, 2W): upsample_nearest2d through the
 // functional API, whose signature is the same in LibTorch 1.13 and 2.x. It replaced

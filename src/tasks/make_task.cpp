@@ -30,6 +30,8 @@ std::unique_ptr<train::Task> make_task(const train::TrainConfig& config) {
       throw not_for_task("--unet-attention", "classify", "it shapes the generator's UNet");
     if (config.unet_scale_shift != defaults.unet_scale_shift)
       throw not_for_task("--unet-scale-shift", "classify", "it shapes the generator's UNet");
+    if (config.unet_mult != defaults.unet_mult)
+      throw not_for_task("--unet-mult", "classify", "it shapes the generator's UNet");
     if (config.prediction != defaults.prediction)
       throw not_for_task("--prediction", "classify", "it is what the generator's UNet predicts");
     if (config.noise_schedule != defaults.noise_schedule)
@@ -61,6 +63,7 @@ std::unique_ptr<train::Task> make_task(const train::TrainConfig& config) {
     design.schedule = diffusion::parse_schedule(config.noise_schedule);
     design.attention = config.unet_attention;
     design.scale_shift = config.unet_scale_shift;
+    design.unet_mult = diffusion::parse_unet_mult(config.unet_mult);
     design.min_snr_gamma = config.min_snr_gamma;
     return std::make_unique<diffusion::GeneratorTask>(config.unet_base, config.sample_every,
                                                       config.seed, config.activation_checkpointing,

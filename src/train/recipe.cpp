@@ -71,6 +71,12 @@ int64_t sprite_classifier_epochs(int64_t train_samples, int64_t batch) {
   return std::max(kSpriteClassifierMinEpochs, std::clamp(kSpriteClassifierEpochs, fewest, most));
 }
 
+std::string sprite_classifier_epochs_rule() {
+  return std::to_string(kSpriteClassifierEpochs) + " epochs within " +
+         std::to_string(kSpriteClassifierSteps) + "-" + std::to_string(kSpriteClassifierMaxSteps) +
+         " steps, at least " + std::to_string(kSpriteClassifierMinEpochs) + " epochs";
+}
+
 std::vector<std::string> recipe_names() {
   std::vector<std::string> names;
   for (const auto& r : recipes()) names.push_back(r.name);

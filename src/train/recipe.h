@@ -44,6 +44,9 @@ constexpr int64_t kSpriteClassifierSteps = 500;
 constexpr int64_t kSpriteClassifierMaxSteps = 1500;
 constexpr int64_t kSpriteClassifierMinEpochs = 5;
 int64_t sprite_classifier_epochs(int64_t train_samples, int64_t batch);
+// That rule in words ("30 epochs within 500-1500 steps, at least 5 epochs"), for --help and the
+// "Epochs:" line of a run.
+std::string sprite_classifier_epochs_rule();
 
 // The epochs that make at least `steps` optimizer steps of `batch` (full batches) from
 // `train_samples`, at least 1: the generator's and the sprite classifier's automatic epochs.

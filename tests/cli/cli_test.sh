@@ -345,7 +345,7 @@ cauto=$!
 for _ in $(seq 1 240); do grep -q '^Epochs:' "$tmp/cauto.log" && break; sleep 0.25; done
 kill -INT $cauto 2>/dev/null; wait $cauto
 check "a sprite classifier's automatic epochs" grep -q \
-  "^Epochs: 56 (30 epochs within 500-1500 steps of 64 from 576 sprites, at least 5 epochs; --epochs sets them)" \
+  "^Epochs: 56 (576 sprites in batches of 64: 30 epochs within 500-1500 steps, at least 5 epochs; --epochs sets them)" \
   "$tmp/cauto.log"
 # A generator's epochs follow from its dataset's size once the data is read: config.toml records
 # the number chosen (so --config repeats the run), rewritten before the first step; then SIGINT.

@@ -26,9 +26,17 @@ expect 0 '"threads":"1 intra-op' -- "${gen[@]}" --threads 1
 expect 0 '"steps":2,' -- "${gen[@]}" --train-limit 32
 expect 0 '"test":\{"loss":[0-9.e-]+,"samples":3\}' -- "${gen[@]}" --test-limit 3
 expect 0 '"step":"autograd"' -- "${gen[@]}" --step autograd
-expect 0 '"model":"unet base 8 \([0-9]+ parameters, attention, scale-shift norms, activation checkpointing\)"' -- "${gen[@]}" --activation-checkpointing
-expect 0 '"model":"unet base 8 \([0-9]+ parameters, scale-shift norms\)"' -- "${gen[@]}" --unet-attention 0
-expect 0 '"model":"unet base 8 \([0-9]+ parameters\)"' -- "${gen[@]}" --unet-attention 0 --unet-scale-shift 0
+expect 0 '"model":"unet base 8 x [0-9,]+ \([0-9]+ parameters, attention, scale-shift norms, activation checkpointing\)"' -- "${gen[@]}" --activation-checkpointing
+expect 0 '"model":"unet base 8 x [0-9,]+ \([0-9]+ parameters, scale-shift norms\)"' -- "${gen[@]}" --unet-attention 0
+expect 0 '"model":"unet base 8 x [0-9,]+ \([0-9]+ parameters\)"' -- "${gen[@]}" --unet-attention 0 --unet-scale-shift 0
+# --unet-mult widens the lower levels: base 8 x 1,2,4 holds more parameters than x 1,1,1.
+p111=$("$bin" "${gen[@]}" --unet-mult 1,1,1 | sed -n 's/.*"model":"unet base 8 x 1,1,1 (\([0-9]*\) parameters.*/\1/p')
+p124=$("$bin" "${gen[@]}" --unet-mult 1,2,4 | sed -n 's/.*"model":"unet base 8 x 1,2,4 (\([0-9]*\) parameters.*/\1/p')
+if [[ -z "$p111" || -z "$p124" || "$p124" -le "$p111" ]]; then
+  echo "FAIL: --unet-mult 1,2,4 ($p124 parameters) should hold more than 1,1,1 ($p111)"; fails=$((fails + 1))
+fi
+expect 2 "--unet-mult '1,2': expected three whole numbers" -- "${gen[@]}" --unet-mult 1,2
+expect 2 "--unet-mult '1,0,2': expected three whole numbers" -- "${gen[@]}" --unet-mult 1,0,2
 expect 0 '"task":"generate \(predicts eps, min-SNR gamma off' -- "${gen[@]}" --prediction eps --min-snr-gamma 0
 expect 0 '"task":"generate \(predicts x0, min-SNR gamma 5' -- "${gen[@]}" --prediction x0
 expect 0 '"schedule":"linear betas' -- "${gen[@]}" --noise-schedule linear
@@ -63,6 +71,7 @@ expect 2 "--unet-base does not apply to --task classify" -- "${cls[@]}" --unet-b
 expect 2 "--activation-checkpointing does not apply to --task classify" -- "${cls[@]}" --activation-checkpointing
 expect 2 "--unet-attention does not apply to --task classify" -- "${cls[@]}" --unet-attention 0
 expect 2 "--unet-scale-shift does not apply to --task classify" -- "${cls[@]}" --unet-scale-shift 0
+expect 2 "--unet-mult does not apply to --task classify" -- "${cls[@]}" --unet-mult 1,2,4
 expect 2 "--prediction does not apply to --task classify" -- "${cls[@]}" --prediction eps
 expect 2 "--noise-schedule does not apply to --task classify" -- "${cls[@]}" --noise-schedule linear
 expect 2 "--min-snr-gamma does not apply to --task classify" -- "${cls[@]}" --min-snr-gamma 1

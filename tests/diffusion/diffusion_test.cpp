@@ -470,6 +470,33 @@ TEST(UNet, ScaleShiftNormsTakeTheEmbeddingAsScaleAndShift) {
     EXPECT_EQ(block->emb_proj->weight.size(0), 2 * block->norm2->options.num_channels());
 }
 
+// --unet-mult sets the widths at S, S/2 and S/4 (base x mult), attention included, and the
+// UNet still maps (B, 4, S, S) to (B, 4, S, S).
+TEST(UNet, MultipliersSetTheWidthOfEachLevel) {
+  UNetOptions o;
+  o.base = 8;
+  o.embed = 16;
+  o.attention = true;
+  o.mult = {1, 2, 4};
+  UNet net(o);
+  EXPECT_EQ(net->block1->conv2->weight.size(0), 8);   // S
+  EXPECT_EQ(net->block2->conv2->weight.size(0), 16);  // S/2
+  EXPECT_EQ(net->mid1->conv1->weight.size(0), 32);    // S/4
+  EXPECT_EQ(net->mid2->conv2->weight.size(0), 32);
+  EXPECT_EQ(net->mid_attn->norm->options.num_channels(), 32);
+  EXPECT_EQ(net->up2->conv1->weight.size(1), 32 + 16);  // S/4 upsampled beside the S/2 skip
+  EXPECT_EQ(net->up1->conv1->weight.size(1), 16 + 8);
+  EXPECT_EQ(net->forward(torch::randn({2, 4, 16, 16}), torch::tensor({1, 2}), torch::tensor({0, 4}))
+                .sizes(),
+            (std::vector<int64_t>{2, 4, 16, 16}));
+
+  EXPECT_EQ(parse_unet_mult("1,2,4"), (std::array<int64_t, 3>{1, 2, 4}));
+  EXPECT_EQ(unet_mult_text({1, 2, 4}), "1,2,4");
+  for (const char* bad :
+       {"", "1,2", "1,2,4,8", "1,0,2", "1,2,x", "1,,2", "1,2,17", "-1,2,2", "1 2 2"})
+    EXPECT_THROW(parse_unet_mult(bad), Error) << bad;
+}
+
 // Sampling in bf16 runs a bf16 copy of the UNet (with attention): its output is the fp32 one up to
 // bf16 rounding, and the generator's own net stays fp32.
 TEST(Sampler, Bf16RunsACopyOfTheNetInBf16) {
@@ -1044,12 +1071,14 @@ TEST(GeneratorTraining, OldCheckpointsLoadAsEpsLinearWithoutAttention) {
   config.noise_schedule = "linear";
   config.unet_attention = false;
   config.unet_scale_shift = false;
+  config.unet_mult = "1,2,2";
   config.save = dir.file("explicit.pt");
   run_training(config);
   auto old = train::load_checkpoint(config.save);
   for (const char* key : {"prediction", "schedule", "min_snr_gamma", "alpha"}) old.meta.erase(key);
   old.meta["unet"].erase("attention");
   old.meta["unet"].erase("scale_shift");
+  old.meta["unet"].erase("mult");
   train::save_checkpoint(dir.file("old.pt"), old);
   auto g_old = load_generator(dir.file("old.pt"), torch::kCPU);
   auto g_explicit = load_generator(config.save, torch::kCPU);
@@ -1057,6 +1086,7 @@ TEST(GeneratorTraining, OldCheckpointsLoadAsEpsLinearWithoutAttention) {
   EXPECT_EQ(g_old.schedule.kind(), ScheduleKind::kLinear);
   EXPECT_FALSE(g_old.net->mid_attn);
   EXPECT_FALSE(g_old.net->options().scale_shift);
+  EXPECT_EQ(g_old.net->options().mult, (std::array<int64_t, 3>{1, 2, 2}));
   EXPECT_EQ(g_old.alpha, AlphaMode::kBinary);
   SampleOptions o;
   o.steps = 3;
@@ -1086,16 +1116,19 @@ TEST(GeneratorTraining, CheckpointDesignFillsWhatOldMetadataLacks) {
   EXPECT_EQ(old.unet.embed, 64);
   EXPECT_FALSE(old.unet.attention);
   EXPECT_FALSE(old.unet.scale_shift);
+  EXPECT_EQ(old.unet.mult, (std::array<int64_t, 3>{1, 2, 2}));
   EXPECT_EQ(old.schedule, ScheduleKind::kLinear);
   EXPECT_EQ(old.prediction, Prediction::kEps);
 
   meta["unet"]["attention"] = true;
   meta["unet"]["scale_shift"] = true;
+  meta["unet"]["mult"] = {1, 2, 4};
   meta["schedule"] = "cosine";
   meta["prediction"] = "x0";
   const CheckpointDesign now = checkpoint_design(meta);
   EXPECT_TRUE(now.unet.attention);
   EXPECT_TRUE(now.unet.scale_shift);
+  EXPECT_EQ(now.unet.mult, (std::array<int64_t, 3>{1, 2, 4}));
   EXPECT_EQ(now.schedule, ScheduleKind::kCosine);
   EXPECT_EQ(now.prediction, Prediction::kX0);
   // What save writes reads back as the same design, and holds every key the reader takes.
