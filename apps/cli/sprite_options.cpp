@@ -74,7 +74,8 @@ void add_sprite_data_options(CLI::App* sub, train::TrainConfig& config, bool tra
                     "block's second GroupNorm (1) or is added before it (0)")
         ->capture_default_str();
     sub->add_option("--unet-mult", config.unet_mult,
-                    "--task generate: channel multipliers of --unet-base at S, S/2 and S/4")
+                    "--task generate: the UNet's widths at the sprite size S, S/2 and S/4, as "
+                    "multiples of --unet-base")
         ->capture_default_str();
     sub->add_option("--prediction", config.prediction,
                     "--task generate: what the UNet predicts: v, eps (the noise) or x0")

@@ -102,6 +102,11 @@ CheckpointDesign checkpoint_design(const nlohmann::json& meta) {
   d.unet.scale_shift = u.value("scale_shift", false);  // absent before scale-shift norms existed
   if (u.contains("mult"))                              // absent before --unet-mult existed: 1,2,2
     d.unet.mult = u.at("mult").get<std::array<int64_t, 3>>();
+  const auto [lo, hi] = std::minmax_element(d.unet.mult.begin(), d.unet.mult.end());
+  if (d.unet.base < 1 || *lo < 1 || *hi > 16)
+    throw Error("generator metadata: UNet base " + std::to_string(d.unet.base) + " x " +
+                unet_mult_text(d.unet.mult) +
+                ": expected a positive base and multipliers from 1 to 16 (a damaged checkpoint?)");
   // Checkpoints from before the cosine / v defaults have neither key.
   d.schedule = parse_schedule(meta.value("schedule", "linear"));
   d.prediction = parse_prediction(meta.value("prediction", "eps"));

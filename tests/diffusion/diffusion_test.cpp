@@ -1138,6 +1138,9 @@ TEST(GeneratorTraining, CheckpointDesignFillsWhatOldMetadataLacks) {
   EXPECT_EQ(saved["schedule"], "cosine");
   EXPECT_EQ(saved["prediction"], "x0");
 
+  meta["unet"]["mult"] = {1, 0, 2};  // a damaged width fails here, not inside LibTorch
+  EXPECT_THROW(checkpoint_design(meta), Error);
+  meta["unet"]["mult"] = {1, 2, 4};
   meta["prediction"] = "score";
   EXPECT_THROW(checkpoint_design(meta), Error);
   meta["prediction"] = "v";
