@@ -86,7 +86,8 @@ void check_generator_checkpoint(const train::Checkpoint& checkpoint, const std::
 // values those checkpoints were trained with: no attention, additive embeddings (no scale-shift
 // norms), widths 1,2,2, linear betas, eps. load_generator builds from it and a resumed run compares
 // against it, so the two cannot read an old checkpoint differently. nlohmann::json::exception when
-// "unet" or one of its required keys is missing; Error for an unknown prediction or schedule name.
+// "unet" or one of its required keys is missing; Error for an unknown prediction or schedule name
+// or widths out of range.
 struct CheckpointDesign {
   UNetOptions unet;
   ScheduleKind schedule = ScheduleKind::kLinear;
