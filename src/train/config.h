@@ -96,7 +96,7 @@ struct TrainConfig {
   // --task generate: the design (diffusion/generator_task.h GeneratorDesign; docs/sprites.md).
   bool unet_attention = true;             // self-attention at S/4
   bool unet_scale_shift = true;           // the embedding scales and shifts the blocks' norms
-  std::string unet_mult = "1,2,2";  // channel multipliers at S, S/2, S/4 (diffusion::UNetOptions)
+  std::string unet_mult = "1,2,2";        // UNet widths at S, S/2, S/4 (x unet_base)
   std::string prediction = "v";           // eps | v | x0
   std::string noise_schedule = "cosine";  // linear | cosine
   double min_snr_gamma = 5.0;             // 0: unweighted MSE
