@@ -29,18 +29,18 @@ struct GeneratorDesign {
       5.0;  // loss weight min(SNR, gamma) / (what the target's MSE weighs); 0 off
 };
 
-// Without --batch-size a generator trains on batches of default_batch(device) sprites: 32 on the
-// CPU, 64 elsewhere. A CPU step costs time in proportion to its sprites (0.233 s for 32 against
-// 0.511 s for 64 on a 2-vCPU EPYC), so within a time budget 32 buys twice the optimizer steps, and
-// twice the steps of half the sprites raised all but one quality number on both real sets (16 did
-// worse: docs/sprites.md). A GPU's step at these sizes is bound by launches, not sprites, so there
-// a smaller batch would only cut the work done (not measured at 32 on a GPU).
-constexpr int64_t kDefaultCpuBatch = 32;
+// Without --batch-size a generator trains on batches of default_batch(device) sprites: 16 on the
+// CPU, 64 elsewhere. A CPU step costs time in proportion to its sprites (0.114 s for 16, 0.225 s
+// for 32 on a 2-vCPU EPYC), so within a time budget 16 buys twice the optimizer steps: on three
+// runs over two real sets, the same class agreement as 32 and a lower held-out loss, two-sample
+// accuracy and Fréchet distance (docs/sprites.md "Batch size on the CPU"). A GPU's step at these
+// sizes is bound by launches, not sprites, so there a smaller batch would only cut the work done.
+constexpr int64_t kDefaultCpuBatch = 16;
 constexpr int64_t kDefaultBatch = 64;
 int64_t default_batch(torch::Device device);
 
 // Without --epochs a generator run draws about kDefaultSprites training sprites, in
-// default_steps(batch) = ceil(kDefaultSprites / batch) optimizer steps (4,500 of 64, 9,000 of 32):
+// default_steps(batch) = ceil(kDefaultSprites / batch) optimizer steps (4,500 of 64, 18,000 of 16):
 // default_epochs = ceil(default_steps / max(1, train_samples / batch)), at least 1, or fewer
 // when they do not fit in kDefaultTimeBudgetSeconds of training (--time-budget, planned from the
 // run's own speed). On the DCSS items 4,522 steps beat 3,010 on both quality numbers; 15 minutes

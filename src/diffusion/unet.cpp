@@ -6,6 +6,7 @@
 
 #include "common/compat.h"
 #include "common/error.h"
+#include "diffusion/group_norm_silu.h"
 #include "precision/autocast_guard.h"
 
 namespace spritetorch::diffusion {
@@ -18,6 +19,13 @@ int64_t groups_for(int64_t channels) { return channels % 8 == 0 ? 8 : 1; }
 // accumulated in fp32 inside the kernel. A no-op cast in fp32 runs.
 torch::Tensor normalise(torch::nn::GroupNorm& norm, const torch::Tensor& x) {
   return norm(x.to(norm->weight.scalar_type()));
+}
+// silu(norm(x) (1 + scale) + shift) in the same dtype, one fused kernel on the CPU in fp32.
+// scale, shift: (B, C, 1, 1) or undefined.
+torch::Tensor normalise_silu(torch::nn::GroupNorm& norm, const torch::Tensor& x,
+                             const torch::Tensor& scale = {}, const torch::Tensor& shift = {}) {
+  return group_norm_silu(x.to(norm->weight.scalar_type()), norm->options.num_groups(), norm->weight,
+                         norm->bias, norm->options.eps(), scale, shift);
 }
 }  // namespace
 
@@ -126,15 +134,15 @@ ResBlockImpl::ResBlockImpl(int64_t in, int64_t out, int64_t embed, bool scale_sh
 }
 
 torch::Tensor ResBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& emb) {
-  auto h = conv1(torch::silu(normalise(norm1, x)));
+  auto h = conv1(normalise_silu(norm1, x));
   const auto e = emb_proj(emb).unsqueeze(-1).unsqueeze(-1);  // (B, out or 2 out, 1, 1)
   if (scale_shift_) {
     const auto parts = e.chunk(2, 1);  // scale, shift: (B, out, 1, 1) each
-    h = normalise(norm2, h) * (1 + parts[0]) + parts[1];
+    h = normalise_silu(norm2, h, parts[0], parts[1]);
   } else {
-    h = normalise(norm2, h + e);
+    h = normalise_silu(norm2, h + e);
   }
-  h = conv2(torch::silu(h));
+  h = conv2(h);
   return h + (skip ? skip(x) : x);
 }
 
@@ -209,7 +217,7 @@ torch::Tensor UNetImpl::forward(const torch::Tensor& x, const torch::Tensor& t,
   m = run(mid2, m);
   auto u2 = run(up2, torch::cat({upsample_nearest_x2(m), h2}, 1));   // (B, c2, S/2, S/2)
   auto u1 = run(up1, torch::cat({upsample_nearest_x2(u2), h1}, 1));  // (B, c1, S, S)
-  return out_conv(torch::silu(normalise(out_norm, u1)));  // (B, 4, S, S) in the weights' dtype
+  return out_conv(normalise_silu(out_norm, u1));  // (B, 4, S, S) in the weights' dtype
 }
 
 std::string unet_mult_text(const std::array<int64_t, 3>& mult) {

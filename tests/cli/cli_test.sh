@@ -360,10 +360,10 @@ done
 kill -INT $gauto 2>/dev/null; wait $gauto
 check "config.toml records a generator's automatic epochs ($n)" \
   bash -c "[ -n '$n' ] && [ '$n' != 5 ] && grep -q '^epochs = $n\$' '$tmp/gauto/config.toml'"
-check "a generator on the CPU takes batches of 32 without --batch-size" \
-  grep -q '^Epochs: [0-9]* (about 9000 steps of 32 from ' "$tmp/gauto.log"
+check "a generator on the CPU takes batches of 16 without --batch-size" \
+  grep -q '^Epochs: [0-9]* (about 18000 steps of 16 from ' "$tmp/gauto.log"
 check "config.toml records a generator's default batch" \
-  grep -q '^batch-size = 32$' "$tmp/gauto/config.toml"
+  grep -q '^batch-size = 16$' "$tmp/gauto/config.toml"
 check "config.toml records a generator's default time budget" \
   grep -q '^time-budget = 900\(\.0\)\?$' "$tmp/gauto/config.toml"
 check "config.toml records how sprites are resized (area means by default)" \

@@ -569,7 +569,7 @@ TEST(GeneratorTraining, DefaultEpochsFollowTheDataset) {
 }
 
 TEST(GeneratorTraining, DefaultBatchIsSmallerOnTheCpu) {
-  EXPECT_EQ(default_batch(torch::kCPU), 32);
+  EXPECT_EQ(default_batch(torch::kCPU), 16);
   EXPECT_EQ(default_batch(torch::Device(torch::kCUDA, 0)), 64);  // a device type, none needed
   EXPECT_EQ(default_batch(torch::Device(torch::kMPS)), 64);
 }

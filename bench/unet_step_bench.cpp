@@ -1,0 +1,106 @@
+// The generator's CPU training step with and without the fused GroupNorm + scale-shift + SiLU
+// (diffusion/group_norm_silu.h), in the same process: the op alone at the UNet's shapes, forward
+// and backward; the whole UNet step (forward, backward, Adam) at the CPU's batch sizes; and one
+// sampling pass.
+//
+//   build/bench/unet_step_bench                              # everything, LibTorch's threads
+//   build/bench/unet_step_bench --benchmark_filter=step --benchmark_repetitions=5
+//
+// Arguments: the batch, then 1 for the fused kernel, 0 for LibTorch's ops.
+#include <benchmark/benchmark.h>
+#include <torch/torch.h>
+
+#include "common/cpu_threads.h"
+#include "common/malloc_tuning.h"
+#include "diffusion/group_norm_silu.h"
+#include "diffusion/unet.h"
+
+namespace {
+
+using namespace spritetorch::diffusion;
+
+// One norm + activation at S = 32 (32 channels, 32 x 32) or S/2 (64 channels, 16 x 16).
+void op(benchmark::State& state, int64_t channels, int64_t side) {
+  const int64_t batch = state.range(0);
+  set_group_norm_silu_fusion(state.range(1) != 0);
+  torch::manual_seed(1);
+  const auto x = torch::randn({batch, channels, side, side}).requires_grad_();
+  const auto weight = torch::ones({channels}).requires_grad_();
+  const auto bias = torch::zeros({channels}).requires_grad_();
+  const auto scale = (0.1 * torch::randn({batch, channels, 1, 1})).requires_grad_();
+  const auto shift = (0.1 * torch::randn({batch, channels, 1, 1})).requires_grad_();
+  const auto upstream = torch::randn({batch, channels, side, side});
+  for (auto _ : state) {
+    const auto y = group_norm_silu(x, 8, weight, bias, 1e-5, scale, shift);
+    y.backward(upstream);
+    benchmark::DoNotOptimize(x.grad().data_ptr());
+  }
+  set_group_norm_silu_fusion(true);
+}
+void op_s(benchmark::State& state) { op(state, 32, 32); }
+void op_s2(benchmark::State& state) { op(state, 64, 16); }
+
+// The default generator UNet (base 32 x 1,2,2, attention, scale-shift norms) for 4 classes.
+UNet default_unet() {
+  UNetOptions options;
+  options.base = 32;
+  options.classes = 4;
+  options.attention = true;
+  options.scale_shift = true;
+  torch::manual_seed(1);
+  return UNet(options);
+}
+
+// One training step of the default generator UNet at 32 x 32: an MSE, backward, Adam.
+void step(benchmark::State& state) {
+  const int64_t batch = state.range(0);
+  set_group_norm_silu_fusion(state.range(1) != 0);
+  UNet net = default_unet();
+  torch::optim::Adam adam(net->parameters(), torch::optim::AdamOptions(2e-3));
+  const auto x = torch::randn({batch, 4, 32, 32});
+  const auto target = torch::randn({batch, 4, 32, 32});
+  const auto t = torch::randint(500, {batch}, torch::kInt64);
+  const auto c = torch::randint(5, {batch}, torch::kInt64);
+  for (auto _ : state) {
+    adam.zero_grad();
+    torch::mse_loss(net->forward(x, t, c), target).backward();
+    adam.step();
+  }
+  state.counters["sprites/s"] =
+      benchmark::Counter(static_cast<double>(batch), benchmark::Counter::kIsIterationInvariantRate);
+  set_group_norm_silu_fusion(true);
+}
+
+// One sampling pass (no grad) of the same UNet over 256 sprites: what `generate` and `eval` run
+// 80 times a batch with the default sampler.
+void pass(benchmark::State& state) {
+  const int64_t batch = state.range(0);
+  set_group_norm_silu_fusion(state.range(1) != 0);
+  UNet net = default_unet();
+  torch::NoGradGuard no_grad;
+  const auto x = torch::randn({batch, 4, 32, 32});
+  const auto t = torch::randint(500, {batch}, torch::kInt64);
+  const auto c = torch::randint(5, {batch}, torch::kInt64);
+  for (auto _ : state) benchmark::DoNotOptimize(net->forward(x, t, c).data_ptr());
+  state.counters["sprites/s"] =
+      benchmark::Counter(static_cast<double>(batch), benchmark::Counter::kIsIterationInvariantRate);
+  set_group_norm_silu_fusion(true);
+}
+
+}  // namespace
+
+BENCHMARK(op_s)->ArgsProduct({{16, 32}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(op_s2)->ArgsProduct({{16, 32}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(step)->ArgsProduct({{16, 32}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(pass)->ArgsProduct({{256}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
+int main(int argc, char** argv) {
+  // As `train` sets up: freed blocks kept (no page faults every step), LibTorch's threads on the
+  // cores and OpenBLAS on one (both pools on every core would oversubscribe them).
+  spritetorch::keep_freed_memory_for_reuse();
+  spritetorch::apply_cpu_threads(0, 0, spritetorch::CpuWork::kConvolutions);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

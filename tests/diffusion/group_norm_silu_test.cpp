@@ -1,0 +1,193 @@
+#include "diffusion/group_norm_silu.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "diffusion/unet.h"
+
+namespace spritetorch::diffusion {
+namespace {
+
+std::vector<gemm::Kernel> kernels_here() {
+  std::vector<gemm::Kernel> out = {gemm::Kernel::loops};
+  if (gemm::available(gemm::Kernel::avx2)) out.push_back(gemm::Kernel::avx2);
+  return out;
+}
+
+// The kernel splits its loops over LibTorch's threads only where its file was built with OpenMP
+// (g++ against Debian's LibTorch); elsewhere (the clang sanitizer build) it runs only when LibTorch
+// has one thread, which these tests then set for their duration.
+class KernelThreads {
+ public:
+  KernelThreads() : before_(at::get_num_threads()) {
+    if (!group_norm_silu_fused(torch::zeros({1, 8, 2, 2}), torch::ones({8})))
+      at::set_num_threads(1);
+  }
+  ~KernelThreads() {
+    if (at::get_num_threads() != before_) at::set_num_threads(before_);
+  }
+
+ private:
+  int before_;
+};
+
+struct Inputs {
+  torch::Tensor x, weight, bias, scale, shift;
+};
+
+// Leaves that need gradients; x spread around a non-zero mean (the norm must take it out).
+Inputs make_inputs(int64_t batch, int64_t channels, int64_t h, int64_t w, bool scale_shift,
+                   uint64_t seed) {
+  torch::manual_seed(seed);
+  Inputs in;
+  in.x = (torch::randn({batch, channels, h, w}) * 3 + 1.5).requires_grad_();
+  in.weight = (1 + 0.3 * torch::randn({channels})).requires_grad_();
+  in.bias = (0.2 * torch::randn({channels})).requires_grad_();
+  if (scale_shift) {
+    in.scale = (0.5 * torch::randn({batch, channels, 1, 1})).requires_grad_();
+    in.shift = torch::randn({batch, channels, 1, 1}).requires_grad_();
+  }
+  return in;
+}
+
+std::vector<torch::Tensor> leaves(const Inputs& in) {
+  std::vector<torch::Tensor> out = {in.x, in.weight, in.bias};
+  if (in.scale.defined()) out.insert(out.end(), {in.scale, in.shift});
+  return out;
+}
+
+void expect_close(const torch::Tensor& got, const torch::Tensor& want, double tolerance,
+                  const std::string& what) {
+  ASSERT_EQ(got.sizes(), want.sizes()) << what;
+  const double scale = want.abs().max().item<double>();
+  const double error = (got - want).abs().max().item<double>();
+  EXPECT_LE(error, tolerance * (1 + scale))
+      << what << ": largest difference " << error << " against values up to " << scale;
+}
+
+// Output and every gradient of the fused kernel against LibTorch's group_norm, mul, add and silu,
+// for every kernel here: widths that leave a tail after the 8-lane loop (5 x 7 = 35 pixels) and
+// the UNet's (8 groups of 4 channels, one group), with and without scale and shift.
+TEST(GroupNormSilu, MatchesTheLibTorchOpsForwardAndBackward) {
+  const KernelThreads threads;
+  struct Case {
+    int64_t batch, channels, groups, h, w;
+    bool scale_shift;
+  };
+  const std::vector<Case> cases = {{3, 16, 8, 5, 7, true},   {3, 16, 8, 5, 7, false},
+                                   {2, 32, 8, 16, 16, true}, {2, 12, 1, 4, 4, true},
+                                   {1, 8, 8, 1, 1, false},   {2, 64, 8, 8, 8, false}};
+  for (const auto kernel : kernels_here())
+    for (const auto& c : cases) {
+      const std::string what = std::string(gemm::kernel_name(kernel)) + " B" +
+                               std::to_string(c.batch) + " C" + std::to_string(c.channels) + " G" +
+                               std::to_string(c.groups) + " " + std::to_string(c.h) + "x" +
+                               std::to_string(c.w) + (c.scale_shift ? " scale-shift" : "");
+      const auto fused_in = make_inputs(c.batch, c.channels, c.h, c.w, c.scale_shift, 11);
+      const auto ref_in = make_inputs(c.batch, c.channels, c.h, c.w, c.scale_shift, 11);
+      ASSERT_TRUE(group_norm_silu_fused(fused_in.x, fused_in.weight)) << what;
+      const auto fused = group_norm_silu(fused_in.x, c.groups, fused_in.weight, fused_in.bias, 1e-5,
+                                         fused_in.scale, fused_in.shift, kernel);
+      const auto ref = group_norm_silu_reference(ref_in.x, c.groups, ref_in.weight, ref_in.bias,
+                                                 1e-5, ref_in.scale, ref_in.shift);
+      expect_close(fused, ref, 1e-5, what + " forward");
+      // A gradient that is not uniform, so every term of the backward shows.
+      torch::manual_seed(5);
+      const auto upstream = torch::randn_like(ref);
+      (fused * upstream).sum().backward();
+      (ref * upstream).sum().backward();
+      const auto got = leaves(fused_in), want = leaves(ref_in);
+      const char* names[] = {"dx", "dweight", "dbias", "dscale", "dshift"};
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_TRUE(got[i].grad().defined()) << what << " " << names[i];
+        expect_close(got[i].grad(), want[i].grad(), 1e-4, what + " " + names[i]);
+      }
+    }
+}
+
+// Large |z| (the exp clamps) and zeros: finite, and SiLU's limits (z and 0).
+TEST(GroupNormSilu, ExtremeValuesStayFinite) {
+  const KernelThreads threads;
+  for (const auto kernel : kernels_here()) {
+    auto x = torch::zeros({1, 8, 4, 4});
+    x.index_put_({0, 0}, 1000.0f);  // one channel far from the group's others
+    const auto weight = torch::full({8}, 50.0f), bias = torch::zeros({8});
+    const auto y = group_norm_silu(x, 2, weight, bias, 1e-5, {}, {}, kernel);
+    const auto want = group_norm_silu_reference(x, 2, weight, bias, 1e-5);
+    EXPECT_TRUE(torch::isfinite(y).all().item<bool>()) << gemm::kernel_name(kernel);
+    expect_close(y, want, 1e-5, gemm::kernel_name(kernel));
+    // A constant group: variance 0, output silu(bias) (within the rounding of a x + d, where a =
+    // rstd ~ 316 and d = bias - mean a, as LibTorch's kernel rounds it too).
+    const auto constant = torch::full({1, 8, 3, 3}, 7.0f);
+    const auto flat = group_norm_silu(constant, 8, torch::ones({8}), torch::full({8}, 2.0f), 1e-5,
+                                      {}, {}, kernel);
+    const float silu2 = 2.0f / (1.0f + std::exp(-2.0f));
+    EXPECT_NEAR(flat.min().item<float>(), silu2, 1e-3);
+    EXPECT_NEAR(flat.max().item<float>(), silu2, 1e-3);
+    expect_close(
+        flat,
+        group_norm_silu_reference(constant, 8, torch::ones({8}), torch::full({8}, 2.0f), 1e-5),
+        1e-4, "constant group");
+  }
+}
+
+// What the kernel does not take (bf16, channels_last, views) goes to LibTorch's ops.
+TEST(GroupNormSilu, OtherLayoutsAndDtypesTakeTheLibTorchOps) {
+  const KernelThreads threads;
+  const auto in = make_inputs(2, 16, 4, 4, true, 3);
+  const auto nhwc = in.x.detach().contiguous(at::MemoryFormat::ChannelsLast);
+  EXPECT_FALSE(group_norm_silu_fused(nhwc, in.weight));
+  EXPECT_FALSE(group_norm_silu_fused(in.x.to(torch::kBFloat16), in.weight));
+  EXPECT_FALSE(group_norm_silu_fused(in.x, in.weight.to(torch::kBFloat16)));
+  EXPECT_TRUE(group_norm_silu_fused(in.x, in.weight));
+  set_group_norm_silu_fusion(false);
+  EXPECT_FALSE(group_norm_silu_fused(in.x, in.weight));
+  set_group_norm_silu_fusion(true);
+  torch::NoGradGuard no_grad;
+  expect_close(group_norm_silu(nhwc, 8, in.weight, in.bias, 1e-5, in.scale, in.shift),
+               group_norm_silu(in.x, 8, in.weight, in.bias, 1e-5, in.scale, in.shift), 1e-5,
+               "channels_last");
+  const auto bf16 = group_norm_silu(in.x.to(torch::kBFloat16), 8, in.weight.to(torch::kBFloat16),
+                                    in.bias.to(torch::kBFloat16), 1e-5,
+                                    in.scale.to(torch::kBFloat16), in.shift.to(torch::kBFloat16));
+  EXPECT_EQ(bf16.scalar_type(), torch::kBFloat16);
+  expect_close(bf16.to(torch::kFloat32),
+               group_norm_silu_reference(in.x, 8, in.weight, in.bias, 1e-5, in.scale, in.shift),
+               0.05, "bf16");
+}
+
+// A UNet's gradients with the fused kernel equal those of the same net and batch with it off.
+TEST(GroupNormSilu, UNetStepMatchesTheUnfusedPath) {
+  const KernelThreads threads;
+  UNetOptions options;
+  options.base = 16;
+  options.classes = 3;
+  options.attention = true;
+  options.scale_shift = true;
+  torch::manual_seed(2);
+  UNet net(options);
+  const auto x = torch::randn({4, 4, 16, 16});
+  const auto t = torch::tensor({3, 100, 250, 499}, torch::kInt64);
+  const auto c = torch::tensor({0, 1, 2, 3}, torch::kInt64);
+  auto grads_of = [&](const torch::Tensor& input) {
+    net->zero_grad();
+    net->forward(input, t, c).pow(2).mean().backward();
+    std::vector<torch::Tensor> out;
+    for (const auto& p : net->parameters()) out.push_back(p.grad().clone());
+    return out;
+  };
+  ASSERT_TRUE(group_norm_silu_fusion());
+  const auto fused = grads_of(x);
+  set_group_norm_silu_fusion(false);
+  const auto unfused = grads_of(x);
+  set_group_norm_silu_fusion(true);
+  ASSERT_EQ(fused.size(), unfused.size());
+  for (size_t i = 0; i < fused.size(); ++i)
+    expect_close(fused[i], unfused[i], 1e-4, "parameter " + std::to_string(i));
+}
+
+}  // namespace
+}  // namespace spritetorch::diffusion
