@@ -334,7 +334,7 @@ void set_group_norm_silu_fusion(bool on) { fusion_on = on; }
 bool group_norm_silu_fusion() { return fusion_on; }
 
 // Without OpenMP at::parallel_for runs on one thread, where LibTorch's ops use all of them.
-bool can_use_every_thread() {
+static bool can_use_every_thread() {
 #if defined(SPRITETORCH_OPENMP) && defined(_OPENMP)
   return true;
 #else
