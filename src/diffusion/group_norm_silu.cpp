@@ -20,11 +20,13 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+#ifdef SPRITETORCH_NORM_AVX2
 // The AVX2 code serves the avx512 choice too: these passes are bound by memory and exp, not width.
 bool vector_path(gemm::Kernel kernel) {
   return (kernel == gemm::Kernel::avx2 || kernel == gemm::Kernel::avx512) &&
          gemm::available(gemm::Kernel::avx2);
 }
+#endif
 
 // ---- Plain loops (any x86 or other CPU) -------------------------------------------------------
 
@@ -174,12 +176,26 @@ SPRITETORCH_AVX2 void dx_avx2(const float* x, float* dz_dx, int64_t n, float alp
   }
   if (i < n) dx_loops(x + i, dz_dx + i, n - i, alpha, gamma, beta);
 }
-#else  // not x86: vector_path() is false, these are never called
-constexpr auto stats_avx2 = stats_loops;
-constexpr auto forward_avx2 = forward_loops;
-constexpr auto dz_avx2 = dz_loops;
-constexpr auto dx_avx2 = dx_loops;
 #endif
+
+// The four passes of one code path, chosen once per call of the op.
+struct Passes {
+  decltype(&stats_loops) stats;
+  decltype(&forward_loops) forward;
+  decltype(&dz_loops) dz;
+  decltype(&dx_loops) dx;
+};
+
+const Passes& passes_for(gemm::Kernel kernel) {
+  static const Passes loops = {stats_loops, forward_loops, dz_loops, dx_loops};
+#ifdef SPRITETORCH_NORM_AVX2
+  static const Passes avx2 = {stats_avx2, forward_avx2, dz_avx2, dx_avx2};
+  if (vector_path(kernel)) return avx2;
+#else
+  (void)kernel;  // no vector code off x86
+#endif
+  return loops;
+}
 
 // ---- The operation ------------------------------------------------------------------------------
 
@@ -223,7 +239,7 @@ struct GroupNormSiluFunction : torch::autograd::Function<GroupNormSiluFunction> 
                                double eps, int64_t kernel_index) {
     const auto scale = scale_or_none.value_or(torch::Tensor());
     const auto shift = shift_or_none.value_or(torch::Tensor());
-    const auto kernel = static_cast<gemm::Kernel>(kernel_index);
+    const Passes& passes = passes_for(static_cast<gemm::Kernel>(kernel_index));
     const Shape s = shape_of(x, groups);
     const int64_t n = s.per_group() * s.pixels;
     auto stats = torch::empty({s.batch, s.groups, 2}, x.options());  // mean, rstd
@@ -231,8 +247,7 @@ struct GroupNormSiluFunction : torch::autograd::Function<GroupNormSiluFunction> 
     float* st = stats.data_ptr<float>();
     at::parallel_for(0, s.batch * s.groups, 1, [&](int64_t begin, int64_t end) {
       for (int64_t g = begin; g < end; ++g)
-        (vector_path(kernel) ? stats_avx2 : stats_loops)(xp + g * n, n, eps, st[2 * g],
-                                                         st[2 * g + 1]);
+        passes.stats(xp + g * n, n, eps, st[2 * g], st[2 * g + 1]);
     });
     const auto coef = affine(s, st, weight.data_ptr<float>(), bias.data_ptr<float>(),
                              data_or_null(scale), data_or_null(shift));
@@ -241,8 +256,7 @@ struct GroupNormSiluFunction : torch::autograd::Function<GroupNormSiluFunction> 
     const int64_t bc = s.batch * s.channels;
     at::parallel_for(0, bc, 1, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i)
-        (vector_path(kernel) ? forward_avx2 : forward_loops)(xp + i * s.pixels, yp + i * s.pixels,
-                                                             s.pixels, coef[i], coef[bc + i]);
+        passes.forward(xp + i * s.pixels, yp + i * s.pixels, s.pixels, coef[i], coef[bc + i]);
     });
     ctx->save_for_backward({x, weight, bias, scale, shift, stats});
     ctx->saved_data["groups"] = groups;
@@ -254,7 +268,7 @@ struct GroupNormSiluFunction : torch::autograd::Function<GroupNormSiluFunction> 
     const auto saved = ctx->get_saved_variables();
     const auto &x = saved[0], &weight = saved[1], &bias = saved[2], &scale = saved[3],
                &shift = saved[4], &stats = saved[5];
-    const auto kernel = static_cast<gemm::Kernel>(ctx->saved_data["kernel"].toInt());
+    const Passes& passes = passes_for(static_cast<gemm::Kernel>(ctx->saved_data["kernel"].toInt()));
     const Shape s = shape_of(x, ctx->saved_data["groups"].toInt());
     const auto dy = grad_out[0].to(torch::kFloat32).contiguous();
     const float *xp = x.data_ptr<float>(), *dyp = dy.data_ptr<float>(),
@@ -271,9 +285,8 @@ struct GroupNormSiluFunction : torch::autograd::Function<GroupNormSiluFunction> 
       for (int64_t i = begin; i < end; ++i) {
         const int64_t g = (i / s.channels) * s.groups + (i % s.channels) / cg;
         const int64_t at = i * s.pixels;
-        (vector_path(kernel) ? dz_avx2 : dz_loops)(dyp + at, xp + at, dxp + at, s.pixels, coef[i],
-                                                   coef[bc + i], st[2 * g], sum_dz[i],
-                                                   sum_dz_centred[i]);
+        passes.dz(dyp + at, xp + at, dxp + at, s.pixels, coef[i], coef[bc + i], st[2 * g],
+                  sum_dz[i], sum_dz_centred[i]);
       }
     });
 
@@ -284,7 +297,7 @@ struct GroupNormSiluFunction : torch::autograd::Function<GroupNormSiluFunction> 
     torch::Tensor dscale = scale.defined() ? torch::empty_like(scale) : torch::Tensor();
     torch::Tensor dshift = shift.defined() ? torch::empty_like(shift) : torch::Tensor();
     std::vector<double> dw(s.channels, 0.0), db(s.channels, 0.0);
-    std::vector<float> alpha(bc), gamma(bc), beta(bc);
+    std::vector<float> gamma(bc), beta(bc);  // dx = a dz + gamma x + beta, a = coef[i]
     const double count = static_cast<double>(cg * s.pixels);
     for (int64_t b = 0; b < s.batch; ++b)
       for (int64_t g = 0; g < s.groups; ++g) {
@@ -306,7 +319,6 @@ struct GroupNormSiluFunction : torch::autograd::Function<GroupNormSiluFunction> 
         m2 /= count;
         for (int64_t c = g * cg; c < (g + 1) * cg; ++c) {
           const int64_t i = b * s.channels + c;
-          alpha[i] = coef[i];
           gamma[i] = static_cast<float>(-rstd * rstd * m2);
           beta[i] = static_cast<float>(rstd * rstd * m2 * mean - rstd * m1);
         }
@@ -316,11 +328,10 @@ struct GroupNormSiluFunction : torch::autograd::Function<GroupNormSiluFunction> 
       dbias.data_ptr<float>()[c] = static_cast<float>(db[c]);
     }
 
-    // Pass 2: dx = alpha dz + gamma x + beta, in place.
+    // Pass 2: dx = a dz + gamma x + beta, in place.
     at::parallel_for(0, bc, 1, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i)
-        (vector_path(kernel) ? dx_avx2 : dx_loops)(xp + i * s.pixels, dxp + i * s.pixels, s.pixels,
-                                                   alpha[i], gamma[i], beta[i]);
+        passes.dx(xp + i * s.pixels, dxp + i * s.pixels, s.pixels, coef[i], gamma[i], beta[i]);
     });
     return {dx, dweight, dbias, dscale, dshift, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
