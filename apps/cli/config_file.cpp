@@ -69,6 +69,10 @@ bool kind_fits(OptionKind expected, config::ValueKind found) {
   return false;
 }
 
+// Integer options that were booleans once: a file written then (a run folder's config.toml) says
+// true / false, which reads as 1 / 0 (--unet-attention: 1 was attention at S/4, as it still is).
+bool once_boolean(const std::string& name) { return name == "unet-attention"; }
+
 // Options that make no sense to replay: they refer to this one invocation.
 bool one_shot(const std::string& name) {
   static const std::set<std::string> names = {"config", "print-config", "help", "resume",
@@ -357,8 +361,14 @@ bool resolve_config(CLI::App& sub, std::ostream& out) {
                     unknown_key_hint(sub, entry.key));
       const OptionKind kind = option_kind(*option);
       const bool many = option->get_expected_max() > 1;
+      std::vector<std::string> values = entry.values;
+      const bool was_boolean = kind == OptionKind::kInteger &&
+                               entry.kind == config::ValueKind::kBoolean && once_boolean(entry.key);
+      if (was_boolean)
+        for (auto& v : values) v = v == "true" ? "1" : "0";
       const bool fits =
-          entry.kind == config::ValueKind::kArray ? many : kind_fits(kind, entry.kind);
+          was_boolean ||
+          (entry.kind == config::ValueKind::kArray ? many : kind_fits(kind, entry.kind));
       if (!fits)
         throw DataError(at, "'" + entry.key + "' to be " + expected_text(kind),
                         config::kind_name(entry.kind) + " (" +
@@ -367,9 +377,9 @@ bool resolve_config(CLI::App& sub, std::ostream& out) {
       if (option->count() > 0) continue;  // the command line or the environment set it
       try {
         if (kind == OptionKind::kFlag)
-          option->add_result(option->get_flag_value(entry.key, entry.values.front()));
+          option->add_result(option->get_flag_value(entry.key, values.front()));
         else
-          option->add_result(entry.values);
+          option->add_result(values);
         option->run_callback();
       } catch (const CLI::Error& e) {
         throw Error(at + ": '" + entry.key + "': " + e.what());

@@ -66,8 +66,10 @@ void add_sprite_data_options(CLI::App* sub, train::TrainConfig& config, bool tra
     sub->add_flag("--activation-checkpointing", config.activation_checkpointing,
                   "--task generate: recompute each UNet block's activations in backward (less "
                   "memory, about one more forward per step)");
-    sub->add_option("--unet-attention", config.unet_attention,
-                    "--task generate: self-attention at a quarter of the sprite size (1 or 0)")
+    sub->add_option(
+           "--unet-attention", config.unet_attention,
+           "--task generate: self-attention at a quarter of the sprite size (1), there and at "
+           "half the size (2), or none (0)")
         ->capture_default_str();
     sub->add_option("--unet-scale-shift", config.unet_scale_shift,
                     "--task generate: the time and class embedding scales and shifts each "

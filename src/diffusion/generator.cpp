@@ -99,6 +99,7 @@ CheckpointDesign checkpoint_design(const nlohmann::json& meta) {
   d.unet.classes = u.at("classes").get<int64_t>();
   d.unet.embed = u.at("embed").get<int64_t>();
   d.unet.attention = u.value("attention", false);      // absent before attention existed
+  d.unet.attention_s2 = u.value("attention_s2", false);  // absent before S/2 attention existed
   d.unet.scale_shift = u.value("scale_shift", false);  // absent before scale-shift norms existed
   if (u.contains("mult"))                              // absent before --unet-mult existed: 1,2,2
     d.unet.mult = u.at("mult").get<std::array<int64_t, 3>>();
@@ -121,6 +122,7 @@ nlohmann::json design_json(const CheckpointDesign& design) {
             {"classes", u.classes},
             {"embed", u.embed},
             {"attention", u.attention},
+            {"attention_s2", u.attention_s2},
             {"scale_shift", u.scale_shift},
             {"mult", u.mult}}},
           {"schedule", schedule_name(design.schedule)},

@@ -64,6 +64,7 @@ GeneratorTask::GeneratorTask(int64_t unet_base, int64_t sample_every, uint64_t p
                 std::to_string(design.min_snr_gamma));
   options_.base = unet_base;
   options_.attention = design.attention;
+  options_.attention_s2 = design.attention_s2;
   options_.scale_shift = design.scale_shift;
   options_.mult = design.unet_mult;
 }
@@ -274,7 +275,10 @@ train::Settings GeneratorTask::settings() const {
   return {
       {"model", "unet base " + std::to_string(options_.base) + " x " +
                     unet_mult_text(options_.mult) + " (" + std::to_string(parameters) +
-                    " parameters" + (options_.attention ? ", attention" : "") +
+                    " parameters" +
+                    (options_.attention_s2 ? ", attention at S/2 and S/4"
+                     : options_.attention  ? ", attention"
+                                           : "") +
                     (options_.scale_shift ? ", scale-shift norms" : "") +
                     (activation_checkpointing_ ? ", activation checkpointing" : "") + ")"},
       {"task", "generate (predicts " + prediction_name(design_.prediction) + ", min-SNR gamma " +

@@ -189,6 +189,8 @@ UNetImpl::UNetImpl(const UNetOptions& o) : options_(o) {
     mid_attn = register_module("mid_attn", AttentionBlock(c3, std::max<int64_t>(1, c3 / 32)));
   mid2 = register_module("mid2", ResBlock(c3, c3, e, o.scale_shift));
   up2 = register_module("up2", ResBlock(c3 + c2, c2, e, o.scale_shift));  // S/2
+  if (o.attention_s2)
+    up2_attn = register_module("up2_attn", AttentionBlock(c2, std::max<int64_t>(1, c2 / 32)));
   up1 = register_module("up1", ResBlock(c2 + c1, c1, e, o.scale_shift));  // S
   out_norm = register_module("out_norm", torch::nn::GroupNorm(groups_for(c1), c1));
   out_conv =
@@ -216,6 +218,7 @@ torch::Tensor UNetImpl::forward(const torch::Tensor& x, const torch::Tensor& t,
   if (mid_attn) m = mid_attn(m);
   m = run(mid2, m);
   auto u2 = run(up2, torch::cat({upsample_nearest_x2(m), h2}, 1));   // (B, c2, S/2, S/2)
+  if (up2_attn) u2 = up2_attn(u2);
   auto u1 = run(up1, torch::cat({upsample_nearest_x2(u2), h1}, 1));  // (B, c1, S, S)
   return out_conv(normalise_silu(out_norm, u1));  // (B, 4, S, S) in the weights' dtype
 }

@@ -23,6 +23,7 @@ struct UNetOptions {
   int64_t classes = 4;     // real classes; the embedding has classes + 1 rows
   int64_t embed = 128;     // time / class embedding width
   bool attention = false;  // self-attention between the two S/4 blocks (whole-sprite layout)
+  bool attention_s2 = false;  // and after the decoder's S/2 block (where DDPM put it at 32x32)
   // The embedding (time + class) sets a scale and a shift of each block's second GroupNorm
   // (Dhariwal & Nichol 2021's adaptive GroupNorm) instead of being added before it.
   bool scale_shift = false;
@@ -77,6 +78,7 @@ class UNetImpl : public torch::nn::Module {
   ResBlock block1{nullptr}, block2{nullptr}, mid1{nullptr}, mid2{nullptr}, up2{nullptr},
       up1{nullptr};
   AttentionBlock mid_attn{nullptr};  // only with options.attention
+  AttentionBlock up2_attn{nullptr};  // only with options.attention_s2
   torch::nn::GroupNorm out_norm{nullptr};
 
  private:

@@ -61,7 +61,11 @@ std::unique_ptr<train::Task> make_task(const train::TrainConfig& config) {
     diffusion::GeneratorDesign design;
     design.prediction = diffusion::parse_prediction(config.prediction);
     design.schedule = diffusion::parse_schedule(config.noise_schedule);
-    design.attention = config.unet_attention;
+    if (config.unet_attention < 0 || config.unet_attention > 2)
+      throw Error("--unet-attention " + std::to_string(config.unet_attention) +
+                  ": expected 0 (none), 1 (at S/4) or 2 (at S/4 and S/2)");
+    design.attention = config.unet_attention >= 1;
+    design.attention_s2 = config.unet_attention >= 2;
     design.scale_shift = config.unet_scale_shift;
     design.unet_mult = diffusion::parse_unet_mult(config.unet_mult);
     design.min_snr_gamma = config.min_snr_gamma;

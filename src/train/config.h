@@ -94,7 +94,7 @@ struct TrainConfig {
   int64_t unet_base = 16;                 // --task generate: UNet channels at full resolution
   bool activation_checkpointing = false;  // --task generate: recompute UNet blocks in backward
   // --task generate: the design (diffusion/generator_task.h GeneratorDesign; docs/sprites.md).
-  bool unet_attention = true;             // self-attention at S/4
+  int unet_attention = 1;                 // self-attention at S/4 (1), also at S/2 (2), none (0)
   bool unet_scale_shift = true;           // the embedding scales and shifts the blocks' norms
   std::string unet_mult = "1,2,2";        // UNet widths at S, S/2, S/4 (x unet_base)
   std::string prediction = "v";           // eps | v | x0

@@ -85,6 +85,13 @@ expect 2 "unknown.toml:3: unknown key 'batchsize'" -- train --config "$tmp/unkno
 expect 2 "did you mean 'batch-size'" -- train --config "$tmp/unknown.toml" --print-config
 printf 'epochs = "ten"\n' >"$tmp/type.toml"
 expect 2 "type.toml:1: expected 'epochs' to be an integer, found a string \(ten\)" -- train --config "$tmp/type.toml" --print-config
+# unet-attention was a boolean: older files (a run folder's config.toml) say true or false.
+printf 'unet-attention = true\n' >"$tmp/was_bool.toml"
+out=$("$bin" train --task generate --dataset sprites --config "$tmp/was_bool.toml" --print-config 2>&1)
+[ "$(value unet-attention <<<"$out")" = 1 ]
+check "unet-attention = true reads as 1" $? "$out"
+printf 'epochs = true\n' >"$tmp/int_bool.toml"
+expect 2 "int_bool.toml:1: expected 'epochs' to be an integer, found a boolean" -- train --config "$tmp/int_bool.toml" --print-config
 printf 'lr = 0.1\ndrop-last = "yes"\n' >"$tmp/flag.toml"
 expect 2 "flag.toml:2: expected 'drop-last' to be a boolean" -- train --config "$tmp/flag.toml" --print-config
 printf 'device = 0\n' >"$tmp/str.toml"

@@ -29,6 +29,8 @@ expect 0 '"step":"autograd"' -- "${gen[@]}" --step autograd
 expect 0 '"model":"unet base 8 x [0-9,]+ \([0-9]+ parameters, attention, scale-shift norms, activation checkpointing\)"' -- "${gen[@]}" --activation-checkpointing
 expect 0 '"model":"unet base 8 x [0-9,]+ \([0-9]+ parameters, scale-shift norms\)"' -- "${gen[@]}" --unet-attention 0
 expect 0 '"model":"unet base 8 x [0-9,]+ \([0-9]+ parameters\)"' -- "${gen[@]}" --unet-attention 0 --unet-scale-shift 0
+expect 0 '"model":"unet base 8 x [0-9,]+ \([0-9]+ parameters, attention at S/2 and S/4, scale-shift' -- "${gen[@]}" --unet-attention 2
+expect 2 "--unet-attention 3: expected 0 \(none\), 1 \(at S/4\) or 2 \(at S/4 and S/2\)" -- "${gen[@]}" --unet-attention 3
 # --unet-mult widens the lower levels: base 8 x 1,2,4 holds more parameters than x 1,1,1.
 p111=$("$bin" "${gen[@]}" --unet-mult 1,1,1 | sed -n 's/.*"model":"unet base 8 x 1,1,1 (\([0-9]*\) parameters.*/\1/p')
 p124=$("$bin" "${gen[@]}" --unet-mult 1,2,4 | sed -n 's/.*"model":"unet base 8 x 1,2,4 (\([0-9]*\) parameters.*/\1/p')

@@ -431,6 +431,39 @@ TEST(UNet, AttentionStartsAsTheIdentityAndIsRecorded) {
   EXPECT_EQ(net->forward(torch::randn({2, 4, 16, 16}), torch::tensor({1, 2}), torch::tensor({0, 4}))
                 .sizes(),
             (std::vector<int64_t>{2, 4, 16, 16}));
+  EXPECT_FALSE(net->up2_attn);
+}
+
+// attention_s2 adds a block after the decoder's S/2 block, over its S/2 x S/2 positions. It
+// starts as the identity, so a UNet with it computes what the same weights compute without it,
+// until training moves its projection.
+TEST(UNet, AttentionAtHalfSizeStartsAsTheIdentity) {
+  UNetOptions o;
+  o.base = 8;
+  o.embed = 16;
+  o.attention = true;
+  torch::manual_seed(3);
+  UNet without(o);
+  o.attention_s2 = true;
+  UNet with(o);
+  ASSERT_TRUE(with->up2_attn);
+  EXPECT_EQ(with->up2_attn->norm->options.num_channels(), 16);  // the S/2 width, base x 2
+  {
+    torch::NoGradGuard no_grad;
+    without->out_conv->weight.normal_(0, 0.1);  // zero at the start: every output would be zero
+    const auto from = without->named_parameters();
+    for (const auto& p : with->named_parameters())
+      if (p.key().rfind("up2_attn.", 0) != 0) p.value().copy_(from[p.key()]);
+  }
+  const auto x = torch::randn({2, 4, 16, 16});
+  const auto t = torch::tensor({1, 300}), c = torch::tensor({0, 4});
+  EXPECT_TRUE(torch::allclose(with->forward(x, t, c), without->forward(x, t, c), 1e-6, 1e-6));
+  // Once its projection is not zero, it mixes positions of the S/2 map.
+  {
+    torch::NoGradGuard no_grad;
+    with->up2_attn->proj->weight.normal_(0, 0.5);
+  }
+  EXPECT_FALSE(torch::allclose(with->forward(x, t, c), without->forward(x, t, c), 1e-4, 1e-4));
 }
 
 TEST(UNet, ScaleShiftNormsTakeTheEmbeddingAsScaleAndShift) {
@@ -1069,7 +1102,7 @@ TEST(GeneratorTraining, OldCheckpointsLoadAsEpsLinearWithoutAttention) {
 
   config.prediction = "eps";
   config.noise_schedule = "linear";
-  config.unet_attention = false;
+  config.unet_attention = 0;
   config.unet_scale_shift = false;
   config.unet_mult = "1,2,2";
   config.save = dir.file("explicit.pt");
@@ -1077,6 +1110,7 @@ TEST(GeneratorTraining, OldCheckpointsLoadAsEpsLinearWithoutAttention) {
   auto old = train::load_checkpoint(config.save);
   for (const char* key : {"prediction", "schedule", "min_snr_gamma", "alpha"}) old.meta.erase(key);
   old.meta["unet"].erase("attention");
+  old.meta["unet"].erase("attention_s2");
   old.meta["unet"].erase("scale_shift");
   old.meta["unet"].erase("mult");
   train::save_checkpoint(dir.file("old.pt"), old);
@@ -1115,18 +1149,21 @@ TEST(GeneratorTraining, CheckpointDesignFillsWhatOldMetadataLacks) {
   EXPECT_EQ(old.unet.classes, 3);
   EXPECT_EQ(old.unet.embed, 64);
   EXPECT_FALSE(old.unet.attention);
+  EXPECT_FALSE(old.unet.attention_s2);
   EXPECT_FALSE(old.unet.scale_shift);
   EXPECT_EQ(old.unet.mult, (std::array<int64_t, 3>{1, 2, 2}));
   EXPECT_EQ(old.schedule, ScheduleKind::kLinear);
   EXPECT_EQ(old.prediction, Prediction::kEps);
 
   meta["unet"]["attention"] = true;
+  meta["unet"]["attention_s2"] = true;
   meta["unet"]["scale_shift"] = true;
   meta["unet"]["mult"] = {1, 2, 4};
   meta["schedule"] = "cosine";
   meta["prediction"] = "x0";
   const CheckpointDesign now = checkpoint_design(meta);
   EXPECT_TRUE(now.unet.attention);
+  EXPECT_TRUE(now.unet.attention_s2);
   EXPECT_TRUE(now.unet.scale_shift);
   EXPECT_EQ(now.unet.mult, (std::array<int64_t, 3>{1, 2, 4}));
   EXPECT_EQ(now.schedule, ScheduleKind::kCosine);
