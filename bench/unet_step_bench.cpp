@@ -1,13 +1,15 @@
 // The generator's CPU training step with and without the fused GroupNorm + scale-shift + SiLU
 // (diffusion/group_norm_silu.h), in the same process: the op alone at the UNet's shapes, forward
 // and backward; the whole UNet step (forward, backward, Adam) at the CPU's batch sizes; and one
-// sampling pass.
+// sampling pass; and the memory a step holds between its forward and backward, with and without
+// activation checkpointing.
 //
 //   build/bench/unet_step_bench                              # everything, LibTorch's threads
 //   build/bench/unet_step_bench --benchmark_filter=step --benchmark_repetitions=5
 //
 // Arguments: the batch, then 1 for the fused kernel, 0 for LibTorch's ops.
 #include <benchmark/benchmark.h>
+#include <malloc.h>
 #include <torch/torch.h>
 
 #include "common/cpu_threads.h"
@@ -87,12 +89,56 @@ void pass(benchmark::State& state) {
   set_group_norm_silu_fusion(true);
 }
 
+// Bytes of the C heap in use: the main arena and the chunks it mmapped. The bench's `held` runs on
+// one thread, so every tensor of its step comes from there (glibc's other arenas serve other
+// threads).
+double heap_in_use_mb() {
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 33)
+  const struct mallinfo2 m = mallinfo2();
+  return static_cast<double>(m.uordblks + m.hblkhd) / (1 << 20);
+#else
+  return 0;
+#endif
+}
+
+// What one training step of the default UNet keeps alive from its forward to its backward (the
+// tensors autograd saves, and the output), at S x S, with and without activation checkpointing:
+// the memory checkpointing exists to save, without the allocator's retained blocks that peak RSS
+// also counts. Arguments: the batch, S, 1 for checkpointing.
+void held(benchmark::State& state) {
+  const int64_t batch = state.range(0), side = state.range(1);
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
+  UNet net = default_unet();
+  net->set_activation_checkpointing(state.range(2) != 0);
+  const auto x = torch::randn({batch, 4, side, side});
+  const auto target = torch::randn({batch, 4, side, side});
+  const auto t = torch::randint(500, {batch}, torch::kInt64);
+  const auto c = torch::randint(5, {batch}, torch::kInt64);
+  double held_mb = 0;
+  for (auto _ : state) {
+    net->zero_grad();
+    const double before = heap_in_use_mb();
+    const auto loss = torch::mse_loss(net->forward(x, t, c), target);
+    held_mb = heap_in_use_mb() - before;
+    loss.backward();
+  }
+  state.counters["MB held"] = held_mb;
+  state.counters["MB/sprite"] = held_mb / static_cast<double>(batch);
+  at::set_num_threads(threads);
+}
+
 }  // namespace
 
 BENCHMARK(op_s)->ArgsProduct({{16, 32}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(op_s2)->ArgsProduct({{16, 32}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(step)->ArgsProduct({{16, 32}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(pass)->ArgsProduct({{256}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(held)
+    ->ArgsProduct({{16, 64}, {32, 64}, {0, 1}})
+    ->Iterations(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 int main(int argc, char** argv) {
   // As `train` sets up: freed blocks kept (no page faults every step), LibTorch's threads on the
   // cores and OpenBLAS on one (both pools on every core would oversubscribe them).
