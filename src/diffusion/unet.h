@@ -1,9 +1,9 @@
 // A small UNet for class-conditional denoising of sprites: (B, 4, S, S) noisy RGBA in [-1, 1], the
 // timestep t and a class index in, the predicted noise (B, 4, S, S) out. Two resolutions below S
 // (S/2, S/4; widths base x mult), residual blocks with GroupNorm + SiLU, optionally self-attention
-// at S/4, a sinusoidal time embedding and a learned class embedding added into every block. Class
-// index `classes` is the "no class" token that classifier-free guidance trains by dropping labels
-// at random.
+// at S/4 and at S/2, a sinusoidal time embedding and a learned class embedding added into every
+// block. Class index `classes` is the "no class" token that classifier-free guidance trains by
+// dropping labels at random.
 #pragma once
 
 #include <torch/torch.h>
@@ -23,7 +23,9 @@ struct UNetOptions {
   int64_t classes = 4;     // real classes; the embedding has classes + 1 rows
   int64_t embed = 128;     // time / class embedding width
   bool attention = false;  // self-attention between the two S/4 blocks (whole-sprite layout)
-  bool attention_s2 = false;  // and after the decoder's S/2 block (where DDPM put it at 32x32)
+  // Self-attention after the decoder's S/2 block (DDPM's 32 x 32 model attends at 16 x 16);
+  // --unet-attention 2 sets it beside `attention`.
+  bool attention_s2 = false;
   // The embedding (time + class) sets a scale and a shift of each block's second GroupNorm
   // (Dhariwal & Nichol 2021's adaptive GroupNorm) instead of being added before it.
   bool scale_shift = false;
