@@ -98,10 +98,10 @@ CheckpointDesign checkpoint_design(const nlohmann::json& meta) {
   d.unet.base = u.at("base").get<int64_t>();
   d.unet.classes = u.at("classes").get<int64_t>();
   d.unet.embed = u.at("embed").get<int64_t>();
-  d.unet.attention = u.value("attention", false);      // absent before attention existed
+  d.unet.attention = u.value("attention", false);        // absent before attention existed
   d.unet.attention_s2 = u.value("attention_s2", false);  // absent before S/2 attention existed
-  d.unet.scale_shift = u.value("scale_shift", false);  // absent before scale-shift norms existed
-  if (u.contains("mult"))                              // absent before --unet-mult existed: 1,2,2
+  d.unet.scale_shift = u.value("scale_shift", false);    // absent before scale-shift norms existed
+  if (u.contains("mult"))                                // absent before --unet-mult existed: 1,2,2
     d.unet.mult = u.at("mult").get<std::array<int64_t, 3>>();
   const auto [lo, hi] = std::minmax_element(d.unet.mult.begin(), d.unet.mult.end());
   if (d.unet.base < 1 || *lo < 1 || *hi > 16)

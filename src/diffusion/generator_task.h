@@ -22,9 +22,9 @@ namespace spritetorch::diffusion {
 struct GeneratorDesign {
   Prediction prediction = Prediction::kV;
   ScheduleKind schedule = ScheduleKind::kCosine;
-  bool attention = true;    // self-attention at S/4
+  bool attention = true;      // self-attention at S/4
   bool attention_s2 = false;  // self-attention at S/2 as well (--unet-attention 2)
-  bool scale_shift = true;  // the embedding scales and shifts the blocks' second norm
+  bool scale_shift = true;    // the embedding scales and shifts the blocks' second norm
   std::array<int64_t, 3> unet_mult = {1, 2, 2};  // channels at S, S/2, S/4 = base x these
   double min_snr_gamma =
       5.0;  // loss weight min(SNR, gamma) / (what the target's MSE weighs); 0 off

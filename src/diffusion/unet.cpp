@@ -217,7 +217,7 @@ torch::Tensor UNetImpl::forward(const torch::Tensor& x, const torch::Tensor& t,
   auto m = run(mid1, down2(h2));     // (B, c3, S/4, S/4)
   if (mid_attn) m = mid_attn(m);
   m = run(mid2, m);
-  auto u2 = run(up2, torch::cat({upsample_nearest_x2(m), h2}, 1));   // (B, c2, S/2, S/2)
+  auto u2 = run(up2, torch::cat({upsample_nearest_x2(m), h2}, 1));  // (B, c2, S/2, S/2)
   if (up2_attn) u2 = up2_attn(u2);
   auto u1 = run(up1, torch::cat({upsample_nearest_x2(u2), h1}, 1));  // (B, c1, S, S)
   return out_conv(normalise_silu(out_norm, u1));  // (B, 4, S, S) in the weights' dtype
