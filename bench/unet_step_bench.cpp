@@ -53,19 +53,30 @@ UNet default_unet() {
   return UNet(options);
 }
 
+// Random inputs of the UNet at S x S: noisy sprites x and a target (B, 4, S, S), timesteps t in
+// [0, 500) and classes c in [0, 4] (4: unconditional), all (B).
+struct UNetInputs {
+  torch::Tensor x, target, t, c;
+};
+UNetInputs unet_inputs(int64_t batch, int64_t side) {
+  UNetInputs in;
+  in.x = torch::randn({batch, 4, side, side});
+  in.target = torch::randn({batch, 4, side, side});
+  in.t = torch::randint(500, {batch}, torch::kInt64);
+  in.c = torch::randint(5, {batch}, torch::kInt64);
+  return in;
+}
+
 // One training step of the default generator UNet at 32 x 32: an MSE, backward, Adam.
 void step(benchmark::State& state) {
   const int64_t batch = state.range(0);
   set_group_norm_silu_fusion(state.range(1) != 0);
   UNet net = default_unet();
   torch::optim::Adam adam(net->parameters(), torch::optim::AdamOptions(2e-3));
-  const auto x = torch::randn({batch, 4, 32, 32});
-  const auto target = torch::randn({batch, 4, 32, 32});
-  const auto t = torch::randint(500, {batch}, torch::kInt64);
-  const auto c = torch::randint(5, {batch}, torch::kInt64);
+  const UNetInputs in = unet_inputs(batch, 32);
   for (auto _ : state) {
     adam.zero_grad();
-    torch::mse_loss(net->forward(x, t, c), target).backward();
+    torch::mse_loss(net->forward(in.x, in.t, in.c), in.target).backward();
     adam.step();
   }
   state.counters["sprites/s"] =
@@ -80,10 +91,8 @@ void pass(benchmark::State& state) {
   set_group_norm_silu_fusion(state.range(1) != 0);
   UNet net = default_unet();
   torch::NoGradGuard no_grad;
-  const auto x = torch::randn({batch, 4, 32, 32});
-  const auto t = torch::randint(500, {batch}, torch::kInt64);
-  const auto c = torch::randint(5, {batch}, torch::kInt64);
-  for (auto _ : state) benchmark::DoNotOptimize(net->forward(x, t, c).data_ptr());
+  const UNetInputs in = unet_inputs(batch, 32);
+  for (auto _ : state) benchmark::DoNotOptimize(net->forward(in.x, in.t, in.c).data_ptr());
   state.counters["sprites/s"] =
       benchmark::Counter(static_cast<double>(batch), benchmark::Counter::kIsIterationInvariantRate);
   set_group_norm_silu_fusion(true);
@@ -91,35 +100,43 @@ void pass(benchmark::State& state) {
 
 // Bytes of the C heap in use: the main arena and the chunks it mmapped. The bench's `held` runs on
 // one thread, so every tensor of its step comes from there (glibc's other arenas serve other
-// threads).
+// threads). Only glibc 2.33 and later tell; elsewhere `held` is skipped.
+#if defined(__GLIBC__)
+#define SPRITETORCH_HAVE_MALLINFO2 __GLIBC_PREREQ(2, 33)
+#else
+#define SPRITETORCH_HAVE_MALLINFO2 0  // __GLIBC_PREREQ(...) would not parse off glibc
+#endif
+#if SPRITETORCH_HAVE_MALLINFO2
+constexpr bool kHeapInUse = true;
 double heap_in_use_mb() {
-#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 33)
   const struct mallinfo2 m = mallinfo2();
   return static_cast<double>(m.uordblks + m.hblkhd) / (1 << 20);
-#else
-  return 0;
-#endif
 }
+#else
+constexpr bool kHeapInUse = false;
+double heap_in_use_mb() { return 0; }
+#endif
 
 // What one training step of the default UNet keeps alive from its forward to its backward (the
 // tensors autograd saves, and the output), at S x S, with and without activation checkpointing:
 // the memory checkpointing exists to save, without the allocator's retained blocks that peak RSS
 // also counts. Arguments: the batch, S, 1 for checkpointing.
 void held(benchmark::State& state) {
+  if (!kHeapInUse) {
+    state.SkipWithError("needs glibc 2.33 or later (mallinfo2)");
+    return;
+  }
   const int64_t batch = state.range(0), side = state.range(1);
   const int threads = at::get_num_threads();
   at::set_num_threads(1);
   UNet net = default_unet();
   net->set_activation_checkpointing(state.range(2) != 0);
-  const auto x = torch::randn({batch, 4, side, side});
-  const auto target = torch::randn({batch, 4, side, side});
-  const auto t = torch::randint(500, {batch}, torch::kInt64);
-  const auto c = torch::randint(5, {batch}, torch::kInt64);
+  const UNetInputs in = unet_inputs(batch, side);
   double held_mb = 0;
   for (auto _ : state) {
     net->zero_grad();
     const double before = heap_in_use_mb();
-    const auto loss = torch::mse_loss(net->forward(x, t, c), target);
+    const auto loss = torch::mse_loss(net->forward(in.x, in.t, in.c), in.target);
     held_mb = heap_in_use_mb() - before;
     loss.backward();
   }
