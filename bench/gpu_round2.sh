@@ -19,6 +19,9 @@
 #   probe   bench/sampler_probe.py: the same UNet pass in PyTorch, per variant, with kernel tables
 #   layout  the generator's training step at --size 64, channels_last against NCHW
 #   gen64   the generator on a real sprite set at --size 64 (.gpu-deps/dcss-items when carried)
+#   ckpt    activation checkpointing at --size 64: the run's max allocated CUDA memory and step
+#           time, with and without --activation-checkpointing, at batch 64 and 256 (procedural
+#           sprites, 2 epochs: the memory depends on the shapes, not the art)
 #   ddp     the generator under NCCL DDP with one rank against one process (DDP_FLAGS: more
 #           train flags for all three runs, e.g. --time-budget 600: its plan and two revisions,
 #           each an all-reduce over the ranks, printed from the JSON)
@@ -159,6 +162,17 @@ PY
     "$bin" eval --checkpoint "$out/gen64.pt" --classifier "$out/cls64.pt" --device cuda 2>&1 | tail -25
     "$bin" generate --checkpoint "$out/gen64.pt" --count 64 --device cuda --out "$out/gen64_sheet.png" --scale 2
     keep "$out/gen64_sheet.png"
+    ;;
+  ckpt)
+    for batch in 64 256; do
+      for ac in false true; do
+        flag=(); [ "$ac" = true ] && flag=(--activation-checkpointing)
+        "$bin" train --task generate --dataset sprites --size 64 --device cuda --epochs 2 \
+          --batch-size $batch "${flag[@]}" --no-run-dir --json >"$out/ckpt.json" 2>"$out/ckpt.err" ||
+          tail -3 "$out/ckpt.err"
+        json_field "$out/ckpt.json" '"batch '$batch', checkpointing '$ac': %.1f MiB (%s), train_s %.2f, steps %s" % (r["peak_memory"]["bytes"] / 2**20, r["peak_memory"]["what"], r.get("train_s", 0), r.get("steps"))'
+      done
+    done
     ;;
   ddp)
     # One process twice (is the run itself deterministic?), then one NCCL rank.

@@ -76,6 +76,8 @@ nlohmann::json train_json(const train::TrainReport& report, const std::string& r
     out["target_test_accuracy"] = report.target_reached->accuracy;
   }
   if (report.budget) out["time_budget"] = train::budget_json(*report.budget);
+  if (report.peak_memory.bytes >= 0)
+    out["peak_memory"] = {{"bytes", report.peak_memory.bytes}, {"what", report.peak_memory.what}};
   if (!report.epochs.empty()) out["loss"] = report.epochs.back().loss;
   if (report.has_test) {
     out["test"] = eval_json(report.test, report.class_names);
@@ -406,8 +408,12 @@ Subcommand add_train_command(CLI::App& app) {
         }
 
         human << std::fixed << std::setprecision(2) << "Train time: " << report.train_seconds
-              << " s (" << report.steps << " steps)\n"
-              << std::setprecision(4);
+              << " s (" << report.steps << " steps)\n";
+        if (report.peak_memory.bytes >= 0)
+          human << "Peak memory: " << std::setprecision(1)
+                << static_cast<double>(report.peak_memory.bytes) / (1 << 20) << " MiB ("
+                << report.peak_memory.what << ")\n";
+        human << std::setprecision(4);
         if (!report.epochs.empty() && !report.has_accuracy)
           human << "Final loss: " << report.epochs.back().loss << "\n";
         if (report.has_test)

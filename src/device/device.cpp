@@ -8,8 +8,11 @@
 #include "common/error.h"
 #include "common/small_gemm.h"
 
+#include <sys/resource.h>
+
 #if SPRITETORCH_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
 #endif
@@ -191,6 +194,37 @@ std::vector<DeviceInfo> list_devices() {
 
 bool channels_last_pays(const torch::Device& device) {
   return device.is_cuda() || (device.is_cpu() && gemm::available(gemm::Kernel::avx512));
+}
+
+PeakMemory peak_memory(const torch::Device& device) {
+  PeakMemory peak;
+  if (device.is_cpu()) {
+    rusage usage{};
+    if (getrusage(RUSAGE_SELF, &usage) == 0)
+      peak.bytes = static_cast<int64_t>(usage.ru_maxrss) * 1024;
+    peak.what = "peak RSS of the process";
+    return peak;
+  }
+#if SPRITETORCH_WITH_CUDA
+  if (device.is_cuda()) {
+    const int index = device.has_index() ? device.index() : 0;
+    // allocated_bytes[0]: StatType::AGGREGATE, whose namespace moved between LibTorch 1.13 and 2.x.
+    peak.bytes = c10::cuda::CUDACachingAllocator::getDeviceStats(index).allocated_bytes[0].peak;
+    peak.what = "max allocated on cuda:" + std::to_string(index);
+    return peak;
+  }
+#endif
+  peak.what = "not measured on " + device.str();
+  return peak;
+}
+
+void reset_peak_memory(const torch::Device& device) {
+#if SPRITETORCH_WITH_CUDA
+  if (device.is_cuda())
+    c10::cuda::CUDACachingAllocator::resetPeakStats(device.has_index() ? device.index() : 0);
+#else
+  (void)device;
+#endif
 }
 
 std::string display_name(const torch::Device& device) {

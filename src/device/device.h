@@ -58,6 +58,20 @@ DeviceInfo describe_device(const torch::Device& device);
 // (docs/precision.md). MPS keeps NCHW.
 bool channels_last_pays(const torch::Device& device);
 
+// The most memory a run has held on `device`: on CUDA the caching allocator's peak of bytes
+// allocated to tensors since reset_peak_memory (what torch.cuda.max_memory_allocated reports; the
+// cache it keeps on top is not counted), on the CPU the process's peak resident set since it
+// started (getrusage; LibTorch, the data and freed blocks kept for reuse included). bytes = -1
+// where unknown (MPS). `what` names which of the two it is, for the report.
+struct PeakMemory {
+  int64_t bytes = -1;
+  std::string what;  // "max allocated on cuda:0", "peak RSS of the process"
+};
+PeakMemory peak_memory(const torch::Device& device);
+// CUDA: the next peak_memory starts from what is allocated now. Elsewhere nothing: RSS has no
+// reset.
+void reset_peak_memory(const torch::Device& device);
+
 // "cuda:0 (NVIDIA H100 80GB HBM3)", "cpu (AMD EPYC 7B13)".
 std::string display_name(const torch::Device& device);
 

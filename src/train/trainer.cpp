@@ -663,6 +663,7 @@ TrainReport TrainingRun::run() {
   report.has_accuracy = traits_.has_accuracy;
   observer_->on_start(report.device, report.settings);
 
+  device::reset_peak_memory(device_);
   run_timer_.emplace(device_);
   if (run_state_) restore_rng(*run_state_, device_, config_.resume);
   // From here a stop request (SIGINT / SIGTERM in the CLI) ends the run after the current step
@@ -704,6 +705,7 @@ TrainReport TrainingRun::run() {
   }
   if (epochs_done < 0) epochs_done = std::max(epochs_, start_epoch_);
   report.train_seconds = train_seconds_now();
+  report.peak_memory = device::peak_memory(device_);
   report.budget = budget_;
   report.eval_seconds = eval_seconds_;
   report.sample_seconds = sample_seconds_;

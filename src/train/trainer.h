@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "data/dataset.h"
+#include "device/device.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/evaluator.h"
@@ -78,6 +79,9 @@ struct TrainReport {
   double eval_seconds = 0;    // the per-epoch test evaluations (--eval-every)
   double sample_seconds = 0;  // the task's end-of-epoch work (a generator's sample sheets)
   int64_t steps = 0;          // optimizer steps since the run's first epoch (resumed ones included)
+  // The run's peak memory at the end of its epochs (device::peak_memory: tensors allocated on
+  // CUDA since the run started, the process's peak RSS on the CPU); bytes -1 where unknown.
+  device::PeakMemory peak_memory;
   std::vector<EvalPoint> evals;  // every test evaluation during training, in order; rank 0 only
   // --target-accuracy: the first evaluation that reached it (absent: not reached). With
   // stop_at_target the run ended there.

@@ -189,6 +189,9 @@ expect 0 '"model":"unet base 32 .*"optimizer":"adam lr 0.002, cosine, warm-up 10
 expect 0 '"model":"unet base 16 .*"optimizer":"adam lr 0.001 \(flat buffers\)","precision":"fp32"' -- train --task generate --dataset sprites --sprite-count 32 --epochs 1 --batch-size 16 --device cpu --json --no-run-dir --unet-base 16 --lr-schedule constant --warmup-steps 0 --precision fp32 --lr 0.001
 # A generator's --json carries its settings like a classifier's, threads split for a conv net.
 expect 0 '"settings":\{"alpha":"binary \(0% of the training set.s visible pixels are partly transparent; soft from 2%\)"[^}]*"threads":"[0-9]+ intra-op, ([0-9]+|\?) BLAS"[^}]*\}.*"train_s":' -- train --task generate --dataset sprites --sprite-count 32 --epochs 1 --batch-size 16 --device cpu --json --no-run-dir
+# The run's peak memory: the process's peak RSS on the CPU, in the summary and the JSON.
+expect 0 'Peak memory: [0-9]+\.[0-9] MiB \(peak RSS of the process\)' -- train --task generate --dataset sprites --sprite-count 32 --epochs 1 --batch-size 16 --device cpu --no-run-dir
+expect 0 '"peak_memory":\{"bytes":[1-9][0-9]*,"what":"peak RSS of the process"\}' -- train --device cpu --dataset dummy --model simplenn --epochs 1 --json --no-run-dir
 # Its step evaluations have a test loss and no accuracy.
 expect 0 '"evals":\[\{"epoch":1\.0,"step":1,"test_loss":[-0-9.e]+,"train_s":[-0-9.e]+\}\]' -- train --task generate --dataset sprites --sprite-count 32 --epochs 1 --batch-size 16 --device cpu --json --no-run-dir --eval-every-steps 1
 expect 2 "unknown class 'dragon'" -- generate --checkpoint "$tmp/g.pt" --class dragon --out "$tmp/x.png"
@@ -402,16 +405,17 @@ check "config.toml records a generator's automatic evaluation interval ($every: 
   grep -q "^eval-every = $every\$" "$tmp/gauto/config.toml"
 check "a generator's automatic epochs say the time budget" \
   grep -q "fewer if they do not fit in 15:00 of training; --epochs sets them, --time-budget the time)" "$tmp/gauto.log"
-check "summary.json names the checkpoint and the test accuracy" python3 -c "
+check "summary.json names the checkpoint, the test accuracy and the peak memory" python3 -c "
 import json, sys; s = json.load(open('$tmp/r1/summary.json'))
-assert s['status'] == 'complete' and s['checkpoint'] == 'checkpoint.pt' and 0 <= s['test']['accuracy'] <= 1, s"
+assert s['status'] == 'complete' and s['checkpoint'] == 'checkpoint.pt' and 0 <= s['test']['accuracy'] <= 1, s
+assert s['peak_memory']['bytes'] > 0 and s['peak_memory']['what'] == 'peak RSS of the process', s"
 out=$("$bin" "${small[@]}" --run-dir "$tmp/r2" 2>&1)
 check "not a terminal: no carriage returns, no escape codes" bash -c "! grep -q $'[\r\033]' <<<\"\$1\"" _ "$out"
 check "not a terminal: a plain line per log interval" grep -q "epoch 1 step 20/" <<<"$out"
 expect 2 "not empty" -- "${small[@]}" --run-dir "$tmp/r1"
 expect 0 "Test Accuracy" -- "${small[@]}" --no-run-dir --quiet
 quiet_out=$("$bin" "${small[@]}" --no-run-dir --quiet 2>&1)
-check "--quiet: the results only" [ "$(grep -vc '^Train time\|^Test Accuracy' <<<"$quiet_out")" = 0 ]
+check "--quiet: the results only" [ "$(grep -vc '^Train time\|^Peak memory\|^Test Accuracy' <<<"$quiet_out")" = 0 ]
 expect 2 "contradict" -- "${small[@]}" --quiet --verbose
 expect 2 "refusing to overwrite" -- "${small[@]}" --save "$tmp/s.pt" --run-dir "$tmp/r0"
 check "a run refused before it starts leaves no folder" test ! -e "$tmp/r0"

@@ -89,6 +89,22 @@ TEST(DevicePolicy, ChannelsLastOnCudaAndAvx512Cpus) {
   EXPECT_EQ(channels_last_pays(torch::Device(torch::kCPU)), gemm::available(gemm::Kernel::avx512));
 }
 
+// The CPU's peak is the process's peak RSS: it covers memory the run touched; MPS reports none.
+TEST(DevicePeakMemory, CpuPeakCoversTouchedMemoryAndMpsIsUnknown) {
+  const PeakMemory before = peak_memory(torch::Device(torch::kCPU));
+  ASSERT_GT(before.bytes, 0);
+  EXPECT_EQ(before.what, "peak RSS of the process");
+  // More than the peak so far, every page written: the peak must now be at least this much.
+  const int64_t bytes = before.bytes + (128 << 20);
+  auto touched = torch::ones({bytes / 4}, torch::kFloat32);
+  const PeakMemory after = peak_memory(torch::Device(torch::kCPU));
+  EXPECT_GE(after.bytes, bytes);
+  EXPECT_FLOAT_EQ(touched[bytes / 4 - 1].item<float>(), 1.0f);  // keep it alive until here
+  reset_peak_memory(torch::Device(torch::kCPU));                // no reset for RSS
+  EXPECT_GE(peak_memory(torch::Device(torch::kCPU)).bytes, after.bytes);
+  EXPECT_EQ(peak_memory(torch::Device(torch::kMPS)).bytes, -1);
+}
+
 TEST(DeviceCheck, MismatchNamesBothDevices) {
   // The meta device stands in for "another device" on a CPU-only machine.
   const auto elsewhere = torch::empty({2, 3}, torch::TensorOptions().device(torch::kMeta));
