@@ -88,9 +88,12 @@ DeviceSpec parse_device_spec(const std::string& text) {
 
 std::string to_string(const DeviceSpec& spec) {
   switch (spec.kind) {
-    case DeviceKind::kAuto: return "auto";
-    case DeviceKind::kCpu: return "cpu";
-    case DeviceKind::kMps: return "mps";
+    case DeviceKind::kAuto:
+      return "auto";
+    case DeviceKind::kCpu:
+      return "cpu";
+    case DeviceKind::kMps:
+      return "mps";
     case DeviceKind::kCuda:
       return spec.index < 0 ? "cuda" : "cuda:" + std::to_string(spec.index);
   }
@@ -115,16 +118,18 @@ torch::Device resolve_device(const DeviceSpec& spec, const Availability& a) {
       return torch::Device(torch::kCPU);
     case DeviceKind::kMps:
       if (!a.mps)
-        throw Error("device 'mps' requested, but MPS (Apple Metal) is not available here; available: " +
-                        available_list(a),
-                    "MPS needs macOS on Apple silicon with an MPS-enabled LibTorch; use --device auto");
+        throw Error(
+            "device 'mps' requested, but MPS (Apple Metal) is not available here; available: " +
+                available_list(a),
+            "MPS needs macOS on Apple silicon with an MPS-enabled LibTorch; use --device auto");
       return torch::Device(torch::kMPS);
     case DeviceKind::kCuda: {
       const std::string asked = to_string(spec);
       if (!a.cuda_built)
-        throw Error("device '" + asked + "' requested, but this spritetorch was built against a "
-                        "LibTorch without CUDA (" + compat::torch_version() + "); available: " +
-                        available_list(a),
+        throw Error("device '" + asked +
+                        "' requested, but this spritetorch was built against a "
+                        "LibTorch without CUDA (" +
+                        compat::torch_version() + "); available: " + available_list(a),
                     "use --device cpu (or auto), or rebuild against a CUDA LibTorch "
                     "(scripts/gpu-build)");
       if (a.cuda_devices == 0)

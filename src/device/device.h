@@ -33,8 +33,8 @@ struct Availability {
 };
 Availability probe_availability();
 
-// Applies the policy: auto = cuda:0 if any CUDA device, else mps, else cpu. A request that cannot be
-// met throws spritetorch::Error naming what is available.
+// Applies the policy: auto = cuda:0 if any CUDA device, else mps, else cpu. A request that cannot
+// be met throws spritetorch::Error naming what is available.
 torch::Device resolve_device(const DeviceSpec& spec, const Availability& available);
 // resolve_device(parse_device_spec(text), probe_availability()).
 torch::Device pick_device(const std::string& text);
@@ -43,8 +43,8 @@ torch::Device pick_device(const std::string& text);
 struct DeviceInfo {
   torch::Device device = torch::kCPU;
   std::string name;
-  int64_t total_memory = -1;  // bytes; -1 = unknown
-  int64_t free_memory = -1;   // bytes; -1 = unknown
+  int64_t total_memory = -1;       // bytes; -1 = unknown
+  int64_t free_memory = -1;        // bytes; -1 = unknown
   std::string compute_capability;  // "9.0" on CUDA, empty elsewhere
   bool bf16 = false;               // bf16 arithmetic is supported (natively or emulated fast)
   bool fp16 = false;

@@ -90,7 +90,7 @@ struct TrainReport {
   // --time-budget: the epochs planned (absent without a budget, or when the whole run was too
   // short to time: it then trained its --epochs).
   std::optional<BudgetPlan> budget;
-  bool has_test = false;      // the test set was evaluated (it is not empty); rank 0 only
+  bool has_test = false;  // the test set was evaluated (it is not empty); rank 0 only
   EvalReport test;
   Misclassified misclassified;  // from the final evaluation (no extra pass), classifiers only
   std::vector<std::string> class_names;

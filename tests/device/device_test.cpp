@@ -30,7 +30,8 @@ TEST(DeviceSpec, ParsesEveryAcceptedForm) {
 }
 
 TEST(DeviceSpec, RejectsMalformedStrings) {
-  for (const char* bad : {"", "gpu", "CUDA", "cuda:", "cuda:-1", "cuda:x", "cpu:0", "cuda:1:2", " cpu"}) {
+  for (const char* bad :
+       {"", "gpu", "CUDA", "cuda:", "cuda:-1", "cuda:x", "cpu:0", "cuda:1:2", " cpu"}) {
     const auto message = error_of([&] { parse_device_spec(bad); });
     EXPECT_NE(message.find("unknown device"), std::string::npos) << bad;
     EXPECT_NE(message.find("cuda:N"), std::string::npos) << "lists the accepted forms: " << message;
@@ -47,8 +48,10 @@ TEST(DevicePolicy, AutoPrefersCudaThenMpsThenCpu) {
 
 TEST(DevicePolicy, ExplicitRequestsThatCanBeMet) {
   EXPECT_EQ(resolve_device(parse_device_spec("cpu"), {true, 2, true}), torch::Device(torch::kCPU));
-  EXPECT_EQ(resolve_device(parse_device_spec("cuda"), {true, 2, false}), torch::Device(torch::kCUDA, 0));
-  EXPECT_EQ(resolve_device(parse_device_spec("cuda:1"), {true, 2, false}), torch::Device(torch::kCUDA, 1));
+  EXPECT_EQ(resolve_device(parse_device_spec("cuda"), {true, 2, false}),
+            torch::Device(torch::kCUDA, 0));
+  EXPECT_EQ(resolve_device(parse_device_spec("cuda:1"), {true, 2, false}),
+            torch::Device(torch::kCUDA, 1));
   EXPECT_EQ(resolve_device(parse_device_spec("mps"), {false, 0, true}), torch::Device(torch::kMPS));
 }
 
@@ -121,7 +124,8 @@ TEST(DeviceCuda, BatchAndModelLandOnCuda) {
   const auto cuda = pick_device("cuda");
   auto t = torch::ones({4}).to(cuda);
   EXPECT_TRUE(t.is_cuda());
-  const auto msg = error_of([&] { expect_on_device(torch::ones({1}), cuda, "the batch", "the model"); });
+  const auto msg =
+      error_of([&] { expect_on_device(torch::ones({1}), cuda, "the batch", "the model"); });
   EXPECT_NE(msg.find("the batch is on cpu but the model is on cuda:0"), std::string::npos) << msg;
 }
 
