@@ -77,7 +77,7 @@ nlohmann::json train_json(const train::TrainReport& report, const std::string& r
   }
   if (report.budget) out["time_budget"] = train::budget_json(*report.budget);
   if (report.peak_memory.bytes >= 0)
-    out["peak_memory"] = {{"bytes", report.peak_memory.bytes}, {"what", report.peak_memory.what}};
+    out["peak_memory"] = train::peak_memory_json(report.peak_memory);
   if (!report.epochs.empty()) out["loss"] = report.epochs.back().loss;
   if (report.has_test) {
     out["test"] = eval_json(report.test, report.class_names);

@@ -279,8 +279,7 @@ RunRecorder::Finished RunRecorder::finish(const train::TrainReport& report,
   summary["eval_seconds"] = report.eval_seconds;
   if (report.budget) summary["time_budget"] = train::budget_json(*report.budget);
   if (report.peak_memory.bytes >= 0)
-    summary["peak_memory"] = {{"bytes", report.peak_memory.bytes},
-                              {"what", report.peak_memory.what}};
+    summary["peak_memory"] = train::peak_memory_json(report.peak_memory);
   nlohmann::json end_values = {{"train_seconds", report.train_seconds}};
   if (report.has_test) {
     summary["test"] = {{"loss", finite(report.test.loss)}, {"samples", report.test.samples}};

@@ -742,6 +742,10 @@ TrainReport TrainingRun::run() {
 
 Trainer::Trainer(TrainConfig options) : options_(std::move(options)) {}
 
+nlohmann::json peak_memory_json(const device::PeakMemory& peak) {
+  return {{"bytes", peak.bytes}, {"what", peak.what}};
+}
+
 TrainReport Trainer::fit(Task& task, const Datasets& data, TrainObserver* observer) {
   if (options_.epochs < 0) throw Error("--epochs must be >= 0");
   if (options_.batch_size <= 0) throw Error("--batch-size must be positive");

@@ -97,6 +97,9 @@ struct TrainReport {
   bool main_rank = true;  // false on ranks other than 0 of a ddp run: no test report, no checkpoint
 };
 
+// {"bytes", "what"}: a run's peak memory as `train --json` and summary.json write it.
+nlohmann::json peak_memory_json(const device::PeakMemory& peak);
+
 class TrainObserver {
  public:
   virtual ~TrainObserver() = default;
