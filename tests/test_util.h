@@ -2,10 +2,13 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <torch/torch.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -34,6 +37,36 @@ class ScratchDir {
 
  private:
   std::filesystem::path path_;
+};
+
+// `count` child processes that keep a CPU busy each (for at most `seconds`), killed when the
+// object goes: the other processes a thread governor must make room for.
+class BusyProcesses {
+ public:
+  BusyProcesses(int count, double seconds) {
+    for (int i = 0; i < count; ++i) {
+      const pid_t pid = ::fork();
+      if (pid == 0) {  // the child only spins: nothing that could take a lock the fork copied
+        const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+        volatile uint64_t turns = 0;
+        while (std::chrono::steady_clock::now() < end) turns = turns + 1;
+        ::_exit(0);
+      }
+      if (pid > 0) pids_.push_back(pid);
+    }
+  }
+  ~BusyProcesses() {
+    for (pid_t pid : pids_) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  }
+  BusyProcesses(const BusyProcesses&) = delete;
+  BusyProcesses& operator=(const BusyProcesses&) = delete;
+  size_t size() const { return pids_.size(); }
+
+ private:
+  std::vector<pid_t> pids_;
 };
 
 inline std::vector<uint8_t> idx_bytes(const std::vector<uint32_t>& dims,

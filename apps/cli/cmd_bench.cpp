@@ -312,6 +312,9 @@ Subcommand add_bench_command(CLI::App& app) {
                   "Fused step on the CPU: threads that split each step (0: one per core)")
       ->check(kNonNegative)
       ->capture_default_str();
+  add_choice(sub, "--thread-governor", w.thread_governor,
+             "auto | on | off: fewer CPU threads while other processes keep the cores busy (as for "
+             "train)");
   sub->add_option("--devices", f->bench.devices, "Devices to time (default: every device here)")
       ->delimiter(',');
   sub->add_option("--workers", f->bench.workers, "Worker counts for the streaming rows")

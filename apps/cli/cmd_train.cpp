@@ -78,6 +78,8 @@ nlohmann::json train_json(const train::TrainReport& report, const std::string& r
   if (report.budget) out["time_budget"] = train::budget_json(*report.budget);
   if (report.peak_memory.bytes >= 0)
     out["peak_memory"] = train::peak_memory_json(report.peak_memory);
+  if (!report.thread_changes.empty())
+    out["thread_changes"] = train::thread_changes_json(report.thread_changes);
   if (!report.epochs.empty()) out["loss"] = report.epochs.back().loss;
   if (report.has_test) {
     out["test"] = eval_json(report.test, report.class_names);
@@ -223,6 +225,12 @@ Subcommand add_train_command(CLI::App& app) {
          "--blas-threads when that is given)")
       ->check(kNonNegative)
       ->capture_default_str();
+  add_choice(sub, "--thread-governor", config->thread_governor,
+             "auto | on | off. CPU, no thread count given: fewer threads while other processes "
+             "keep the cores busy, all again when they stop (beside one busy process a step on 2 "
+             "cores ran 2x faster on 1 thread than on 2). auto: for the fused MLP step, whose "
+             "results stay the same; on: for conv nets too, whose last bits then vary; off: keep "
+             "the threads");
   sub->add_flag("--drop-last", config->drop_last, "Drop the last partial batch of each epoch");
   add_choice(sub, "--precision", config->precision,
              "fp32 | bf16 | fp16 | auto (bf16/fp16: autocast with fp32 weights; fp16 is CUDA "
@@ -413,6 +421,8 @@ Subcommand add_train_command(CLI::App& app) {
           human << "Peak memory: " << std::setprecision(1)
                 << static_cast<double>(report.peak_memory.bytes) / (1 << 20) << " MiB ("
                 << report.peak_memory.what << ")\n";
+        if (!report.thread_changes.empty())
+          human << "Threads: " << train::describe_thread_changes(report.thread_changes) << "\n";
         human << std::setprecision(4);
         if (!report.epochs.empty() && !report.has_accuracy)
           human << "Final loss: " << report.epochs.back().loss << "\n";

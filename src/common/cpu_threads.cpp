@@ -80,8 +80,14 @@ CpuThreads apply_cpu_threads(int intra_op, int blas, CpuWork work, int cores) {
   if (intra <= 0) intra = std::min(conv ? cores : 1, std::max(1, cores / std::max(1, blas)));
   if (blas_threads <= 0) blas_threads = std::min(conv ? 1 : cores, std::max(1, cores / intra));
   at::set_num_threads(intra);
-  if (auto set = find_symbol<SetThreadsFn>("openblas_set_num_threads")) set(blas_threads);
+  set_blas_threads(blas_threads);
   return current_cpu_threads();
+}
+
+bool set_blas_threads(int threads) {
+  auto set = find_symbol<SetThreadsFn>("openblas_set_num_threads");
+  if (set) set(threads);
+  return set != nullptr;
 }
 
 std::string describe_cpu_threads(const CpuThreads& threads) {

@@ -280,6 +280,8 @@ RunRecorder::Finished RunRecorder::finish(const train::TrainReport& report,
   if (report.budget) summary["time_budget"] = train::budget_json(*report.budget);
   if (report.peak_memory.bytes >= 0)
     summary["peak_memory"] = train::peak_memory_json(report.peak_memory);
+  if (!report.thread_changes.empty())
+    summary["thread_changes"] = train::thread_changes_json(report.thread_changes);
   nlohmann::json end_values = {{"train_seconds", report.train_seconds}};
   if (report.has_test) {
     summary["test"] = {{"loss", finite(report.test.loss)}, {"samples", report.test.samples}};

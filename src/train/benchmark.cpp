@@ -174,14 +174,17 @@ BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer) {
         auto classifier = [&w] { return ClassifierTask::builtin(w.model, default_model(w)); };
         Trainer(warm).fit(*classifier(), warm_data);
         TrainReport last;
+        bool governed = false;  // a repeat ran on fewer threads: the machine was not idle
         for (int r = 0; r < config.repeats; ++r) {
           last = Trainer(run).fit(*classifier(), data);
           row.all_train_seconds.push_back(last.train_seconds);
+          governed |= !last.thread_changes.empty();
         }
         for (const auto& [k, v] : last.settings) {
           if (k == "step") row.step = v;
           if (k == "cuda graphs") row.cuda_graphs = v.rfind("off", 0) != 0;
         }
+        if (governed) row.step += " [fewer threads: other processes were busy]";
         // The default path captured its step: the row's label says so.
         if (row.cuda_graphs && setting.cuda_graphs == CudaGraphs::kAuto)
           row.data_path += " (cuda graphs)";

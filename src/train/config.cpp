@@ -35,6 +35,13 @@ const Choices<CudaGraphs>& choices_of(CudaGraphs) {
   return c;
 }
 
+const Choices<ThreadGovernorMode>& choices_of(ThreadGovernorMode) {
+  static const Choices<ThreadGovernorMode> c{{{ThreadGovernorMode::kAuto, "auto"},
+                                              {ThreadGovernorMode::kOn, "on"},
+                                              {ThreadGovernorMode::kOff, "off"}}};
+  return c;
+}
+
 std::string default_model(const TrainConfig& config) {
   if (config.task == TaskKind::kGenerate) return "unet";
   return data::is_sprite_dataset(config.dataset) ? "cnn" : "ann";

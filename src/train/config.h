@@ -22,12 +22,18 @@ enum class DistShard { kAuto, kGlobal, kLocal };              // --dist-shard
 // that is valid (CUDA, resident data, one process, a task whose step is a fixed kernel sequence)
 // and say why not elsewhere; on: capture or fail with the reason; off: eager.
 enum class CudaGraphs { kAuto, kOn, kOff };
-const Choices<TaskKind>& choices_of(TaskKind);        // classify, generate
-const Choices<StepKind>& choices_of(StepKind);        // auto, autograd, fused
-const Choices<Strategy>& choices_of(Strategy);        // auto, single, dp, ddp
-const Choices<DistBackend>& choices_of(DistBackend);  // auto, gloo, nccl
-const Choices<DistShard>& choices_of(DistShard);      // auto, global, local
-const Choices<CudaGraphs>& choices_of(CudaGraphs);    // auto, on, off
+// --thread-governor (train/thread_governor.h): fewer CPU threads while other processes take the
+// cores. auto: only where that leaves the results bit-identical (the fused step's shard pool); on:
+// also LibTorch's intra-op and OpenBLAS's threads (conv nets: their last bits then depend on the
+// load); off: the threads as set, for the whole run.
+enum class ThreadGovernorMode { kAuto, kOn, kOff };
+const Choices<TaskKind>& choices_of(TaskKind);                      // classify, generate
+const Choices<StepKind>& choices_of(StepKind);                      // auto, autograd, fused
+const Choices<Strategy>& choices_of(Strategy);                      // auto, single, dp, ddp
+const Choices<DistBackend>& choices_of(DistBackend);                // auto, gloo, nccl
+const Choices<DistShard>& choices_of(DistShard);                    // auto, global, local
+const Choices<CudaGraphs>& choices_of(CudaGraphs);                  // auto, on, off
+const Choices<ThreadGovernorMode>& choices_of(ThreadGovernorMode);  // auto, on, off
 
 struct TrainConfig {
   std::string model;  // ann | cnn | simplenn | unet; empty: default_model (below)
@@ -70,8 +76,10 @@ struct TrainConfig {
   data::ClassSampling class_sampling = data::ClassSampling::kNatural;  // data/loader.h
   StepKind step = StepKind::kAuto;
   int step_threads = 0;  // fused step on the CPU: threads splitting each step (0: see trainer)
-  std::string save;      // checkpoint written after the last epoch
-  std::string resume;    // checkpoint to continue from
+  // Given counts (threads, blas_threads, step_threads) are kept whatever this says.
+  ThreadGovernorMode thread_governor = ThreadGovernorMode::kAuto;
+  std::string save;    // checkpoint written after the last epoch
+  std::string resume;  // checkpoint to continue from
   // How work is split (train/parallel.h, docs/distributed.md).
   Strategy strategy = Strategy::kAuto;
   DistBackend dist_backend = DistBackend::kAuto;  // auto: nccl on CUDA, else gloo

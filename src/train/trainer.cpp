@@ -150,6 +150,10 @@ class TrainingRun {
   // kBudgetTimedSteps more, sets epochs_ to what fits (rank 0's plan on every rank); then revises
   // the plan at next_revision_ from the speed of every step timed so far.
   void follow_budget(int64_t epoch);
+  // The thread governor (train/thread_governor.h) over the pool that holds the cores: on the CPU,
+  // one process, no thread count given, and --thread-governor on, or auto where the pool's results
+  // do not depend on its threads (the fused step's).
+  void set_up_thread_governor();
 
   const TrainConfig& config_;
   Task& task_;
@@ -162,6 +166,8 @@ class TrainingRun {
   const torch::Device device_;       // resolved once, named the seeds' way
   const Optimization optimization_;  // optimizer options and lr schedule
   CpuThreads threads_;
+  std::unique_ptr<ThreadGovernor> governor_;
+  std::string governor_note_;  // the settings row: what it governs, or why it is off
   precision::PrecisionPlan plan_;
 
   std::optional<Checkpoint> resumed_;  // --resume, read and checked once
@@ -399,6 +405,7 @@ Settings TrainingRun::describe() const {
       {"strategy", parallel_.describe()},
   };
   settings.insert(settings.end(), common.begin(), common.end());
+  if (!governor_note_.empty()) settings.emplace_back("thread governor", governor_note_);
   if (config_.time_budget_s > 0)
     settings.emplace_back(
         "time budget",
@@ -486,6 +493,47 @@ void TrainingRun::follow_budget(int64_t epoch) {
   budget_ = plan;
   next_revision_ = next_budget_revision(plan, steps_done_);
   observer_->on_plan(plan);
+}
+
+void TrainingRun::set_up_thread_governor() {
+  const bool given = config_.threads > 0 || config_.blas_threads > 0 || config_.step_threads > 0;
+  const auto mode = config_.thread_governor;
+  if (!device_.is_cpu() || parallel_.distributed() || mode == ThreadGovernorMode::kOff || given)
+    return;
+  std::function<void(int)> set;
+  int max = 1;
+  std::string what;
+  bool same_bits = false;  // the results do not depend on the thread count
+  if (auto pool = step_->thread_pool(); pool && pool->size() > 1) {
+    max = pool->size();
+    set = [pool](int threads) { pool->set_threads(threads); };
+    what = "the step's " + std::to_string(max) + " threads";
+    same_bits = true;  // the shards stay; only the threads that run them change
+  } else if (threads_.intra_op > 1) {
+    max = threads_.intra_op;
+    set = [](int threads) { at::set_num_threads(threads); };
+    what = "the " + std::to_string(max) + " intra-op threads";
+  } else if (threads_.blas > 1) {
+    max = threads_.blas;
+    set = [](int threads) { set_blas_threads(threads); };
+    what = "the " + std::to_string(max) + " BLAS threads";
+  }
+  if (max < 2) return;
+  if (!same_bits && mode == ThreadGovernorMode::kAuto) {
+    governor_note_ = "off: " + what +
+                     " split this model's sums, so fewer would change its last bits "
+                     "(--thread-governor on: fewer while other processes take the cores)";
+    return;
+  }
+  governor_ = std::make_unique<ThreadGovernor>(max, std::move(set));
+  if (!governor_->active()) {  // no /proc/stat
+    governor_.reset();
+    governor_note_ = "off: the CPUs' load cannot be read here (/proc/stat)";
+    return;
+  }
+  governor_note_ = what + ": fewer while other processes take the cores" +
+                   (same_bits ? ", same results" : ", last bits then vary") +
+                   " (--thread-governor off keeps them)";
 }
 
 double TrainingRun::train_seconds_now() const {
@@ -594,6 +642,7 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
     progress.samples += b;
     ++step;
     ++steps_done_;
+    if (governor_) governor_->after_step(start_steps_ + steps_done_);
     if (config_.time_budget_s > 0 && (!budget_ || next_revision_ > 0)) follow_budget(epoch);
     observer_->on_step({epoch + 1, epochs_, step, steps_, progress.samples});
     if (config_.log_every > 0 && step % config_.log_every == 0) {
@@ -653,6 +702,7 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
 }
 
 TrainReport TrainingRun::run() {
+  set_up_thread_governor();
   TrainReport report;
   report.task = task_.name();
   report.device = device::display_name(device_);
@@ -706,6 +756,10 @@ TrainReport TrainingRun::run() {
   if (epochs_done < 0) epochs_done = std::max(epochs_, start_epoch_);
   report.train_seconds = train_seconds_now();
   report.peak_memory = device::peak_memory(device_);
+  if (governor_) {
+    report.thread_changes = governor_->changes();
+    governor_->restore();
+  }
   report.budget = budget_;
   report.eval_seconds = eval_seconds_;
   report.sample_seconds = sample_seconds_;
@@ -744,6 +798,14 @@ Trainer::Trainer(TrainConfig options) : options_(std::move(options)) {}
 
 nlohmann::json peak_memory_json(const device::PeakMemory& peak) {
   return {{"bytes", peak.bytes}, {"what", peak.what}};
+}
+
+nlohmann::json thread_changes_json(const std::vector<ThreadChange>& changes) {
+  auto out = nlohmann::json::array();
+  for (const auto& c : changes)
+    out.push_back(
+        {{"step", c.step}, {"from", c.from}, {"threads", c.threads}, {"others_cpus", c.others}});
+  return out;
 }
 
 TrainReport Trainer::fit(Task& task, const Datasets& data, TrainObserver* observer) {

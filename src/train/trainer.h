@@ -21,6 +21,7 @@
 #include "train/config.h"
 #include "train/evaluator.h"
 #include "train/task.h"
+#include "train/thread_governor.h"
 #include "train/time_budget.h"
 
 namespace spritetorch::train {
@@ -82,6 +83,9 @@ struct TrainReport {
   // The run's peak memory at the end of its epochs (device::peak_memory: tensors allocated on
   // CUDA since the run started, the process's peak RSS on the CPU); bytes -1 where unknown.
   device::PeakMemory peak_memory;
+  // On the CPU: the thread governor's changes (train/thread_governor.h); empty when the threads
+  // stayed as set.
+  std::vector<ThreadChange> thread_changes;
   std::vector<EvalPoint> evals;  // every test evaluation during training, in order; rank 0 only
   // --target-accuracy: the first evaluation that reached it (absent: not reached). With
   // stop_at_target the run ended there.
@@ -99,6 +103,9 @@ struct TrainReport {
 
 // {"bytes", "what"}: a run's peak memory as `train --json` and summary.json write it.
 nlohmann::json peak_memory_json(const device::PeakMemory& peak);
+// [{"step", "from", "threads", "others_cpus"}, ...]: the thread changes as `train --json` and
+// summary.json write them.
+nlohmann::json thread_changes_json(const std::vector<ThreadChange>& changes);
 
 class TrainObserver {
  public:

@@ -62,6 +62,27 @@ if "$bin" devices | grep -q "^BLAS: OpenBLAS"; then
   # --precision auto keeps fp32 for a model with the fused CPU step, native bf16 or not.
   expect 0 "precision +fp32 \(auto: " -- train --device cpu --precision auto --dataset dummy --model simplenn --epochs 1 --no-run-dir
   expect 0 "step +fused-mlp \([a-z0-9]+ kernel\) *$" -- train --device cpu --dataset dummy --model simplenn --epochs 1 --blas-threads "$cores"
+  # The thread governor (train/thread_governor.h): on for the fused step when no count is given,
+  # off with --thread-governor off; beside as many busy processes as cores it moves the step to
+  # fewer threads and says so (human line, --json).
+  if [ "$cores" -ge 2 ]; then
+    expect 0 "thread governor +the step's $cores threads: fewer while other processes take the cores, same results \(--thread-governor off keeps them\)" -- train --device cpu --dataset dummy --model simplenn --epochs 1 --no-run-dir
+    kept=$("$bin" train --device cpu --dataset dummy --model simplenn --epochs 1 --no-run-dir --thread-governor off 2>&1)
+    if grep -q "thread governor" <<<"$kept"; then echo "FAIL: --thread-governor off still governs"; fails=$((fails + 1)); else passes=$((passes + 1)); fi
+    expect 2 "thread-governor" -- train --device cpu --dataset dummy --model simplenn --thread-governor sometimes
+    if [ -f /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ]; then
+      busy=()
+      for _ in $(seq "$cores"); do yes >/dev/null & busy+=($!); done
+      governed=$("$bin" train --device cpu --epochs 3 --eval-every 0 --test-limit 500 --no-run-dir --json 2>&1)
+      kill "${busy[@]}"
+      if grep -qE "^Threads: $cores -> [0-9]+ at step [0-9]+ \(other processes: [0-9.]+ CPUs busy\)" <<<"$governed" &&
+        grep -qE "\"thread_changes\":\[\{\"from\":$cores,\"others_cpus\":[0-9.e+-]+,\"step\":[0-9]+,\"threads\":[0-9]+\}" <<<"$governed"; then
+        passes=$((passes + 1))
+      else
+        echo "FAIL: beside $cores busy processes the governor said no change:"; echo "$governed" | grep -v '^ ' | tail -8; fails=$((fails + 1))
+      fi
+    fi
+  fi
 else
   echo "skipped: the CPU step's thread checks (this LibTorch's BLAS is not OpenBLAS)"
 fi

@@ -1,0 +1,83 @@
+#include "common/cpu_load.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+
+namespace spritetorch {
+
+namespace {
+
+// The CPUs of this process's affinity mask (empty when it cannot be read: all of them).
+std::vector<int> allowed_cpus() {
+  std::vector<int> out;
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return out;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &set)) out.push_back(cpu);
+  return out;
+}
+
+}  // namespace
+
+double busy_seconds_in_proc_stat(const std::string& text, const std::vector<int>& cpus,
+                                 double ticks_per_second) {
+  std::istringstream lines(text);
+  std::string line;
+  double ticks = 0;
+  bool found = false;
+  while (std::getline(lines, line)) {
+    // "cpu3 user nice system idle iowait irq softirq steal guest guest_nice" (guest time is in
+    // user already); the "cpu " line is the sum of all, not one of them.
+    if (line.size() < 4 || line.compare(0, 3, "cpu") != 0 || line[3] < '0' || line[3] > '9')
+      continue;
+    std::istringstream fields(line.substr(3));
+    int cpu = -1;
+    fields >> cpu;
+    if (!cpus.empty() && std::find(cpus.begin(), cpus.end(), cpu) == cpus.end()) continue;
+    double value[8] = {};
+    int read = 0;
+    while (read < 8 && fields >> value[read]) ++read;
+    if (read < 4) continue;  // user nice system idle at the least
+    ticks += value[0] + value[1] + value[2] + value[5] + value[6] + value[7];
+    found = true;
+  }
+  return found ? ticks / ticks_per_second : -1;
+}
+
+CpuTimes read_cpu_times() {
+  static const std::vector<int> cpus = allowed_cpus();
+  static const double ticks_per_second = static_cast<double>(sysconf(_SC_CLK_TCK));
+  CpuTimes out;
+  out.wall_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  timespec own{};
+  if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &own) == 0)
+    out.own_s = static_cast<double>(own.tv_sec) + 1e-9 * static_cast<double>(own.tv_nsec);
+  std::ifstream file("/proc/stat");
+  if (!file || ticks_per_second <= 0) return out;
+  std::stringstream text;
+  text << file.rdbuf();
+  out.busy_s = busy_seconds_in_proc_stat(text.str(), cpus, ticks_per_second);
+  return out;
+}
+
+std::optional<double> other_processes_cpus(const CpuTimes& from, const CpuTimes& to) {
+  const double wall = to.wall_s - from.wall_s;
+  if (from.busy_s < 0 || to.busy_s < 0 || wall <= 0) return std::nullopt;
+  const double others = (to.busy_s - from.busy_s) - (to.own_s - from.own_s);
+  return std::max(0.0, others / wall);
+}
+
+int threads_beside(int cores, double others) {
+  const int taken = static_cast<int>(std::floor(std::max(0.0, others) + 0.4));
+  return std::clamp(cores - taken, 1, std::max(1, cores));
+}
+
+}  // namespace spritetorch

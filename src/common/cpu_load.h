@@ -1,0 +1,37 @@
+// How much of this process's CPUs other processes keep busy: what the trainer's thread governor
+// (train/thread_governor.h) acts on. Read from /proc/stat (Linux); elsewhere it is unknown.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace spritetorch {
+
+// CPU time spent so far, in seconds.
+struct CpuTimes {
+  double busy_s = -1;  // by everything, on the CPUs this process may run on (-1: unknown)
+  double own_s = 0;    // by this process, all its threads
+  double wall_s = 0;   // the steady clock
+};
+CpuTimes read_cpu_times();
+
+// The busy seconds of the CPUs numbered in `cpus` (empty: every "cpuN" line) in the text of
+// /proc/stat: user, nice, system, irq, softirq and steal (a hypervisor's steal takes a virtual CPU
+// as surely as a process does); -1 when no such line is found.
+double busy_seconds_in_proc_stat(const std::string& text, const std::vector<int>& cpus,
+                                 double ticks_per_second);
+
+// The CPUs that other processes kept busy on average between two readings,
+// (busy - own) / wall, at least 0; nullopt when unknown or no time passed.
+std::optional<double> other_processes_cpus(const CpuTimes& from, const CpuTimes& to);
+
+// Threads for work that forks and joins over `cores` while other processes keep `others` CPUs
+// busy: one core fewer for each of their CPUs from 0.6 on (cores - floor(others + 0.4)), at least
+// 1. A fork-join step waits at every join for its slowest thread, and a thread that shares its core
+// waits for the scheduler: on 2 cores beside one busy process, 1 thread beat 2 by 2.2x (generator)
+// and 2.3x (fused MLP); beside a process busy half the time, 2 threads still beat 1 for the
+// generator (docs/benchmarks.md, "Beside other processes").
+int threads_beside(int cores, double others);
+
+}  // namespace spritetorch
