@@ -17,10 +17,12 @@ namespace {
 // The CPUs of this process's affinity mask (empty when it cannot be read: all of them).
 std::vector<int> allowed_cpus() {
   std::vector<int> out;
+#ifdef __linux__
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof(set), &set) != 0) return out;
   for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
     if (CPU_ISSET(cpu, &set)) out.push_back(cpu);
+#endif
   return out;
 }
 
@@ -60,7 +62,7 @@ CpuTimes read_cpu_times() {
   timespec own{};
   if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &own) == 0)
     out.own_s = static_cast<double>(own.tv_sec) + 1e-9 * static_cast<double>(own.tv_nsec);
-  std::ifstream file("/proc/stat");
+  std::ifstream file("/proc/stat");  // Linux; elsewhere busy_s stays unknown
   if (!file || ticks_per_second <= 0) return out;
   std::stringstream text;
   text << file.rdbuf();
