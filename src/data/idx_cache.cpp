@@ -28,7 +28,6 @@ constexpr char kMagic[16] = {'S', 'P', 'R', 'I', 'T', 'E', 'T', 'O',
                              'R', 'C', 'H', '-', 'I', 'D', 'X', 'C'};
 constexpr uint32_t kVersion = 1;
 constexpr size_t kHeader = 88;
-constexpr int kMaxDims = 4;
 constexpr uint32_t kMaxPath = 4096;
 
 template <typename T>
@@ -102,7 +101,7 @@ Lookup look_up(const std::string& file, const SourceKey& key) {
   if (std::memcmp(head, kMagic, sizeof kMagic) != 0) return {{}, "not a spritetorch cache file"};
   if (get<uint32_t>(head + 16) != kVersion) return {{}, "another format version"};
   const uint32_t ndim = get<uint32_t>(head + 20);
-  if (ndim < 1 || ndim > kMaxDims) return {{}, "bad dimension count"};
+  if (ndim < 1 || ndim > kIdxMaxDims) return {{}, "bad dimension count"};
   std::vector<int64_t> dims(ndim);
   uint64_t elements = 1;
   for (uint32_t d = 0; d < ndim; ++d) {

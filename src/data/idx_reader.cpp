@@ -14,7 +14,6 @@ namespace spritetorch::data {
 
 namespace {
 
-constexpr int kMaxDims = 4;
 // The payload is read in chunks of this size, so a header that lies about its size costs at most
 // one chunk beyond what the file really holds.
 constexpr size_t kChunk = size_t{1} << 20;
@@ -108,11 +107,11 @@ torch::Tensor read_idx(const std::string& path) {
   if (header[0] != 0 || header[1] != 0)
     throw DataError(path, "IDX magic 0x0000", hex_byte(header[0]) + hex_byte(header[1]).substr(2),
                     "is this an MNIST-format file?");
-  if (header[2] != 0x08)
-    throw DataError(path, "element type 0x08 (uint8)", hex_byte(header[2]));
+  if (header[2] != 0x08) throw DataError(path, "element type 0x08 (uint8)", hex_byte(header[2]));
   const int ndim = header[3];
-  if (ndim < 1 || ndim > kMaxDims)
-    throw DataError(path, "1 to " + std::to_string(kMaxDims) + " dimensions", std::to_string(ndim));
+  if (ndim < 1 || ndim > kIdxMaxDims)
+    throw DataError(path, "1 to " + std::to_string(kIdxMaxDims) + " dimensions",
+                    std::to_string(ndim));
 
   std::vector<int64_t> dims(ndim);
   uint64_t elements = 1;
@@ -122,7 +121,8 @@ torch::Tensor read_idx(const std::string& path) {
       throw DataError(path, std::to_string(ndim) + " dimension sizes", "a truncated header");
     const uint64_t size = (uint64_t{be[0]} << 24) | (uint64_t{be[1]} << 16) |
                           (uint64_t{be[2]} << 8) | uint64_t{be[3]};
-    if (size == 0) throw DataError(path, "non-zero dimensions", "dimension " + std::to_string(d) + " = 0");
+    if (size == 0)
+      throw DataError(path, "non-zero dimensions", "dimension " + std::to_string(d) + " = 0");
     elements *= size;  // each factor < 2^32 and the running product is capped below: no overflow
     if (elements > kMaxElements)
       throw DataError(path, "at most " + std::to_string(kMaxElements) + " elements",

@@ -10,6 +10,9 @@
 
 namespace spritetorch::data {
 
+// The most dimensions an IDX file (and its cache entry, data/idx_cache.h) may have.
+constexpr int kIdxMaxDims = 4;
+
 // Returns a uint8 tensor with the file's dimensions, e.g. (60000, 28, 28) for images.
 // Throws DataError naming the file for a bad magic, a zero or oversized dimension, a truncated
 // payload or trailing bytes. Allocates no more than the file really holds, whatever its header
