@@ -1,5 +1,6 @@
 #include "bench_table.h"
 
+#include <algorithm>
 #include <iomanip>
 #include <sstream>
 
@@ -42,6 +43,17 @@ std::string bench_table(const train::BenchReport& report) {
       out << "; best cpu row " << best << " s = " << best / report.floor->seconds << "x the floor";
     out << "\n";
   }
+  // Whether the machine was idle: every figure above is only as good as that.
+  double most = -1;
+  for (const auto& r : report.rows)
+    if (r.ran) most = std::max(most, r.others_cpus);
+  if (most >= 0)
+    out << std::setprecision(2)
+        << "Other processes on this process's CPUs during the timed runs: " << most
+        << " CPUs busy at most"
+        << (most >= kBusyOthers ? " (not idle: the times carry their load)"
+                                : " (no other load seen)")
+        << "\n";
   return out.str();
 }
 
@@ -65,7 +77,9 @@ nlohmann::json bench_json(const train::BenchReport& report) {
            {"epoch_s", r.epoch_seconds},
            {"speedup_over_cpu", r.speedup_over_cpu > 0 ? nlohmann::json(r.speedup_over_cpu)
                                                        : nlohmann::json(nullptr)},  // no CPU row
-           {"accuracy", r.accuracy}});
+           {"accuracy", r.accuracy},
+           {"others_cpus", r.others_cpus >= 0 ? nlohmann::json(r.others_cpus)
+                                              : nlohmann::json(nullptr)}});  // unknown
     } else {
       row["skipped_reason"] = r.skipped_reason;
     }

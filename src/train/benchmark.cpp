@@ -4,6 +4,7 @@
 #include <chrono>
 #include <ctime>
 
+#include "common/cpu_load.h"
 #include "common/cpu_threads.h"
 #include "common/error.h"
 #include "common/timer.h"
@@ -175,11 +176,13 @@ BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer) {
         Trainer(warm).fit(*classifier(), warm_data);
         TrainReport last;
         bool governed = false;  // a repeat ran on fewer threads: the machine was not idle
+        const CpuTimes before = read_cpu_times();
         for (int r = 0; r < config.repeats; ++r) {
           last = Trainer(run).fit(*classifier(), data);
           row.all_train_seconds.push_back(last.train_seconds);
           governed |= !last.thread_changes.empty();
         }
+        row.others_cpus = other_processes_cpus(before, read_cpu_times()).value_or(-1.0);
         for (const auto& [k, v] : last.settings) {
           if (k == "step") row.step = v;
           if (k == "cuda graphs") row.cuda_graphs = v.rfind("off", 0) != 0;

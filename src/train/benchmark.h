@@ -37,6 +37,9 @@ struct BenchRow {
   double speedup_over_cpu = 0;  // vs the first cpu row; 0 when none ran ("-", JSON null, CSV empty)
   double accuracy = 0;          // test accuracy after the last repeat
   std::vector<double> all_train_seconds;
+  // CPUs that other processes kept busy on this process's CPUs during the timed repeats, on
+  // average (common/cpu_load.h); -1 where unknown. Above ~0.2 the times carry their load.
+  double others_cpus = -1;
 };
 
 struct ComputeFloor {

@@ -48,6 +48,30 @@ TEST(BenchTable, EveryRowAndTheComputeFloorReachTheTableJsonAndCsv) {
   EXPECT_NE(table.find("Compute floor"), std::string::npos);
 }
 
+// The load other processes put on the CPUs during the timed runs: per row in the JSON (null where
+// unknown), the most of it under the table, with a word on whether the figures are an idle
+// machine's.
+TEST(BenchTable, TheLoadOfOtherProcessesIsReportedAndJudged) {
+  train::BenchReport report;
+  report.rows = {ran_row("cpu", "resident", 2.0), ran_row("cpu", "streaming, 0 workers", 2.5)};
+  report.rows[0].others_cpus = 0.03;
+  report.rows[1].others_cpus = 0.01;
+  EXPECT_NE(bench_table(report).find(
+                "Other processes on this process's CPUs during the timed runs: 0.03 CPUs busy at "
+                "most (no other load seen)"),
+            std::string::npos)
+      << bench_table(report);
+  EXPECT_DOUBLE_EQ(bench_json(report).at("rows")[0].at("others_cpus").get<double>(), 0.03);
+  report.rows[1].others_cpus = 1.2;
+  EXPECT_NE(
+      bench_table(report).find("1.20 CPUs busy at most (not idle: the times carry their load)"),
+      std::string::npos)
+      << bench_table(report);
+  for (auto& row : report.rows) row.others_cpus = -1;  // no /proc/stat: no line, JSON null
+  EXPECT_EQ(bench_table(report).find("Other processes"), std::string::npos);
+  EXPECT_TRUE(bench_json(report).at("rows")[1].at("others_cpus").is_null());
+}
+
 // A run without a CPU row (bench --devices cuda) has nothing to compare with: the column says so
 // instead of "0.00x".
 TEST(BenchTable, WithoutACpuRowTheCpuRatioIsLeftEmpty) {
