@@ -1,10 +1,11 @@
 #include "common/cpu_load.h"
 
+#include "common/timer.h"
+
 #include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <ctime>
 #include <fstream>
@@ -57,8 +58,7 @@ CpuTimes read_cpu_times() {
   static const std::vector<int> cpus = allowed_cpus();
   static const double ticks_per_second = static_cast<double>(sysconf(_SC_CLK_TCK));
   CpuTimes out;
-  out.wall_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  out.wall_s = steady_seconds();
   timespec own{};
   if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &own) == 0)
     out.own_s = static_cast<double>(own.tv_sec) + 1e-9 * static_cast<double>(own.tv_nsec);

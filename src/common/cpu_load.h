@@ -12,7 +12,7 @@ namespace spritetorch {
 struct CpuTimes {
   double busy_s = -1;  // by everything, on the CPUs this process may run on (-1: unknown)
   double own_s = 0;    // by this process, all its threads
-  double wall_s = 0;   // the steady clock
+  double wall_s = 0;   // steady_seconds() (common/timer.h)
 };
 CpuTimes read_cpu_times();
 

@@ -84,10 +84,8 @@ CpuThreads apply_cpu_threads(int intra_op, int blas, CpuWork work, int cores) {
   return current_cpu_threads();
 }
 
-bool set_blas_threads(int threads) {
-  auto set = find_symbol<SetThreadsFn>("openblas_set_num_threads");
-  if (set) set(threads);
-  return set != nullptr;
+void set_blas_threads(int threads) {
+  if (auto set = find_symbol<SetThreadsFn>("openblas_set_num_threads")) set(threads);
 }
 
 std::string describe_cpu_threads(const CpuThreads& threads) {

@@ -38,8 +38,8 @@ int cpu_cores_for(int allowed_cpus, int share, const char* omp_num_threads);
 // defaults to what is left of the cores (at least 1), so the two pools never oversubscribe them
 // unless both are given.
 CpuThreads apply_cpu_threads(int intra_op, int blas, CpuWork work, int cores = cpu_cores());
-// OpenBLAS's threads alone (nothing where BLAS is not OpenBLAS); whether it could.
-bool set_blas_threads(int threads);
+// OpenBLAS's threads alone (nothing where BLAS is not OpenBLAS).
+void set_blas_threads(int threads);
 // The current settings, changing nothing.
 CpuThreads current_cpu_threads();
 // What does LibTorch's CPU matrix products, for `devices`: LibTorch's own MKL when it has one (a

@@ -22,6 +22,10 @@ void synchronize(const torch::Device& device) {
   // MPS: LibTorch 1.13 exposes no C++ synchronise; a .cpu() copy of a result is the barrier there.
 }
 
+double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 std::string format_duration(double seconds, bool keep_tenths) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
   const bool tenths = keep_tenths && std::fabs(seconds - std::round(seconds)) > 1e-9;

@@ -12,6 +12,10 @@ namespace spritetorch {
 // Blocks until every kernel queued on `device` has finished (a no-op on the CPU).
 void synchronize(const torch::Device& device);
 
+// The steady clock in seconds since its (arbitrary) epoch: the default clock of what takes one to
+// be testable (the progress printer, the thread governor) and the CPU-load readings' wall time.
+double steady_seconds();
+
 // "1:05", "1:02:03" (rounded to the second); "?" for a negative or non-finite duration. With
 // keep_tenths a duration that is not a whole number of seconds keeps its tenths: "0:12.5".
 std::string format_duration(double seconds, bool keep_tenths = false);

@@ -1,7 +1,6 @@
 #include "runs/progress.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <ostream>
 #include <utility>
@@ -24,11 +23,7 @@ std::string fixed(double v, int digits) {
 
 ProgressPrinter::ProgressPrinter(std::ostream& out, ProgressOptions options)
     : out_(out), options_(std::move(options)) {
-  if (!options_.clock)
-    options_.clock = [] {
-      return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-          .count();
-    };
+  if (!options_.clock) options_.clock = steady_seconds;
 }
 
 std::string ProgressPrinter::paint(const std::string& text, const char* code) const {

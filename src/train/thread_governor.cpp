@@ -1,7 +1,8 @@
 #include "train/thread_governor.h"
 
+#include "common/timer.h"
+
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 
 namespace spritetorch::train {
@@ -11,16 +12,11 @@ ThreadGovernor::ThreadGovernor(int max_threads, std::function<void(int)> set_thr
     : max_threads_(std::max(1, max_threads)),
       set_threads_(std::move(set_threads)),
       read_(std::move(read)),
-      clock_(std::move(clock)),
+      clock_(clock ? std::move(clock) : std::function<double()>(steady_seconds)),
       threads_(max_threads_) {
-  if (!clock_)
-    clock_ = [] {
-      return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-          .count();
-    };
   window_start_ = read_();
   active_ = window_start_.busy_s >= 0 && max_threads_ > 1;
-  window_end_ = clock_() + kWindowSeconds;
+  window_end_ = window_start_.wall_s + kWindowSeconds;
 }
 
 ThreadGovernor::~ThreadGovernor() {
@@ -35,7 +31,7 @@ void ThreadGovernor::after_step(int64_t step) {
   const CpuTimes now = read_();
   const auto others = other_processes_cpus(window_start_, now);
   window_start_ = now;
-  window_end_ = clock_() + kWindowSeconds;
+  window_end_ = now.wall_s + kWindowSeconds;
   if (!others) return;
   const int want = threads_beside(max_threads_, *others);
   if (want == threads_) return;

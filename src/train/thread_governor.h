@@ -39,7 +39,7 @@ class ThreadGovernor {
   static constexpr double kWindowSeconds = 0.3;
 
   // `set_threads` applies a count (1..max_threads); `read` and `clock` are the sources (tests
-  // give their own).
+  // give their own): `clock` must tell the time that `read` puts in wall_s (steady_seconds()).
   ThreadGovernor(int max_threads, std::function<void(int)> set_threads,
                  std::function<CpuTimes()> read = read_cpu_times,
                  std::function<double()> clock = nullptr);
@@ -55,7 +55,6 @@ class ThreadGovernor {
   void restore();
 
   int threads() const { return threads_; }
-  int max_threads() const { return max_threads_; }
   bool active() const { return active_; }  // false where the CPU times cannot be read
   const std::vector<ThreadChange>& changes() const { return changes_; }
 
