@@ -251,6 +251,24 @@ void TrainingRun::check_task_options() const {
     throw Error("--strategy dp replicates our built-in classifiers only; " + task +
                     " cannot be split that way",
                 "use --strategy ddp (one process per device: spritetorch launch)");
+  // --thread-governor on where it could not act is refused, not dropped (auto and off are always
+  // honoured: they ask for nothing more than the defaults).
+  if (config_.thread_governor == ThreadGovernorMode::kOn) {
+    if (config_.threads > 0 || config_.blas_threads > 0 || config_.step_threads > 0)
+      throw Error(
+          "--thread-governor on cannot lower thread counts that were given (--threads, "
+          "--blas-threads, --step-threads)",
+          "drop the counts, or --thread-governor");
+    if (!device_.is_cpu())
+      throw Error("--thread-governor on governs CPU threads; this run trains on " +
+                      device::display_name(device_),
+                  "drop --thread-governor");
+    if (parallel_.distributed())
+      throw Error(
+          "--thread-governor on does not apply to ddp: its ranks share the machine's "
+          "cores by design",
+          "drop --thread-governor");
+  }
 }
 
 bool TrainingRun::decide_cuda_graphs() {
@@ -518,7 +536,11 @@ void TrainingRun::set_up_thread_governor() {
     set = [](int threads) { set_blas_threads(threads); };
     what = "the " + std::to_string(max) + " BLAS threads";
   }
-  if (max < 2) return;
+  if (max < 2) {
+    if (mode == ThreadGovernorMode::kOn)
+      governor_note_ = "off: this run has one CPU thread, none to take away";
+    return;
+  }
   if (!same_bits && mode == ThreadGovernorMode::kAuto) {
     governor_note_ = "off: " + what +
                      " split this model's sums, so fewer would change its last bits "

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/cpu_threads.h"
+#include "common/error.h"
 #include "tasks/make_task.h"
 #include "test_util.h"
 #include "train/trainer.h"
@@ -168,20 +169,30 @@ TEST(ThreadGovernor, AConvNetsThreadsOnlyWhenAskedFor) {
                         "(--thread-governor off keeps them)");
 }
 
-TEST(ThreadGovernor, GivenThreadCountsAreKept) {
+// Given counts are kept by default; --thread-governor on beside them, which could not act, is
+// refused before any work rather than dropped.
+TEST(ThreadGovernor, GivenThreadCountsAreKeptAndOnBesideThemIsRefused) {
   if (cpu_cores() < 2) GTEST_SKIP() << "one core: nothing to govern";
   TrainConfig config;
   config.device = "cpu";
   config.model = "simplenn";
   config.dataset = "dummy";
   config.epochs = 1;
-  config.thread_governor = ThreadGovernorMode::kOn;  // even when asked for
   for (int which = 0; which < 3; ++which) {
     TrainConfig c = config;
     (which == 0 ? c.threads : which == 1 ? c.blas_threads : c.step_threads) = 1;
     const TrainReport report = run_training(c);
     for (const auto& [k, v] : report.settings) EXPECT_NE(k, "thread governor") << which;
     EXPECT_TRUE(report.thread_changes.empty());
+    c.thread_governor = ThreadGovernorMode::kOn;
+    try {
+      run_training(c);
+      ADD_FAILURE() << "--thread-governor on with a given count ran (" << which << ")";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("cannot lower thread counts that were given"),
+                std::string::npos)
+          << e.what();
+    }
   }
 }
 
