@@ -380,6 +380,7 @@ Subcommand add_bench_command(CLI::App& app) {
   sub->add_option("--python-peer", f->peer, "The peer script (default: bench/python_peer.py)");
 
   return {sub, [f]() {
+            train::check_thread_governor_counts(f->bench.workload);
             if (f->bench.workload.target_accuracy > 0) {
               if (!f->overwrite && std::filesystem::exists(f->out + ".json"))
                 throw Error(f->out + ".json exists", "pass --overwrite or another --out");

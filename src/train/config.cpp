@@ -1,5 +1,7 @@
 #include "train/config.h"
 
+#include "common/error.h"
+
 namespace spritetorch::train {
 
 const Choices<TaskKind>& choices_of(TaskKind) {
@@ -45,6 +47,15 @@ const Choices<ThreadGovernorMode>& choices_of(ThreadGovernorMode) {
 std::string default_model(const TrainConfig& config) {
   if (config.task == TaskKind::kGenerate) return "unet";
   return data::is_sprite_dataset(config.dataset) ? "cnn" : "ann";
+}
+
+void check_thread_governor_counts(const TrainConfig& config) {
+  if (config.thread_governor == ThreadGovernorMode::kOn &&
+      (config.threads > 0 || config.blas_threads > 0 || config.step_threads > 0))
+    throw Error(
+        "--thread-governor on cannot lower thread counts that were given (--threads, "
+        "--blas-threads, --step-threads)",
+        "drop the counts, or --thread-governor");
 }
 
 }  // namespace spritetorch::train

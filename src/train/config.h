@@ -115,4 +115,9 @@ struct TrainConfig {
 // takes its checkpoint's model instead (train/classifier_task.h).
 std::string default_model(const TrainConfig& config);
 
+// --thread-governor on beside a given thread count (--threads, --blas-threads, --step-threads)
+// would have nothing to lower: throws Error. The trainer checks it with the rest of its options;
+// bench before its first row.
+void check_thread_governor_counts(const TrainConfig& config);
+
 }  // namespace spritetorch::train

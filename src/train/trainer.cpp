@@ -253,12 +253,8 @@ void TrainingRun::check_task_options() const {
                 "use --strategy ddp (one process per device: spritetorch launch)");
   // --thread-governor on where it could not act is refused, not dropped (auto and off are always
   // honoured: they ask for nothing more than the defaults).
+  check_thread_governor_counts(config_);
   if (config_.thread_governor == ThreadGovernorMode::kOn) {
-    if (config_.threads > 0 || config_.blas_threads > 0 || config_.step_threads > 0)
-      throw Error(
-          "--thread-governor on cannot lower thread counts that were given (--threads, "
-          "--blas-threads, --step-threads)",
-          "drop the counts, or --thread-governor");
     if (!device_.is_cpu())
       throw Error("--thread-governor on governs CPU threads; this run trains on " +
                       device::display_name(device_),

@@ -71,6 +71,7 @@ if "$bin" devices | grep -q "^BLAS: OpenBLAS"; then
     if grep -q "thread governor" <<<"$kept"; then echo "FAIL: --thread-governor off still governs"; fails=$((fails + 1)); else passes=$((passes + 1)); fi
     expect 2 "thread-governor" -- train --device cpu --dataset dummy --model simplenn --thread-governor sometimes
     expect 2 "thread-governor on cannot lower thread counts that were given" -- train --device cpu --dataset dummy --model simplenn --thread-governor on --threads 1 --no-run-dir
+    expect 2 "thread-governor on cannot lower thread counts that were given" -- bench --devices cpu --dataset dummy --model simplenn --thread-governor on --step-threads 1 --out "$tmp/governed"
     if [ -f /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ]; then
       busy=()
       for _ in $(seq "$cores"); do yes >/dev/null & busy+=($!); done
