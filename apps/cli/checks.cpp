@@ -45,6 +45,17 @@ CLI::Validator number_between(double min, double max) {
 }
 
 const CLI::Validator kNonNegative = number_at_least(0, false, "NONNEGATIVE");
+const CLI::Validator kSeed(
+    [](std::string& text) -> std::string {
+      // Digits only: an unsigned parse would take "-1" as 2^64-1, and a config.toml (signed
+      // 64-bit integers) could not replay a seed above INT64_MAX.
+      const bool digits = !text.empty() && text.size() <= 19 &&
+                          text.find_first_not_of("0123456789") == std::string::npos;
+      if (!digits || std::strtoull(text.c_str(), nullptr, 10) > 9223372036854775807ULL)
+        return "'" + text + "' is not a seed (expected a whole number from 0 to 2^63-1)";
+      return std::string();
+    },
+    "SEED", "SEED");
 const CLI::Validator kPositive = number_at_least(0, true, "POSITIVE");
 
 }  // namespace spritetorch::cli

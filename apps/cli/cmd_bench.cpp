@@ -303,7 +303,9 @@ Subcommand add_bench_command(CLI::App& app) {
   sub->add_option("--optimizer", w.optimizer, "adam | adamw | sgd")
       ->check(CLI::IsMember(train::optimizer_names()))
       ->capture_default_str();
-  sub->add_option("--seed", w.seed, "Seed (the same for every row)")->capture_default_str();
+  sub->add_option("--seed", w.seed, "Seed (the same for every row)")
+      ->check(kSeed)
+      ->capture_default_str();
   sub->add_option("--train-limit", w.train_limit, "Train on the first N samples only (0: all)");
   sub->add_option("--threads", w.threads, "LibTorch intra-op threads (0: default)");
   sub->add_option("--blas-threads", w.blas_threads, "OpenBLAS threads (0: default)");

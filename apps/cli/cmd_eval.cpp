@@ -132,6 +132,7 @@ std::shared_ptr<GeneratorEvalFlags> add_generator_eval_options(CLI::App* sub) {
       ->capture_default_str();
   sub->add_option("--seed", f->options.seed,
                   "Generator checkpoints: sampling seed (and the two-sample test's)")
+      ->check(kSeed)
       ->capture_default_str();
   sub->add_flag(
       "--no-fidelity", f->no_fidelity,

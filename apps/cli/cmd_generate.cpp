@@ -123,7 +123,7 @@ Subcommand add_generate_command(CLI::App& app) {
                   "order: DDIM's quality in fewer --steps) | ddpm (all T steps)")
       ->check(CLI::IsMember({"ddim", "dpm++2m", "ddpm"}))
       ->capture_default_str();
-  sub->add_option("--seed", f->sample.seed, "Sampling seed")->capture_default_str();
+  sub->add_option("--seed", f->sample.seed, "Sampling seed")->check(kSeed)->capture_default_str();
   sub->add_option("--batch-size", f->sample.batch, "Sprites per forward pass")
       ->check(kPositive)
       ->capture_default_str();

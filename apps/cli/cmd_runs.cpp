@@ -2,10 +2,12 @@
 // figures. Unfinished and damaged folders are listed as such (runs/run_list.h).
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "common/error.h"
 #include "config_file.h"
 #include "runs/run_list.h"
 
@@ -62,6 +64,9 @@ Subcommand add_runs_command(CLI::App& app) {
       "SPRITETORCH_RUNS_ROOT");
   sub->add_flag("--json", f->json, "Print a JSON array, one object per run");
   return {sub, [f]() {
+            std::error_code ec;
+            if (std::filesystem::exists(f->dir, ec) && !std::filesystem::is_directory(f->dir, ec))
+              throw DataError(f->dir, "a folder of run folders (--dir)", "a file");
             const auto entries = runs::list_runs(f->dir);
             if (f->json) {
               nlohmann::json out = nlohmann::json::array();
@@ -85,6 +90,7 @@ Subcommand add_runs_command(CLI::App& app) {
             }
             if (entries.empty()) {
               std::cout << "No runs in " << f->dir
+                        << (std::filesystem::exists(f->dir, ec) ? "" : ": no such folder")
                         << " (spritetorch train keeps one folder per run there)\n";
               return 0;
             }

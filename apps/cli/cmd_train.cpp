@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "common/error.h"
 #include "common/timer.h"
+#include "config_file.h"
 #include "data/sprite_sources.h"
 #include "device/device.h"
 #include "diffusion/generator_task.h"
@@ -179,7 +180,9 @@ Subcommand add_train_command(CLI::App& app) {
                   "Linear learning-rate warm-up over the first N steps (0: none)")
       ->check(kNonNegative)
       ->capture_default_str();
-  sub->add_option("--seed", config->seed, "Seed for weights and data order")->capture_default_str();
+  sub->add_option("--seed", config->seed, "Seed for weights and data order")
+      ->check(kSeed)
+      ->capture_default_str();
   sub->add_option("--log-every", config->log_every,
                   "Steps between running-loss lines (0: per epoch only)")
       ->check(kNonNegative)
@@ -241,12 +244,18 @@ Subcommand add_train_command(CLI::App& app) {
       ->capture_default_str();
   // Two flags for one tri-state (auto unless either is given); both given is an error.
   auto* graphs_on = sub->add_flag_function(
-      "--cuda-graphs", [config](int64_t) { config->cuda_graphs = train::CudaGraphs::kOn; },
+      "--cuda-graphs",
+      [config](int64_t n) {
+        if (n > 0) config->cuda_graphs = train::CudaGraphs::kOn;
+      },
       "CUDA: insist on capturing the whole train step as a CUDA graph (an error says why it "
       "cannot). Default: captured wherever valid (CUDA, resident data, one process), the settings "
       "say why not elsewhere");
   sub->add_flag_function(
-         "--no-cuda-graphs", [config](int64_t) { config->cuda_graphs = train::CudaGraphs::kOff; },
+         "--no-cuda-graphs",
+         [config](int64_t n) {
+           if (n > 0) config->cuda_graphs = train::CudaGraphs::kOff;
+         },
          "CUDA: run every step eagerly, without graph capture")
       ->excludes(graphs_on);
   sub->add_option("--channels-last", config->channels_last,
@@ -323,6 +332,12 @@ Subcommand add_train_command(CLI::App& app) {
 
   return {
       sub, [sub, config, json, run_flags, tensorboard]() {
+        // --data names the Fashion-MNIST folder; other datasets carry their path in --dataset.
+        if (config->dataset != "fashion-mnist" && given_on_command_line(sub->get_option("--data")))
+          throw Error("--data names the Fashion-MNIST folder; --dataset " + config->dataset +
+                          " does not read it",
+                      "drop --data (sprite sets name their files in --dataset: folder:PATH, "
+                      "sheet:FILE, npy:FILE)");
         if (const auto note = unused_runs_root_note(*run_flags, *sub, *tensorboard); !note.empty())
           std::cerr << "note: " << note << "\n";
         RunSession session(*run_flags, *config, *sub, *json);

@@ -252,6 +252,11 @@ std::set<const CLI::Option*>& options_set_by_environment() {
   return options;
 }
 
+std::set<const CLI::Option*>& options_set_by_file() {
+  static std::set<const CLI::Option*> options;
+  return options;
+}
+
 // Applies the mirrors of `sub` to the options the command line did not give (resolve_config).
 void apply_environment(CLI::App& sub) {
   for (CLI::Option* option : sub.get_options()) {
@@ -348,11 +353,16 @@ bool set_by_environment(const CLI::Option* option) {
   return options_set_by_environment().count(option) > 0;
 }
 
+bool given_on_command_line(const CLI::Option* option) {
+  return option->count() > 0 && !set_by_environment(option) && !options_set_by_file().count(option);
+}
+
 bool resolve_config(CLI::App& sub, std::ostream& out) {
   apply_environment(sub);  // before the file, which only fills what is still unset
   const CLI::Option* config_option = sub.get_option_no_throw("--config");
   if (config_option && config_option->count() > 0) {
     const std::string path = config_option->as<std::string>();
+    std::set<const CLI::Option*>& from_file = options_set_by_file();
     for (const config::Entry& entry : config::read_flat_toml_file(path)) {
       const std::string at = path + ":" + std::to_string(entry.line);
       CLI::Option* option = sub.get_option_no_throw("--" + entry.key);
@@ -375,6 +385,21 @@ bool resolve_config(CLI::App& sub, std::ostream& out) {
                             (entry.values.empty() ? std::string("[]") : entry.values.front()) +
                             ")");
       if (option->count() > 0) continue;  // the command line or the environment set it
+      // A flag set to false is a flag not given (a run folder's config.toml lists every flag).
+      if (kind == OptionKind::kFlag && values.front() == "false") continue;
+      // An option that excludes this one (--cuda-graphs, --no-cuda-graphs): given on the command
+      // line it wins over the file, as every option does; both in the file is a contradiction.
+      bool excluded = false;
+      for (const CLI::Option* other : option->get_excludes()) {
+        if (other->count() == 0) continue;
+        if (from_file.count(other))
+          throw Error(
+              at + ": '" + entry.key + "' and '" + long_name(*other) + "' exclude each other",
+              "keep one of them");
+        excluded = true;
+      }
+      if (excluded) continue;
+      from_file.insert(option);
       try {
         if (kind == OptionKind::kFlag)
           option->add_result(option->get_flag_value(entry.key, values.front()));

@@ -40,6 +40,10 @@ void add_environment_mirrors(CLI::App* sub);
 // (SPRITETORCH_PRECISION, SPRITETORCH_DATA), where a command that refuses the option when it is
 // given should let it pass.
 bool set_by_environment(const CLI::Option* option);
+// Whether the command line itself gave `option` (not its environment variable, not a --config
+// file, whose run-folder copies list every option): for refusals that would break replaying a
+// run folder's config.toml.
+bool given_on_command_line(const CLI::Option* option);
 // In `sub`, the recipe key `key` (a train option's long name) sets --option_name instead.
 void recipe_alias(CLI::App* sub, const std::string& key, const std::string& option_name);
 // Adds --config FILE and --print-config to `sub` and installs TomlConfig as its formatter.

@@ -27,11 +27,13 @@ std::string resume_command(int argc, char** argv, const std::string& checkpoint,
   for (int i = 0; i < argc; ++i) {
     if (i == 0 && !out.empty()) continue;  // argv[0] leads the launch prefix
     const std::string arg = argv[i];
-    if (arg == "--resume") {
+    // --resume is replaced; --run-dir dropped: that folder holds the interrupted run, and a run
+    // folder takes one run (the resumed one gets its own).
+    if (arg == "--resume" || arg == "--run-dir") {
       ++i;  // and its value
       continue;
     }
-    if (arg.rfind("--resume=", 0) == 0) continue;
+    if (arg.rfind("--resume=", 0) == 0 || arg.rfind("--run-dir=", 0) == 0) continue;
     out += (out.empty() ? "" : " ") + quote(arg);
   }
   return out + " --resume " + quote(checkpoint);

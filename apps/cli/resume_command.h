@@ -5,7 +5,8 @@
 
 namespace spritetorch::cli {
 
-// argv as given, shell-quoted, with any --resume (and its value) replaced by --resume `checkpoint`.
+// argv as given, shell-quoted, with any --resume (and its value) replaced by --resume `checkpoint`
+// and any --run-dir left out (that folder holds the interrupted run; a folder takes one run).
 // A rank of a ddp run (`local_world_size` > 0: LOCAL_WORLD_SIZE of its launcher) gets
 // `spritetorch launch --nproc-per-node N --` in front, and `nnodes` > 1 adds --nnodes: a rank's own
 // command line alone would start one process, which refuses the process group's options.

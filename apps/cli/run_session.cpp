@@ -78,7 +78,7 @@ std::shared_ptr<RunFlags> add_run_options(CLI::App* sub, train::TrainConfig& con
 
 std::string unused_runs_root_note(const RunFlags& flags, const CLI::App& sub, bool tensorboard) {
   const CLI::Option* root = sub.get_option_no_throw("--runs-root");
-  if (root == nullptr || root->count() == 0 || set_by_environment(root)) return "";
+  if (root == nullptr || !given_on_command_line(root)) return "";  // config.toml lists it
   if (!flags.run_dir.empty())
     return "--runs-root places fresh run folders; --run-dir names this run's folder exactly";
   if (flags.no_run_dir && !tensorboard)

@@ -95,6 +95,7 @@ void add_sprite_data_options(CLI::App* sub, train::TrainConfig& config, bool tra
   }
   sub->add_option("--data-seed", s.seed,
                   "sprites: seed of the procedural sprites and of the holdout split")
+      ->check(kSeed)
       ->capture_default_str();
 }
 

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -107,6 +108,10 @@ std::vector<Entry> parse_flat_toml(const std::string& text, const std::string& s
 }
 
 std::vector<Entry> read_flat_toml_file(const std::string& path) {
+  std::error_code ec;
+  // An ifstream opens a folder and reads nothing from it: an empty config, silently.
+  if (std::filesystem::is_directory(path, ec))
+    throw DataError(path, "a TOML config file", "a folder", "check the path given to --config");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error("cannot read config file " + path, "check the path given to --config");
   std::ostringstream text;

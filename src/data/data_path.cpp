@@ -25,20 +25,26 @@ DataPath make_data_path(const Dataset& dataset, torch::Device device, LoaderOpti
                                                    path.resident_share * static_cast<double>(free));
   }
   DataPath out;
+  const DataPathOptions defaults;
+  // --resident-share only weighs auto's choice against a device's free memory.
+  const bool share_unused =
+      path.resident_share != defaults.resident_share && (path.data_on != "auto" || device.is_cpu());
+  const std::string share_note =
+      share_unused ? "--resident-share unused: it weighs --data-on auto on a GPU" : "";
   if (resident) {
     out.loader = std::make_unique<ResidentLoader>(dataset, device, loader);
     out.description = "resident on " + device.str();
     // Streaming's options, set and unused: said where the run's settings are shown (not an
     // error: SPRITETORCH_WORKERS may set --workers for every run of a machine).
-    const DataPathOptions defaults;
     std::string unused;
     for (const auto& [flag, set] :
          {std::pair<const char*, bool>{"--workers", path.workers != defaults.workers},
           {"--prefetch", path.prefetch != defaults.prefetch},
           {"--pin-memory", path.pin_memory != defaults.pin_memory}})
       if (set) unused += (unused.empty() ? "" : ", ") + std::string(flag);
-    if (!unused.empty())
-      out.description += " (" + unused + " unused: streaming's, which --data-on host chooses)";
+    if (!unused.empty()) unused += " unused: streaming's, which --data-on host chooses";
+    if (!share_note.empty()) unused += (unused.empty() ? "" : "; ") + share_note;
+    if (!unused.empty()) out.description += " (" + unused + ")";
     return out;
   }
   StreamingOptions streaming;
@@ -50,6 +56,11 @@ DataPath make_data_path(const Dataset& dataset, torch::Device device, LoaderOpti
   out.description = "streaming: " + std::to_string(streaming.workers) + " workers, " +
                     (streaming.pin_memory ? "pinned, " : "") + "prefetch " +
                     std::to_string(std::max(1, streaming.prefetch));
+  std::string unused = share_note;
+  if (path.pin_memory == 1 && !device.is_cuda())
+    unused += (unused.empty() ? "" : "; ") +
+              std::string("--pin-memory unused: pinned buffers speed copies to a CUDA device");
+  if (!unused.empty()) out.description += " (" + unused + ")";
   return out;
 }
 

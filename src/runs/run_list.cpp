@@ -46,6 +46,10 @@ void read_metrics(const std::string& path, RunEntry& entry) {
       entry.dataset = text_at(j, "dataset");
       entry.device = text_at(j, "device");
     } else if (kind == "epoch") {
+      if (j.contains("epoch") && !j["epoch"].is_number_integer()) {  // edited or damaged
+        ++damaged;
+        continue;
+      }
       entry.epochs = j.value("epoch", entry.epochs);
       entry.final_loss = number_at(j, "/values/loss"_json_pointer);
     } else if (kind == "eval") {

@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <filesystem>
 #include <mutex>
+#include <sstream>
 
 #include "common/error.h"
 #include "common/output_file.h"
+#include "data/sprite_sources.h"
 
 #if SPRITETORCH_WITH_CUDA
 #include <ATen/cuda/CUDAGeneratorImpl.h>
@@ -121,7 +123,9 @@ std::string periodic_checkpoint_path(const std::string& base, int64_t global_ste
   return stem + ".step" + std::to_string(global_step) + (ext.empty() ? ".pt" : ext);
 }
 
-std::vector<std::string> periodic_checkpoints(const std::string& base) {
+namespace {
+// The periodic checkpoints of `base` that exist, with their global steps, lowest step first.
+std::vector<std::pair<int64_t, std::string>> periodic_checkpoint_steps(const std::string& base) {
   const auto [stem, ext] = split_base(base);
   const fs::path stem_path(stem);
   const fs::path dir = stem_path.has_parent_path() ? stem_path.parent_path() : fs::path(".");
@@ -142,14 +146,23 @@ std::vector<std::string> periodic_checkpoints(const std::string& base) {
     found.emplace_back(std::stoll(digits), periodic_checkpoint_path(base, std::stoll(digits)));
   }
   std::sort(found.begin(), found.end());
+  return found;
+}
+}  // namespace
+
+std::vector<std::string> periodic_checkpoints(const std::string& base) {
   std::vector<std::string> out;
-  for (auto& f : found) out.push_back(std::move(f.second));
+  for (auto& f : periodic_checkpoint_steps(base)) out.push_back(std::move(f.second));
   return out;
 }
 
-void prune_periodic_checkpoints(const std::string& base, int64_t keep) {
+void prune_periodic_checkpoints(const std::string& base, int64_t keep, int64_t written_step) {
   if (keep <= 0) return;
-  const auto files = periodic_checkpoints(base);
+  // Files past `written_step` are not this run's (an --overwrite'n run's, or the steps after the
+  // checkpoint a run resumed from): ranking them with this run's would delete its newest.
+  std::vector<std::string> files;
+  for (auto& [step, path] : periodic_checkpoint_steps(base))
+    if (step <= written_step) files.push_back(std::move(path));
   for (size_t i = 0; i + static_cast<size_t>(keep) < files.size(); ++i) {
     std::error_code ec;
     fs::remove(files[i], ec);  // best effort: a file someone else removed is fine
@@ -189,13 +202,74 @@ void check_run_outputs(const TrainConfig& config, const std::string& base) {
   if (!config.save.empty()) {
     bool in_place = !config.resume.empty() && same_file(config.save, config.resume);
     for (const auto& p : periodic) in_place = in_place || (!config.resume.empty() && same_file(p, config.resume));
-    if (!in_place) check_new_output(config.save, config.overwrite, "--save");
+    if (!in_place) check_output_path(config.save, config.overwrite, "--save");
   }
   if (config.resume.empty() && !config.overwrite && !periodic.empty())
     throw Error("refusing to overwrite the checkpoints of another run: " + periodic.back() +
                     " exists (periodic checkpoints are named after " + base + ")",
                 "continue that run with --resume " + periodic.back() +
                     ", pass --overwrite, or choose another --save path");
+}
+
+namespace {
+// "folder:views" -> "folder"; "fashion-mnist" -> "fashion-mnist".
+std::string dataset_kind(const std::string& spec) { return spec.substr(0, spec.find(':')); }
+
+// The flag and value of each sprite option in `o` (sprite_options_json's fields).
+std::vector<std::pair<std::string, std::string>> sprite_flags(const data::SpriteOptions& o) {
+  std::ostringstream holdout;
+  holdout << o.holdout;
+  return {{"--size", std::to_string(o.size)},
+          {"--sprite-count", std::to_string(o.count)},
+          {"--data-seed", std::to_string(o.seed)},
+          {"--tile", std::to_string(o.tile_w) + "x" + std::to_string(o.tile_h)},
+          {"--spacing", std::to_string(o.spacing)},
+          {"--margin", std::to_string(o.margin)},
+          {"--labels", o.label_map.empty() ? "\"\"" : o.label_map},
+          {"--holdout", holdout.str()},
+          {"--resize", o.resize}};
+}
+}  // namespace
+
+void check_resumed_data(const TrainConfig& config, const std::string& task,
+                        const Checkpoint& checkpoint) {
+  const auto& meta = checkpoint.meta;
+  const std::string& source = config.resume;
+  if (meta.contains("task") && meta.at("task").is_string() && meta.at("task") != task) {
+    const std::string saved = meta.at("task").get<std::string>();
+    throw DataError(source, "a checkpoint of task '" + task + "' to resume",
+                    "one of task '" + saved + "'",
+                    saved == "generate"   ? "resume it with train --task generate"
+                    : saved == "classify" ? "resume it without --task generate"
+                                          : "resume it with the program that trained it");
+  }
+  if (!meta.contains("dataset") || !meta.at("dataset").is_string()) return;
+  const std::string saved = meta.at("dataset").get<std::string>();
+  // Paths may differ (the data moved, or the run resumes from another folder); the kind may not.
+  if (dataset_kind(saved) != dataset_kind(config.dataset))
+    throw Error("--resume " + source + " was trained on " + saved + "; this run has --dataset " +
+                    config.dataset,
+                "pass --dataset " + saved +
+                    (saved.find(':') != std::string::npos ? " (or where that data is now)" : ""));
+  if (!data::is_sprite_dataset(saved) || !meta.contains("sprites")) return;
+  data::SpriteOptions then;
+  try {
+    then = data::sprite_options_from_json(meta.at("sprites"));
+  } catch (const nlohmann::json::exception& e) {
+    throw DataError(source, "sprite options in its metadata", e.what());
+  }
+  const auto was = sprite_flags(data::sprite_options_read_by(saved, then));
+  const auto now = sprite_flags(data::sprite_options_read_by(config.dataset, config.sprites));
+  std::string was_text, now_text;
+  for (size_t i = 0; i < was.size(); ++i) {
+    if (was[i].second == now[i].second) continue;
+    was_text += " " + was[i].first + " " + was[i].second;
+    now_text += " " + now[i].first + " " + now[i].second;
+  }
+  if (!was_text.empty())
+    throw Error("--resume " + source + " was trained with" + was_text + "; this run has" +
+                    now_text + ": its test split would not be the one held out from training",
+                "pass" + was_text + " (or train a new model)");
 }
 
 void check_mid_run_resume(const TrainConfig& config, const Checkpoint& checkpoint,

@@ -52,8 +52,9 @@ std::optional<RunState> load_run_state(const Checkpoint& checkpoint, torch::Devi
 std::string periodic_checkpoint_path(const std::string& base, int64_t global_step);
 // The periodic checkpoints of `base` that exist, oldest (lowest step) first.
 std::vector<std::string> periodic_checkpoints(const std::string& base);
-// Deletes all but the newest `keep` periodic checkpoints of `base` (keep <= 0: keeps all).
-void prune_periodic_checkpoints(const std::string& base, int64_t keep);
+// Deletes all but the newest `keep` periodic checkpoints of `base` up to `written_step`, the one
+// just written (keep <= 0: keeps all); later steps' files are another run's and are left alone.
+void prune_periodic_checkpoints(const std::string& base, int64_t keep, int64_t written_step);
 
 // The model a checkpoint describes, bounded before it is built, so that a hostile file cannot size
 // our allocations: 1 to 3 input dimensions of 1..65536, 2..65536 classes, and no more input values
@@ -67,6 +68,13 @@ std::string run_checkpoint_base(const TrainConfig& config);
 // resumes in place (--resume is --save or one of its periodic checkpoints); a fresh run (no
 // --resume) must not find periodic checkpoints of another run at its base unless --overwrite.
 void check_run_outputs(const TrainConfig& config, const std::string& base);
+// A resumed run trains the checkpoint's task on the checkpoint's data: the task named in its
+// metadata (a generator is resumed by --task generate), the same kind of dataset, and for sprite
+// sets the same split and preparation (--holdout, --data-seed, --size, ...): another split would
+// put sprites the model trained on into its test split. `task` is the run's task name. Throws
+// Error naming the checkpoint and the options to pass; checkpoints without the fields pass.
+void check_resumed_data(const TrainConfig& config, const std::string& task,
+                        const Checkpoint& checkpoint);
 // A mid-epoch resume must see the same batches: same --batch-size, --seed and --drop-last.
 void check_mid_run_resume(const TrainConfig& config, const Checkpoint& checkpoint,
                           const RunState& state);

@@ -220,6 +220,7 @@ TrainingRun::TrainingRun(const TrainConfig& config, Task& task, const Datasets& 
   check_task_options();
   if (!config_.resume.empty()) {
     resumed_ = load_checkpoint(config_.resume);
+    check_resumed_data(config_, task_.name(), *resumed_);
     check_resumed_optimizer(*resumed_, config_.resume, config_);
   }
   parallel_.connect(device_);
@@ -363,6 +364,12 @@ void TrainingRun::set_up_step() {
   if (!step_)
     step_ = std::make_unique<AutogradStep>(
         [this](const data::Batch& batch) { return task_.training_step(batch); }, precision);
+  // --step-threads splits the fused CPU step (the kernel-backed one); another step would drop it.
+  if (config_.step_threads > 0 && device_.is_cpu() && !step_->kernel())
+    throw Error(
+        std::string("--step-threads splits the fused CPU step of ReLU MLPs; this run's step is ") +
+            step_->name(),
+        "drop --step-threads (--threads sets LibTorch's threads for it)");
   optimizer_->use_thread_pool(step_->thread_pool());  // the optimizer step splits over them too
   parallel_.attach(*step_, *optimizer_, task_.module().parameters());
   if (use_graphs_)
@@ -432,6 +439,8 @@ Settings TrainingRun::describe() const {
                       std::to_string(kBudgetSkipSteps + kBudgetTimedSteps) +
                       ", revised halfway and three-quarters through");
   // On MPS the option is said to do nothing, not dropped silently (docs/precision.md).
+  if (!config_.cudnn_benchmark && !device_.is_cuda())
+    settings.emplace_back("cudnn benchmark", "--cudnn-benchmark false unused: cuDNN runs on CUDA");
   if (config_.channels_last && has_conv_)
     settings.emplace_back("memory format",
                           channels_last_
@@ -609,7 +618,7 @@ std::string TrainingRun::save_run_checkpoint(RunState progress) {
   store_run_state(progress, checkpoint);
   save_checkpoint(path, checkpoint);
   last_good_ = path;
-  prune_periodic_checkpoints(run_base_, config_.keep_last);
+  prune_periodic_checkpoints(run_base_, config_.keep_last, global_step);
   return path;
 }
 

@@ -467,6 +467,48 @@ check "runs --json: one object per folder" python3 -c "
 import json, subprocess; r = json.loads(subprocess.run(['$bin', 'runs', '--dir', '$tmp/listing', '--json'], capture_output=True, text=True).stdout)
 assert len(r) == 3 and {x['status'] for x in r} == {'complete', 'corrupt'}, r"
 expect 0 "No runs in" -- runs --dir "$tmp/nothing-here"
+expect 2 "expected a folder of run folders \(--dir\), found a file" -- runs --dir "$tmp/listing/broken/summary.json"
+# A hand-edited metrics line of the wrong type is a damaged line, not the end of the listing.
+mkdir -p "$tmp/edited/a" && echo '{"kind":"epoch","epoch":"x","values":{"loss":1}}' > "$tmp/edited/a/metrics.jsonl"
+expect 0 "1 damaged line\(s\) in metrics.jsonl" -- runs --dir "$tmp/edited"
+
+# An option the run would drop is refused, or named in the settings where a machine-wide setting
+# may give it; outputs are checked before any training.
+tiny=(train --device cpu --dataset dummy --model simplenn --epochs 1 --no-run-dir)
+expect 2 "--data names the Fashion-MNIST folder; --dataset dummy does not read it" -- "${tiny[@]}" --data "$tmp/nowhere"
+SPRITETORCH_DATA="$tmp/nowhere" expect 0 "Test Accuracy" -- "${tiny[@]}"
+expect 2 "--step-threads splits the fused CPU step of ReLU MLPs; this run's step is autograd" -- "${tiny[@]}" --step autograd --step-threads 2
+expect 0 "streaming: .*--pin-memory unused: pinned buffers speed copies to a CUDA device" -- "${tiny[@]}" --data-on host --pin-memory 1
+expect 0 "resident on cpu \(--resident-share unused" -- "${tiny[@]}" --resident-share 0.3
+expect 0 "--cudnn-benchmark false unused" -- "${tiny[@]}" --cudnn-benchmark false
+expect 2 "cannot write $tmp/nodir/x.pt \(given as --save\): the folder $tmp/nodir does not exist" -- "${tiny[@]}" --save "$tmp/nodir/x.pt"
+mkdir -p "$tmp/config-folder"
+expect 2 "config-folder: expected a TOML config file, found a folder" -- "${tiny[@]}" --config "$tmp/config-folder"
+expect 2 "--seed: '-1' is not a seed" -- "${tiny[@]}" --seed -1
+expect 2 "is not a seed" -- "${tiny[@]}" --seed 9223372036854775808
+# Flags in a config file: false is a flag not given (a run folder's config.toml lists both graph
+# flags as false), the command line wins over the file, and both set in one file contradict.
+printf 'cuda-graphs = false\nno-cuda-graphs = false\n' > "$tmp/graphs-off.toml"
+expect 0 "Test Accuracy" -- "${tiny[@]}" --config "$tmp/graphs-off.toml"
+expect 2 "--cuda-graphs needs a CUDA device" -- "${tiny[@]}" --config "$tmp/graphs-off.toml" --cuda-graphs
+printf 'no-cuda-graphs = true\n' > "$tmp/graphs-eager.toml"
+expect 2 "--cuda-graphs needs a CUDA device" -- "${tiny[@]}" --config "$tmp/graphs-eager.toml" --cuda-graphs
+printf 'cuda-graphs = true\nno-cuda-graphs = true\n' > "$tmp/graphs-both.toml"
+expect 2 "graphs-both.toml:2: 'no-cuda-graphs' and 'cuda-graphs' exclude each other" -- "${tiny[@]}" --config "$tmp/graphs-both.toml"
+# A resumed run trains the checkpoint's task on its data, with the same held-out split.
+"$bin" "${tiny[@]}" --save "$tmp/dummy.pt" >/dev/null 2>&1
+expect 2 "--resume $tmp/dummy.pt was trained on dummy; this run has --dataset fashion-mnist" -- train --resume "$tmp/dummy.pt" --epochs 2 --no-run-dir
+"$bin" train --device cpu --dataset sprites --sprite-count 200 --epochs 1 --no-run-dir --save "$tmp/sprites.pt" >/dev/null 2>&1
+expect 2 "was trained with --data-seed 1234 --holdout 0.1; this run has --data-seed 9 --holdout 0.3: its test split would not be the one held out" -- \
+  train --device cpu --resume "$tmp/sprites.pt" --dataset sprites --sprite-count 200 --data-seed 9 --holdout 0.3 --epochs 2 --no-run-dir
+expect 0 "Test Accuracy" -- train --device cpu --resume "$tmp/sprites.pt" --dataset sprites --sprite-count 200 --epochs 2 --no-run-dir
+expect 2 "hint: resume it with train --task generate" -- \
+  train --device cpu --resume "$tmp/listing/g1/checkpoint.pt" --dataset sprites --sprite-count 64 --epochs 3 --no-run-dir
+# Replaying a run folder's config.toml (which names the runs root) beside --run-dir draws no note.
+"$bin" train --device cpu --dataset dummy --model simplenn --epochs 1 --run-dir "$tmp/replayed" >/dev/null 2>&1
+replay=$("$bin" train --config "$tmp/replayed/config.toml" --run-dir "$tmp/replayed2" 2>&1)
+if [ $? = 0 ] && ! grep -q "runs-root" <<<"$replay"; then passes=$((passes + 1)); else
+  echo "FAIL: replaying config.toml with --run-dir: $replay" | tail -5; fails=$((fails + 1)); fi
 
 echo "cli: $passes passed, $fails failed"
 [ "$fails" -eq 0 ]

@@ -28,6 +28,14 @@ TEST(ResumeCommand, RepeatsTheCommandLineWithTheCheckpoint) {
             "spritetorch train --resume new.pt");
 }
 
+// The interrupted run's --run-dir is not empty, so a resume that named it again would be refused.
+TEST(ResumeCommand, LeavesOutTheInterruptedRunsFolder) {
+  EXPECT_EQ(resume({"spritetorch", "train", "--run-dir", "r1", "--save", "i.pt"}, "i.step9.pt"),
+            "spritetorch train --save i.pt --resume i.step9.pt");
+  EXPECT_EQ(resume({"spritetorch", "train", "--run-dir=r1", "--epochs", "3"}, "c.pt"),
+            "spritetorch train --epochs 3 --resume c.pt");
+}
+
 // A rank's own command line would start one process; the hint starts the ranks again.
 TEST(ResumeCommand, ALaunchedRankIsResumedUnderLaunch) {
   EXPECT_EQ(resume({"/usr/bin/spritetorch", "train", "--bucket-mb", "10"}, "r.pt", 2),

@@ -168,9 +168,28 @@ TEST(KeepLast, KeepsOnlyTheNewestPeriodicCheckpoints) {
   EXPECT_TRUE(std::filesystem::exists(c.save));  // the final checkpoint is not a periodic one
   // An unrelated file with a similar name is never touched.
   std::ofstream(dir.file("run.stepX.pt")) << "x";
-  prune_periodic_checkpoints(c.save, 1);
+  prune_periodic_checkpoints(c.save, 1, 120);
   EXPECT_EQ(periodic_checkpoints(c.save).size(), 1u);
   EXPECT_TRUE(std::filesystem::exists(dir.file("run.stepX.pt")));
+}
+
+// A shorter run over the same --save (--overwrite) keeps its own newest checkpoints; the files of
+// the longer run before it, past its last step, are not ranked with them.
+TEST(KeepLast, AnotherRunsLaterCheckpointsDoNotCountAsThisRunsNewest) {
+  ScratchDir dir;
+  TrainConfig c = dummy_run(dir);
+  c.epochs = 2;
+  c.checkpoint_every = 10;
+  c.keep_last = 2;
+  run_training(c);  // leaves step 110 and 120
+  c.epochs = 1;
+  c.keep_last = 1;
+  c.overwrite = true;
+  run_training(c);  // steps 10 .. 60
+  const auto kept = periodic_checkpoints(c.save);
+  ASSERT_EQ(kept.size(), 3u);
+  EXPECT_EQ(kept[0], periodic_checkpoint_path(c.save, 60));
+  EXPECT_EQ(kept[1], periodic_checkpoint_path(c.save, 110));
 }
 
 std::string read_file(const std::string& path) {

@@ -232,6 +232,8 @@ TEST(RunList, ListsCompleteIncompleteAndCorruptFoldersWithoutFailing) {
       << "\n"
       << R"({"kind":"eval","split":"test","step":10,"epoch":1,"values":{"loss":0.0314}})"
       << "\n"
+      << R"({"kind":"epoch","step":20,"epoch":"two","values":{"loss":0.4}})"  // edited by hand
+      << "\n"
       << R"({"kind":"epo)";  // killed mid-line
   fs::create_directories(root + "/2024-01-03-000000-classify-ann");
   std::ofstream(root + "/2024-01-03-000000-classify-ann/summary.json") << "{ not json";
@@ -253,7 +255,7 @@ TEST(RunList, ListsCompleteIncompleteAndCorruptFoldersWithoutFailing) {
   EXPECT_EQ(runs[1].status, "incomplete");
   EXPECT_EQ(runs[1].model, "cnn");
   EXPECT_EQ(runs[1].epochs, 1);
-  EXPECT_NE(runs[1].problem.find("1 damaged line"), std::string::npos) << runs[1].problem;
+  EXPECT_NE(runs[1].problem.find("2 damaged line"), std::string::npos) << runs[1].problem;
   EXPECT_EQ(runs[2].status, "corrupt");
   EXPECT_NE(runs[2].problem.find("not valid JSON"), std::string::npos);
   EXPECT_EQ(runs[3].status, "incomplete");
