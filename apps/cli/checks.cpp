@@ -45,6 +45,11 @@ CLI::Validator number_between(double min, double max) {
 }
 
 const CLI::Validator kNonNegative = number_at_least(0, false, "NONNEGATIVE");
+const CLI::Validator kPath(
+    [](std::string& text) -> std::string {
+      return text.empty() ? "an empty path (expected a file or folder name)" : std::string();
+    },
+    "PATH", "PATH");
 const CLI::Validator kSeed(
     [](std::string& text) -> std::string {
       // Digits only: an unsigned parse would take "-1" as 2^64-1, and a config.toml (signed

@@ -13,6 +13,7 @@ namespace spritetorch::cli {
 // Finite numbers only: "nan" and "inf" are refused.
 extern const CLI::Validator kNonNegative;  // a number >= 0 (help: NONNEGATIVE)
 extern const CLI::Validator kPositive;     // a number > 0 (help: POSITIVE)
+extern const CLI::Validator kPath;         // not empty ("" would read as not given)
 extern const CLI::Validator kSeed;         // a whole number 0 .. 2^63-1 (a TOML integer)
 // A finite number in [min, max]; unlike CLI::Range, "nan" is refused (every comparison with it is
 // false).

@@ -265,7 +265,7 @@ Subcommand add_train_command(CLI::App& app) {
   sub->add_option("--cudnn-benchmark", config->cudnn_benchmark,
                   "CUDA: let cuDNN pick the fastest conv algorithms (true|false)")
       ->capture_default_str();
-  sub->add_option("--save", config->save, "Write a checkpoint here after training");
+  sub->add_option("--save", config->save, "Write a checkpoint here after training")->check(kPath);
   sub->add_option("--resume", config->resume, "Continue from this checkpoint")
       ->check(CLI::ExistingFile);
   sub->add_option("--checkpoint-every", config->checkpoint_every,

@@ -41,6 +41,7 @@ std::shared_ptr<RunFlags> add_run_options(CLI::App* sub, train::TrainConfig& con
   sub->add_option("--run-dir", flags->run_dir,
                   "Keep this run in exactly this folder (new or empty) [default: a fresh "
                   "<runs-root>/<date>-<time>-<task>-<model>]")
+      ->check(kPath)
       ->group(group)
       ->configurable(false);  // a replayed config must not aim a second run at the same folder
   mirror_environment(sub->add_option("--runs-root", flags->runs_root, "Where fresh run folders go")

@@ -485,6 +485,8 @@ expect 2 "cannot write $tmp/nodir/x.pt \(given as --save\): the folder $tmp/nodi
 mkdir -p "$tmp/config-folder"
 expect 2 "config-folder: expected a TOML config file, found a folder" -- "${tiny[@]}" --config "$tmp/config-folder"
 expect 2 "--seed: '-1' is not a seed" -- "${tiny[@]}" --seed -1
+expect 2 "--save: an empty path" -- "${tiny[@]}" --save ""
+expect 2 "--run-dir: an empty path" -- train --device cpu --dataset dummy --model simplenn --epochs 1 --run-dir ""
 expect 2 "is not a seed" -- "${tiny[@]}" --seed 9223372036854775808
 # Flags in a config file: false is a flag not given (a run folder's config.toml lists both graph
 # flags as false), the command line wins over the file, and both set in one file contradict.
