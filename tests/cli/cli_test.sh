@@ -109,6 +109,10 @@ expect 2 "excludes" -- train --device cpu --dataset dummy --model simplenn --cud
 echo "hello" > "$tmp/not-a-checkpoint.pt"
 expect 2 "expected a spritetorch checkpoint" -- eval --checkpoint "$tmp/not-a-checkpoint.pt"
 expect 2 "expected a spritetorch checkpoint" -- train --dataset dummy --model simplenn --resume "$tmp/not-a-checkpoint.pt"
+# A folder is named as one, not reported as a stream error (exit 1).
+expect 2 "$tmp: expected a checkpoint file, found a folder" -- eval --checkpoint "$tmp"
+expect 2 "$tmp: expected a checkpoint file, found a folder" -- classify --checkpoint "$tmp" "$tmp/bad.png"
+expect 2 "$tmp: expected a checkpoint file, found a folder" -- generate --checkpoint "$tmp" --out "$tmp/x.png"
 
 # A real round trip on the dummy data: train, save, evaluate, resume; JSON on stdout.
 expect 0 "Test Accuracy: " -- train --dataset dummy --model simplenn --epochs 2 --save "$tmp/s.pt"
