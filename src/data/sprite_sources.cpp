@@ -5,11 +5,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <limits>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "common/error.h"
+#include "common/json_field.h"
 #include "data/loader.h"
 #include "data/procedural_sprites.h"
 #include "io/png.h"
@@ -294,18 +297,35 @@ nlohmann::json sprite_options_json(const SpriteOptions& o) {
           {"resize", o.resize}};
 }
 
-SpriteOptions sprite_options_from_json(const nlohmann::json& j) {
+SpriteOptions sprite_options_from_json(const nlohmann::json& j, const std::string& source) {
   SpriteOptions o;
-  o.size = j.value("size", o.size);
-  o.count = j.value("count", o.count);
-  o.seed = j.value("seed", o.seed);
-  o.tile_w = j.value("tile_w", o.tile_w);
-  o.tile_h = j.value("tile_h", o.tile_h);
-  o.spacing = j.value("spacing", o.spacing);
-  o.margin = j.value("margin", o.margin);
-  o.label_map = j.value("label_map", o.label_map);
-  o.holdout = j.value("holdout", o.holdout);
-  o.resize = j.value("resize", std::string("nearest"));  // checkpoints from before "area"
+  auto field = [&](const char* key, auto fallback) {
+    return json_field(j, key, fallback, source, std::string("sprites.") + key);
+  };
+  o.size = field("size", o.size);
+  o.count = field("count", o.count);
+  o.seed = field("seed", o.seed);
+  o.tile_w = field("tile_w", o.tile_w);
+  o.tile_h = field("tile_h", o.tile_h);
+  o.spacing = field("spacing", o.spacing);
+  o.margin = field("margin", o.margin);
+  o.label_map = field("label_map", o.label_map);
+  o.holdout = field("holdout", o.holdout);
+  o.resize = field("resize", std::string("nearest"));  // checkpoints from before "area"
+  // The readers' own checks name the flags, which this file's user never gave.
+  auto out_of_range = [&](const char* key, const std::string& expected) {
+    throw DataError(source, std::string("metadata 'sprites.") + key + "' " + expected,
+                    j.at(key).dump());
+  };
+  if (o.size != 16 && o.size != 32 && o.size != 64) out_of_range("size", "16, 32 or 64");
+  if (o.count <= 0 || o.count > kMaxSpriteCount)
+    out_of_range("count", "from 1 to " + std::to_string(kMaxSpriteCount));
+  if (o.tile_w < 1 || o.tile_w > 4096) out_of_range("tile_w", "from 1 to 4096");
+  if (o.tile_h < 1 || o.tile_h > 4096) out_of_range("tile_h", "from 1 to 4096");
+  if (o.spacing < 0) out_of_range("spacing", ">= 0");
+  if (o.margin < 0) out_of_range("margin", ">= 0");
+  if (!(o.holdout >= 0.0 && o.holdout <= 0.95)) out_of_range("holdout", "from 0 to 0.95");
+  if (o.resize != "area" && o.resize != "nearest") out_of_range("resize", "area or nearest");
   return o;
 }
 

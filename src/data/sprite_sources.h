@@ -20,6 +20,9 @@
 
 namespace spritetorch::data {
 
+// The most procedural sprites --sprite-count makes: 1 GiB of 16x16 RGBA (16 GiB at --size 64).
+constexpr int64_t kMaxSpriteCount = 1'000'000;
+
 struct SpriteOptions {
   int64_t size = 16;     // model size S: 16, 32 or 64
   int64_t count = 8000;  // procedural sprites generated (before the holdout split)
@@ -88,8 +91,11 @@ NpyArray read_npy(const std::string& file);
 NpyArray parse_npy(const std::string& bytes, const std::string& name);
 
 // SpriteOptions in a checkpoint's metadata, so eval / classify / generate reload the same data.
+// Reading throws DataError naming `source` and the field for a value of the wrong JSON type or out
+// of the range the flag takes.
 nlohmann::json sprite_options_json(const SpriteOptions& options);
-SpriteOptions sprite_options_from_json(const nlohmann::json& json);
+SpriteOptions sprite_options_from_json(const nlohmann::json& json,
+                                       const std::string& source = "checkpoint metadata");
 
 // "16x16" -> {16, 16}; throws Error on anything else.
 std::pair<int64_t, int64_t> parse_tile(const std::string& text);

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "common/json_field.h"
 #include "data/dataset.h"
 #include "train/model_state.h"
 #include "train/trainer.h"
@@ -42,7 +43,7 @@ std::string our_name(const std::string& model, const std::string& python) {
 }
 
 TensorFile python_state_dict(const train::Checkpoint& checkpoint, const std::string& source) {
-  if (checkpoint.meta.value("task", std::string()) == "generate")
+  if (json_field(checkpoint.meta, "task", std::string(), source, "task") == "generate")
     throw DataError(source, "a classifier checkpoint (ann, simplenn, cnn)",
                     "a sprite generator checkpoint",
                     "export covers the classifiers; the generator's UNet has no Python twin in "

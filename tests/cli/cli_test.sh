@@ -205,6 +205,28 @@ expect 2 "--size applies to sprite datasets .*not --dataset dummy" -- train --da
 expect 2 "--tile applies to sprite sheets .*not --dataset sprites" -- data preview --dataset sprites --sprite-count 80 --tile 8x8 --out "$tmp/x.png"
 expect 0 "$tmp/preview.png	[a-z]+	[01]\.[0-9]+" -- classify --checkpoint "$tmp/c.pt" "$tmp/preview.png"
 expect 2 "is a generator checkpoint|expected a spritetorch checkpoint" -- classify --checkpoint "$tmp/not-a-checkpoint.pt" "$tmp/preview.png"
+# Hand-edited metadata of the wrong type or range: the file and the field, exit 2.
+python3 - "$tmp" <<'PY'
+import json, struct, sys, zlib
+t = sys.argv[1]
+b = open(f"{t}/c.pt", "rb").read()
+p = b[32:]; n, = struct.unpack("<I", p[:4]); meta = json.loads(p[4:4 + n]); rest = p[4 + n:]
+def write(name, **changes):
+    m = json.dumps(dict(meta, **changes)).encode(); q = struct.pack("<I", len(m)) + m + rest
+    open(f"{t}/{name}", "wb").write(b[:20] + struct.pack("<QI", len(q), zlib.crc32(q)) + q)
+write("c_names.pt", class_names=5)
+write("c_sprites.pt", sprites={"size": "big"})
+write("c_size.pt", sprites=dict(meta["sprites"], size=48))
+write("c_task.pt", task=3)
+PY
+expect 2 "c_names.pt: expected metadata 'class_names' as a list of strings, found a JSON number" -- classify --checkpoint "$tmp/c_names.pt" "$tmp/preview.png"
+expect 2 "c_sprites.pt: expected metadata 'sprites.size' as an integer, found a JSON string" -- eval --checkpoint "$tmp/c_sprites.pt"
+expect 2 "c_size.pt: expected metadata 'sprites.size' 16, 32 or 64, found 48" -- eval --checkpoint "$tmp/c_size.pt"
+expect 2 "c_task.pt: expected metadata 'task' as a string, found a JSON number" -- eval --checkpoint "$tmp/c_task.pt"
+expect 2 "c_task.pt: expected metadata 'task' as a string, found a JSON number" -- generate --checkpoint "$tmp/c_task.pt" --out "$tmp/x.png"
+# --data reads Fashion-MNIST only: for other data it is refused, not ignored (its variable may stay set).
+expect 2 "--data is the Fashion-MNIST folder; $tmp/c.pt was trained on sprites" -- eval --checkpoint "$tmp/c.pt" --data "$tmp/nowhere"
+SPRITETORCH_DATA="$tmp/nowhere" expect 0 "Confusion matrix" -- eval --checkpoint "$tmp/c.pt"
 expect 0 "Saved checkpoint" -- train --task generate --dataset sprites --sprite-count 64 --epochs 1 --batch-size 16 --save "$tmp/g.pt"
 # Resumed without --batch-size, a generator keeps its run's batch, not the device's default.
 expect 0 '"batch":"16 \(drop last\)"' -- train --task generate --dataset sprites --sprite-count 64 --epochs 2 --resume "$tmp/g.pt" --device cpu --json --no-run-dir
@@ -346,6 +368,12 @@ expect 2 "expected an image classifier .*found input shape \[3\]" -- classify --
 expect 0 "Wrote 8 PNGs" -- generate --checkpoint "$tmp/g.pt" --count 8 --steps 2 --out-dir "$tmp/gen"
 for f in "$tmp"/gen/*.png; do c=$(basename "$f" | sed 's/_[0-9]*\.png$//'); mkdir -p "$tmp/folder/$c"; cp "$f" "$tmp/folder/$c/"; done
 expect 0 "folder:folder/train \(7 train, 1 test, 4 classes\)" -- train --task classify --dataset "folder:$tmp/folder" --size 32 --epochs 1
+# A checkpoint's relative folder: path, evaluated from another folder: named as the checkpoint's,
+# with --dataset to point at the data; another kind of data is refused.
+(cd "$tmp" && "$bin" train --task classify --dataset folder:folder --size 32 --epochs 1 --no-run-dir --save "$tmp/fold.pt" >/dev/null 2>&1)
+expect 2 "$tmp/fold.pt was trained on --dataset folder:folder, and folder is not there \(relative to the current folder" -- eval --checkpoint "$tmp/fold.pt"
+expect 0 "Confusion matrix" -- eval --checkpoint "$tmp/fold.pt" --dataset "folder:$tmp/folder"
+expect 2 "--dataset sheet:$tmp/sheet.png: $tmp/fold.pt was trained on folder:folder" -- eval --checkpoint "$tmp/fold.pt" --dataset "sheet:$tmp/sheet.png"
 
 # Run folders, progress output and `runs` (docs/runs.md).
 check() {  # check DESCRIPTION COMMAND...: a shell condition that must hold
