@@ -185,10 +185,17 @@ Subcommand add_generate_command(CLI::App& app) {
               !std::filesystem::is_directory(f->out_dir, ec))
             throw Error("--out-dir " + f->out_dir + " exists and is not a folder",
                         "give a folder, new or existing");
+          // The sprite PNGs are written after the sheet: one of them would replace it.
+          if (!f->out.empty())
+            for (int64_t i = 0; i < f->count; ++i)
+              if (same_file(sprite_path(i), f->out))
+                throw Error("--out " + f->out + " is one of the --out-dir PNGs (" + sprite_path(i) +
+                                "): the sprite would replace the sheet",
+                            "name the sheet otherwise, or put it outside --out-dir");
           std::filesystem::create_directories(f->out_dir, ec);
           if (ec) throw Error("cannot create --out-dir " + f->out_dir + ": " + ec.message());
           for (int64_t i = 0; i < f->count; ++i)
-            check_new_output(sprite_path(i), f->overwrite, "--out-dir");
+            check_output_path(sprite_path(i), f->overwrite, "--out-dir");
         }
 
         f->sample.precision = diffusion::resolve_sampling_precision(f->precision, device);

@@ -63,6 +63,17 @@ Subcommand add_export_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_flag("--overwrite", f->overwrite, "Replace OUT (and --reference) if they exist");
   return {sub, [f]() {
+            // Each is written in turn: one file for two of them would keep only the last.
+            if (same_file(f->out, f->checkpoint))
+              throw Error("OUT " + f->out + " is the --checkpoint itself",
+                          "export into another file; the checkpoint is kept as it is");
+            if (!f->reference.empty() && same_file(f->reference, f->checkpoint))
+              throw Error("--reference " + f->reference + " is the --checkpoint itself",
+                          "write the reference into another file");
+            if (!f->reference.empty() && same_file(f->reference, f->out))
+              throw Error("--reference " + f->reference + " and OUT " + f->out +
+                              " are the same file: the reference would replace the weights",
+                          "give the reference file another name");
             check_output_path(f->out, f->overwrite, "OUT");
             if (!f->reference.empty()) check_output_path(f->reference, f->overwrite, "--reference");
             const std::string format =

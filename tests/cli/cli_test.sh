@@ -162,6 +162,13 @@ for d in ("liar", "cutgz"):  # valid labels, so that the images file is the one 
 PY
 expect 2 "badcrc.pt: expected a payload matching its CRC-32" -- eval --checkpoint "$tmp/badcrc.pt"
 expect 2 "hugelen.pt: expected 18446744073709551615 payload bytes" -- train --dataset dummy --resume "$tmp/hugelen.pt"
+# export writes OUT, then --reference: one file for both, or for the checkpoint, is refused.
+expect 2 "--reference $tmp/./same.safetensors and OUT $tmp/same.safetensors are the same file" -- export --checkpoint "$tmp/s.pt" "$tmp/same.safetensors" --reference "$tmp/./same.safetensors"
+check_absent() { if [ -e "$1" ]; then echo "FAIL: $1 was written"; fails=$((fails + 1)); else passes=$((passes + 1)); fi; }
+check_absent "$tmp/same.safetensors"
+expect 2 "OUT $tmp/s.pt is the --checkpoint itself" -- export --checkpoint "$tmp/s.pt" "$tmp/s.pt" --format torch --overwrite
+expect 2 "--reference $tmp/s.pt is the --checkpoint itself" -- export --checkpoint "$tmp/s.pt" "$tmp/s.safetensors" --reference "$tmp/s.pt" --overwrite
+expect 0 "Confusion matrix" -- eval --checkpoint "$tmp/s.pt"
 expect 2 "train-images-idx3-ubyte: expected at most" -- train --data "$tmp/liar"
 expect 2 "train-images-idx3-ubyte.gz: expected" -- train --data "$tmp/cutgz"
 
@@ -275,6 +282,8 @@ expect 2 "cannot write $tmp/no-such-folder/x.png \(given as --out\): the folder 
 expect 2 "--out-dir $tmp/once.png exists and is not a folder" -- generate --checkpoint "$tmp/g.pt" --out-dir "$tmp/once.png"
 expect 0 "Wrote 2 PNGs to $tmp/each" -- generate --checkpoint "$tmp/g.pt" --count 2 --steps 2 --out-dir "$tmp/each"
 expect 2 "refusing to overwrite $tmp/each/[a-z]+_0000.png \(given as --out-dir\)" -- generate --checkpoint "$tmp/g.pt" --count 2 --steps 2 --out-dir "$tmp/each"
+# --out among the --out-dir PNGs: the sprite would replace the sheet.
+expect 2 "--out $tmp/each/[a-z]+_0001.png is one of the --out-dir PNGs" -- generate --checkpoint "$tmp/g.pt" --count 2 --steps 2 --out-dir "$tmp/each" --out "$tmp/each/$(ls "$tmp/each" | grep _0001)" --overwrite
 expect 2 "$tmp/none.png: expected a readable PNG file" -- generate --checkpoint "$tmp/g.pt" --palette "$tmp/none.png" --out "$tmp/p.png"
 expect 2 "--steps 5000: this generator's noise schedule has [0-9]+ timesteps, the most ddim can take" -- generate --checkpoint "$tmp/g.pt" --steps 5000 --out "$tmp/p.png"
 expect 2 "--guidance: '-1' is not a number >= 0" -- generate --checkpoint "$tmp/g.pt" --guidance -1 --out "$tmp/p.png"
