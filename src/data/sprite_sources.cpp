@@ -63,6 +63,7 @@ struct SpriteField {
   const char* readers;  // the datasets that read it, as the messages name them
   bool (*reads)(const std::string& dataset);
   void (*reset)(SpriteOptions& o, const SpriteOptions& defaults);
+  std::string (*text)(const SpriteOptions& o);  // the value as the flag takes it
 };
 
 bool read_by_every_sprite_set(const std::string& d) { return is_sprite_dataset(d); }
@@ -74,26 +75,39 @@ const char* const kSheets = "sprite sheets (--dataset sheet:FILE)";
 
 const SpriteField kSpriteFields[] = {
     {"--size", kEverySpriteSet, read_by_every_sprite_set,
-     [](SpriteOptions& o, const SpriteOptions& d) { o.size = d.size; }},
+     [](SpriteOptions& o, const SpriteOptions& d) { o.size = d.size; },
+     [](const SpriteOptions& o) { return std::to_string(o.size); }},
     {"--holdout", kEverySpriteSet, read_by_every_sprite_set,
-     [](SpriteOptions& o, const SpriteOptions& d) { o.holdout = d.holdout; }},
+     [](SpriteOptions& o, const SpriteOptions& d) { o.holdout = d.holdout; },
+     [](const SpriteOptions& o) { return nlohmann::json(o.holdout).dump(); }},
     {"--resize", kEverySpriteSet, read_by_every_sprite_set,
-     [](SpriteOptions& o, const SpriteOptions& d) { o.resize = d.resize; }},
+     [](SpriteOptions& o, const SpriteOptions& d) { o.resize = d.resize; },
+     [](const SpriteOptions& o) { return o.resize; }},
     {"--data-seed", kEverySpriteSet, read_by_every_sprite_set,
-     [](SpriteOptions& o, const SpriteOptions& d) { o.seed = d.seed; }},
+     [](SpriteOptions& o, const SpriteOptions& d) { o.seed = d.seed; },
+     [](const SpriteOptions& o) { return std::to_string(o.seed); }},
     {"--sprite-count", "the procedural sprites (--dataset sprites)", read_by_procedural,
-     [](SpriteOptions& o, const SpriteOptions& d) { o.count = d.count; }},
+     [](SpriteOptions& o, const SpriteOptions& d) { o.count = d.count; },
+     [](const SpriteOptions& o) { return std::to_string(o.count); }},
     {"--tile", kSheets, read_by_sheets,
      [](SpriteOptions& o, const SpriteOptions& d) {
        o.tile_w = d.tile_w;
        o.tile_h = d.tile_h;
+     },
+     [](const SpriteOptions& o) {
+       return std::to_string(o.tile_w) + "x" + std::to_string(o.tile_h);
      }},
     {"--spacing", kSheets, read_by_sheets,
-     [](SpriteOptions& o, const SpriteOptions& d) { o.spacing = d.spacing; }},
+     [](SpriteOptions& o, const SpriteOptions& d) { o.spacing = d.spacing; },
+     [](const SpriteOptions& o) { return std::to_string(o.spacing); }},
     {"--margin", kSheets, read_by_sheets,
-     [](SpriteOptions& o, const SpriteOptions& d) { o.margin = d.margin; }},
+     [](SpriteOptions& o, const SpriteOptions& d) { o.margin = d.margin; },
+     [](const SpriteOptions& o) { return std::to_string(o.margin); }},
     {"--labels", kSheets, read_by_sheets,
-     [](SpriteOptions& o, const SpriteOptions& d) { o.label_map = d.label_map; }},
+     [](SpriteOptions& o, const SpriteOptions& d) { o.label_map = d.label_map; },
+     [](const SpriteOptions& o) {
+       return o.label_map.empty() ? std::string("(none)") : o.label_map;
+     }},
 };
 
 }  // namespace
@@ -108,6 +122,21 @@ void check_sprite_options_apply(const std::string& dataset, const SpriteOptions&
     if (sprite_options_json(unset) != given)
       throw Error(std::string(f.flag) + " applies to " + f.readers + ", not --dataset " + dataset,
                   std::string("leave ") + f.flag + " out, or choose a dataset that reads it");
+  }
+}
+
+void check_given_sprite_options_match(const std::string& dataset, const SpriteOptions& options,
+                                      const SpriteOptions& recorded,
+                                      const std::set<std::string>& given,
+                                      const std::string& recorded_in) {
+  for (const SpriteField& f : kSpriteFields) {
+    if (!f.reads(dataset) || !given.count(f.flag)) continue;
+    if (f.text(options) != f.text(recorded))
+      throw Error(std::string(f.flag) + " " + f.text(options) + ": " + recorded_in + " records " +
+                      f.flag + " " + f.text(recorded) + " for " + dataset,
+                  std::string("leave ") + f.flag +
+                      " out to use the recorded value; weights trained on other data "
+                      "need --dataset as well");
   }
 }
 

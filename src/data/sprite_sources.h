@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,14 @@ void check_sprite_options_apply(const std::string& dataset, const SpriteOptions&
 // or an export recorded is read this way, since runs from before check_sprite_options_apply kept
 // whatever was passed, read or not.
 SpriteOptions sprite_options_read_by(const std::string& dataset, SpriteOptions options);
+
+// Throws Error when a flag in `given` (e.g. "--size") that `dataset` reads holds another value in
+// `options` than in `recorded`, the options `recorded_in` (a file's metadata) holds; the message
+// names both values.
+void check_given_sprite_options_match(const std::string& dataset, const SpriteOptions& options,
+                                      const SpriteOptions& recorded,
+                                      const std::set<std::string>& given,
+                                      const std::string& recorded_in);
 
 // The whole dataset a spec names (no split).
 Dataset load_sprite_dataset(const std::string& spec, const SpriteOptions& options);

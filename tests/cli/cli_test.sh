@@ -234,6 +234,12 @@ expect 2 "c_task.pt: expected metadata 'task' as a string, found a JSON number" 
 # --data reads Fashion-MNIST only: for other data it is refused, not ignored (its variable may stay set).
 expect 2 "--data is the Fashion-MNIST folder; $tmp/c.pt was trained on sprites" -- eval --checkpoint "$tmp/c.pt" --data "$tmp/nowhere"
 SPRITETORCH_DATA="$tmp/nowhere" expect 0 "Confusion matrix" -- eval --checkpoint "$tmp/c.pt"
+# import: the data options an export recorded are the weights' own; one given otherwise is refused.
+expect 0 "Wrote $tmp/c.safetensors" -- export --checkpoint "$tmp/c.pt" "$tmp/c.safetensors"
+expect 2 "--size 32: the metadata of $tmp/c.safetensors records --size 16 for sprites" -- import "$tmp/c.safetensors" "$tmp/c_back.pt" --size 32
+expect 2 "--sprite-count 10: the metadata of $tmp/c.safetensors records --sprite-count 200 for sprites" -- import "$tmp/c.safetensors" "$tmp/c_back.pt" --sprite-count 10
+expect 2 "--data is the Fashion-MNIST folder; these weights are for sprites" -- import "$tmp/c.safetensors" "$tmp/c_back.pt" --data "$tmp"
+expect 0 "Wrote $tmp/c_back.pt: model cnn for sprites" -- import "$tmp/c.safetensors" "$tmp/c_back.pt" --size 16
 expect 0 "Saved checkpoint" -- train --task generate --dataset sprites --sprite-count 64 --epochs 1 --batch-size 16 --save "$tmp/g.pt"
 # Resumed without --batch-size, a generator keeps its run's batch, not the device's default.
 expect 0 '"batch":"16 \(drop last\)"' -- train --task generate --dataset sprites --sprite-count 64 --epochs 2 --resume "$tmp/g.pt" --device cpu --json --no-run-dir
