@@ -170,7 +170,12 @@ Subcommand add_generate_command(CLI::App& app) {
           }
           labels = torch::full({f->count}, it - generator.class_names.begin(), torch::kInt64);
         }
+        if (!f->out.empty())
+          io::check_sheet_size(f->count, generator.size, generator.size, {f->columns, 1, f->scale});
         f->sample.cuda_graphs = !f->no_cuda_graphs;
+        if (f->no_cuda_graphs && !device.is_cuda())  // accepted (scripts share flags), but said
+          std::cerr << "note: --no-cuda-graphs has no effect on " << device::display_name(device)
+                    << ": CUDA graphs replay sampling on CUDA devices only\n";
         // --out-dir: one PNG per sprite, named by class and index.
         const auto sprite_path = [&](int64_t i) {
           std::ostringstream path;

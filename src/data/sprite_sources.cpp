@@ -165,6 +165,9 @@ std::pair<int64_t, int64_t> parse_tile(const std::string& text) {
 Dataset load_sprite_dataset(const std::string& spec, const SpriteOptions& options) {
   check_size(options.size);
   if (spec == "sprites") {
+    if (options.count > kMaxSpriteCount)
+      throw Error("--sprite-count " + std::to_string(options.count) + ": at most " +
+                  std::to_string(kMaxSpriteCount) + " procedural sprites");
     Dataset d = make_procedural_sprites(options.count, options.seed);
     if (options.size != kProceduralSpriteSize)
       d.inputs = io::resize_sprites(d.inputs, options.size, options.resize);

@@ -194,6 +194,12 @@ expect 0 "sprite \(" -- data preview --dataset "sheet:$(dirname "$0")/../fixture
 # Sprites of another size: area means down by default, nearest neighbour on request, nothing else.
 expect 0 "rows:" -- data preview --dataset sprites --sprite-count 80 --per-class 4 --size 32 --resize nearest --out "$tmp/preview32.png"
 expect 2 "--resize: bicubic not in \{area,nearest\}" -- data preview --dataset sprites --sprite-count 80 --resize bicubic --out "$tmp/x.png"
+# Sizes past the documented limits are refused before anything is allocated; so is an empty split.
+expect 2 "--sprite-count: Value 100000000000 not in range 1 to 1000000" -- data preview --dataset sprites --sprite-count 100000000000 --out "$tmp/x.png"
+expect 2 "--per-class: Value 100000 not in range 1 to 4096" -- data preview --dataset sprites --sprite-count 80 --per-class 100000 --out "$tmp/x.png"
+expect 2 "a sheet of [0-9]+x[0-9]+ pixels: sheets are at most 65536 pixels a side and 268435456 pixels in all" -- data preview --dataset sprites --sprite-count 80 --per-class 4096 --scale 64 --out "$tmp/x.png"
+expect 2 "--split test of .* holds no samples \(--holdout 0 holds none out\)" -- data preview --dataset sprites --sprite-count 80 --split test --holdout 0 --out "$tmp/x.png"
+check_absent "$tmp/x.png"
 # So are a process group's options in one process; streaming's options on resident data are named
 # in the settings (SPRITETORCH_WORKERS may set them for a machine).
 expect 2 "--bucket-mb applies to ddp runs .*this run is a single process" -- train --dataset dummy --epochs 1 --no-run-dir --bucket-mb 10
