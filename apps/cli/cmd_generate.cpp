@@ -38,7 +38,9 @@ void check_sampler_options(const CLI::App& sub, const diffusion::SampleOptions& 
 void add_guidance_options(CLI::App* sub, diffusion::SampleOptions& options, std::string& interval,
                           const std::string& prefix) {
   sub->add_option("--guidance", options.guidance,
-                  prefix + "Classifier-free guidance scale (1: none, 0: unconditional)")
+                  prefix +
+                      "Classifier-free guidance scale on the steps of --guidance-interval (1: "
+                      "none; 0: unconditional there, every step with --guidance-interval 0:1)")
       ->check(kNonNegative)
       ->capture_default_str();
   sub->add_option("--guidance-interval", interval,
@@ -161,6 +163,12 @@ Subcommand add_generate_command(CLI::App& app) {
         const int64_t k = static_cast<int64_t>(generator.class_names.size());
         torch::Tensor labels = torch::arange(f->count, torch::kInt64).remainder(k);
         if (!f->class_name.empty()) {
+          // Guidance 0 on every step never conditions: the class would only name the files.
+          if (f->sample.guidance == 0 && f->sample.guidance_interval.whole())
+            throw Error("--class " + f->class_name + ": --guidance 0 with --guidance-interval " +
+                            diffusion::guidance_interval_text(f->sample.guidance_interval) +
+                            " samples every step unconditionally, so the class has no effect",
+                        "leave --class out, or guide by a scale above 0 or on part of the steps");
           const auto it =
               std::find(generator.class_names.begin(), generator.class_names.end(), f->class_name);
           if (it == generator.class_names.end()) {
