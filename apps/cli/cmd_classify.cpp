@@ -119,6 +119,7 @@ Subcommand add_classify_command(CLI::App& app) {
                 continue;
               }
               if (f->sheets) {
+                if (!grid.uncovered.empty()) std::cerr << "note: " << grid.uncovered << "\n";
                 if (grid.tiles.empty())
                   std::cerr << "note: " << file << ": every " << f->cut.tile_w << "x"
                             << f->cut.tile_h << " tile is fully transparent; nothing to classify\n";

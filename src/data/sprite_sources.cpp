@@ -266,12 +266,32 @@ SheetGrid cut_sheet(const torch::Tensor& sheet, const std::string& file, const S
       if (pixels.select(2, 3).max().item<int>() == 0) continue;  // fully transparent: an empty slot
       grid.tiles.push_back({r * grid.cols + c, r, c, std::move(pixels)});
     }
+  // A sheet that is not a whole number of tiles: the strip past the last column or row is cut
+  // off, which loses sprites when it holds any (a wrong --tile, --spacing or --margin).
+  const int64_t covered_w = o.margin + grid.cols * (o.tile_w + o.spacing) - o.spacing;
+  const int64_t covered_h = o.margin + grid.rows * (o.tile_h + o.spacing) - o.spacing;
+  const auto visible = [&](int64_t y0, int64_t y1, int64_t x0, int64_t x1) {
+    return y1 > y0 && x1 > x0 &&
+           sheet.narrow(0, y0, y1 - y0).narrow(1, x0, x1 - x0).select(2, 3).max().item<int>() > 0;
+  };
+  std::vector<std::string> strips;
+  if (visible(0, h, covered_w, w - o.margin))
+    strips.push_back(std::to_string(w - o.margin - covered_w) + " pixel columns on the right");
+  if (visible(covered_h, h - o.margin, 0, w))
+    strips.push_back(std::to_string(h - o.margin - covered_h) + " pixel rows at the bottom");
+  if (!strips.empty())
+    grid.uncovered = file + " is " + std::to_string(w) + "x" + std::to_string(h) + ": its " +
+                     strips[0] + (strips.size() > 1 ? " and " + strips[1] : "") +
+                     " hold visible pixels that no " + std::to_string(o.tile_w) + "x" +
+                     std::to_string(o.tile_h) +
+                     " tile covers (check --tile, --spacing and --margin)";
   return grid;
 }
 
 Dataset read_sprite_sheet(const std::string& file, const SpriteOptions& o) {
   check_size(o.size);
   const SheetGrid grid = cut_sheet(io::read_png(file), file, o);
+  if (!grid.uncovered.empty()) std::cerr << "note: " << grid.uncovered << "\n";
   const int64_t slots = grid.rows * grid.cols;
   // Optional label map: "TILE_INDEX CLASS" per line; tiles it does not name are left out.
   std::map<int64_t, std::string> names;

@@ -83,6 +83,9 @@ struct SheetTile {
 struct SheetGrid {
   int64_t rows = 0, cols = 0;
   std::vector<SheetTile> tiles;  // the non-transparent ones
+  // Not empty when the sheet's edge strip past the last whole tile holds visible pixels: a note
+  // naming the file and the strip (read_sprite_sheet prints it to stderr).
+  std::string uncovered;
 };
 SheetGrid cut_sheet(const torch::Tensor& sheet, const std::string& file,
                     const SpriteOptions& options);
