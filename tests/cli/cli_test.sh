@@ -299,6 +299,8 @@ expect 2 "--out $tmp/each/[a-z]+_0001.png is one of the --out-dir PNGs" -- gener
 expect 2 "$tmp/none.png: expected a readable PNG file" -- generate --checkpoint "$tmp/g.pt" --palette "$tmp/none.png" --out "$tmp/p.png"
 expect 2 "--steps 5000: this generator's noise schedule has [0-9]+ timesteps, the most ddim can take" -- generate --checkpoint "$tmp/g.pt" --steps 5000 --out "$tmp/p.png"
 expect 2 "--guidance: '-1' is not a number >= 0" -- generate --checkpoint "$tmp/g.pt" --guidance -1 --out "$tmp/p.png"
+# An allocation no check caught (800 GB of labels) is a usage error with a hint, not exit 1.
+expect 2 "error: out of memory: .*can't allocate memory" -- generate --checkpoint "$tmp/g.pt" --count 100000000000 --out-dir "$tmp/huge"
 expect 2 "--class robot: --guidance 0 with --guidance-interval 0:1 samples every step unconditionally" -- generate --checkpoint "$tmp/g.pt" --class robot --guidance 0 --guidance-interval 0:1 --out "$tmp/p.png"
 expect 0 "Wrote $tmp/p0.png" -- generate --checkpoint "$tmp/g.pt" --class robot --count 2 --steps 2 --guidance 0 --out "$tmp/p0.png"
 expect 2 "refusing to overwrite $tmp/once.png \(given as --out\)" -- data preview --dataset sprites --out "$tmp/once.png"
