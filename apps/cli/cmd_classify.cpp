@@ -6,6 +6,7 @@
 #include "commands.h"
 #include "common/cpu_threads.h"
 #include "common/error.h"
+#include "common/json_field.h"
 #include "data/picture.h"
 #include "data/sprite_sources.h"
 #include "device/device.h"
@@ -58,10 +59,12 @@ Subcommand add_classify_command(CLI::App& app) {
               throw Error("--spacing and --margin cut sprite sheets: they need --tile WxH");
             const torch::Device device = device::pick_device(f->device);
             const auto checkpoint = train::load_checkpoint(f->checkpoint);
-            if (checkpoint.meta.value("task", std::string()) == "generate")
+            if (json_field(checkpoint.meta, "task", std::string(), f->checkpoint, "task") ==
+                "generate")
               throw Error(f->checkpoint + " is a generator checkpoint",
                           "classify needs a classifier (train --task classify)");
-            const auto shape = checkpoint.meta.value("input_shape", std::vector<int64_t>());
+            const auto shape = json_field(checkpoint.meta, "input_shape", std::vector<int64_t>(),
+                                          f->checkpoint, "input_shape");
             if (!data::takes_pictures(shape))
               throw DataError(f->checkpoint,
                               "an image classifier (input shape (4, S, S) for sprites, (1, H, W) "
@@ -71,14 +74,15 @@ Subcommand add_classify_command(CLI::App& app) {
               throw Error("--invert is for grey and RGB models; " + f->checkpoint +
                               " is a sprite model, which takes the RGBA pixels as they are",
                           "drop --invert");
-            const auto names = checkpoint.meta.value("class_names", std::vector<std::string>());
+            const auto names = json_field(checkpoint.meta, "class_names",
+                                          std::vector<std::string>(), f->checkpoint, "class_names");
             // Sprites of another size are resized as the training set was.
             const std::string sprite_resize =
-                train::checkpoint_data_config(checkpoint.meta).sprites.resize;
+                train::checkpoint_data_config(checkpoint.meta, f->checkpoint).sprites.resize;
             auto model = train::model_from_checkpoint(checkpoint, f->checkpoint, device);
             apply_cpu_threads(f->cpu.threads, f->cpu.blas_threads, cpu_work_of(*model));
             model->eval();
-            const auto forward = train::checkpoint_forward(checkpoint.meta, model);
+            const auto forward = train::checkpoint_forward(checkpoint.meta, model, f->checkpoint);
             // One line (or JSON object) per picture; `tile` is null for whole files.
             auto classify = [&](const std::string& file, const torch::Tensor& hwc,
                                 const data::SheetTile* tile) {
@@ -115,6 +119,7 @@ Subcommand add_classify_command(CLI::App& app) {
                 continue;
               }
               if (f->sheets) {
+                if (!grid.uncovered.empty()) std::cerr << "note: " << grid.uncovered << "\n";
                 if (grid.tiles.empty())
                   std::cerr << "note: " << file << ": every " << f->cut.tile_w << "x"
                             << f->cut.tile_h << " tile is fully transparent; nothing to classify\n";

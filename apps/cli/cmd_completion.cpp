@@ -28,7 +28,7 @@ void write_node(std::ostream& out, const CLI::App& node, const std::string& path
     for (const auto& n : option->get_lnames()) names.push_back("--" + n);
     for (const auto& n : names) {
       flags.push_back(n);
-      if (option->get_type_size_max() > 0) valued.push_back(n);
+      if (option->get_expected_max() > 0) valued.push_back(n);  // a flag expects none
     }
   }
   out << "    \"" << path << "\") subs=\"" << join(subs) << "\"; opts=\"" << join(flags)

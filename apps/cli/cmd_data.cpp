@@ -32,8 +32,8 @@ Subcommand add_data_command(CLI::App& app) {
       ->check(sprite_dataset_validator())
       ->capture_default_str();
   preview->add_option("--out", f->out, "PNG to write")->required();
-  preview->add_option("--per-class", f->per_class, "Samples per class (one row each)")
-      ->check(kPositive)
+  preview->add_option("--per-class", f->per_class, "Samples per class (one row each; at most 4096)")
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}))
       ->capture_default_str();
   preview->add_option("--scale", f->scale, "Nearest-neighbour upscale")
       ->check(CLI::Range(1, 64))
@@ -49,6 +49,15 @@ Subcommand add_data_command(CLI::App& app) {
             check_output_path(f->out, f->overwrite, "--out");
             const auto sets = train::load_datasets(*config);
             const auto& d = f->split == "train" ? sets.train : sets.test;
+            if (d.size() == 0)
+              throw Error("--split " + f->split + " of " + d.name + " holds no samples" +
+                              (f->split == "test" && config->sprites.holdout == 0
+                                   ? " (--holdout 0 holds none out)"
+                                   : ""),
+                          f->split == "test" ? "a --holdout above 0 makes a test split"
+                                             : "preview --split test, or a smaller --holdout");
+            io::check_sheet_size(d.num_classes() * f->per_class, d.inputs.size(2), d.inputs.size(3),
+                                 {f->per_class, 1, f->scale});
             // Rows = classes in order; each row holds the first --per-class samples of that class.
             const int64_t k = d.num_classes(), s = d.inputs.size(2);
             auto grid = torch::zeros({k * f->per_class, 4, s, s}, torch::kUInt8);

@@ -2,6 +2,7 @@
 // generator checkpoint, its samples judged by a classifier.
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <optional>
@@ -12,6 +13,7 @@
 #include "commands.h"
 #include "common/cpu_threads.h"
 #include "common/error.h"
+#include "common/json_field.h"
 #include "config_file.h"
 #include "device/device.h"
 #include "diffusion/fidelity.h"
@@ -166,9 +168,61 @@ static void refuse_options_of_other_task(const std::vector<const CLI::Option*>& 
     }
 }
 
+// The data a checkpoint is evaluated on: what it recorded, or `dataset` (--dataset), the same kind
+// of data from another place (a folder: path is relative to where the run was started). A recorded
+// path that is not there is named as the checkpoint's, with the way to point elsewhere.
+static train::TrainConfig eval_data_config(const nlohmann::json& meta,
+                                           const std::string& checkpoint,
+                                           const std::string& dataset) {
+  train::TrainConfig config = train::checkpoint_data_config(meta, checkpoint);
+  const auto kind = [](const std::string& spec) { return spec.substr(0, spec.find(':')); };
+  if (!dataset.empty()) {
+    if (config.dataset.find(':') == std::string::npos)
+      throw Error("--dataset " + dataset + ": " + checkpoint + " was trained on " + config.dataset +
+                      ", which has no path to change",
+                  config.dataset == "fashion-mnist" ? "--data DIR is the Fashion-MNIST folder"
+                                                    : "leave --dataset out");
+    if (kind(dataset) != kind(config.dataset))
+      throw Error("--dataset " + dataset + ": " + checkpoint + " was trained on " + config.dataset +
+                      "; --dataset names where the same kind of data is now",
+                  "give --dataset " + kind(config.dataset) + ":PATH, or leave it out");
+    config.dataset = dataset;
+    return config;
+  }
+  const auto colon = config.dataset.find(':');
+  if (colon != std::string::npos) {
+    const std::string path = config.dataset.substr(colon + 1, config.dataset.find(',') - colon - 1);
+    std::error_code ec;
+    if (!path.empty() && !std::filesystem::exists(path, ec))
+      throw Error(checkpoint + " was trained on --dataset " + config.dataset + ", and " + path +
+                      " is not there" +
+                      (std::filesystem::path(path).is_relative()
+                           ? " (relative to the current folder " +
+                                 std::filesystem::current_path(ec).string() + ")"
+                           : std::string()),
+                  "run from the folder the model was trained in, or pass --dataset " +
+                      kind(config.dataset) + ":PATH to read the same data from elsewhere");
+  }
+  return config;
+}
+
+// `--data` reads Fashion-MNIST only: given for a checkpoint of other data it would do nothing.
+static void refuse_data_flag(const CLI::App& sub, const train::TrainConfig& config,
+                             const std::string& checkpoint) {
+  const CLI::Option* data = sub.get_option("--data");
+  if (data->count() > 0 && !set_by_environment(data) && config.dataset != "fashion-mnist")
+    throw Error(
+        "--data is the Fashion-MNIST folder; " + checkpoint + " was trained on " + config.dataset,
+        config.dataset.find(':') == std::string::npos
+            ? "leave --data out"
+            : "leave --data out; --dataset " + config.dataset.substr(0, config.dataset.find(':')) +
+                  ":PATH reads the checkpoint's data from elsewhere");
+}
+
 int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
                        const std::string& checkpoint, const std::string& device_text,
-                       const CpuThreadFlags& cpu, int64_t batch_size, bool json) {
+                       const CpuThreadFlags& cpu, int64_t batch_size, bool json,
+                       const std::string& dataset) {
   GeneratorEvalFlags f = flags;
   f.options.spacing = diffusion::parse_spacing(f.spacing);
   f.options.guidance_interval = diffusion::parse_guidance_interval(f.guidance_interval);
@@ -187,13 +241,14 @@ int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
   const std::string threads = describe_cpu_threads(
       apply_cpu_threads(cpu.threads, cpu.blas_threads, cpu_work_of(*generator.net)));
   const auto classifier_ckpt = train::load_checkpoint(f.classifier);
-  const auto names = classifier_ckpt.meta.value("class_names", std::vector<std::string>());
+  const auto names = json_field(classifier_ckpt.meta, "class_names", std::vector<std::string>(),
+                                f.classifier, "class_names");
   if (names != generator.class_names)
     throw Error(
         "--classifier " + f.classifier + " knows other classes than the generator " + checkpoint,
         "train the classifier on the generator's dataset");
   auto classifier = train::model_from_checkpoint(classifier_ckpt, f.classifier, device);
-  const auto data = train::load_datasets(train::checkpoint_data_config(generator.meta));
+  const auto data = train::load_datasets(eval_data_config(generator.meta, checkpoint, dataset));
   const auto r =
       diffusion::evaluate_generator(generator, *classifier, data.train.inputs, f.count, f.options);
   // The same classifier on the held-out real sprites: the class agreement it can give at most.
@@ -263,7 +318,7 @@ int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
 Subcommand add_eval_command(CLI::App& app) {
   auto* sub = app.add_subcommand("eval", "Evaluate a checkpoint on its dataset's test split");
   struct Flags {
-    std::string checkpoint, device = "auto", data_dir = data::kDefaultFashionMnistDir;
+    std::string checkpoint, device = "auto", data_dir = data::kDefaultFashionMnistDir, dataset;
     int64_t batch_size = 1000, limit = 0;
     bool json = false;
     CpuThreadFlags cpu;
@@ -276,6 +331,11 @@ Subcommand add_eval_command(CLI::App& app) {
           ->capture_default_str(),
       sub->add_option("--limit", f->limit, "Evaluate on the first N test samples only (0: all)")
           ->check(kNonNegative)};
+  sub->add_option("--dataset", f->dataset,
+                  "The checkpoint's data from another place: folder:PATH, sheet:FILE or "
+                  "npy:FILE[,LABELS] of the kind it was trained on (default: the path it "
+                  "recorded)")
+      ->check(sprite_dataset_validator());
   sub->add_option("--batch-size", f->batch_size, "Samples per forward pass")
       ->check(kPositive)
       ->capture_default_str();
@@ -286,13 +346,16 @@ Subcommand add_eval_command(CLI::App& app) {
   return {sub, [sub, f, generator_flags, classifier_only]() {
             const torch::Device device = device::pick_device(f->device);
             const train::Checkpoint checkpoint = train::load_checkpoint(f->checkpoint);
-            const bool generator = checkpoint.meta.value("task", std::string()) == "generate";
+            const bool generator = json_field(checkpoint.meta, "task", std::string(), f->checkpoint,
+                                              "task") == "generate";
             refuse_options_of_other_task(generator ? classifier_only : generator_flags->registered,
                                          f->checkpoint, generator);
             if (generator)
               return run_generator_eval(*sub, *generator_flags, f->checkpoint, f->device, f->cpu,
-                                        f->batch_size, f->json);
-            train::TrainConfig config = train::checkpoint_data_config(checkpoint.meta);
+                                        f->batch_size, f->json, f->dataset);
+            train::TrainConfig config =
+                eval_data_config(checkpoint.meta, f->checkpoint, f->dataset);
+            refuse_data_flag(*sub, config, f->checkpoint);
             config.data_dir = f->data_dir;
             config.test_limit = f->limit;
             const data::Dataset test = train::load_datasets(config).test;
@@ -301,8 +364,9 @@ Subcommand add_eval_command(CLI::App& app) {
                 apply_cpu_threads(f->cpu.threads, f->cpu.blas_threads, cpu_work_of(*model)));
             data::ResidentLoader loader(test, device, {f->batch_size, false, false, config.seed});
             // As its training run evaluated it (test-time flips when it recorded them).
-            const auto report = train::evaluate(train::checkpoint_forward(checkpoint.meta, model),
-                                                *model, loader, test.num_classes());
+            const auto report =
+                train::evaluate(train::checkpoint_forward(checkpoint.meta, model, f->checkpoint),
+                                *model, loader, test.num_classes());
             if (f->json) {
               nlohmann::json out = eval_json(report, test.class_names);
               out["device"] = device::display_name(device);
@@ -313,7 +377,8 @@ Subcommand add_eval_command(CLI::App& app) {
                         << "CPU threads: " << threads << "\n"
                         << "Checkpoint: " << f->checkpoint << " ("
                         << checkpoint.meta.value("model", std::string("?")) << ", epoch "
-                        << checkpoint.meta.value("epoch", int64_t{0}) << ")\n";
+                        << json_field(checkpoint.meta, "epoch", int64_t{0}, f->checkpoint, "epoch")
+                        << ")\n";
               print_eval(std::cout, report, test.class_names);
             }
             return 0;

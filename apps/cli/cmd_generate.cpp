@@ -38,7 +38,9 @@ void check_sampler_options(const CLI::App& sub, const diffusion::SampleOptions& 
 void add_guidance_options(CLI::App* sub, diffusion::SampleOptions& options, std::string& interval,
                           const std::string& prefix) {
   sub->add_option("--guidance", options.guidance,
-                  prefix + "Classifier-free guidance scale (1: none, 0: unconditional)")
+                  prefix +
+                      "Classifier-free guidance scale on the steps of --guidance-interval (1: "
+                      "none; 0: unconditional there, every step with --guidance-interval 0:1)")
       ->check(kNonNegative)
       ->capture_default_str();
   sub->add_option("--guidance-interval", interval,
@@ -161,6 +163,12 @@ Subcommand add_generate_command(CLI::App& app) {
         const int64_t k = static_cast<int64_t>(generator.class_names.size());
         torch::Tensor labels = torch::arange(f->count, torch::kInt64).remainder(k);
         if (!f->class_name.empty()) {
+          // Guidance 0 on every step never conditions: the class would only name the files.
+          if (f->sample.guidance == 0 && f->sample.guidance_interval.whole())
+            throw Error("--class " + f->class_name + ": --guidance 0 with --guidance-interval " +
+                            diffusion::guidance_interval_text(f->sample.guidance_interval) +
+                            " samples every step unconditionally, so the class has no effect",
+                        "leave --class out, or guide by a scale above 0 or on part of the steps");
           const auto it =
               std::find(generator.class_names.begin(), generator.class_names.end(), f->class_name);
           if (it == generator.class_names.end()) {
@@ -170,7 +178,12 @@ Subcommand add_generate_command(CLI::App& app) {
           }
           labels = torch::full({f->count}, it - generator.class_names.begin(), torch::kInt64);
         }
+        if (!f->out.empty())
+          io::check_sheet_size(f->count, generator.size, generator.size, {f->columns, 1, f->scale});
         f->sample.cuda_graphs = !f->no_cuda_graphs;
+        if (f->no_cuda_graphs && !device.is_cuda())  // accepted (scripts share flags), but said
+          std::cerr << "note: --no-cuda-graphs has no effect on " << device::display_name(device)
+                    << ": CUDA graphs replay sampling on CUDA devices only\n";
         // --out-dir: one PNG per sprite, named by class and index.
         const auto sprite_path = [&](int64_t i) {
           std::ostringstream path;
@@ -185,10 +198,17 @@ Subcommand add_generate_command(CLI::App& app) {
               !std::filesystem::is_directory(f->out_dir, ec))
             throw Error("--out-dir " + f->out_dir + " exists and is not a folder",
                         "give a folder, new or existing");
+          // The sprite PNGs are written after the sheet: one of them would replace it.
+          if (!f->out.empty())
+            for (int64_t i = 0; i < f->count; ++i)
+              if (same_file(sprite_path(i), f->out))
+                throw Error("--out " + f->out + " is one of the --out-dir PNGs (" + sprite_path(i) +
+                                "): the sprite would replace the sheet",
+                            "name the sheet otherwise, or put it outside --out-dir");
           std::filesystem::create_directories(f->out_dir, ec);
           if (ec) throw Error("cannot create --out-dir " + f->out_dir + ": " + ec.message());
           for (int64_t i = 0; i < f->count; ++i)
-            check_new_output(sprite_path(i), f->overwrite, "--out-dir");
+            check_output_path(sprite_path(i), f->overwrite, "--out-dir");
         }
 
         f->sample.precision = diffusion::resolve_sampling_precision(f->precision, device);

@@ -3,10 +3,12 @@
 // import turns a Python state dict saved as safetensors into a spritetorch checkpoint.
 #include <filesystem>
 #include <iostream>
+#include <set>
 
 #include "commands.h"
 #include "common/error.h"
 #include "common/output_file.h"
+#include "config_file.h"
 #include "interop/import_meta.h"
 #include "interop/python_state.h"
 #include "interop/torch_file.h"
@@ -63,6 +65,17 @@ Subcommand add_export_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_flag("--overwrite", f->overwrite, "Replace OUT (and --reference) if they exist");
   return {sub, [f]() {
+            // Each is written in turn: one file for two of them would keep only the last.
+            if (same_file(f->out, f->checkpoint))
+              throw Error("OUT " + f->out + " is the --checkpoint itself",
+                          "export into another file; the checkpoint is kept as it is");
+            if (!f->reference.empty() && same_file(f->reference, f->checkpoint))
+              throw Error("--reference " + f->reference + " is the --checkpoint itself",
+                          "write the reference into another file");
+            if (!f->reference.empty() && same_file(f->reference, f->out))
+              throw Error("--reference " + f->reference + " and OUT " + f->out +
+                              " are the same file: the reference would replace the weights",
+                          "give the reference file another name");
             check_output_path(f->out, f->overwrite, "OUT");
             if (!f->reference.empty()) check_output_path(f->reference, f->overwrite, "--reference");
             const std::string format =
@@ -125,8 +138,18 @@ Subcommand add_import_command(CLI::App& app) {
   return {sub, [sub, f, config]() {
             check_output_path(f->out, f->overwrite, "OUT");
             const interop::TensorFile state = interop::read_safetensors(f->in);
-            const auto imported =
-                interop::import_meta(state, f->in, *config, sub->count("--dataset") > 0);
+            std::set<std::string> given;
+            for (const auto* option : sub->get_options())
+              if (option->count() > 0 && !set_by_environment(option))
+                given.insert(option->get_name());
+            const auto imported = interop::import_meta(state, f->in, *config, given);
+            // --data reads Fashion-MNIST only (its variable, a machine's setting, may stay set).
+            const CLI::Option* data = sub->get_option("--data");
+            if (data->count() > 0 && !set_by_environment(data) &&
+                imported.config.dataset != "fashion-mnist")
+              throw Error("--data is the Fashion-MNIST folder; these weights are for " +
+                              imported.config.dataset,
+                          "leave --data out");
             const auto& spec = imported.spec;
             const auto checkpoint =
                 interop::checkpoint_from_python(state, spec, imported.meta, f->in);

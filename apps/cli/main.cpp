@@ -91,7 +91,18 @@ int run(int argc, char** argv) {
     if (!e.hint().empty()) std::cerr << "hint: " << e.hint() << "\n";
     return 2;
   } catch (const c10::Error& e) {
-    std::cerr << "error: LibTorch: " << e.what_without_backtrace() << "\n";
+    // A host allocation that failed (a size no check caught): the input asked for too much, not a
+    // bug to report with exit 1.
+    const std::string message = e.what_without_backtrace();
+    if (message.find("not enough memory") != std::string::npos ||
+        message.find("to allocate") != std::string::npos) {
+      std::cerr << "error: out of memory: " << message.substr(0, message.find('\n')) << "\n"
+                << "hint: the sizes asked for need more memory than there is: fewer samples "
+                   "(--sprite-count, --per-class, --count) or a smaller --scale, --size or "
+                   "--batch-size\n";
+      return 2;
+    }
+    std::cerr << "error: LibTorch: " << message << "\n";
     return 1;
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";

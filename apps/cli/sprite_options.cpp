@@ -54,8 +54,9 @@ void add_sprite_data_options(CLI::App* sub, train::TrainConfig& config, bool tra
                   "sheet: label map, lines of 'TILE_INDEX CLASS' (row-major, from 0)")
       ->check(CLI::ExistingFile);
   sub->add_option("--sprite-count", s.count,
-                  "sprites: procedural sprites to generate (before the split)")
-      ->check(kPositive)
+                  "sprites: procedural sprites to generate (before the split; at most " +
+                      std::to_string(data::kMaxSpriteCount) + ")")
+      ->check(CLI::Range(int64_t{1}, data::kMaxSpriteCount))
       ->capture_default_str();
   if (training) {
     sub->add_option("--unet-base", config.unet_base,

@@ -16,6 +16,7 @@ namespace spritetorch {
 
 namespace {
 
+// Names the file the caller asked for: the temporary one is ours, not the user's.
 [[noreturn]] void throw_errno(const std::string& what, const std::string& path) {
   throw Error(what + " " + path + ": " + std::strerror(errno));
 }
@@ -46,7 +47,7 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
   const std::string tmp =
       (dir / ("." + target.filename().string() + ".tmp-" + std::to_string(::getpid()))).string();
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw_errno("cannot create", tmp);
+  if (fd < 0) throw_errno("cannot write", path);
   size_t done = 0;
   while (done < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
@@ -54,13 +55,13 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
       if (errno == EINTR) continue;
       ::close(fd);
       ::unlink(tmp.c_str());
-      throw_errno("cannot write", tmp);
+      throw_errno("cannot write", path);
     }
     done += static_cast<size_t>(n);
   }
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
     ::unlink(tmp.c_str());
-    throw_errno("cannot flush", tmp);
+    throw_errno("cannot write", path);
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     ::unlink(tmp.c_str());

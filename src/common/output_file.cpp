@@ -1,5 +1,9 @@
 #include "common/output_file.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include "common/error.h"
@@ -23,7 +27,26 @@ void check_output_path(const std::string& path, bool overwrite, const std::strin
     throw Error("cannot write " + path + " (given as " + flag + "): the folder " + folder.string() +
                     " does not exist",
                 "create it first, or choose another path");
+  // Files are written through a temporary file in the same folder (atomic_file.h), so the folder
+  // must take new files even where `path` exists and is writable.
+  const auto dir = folder.empty() ? std::filesystem::path(".") : folder;
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    throw Error("cannot write " + path + " (given as " + flag + "): the folder " + dir.string() +
+                    " is not writable (" + std::strerror(errno) + ")",
+                "choose a folder you may write to");
   check_new_output(path, overwrite, flag);
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(a, ec) && fs::exists(b, ec)) {
+    const bool same = fs::equivalent(a, b, ec);
+    if (!ec) return same;
+  }
+  const auto full_a = fs::weakly_canonical(fs::absolute(a, ec), ec);
+  const auto full_b = fs::weakly_canonical(fs::absolute(b, ec), ec);
+  return full_a == full_b;
 }
 
 }  // namespace spritetorch

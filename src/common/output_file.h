@@ -11,8 +11,13 @@ namespace spritetorch {
 // Throws Error naming `path` and `flag` when `path` exists and !overwrite.
 void check_new_output(const std::string& path, bool overwrite, const std::string& flag);
 
-// check_new_output, and the folder `path` goes into must exist: a sheet or report written after
-// minutes of work must not fail then for a typo in its folder.
+// check_new_output, and the folder `path` goes into must exist and be writable: a sheet or report
+// written after minutes of work must not fail then for a typo in its folder.
 void check_output_path(const std::string& path, bool overwrite, const std::string& flag);
+
+// True when `a` and `b` name the same file, whether it exists yet or not (through links, "..",
+// "./" or a relative and an absolute path): an output must not replace an input or another output
+// of the same command.
+bool same_file(const std::string& a, const std::string& b);
 
 }  // namespace spritetorch

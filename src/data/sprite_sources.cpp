@@ -5,11 +5,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <limits>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "common/error.h"
+#include "common/json_field.h"
 #include "data/loader.h"
 #include "data/procedural_sprites.h"
 #include "io/png.h"
@@ -60,6 +63,7 @@ struct SpriteField {
   const char* readers;  // the datasets that read it, as the messages name them
   bool (*reads)(const std::string& dataset);
   void (*reset)(SpriteOptions& o, const SpriteOptions& defaults);
+  std::string (*text)(const SpriteOptions& o);  // the value as the flag takes it
 };
 
 bool read_by_every_sprite_set(const std::string& d) { return is_sprite_dataset(d); }
@@ -71,26 +75,39 @@ const char* const kSheets = "sprite sheets (--dataset sheet:FILE)";
 
 const SpriteField kSpriteFields[] = {
     {"--size", kEverySpriteSet, read_by_every_sprite_set,
-     [](SpriteOptions& o, const SpriteOptions& d) { o.size = d.size; }},
+     [](SpriteOptions& o, const SpriteOptions& d) { o.size = d.size; },
+     [](const SpriteOptions& o) { return std::to_string(o.size); }},
     {"--holdout", kEverySpriteSet, read_by_every_sprite_set,
-     [](SpriteOptions& o, const SpriteOptions& d) { o.holdout = d.holdout; }},
+     [](SpriteOptions& o, const SpriteOptions& d) { o.holdout = d.holdout; },
+     [](const SpriteOptions& o) { return nlohmann::json(o.holdout).dump(); }},
     {"--resize", kEverySpriteSet, read_by_every_sprite_set,
-     [](SpriteOptions& o, const SpriteOptions& d) { o.resize = d.resize; }},
+     [](SpriteOptions& o, const SpriteOptions& d) { o.resize = d.resize; },
+     [](const SpriteOptions& o) { return o.resize; }},
     {"--data-seed", kEverySpriteSet, read_by_every_sprite_set,
-     [](SpriteOptions& o, const SpriteOptions& d) { o.seed = d.seed; }},
+     [](SpriteOptions& o, const SpriteOptions& d) { o.seed = d.seed; },
+     [](const SpriteOptions& o) { return std::to_string(o.seed); }},
     {"--sprite-count", "the procedural sprites (--dataset sprites)", read_by_procedural,
-     [](SpriteOptions& o, const SpriteOptions& d) { o.count = d.count; }},
+     [](SpriteOptions& o, const SpriteOptions& d) { o.count = d.count; },
+     [](const SpriteOptions& o) { return std::to_string(o.count); }},
     {"--tile", kSheets, read_by_sheets,
      [](SpriteOptions& o, const SpriteOptions& d) {
        o.tile_w = d.tile_w;
        o.tile_h = d.tile_h;
+     },
+     [](const SpriteOptions& o) {
+       return std::to_string(o.tile_w) + "x" + std::to_string(o.tile_h);
      }},
     {"--spacing", kSheets, read_by_sheets,
-     [](SpriteOptions& o, const SpriteOptions& d) { o.spacing = d.spacing; }},
+     [](SpriteOptions& o, const SpriteOptions& d) { o.spacing = d.spacing; },
+     [](const SpriteOptions& o) { return std::to_string(o.spacing); }},
     {"--margin", kSheets, read_by_sheets,
-     [](SpriteOptions& o, const SpriteOptions& d) { o.margin = d.margin; }},
+     [](SpriteOptions& o, const SpriteOptions& d) { o.margin = d.margin; },
+     [](const SpriteOptions& o) { return std::to_string(o.margin); }},
     {"--labels", kSheets, read_by_sheets,
-     [](SpriteOptions& o, const SpriteOptions& d) { o.label_map = d.label_map; }},
+     [](SpriteOptions& o, const SpriteOptions& d) { o.label_map = d.label_map; },
+     [](const SpriteOptions& o) {
+       return o.label_map.empty() ? std::string("(none)") : o.label_map;
+     }},
 };
 
 }  // namespace
@@ -105,6 +122,21 @@ void check_sprite_options_apply(const std::string& dataset, const SpriteOptions&
     if (sprite_options_json(unset) != given)
       throw Error(std::string(f.flag) + " applies to " + f.readers + ", not --dataset " + dataset,
                   std::string("leave ") + f.flag + " out, or choose a dataset that reads it");
+  }
+}
+
+void check_given_sprite_options_match(const std::string& dataset, const SpriteOptions& options,
+                                      const SpriteOptions& recorded,
+                                      const std::set<std::string>& given,
+                                      const std::string& recorded_in) {
+  for (const SpriteField& f : kSpriteFields) {
+    if (!f.reads(dataset) || !given.count(f.flag)) continue;
+    if (f.text(options) != f.text(recorded))
+      throw Error(std::string(f.flag) + " " + f.text(options) + ": " + recorded_in + " records " +
+                      f.flag + " " + f.text(recorded) + " for " + dataset,
+                  std::string("leave ") + f.flag +
+                      " out to use the recorded value; weights trained on other data "
+                      "need --dataset as well");
   }
 }
 
@@ -133,6 +165,9 @@ std::pair<int64_t, int64_t> parse_tile(const std::string& text) {
 Dataset load_sprite_dataset(const std::string& spec, const SpriteOptions& options) {
   check_size(options.size);
   if (spec == "sprites") {
+    if (options.count > kMaxSpriteCount)
+      throw Error("--sprite-count " + std::to_string(options.count) + ": at most " +
+                  std::to_string(kMaxSpriteCount) + " procedural sprites");
     Dataset d = make_procedural_sprites(options.count, options.seed);
     if (options.size != kProceduralSpriteSize)
       d.inputs = io::resize_sprites(d.inputs, options.size, options.resize);
@@ -231,12 +266,32 @@ SheetGrid cut_sheet(const torch::Tensor& sheet, const std::string& file, const S
       if (pixels.select(2, 3).max().item<int>() == 0) continue;  // fully transparent: an empty slot
       grid.tiles.push_back({r * grid.cols + c, r, c, std::move(pixels)});
     }
+  // A sheet that is not a whole number of tiles: the strip past the last column or row is cut
+  // off, which loses sprites when it holds any (a wrong --tile, --spacing or --margin).
+  const int64_t covered_w = o.margin + grid.cols * (o.tile_w + o.spacing) - o.spacing;
+  const int64_t covered_h = o.margin + grid.rows * (o.tile_h + o.spacing) - o.spacing;
+  const auto visible = [&](int64_t y0, int64_t y1, int64_t x0, int64_t x1) {
+    return y1 > y0 && x1 > x0 &&
+           sheet.narrow(0, y0, y1 - y0).narrow(1, x0, x1 - x0).select(2, 3).max().item<int>() > 0;
+  };
+  std::vector<std::string> strips;
+  if (visible(0, h, covered_w, w - o.margin))
+    strips.push_back(std::to_string(w - o.margin - covered_w) + " pixel columns on the right");
+  if (visible(covered_h, h - o.margin, 0, w))
+    strips.push_back(std::to_string(h - o.margin - covered_h) + " pixel rows at the bottom");
+  if (!strips.empty())
+    grid.uncovered = file + " is " + std::to_string(w) + "x" + std::to_string(h) + ": its " +
+                     strips[0] + (strips.size() > 1 ? " and " + strips[1] : "") +
+                     " hold visible pixels that no " + std::to_string(o.tile_w) + "x" +
+                     std::to_string(o.tile_h) +
+                     " tile covers (check --tile, --spacing and --margin)";
   return grid;
 }
 
 Dataset read_sprite_sheet(const std::string& file, const SpriteOptions& o) {
   check_size(o.size);
   const SheetGrid grid = cut_sheet(io::read_png(file), file, o);
+  if (!grid.uncovered.empty()) std::cerr << "note: " << grid.uncovered << "\n";
   const int64_t slots = grid.rows * grid.cols;
   // Optional label map: "TILE_INDEX CLASS" per line; tiles it does not name are left out.
   std::map<int64_t, std::string> names;
@@ -294,18 +349,35 @@ nlohmann::json sprite_options_json(const SpriteOptions& o) {
           {"resize", o.resize}};
 }
 
-SpriteOptions sprite_options_from_json(const nlohmann::json& j) {
+SpriteOptions sprite_options_from_json(const nlohmann::json& j, const std::string& source) {
   SpriteOptions o;
-  o.size = j.value("size", o.size);
-  o.count = j.value("count", o.count);
-  o.seed = j.value("seed", o.seed);
-  o.tile_w = j.value("tile_w", o.tile_w);
-  o.tile_h = j.value("tile_h", o.tile_h);
-  o.spacing = j.value("spacing", o.spacing);
-  o.margin = j.value("margin", o.margin);
-  o.label_map = j.value("label_map", o.label_map);
-  o.holdout = j.value("holdout", o.holdout);
-  o.resize = j.value("resize", std::string("nearest"));  // checkpoints from before "area"
+  auto field = [&](const char* key, auto fallback) {
+    return json_field(j, key, fallback, source, std::string("sprites.") + key);
+  };
+  o.size = field("size", o.size);
+  o.count = field("count", o.count);
+  o.seed = field("seed", o.seed);
+  o.tile_w = field("tile_w", o.tile_w);
+  o.tile_h = field("tile_h", o.tile_h);
+  o.spacing = field("spacing", o.spacing);
+  o.margin = field("margin", o.margin);
+  o.label_map = field("label_map", o.label_map);
+  o.holdout = field("holdout", o.holdout);
+  o.resize = field("resize", std::string("nearest"));  // checkpoints from before "area"
+  // The readers' own checks name the flags, which this file's user never gave.
+  auto out_of_range = [&](const char* key, const std::string& expected) {
+    throw DataError(source, std::string("metadata 'sprites.") + key + "' " + expected,
+                    j.at(key).dump());
+  };
+  if (o.size != 16 && o.size != 32 && o.size != 64) out_of_range("size", "16, 32 or 64");
+  if (o.count <= 0 || o.count > kMaxSpriteCount)
+    out_of_range("count", "from 1 to " + std::to_string(kMaxSpriteCount));
+  if (o.tile_w < 1 || o.tile_w > 4096) out_of_range("tile_w", "from 1 to 4096");
+  if (o.tile_h < 1 || o.tile_h > 4096) out_of_range("tile_h", "from 1 to 4096");
+  if (o.spacing < 0) out_of_range("spacing", ">= 0");
+  if (o.margin < 0) out_of_range("margin", ">= 0");
+  if (!(o.holdout >= 0.0 && o.holdout <= 0.95)) out_of_range("holdout", "from 0 to 0.95");
+  if (o.resize != "area" && o.resize != "nearest") out_of_range("resize", "area or nearest");
   return o;
 }
 

@@ -13,12 +13,16 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "data/dataset.h"
 
 namespace spritetorch::data {
+
+// The most procedural sprites --sprite-count makes: 1 GiB of 16x16 RGBA (16 GiB at --size 64).
+constexpr int64_t kMaxSpriteCount = 1'000'000;
 
 struct SpriteOptions {
   int64_t size = 16;     // model size S: 16, 32 or 64
@@ -47,6 +51,14 @@ void check_sprite_options_apply(const std::string& dataset, const SpriteOptions&
 // whatever was passed, read or not.
 SpriteOptions sprite_options_read_by(const std::string& dataset, SpriteOptions options);
 
+// Throws Error when a flag in `given` (e.g. "--size") that `dataset` reads holds another value in
+// `options` than in `recorded`, the options `recorded_in` (a file's metadata) holds; the message
+// names both values.
+void check_given_sprite_options_match(const std::string& dataset, const SpriteOptions& options,
+                                      const SpriteOptions& recorded,
+                                      const std::set<std::string>& given,
+                                      const std::string& recorded_in);
+
 // The whole dataset a spec names (no split).
 Dataset load_sprite_dataset(const std::string& spec, const SpriteOptions& options);
 
@@ -71,6 +83,9 @@ struct SheetTile {
 struct SheetGrid {
   int64_t rows = 0, cols = 0;
   std::vector<SheetTile> tiles;  // the non-transparent ones
+  // Not empty when the sheet's edge strip past the last whole tile holds visible pixels: a note
+  // naming the file and the strip (read_sprite_sheet prints it to stderr).
+  std::string uncovered;
 };
 SheetGrid cut_sheet(const torch::Tensor& sheet, const std::string& file,
                     const SpriteOptions& options);
@@ -88,8 +103,11 @@ NpyArray read_npy(const std::string& file);
 NpyArray parse_npy(const std::string& bytes, const std::string& name);
 
 // SpriteOptions in a checkpoint's metadata, so eval / classify / generate reload the same data.
+// Reading throws DataError naming `source` and the field for a value of the wrong JSON type or out
+// of the range the flag takes.
 nlohmann::json sprite_options_json(const SpriteOptions& options);
-SpriteOptions sprite_options_from_json(const nlohmann::json& json);
+SpriteOptions sprite_options_from_json(const nlohmann::json& json,
+                                       const std::string& source = "checkpoint metadata");
 
 // "16x16" -> {16, 16}; throws Error on anything else.
 std::pair<int64_t, int64_t> parse_tile(const std::string& text);

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "common/json_field.h"
 #include "common/timer.h"
 #include "device/device.h"
 #include "diffusion/cuda_graph_sampler.h"
@@ -86,9 +87,10 @@ AlphaMode alpha_mode_of(const torch::Tensor& sprites) {
 }
 
 void check_generator_checkpoint(const train::Checkpoint& c, const std::string& source) {
-  if (c.meta.value("task", std::string()) != "generate")
+  if (json_field(c.meta, "task", std::string(), source, "task") != "generate")
     throw DataError(source, "a generator checkpoint (train --task generate)",
-                    "a '" + c.meta.value("model", std::string("?")) + "' classifier checkpoint");
+                    "a '" + json_field(c.meta, "model", std::string("?"), source, "model") +
+                        "' classifier checkpoint");
 }
 
 CheckpointDesign checkpoint_design(const nlohmann::json& meta) {

@@ -1,28 +1,52 @@
 #include "interop/import_meta.h"
 
 #include "common/error.h"
+#include "common/json_field.h"
 #include "data/sprite_sources.h"
 #include "train/trainer.h"
 
 namespace spritetorch::interop {
 
 ImportMeta import_meta(const TensorFile& state, const std::string& source,
-                       train::TrainConfig config, bool dataset_given) {
+                       train::TrainConfig config, const std::set<std::string>& given) {
   nlohmann::json exported;
   if (auto it = state.metadata.find("spritetorch"); it != state.metadata.end()) {
     exported = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
     if (!exported.is_object())
       throw DataError(source, "__metadata__.spritetorch holding a JSON object",
                       it->second.substr(0, 200));
+  } else {
+    exported = nlohmann::json::object();
   }
-  if (!dataset_given && exported.contains("dataset") && exported["dataset"].is_string()) {
-    config.dataset = exported["dataset"].get<std::string>();
-    if (exported.contains("sprites"))  // as a checkpoint's: fields the dataset reads
-      config.sprites = data::sprite_options_read_by(
-          config.dataset, data::sprite_options_from_json(exported["sprites"]));
+  const std::string where = source + " (__metadata__.spritetorch)";
+  const std::string recorded_dataset =
+      json_field(exported, "dataset", std::string(), where, "dataset");
+  // The recorded data, unless --dataset names other data: the weights were trained on it, so the
+  // data options given must agree with it (a model trained at --size 32 cannot take 16).
+  if (!recorded_dataset.empty() &&
+      (!given.count("--dataset") || config.dataset == recorded_dataset)) {
+    config.dataset = recorded_dataset;
+    if (exported.contains("sprites")) {  // as a checkpoint's: fields the dataset reads
+      const auto recorded = data::sprite_options_read_by(
+          config.dataset, data::sprite_options_from_json(exported["sprites"], where));
+      data::check_sprite_options_apply(config.dataset, config.sprites);  // before they are replaced
+      data::check_given_sprite_options_match(config.dataset, config.sprites, recorded, given,
+                                             "the metadata of " + source);
+      config.sprites = recorded;
+    }
+    if (exported.contains("seed")) {
+      const auto seed = json_field(exported, "seed", uint64_t{0}, where, "seed");
+      if (!given.count("--seed")) {
+        config.seed = seed;
+      } else if (config.dataset == "dummy" && config.seed != seed) {  // the dummy data's seed
+        throw Error("--seed " + std::to_string(config.seed) + ": the metadata of " + source +
+                        " records --seed " + std::to_string(seed) + " for the dummy dataset",
+                    "leave --seed out to use the recorded value");
+      }
+    }
   }
-  if (config.model.empty() && exported.contains("model") && exported["model"].is_string())
-    config.model = exported["model"].get<std::string>();
+  if (config.model.empty())
+    config.model = json_field(exported, "model", std::string(), where, "model");
   if (config.model.empty()) config.model = train::default_model(config);
 
   // The dataset decides the input shape and the classes, exactly as training would.

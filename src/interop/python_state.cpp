@@ -4,6 +4,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "common/json_field.h"
 #include "data/dataset.h"
 #include "train/model_state.h"
 #include "train/trainer.h"
@@ -42,7 +43,7 @@ std::string our_name(const std::string& model, const std::string& python) {
 }
 
 TensorFile python_state_dict(const train::Checkpoint& checkpoint, const std::string& source) {
-  if (checkpoint.meta.value("task", std::string()) == "generate")
+  if (json_field(checkpoint.meta, "task", std::string(), source, "task") == "generate")
     throw DataError(source, "a classifier checkpoint (ann, simplenn, cnn)",
                     "a sprite generator checkpoint",
                     "export covers the classifiers; the generator's UNet has no Python twin in "
@@ -51,11 +52,16 @@ TensorFile python_state_dict(const train::Checkpoint& checkpoint, const std::str
   auto model = train::model_from_checkpoint(checkpoint, source, torch::kCPU);
   const std::string model_name = checkpoint.meta.at("model").get<std::string>();
   TensorFile out;
-  for (const auto& p : model->named_parameters())
-    out.tensors.emplace_back(python_name(model_name, p.key()),
-                             p.value().detach().to(torch::kFloat32).contiguous());
-  for (const auto& b : model->named_buffers())
-    out.tensors.emplace_back(python_name(model_name, b.key()), b.value().contiguous());
+  // Python's state_dict order: module by module, each one's parameters, then its buffers
+  // (BatchNorm's running statistics follow its weight and bias).
+  for (const auto& m : model->named_modules("", /*include_self=*/true)) {
+    const std::string prefix = m.key().empty() ? "" : m.key() + ".";
+    for (const auto& p : m.value()->named_parameters(/*recurse=*/false))
+      out.tensors.emplace_back(python_name(model_name, prefix + p.key()),
+                               p.value().detach().to(torch::kFloat32).contiguous());
+    for (const auto& b : m.value()->named_buffers(/*recurse=*/false))
+      out.tensors.emplace_back(python_name(model_name, prefix + b.key()), b.value().contiguous());
+  }
   nlohmann::json meta = checkpoint.meta;
   meta.erase("run");  // mid-run state belongs to resuming, not to the weights
   meta.erase("grad_scaler");
@@ -72,20 +78,28 @@ train::Checkpoint checkpoint_from_python(const TensorFile& state, const models::
   auto take = [&](const std::string& ours, const torch::Tensor& target) {
     const std::string key = python_name(spec.name, ours);
     const torch::Tensor* found = state.find(key);
-    const std::string wanted = "'" + key + "' of shape " + dims(target) + " F32";
+    // Integer buffers (BatchNorm's num_batches_tracked) stay integers under model.float(), and
+    // PyTorch and our export save them as I64: any integer dtype is taken for them.
+    const bool integer = !c10::isFloatingType(target.scalar_type());
+    const std::string wanted =
+        "'" + key + "' of shape " + dims(target) + (integer ? " of an integer dtype" : " F32");
     if (!found)
       throw DataError(source, "a tensor " + wanted + " (model '" + spec.name + "')", "no such key",
                       "the keys of model '" + spec.name + "' are " +
                           python_keys(spec.name, *model) + " (docs/interop.md)");
-    if (found->scalar_type() != torch::kFloat32)
+    const bool dtype_fits = integer
+                                ? c10::isIntegralType(found->scalar_type(), /*includeBool=*/false)
+                                : found->scalar_type() == torch::kFloat32;
+    if (!dtype_fits)
       throw DataError(source, "tensor " + wanted, safetensors_dtype(found->scalar_type()),
-                      "save the state dict of model.float()");
+                      integer ? "save the model's own state dict (model.state_dict())"
+                              : "save the state dict of model.float()");
     if (found->sizes() != target.sizes())
       throw DataError(source, "tensor " + wanted, "shape " + dims(*found),
                       "check --model and the dataset options (input shape, class count)");
     if (!torch::isfinite(*found).all().item<bool>())
       throw DataError(source, "finite values in tensor '" + key + "'", "NaN or infinity");
-    out.model[ours] = found->clone();
+    out.model[ours] = found->to(target.scalar_type()).clone();
     used.insert(key);
   };
   for (const auto& p : model->named_parameters()) take(p.key(), p.value());

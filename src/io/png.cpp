@@ -147,16 +147,38 @@ torch::Tensor resize_sprites(const torch::Tensor& images, int64_t size, const st
   throw Error("unknown sprite resize '" + method + "': expected area or nearest");
 }
 
+namespace {
+
+int64_t sheet_columns(int64_t n, const SheetOptions& options) {
+  return options.columns > 0
+             ? options.columns
+             : std::max<int64_t>(
+                   1, static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(n)))));
+}
+
+}  // namespace
+
+void check_sheet_size(int64_t count, int64_t h, int64_t w, const SheetOptions& options) {
+  const int64_t cols = sheet_columns(count, options), p = options.padding;
+  const int64_t rows = std::max<int64_t>(1, (count + cols - 1) / cols);
+  // In long double: the factors come from flags and may be absurd.
+  const long double height = (static_cast<long double>(rows) * (h + p) + p) * options.scale;
+  const long double width = (static_cast<long double>(cols) * (w + p) + p) * options.scale;
+  if (height > kMaxSheetSide || width > kMaxSheetSide || height * width > kMaxSheetPixels)
+    throw Error("a sheet of " + std::to_string(static_cast<uint64_t>(width)) + "x" +
+                    std::to_string(static_cast<uint64_t>(height)) + " pixels: sheets are at most " +
+                    std::to_string(kMaxSheetSide) + " pixels a side and " +
+                    std::to_string(kMaxSheetPixels) + " pixels in all",
+                "fewer sprites a row or in all, or a smaller --scale");
+}
+
 torch::Tensor make_sheet(const torch::Tensor& sprites_in, const SheetOptions& options) {
   if (sprites_in.dim() != 4 || sprites_in.size(1) != 4)
     throw Error("a sprite sheet needs (N, 4, H, W) sprites, found " + c10::str(sprites_in.sizes()));
   const auto sprites = sprites_in.cpu().to(torch::kUInt8);
   const int64_t n = sprites.size(0), h = sprites.size(2), w = sprites.size(3), p = options.padding;
-  const int64_t cols =
-      options.columns > 0
-          ? options.columns
-          : std::max<int64_t>(1,
-                              static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(n)))));
+  check_sheet_size(n, h, w, options);
+  const int64_t cols = sheet_columns(n, options);
   const int64_t rows = std::max<int64_t>(1, (n + cols - 1) / cols);
   auto sheet = torch::zeros({rows * (h + p) + p, cols * (w + p) + p, 4}, torch::kUInt8);
   for (int64_t i = 0; i < n; ++i) {

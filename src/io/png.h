@@ -48,8 +48,15 @@ struct SheetOptions {
   int64_t padding = 1;  // transparent pixels between tiles and around the sheet (before scaling)
   int64_t scale = 1;    // nearest-neighbour factor applied to the whole sheet
 };
+// The largest sheet make_sheet draws: read_png's limit on a side (so that a sheet can be read
+// back), and 2^28 pixels (1 GiB of RGBA) in all.
+constexpr int64_t kMaxSheetSide = 1 << 16;
+constexpr int64_t kMaxSheetPixels = int64_t{1} << 28;
+// Throws Error naming the sheet's size when `count` sprites of h x w pixels laid out by `options`
+// exceed those limits: commands call it before the work that makes the sprites.
+void check_sheet_size(int64_t count, int64_t h, int64_t w, const SheetOptions& options);
 // Lays (N, 4, H, W) uint8 sprites out in a grid: (rows*(H+p)+p, cols*(W+p)+p, 4) * scale, RGBA,
-// transparent background. On the CPU.
+// transparent background. On the CPU. check_sheet_size first.
 torch::Tensor make_sheet(const torch::Tensor& sprites, const SheetOptions& options = {});
 // A generator's samples during training, (N, 4, S, S): one row per class (`per_class` columns),
 // small sprites enlarged to about 64 pixels. The run folder's samples/epoch-NNN.png and

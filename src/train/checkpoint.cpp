@@ -3,6 +3,7 @@
 #include <zlib.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <vector>
 
@@ -148,7 +149,20 @@ void save_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
   write_file_atomically(path, file);
 }
 
+namespace {
+
+// A folder opens as a stream on Linux and fails only when read, with libstdc++'s raw message.
+void refuse_folder(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw DataError(path, "a checkpoint file", "a folder",
+                    "checkpoints are files written by `spritetorch train --save PATH`");
+}
+
+}  // namespace
+
 Checkpoint load_checkpoint(const std::string& path) {
+  refuse_folder(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw DataError(path, "a readable checkpoint file", "a file that cannot be opened");
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -156,6 +170,7 @@ Checkpoint load_checkpoint(const std::string& path) {
 }
 
 std::optional<nlohmann::json> peek_checkpoint_meta(const std::string& path) {
+  refuse_folder(path);
   std::ifstream in(path, std::ios::binary);
   char head[kHeaderSize + 4];
   if (!in.read(head, sizeof head) || std::memcmp(head, kMagic, sizeof kMagic) != 0 ||

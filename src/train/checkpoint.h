@@ -38,12 +38,12 @@ struct Checkpoint {
 };
 
 void save_checkpoint(const std::string& path, const Checkpoint& checkpoint);
-// Throws DataError naming the file when it is not a spritetorch checkpoint, is truncated, fails its
-// checksum or comes from a newer format version.
+// Throws DataError naming the file when it is a folder or not a spritetorch checkpoint, is
+// truncated, fails its checksum or comes from a newer format version.
 Checkpoint load_checkpoint(const std::string& path);
 // The metadata alone, read from the front of the file without the checksum over the whole payload
 // (a few KB however large the weights): for naming things before the run reads the file properly.
-// nullopt when it is not a readable checkpoint of this version.
+// nullopt when it is not a readable checkpoint of this version; DataError when it is a folder.
 std::optional<nlohmann::json> peek_checkpoint_meta(const std::string& path);
 // The same checks on bytes already in memory; `source` names them in errors. (Fuzz targets use it.)
 Checkpoint load_checkpoint_bytes(const std::string& bytes, const std::string& source);

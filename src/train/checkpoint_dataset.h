@@ -12,7 +12,9 @@ namespace spritetorch::train {
 // field: sprites for generators, else fashion-mnist), "seed" (else 1; the dummy dataset depends on
 // it) and "sprites" (the sprite options: size, holdout, data seed, resize...; where absent, those
 // older checkpoints were trained with: resize "nearest"). The rest keeps its defaults;
-// data_dir and the limits are the caller's. load_datasets(result) gives the run's split.
-TrainConfig checkpoint_data_config(const nlohmann::json& meta);
+// data_dir and the limits are the caller's. load_datasets(result) gives the run's split. A field
+// of the wrong JSON type or out of range is a DataError naming `source` (the checkpoint file).
+TrainConfig checkpoint_data_config(const nlohmann::json& meta,
+                                   const std::string& source = "checkpoint metadata");
 
 }  // namespace spritetorch::train

@@ -1,6 +1,7 @@
 #include "train/classifier_task.h"
 
 #include "common/error.h"
+#include "common/json_field.h"
 #include "train/amp_step.h"
 #include "train/data_parallel.h"
 
@@ -32,9 +33,11 @@ ForwardFn flip_averaged(ForwardFn forward) {
   };
 }
 
-ForwardFn checkpoint_forward(const nlohmann::json& meta, const models::Classifier& model) {
+ForwardFn checkpoint_forward(const nlohmann::json& meta, const models::Classifier& model,
+                             const std::string& source) {
   ForwardFn forward = [model](const torch::Tensor& x) { return model->forward(x); };
-  if (meta.value("test_time_augment", std::string("none")) == "flip")
+  if (json_field(meta, "test_time_augment", std::string("none"), source, "test_time_augment") ==
+      "flip")
     return flip_averaged(std::move(forward));
   return forward;
 }

@@ -35,7 +35,8 @@ struct ClassifierOptions {
 ForwardFn flip_averaged(ForwardFn forward);
 // A checkpointed classifier's forward as its training run evaluated it: flip_averaged when its
 // meta says test_time_augment = flip (eval and classify use it).
-ForwardFn checkpoint_forward(const nlohmann::json& meta, const models::Classifier& model);
+ForwardFn checkpoint_forward(const nlohmann::json& meta, const models::Classifier& model,
+                             const std::string& source = "checkpoint metadata");
 
 class ClassifierTask : public Task {
  public:

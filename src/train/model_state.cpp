@@ -1,6 +1,7 @@
 #include "train/model_state.h"
 
 #include "common/error.h"
+#include "common/json_field.h"
 #include "train/run_state.h"
 
 namespace spritetorch::train {
@@ -35,13 +36,14 @@ void load_model_state(torch::nn::Module& model, const std::map<std::string, torc
 models::Classifier model_from_checkpoint(const Checkpoint& checkpoint, const std::string& source,
                                          torch::Device device) {
   models::ModelSpec spec;
-  try {
-    spec.name = checkpoint.meta.at("model").get<std::string>();
-    spec.input_shape = checkpoint.meta.at("input_shape").get<std::vector<int64_t>>();
-    spec.classes = checkpoint.meta.at("classes").get<int64_t>();
-  } catch (const nlohmann::json::exception& e) {
-    throw DataError(source, "metadata with model, input_shape and classes", e.what());
-  }
+  for (const char* key : {"model", "input_shape", "classes"})
+    if (!checkpoint.meta.contains(key))
+      throw DataError(source, "metadata with model, input_shape and classes",
+                      std::string("no '") + key + "'");
+  spec.name = json_field(checkpoint.meta, "model", std::string(), source, "model");
+  spec.input_shape =
+      json_field(checkpoint.meta, "input_shape", std::vector<int64_t>(), source, "input_shape");
+  spec.classes = json_field(checkpoint.meta, "classes", int64_t{0}, source, "classes");
   int64_t file_values = 0;
   for (const auto& [name, t] : checkpoint.model) file_values += t.numel();
   check_model_spec(spec, file_values, source);  // a hostile file must not size our allocations

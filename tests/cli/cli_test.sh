@@ -109,6 +109,10 @@ expect 2 "excludes" -- train --device cpu --dataset dummy --model simplenn --cud
 echo "hello" > "$tmp/not-a-checkpoint.pt"
 expect 2 "expected a spritetorch checkpoint" -- eval --checkpoint "$tmp/not-a-checkpoint.pt"
 expect 2 "expected a spritetorch checkpoint" -- train --dataset dummy --model simplenn --resume "$tmp/not-a-checkpoint.pt"
+# A folder is named as one, not reported as a stream error (exit 1).
+expect 2 "$tmp: expected a checkpoint file, found a folder" -- eval --checkpoint "$tmp"
+expect 2 "$tmp: expected a checkpoint file, found a folder" -- classify --checkpoint "$tmp" "$tmp/bad.png"
+expect 2 "$tmp: expected a checkpoint file, found a folder" -- generate --checkpoint "$tmp" --out "$tmp/x.png"
 
 # A real round trip on the dummy data: train, save, evaluate, resume; JSON on stdout.
 expect 0 "Test Accuracy: " -- train --dataset dummy --model simplenn --epochs 2 --save "$tmp/s.pt"
@@ -158,6 +162,13 @@ for d in ("liar", "cutgz"):  # valid labels, so that the images file is the one 
 PY
 expect 2 "badcrc.pt: expected a payload matching its CRC-32" -- eval --checkpoint "$tmp/badcrc.pt"
 expect 2 "hugelen.pt: expected 18446744073709551615 payload bytes" -- train --dataset dummy --resume "$tmp/hugelen.pt"
+# export writes OUT, then --reference: one file for both, or for the checkpoint, is refused.
+expect 2 "--reference $tmp/./same.safetensors and OUT $tmp/same.safetensors are the same file" -- export --checkpoint "$tmp/s.pt" "$tmp/same.safetensors" --reference "$tmp/./same.safetensors"
+check_absent() { if [ -e "$1" ]; then echo "FAIL: $1 was written"; fails=$((fails + 1)); else passes=$((passes + 1)); fi; }
+check_absent "$tmp/same.safetensors"
+expect 2 "OUT $tmp/s.pt is the --checkpoint itself" -- export --checkpoint "$tmp/s.pt" "$tmp/s.pt" --format torch --overwrite
+expect 2 "--reference $tmp/s.pt is the --checkpoint itself" -- export --checkpoint "$tmp/s.pt" "$tmp/s.safetensors" --reference "$tmp/s.pt" --overwrite
+expect 0 "Confusion matrix" -- eval --checkpoint "$tmp/s.pt"
 expect 2 "train-images-idx3-ubyte: expected at most" -- train --data "$tmp/liar"
 expect 2 "train-images-idx3-ubyte.gz: expected" -- train --data "$tmp/cutgz"
 
@@ -183,6 +194,12 @@ expect 0 "sprite \(" -- data preview --dataset "sheet:$(dirname "$0")/../fixture
 # Sprites of another size: area means down by default, nearest neighbour on request, nothing else.
 expect 0 "rows:" -- data preview --dataset sprites --sprite-count 80 --per-class 4 --size 32 --resize nearest --out "$tmp/preview32.png"
 expect 2 "--resize: bicubic not in \{area,nearest\}" -- data preview --dataset sprites --sprite-count 80 --resize bicubic --out "$tmp/x.png"
+# Sizes past the documented limits are refused before anything is allocated; so is an empty split.
+expect 2 "--sprite-count: Value 100000000000 not in range 1 to 1000000" -- data preview --dataset sprites --sprite-count 100000000000 --out "$tmp/x.png"
+expect 2 "--per-class: Value 100000 not in range 1 to 4096" -- data preview --dataset sprites --sprite-count 80 --per-class 100000 --out "$tmp/x.png"
+expect 2 "a sheet of [0-9]+x[0-9]+ pixels: sheets are at most 65536 pixels a side and 268435456 pixels in all" -- data preview --dataset sprites --sprite-count 80 --per-class 4096 --scale 64 --out "$tmp/x.png"
+expect 2 "--split test of .* holds no samples \(--holdout 0 holds none out\)" -- data preview --dataset sprites --sprite-count 80 --split test --holdout 0 --out "$tmp/x.png"
+check_absent "$tmp/x.png"
 # So are a process group's options in one process; streaming's options on resident data are named
 # in the settings (SPRITETORCH_WORKERS may set them for a machine).
 expect 2 "--bucket-mb applies to ddp runs .*this run is a single process" -- train --dataset dummy --epochs 1 --no-run-dir --bucket-mb 10
@@ -201,6 +218,34 @@ expect 2 "--size applies to sprite datasets .*not --dataset dummy" -- train --da
 expect 2 "--tile applies to sprite sheets .*not --dataset sprites" -- data preview --dataset sprites --sprite-count 80 --tile 8x8 --out "$tmp/x.png"
 expect 0 "$tmp/preview.png	[a-z]+	[01]\.[0-9]+" -- classify --checkpoint "$tmp/c.pt" "$tmp/preview.png"
 expect 2 "is a generator checkpoint|expected a spritetorch checkpoint" -- classify --checkpoint "$tmp/not-a-checkpoint.pt" "$tmp/preview.png"
+# Hand-edited metadata of the wrong type or range: the file and the field, exit 2.
+python3 - "$tmp" <<'PY'
+import json, struct, sys, zlib
+t = sys.argv[1]
+b = open(f"{t}/c.pt", "rb").read()
+p = b[32:]; n, = struct.unpack("<I", p[:4]); meta = json.loads(p[4:4 + n]); rest = p[4 + n:]
+def write(name, **changes):
+    m = json.dumps(dict(meta, **changes)).encode(); q = struct.pack("<I", len(m)) + m + rest
+    open(f"{t}/{name}", "wb").write(b[:20] + struct.pack("<QI", len(q), zlib.crc32(q)) + q)
+write("c_names.pt", class_names=5)
+write("c_sprites.pt", sprites={"size": "big"})
+write("c_size.pt", sprites=dict(meta["sprites"], size=48))
+write("c_task.pt", task=3)
+PY
+expect 2 "c_names.pt: expected metadata 'class_names' as a list of strings, found a JSON number" -- classify --checkpoint "$tmp/c_names.pt" "$tmp/preview.png"
+expect 2 "c_sprites.pt: expected metadata 'sprites.size' as an integer, found a JSON string" -- eval --checkpoint "$tmp/c_sprites.pt"
+expect 2 "c_size.pt: expected metadata 'sprites.size' 16, 32 or 64, found 48" -- eval --checkpoint "$tmp/c_size.pt"
+expect 2 "c_task.pt: expected metadata 'task' as a string, found a JSON number" -- eval --checkpoint "$tmp/c_task.pt"
+expect 2 "c_task.pt: expected metadata 'task' as a string, found a JSON number" -- generate --checkpoint "$tmp/c_task.pt" --out "$tmp/x.png"
+# --data reads Fashion-MNIST only: for other data it is refused, not ignored (its variable may stay set).
+expect 2 "--data is the Fashion-MNIST folder; $tmp/c.pt was trained on sprites" -- eval --checkpoint "$tmp/c.pt" --data "$tmp/nowhere"
+SPRITETORCH_DATA="$tmp/nowhere" expect 0 "Confusion matrix" -- eval --checkpoint "$tmp/c.pt"
+# import: the data options an export recorded are the weights' own; one given otherwise is refused.
+expect 0 "Wrote $tmp/c.safetensors" -- export --checkpoint "$tmp/c.pt" "$tmp/c.safetensors"
+expect 2 "--size 32: the metadata of $tmp/c.safetensors records --size 16 for sprites" -- import "$tmp/c.safetensors" "$tmp/c_back.pt" --size 32
+expect 2 "--sprite-count 10: the metadata of $tmp/c.safetensors records --sprite-count 200 for sprites" -- import "$tmp/c.safetensors" "$tmp/c_back.pt" --sprite-count 10
+expect 2 "--data is the Fashion-MNIST folder; these weights are for sprites" -- import "$tmp/c.safetensors" "$tmp/c_back.pt" --data "$tmp"
+expect 0 "Wrote $tmp/c_back.pt: model cnn for sprites" -- import "$tmp/c.safetensors" "$tmp/c_back.pt" --size 16
 expect 0 "Saved checkpoint" -- train --task generate --dataset sprites --sprite-count 64 --epochs 1 --batch-size 16 --save "$tmp/g.pt"
 # Resumed without --batch-size, a generator keeps its run's batch, not the device's default.
 expect 0 '"batch":"16 \(drop last\)"' -- train --task generate --dataset sprites --sprite-count 64 --epochs 2 --resume "$tmp/g.pt" --device cpu --json --no-run-dir
@@ -249,9 +294,15 @@ expect 2 "cannot write $tmp/no-such-folder/x.png \(given as --out\): the folder 
 expect 2 "--out-dir $tmp/once.png exists and is not a folder" -- generate --checkpoint "$tmp/g.pt" --out-dir "$tmp/once.png"
 expect 0 "Wrote 2 PNGs to $tmp/each" -- generate --checkpoint "$tmp/g.pt" --count 2 --steps 2 --out-dir "$tmp/each"
 expect 2 "refusing to overwrite $tmp/each/[a-z]+_0000.png \(given as --out-dir\)" -- generate --checkpoint "$tmp/g.pt" --count 2 --steps 2 --out-dir "$tmp/each"
+# --out among the --out-dir PNGs: the sprite would replace the sheet.
+expect 2 "--out $tmp/each/[a-z]+_0001.png is one of the --out-dir PNGs" -- generate --checkpoint "$tmp/g.pt" --count 2 --steps 2 --out-dir "$tmp/each" --out "$tmp/each/$(ls "$tmp/each" | grep _0001)" --overwrite
 expect 2 "$tmp/none.png: expected a readable PNG file" -- generate --checkpoint "$tmp/g.pt" --palette "$tmp/none.png" --out "$tmp/p.png"
 expect 2 "--steps 5000: this generator's noise schedule has [0-9]+ timesteps, the most ddim can take" -- generate --checkpoint "$tmp/g.pt" --steps 5000 --out "$tmp/p.png"
 expect 2 "--guidance: '-1' is not a number >= 0" -- generate --checkpoint "$tmp/g.pt" --guidance -1 --out "$tmp/p.png"
+# An allocation no check caught (800 GB of labels) is a usage error with a hint, not exit 1.
+expect 2 "error: out of memory: .*can't allocate memory" -- generate --checkpoint "$tmp/g.pt" --count 100000000000 --out-dir "$tmp/huge"
+expect 2 "--class robot: --guidance 0 with --guidance-interval 0:1 samples every step unconditionally" -- generate --checkpoint "$tmp/g.pt" --class robot --guidance 0 --guidance-interval 0:1 --out "$tmp/p.png"
+expect 0 "Wrote $tmp/p0.png" -- generate --checkpoint "$tmp/g.pt" --class robot --count 2 --steps 2 --guidance 0 --out "$tmp/p0.png"
 expect 2 "refusing to overwrite $tmp/once.png \(given as --out\)" -- data preview --dataset sprites --out "$tmp/once.png"
 expect 2 "--sample-every writes sample sheets into the run folder; --no-run-dir keeps none" -- train --task generate --dataset sprites --sprite-count 64 --epochs 1 --no-run-dir --sample-every 1
 expect 2 "--guidance-interval places guidance on part of the schedule; --guidance 1 is no guidance" -- generate --checkpoint "$tmp/g.pt" --guidance 1 --guidance-interval 0:1 --out "$tmp/x.png"
@@ -342,6 +393,12 @@ expect 2 "expected an image classifier .*found input shape \[3\]" -- classify --
 expect 0 "Wrote 8 PNGs" -- generate --checkpoint "$tmp/g.pt" --count 8 --steps 2 --out-dir "$tmp/gen"
 for f in "$tmp"/gen/*.png; do c=$(basename "$f" | sed 's/_[0-9]*\.png$//'); mkdir -p "$tmp/folder/$c"; cp "$f" "$tmp/folder/$c/"; done
 expect 0 "folder:folder/train \(7 train, 1 test, 4 classes\)" -- train --task classify --dataset "folder:$tmp/folder" --size 32 --epochs 1
+# A checkpoint's relative folder: path, evaluated from another folder: named as the checkpoint's,
+# with --dataset to point at the data; another kind of data is refused.
+(cd "$tmp" && "$bin" train --task classify --dataset folder:folder --size 32 --epochs 1 --no-run-dir --save "$tmp/fold.pt" >/dev/null 2>&1)
+expect 2 "$tmp/fold.pt was trained on --dataset folder:folder, and folder is not there \(relative to the current folder" -- eval --checkpoint "$tmp/fold.pt"
+expect 0 "Confusion matrix" -- eval --checkpoint "$tmp/fold.pt" --dataset "folder:$tmp/folder"
+expect 2 "--dataset sheet:$tmp/sheet.png: $tmp/fold.pt was trained on folder:folder" -- eval --checkpoint "$tmp/fold.pt" --dataset "sheet:$tmp/sheet.png"
 
 # Run folders, progress output and `runs` (docs/runs.md).
 check() {  # check DESCRIPTION COMMAND...: a shell condition that must hold

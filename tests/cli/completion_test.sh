@@ -51,6 +51,10 @@ tmp=$(mktemp -d)
 touch "$tmp/weights.safetensors"
 expect "spritetorch export --checkpoint $tmp/wei" "$tmp/weights.safetensors"
 rm -rf "$tmp"
+# A flag without a value (--json, --overwrite, --help) does not eat the next word.
+expect "spritetorch train --json --epo" "--epochs"
+expect "spritetorch export --overwrite --for" "--format"
+expect "spritetorch --help da" "data"
 # Every flag of every command in --help is offered: the script comes from the same table.
 # (Option names only: the first column of each option line, not flags quoted in descriptions.)
 flags=$("$cli" train --help | grep -E -- '^ +(-[a-zA-Z], )?--[a-z]' | sed -E 's/^ +(-[a-zA-Z], )?(--[a-z][a-z0-9-]+).*/\2/' | sort -u)

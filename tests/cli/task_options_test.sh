@@ -60,6 +60,8 @@ expect 0 '"cuda_graphs":false,.*"precision":"bf16"' -- generate --checkpoint "$t
   --steps 2 --precision bf16 --device cpu --json --out "$tmp/bf16.png"
 expect 0 '"precision":"fp32"' -- generate --checkpoint "$tmp/g.pt" --count 4 --steps 2 \
   --no-cuda-graphs --device cpu --precision fp32 --json --out "$tmp/eager.png"
+expect 0 'note: --no-cuda-graphs has no effect on .*: CUDA graphs replay sampling on CUDA devices only' -- \
+  generate --checkpoint "$tmp/g.pt" --count 4 --steps 2 --no-cuda-graphs --device cpu --out "$tmp/eager2.png"
 # The default, auto: bf16 where `devices` says the CPU has native bf16, else fp32.
 native=fp32
 "$bin" devices --json | python3 -c 'import json,sys; d=json.load(sys.stdin); sys.exit(0 if any(x.get("bf16") for x in d["devices"] if x["device"].startswith("cpu")) else 1)' && native=bf16

@@ -123,6 +123,25 @@ TEST(SpriteSheet, SlicesWithSpacingMarginAndSkipsEmptyTiles) {
   EXPECT_THROW(read_sprite_sheet(dir.file("s.png"), o), DataError);
 }
 
+// A 50x40 sheet cut into 16x16 tiles leaves a 2-pixel strip on the right and an 8-pixel one at
+// the bottom: said when they hold visible pixels (sprites that would be lost), not when empty.
+TEST(SpriteSheet, AnEdgeStripWithVisiblePixelsIsNoted) {
+  auto sheet = torch::zeros({40, 50, 4}, torch::kUInt8);
+  sheet.narrow(0, 0, 16).narrow(1, 0, 16).copy_(solid(16, 16, 10));
+  SpriteOptions o;
+  EXPECT_EQ(cut_sheet(sheet, "s.png", o).uncovered, "");
+  sheet.narrow(0, 35, 1).narrow(1, 10, 1).fill_(255);
+  const SheetGrid grid = cut_sheet(sheet, "s.png", o);
+  EXPECT_EQ(grid.tiles.size(), 1u);
+  EXPECT_EQ(grid.uncovered,
+            "s.png is 50x40: its 8 pixel rows at the bottom hold visible pixels that no 16x16 tile "
+            "covers (check --tile, --spacing and --margin)");
+  sheet.narrow(0, 3, 1).narrow(1, 49, 1).fill_(255);
+  EXPECT_EQ(cut_sheet(sheet, "s.png", o).uncovered,
+            "s.png is 50x40: its 2 pixel columns on the right and 8 pixel rows at the bottom hold "
+            "visible pixels that no 16x16 tile covers (check --tile, --spacing and --margin)");
+}
+
 TEST(SpriteSheet, KenneyFixture) {
   SpriteOptions o;
   const auto d = read_sprite_sheet(

@@ -80,6 +80,24 @@ DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF1
           "U8": torch.uint8, "BOOL": torch.bool}
 
 
+class FastCNN(nn.Module):  # spritetorch --model fastcnn (-2x: widths 32, 64, 128; -wide: 64, 128, 256)
+    def __init__(self, channels=1, height=28, width=28, classes=10, widths=(16, 32, 64)):
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, widths[0], 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(widths[0])
+        self.conv2 = nn.Conv2d(widths[0], widths[1], 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(widths[1])
+        self.conv3 = nn.Conv2d(widths[1], widths[2], 3, padding=1, bias=False)
+        self.bn3 = nn.BatchNorm2d(widths[2])
+        self.fc = nn.Linear(widths[2] * (height // 8) * (width // 8), classes)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
+        x = F.max_pool2d(F.relu(self.bn2(self.conv2(x))), 2)
+        x = F.max_pool2d(F.relu(self.bn3(self.conv3(x))), 2)
+        return self.fc(x.flatten(1))
+
+
 def read_safetensors(path):
     with open(path, "rb") as f:
         blob = f.read()
@@ -174,6 +192,23 @@ def check_import(cli, work, name, make_model, import_args):
     return ckpt, model
 
 
+def check_fastcnn_round_trip(cli, work):
+    """train -> export -> import -> eval gives the accuracy of the trained checkpoint."""
+    ckpt, st = os.path.join(work, "fastcnn.pt"), os.path.join(work, "fastcnn.safetensors")
+    back = os.path.join(work, "fastcnn.back.pt")
+    run(cli, "import", st, back)
+    accuracy = [json.loads(run(cli, "eval", "--checkpoint", c, "--device", "cpu", "--limit", "128",
+                               "--json").stdout)["accuracy"] for c in (ckpt, back)]
+    if accuracy[0] != accuracy[1]:
+        sys.exit(f"FAIL: fastcnn export -> import: accuracy {accuracy[1]}, the checkpoint's {accuracy[0]}")
+    print(f"ok  fastcnn export -> import -> eval: accuracy {accuracy[1]:.4f}, as the checkpoint's")
+    torch.manual_seed(11)  # a state dict saved by Python itself: num_batches_tracked as int64
+    source = os.path.join(work, "fastcnn.py.safetensors")
+    write_safetensors(source, FastCNN().state_dict())
+    run(cli, "import", source, os.path.join(work, "fastcnn.py.pt"), "--model", "fastcnn")
+    print("ok  import of a Python FastCNN state dict (int64 num_batches_tracked)")
+
+
 def check_bad_imports(cli, work, good_state):
     cases = {
         "missing": ({k: v for k, v in good_state.items() if k != "fc2.bias"}, "'fc2.bias'"),
@@ -213,6 +248,9 @@ def main():
         if have_fashion:
             check_export(cli, work, "ann", ANN(), ["--model", "ann", *small])
             check_export(cli, work, "cnn", CNN(), ["--model", "cnn", *small])
+            # BatchNorm's integer num_batches_tracked buffers: Python loads them, import takes them.
+            check_export(cli, work, "fastcnn", FastCNN(), ["--model", "fastcnn", *small])
+            check_fastcnn_round_trip(cli, work)
         else:
             print(f"note: {FASHION_MNIST} missing: ann/cnn exports and eval checked on other data only")
 

@@ -83,6 +83,44 @@ TEST(PythonState, ExportThenImportGivesTheSameLogits) {
   EXPECT_TRUE(torch::equal(a->forward(x), b->forward(x)));
 }
 
+// BatchNorm's num_batches_tracked is an integer buffer: PyTorch and our export write it as I64, and
+// import takes it back (it asked for F32 and refused every fastcnn export).
+TEST(PythonState, ExportThenImportKeepsTheIntegerBuffersOfFastCnn) {
+  const models::ModelSpec spec{"fastcnn", {1, 28, 28}, 10};
+  auto original = fresh_checkpoint(spec, 5);
+  original.model.at("bn1.num_batches_tracked").fill_(7);
+  const auto state = python_state_dict(original, "c.pt");
+  // In Python's state_dict order: each BatchNorm's buffers after its weight and bias.
+  const auto n = names(state);
+  EXPECT_EQ(
+      std::vector<std::string>(n.begin(), n.begin() + 7),
+      (std::vector<std::string>{"conv1.weight", "bn1.weight", "bn1.bias", "bn1.running_mean",
+                                "bn1.running_var", "bn1.num_batches_tracked", "conv2.weight"}));
+  const auto bytes = safetensors_bytes(state);
+  const auto file = read_safetensors_bytes(bytes, "mem");
+  EXPECT_EQ(file.find("bn1.num_batches_tracked")->scalar_type(), torch::kInt64);
+  const auto imported = checkpoint_from_python(file, spec, {{"dataset", "fashion-mnist"}}, "mem");
+  EXPECT_EQ(imported.model.at("bn1.num_batches_tracked").scalar_type(), torch::kInt64);
+  EXPECT_EQ(imported.model.at("bn1.num_batches_tracked").item<int64_t>(), 7);
+  auto a = train::model_from_checkpoint(original, "a", torch::kCPU);
+  auto b = train::model_from_checkpoint(imported, "b", torch::kCPU);
+  a->eval();
+  b->eval();
+  const auto x = torch::rand({5, 1, 28, 28});
+  EXPECT_TRUE(torch::equal(a->forward(x), b->forward(x)));
+  // Any integer dtype is taken for it (Python code may save int32); a float one is not.
+  TensorFile as_int32 = file;
+  for (auto& [name, t] : as_int32.tensors)
+    if (name == "bn2.num_batches_tracked") t = t.to(torch::kInt32);
+  EXPECT_EQ(import_error(as_int32, spec), "(no error)");
+  TensorFile as_float = file;
+  for (auto& [name, t] : as_float.tensors)
+    if (name == "bn2.num_batches_tracked") t = t.to(torch::kFloat32);
+  EXPECT_EQ(import_error(as_float, spec),
+            "py.safetensors: expected tensor 'bn2.num_batches_tracked' of shape [] of an integer "
+            "dtype, found F32");
+}
+
 TEST(PythonState, ImportNamesTheOffendingKey) {
   const models::ModelSpec spec{"simplenn", {3}, 2};
   const auto good = python_state_dict(fresh_checkpoint(spec, 1), "c.pt");

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/error.h"
+
 namespace spritetorch::train {
 namespace {
 
@@ -46,6 +48,30 @@ TEST(CheckpointDataset, TheMetadataNamesTheDataAndOldCheckpointsGetTheDefaults) 
   old.erase("resize");
   EXPECT_EQ(checkpoint_data_config({{"dataset", "sprites"}, {"sprites", old}}).sprites.resize,
             "nearest");
+}
+
+std::string config_error(const nlohmann::json& meta) {
+  try {
+    checkpoint_data_config(meta, "ck.pt");
+  } catch (const DataError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A hand-edited checkpoint: the file and the field are named, never nlohmann's type_error or a
+// flag the user did not give ("--size must be 16, 32 or 64").
+TEST(CheckpointDataset, MetadataOfTheWrongTypeOrRangeNamesTheFileAndTheField) {
+  EXPECT_EQ(config_error({{"task", 3}}),
+            "ck.pt: expected metadata 'task' as a string, found a JSON number (3)");
+  EXPECT_EQ(config_error({{"dataset", "folder:v"}, {"sprites", {{"size", "big"}}}}),
+            "ck.pt: expected metadata 'sprites.size' as an integer, found a JSON string (\"big\")");
+  EXPECT_EQ(config_error({{"dataset", "folder:v"}, {"sprites", nlohmann::json::array()}}),
+            "ck.pt: expected metadata 'sprites' as a JSON object, found a JSON array");
+  EXPECT_EQ(config_error({{"dataset", "folder:v"}, {"sprites", {{"size", 48}}}}),
+            "ck.pt: expected metadata 'sprites.size' 16, 32 or 64, found 48");
+  EXPECT_EQ(config_error({{"dataset", "sprites"}, {"sprites", {{"holdout", 2}}}}),
+            "ck.pt: expected metadata 'sprites.holdout' from 0 to 0.95, found 2");
 }
 
 }  // namespace

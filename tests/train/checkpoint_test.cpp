@@ -96,6 +96,18 @@ TEST(Checkpoint, PeekReadsTheMetadataAloneAndNothingElse) {
   EXPECT_FALSE(peek_checkpoint_meta(dir.file("missing.pt")).has_value());
 }
 
+TEST(Checkpoint, AFolderIsADataErrorNotAStreamFailure) {
+  ScratchDir dir;
+  const std::string expected = dir.path().string() + ": expected a checkpoint file, found a folder";
+  EXPECT_EQ(load_error(dir.path().string()), expected);
+  try {
+    peek_checkpoint_meta(dir.path().string());
+    ADD_FAILURE() << "peek_checkpoint_meta read a folder";
+  } catch (const DataError& e) {
+    EXPECT_EQ(std::string(e.what()), expected);
+  }
+}
+
 TEST(Checkpoint, WrongShapesAreNamed) {
   auto model = models::make_model({"ann", {1, 28, 28}, 10});
   auto state = model_state(*model);

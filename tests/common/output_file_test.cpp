@@ -1,0 +1,75 @@
+// The output rules every command shares (common/output_file.h).
+#include "common/output_file.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include "common/atomic_file.h"
+#include "common/error.h"
+#include "test_util.h"
+
+namespace spritetorch {
+namespace {
+
+using spritetorch::testing::ScratchDir;
+
+TEST(OutputFile, SameFileSeesThroughSpellingsAndLinksWhetherTheFileExistsOrNot) {
+  ScratchDir dir;
+  const std::string a = dir.file("a.safetensors");
+  EXPECT_TRUE(same_file(a, dir.file("./a.safetensors")));  // neither exists yet
+  EXPECT_TRUE(same_file(a, dir.file("sub/../a.safetensors")));
+  EXPECT_FALSE(same_file(a, dir.file("b.safetensors")));
+  std::ofstream(a) << "x";
+  std::filesystem::create_symlink(a, dir.file("link.safetensors"));
+  EXPECT_TRUE(same_file(a, dir.file("link.safetensors")));
+  const auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir.path());
+  EXPECT_TRUE(same_file("a.safetensors", a));
+  EXPECT_FALSE(same_file("b.safetensors", a));
+  std::filesystem::current_path(cwd);
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A folder that takes no new files fails at the check, before any work, naming the target; a
+// write that fails anyway names the target too, not the temporary file it goes through.
+TEST(OutputFile, AFolderThatTakesNoNewFilesIsRefusedBeforeAnyWork) {
+  ScratchDir dir;
+  const std::string ro = dir.file("ro"), target = dir.file("ro/x.png");
+  std::filesystem::create_directory(ro);
+  ::chmod(ro.c_str(), 0555);
+  const std::string wanted = "cannot write " + target + " (given as --out): the folder " + ro +
+                             " is not writable (Permission denied)";
+  auto checks = [&] {
+    return error_of([&] { check_output_path(target, false, "--out"); }) == wanted &&
+           error_of([&] { write_file_atomically(target, "x"); }) ==
+               "cannot write " + target + ": Permission denied";
+  };
+  if (::geteuid() != 0) {
+    EXPECT_TRUE(checks());
+    return;
+  }
+  // root may write anywhere: the checks run as nobody in a child.
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(::setuid(65534) == 0 && checks() ? 0 : 1);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "as nobody: " << error_of([&] { check_output_path(target, false, "--out"); });
+}
+
+}  // namespace
+}  // namespace spritetorch
