@@ -200,8 +200,8 @@ Subcommand add_train_command(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "device", "host"}))
       ->capture_default_str();
   sub->add_option("--workers", config->data_path.workers,
-                  "Streaming: batch-assembling threads (0: in the training thread)")
-      ->check(kNonNegative)
+                  "Streaming: batch-assembling threads (0: in the training thread; at most 256)")
+      ->check(number_between(0, 256))
       ->capture_default_str();
   sub->add_option("--prefetch", config->data_path.prefetch,
                   "Streaming: batches in flight to the device")

@@ -13,6 +13,7 @@ struct CpuTimes {
   double busy_s = -1;  // by everything, on the CPUs this process may run on (-1: unknown)
   double own_s = 0;    // by this process, all its threads
   double wall_s = 0;   // steady_seconds() (common/timer.h)
+  int cpus = 0;        // CPUs this process may run on (0: unknown)
 };
 CpuTimes read_cpu_times();
 
@@ -23,7 +24,9 @@ double busy_seconds_in_proc_stat(const std::string& text, const std::vector<int>
                                  double ticks_per_second);
 
 // The CPUs that other processes kept busy on average between two readings,
-// (busy - own) / wall, at least 0; nullopt when unknown or no time passed.
+// (busy - own) / wall, from 0 to the CPUs read; nullopt when unknown or when less than
+// kShortestReading seconds passed.
+constexpr double kShortestReading = 0.1;
 std::optional<double> other_processes_cpus(const CpuTimes& from, const CpuTimes& to);
 
 // Threads for work that forks and joins over `cores` while other processes keep `others` CPUs

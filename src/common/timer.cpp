@@ -27,7 +27,8 @@ double steady_seconds() {
 }
 
 std::string format_duration(double seconds, bool keep_tenths) {
-  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  // (beyond ~3e14 h, long long hours overflow)
+  if (!std::isfinite(seconds) || seconds < 0 || seconds > 1e15) return "?";
   const bool tenths = keep_tenths && std::fabs(seconds - std::round(seconds)) > 1e-9;
   const auto whole = static_cast<long long>(tenths ? seconds : std::round(seconds));
   const long long h = whole / 3600, m = whole / 60 % 60;

@@ -1,5 +1,7 @@
 #include "data/streaming_loader.h"
 
+#include <system_error>
+
 #include "common/error.h"
 #include "data/distributed_sampler.h"
 
@@ -113,7 +115,16 @@ void StreamingLoader::start_epoch(int64_t epoch) {
   next_to_claim_ = next_to_take_ = next_to_send_ = 0;
   stopping_ = false;
   worker_error_ = nullptr;
-  for (int w = 0; w < streaming_.workers; ++w) threads_.emplace_back([this] { worker_loop(); });
+  try {
+    for (int w = 0; w < streaming_.workers; ++w) threads_.emplace_back([this] { worker_loop(); });
+  } catch (const std::system_error& e) {  // the system's thread limit
+    const size_t started = threads_.size();
+    stop_workers();
+    throw Error("could not start " + std::to_string(streaming_.workers) +
+                    " streaming workers: the system refused thread " + std::to_string(started + 1) +
+                    " (" + e.what() + ")",
+                "pass fewer --workers");
+  }
 }
 
 Batch StreamingLoader::to_device(const HostBatch& host) {

@@ -106,6 +106,13 @@ LaunchResult launch_local_ranks(const LaunchOptions& options,
                 std::to_string(options.nnodes) + ")");
   if (options.args.empty())
     throw Error("launch: no command to run", "spritetorch launch --nproc-per-node 2 -- train ...");
+  // Only train runs as ranks of one job; any other command would run N times over, side by side
+  // (bench's rows would each form a process group; launch inside launch would start N jobs).
+  if (options.args.front() != "train")
+    throw Error("launch starts the ranks of a training run: its command is train, not '" +
+                    options.args.front() + "'",
+                "spritetorch launch --nproc-per-node 2 -- train ...; run `spritetorch " +
+                    options.args.front() + "` without launch");
   if (options.nnodes > 1 && options.master_port == 0)
     throw Error("launch: --master-port is required with --nnodes > 1",
                 "every node must pass the same --master-addr and --master-port");

@@ -48,6 +48,17 @@ ParallelRun::ParallelRun(const TrainConfig& config, const distributed::EnvLookup
         "--nproc-per-node N -- train ...");
 #endif
   }
+  // One process's strategy in each of several ranks would train the same run N times over, each
+  // writing the same checkpoint and run files.
+  if (s != Strategy::kDdp && s != Strategy::kAuto && distributed::launched_as_rank(env)) {
+    const int world = distributed::read_dist_env(env).world_size;
+    if (world > 1)
+      throw Error("--strategy " + choice_name(s) + " runs one process, but this is one of " +
+                      std::to_string(world) + " ranks (WORLD_SIZE=" + std::to_string(world) +
+                      "): each would train the whole run and write the same files",
+                  "drop --strategy (under launch or torchrun it is ddp), or run one process "
+                  "without the launcher");
+  }
   if (s == Strategy::kDdp || (s == Strategy::kAuto && distributed::launched_as_rank(env))) {
     kind_ = StrategyKind::kDdp;
     env_ = distributed::read_dist_env(env);

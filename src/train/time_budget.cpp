@@ -48,6 +48,9 @@ double parse_duration(const std::string& text, const std::string& flag) {
     total += value * unit;
   }
   if (!std::isfinite(total)) throw bad();
+  constexpr double kYear = 8760 * 3600.0;  // beyond it a plan's step counts would overflow
+  if (total > kYear)
+    throw Error("cannot read " + flag + " '" + text + "': a budget of at most 8760h (a year)");
   return total;
 }
 

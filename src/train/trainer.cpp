@@ -453,6 +453,9 @@ Settings TrainingRun::describe() const {
                                              " (a partial last batch runs eagerly)");
   else if (device_.is_cuda())
     settings.emplace_back("cuda graphs", "off: " + no_graphs_);
+  else if (config_.cuda_graphs == CudaGraphs::kOff)
+    settings.emplace_back("cuda graphs",
+                          "--no-cuda-graphs unused: graphs are captured on CUDA only");
   return settings;
 }
 

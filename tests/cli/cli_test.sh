@@ -538,6 +538,14 @@ expect 2 "--step-threads splits the fused CPU step of ReLU MLPs; this run's step
 expect 0 "streaming: .*--pin-memory unused: pinned buffers speed copies to a CUDA device" -- "${tiny[@]}" --data-on host --pin-memory 1
 expect 0 "resident on cpu \(--resident-share unused" -- "${tiny[@]}" --resident-share 0.3
 expect 0 "--cudnn-benchmark false unused" -- "${tiny[@]}" --cudnn-benchmark false
+expect 0 "--no-cuda-graphs unused: graphs are captured on CUDA only" -- "${tiny[@]}" --no-cuda-graphs
+expect 2 "--workers: .100000. is not a number from 0 to 256" -- "${tiny[@]}" --data-on host --workers 100000
+expect 2 "a budget of at most 8760h" -- "${tiny[@]}" --time-budget 1e300
+# launch starts the ranks of one training run: any other command, or a one-process strategy in a
+# rank of several, would run the same work side by side.
+expect 2 "launch starts the ranks of a training run: its command is train, not 'bench'" -- launch --nproc-per-node 2 -- bench --dataset dummy --model simplenn
+RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29999 \
+  expect 2 "--strategy single runs one process, but this is one of 2 ranks" -- "${tiny[@]}" --strategy single
 expect 2 "cannot write $tmp/nodir/x.pt \(given as --save\): the folder $tmp/nodir does not exist" -- "${tiny[@]}" --save "$tmp/nodir/x.pt"
 mkdir -p "$tmp/config-folder"
 expect 2 "config-folder: expected a TOML config file, found a folder" -- "${tiny[@]}" --config "$tmp/config-folder"

@@ -41,6 +41,10 @@ TEST(CpuLoad, OtherProcessesAreTheBusyTimeLessThisProcesssOwn) {
   EXPECT_EQ(*other_processes_cpus(from, {10.5, 4.6, 100.5}), 0.0);
   EXPECT_FALSE(other_processes_cpus({-1, 0, 0}, {1, 0, 1}));  // unknown
   EXPECT_FALSE(other_processes_cpus(from, from));             // no time passed
+  // Under 0.1 s a few 10 ms ticks would read as many CPUs: unknown instead.
+  EXPECT_FALSE(other_processes_cpus(from, {10.03, 4, 100.005}));
+  // Never more CPUs than were read.
+  EXPECT_EQ(*other_processes_cpus({10, 4, 100, 2}, {13, 4, 101, 2}), 2.0);
 }
 
 TEST(CpuLoad, ThreadsBesideGiveACoreForEachBusyCpuFromSixTenthsOn) {

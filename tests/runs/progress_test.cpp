@@ -111,6 +111,7 @@ TEST(FormatDuration, MinutesAndHours) {
   EXPECT_EQ(format_duration(5400, true), "1:30:00");
   EXPECT_EQ(format_duration(12.5, true), "0:12.5");
   EXPECT_EQ(format_duration(-1, true), "?");
+  EXPECT_EQ(format_duration(1e300), "?");  // no overflowing cast
 }
 
 }  // namespace

@@ -31,6 +31,18 @@ TEST(TimeBudget, ABadDurationIsAnErrorNamingTheFlagAndTheText) {
   }
 }
 
+TEST(TimeBudget, ABudgetBeyondAYearIsAnError) {
+  EXPECT_DOUBLE_EQ(parse_duration("8760h"), 8760 * 3600.0);
+  for (const std::string text : {"8761h", "1e300", "99999999999999999999"}) {
+    try {
+      parse_duration(text, "--time-budget");
+      ADD_FAILURE() << "'" << text << "' was read";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("at most 8760h"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(TimeBudget, EpochsAreWhatFitsBetweenTheEpochInProgressAndTheMost) {
   // 100 s allowed, 10 used by 35 steps, 0.1 s a step: 35 + 900 = 935 steps, 9 epochs of 100.
   BudgetInput in{100, 10, 0.1, 35, 100, 0, 0, 50};
