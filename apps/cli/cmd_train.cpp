@@ -436,7 +436,7 @@ Subcommand add_train_command(CLI::App& app) {
           human << "Peak memory: " << std::setprecision(1)
                 << static_cast<double>(report.peak_memory.bytes) / (1 << 20) << " MiB ("
                 << report.peak_memory.what << ")\n";
-        if (!report.thread_changes.empty())
+        if (!report.thread_changes.empty() && !session.quiet())  // (--json has them too)
           human << "Threads: " << train::describe_thread_changes(report.thread_changes) << "\n";
         human << std::setprecision(4);
         if (!report.epochs.empty() && !report.has_accuracy)

@@ -455,7 +455,7 @@ Settings TrainingRun::describe() const {
     settings.emplace_back("cuda graphs", "off: " + no_graphs_);
   else if (config_.cuda_graphs == CudaGraphs::kOff)
     settings.emplace_back("cuda graphs",
-                          "--no-cuda-graphs unused: graphs are captured on CUDA only");
+                          "off: --no-cuda-graphs unused here, graphs are captured on CUDA only");
   return settings;
 }
 

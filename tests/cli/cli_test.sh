@@ -538,7 +538,7 @@ expect 2 "--step-threads splits the fused CPU step of ReLU MLPs; this run's step
 expect 0 "streaming: .*--pin-memory unused: pinned buffers speed copies to a CUDA device" -- "${tiny[@]}" --data-on host --pin-memory 1
 expect 0 "resident on cpu \(--resident-share unused" -- "${tiny[@]}" --resident-share 0.3
 expect 0 "--cudnn-benchmark false unused" -- "${tiny[@]}" --cudnn-benchmark false
-expect 0 "--no-cuda-graphs unused: graphs are captured on CUDA only" -- "${tiny[@]}" --no-cuda-graphs
+expect 0 "cuda graphs +off: --no-cuda-graphs unused here, graphs are captured on CUDA only" -- "${tiny[@]}" --no-cuda-graphs
 expect 2 "--workers: .100000. is not a number from 0 to 256" -- "${tiny[@]}" --data-on host --workers 100000
 expect 2 "a budget of at most 8760h" -- "${tiny[@]}" --time-budget 1e300
 # launch starts the ranks of one training run: any other command, or a one-process strategy in a
