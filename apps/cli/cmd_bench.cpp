@@ -120,14 +120,33 @@ void check_peer_recipe(const train::TrainConfig& w) {
                 "drop those options, or run the bench without --vs-python");
 }
 
-// The last line of a peer's output as JSON; null when the peer failed or printed none.
-nlohmann::json peer_result(const ProcessResult& result) {
+// A peer's result: the last line of its output as a JSON object, or why there is none usable.
+struct PeerResult {
+  nlohmann::json json;  // null when failed
+  std::string failed;   // "exit 1", "no numeric train_s", ...
+};
+
+// `needed` must be positive numbers, `optional` numbers where present, and "torch" text: the
+// fields the bench reads, so that a peer of another version fails as a peer, not as the bench.
+PeerResult peer_result(const ProcessResult& result, const std::vector<std::string>& needed,
+                       const std::vector<std::string>& optional) {
   std::istringstream lines(result.out);
   std::string line, last;
   while (std::getline(lines, line))
     if (!line.empty()) last = line;
-  if (result.exit_code != 0 || !nlohmann::json::accept(last)) return nullptr;
-  return nlohmann::json::parse(last);
+  if (result.exit_code != 0) return {nullptr, "exit " + std::to_string(result.exit_code)};
+  if (!nlohmann::json::accept(last)) return {nullptr, "its last line is not JSON"};
+  auto json = nlohmann::json::parse(last);
+  if (!json.is_object()) return {nullptr, "its last line is not a JSON object"};
+  for (const auto& key : needed)
+    if (!json.contains(key) || !json.at(key).is_number() || !(json.at(key).get<double>() > 0))
+      return {nullptr, "its result has no positive numeric " + key};
+  for (const auto& key : optional)
+    if (json.contains(key) && !json.at(key).is_number())
+      return {nullptr, "its result's " + key + " is not a number"};
+  if (json.contains("torch") && !json.at("torch").is_string())
+    return {nullptr, "its result's torch is not text"};
+  return {std::move(json), ""};
 }
 
 // "3.2x faster" or "1.3x slower": peer seconds / ours.
@@ -145,10 +164,19 @@ struct BenchFlags {
   std::string python, peer;
   bool overwrite = false;
   int seeds = 3;  // --target-accuracy
+  std::string python_found, peer_found;
 };
 
+// --vs-python's interpreter and script, found before any work: a missing one must not cost the
+// bench's results.
+void find_peer(BenchFlags& f) {
+  f.python_found = find_python(f.python);
+  f.peer_found = find_peer_script(f.peer);
+}
+
 // --target-accuracy: time to accuracy over seeds, then (--vs-python) the peer's recipe, same seeds.
-int run_target_bench(const BenchFlags& f) {
+
+int run_target_bench(BenchFlags& f) {
   train::TrainConfig w = f.bench.workload;
   w.data_path.data_on = "device";
   if (f.bench.devices.size() > 1)
@@ -160,7 +188,10 @@ int run_target_bench(const BenchFlags& f) {
   if (f.vs_python && w.recipe != "fast" && w.recipe != "mid" && w.recipe != "wide")
     throw Error("--vs-python with --target-accuracy runs the peer's version of a recipe",
                 "add --recipe fast, mid or wide");
-  if (f.vs_python) check_peer_recipe(w);
+  if (f.vs_python) {
+    check_peer_recipe(w);
+    find_peer(f);
+  }
   const std::string model = w.model.empty() ? train::default_model(w) : w.model;
   // The peer runs at the precision ours resolves to on this device.
   const torch::Device device = device::pick_device(w.device);
@@ -215,42 +246,44 @@ int run_target_bench(const BenchFlags& f) {
             << report.median_final_accuracy << " after " << std::setprecision(2)
             << report.median_train_s << " s\n";
   if (f.vs_python) {
-    const std::string python = find_python(f.python), peer = find_peer_script(f.peer);
+    const std::string &python = f.python_found, &peer = f.peer_found;
     std::vector<double> peer_times, peer_finals;
     nlohmann::json peers = nlohmann::json::array();
     for (int i = 0; i < f.seeds; ++i) {
       const uint64_t seed = w.seed + static_cast<uint64_t>(i);
       std::cerr << "  python peer, seed " << seed << " ...\n";
-      auto result = peer_result(run_process({python,
-                                             peer,
-                                             "--recipe",
-                                             w.recipe,
-                                             "--data",
-                                             w.data_dir,
-                                             "--epochs",
-                                             std::to_string(w.epochs),
-                                             "--device",
-                                             device.str(),
-                                             "--precision",
-                                             peer_precision,
-                                             "--seed",
-                                             std::to_string(seed),
-                                             "--target-accuracy",
-                                             std::to_string(w.target_accuracy),
-                                             "--eval-every-steps",
-                                             std::to_string(w.eval_every_steps),
-                                             "--train-limit",
-                                             std::to_string(w.train_limit),
-                                             "--batch-size",
-                                             std::to_string(w.batch_size),
-                                             "--lr",
-                                             config::shortest_double_text(w.lr),
-                                             "--warmup-steps",
-                                             std::to_string(w.warmup_steps)}));
-      if (result.is_null()) {
-        std::cout << "  Python peer, seed " << seed << ": failed\n";
+      const PeerResult peer_run = peer_result(run_process({python,
+                                                           peer,
+                                                           "--recipe",
+                                                           w.recipe,
+                                                           "--data",
+                                                           w.data_dir,
+                                                           "--epochs",
+                                                           std::to_string(w.epochs),
+                                                           "--device",
+                                                           device.str(),
+                                                           "--precision",
+                                                           peer_precision,
+                                                           "--seed",
+                                                           std::to_string(seed),
+                                                           "--target-accuracy",
+                                                           std::to_string(w.target_accuracy),
+                                                           "--eval-every-steps",
+                                                           std::to_string(w.eval_every_steps),
+                                                           "--train-limit",
+                                                           std::to_string(w.train_limit),
+                                                           "--batch-size",
+                                                           std::to_string(w.batch_size),
+                                                           "--lr",
+                                                           config::shortest_double_text(w.lr),
+                                                           "--warmup-steps",
+                                                           std::to_string(w.warmup_steps)}),
+                                              {"train_s"}, {"time_to_target_s", "accuracy"});
+      if (peer_run.json.is_null()) {
+        std::cout << "  Python peer, seed " << seed << ": failed (" << peer_run.failed << ")\n";
         continue;
       }
+      const nlohmann::json& result = peer_run.json;
       if (result.contains("time_to_target_s"))
         peer_times.push_back(result.at("time_to_target_s").get<double>());
       peer_finals.push_back(result.value("accuracy", 0.0));
@@ -383,7 +416,8 @@ Subcommand add_bench_command(CLI::App& app) {
 
   return {sub, [f]() {
             train::check_thread_governor_counts(f->bench.workload);
-            if (f->bench.workload.target_accuracy > 0) {
+            const bool target = f->bench.workload.target_accuracy > 0;
+            if (target) {
               if (!f->overwrite && std::filesystem::exists(f->out + ".json"))
                 throw Error(f->out + ".json exists", "pass --overwrite or another --out");
               return run_target_bench(*f);
@@ -392,6 +426,7 @@ Subcommand add_bench_command(CLI::App& app) {
             for (const auto& ext : {".json", ".csv"})
               if (!f->overwrite && std::filesystem::exists(f->out + ext))
                 throw Error(f->out + ext + " exists", "pass --overwrite or another --out");
+            if (f->vs_python) find_peer(*f);
             RowPrinter printer;
             const auto report = train::run_benchmark(f->bench, &printer);
             std::cout << "spritetorch bench, " << report.date << ": model "
@@ -404,7 +439,7 @@ Subcommand add_bench_command(CLI::App& app) {
             auto json = bench_json(report);
 
             if (f->vs_python) {
-              const std::string python = find_python(f->python), peer = find_peer_script(f->peer);
+              const std::string &python = f->python_found, &peer = f->peer_found;
               const std::string model = f->bench.workload.model.empty()
                                             ? train::default_model(f->bench.workload)
                                             : f->bench.workload.model;
@@ -429,16 +464,13 @@ Subcommand add_bench_command(CLI::App& app) {
                     {python, peer, "--data", f->bench.workload.data_dir, "--epochs",
                      std::to_string(f->bench.workload.epochs), "--device", row.device, "--model",
                      model, "--train-limit", std::to_string(f->bench.workload.train_limit)});
-                std::istringstream lines(result.out);
-                std::string line, last;
-                while (std::getline(lines, line))
-                  if (!line.empty()) last = line;
-                if (result.exit_code != 0 || !nlohmann::json::accept(last)) {
-                  std::cout << "Python peer on " << row.device << ": failed (exit "
-                            << result.exit_code << ")\n";
+                PeerResult peer_run = peer_result(result, {"train_s"}, {"accuracy"});
+                if (peer_run.json.is_null()) {
+                  std::cout << "Python peer on " << row.device << ": failed (" << peer_run.failed
+                            << ")\n";
                   continue;
                 }
-                auto peer_json = nlohmann::json::parse(last);
+                nlohmann::json peer_json = std::move(peer_run.json);
                 const double peer_s = peer_json.at("train_s").get<double>();
                 const double ratio = peer_s / row.train_seconds,
                              best_ratio = peer_s / best->train_seconds;

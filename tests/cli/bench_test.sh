@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# `spritetorch bench`: what it refuses before any row runs (exit 2, naming the option), where its
+# files go, and a peer whose result it cannot read. The real Python peer: python_peer_test.sh.
+set -u
+bin=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export SPRITETORCH_RUNS_ROOT="$tmp/runs"
+source "$(dirname "$0")/expect.sh"
+
+base=(bench --dataset dummy --model simplenn --devices cpu --epochs 1 --train-limit 256)
+tiny=("${base[@]}" --repeats 1)
+
+# A peer whose last line lacks a field the bench reads fails as a peer; the bench's files are
+# still written. Fake interpreters stand in for python3 (they ignore the script and its options).
+if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+  printf '#!/bin/sh\necho %s\n' "'{\"accuracy\": 0.8, \"torch\": \"fake\"}'" >"$tmp/peer_no_time"
+  printf '#!/bin/sh\necho %s\n' "'{\"accuracy\": \"x\", \"torch\": 3, \"train_s\": \"slow\"}'" >"$tmp/peer_text"
+  chmod +x "$tmp/peer_no_time" "$tmp/peer_text"
+  peer=(bench --vs-python --devices cpu --no-streaming --epochs 1 --repeats 1 --warmup-steps 1 --train-limit 256
+        --python-peer "$tmp/unused.py")
+  expect 0 "Python peer on cpu: failed \(its result has no positive numeric train_s\)" -- \
+    "${peer[@]}" --python "$tmp/peer_no_time" --out "$tmp/pa"
+  expect 0 "Python peer on cpu: failed \(its result has no positive numeric train_s\)" -- \
+    "${peer[@]}" --python "$tmp/peer_text" --out "$tmp/pb"
+  if [ -s "$tmp/pa.json" ] && [ -s "$tmp/pa.csv" ] && [ -s "$tmp/pb.json" ]; then passes=$((passes + 1)); else
+    echo "FAIL: bench --vs-python with a failed peer did not write its files"; fails=$((fails + 1)); fi
+  expect 0 "Python peer, seed 7: failed \(its result has no positive numeric train_s\)" -- \
+    bench --recipe fast --target-accuracy 0.5 --seeds 1 --epochs 1 --train-limit 256 --vs-python --devices cpu \
+    --python "$tmp/peer_text" --python-peer "$tmp/unused.py" --out "$tmp/pt"
+  if [ -s "$tmp/pt.json" ]; then passes=$((passes + 1)); else
+    echo "FAIL: bench --target-accuracy --vs-python with a failed peer did not write its file"; fails=$((fails + 1)); fi
+fi
+
+echo "bench: $passes passed, $fails failed"
+[ "$fails" -eq 0 ]
