@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <map>
@@ -13,7 +12,9 @@
 #include "bench_table.h"
 #include "checks.h"
 #include "commands.h"
+#include "common/atomic_file.h"
 #include "common/error.h"
+#include "common/output_file.h"
 #include "config/toml_file.h"
 #include "config_file.h"
 #include "device/device.h"
@@ -307,7 +308,7 @@ int run_target_bench(BenchFlags& f) {
     }
   }
   std::cout << std::defaultfloat;
-  std::ofstream(f.out + ".json") << json.dump(2) << "\n";
+  write_file_atomically(f.out + ".json", json.dump(2) + "\n");
   std::cout << "Wrote " << f.out << ".json\n";
   return 0;
 }
@@ -417,15 +418,11 @@ Subcommand add_bench_command(CLI::App& app) {
   return {sub, [f]() {
             train::check_thread_governor_counts(f->bench.workload);
             const bool target = f->bench.workload.target_accuracy > 0;
-            if (target) {
-              if (!f->overwrite && std::filesystem::exists(f->out + ".json"))
-                throw Error(f->out + ".json exists", "pass --overwrite or another --out");
-              return run_target_bench(*f);
-            }
-            if (f->vs_python) check_peer_workload(f->bench.workload);
-            for (const auto& ext : {".json", ".csv"})
-              if (!f->overwrite && std::filesystem::exists(f->out + ext))
-                throw Error(f->out + ext + " exists", "pass --overwrite or another --out");
+            if (!target && f->vs_python) check_peer_workload(f->bench.workload);
+            // The files are written after minutes of work: their folder is checked first.
+            for (const std::string ext : {".json", ".csv"})
+              if (ext == ".json" || !target) check_output_path(f->out + ext, f->overwrite, "--out");
+            if (target) return run_target_bench(*f);
             if (f->vs_python) find_peer(*f);
             RowPrinter printer;
             const auto report = train::run_benchmark(f->bench, &printer);
@@ -493,8 +490,8 @@ Subcommand add_bench_command(CLI::App& app) {
               }
               json["python_peer"] = peers;
             }
-            std::ofstream(f->out + ".json") << json.dump(2) << "\n";
-            std::ofstream(f->out + ".csv") << bench_csv(report);
+            write_file_atomically(f->out + ".json", json.dump(2) + "\n");
+            write_file_atomically(f->out + ".csv", bench_csv(report));
             std::cout << "Wrote " << f->out << ".json and " << f->out << ".csv\n";
             return 0;
           }};

@@ -11,6 +11,17 @@ source "$(dirname "$0")/expect.sh"
 base=(bench --dataset dummy --model simplenn --devices cpu --epochs 1 --train-limit 256)
 tiny=("${base[@]}" --repeats 1)
 
+expect 0 "Wrote .*w0.json" -- "${tiny[@]}" --no-streaming --out "$tmp/w0"
+if [ -s "$tmp/b.json" ] || [ -s "$tmp/b.csv" ]; then
+  echo "FAIL: a refused bench wrote its files"; fails=$((fails + 1)); else passes=$((passes + 1)); fi
+
+# --out: a folder that is not there is refused before any work, in both modes.
+expect 2 "cannot write /nonexistent/dir/x.json \(given as --out\): the folder /nonexistent/dir does not exist" -- \
+  "${tiny[@]}" --no-streaming --out /nonexistent/dir/x
+expect 2 "the folder /nonexistent/dir does not exist" -- \
+  "${base[@]}" --target-accuracy 0.5 --seeds 1 --out /nonexistent/dir/x
+expect 2 "refusing to overwrite .*w0.json" -- "${tiny[@]}" --no-streaming --out "$tmp/w0"
+
 # A peer whose last line lacks a field the bench reads fails as a peer; the bench's files are
 # still written. Fake interpreters stand in for python3 (they ignore the script and its options).
 if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
