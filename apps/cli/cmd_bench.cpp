@@ -17,6 +17,7 @@
 #include "common/output_file.h"
 #include "config/toml_file.h"
 #include "config_file.h"
+#include "data/augment.h"
 #include "device/device.h"
 #include "models/classifier.h"
 #include "precision/precision.h"
@@ -24,6 +25,7 @@
 #include "tasks/time_to_accuracy.h"
 #include "train/benchmark.h"
 #include "train/flat_optimizer.h"
+#include "train/lr_schedule.h"
 #include "train/recipe.h"
 
 namespace spritetorch::cli {
@@ -148,6 +150,22 @@ PeerResult peer_result(const ProcessResult& result, const std::vector<std::strin
   if (json.contains("torch") && !json.at("torch").is_string())
     return {nullptr, "its result's torch is not text"};
   return {std::move(json), ""};
+}
+
+// A check that `parse` reads the text, with its Error's words (train's --lr-schedule and
+// --augment).
+template <class Parse>
+CLI::Validator parsed_by(Parse parse, const std::string& type_name) {
+  return CLI::Validator(
+      [parse](const std::string& text) {
+        try {
+          parse(text);
+          return std::string();
+        } catch (const Error& e) {
+          return std::string(e.what());
+        }
+      },
+      type_name);
 }
 
 // "3.2x faster" or "1.3x slower": peer seconds / ours.
@@ -333,7 +351,7 @@ Subcommand add_bench_command(CLI::App& app) {
   sub->add_option("--batch-size", w.batch_size, "Samples per step")
       ->check(kPositive)
       ->capture_default_str();
-  sub->add_option("--lr", w.lr, "Learning rate")->capture_default_str();
+  sub->add_option("--lr", w.lr, "Learning rate")->check(kPositive)->capture_default_str();
   sub->add_option("--optimizer", w.optimizer, "adam | adamw | sgd")
       ->check(CLI::IsMember(train::optimizer_names()))
       ->capture_default_str();
@@ -354,6 +372,7 @@ Subcommand add_bench_command(CLI::App& app) {
   sub->add_option("--devices", f->bench.devices, "Devices to time (default: every device here)")
       ->delimiter(',');
   sub->add_option("--workers", f->bench.workers, "Worker counts for the streaming rows")
+      ->check(kNonNegative)
       ->delimiter(',')
       ->capture_default_str();
   sub->add_flag("!--no-streaming", f->bench.streaming, "Only the resident data path");
@@ -384,7 +403,10 @@ Subcommand add_bench_command(CLI::App& app) {
          "Named defaults for the options not given (train --recipe): " + train::describe_recipes())
       ->check(CLI::IsMember(train::recipe_names()));
   sub->add_option("--weight-decay", w.weight_decay, "As train --weight-decay")->check(kNonNegative);
-  sub->add_option("--lr-schedule", w.lr_schedule, "As train --lr-schedule")->capture_default_str();
+  sub->add_option("--lr-schedule", w.lr_schedule, "As train --lr-schedule")
+      ->check(
+          parsed_by([](const std::string& text) { train::parse_lr_schedule(text); }, "SCHEDULE"))
+      ->capture_default_str();
   sub->add_option("--lr-warmup-steps", w.warmup_steps,
                   "As train --warmup-steps (bench's --warmup-steps are its untimed steps)")
       ->check(kNonNegative)
@@ -397,7 +419,9 @@ Subcommand add_bench_command(CLI::App& app) {
   sub->add_option("--test-time-augment", w.test_time_augment, "As train --test-time-augment")
       ->check(CLI::IsMember({"none", "flip"}))
       ->capture_default_str();
-  sub->add_option("--augment", w.augment, "As train --augment")->capture_default_str();
+  sub->add_option("--augment", w.augment, "As train --augment")
+      ->check(parsed_by([](const std::string& text) { data::parse_augment(text); }, "AUGMENT"))
+      ->capture_default_str();
   sub->add_option(
          "--target-accuracy", w.target_accuracy,
          "Time to this test accuracy instead: train --seeds runs of the whole schedule on one "

@@ -11,6 +11,17 @@ source "$(dirname "$0")/expect.sh"
 base=(bench --dataset dummy --model simplenn --devices cpu --epochs 1 --train-limit 256)
 tiny=("${base[@]}" --repeats 1)
 
+# A workload that train refuses is refused before the rows, not listed as rows that did not run.
+expect 2 "cannot read --lr-schedule 'step:0'" -- "${tiny[@]}" --lr-schedule step:0 --out "$tmp/b"
+expect 2 "cannot read --lr-schedule 'bogus'" -- "${tiny[@]}" --lr-schedule bogus --out "$tmp/b"
+expect 2 "unknown augmentation 'rotate'" -- "${tiny[@]}" --augment rotate --out "$tmp/b"
+expect 2 "--augment flip needs image data; dummy holds feature vectors" -- "${tiny[@]}" --augment flip --out "$tmp/b"
+expect 2 "--lr: '-1' is not a number > 0" -- "${tiny[@]}" --lr -1 --out "$tmp/b"
+expect 2 "--workers: '-1' is not a number >= 0" -- "${tiny[@]}" --workers -1 --out "$tmp/b"
+expect 2 "--step-threads splits the fused CPU step of ReLU MLPs; this bench's step is autograd" -- \
+  "${tiny[@]}" --step autograd --step-threads 3 --out "$tmp/b"
+expect 2 "needs image data; dummy holds feature vectors" -- \
+  bench --dataset dummy --recipe fast --devices cpu --epochs 1 --repeats 1 --out "$tmp/b"
 expect 0 "Wrote .*w0.json" -- "${tiny[@]}" --no-streaming --out "$tmp/w0"
 if [ -s "$tmp/b.json" ] || [ -s "$tmp/b.csv" ]; then
   echo "FAIL: a refused bench wrote its files"; fails=$((fails + 1)); else passes=$((passes + 1)); fi
