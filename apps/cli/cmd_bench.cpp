@@ -358,9 +358,12 @@ Subcommand add_bench_command(CLI::App& app) {
   sub->add_option("--seed", w.seed, "Seed (the same for every row)")
       ->check(kSeed)
       ->capture_default_str();
-  sub->add_option("--train-limit", w.train_limit, "Train on the first N samples only (0: all)");
-  sub->add_option("--threads", w.threads, "LibTorch intra-op threads (0: default)");
-  sub->add_option("--blas-threads", w.blas_threads, "OpenBLAS threads (0: default)");
+  sub->add_option("--train-limit", w.train_limit, "Train on the first N samples only (0: all)")
+      ->check(kNonNegative);
+  sub->add_option("--threads", w.threads, "LibTorch intra-op threads (0: default)")
+      ->check(kNonNegative);
+  sub->add_option("--blas-threads", w.blas_threads, "OpenBLAS threads (0: default)")
+      ->check(kNonNegative);
   add_choice(sub, "--step", w.step, "auto | autograd | fused");
   sub->add_option("--step-threads", w.step_threads,
                   "Fused step on the CPU: threads that split each step (0: one per core)")
@@ -389,7 +392,9 @@ Subcommand add_bench_command(CLI::App& app) {
   sub->add_option("--repeats", f->bench.repeats, "Timed runs per row (the median is reported)")
       ->check(kPositive)
       ->capture_default_str();
-  sub->add_option("--warmup-steps", f->bench.warmup_steps, "Untimed steps before each row")
+  sub->add_option("--warmup-steps", f->bench.warmup_steps,
+                  "Untimed steps before each row (0: none)")
+      ->check(kNonNegative)
       ->capture_default_str();
   sub->add_option("--out", f->out, "Write OUT.json and OUT.csv")->capture_default_str();
   sub->add_flag("--overwrite", f->overwrite, "Replace existing OUT.json / OUT.csv");

@@ -81,8 +81,13 @@ std::vector<PathSetting> path_settings(const BenchConfig& config, const torch::D
 // device cannot run (fp16 or CUDA graphs on a CPU) belongs in a row's reason.
 void check_workload(const BenchConfig& config) {
   const TrainConfig& w = config.workload;
+  if (config.warmup_steps < 0)
+    throw Error("--warmup-steps must be >= 0, got " + std::to_string(config.warmup_steps));
   for (const int workers : config.workers)
     if (workers < 0) throw Error("--workers must be >= 0, got " + std::to_string(workers));
+  if (w.train_limit < 0)
+    throw Error("--train-limit must be >= 0, got " + std::to_string(w.train_limit));
+  if (w.threads < 0) throw Error("--threads must be >= 0, got " + std::to_string(w.threads));
   if (!(w.lr > 0) || !std::isfinite(w.lr))
     throw Error("--lr must be a number > 0, got " + c10::str(w.lr));
   parse_lr_schedule(w.lr_schedule, w.warmup_steps);
@@ -208,15 +213,17 @@ BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer) {
       run.log_every = 0;
       run.eval_every = 0;  // bench times training; only the final evaluation, outside the timer
       try {
-        // Warm-up: a few steps through the same path (allocator, BLAS buffers, kernels).
-        TrainConfig warm = run;
-        warm.epochs = 1;
-        Datasets warm_data{
-            data.train.head(std::max<int64_t>(1, config.warmup_steps) * w.batch_size),
-            data.test.head(w.batch_size)};
         // The bench trains classifiers (a fresh task each run: a task holds its module).
         auto classifier = [&w] { return ClassifierTask::builtin(w.model, default_model(w)); };
-        Trainer(warm).fit(*classifier(), warm_data);
+        // Warm-up: a few steps through the same path (allocator, BLAS buffers, kernels); none with
+        // --warmup-steps 0.
+        if (config.warmup_steps > 0) {
+          TrainConfig warm = run;
+          warm.epochs = 1;
+          Datasets warm_data{data.train.head(config.warmup_steps * w.batch_size),
+                             data.test.head(w.batch_size)};
+          Trainer(warm).fit(*classifier(), warm_data);
+        }
         TrainReport last;
         bool governed = false;  // a repeat ran on fewer threads: the machine was not idle
         const CpuTimes before = read_cpu_times();

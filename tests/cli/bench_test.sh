@@ -22,7 +22,11 @@ expect 2 "--step-threads splits the fused CPU step of ReLU MLPs; this bench's st
   "${tiny[@]}" --step autograd --step-threads 3 --out "$tmp/b"
 expect 2 "needs image data; dummy holds feature vectors" -- \
   bench --dataset dummy --recipe fast --devices cpu --epochs 1 --repeats 1 --out "$tmp/b"
-expect 0 "Wrote .*w0.json" -- "${tiny[@]}" --no-streaming --out "$tmp/w0"
+# Counts are never negative; --warmup-steps 0 is none.
+expect 2 "--train-limit: '-5' is not a number >= 0" -- "${tiny[@]}" --train-limit -5 --out "$tmp/b"
+expect 2 "--threads: '-2' is not a number >= 0" -- "${tiny[@]}" --threads -2 --out "$tmp/b"
+expect 2 "--warmup-steps: '-3' is not a number >= 0" -- "${tiny[@]}" --warmup-steps -3 --out "$tmp/b"
+expect 0 "Wrote .*w0.json" -- "${tiny[@]}" --no-streaming --warmup-steps 0 --out "$tmp/w0"
 if [ -s "$tmp/b.json" ] || [ -s "$tmp/b.csv" ]; then
   echo "FAIL: a refused bench wrote its files"; fails=$((fails + 1)); else passes=$((passes + 1)); fi
 

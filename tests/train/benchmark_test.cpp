@@ -103,6 +103,22 @@ TEST(Benchmark, AWorkloadTrainRefusesIsAnErrorNotRowsThatDidNotRun) {
   }
 }
 
+TEST(Benchmark, NegativeCountsAreRefusedAndNoWarmUpStepsMeansNone) {
+  for (const auto& set : std::vector<std::function<void(BenchConfig&)>>{
+           [](BenchConfig& c) { c.warmup_steps = -3; },
+           [](BenchConfig& c) { c.workload.train_limit = -5; },
+           [](BenchConfig& c) { c.workload.threads = -2; }}) {
+    BenchConfig config = small_cpu_bench(1, 256, 1, 1);
+    set(config);
+    EXPECT_THROW(run_benchmark(config), Error);
+  }
+  BenchConfig config = small_cpu_bench(1, 256, 1, 0);
+  config.streaming = false;
+  const auto report = run_benchmark(config);
+  ASSERT_EQ(report.rows.size(), 1u);
+  EXPECT_TRUE(report.rows[0].ran) << report.rows[0].skipped_reason;
+}
+
 TEST(Benchmark, ADeviceThatIsNotThereIsAnErrorNotASilentSkip) {
   BenchConfig config;
   config.workload.dataset = "dummy";
