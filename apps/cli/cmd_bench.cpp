@@ -186,6 +186,40 @@ struct BenchFlags {
   std::string python_found, peer_found;
 };
 
+// Whether `name` was given: on the command line, or from a --config file with a value other than
+// its default (a file --print-config wrote lists every option, defaults included).
+bool given(const CLI::App& sub, const std::string& name, bool differs_from_default) {
+  const CLI::Option* option = sub.get_option(name);
+  return given_on_command_line(option) ||
+         (differs_from_default && option->count() > 0 && !set_by_environment(option));
+}
+
+// The options this mode of the bench does not use: refused, not silently dropped.
+void check_unused_options(const CLI::App& sub, const BenchFlags& f, bool target) {
+  const BenchFlags defaults;
+  std::string unused;
+  auto check = [&](const std::string& name, bool differs) {
+    if (given(sub, name, differs)) unused += " " + name;
+  };
+  if (target) {
+    check("--workers", f.bench.workers != defaults.bench.workers);
+    check("--no-streaming", f.bench.streaming != defaults.bench.streaming);
+    check("--cuda-graphs", f.bench.cuda_graphs != defaults.bench.cuda_graphs);
+    check("--repeats", f.bench.repeats != defaults.bench.repeats);
+    check("--warmup-steps", f.bench.warmup_steps != defaults.bench.warmup_steps);
+    if (!unused.empty())
+      throw Error(
+          "--target-accuracy trains each seed once on one device, at one precision; it "
+          "does not use" +
+              unused,
+          "drop them, or drop --target-accuracy for the table of devices and data paths");
+    if (f.bench.precisions.size() > 1)
+      throw Error("--target-accuracy trains at one precision; --precisions names " +
+                      std::to_string(f.bench.precisions.size()),
+                  "pass one --precisions value");
+  }
+}
+
 // --vs-python's interpreter and script, found before any work: a missing one must not cost the
 // bench's results.
 void find_peer(BenchFlags& f) {
@@ -444,9 +478,10 @@ Subcommand add_bench_command(CLI::App& app) {
                   "Python interpreter for the peer (default: the first with torch)");
   sub->add_option("--python-peer", f->peer, "The peer script (default: bench/python_peer.py)");
 
-  return {sub, [f]() {
+  return {sub, [sub, f]() {
             train::check_thread_governor_counts(f->bench.workload);
             const bool target = f->bench.workload.target_accuracy > 0;
+            check_unused_options(*sub, *f, target);
             if (!target && f->vs_python) check_peer_workload(f->bench.workload);
             // The files are written after minutes of work: their folder is checked first.
             for (const std::string ext : {".json", ".csv"})

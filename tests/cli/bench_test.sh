@@ -37,6 +37,20 @@ expect 2 "the folder /nonexistent/dir does not exist" -- \
   "${base[@]}" --target-accuracy 0.5 --seeds 1 --out /nonexistent/dir/x
 expect 2 "refusing to overwrite .*w0.json" -- "${tiny[@]}" --no-streaming --out "$tmp/w0"
 
+# What one mode does not use is refused, not dropped.
+target=("${base[@]}" --target-accuracy 0.5 --seeds 1 --out "$tmp/t")
+for option in "--workers 2" "--no-streaming" "--cuda-graphs" "--repeats 2" "--warmup-steps 5"; do
+  # shellcheck disable=SC2086
+  expect 2 "--target-accuracy trains each seed once .*; it does not use ${option%% *}" -- "${target[@]}" $option
+done
+expect 2 "--target-accuracy trains at one precision; --precisions names 2" -- "${target[@]}" --precisions fp32,bf16
+# A config file that --print-config wrote lists every option, defaults included: it replays.
+"$bin" "${target[@]}" --print-config >"$tmp/target.toml"
+expect 0 "Wrote .*replay_t.json" -- bench --config "$tmp/target.toml" --out "$tmp/replay_t"
+# A value it sets that the mode does not use is refused all the same.
+sed 's/^workers = .*/workers = [1]/' "$tmp/target.toml" >"$tmp/target_workers.toml"
+expect 2 "it does not use --workers" -- bench --config "$tmp/target_workers.toml" --out "$tmp/replay_t2"
+
 # A peer whose last line lacks a field the bench reads fails as a peer; the bench's files are
 # still written. Fake interpreters stand in for python3 (they ignore the script and its options).
 if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
