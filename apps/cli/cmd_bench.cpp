@@ -217,6 +217,23 @@ void check_unused_options(const CLI::App& sub, const BenchFlags& f, bool target)
       throw Error("--target-accuracy trains at one precision; --precisions names " +
                       std::to_string(f.bench.precisions.size()),
                   "pass one --precisions value");
+  } else {
+    check("--seeds", f.seeds != defaults.seeds);
+    check("--eval-every-steps", f.bench.workload.eval_every_steps != 0);
+    if (!unused.empty())
+      throw Error(unused.substr(1) + " only apply with --target-accuracy",
+                  "add --target-accuracy, or drop them");
+    if (!f.bench.streaming) check("--workers", f.bench.workers != defaults.bench.workers);
+    if (!unused.empty())
+      throw Error("--workers sets the streaming rows; --no-streaming leaves none",
+                  "drop --workers or --no-streaming");
+  }
+  if (!f.vs_python) {
+    check("--python", !f.python.empty());
+    check("--python-peer", !f.peer.empty());
+    if (!unused.empty())
+      throw Error(unused.substr(1) + " only apply with --vs-python",
+                  "add --vs-python, or drop them");
   }
 }
 
@@ -465,7 +482,8 @@ Subcommand add_bench_command(CLI::App& app) {
          "--target-accuracy", w.target_accuracy,
          "Time to this test accuracy instead: train --seeds runs of the whole schedule on one "
          "device, the test set evaluated every epoch and --eval-every-steps outside the timer; "
-         "median and spread of the time to target, and the schedule's own final accuracy")
+         "median and spread of the time to target, and the schedule's own final accuracy (0: the "
+         "table of devices and data paths)")
       ->check(number_between(0.0, 1.0));
   sub->add_option("--eval-every-steps", w.eval_every_steps,
                   "--target-accuracy: also evaluate every N steps within epochs (0: per epoch)")

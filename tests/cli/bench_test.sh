@@ -44,9 +44,15 @@ for option in "--workers 2" "--no-streaming" "--cuda-graphs" "--repeats 2" "--wa
   expect 2 "--target-accuracy trains each seed once .*; it does not use ${option%% *}" -- "${target[@]}" $option
 done
 expect 2 "--target-accuracy trains at one precision; --precisions names 2" -- "${target[@]}" --precisions fp32,bf16
+expect 2 "^error: --seeds only apply with --target-accuracy" -- "${tiny[@]}" --seeds 2 --out "$tmp/b"
+expect 2 "^error: --eval-every-steps only apply with --target-accuracy" -- "${tiny[@]}" --eval-every-steps 5 --out "$tmp/b"
+expect 2 "^error: --python --python-peer only apply with --vs-python" -- "${tiny[@]}" --python python3 --python-peer p.py --out "$tmp/b"
+expect 2 "--workers sets the streaming rows; --no-streaming leaves none" -- "${tiny[@]}" --no-streaming --workers 2 --out "$tmp/b"
 # A config file that --print-config wrote lists every option, defaults included: it replays.
 "$bin" "${target[@]}" --print-config >"$tmp/target.toml"
 expect 0 "Wrote .*replay_t.json" -- bench --config "$tmp/target.toml" --out "$tmp/replay_t"
+"$bin" "${tiny[@]}" --no-streaming --print-config >"$tmp/plain.toml"
+expect 0 "Wrote .*replay_p.json" -- bench --config "$tmp/plain.toml" --out "$tmp/replay_p"
 # A value it sets that the mode does not use is refused all the same.
 sed 's/^workers = .*/workers = [1]/' "$tmp/target.toml" >"$tmp/target_workers.toml"
 expect 2 "it does not use --workers" -- bench --config "$tmp/target_workers.toml" --out "$tmp/replay_t2"
