@@ -2,6 +2,7 @@
 // --vs-python, the Python peer right after, on the same device, and the ratio.
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -72,8 +73,13 @@ std::string find_python(const std::string& given) {
 
 // The peer trains the seed's loop on Fashion-MNIST (Adam 1e-3, batch 64) with the seed's ANN or
 // our CNN, on all the data or its first N images: against any other workload its ratio would
-// compare different work.
-void check_peer_workload(const train::TrainConfig& w) {
+// compare different work. It is set against the resident fp32 row, so that row must be in the
+// table.
+void check_peer_workload(const train::BenchConfig& bench) {
+  const train::TrainConfig& w = bench.workload;
+  if (std::find(bench.precisions.begin(), bench.precisions.end(), "fp32") == bench.precisions.end())
+    throw Error("--vs-python sets the peer against the resident fp32 row; --precisions has no fp32",
+                "add fp32 to --precisions");
   std::string differs;
   if (!w.model.empty() && w.model != "ann" && w.model != "cnn") differs += " --model " + w.model;
   if (w.dataset != "fashion-mnist") differs += " --dataset " + w.dataset;
@@ -500,7 +506,7 @@ Subcommand add_bench_command(CLI::App& app) {
             train::check_thread_governor_counts(f->bench.workload);
             const bool target = f->bench.workload.target_accuracy > 0;
             check_unused_options(*sub, *f, target);
-            if (!target && f->vs_python) check_peer_workload(f->bench.workload);
+            if (!target && f->vs_python) check_peer_workload(f->bench);
             // The files are written after minutes of work: their folder is checked first.
             for (const std::string ext : {".json", ".csv"})
               if (ext == ".json" || !target) check_output_path(f->out + ext, f->overwrite, "--out");
@@ -530,9 +536,15 @@ Subcommand add_bench_command(CLI::App& app) {
                 return r.ran && r.data_path.rfind("resident", 0) == 0;
               };
               for (const auto& row : report.rows) {
-                if (!resident(row) || row.precision != "fp32" ||
+                if (row.data_path.rfind("resident", 0) != 0 || row.precision != "fp32" ||
                     row.data_path.find(", cuda graphs") != std::string::npos)
                   continue;
+                if (!row.ran) {  // nothing to set the peer against on this device
+                  std::cout << "Python peer on " << row.device
+                            << ": not run (spritetorch's resident fp32 row did not run: "
+                            << row.skipped_reason << ")\n";
+                  continue;
+                }
                 const train::BenchRow* best = &row;
                 for (const auto& other : report.rows)
                   if (resident(other) && other.device == row.device &&

@@ -57,6 +57,9 @@ expect 0 "Wrote .*replay_p.json" -- bench --config "$tmp/plain.toml" --out "$tmp
 sed 's/^workers = .*/workers = [1]/' "$tmp/target.toml" >"$tmp/target_workers.toml"
 expect 2 "it does not use --workers" -- bench --config "$tmp/target_workers.toml" --out "$tmp/replay_t2"
 
+# --vs-python sets the peer against the resident fp32 row: a table without one is refused.
+expect 2 "--precisions has no fp32" -- bench --vs-python --precisions bf16 --devices cpu --out "$tmp/g"
+
 # A peer whose last line lacks a field the bench reads fails as a peer; the bench's files are
 # still written. Fake interpreters stand in for python3 (they ignore the script and its options).
 if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
