@@ -2,8 +2,8 @@
 // --vs-python, the Python peer right after, on the same device, and the ratio.
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <map>
@@ -13,9 +13,12 @@
 #include "bench_table.h"
 #include "checks.h"
 #include "commands.h"
+#include "common/atomic_file.h"
 #include "common/error.h"
+#include "common/output_file.h"
 #include "config/toml_file.h"
 #include "config_file.h"
+#include "data/augment.h"
 #include "device/device.h"
 #include "models/classifier.h"
 #include "precision/precision.h"
@@ -23,6 +26,7 @@
 #include "tasks/time_to_accuracy.h"
 #include "train/benchmark.h"
 #include "train/flat_optimizer.h"
+#include "train/lr_schedule.h"
 #include "train/recipe.h"
 
 namespace spritetorch::cli {
@@ -69,8 +73,13 @@ std::string find_python(const std::string& given) {
 
 // The peer trains the seed's loop on Fashion-MNIST (Adam 1e-3, batch 64) with the seed's ANN or
 // our CNN, on all the data or its first N images: against any other workload its ratio would
-// compare different work.
-void check_peer_workload(const train::TrainConfig& w) {
+// compare different work. It is set against the resident fp32 row, so that row must be in the
+// table.
+void check_peer_workload(const train::BenchConfig& bench) {
+  const train::TrainConfig& w = bench.workload;
+  if (std::find(bench.precisions.begin(), bench.precisions.end(), "fp32") == bench.precisions.end())
+    throw Error("--vs-python sets the peer against the resident fp32 row; --precisions has no fp32",
+                "add fp32 to --precisions");
   std::string differs;
   if (!w.model.empty() && w.model != "ann" && w.model != "cnn") differs += " --model " + w.model;
   if (w.dataset != "fashion-mnist") differs += " --dataset " + w.dataset;
@@ -120,14 +129,49 @@ void check_peer_recipe(const train::TrainConfig& w) {
                 "drop those options, or run the bench without --vs-python");
 }
 
-// The last line of a peer's output as JSON; null when the peer failed or printed none.
-nlohmann::json peer_result(const ProcessResult& result) {
+// A peer's result: the last line of its output as a JSON object, or why there is none usable.
+struct PeerResult {
+  nlohmann::json json;  // null when failed
+  std::string failed;   // "exit 1", "no numeric train_s", ...
+};
+
+// `needed` must be positive numbers, `optional` numbers where present, and "torch" text: the
+// fields the bench reads, so that a peer of another version fails as a peer, not as the bench.
+PeerResult peer_result(const ProcessResult& result, const std::vector<std::string>& needed,
+                       const std::vector<std::string>& optional) {
   std::istringstream lines(result.out);
   std::string line, last;
   while (std::getline(lines, line))
     if (!line.empty()) last = line;
-  if (result.exit_code != 0 || !nlohmann::json::accept(last)) return nullptr;
-  return nlohmann::json::parse(last);
+  if (result.exit_code != 0) return {nullptr, "exit " + std::to_string(result.exit_code)};
+  if (!nlohmann::json::accept(last)) return {nullptr, "its last line is not JSON"};
+  auto json = nlohmann::json::parse(last);
+  if (!json.is_object()) return {nullptr, "its last line is not a JSON object"};
+  for (const auto& key : needed)
+    if (!json.contains(key) || !json.at(key).is_number() || !(json.at(key).get<double>() > 0))
+      return {nullptr, "its result has no positive numeric " + key};
+  for (const auto& key : optional)
+    if (json.contains(key) && !json.at(key).is_number())
+      return {nullptr, "its result's " + key + " is not a number"};
+  if (json.contains("torch") && !json.at("torch").is_string())
+    return {nullptr, "its result's torch is not text"};
+  return {std::move(json), ""};
+}
+
+// A check that `parse` reads the text, with its Error's words (train's --lr-schedule and
+// --augment).
+template <class Parse>
+CLI::Validator parsed_by(Parse parse, const std::string& type_name) {
+  return CLI::Validator(
+      [parse](const std::string& text) {
+        try {
+          parse(text);
+          return std::string();
+        } catch (const Error& e) {
+          return std::string(e.what());
+        }
+      },
+      type_name);
 }
 
 // "3.2x faster" or "1.3x slower": peer seconds / ours.
@@ -145,10 +189,70 @@ struct BenchFlags {
   std::string python, peer;
   bool overwrite = false;
   int seeds = 3;  // --target-accuracy
+  std::string python_found, peer_found;
 };
 
+// Whether `name` was given: on the command line, or from a --config file with a value other than
+// its default (a file --print-config wrote lists every option, defaults included).
+bool given(const CLI::App& sub, const std::string& name, bool differs_from_default) {
+  const CLI::Option* option = sub.get_option(name);
+  return given_on_command_line(option) ||
+         (differs_from_default && option->count() > 0 && !set_by_environment(option));
+}
+
+// The options this mode of the bench does not use: refused, not silently dropped.
+void check_unused_options(const CLI::App& sub, const BenchFlags& f, bool target) {
+  const BenchFlags defaults;
+  std::string unused;
+  auto check = [&](const std::string& name, bool differs) {
+    if (given(sub, name, differs)) unused += " " + name;
+  };
+  if (target) {
+    check("--workers", f.bench.workers != defaults.bench.workers);
+    check("--no-streaming", f.bench.streaming != defaults.bench.streaming);
+    check("--cuda-graphs", f.bench.cuda_graphs != defaults.bench.cuda_graphs);
+    check("--repeats", f.bench.repeats != defaults.bench.repeats);
+    check("--warmup-steps", f.bench.warmup_steps != defaults.bench.warmup_steps);
+    if (!unused.empty())
+      throw Error(
+          "--target-accuracy trains each seed once on one device, at one precision; it "
+          "does not use" +
+              unused,
+          "drop them, or drop --target-accuracy for the table of devices and data paths");
+    if (f.bench.precisions.size() > 1)
+      throw Error("--target-accuracy trains at one precision; --precisions names " +
+                      std::to_string(f.bench.precisions.size()),
+                  "pass one --precisions value");
+  } else {
+    check("--seeds", f.seeds != defaults.seeds);
+    check("--eval-every-steps", f.bench.workload.eval_every_steps != 0);
+    if (!unused.empty())
+      throw Error(unused.substr(1) + " only apply with --target-accuracy",
+                  "add --target-accuracy, or drop them");
+    if (!f.bench.streaming) check("--workers", f.bench.workers != defaults.bench.workers);
+    if (!unused.empty())
+      throw Error("--workers sets the streaming rows; --no-streaming leaves none",
+                  "drop --workers or --no-streaming");
+  }
+  if (!f.vs_python) {
+    check("--python", !f.python.empty());
+    check("--python-peer", !f.peer.empty());
+    if (!unused.empty())
+      throw Error(unused.substr(1) + " only apply with --vs-python",
+                  "add --vs-python, or drop them");
+  }
+}
+
+// --vs-python's interpreter and script, found before any work: a missing one must not cost the
+// bench's results.
+void find_peer(BenchFlags& f) {
+  f.python_found = find_python(f.python);
+  f.peer_found = find_peer_script(f.peer);
+}
+
 // --target-accuracy: time to accuracy over seeds, then (--vs-python) the peer's recipe, same seeds.
-int run_target_bench(const BenchFlags& f) {
+
+int run_target_bench(BenchFlags& f) {
   train::TrainConfig w = f.bench.workload;
   w.data_path.data_on = "device";
   if (f.bench.devices.size() > 1)
@@ -160,7 +264,10 @@ int run_target_bench(const BenchFlags& f) {
   if (f.vs_python && w.recipe != "fast" && w.recipe != "mid" && w.recipe != "wide")
     throw Error("--vs-python with --target-accuracy runs the peer's version of a recipe",
                 "add --recipe fast, mid or wide");
-  if (f.vs_python) check_peer_recipe(w);
+  if (f.vs_python) {
+    check_peer_recipe(w);
+    find_peer(f);
+  }
   const std::string model = w.model.empty() ? train::default_model(w) : w.model;
   // The peer runs at the precision ours resolves to on this device.
   const torch::Device device = device::pick_device(w.device);
@@ -215,42 +322,44 @@ int run_target_bench(const BenchFlags& f) {
             << report.median_final_accuracy << " after " << std::setprecision(2)
             << report.median_train_s << " s\n";
   if (f.vs_python) {
-    const std::string python = find_python(f.python), peer = find_peer_script(f.peer);
+    const std::string &python = f.python_found, &peer = f.peer_found;
     std::vector<double> peer_times, peer_finals;
     nlohmann::json peers = nlohmann::json::array();
     for (int i = 0; i < f.seeds; ++i) {
       const uint64_t seed = w.seed + static_cast<uint64_t>(i);
       std::cerr << "  python peer, seed " << seed << " ...\n";
-      auto result = peer_result(run_process({python,
-                                             peer,
-                                             "--recipe",
-                                             w.recipe,
-                                             "--data",
-                                             w.data_dir,
-                                             "--epochs",
-                                             std::to_string(w.epochs),
-                                             "--device",
-                                             device.str(),
-                                             "--precision",
-                                             peer_precision,
-                                             "--seed",
-                                             std::to_string(seed),
-                                             "--target-accuracy",
-                                             std::to_string(w.target_accuracy),
-                                             "--eval-every-steps",
-                                             std::to_string(w.eval_every_steps),
-                                             "--train-limit",
-                                             std::to_string(w.train_limit),
-                                             "--batch-size",
-                                             std::to_string(w.batch_size),
-                                             "--lr",
-                                             config::shortest_double_text(w.lr),
-                                             "--warmup-steps",
-                                             std::to_string(w.warmup_steps)}));
-      if (result.is_null()) {
-        std::cout << "  Python peer, seed " << seed << ": failed\n";
+      const PeerResult peer_run = peer_result(run_process({python,
+                                                           peer,
+                                                           "--recipe",
+                                                           w.recipe,
+                                                           "--data",
+                                                           w.data_dir,
+                                                           "--epochs",
+                                                           std::to_string(w.epochs),
+                                                           "--device",
+                                                           device.str(),
+                                                           "--precision",
+                                                           peer_precision,
+                                                           "--seed",
+                                                           std::to_string(seed),
+                                                           "--target-accuracy",
+                                                           std::to_string(w.target_accuracy),
+                                                           "--eval-every-steps",
+                                                           std::to_string(w.eval_every_steps),
+                                                           "--train-limit",
+                                                           std::to_string(w.train_limit),
+                                                           "--batch-size",
+                                                           std::to_string(w.batch_size),
+                                                           "--lr",
+                                                           config::shortest_double_text(w.lr),
+                                                           "--warmup-steps",
+                                                           std::to_string(w.warmup_steps)}),
+                                              {"train_s"}, {"time_to_target_s", "accuracy"});
+      if (peer_run.json.is_null()) {
+        std::cout << "  Python peer, seed " << seed << ": failed (" << peer_run.failed << ")\n";
         continue;
       }
+      const nlohmann::json& result = peer_run.json;
       if (result.contains("time_to_target_s"))
         peer_times.push_back(result.at("time_to_target_s").get<double>());
       peer_finals.push_back(result.value("accuracy", 0.0));
@@ -274,7 +383,7 @@ int run_target_bench(const BenchFlags& f) {
     }
   }
   std::cout << std::defaultfloat;
-  std::ofstream(f.out + ".json") << json.dump(2) << "\n";
+  write_file_atomically(f.out + ".json", json.dump(2) + "\n");
   std::cout << "Wrote " << f.out << ".json\n";
   return 0;
 }
@@ -299,16 +408,19 @@ Subcommand add_bench_command(CLI::App& app) {
   sub->add_option("--batch-size", w.batch_size, "Samples per step")
       ->check(kPositive)
       ->capture_default_str();
-  sub->add_option("--lr", w.lr, "Learning rate")->capture_default_str();
+  sub->add_option("--lr", w.lr, "Learning rate")->check(kPositive)->capture_default_str();
   sub->add_option("--optimizer", w.optimizer, "adam | adamw | sgd")
       ->check(CLI::IsMember(train::optimizer_names()))
       ->capture_default_str();
   sub->add_option("--seed", w.seed, "Seed (the same for every row)")
       ->check(kSeed)
       ->capture_default_str();
-  sub->add_option("--train-limit", w.train_limit, "Train on the first N samples only (0: all)");
-  sub->add_option("--threads", w.threads, "LibTorch intra-op threads (0: default)");
-  sub->add_option("--blas-threads", w.blas_threads, "OpenBLAS threads (0: default)");
+  sub->add_option("--train-limit", w.train_limit, "Train on the first N samples only (0: all)")
+      ->check(kNonNegative);
+  sub->add_option("--threads", w.threads, "LibTorch intra-op threads (0: default)")
+      ->check(kNonNegative);
+  sub->add_option("--blas-threads", w.blas_threads, "OpenBLAS threads (0: default)")
+      ->check(kNonNegative);
   add_choice(sub, "--step", w.step, "auto | autograd | fused");
   sub->add_option("--step-threads", w.step_threads,
                   "Fused step on the CPU: threads that split each step (0: one per core)")
@@ -320,6 +432,7 @@ Subcommand add_bench_command(CLI::App& app) {
   sub->add_option("--devices", f->bench.devices, "Devices to time (default: every device here)")
       ->delimiter(',');
   sub->add_option("--workers", f->bench.workers, "Worker counts for the streaming rows")
+      ->check(kNonNegative)
       ->delimiter(',')
       ->capture_default_str();
   sub->add_flag("!--no-streaming", f->bench.streaming, "Only the resident data path");
@@ -336,7 +449,9 @@ Subcommand add_bench_command(CLI::App& app) {
   sub->add_option("--repeats", f->bench.repeats, "Timed runs per row (the median is reported)")
       ->check(kPositive)
       ->capture_default_str();
-  sub->add_option("--warmup-steps", f->bench.warmup_steps, "Untimed steps before each row")
+  sub->add_option("--warmup-steps", f->bench.warmup_steps,
+                  "Untimed steps before each row (0: none)")
+      ->check(kNonNegative)
       ->capture_default_str();
   sub->add_option("--out", f->out, "Write OUT.json and OUT.csv")->capture_default_str();
   sub->add_flag("--overwrite", f->overwrite, "Replace existing OUT.json / OUT.csv");
@@ -350,7 +465,10 @@ Subcommand add_bench_command(CLI::App& app) {
          "Named defaults for the options not given (train --recipe): " + train::describe_recipes())
       ->check(CLI::IsMember(train::recipe_names()));
   sub->add_option("--weight-decay", w.weight_decay, "As train --weight-decay")->check(kNonNegative);
-  sub->add_option("--lr-schedule", w.lr_schedule, "As train --lr-schedule")->capture_default_str();
+  sub->add_option("--lr-schedule", w.lr_schedule, "As train --lr-schedule")
+      ->check(
+          parsed_by([](const std::string& text) { train::parse_lr_schedule(text); }, "SCHEDULE"))
+      ->capture_default_str();
   sub->add_option("--lr-warmup-steps", w.warmup_steps,
                   "As train --warmup-steps (bench's --warmup-steps are its untimed steps)")
       ->check(kNonNegative)
@@ -363,12 +481,15 @@ Subcommand add_bench_command(CLI::App& app) {
   sub->add_option("--test-time-augment", w.test_time_augment, "As train --test-time-augment")
       ->check(CLI::IsMember({"none", "flip"}))
       ->capture_default_str();
-  sub->add_option("--augment", w.augment, "As train --augment")->capture_default_str();
+  sub->add_option("--augment", w.augment, "As train --augment")
+      ->check(parsed_by([](const std::string& text) { data::parse_augment(text); }, "AUGMENT"))
+      ->capture_default_str();
   sub->add_option(
          "--target-accuracy", w.target_accuracy,
          "Time to this test accuracy instead: train --seeds runs of the whole schedule on one "
          "device, the test set evaluated every epoch and --eval-every-steps outside the timer; "
-         "median and spread of the time to target, and the schedule's own final accuracy")
+         "median and spread of the time to target, and the schedule's own final accuracy (0: the "
+         "table of devices and data paths)")
       ->check(number_between(0.0, 1.0));
   sub->add_option("--eval-every-steps", w.eval_every_steps,
                   "--target-accuracy: also evaluate every N steps within epochs (0: per epoch)")
@@ -381,17 +502,16 @@ Subcommand add_bench_command(CLI::App& app) {
                   "Python interpreter for the peer (default: the first with torch)");
   sub->add_option("--python-peer", f->peer, "The peer script (default: bench/python_peer.py)");
 
-  return {sub, [f]() {
+  return {sub, [sub, f]() {
             train::check_thread_governor_counts(f->bench.workload);
-            if (f->bench.workload.target_accuracy > 0) {
-              if (!f->overwrite && std::filesystem::exists(f->out + ".json"))
-                throw Error(f->out + ".json exists", "pass --overwrite or another --out");
-              return run_target_bench(*f);
-            }
-            if (f->vs_python) check_peer_workload(f->bench.workload);
-            for (const auto& ext : {".json", ".csv"})
-              if (!f->overwrite && std::filesystem::exists(f->out + ext))
-                throw Error(f->out + ext + " exists", "pass --overwrite or another --out");
+            const bool target = f->bench.workload.target_accuracy > 0;
+            check_unused_options(*sub, *f, target);
+            if (!target && f->vs_python) check_peer_workload(f->bench);
+            // The files are written after minutes of work: their folder is checked first.
+            for (const std::string ext : {".json", ".csv"})
+              if (ext == ".json" || !target) check_output_path(f->out + ext, f->overwrite, "--out");
+            if (target) return run_target_bench(*f);
+            if (f->vs_python) find_peer(*f);
             RowPrinter printer;
             const auto report = train::run_benchmark(f->bench, &printer);
             std::cout << "spritetorch bench, " << report.date << ": model "
@@ -404,7 +524,7 @@ Subcommand add_bench_command(CLI::App& app) {
             auto json = bench_json(report);
 
             if (f->vs_python) {
-              const std::string python = find_python(f->python), peer = find_peer_script(f->peer);
+              const std::string &python = f->python_found, &peer = f->peer_found;
               const std::string model = f->bench.workload.model.empty()
                                             ? train::default_model(f->bench.workload)
                                             : f->bench.workload.model;
@@ -416,9 +536,15 @@ Subcommand add_bench_command(CLI::App& app) {
                 return r.ran && r.data_path.rfind("resident", 0) == 0;
               };
               for (const auto& row : report.rows) {
-                if (!resident(row) || row.precision != "fp32" ||
+                if (row.data_path.rfind("resident", 0) != 0 || row.precision != "fp32" ||
                     row.data_path.find(", cuda graphs") != std::string::npos)
                   continue;
+                if (!row.ran) {  // nothing to set the peer against on this device
+                  std::cout << "Python peer on " << row.device
+                            << ": not run (spritetorch's resident fp32 row did not run: "
+                            << row.skipped_reason << ")\n";
+                  continue;
+                }
                 const train::BenchRow* best = &row;
                 for (const auto& other : report.rows)
                   if (resident(other) && other.device == row.device &&
@@ -429,16 +555,13 @@ Subcommand add_bench_command(CLI::App& app) {
                     {python, peer, "--data", f->bench.workload.data_dir, "--epochs",
                      std::to_string(f->bench.workload.epochs), "--device", row.device, "--model",
                      model, "--train-limit", std::to_string(f->bench.workload.train_limit)});
-                std::istringstream lines(result.out);
-                std::string line, last;
-                while (std::getline(lines, line))
-                  if (!line.empty()) last = line;
-                if (result.exit_code != 0 || !nlohmann::json::accept(last)) {
-                  std::cout << "Python peer on " << row.device << ": failed (exit "
-                            << result.exit_code << ")\n";
+                PeerResult peer_run = peer_result(result, {"train_s"}, {"accuracy"});
+                if (peer_run.json.is_null()) {
+                  std::cout << "Python peer on " << row.device << ": failed (" << peer_run.failed
+                            << ")\n";
                   continue;
                 }
-                auto peer_json = nlohmann::json::parse(last);
+                nlohmann::json peer_json = std::move(peer_run.json);
                 const double peer_s = peer_json.at("train_s").get<double>();
                 const double ratio = peer_s / row.train_seconds,
                              best_ratio = peer_s / best->train_seconds;
@@ -461,8 +584,8 @@ Subcommand add_bench_command(CLI::App& app) {
               }
               json["python_peer"] = peers;
             }
-            std::ofstream(f->out + ".json") << json.dump(2) << "\n";
-            std::ofstream(f->out + ".csv") << bench_csv(report);
+            write_file_atomically(f->out + ".json", json.dump(2) + "\n");
+            write_file_atomically(f->out + ".csv", bench_csv(report));
             std::cout << "Wrote " << f->out << ".json and " << f->out << ".csv\n";
             return 0;
           }};

@@ -2,16 +2,19 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <ctime>
 
 #include "common/cpu_load.h"
 #include "common/cpu_threads.h"
 #include "common/error.h"
 #include "common/timer.h"
+#include "data/augment.h"
 #include "data/loader.h"
 #include "device/device.h"
 #include "models/classifier.h"
 #include "train/classifier_task.h"
+#include "train/lr_schedule.h"
 #include "train/trainer.h"
 
 namespace spritetorch::train {
@@ -74,6 +77,48 @@ std::vector<PathSetting> path_settings(const BenchConfig& config, const torch::D
   return out;
 }
 
+// What would fail every row on every device, refused before any row runs: only a setting that one
+// device cannot run (fp16 or CUDA graphs on a CPU) belongs in a row's reason.
+void check_workload(const BenchConfig& config) {
+  const TrainConfig& w = config.workload;
+  if (config.warmup_steps < 0)
+    throw Error("--warmup-steps must be >= 0, got " + std::to_string(config.warmup_steps));
+  for (const int workers : config.workers)
+    if (workers < 0) throw Error("--workers must be >= 0, got " + std::to_string(workers));
+  if (w.train_limit < 0)
+    throw Error("--train-limit must be >= 0, got " + std::to_string(w.train_limit));
+  if (w.threads < 0) throw Error("--threads must be >= 0, got " + std::to_string(w.threads));
+  if (!(w.lr > 0) || !std::isfinite(w.lr))
+    throw Error("--lr must be a number > 0, got " + c10::str(w.lr));
+  parse_lr_schedule(w.lr_schedule, w.warmup_steps);
+  data::parse_augment(w.augment);
+}
+
+// The same for the settings that the data decides.
+void check_workload_data(const TrainConfig& w, const Datasets& data) {
+  const bool images = data.train.inputs.dim() == 4;
+  if (data::parse_augment(w.augment).enabled() && !images)
+    throw Error("--augment " + w.augment + " needs image data; " + data.train.name +
+                " holds feature vectors");
+  if (w.test_time_augment == "flip" && !images)
+    throw Error("--test-time-augment flip mirrors images; " + data.train.name +
+                " holds feature vectors");
+  if (w.label_smoothing > 0 && w.step == StepKind::kFused)
+    throw Error("--step fused computes plain cross-entropy; it cannot smooth the labels",
+                "use --step auto, or drop --label-smoothing");
+}
+
+// --step-threads splits the fused CPU step of ReLU MLPs; train refuses it for any other step.
+void check_step_threads(const TrainConfig& w, bool relu_mlp) {
+  if (w.step_threads <= 0) return;
+  if (w.step == StepKind::kAutograd || !relu_mlp)
+    throw Error(
+        std::string("--step-threads splits the fused CPU step of ReLU MLPs; this bench's "
+                    "step is ") +
+            (w.step == StepKind::kAutograd ? "autograd" : "that of a model with no fused step"),
+        "drop --step-threads (--threads sets LibTorch's threads for it)");
+}
+
 }  // namespace
 
 double mlp_train_flops_per_sample(const std::vector<std::pair<int64_t, int64_t>>& layers) {
@@ -123,8 +168,10 @@ BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer) {
     for (const auto& text : config.devices) devices.push_back(device::pick_device(text));
   }
 
+  check_workload(config);
   const Datasets data = load_datasets(config.workload);
   const TrainConfig& w = config.workload;  // every run's train() sets its CPU threads itself
+  check_workload_data(w, data);
 
   // The compute floor, for the models whose FLOPs we can count exactly.
   {
@@ -136,6 +183,7 @@ BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer) {
                                      }(),
                                      data.train.num_classes()});
     const auto layers = model->relu_mlp_layers();
+    check_step_threads(w, !layers.empty());
     if (!layers.empty()) {
       std::vector<std::pair<int64_t, int64_t>> sizes;
       for (const auto& l : layers) sizes.emplace_back(l->weight.size(1), l->weight.size(0));
@@ -165,15 +213,17 @@ BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer) {
       run.log_every = 0;
       run.eval_every = 0;  // bench times training; only the final evaluation, outside the timer
       try {
-        // Warm-up: a few steps through the same path (allocator, BLAS buffers, kernels).
-        TrainConfig warm = run;
-        warm.epochs = 1;
-        Datasets warm_data{
-            data.train.head(std::max<int64_t>(1, config.warmup_steps) * w.batch_size),
-            data.test.head(w.batch_size)};
         // The bench trains classifiers (a fresh task each run: a task holds its module).
         auto classifier = [&w] { return ClassifierTask::builtin(w.model, default_model(w)); };
-        Trainer(warm).fit(*classifier(), warm_data);
+        // Warm-up: a few steps through the same path (allocator, BLAS buffers, kernels); none with
+        // --warmup-steps 0.
+        if (config.warmup_steps > 0) {
+          TrainConfig warm = run;
+          warm.epochs = 1;
+          Datasets warm_data{data.train.head(config.warmup_steps * w.batch_size),
+                             data.test.head(w.batch_size)};
+          Trainer(warm).fit(*classifier(), warm_data);
+        }
         TrainReport last;
         bool governed = false;  // a repeat ran on fewer threads: the machine was not idle
         const CpuTimes before = read_cpu_times();

@@ -141,7 +141,7 @@ if [ "$(nproc)" -ge 2 ]; then
 fi
 expect 0 "resuming after 2" -- train --dataset dummy --resume "$tmp/s.pt" --epochs 3
 expect 0 "Wrote .*b.json" -- bench --dataset dummy --model simplenn --devices cpu --workers 0 --repeats 1 --out "$tmp/b"
-expect 2 "b.json exists" -- bench --dataset dummy --model simplenn --out "$tmp/b"
+expect 2 "refusing to overwrite .*b.json" -- bench --dataset dummy --model simplenn --out "$tmp/b"
 # Reliability (docs/reliability.md): hostile files and the overwrite rule, exit 2 with a clear error.
 expect 2 "refusing to overwrite .*s.pt" -- train --dataset dummy --model simplenn --epochs 1 --save "$tmp/s.pt"
 expect 0 "Saved checkpoint" -- train --dataset dummy --model simplenn --epochs 1 --save "$tmp/s.pt" --overwrite

@@ -3,6 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
+#include "common/error.h"
+
 namespace spritetorch::train {
 namespace {
 
@@ -72,6 +76,47 @@ TEST(Benchmark, PrecisionAndGraphRowsAreListedAndExplainedWhereTheyCannotRun) {
   EXPECT_FALSE(report.rows[0].cuda_graphs);  // the CPU has no graphs: nothing was replayed
   EXPECT_FALSE(report.rows[1].cuda_graphs);
   EXPECT_EQ(report.rows[2].precision, "fp16");
+}
+
+// A workload that would fail on every device is an Error before any row runs, as train refuses it;
+// only what one device cannot run (fp16, CUDA graphs on a CPU) is a row's reason.
+TEST(Benchmark, AWorkloadTrainRefusesIsAnErrorNotRowsThatDidNotRun) {
+  const std::vector<std::function<void(BenchConfig&)>> invalid = {
+      [](BenchConfig& c) { c.workload.lr_schedule = "step:0"; },
+      [](BenchConfig& c) { c.workload.lr_schedule = "bogus"; },
+      [](BenchConfig& c) { c.workload.augment = "rotate"; },
+      [](BenchConfig& c) { c.workload.augment = "flip"; },  // dummy holds feature vectors
+      [](BenchConfig& c) { c.workload.test_time_augment = "flip"; },
+      [](BenchConfig& c) { c.workload.lr = -1; },
+      [](BenchConfig& c) {
+        c.workers = {0, -1};
+      },
+      [](BenchConfig& c) {
+        c.workload.step = StepKind::kAutograd;
+        c.workload.step_threads = 3;
+      },
+  };
+  for (size_t i = 0; i < invalid.size(); ++i) {
+    BenchConfig config = small_cpu_bench(1, 256, 1, 1);
+    invalid[i](config);
+    EXPECT_THROW(run_benchmark(config), Error) << "case " << i;
+  }
+}
+
+TEST(Benchmark, NegativeCountsAreRefusedAndNoWarmUpStepsMeansNone) {
+  for (const auto& set : std::vector<std::function<void(BenchConfig&)>>{
+           [](BenchConfig& c) { c.warmup_steps = -3; },
+           [](BenchConfig& c) { c.workload.train_limit = -5; },
+           [](BenchConfig& c) { c.workload.threads = -2; }}) {
+    BenchConfig config = small_cpu_bench(1, 256, 1, 1);
+    set(config);
+    EXPECT_THROW(run_benchmark(config), Error);
+  }
+  BenchConfig config = small_cpu_bench(1, 256, 1, 0);
+  config.streaming = false;
+  const auto report = run_benchmark(config);
+  ASSERT_EQ(report.rows.size(), 1u);
+  EXPECT_TRUE(report.rows[0].ran) << report.rows[0].skipped_reason;
 }
 
 TEST(Benchmark, ADeviceThatIsNotThereIsAnErrorNotASilentSkip) {
