@@ -5,6 +5,7 @@
 #include <iostream>
 #include <set>
 
+#include "checks.h"
 #include "commands.h"
 #include "common/error.h"
 #include "common/output_file.h"
@@ -132,6 +133,7 @@ Subcommand add_import_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--seed", config->seed,
                   "Seed recorded in the checkpoint (the dummy dataset depends on it)")
+      ->check(kSeed)
       ->capture_default_str();
   add_sprite_data_options(sub, *config, /*training=*/false);
   sub->add_flag("--overwrite", f->overwrite, "Replace OUT if it exists");

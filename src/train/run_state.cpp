@@ -190,13 +190,6 @@ std::string run_checkpoint_base(const TrainConfig& config) {
   return config.save.empty() ? std::string("spritetorch-run.pt") : config.save;
 }
 
-namespace {
-bool same_file(const std::string& a, const std::string& b) {
-  std::error_code ec1, ec2;
-  return fs::weakly_canonical(a, ec1) == fs::weakly_canonical(b, ec2) && !ec1 && !ec2;
-}
-}  // namespace
-
 void check_run_outputs(const TrainConfig& config, const std::string& base) {
   const auto periodic = periodic_checkpoints(base);
   if (!config.save.empty()) {
