@@ -11,14 +11,26 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "common/blas.h"
 #include "common/compat.h"
+#include "common/error.h"
 #include "data/fashion_mnist.h"
 
 namespace spritetorch::testing {
+
+// What `f` throws as an Error ("" when it returns).
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
 
 // A fresh folder under the system temp dir, removed when the object goes.
 class ScratchDir {

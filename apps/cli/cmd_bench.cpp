@@ -20,6 +20,7 @@
 #include "config_file.h"
 #include "data/augment.h"
 #include "device/device.h"
+#include "distributed/dist_env.h"
 #include "models/classifier.h"
 #include "precision/precision.h"
 #include "subprocess.h"
@@ -503,6 +504,15 @@ Subcommand add_bench_command(CLI::App& app) {
   sub->add_option("--python-peer", f->peer, "The peer script (default: bench/python_peer.py)");
 
   return {sub, [sub, f]() {
+            // Under torchrun or Slurm (RANK, WORLD_SIZE set) each row would join a process
+            // group of its own; bench times one process.
+            if (const auto env = distributed::process_env(); distributed::launched_as_rank(env)) {
+              const int world = distributed::read_dist_env(env).world_size;
+              if (world > 1)
+                throw Error("bench times one process; this is one of " + std::to_string(world) +
+                                " ranks (WORLD_SIZE=" + std::to_string(world) + ")",
+                            "run bench without a launcher");
+            }
             train::check_thread_governor_counts(f->bench.workload);
             const bool target = f->bench.workload.target_accuracy > 0;
             check_unused_options(*sub, *f, target);

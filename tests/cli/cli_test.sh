@@ -546,6 +546,8 @@ expect 2 "a budget of at most 8760h" -- "${tiny[@]}" --time-budget 1e300
 expect 2 "launch starts the ranks of a training run: its command is train, not 'bench'" -- launch --nproc-per-node 2 -- bench --dataset dummy --model simplenn
 RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29999 \
   expect 2 "--strategy single runs one process, but this is one of 2 ranks" -- "${tiny[@]}" --strategy single
+RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29999 \
+  expect 2 "bench times one process; this is one of 2 ranks" -- bench --dataset dummy --model simplenn --out "$tmp/ranked"
 expect 2 "cannot write $tmp/nodir/x.pt \(given as --save\): the folder $tmp/nodir does not exist" -- "${tiny[@]}" --save "$tmp/nodir/x.pt"
 mkdir -p "$tmp/config-folder"
 expect 2 "config-folder: expected a TOML config file, found a folder" -- "${tiny[@]}" --config "$tmp/config-folder"

@@ -35,14 +35,7 @@ TEST(OutputFile, SameFileSeesThroughSpellingsAndLinksWhetherTheFileExistsOrNot) 
   std::filesystem::current_path(cwd);
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using spritetorch::testing::error_of;
 
 // A folder that takes no new files fails at the check, before any work, naming the target; a
 // write that fails anyway names the target too, not the temporary file it goes through.

@@ -4,18 +4,12 @@
 
 #include "common/error.h"
 #include "common/small_gemm.h"
+#include "test_util.h"
 
 namespace spritetorch::device {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using spritetorch::testing::error_of;
 
 TEST(DeviceSpec, ParsesEveryAcceptedForm) {
   EXPECT_EQ(parse_device_spec("auto").kind, DeviceKind::kAuto);
