@@ -54,91 +54,89 @@ Subcommand add_classify_command(CLI::App& app) {
       ->check(kNonNegative);
   sub->add_option("--margin", f->cut.margin, "With --tile: pixels around the tile grid")
       ->check(kNonNegative);
-  return {sub, [f, sub]() {
-            if (!f->sheets && (sub->count("--spacing") || sub->count("--margin")))
-              throw Error("--spacing and --margin cut sprite sheets: they need --tile WxH");
-            const torch::Device device = device::pick_device(f->device);
-            const auto checkpoint = train::load_checkpoint(f->checkpoint);
-            if (json_field(checkpoint.meta, "task", std::string(), f->checkpoint, "task") ==
-                "generate")
-              throw Error(f->checkpoint + " is a generator checkpoint",
-                          "classify needs a classifier (train --task classify)");
-            const auto shape = json_field(checkpoint.meta, "input_shape", std::vector<int64_t>(),
-                                          f->checkpoint, "input_shape");
-            if (!data::takes_pictures(shape))
-              throw DataError(f->checkpoint,
-                              "an image classifier (input shape (4, S, S) for sprites, (1, H, W) "
-                              "or (3, H, W))",
-                              "input shape " + c10::str(c10::IntArrayRef(shape)));
-            if (f->invert && shape[0] == 4)
-              throw Error("--invert is for grey and RGB models; " + f->checkpoint +
-                              " is a sprite model, which takes the RGBA pixels as they are",
-                          "drop --invert");
-            const auto names = json_field(checkpoint.meta, "class_names",
-                                          std::vector<std::string>(), f->checkpoint, "class_names");
-            // Sprites of another size are resized as the training set was.
-            const std::string sprite_resize =
-                train::checkpoint_data_config(checkpoint.meta, f->checkpoint).sprites.resize;
-            auto model = train::model_from_checkpoint(checkpoint, f->checkpoint, device);
-            apply_cpu_threads(f->cpu.threads, f->cpu.blas_threads, cpu_work_of(*model));
-            model->eval();
-            const auto forward = train::checkpoint_forward(checkpoint.meta, model, f->checkpoint);
-            // One line (or JSON object) per picture; `tile` is null for whole files.
-            auto classify = [&](const std::string& file, const torch::Tensor& hwc,
-                                const data::SheetTile* tile) {
-              const auto input =
-                  data::picture_to_input(hwc, shape, f->invert, sprite_resize);  // (1, C, H, W)
-              const auto prediction =
-                  models::predict(forward, data::to_model_input(input.to(device)), names).at(0);
-              const std::string& name = prediction.name;
-              const double confidence = prediction.confidence;
-              if (f->json) {
-                nlohmann::json line{{"file", file}, {"class", name}, {"confidence", confidence}};
-                if (tile)
-                  line.update({{"tile", tile->index}, {"row", tile->row}, {"col", tile->col}});
-                std::cout << line.dump() << "\n";
-              } else {
-                std::cout << file << (tile ? "#" + std::to_string(tile->index) : std::string())
-                          << "\t" << name << "\t" << std::fixed << std::setprecision(4)
-                          << confidence << std::defaultfloat << "\n";
-              }
-            };
-            // A file that cannot be read is reported and skipped: the others still get their
-            // lines, and the exit code says that something was missing.
-            int unreadable = 0;
-            for (const auto& file : f->files) {
-              torch::Tensor image;   // (H, W, 4) uint8
-              data::SheetGrid grid;  // with --tile
-              try {
-                image = io::read_png(file);
-                if (f->sheets) grid = data::cut_sheet(image, file, f->cut);
-              } catch (const DataError& e) {
-                std::cout << std::flush;
-                std::cerr << "error: " << e.what() << "\n";
-                ++unreadable;
-                continue;
-              }
-              if (f->sheets) {
-                if (!grid.uncovered.empty()) std::cerr << "note: " << grid.uncovered << "\n";
-                if (grid.tiles.empty())
-                  std::cerr << "note: " << file << ": every " << f->cut.tile_w << "x"
-                            << f->cut.tile_h << " tile is fully transparent; nothing to classify\n";
-                for (const auto& tile : grid.tiles) classify(file, tile.pixels, &tile);
-                continue;
-              }
-              if (image.size(0) * shape[2] != image.size(1) * shape[1])
-                std::cerr << "note: " << file << " is " << image.size(1) << "x" << image.size(0)
-                          << ": classified as one picture, stretched to the model's " << shape[2]
-                          << "x" << shape[1] << " (a sprite sheet? pass --tile WxH)\n";
-              classify(file, image, nullptr);
-            }
-            if (unreadable > 0)
-              throw Error(
-                  std::to_string(unreadable) + " of " + std::to_string(f->files.size()) +
-                      " files could not be read or cut (see above); the others are classified",
-                  "classify takes PNG files (sprite sheets with --tile WxH)");
-            return 0;
-          }};
+  return {
+      sub, [f, sub]() {
+        if (!f->sheets && (sub->count("--spacing") || sub->count("--margin")))
+          throw Error("--spacing and --margin cut sprite sheets: they need --tile WxH");
+        const torch::Device device = device::pick_device(f->device);
+        const auto checkpoint = train::load_checkpoint(f->checkpoint);
+        if (json_field(checkpoint.meta, "task", std::string(), f->checkpoint, "task") == "generate")
+          throw Error(f->checkpoint + " is a generator checkpoint",
+                      "classify needs a classifier (train --task classify)");
+        const auto shape = json_field(checkpoint.meta, "input_shape", std::vector<int64_t>(),
+                                      f->checkpoint, "input_shape");
+        if (!data::takes_pictures(shape))
+          throw DataError(f->checkpoint,
+                          "an image classifier (input shape (4, S, S) for sprites, (1, H, W) "
+                          "or (3, H, W))",
+                          "input shape " + c10::str(c10::IntArrayRef(shape)));
+        if (f->invert && shape[0] == 4)
+          throw Error("--invert is for grey and RGB models; " + f->checkpoint +
+                          " is a sprite model, which takes the RGBA pixels as they are",
+                      "drop --invert");
+        const auto names = json_field(checkpoint.meta, "class_names", std::vector<std::string>(),
+                                      f->checkpoint, "class_names");
+        // Sprites of another size are resized as the training set was.
+        const std::string sprite_resize =
+            train::checkpoint_data_config(checkpoint.meta, f->checkpoint).sprites.resize;
+        auto model = train::model_from_checkpoint(checkpoint, f->checkpoint, device);
+        apply_cpu_threads(f->cpu.threads, f->cpu.blas_threads, cpu_work_of(*model));
+        model->eval();
+        const auto forward = train::checkpoint_forward(checkpoint.meta, model, f->checkpoint);
+        // One line (or JSON object) per picture; `tile` is null for whole files.
+        auto classify = [&](const std::string& file, const torch::Tensor& hwc,
+                            const data::SheetTile* tile) {
+          const auto input =
+              data::picture_to_input(hwc, shape, f->invert, sprite_resize);  // (1, C, H, W)
+          const auto prediction =
+              models::predict(forward, data::to_model_input(input.to(device)), names).at(0);
+          const std::string& name = prediction.name;
+          const double confidence = prediction.confidence;
+          if (f->json) {
+            nlohmann::json line{{"file", file}, {"class", name}, {"confidence", confidence}};
+            if (tile) line.update({{"tile", tile->index}, {"row", tile->row}, {"col", tile->col}});
+            std::cout << line.dump() << "\n";
+          } else {
+            std::cout << file << (tile ? "#" + std::to_string(tile->index) : std::string()) << "\t"
+                      << name << "\t" << std::fixed << std::setprecision(4) << confidence
+                      << std::defaultfloat << "\n";
+          }
+        };
+        // A file that cannot be read is reported and skipped: the others still get their
+        // lines, and the exit code says that something was missing.
+        int unreadable = 0;
+        for (const auto& file : f->files) {
+          torch::Tensor image;   // (H, W, 4) uint8
+          data::SheetGrid grid;  // with --tile
+          try {
+            image = io::read_png(file);
+            if (f->sheets) grid = data::cut_sheet(image, file, f->cut);
+          } catch (const DataError& e) {
+            std::cout << std::flush;
+            std::cerr << "error: " << e.what() << "\n";
+            ++unreadable;
+            continue;
+          }
+          if (f->sheets) {
+            if (!grid.uncovered.empty()) std::cerr << "note: " << grid.uncovered << "\n";
+            if (grid.tiles.empty())
+              std::cerr << "note: " << file << ": every " << f->cut.tile_w << "x" << f->cut.tile_h
+                        << " tile is fully transparent; nothing to classify\n";
+            for (const auto& tile : grid.tiles) classify(file, tile.pixels, &tile);
+            continue;
+          }
+          if (image.size(0) * shape[2] != image.size(1) * shape[1])
+            std::cerr << "note: " << file << " is " << image.size(1) << "x" << image.size(0)
+                      << ": classified as one picture, stretched to the model's " << shape[2] << "x"
+                      << shape[1] << " (a sprite sheet? pass --tile WxH)\n";
+          classify(file, image, nullptr);
+        }
+        if (unreadable > 0)
+          throw Error(std::to_string(unreadable) + " of " + std::to_string(f->files.size()) +
+                          " files could not be read or cut (see above); the others are classified",
+                      "classify takes PNG files (sprite sheets with --tile WxH)");
+        return 0;
+      }};
 }
 
 }  // namespace spritetorch::cli

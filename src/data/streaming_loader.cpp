@@ -76,7 +76,8 @@ void StreamingLoader::worker_loop() {
     {
       std::unique_lock<std::mutex> lock(mutex_);
       consumed_.wait(lock, [&] {
-        return stopping_ || (next_to_claim_ < batches_ && next_to_claim_ < next_to_take_ + capacity);
+        return stopping_ ||
+               (next_to_claim_ < batches_ && next_to_claim_ < next_to_take_ + capacity);
       });
       if (stopping_) return;
       index = next_to_claim_++;

@@ -20,7 +20,8 @@ constexpr size_t kHeaderSize = 16 + 4 + 8 + 4;
 
 template <typename T>
 void put_le(std::string& out, T value) {
-  for (size_t i = 0; i < sizeof(T); ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
+  for (size_t i = 0; i < sizeof(T); ++i)
+    out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
 }
 
 template <typename T>
@@ -47,9 +48,15 @@ constexpr uint64_t kMaxDimSize = uint64_t{1} << 40, kMaxExtent = uint64_t{1} << 
 
 bool storable(c10::ScalarType t) {
   switch (t) {
-    case c10::ScalarType::Byte: case c10::ScalarType::Char: case c10::ScalarType::Short:
-    case c10::ScalarType::Int: case c10::ScalarType::Long: case c10::ScalarType::Half:
-    case c10::ScalarType::Float: case c10::ScalarType::Double: case c10::ScalarType::Bool:
+    case c10::ScalarType::Byte:
+    case c10::ScalarType::Char:
+    case c10::ScalarType::Short:
+    case c10::ScalarType::Int:
+    case c10::ScalarType::Long:
+    case c10::ScalarType::Half:
+    case c10::ScalarType::Float:
+    case c10::ScalarType::Double:
+    case c10::ScalarType::Bool:
     case c10::ScalarType::BFloat16:
       return true;
     default:
@@ -121,7 +128,7 @@ torch::Tensor get_tensor(PayloadReader& in, const std::string& name, const std::
     numel *= s;
     size = static_cast<int64_t>(s);
   }
-  const uint64_t bytes = numel * c10::elementSize(dtype);  // < 2^51
+  const uint64_t bytes = numel * c10::elementSize(dtype);              // < 2^51
   const char* src = in.take(bytes, "the elements of '" + name + "'");  // checked before allocating
   auto t = torch::empty(sizes, torch::TensorOptions().dtype(dtype));
   if (bytes > 0) std::memcpy(t.data_ptr(), src, static_cast<size_t>(bytes));
@@ -135,10 +142,12 @@ void save_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
   const std::string meta = checkpoint.meta.dump();
   put_le<uint32_t>(payload, static_cast<uint32_t>(meta.size()));
   payload += meta;
-  put_le<uint32_t>(payload, static_cast<uint32_t>(checkpoint.model.size() + checkpoint.optimizer.size() +
-                                                  checkpoint.run.size()));
+  put_le<uint32_t>(payload,
+                   static_cast<uint32_t>(checkpoint.model.size() + checkpoint.optimizer.size() +
+                                         checkpoint.run.size()));
   for (const auto& [name, tensor] : checkpoint.model) put_tensor(payload, "model." + name, tensor);
-  for (const auto& [name, tensor] : checkpoint.optimizer) put_tensor(payload, "optimizer." + name, tensor);
+  for (const auto& [name, tensor] : checkpoint.optimizer)
+    put_tensor(payload, "optimizer." + name, tensor);
   for (const auto& [name, tensor] : checkpoint.run) put_tensor(payload, "run." + name, tensor);
 
   std::string file(kMagic, sizeof kMagic);
@@ -193,12 +202,13 @@ Checkpoint load_checkpoint_bytes(const std::string& bytes, const std::string& pa
                     "checkpoints are written by `spritetorch train --save PATH`");
   const auto version = get_le<uint32_t>(bytes.data() + 16);
   if (version != kCheckpointVersion)
-    throw DataError(path, "format version " + std::to_string(kCheckpointVersion),
-                    "version " + std::to_string(version),
-                    version > kCheckpointVersion
-                        ? "a newer spritetorch wrote it: upgrade"
-                        : "version 1 (a LibTorch archive, from before the first release) is not read: "
-                          "its reader is unsafe on untrusted files; retrain");
+    throw DataError(
+        path, "format version " + std::to_string(kCheckpointVersion),
+        "version " + std::to_string(version),
+        version > kCheckpointVersion
+            ? "a newer spritetorch wrote it: upgrade"
+            : "version 1 (a LibTorch archive, from before the first release) is not read: "
+              "its reader is unsafe on untrusted files; retrain");
   const auto length = get_le<uint64_t>(bytes.data() + 20);
   const auto crc = get_le<uint32_t>(bytes.data() + 28);
   if (length != bytes.size() - kHeaderSize)
@@ -218,15 +228,17 @@ Checkpoint load_checkpoint_bytes(const std::string& bytes, const std::string& pa
     throw DataError(path, "JSON metadata", std::string("invalid JSON (") + e.what() + ")");
   }
   if (!out.meta.is_object())
-    throw DataError(path, "a JSON object as metadata", std::string("a JSON ") + out.meta.type_name());
+    throw DataError(path, "a JSON object as metadata",
+                    std::string("a JSON ") + out.meta.type_name());
   const auto count = in.get<uint32_t>("the tensor count");
   for (uint32_t i = 0; i < count; ++i) {
     const auto name_size = in.get<uint16_t>("the length of tensor name " + std::to_string(i));
     const std::string name(in.take(name_size, "tensor name " + std::to_string(i)), name_size);
     std::map<std::string, torch::Tensor>* target = nullptr;
     std::string key;
-    for (auto [prefix, map] : {std::pair{"model.", &out.model}, std::pair{"optimizer.", &out.optimizer},
-                               std::pair{"run.", &out.run}}) {
+    for (auto [prefix, map] :
+         {std::pair{"model.", &out.model}, std::pair{"optimizer.", &out.optimizer},
+          std::pair{"run.", &out.run}}) {
       if (name.rfind(prefix, 0) == 0) {
         target = map;
         key = name.substr(std::strlen(prefix));

@@ -34,7 +34,7 @@ struct Checkpoint {
   nlohmann::json meta;
   std::map<std::string, torch::Tensor> model;      // parameter and buffer name -> tensor (CPU)
   std::map<std::string, torch::Tensor> optimizer;  // optimizer state name -> tensor (CPU)
-  std::map<std::string, torch::Tensor> run;        // mid-run state (train/run_state.h); may be empty
+  std::map<std::string, torch::Tensor> run;  // mid-run state (train/run_state.h); may be empty
 };
 
 void save_checkpoint(const std::string& path, const Checkpoint& checkpoint);

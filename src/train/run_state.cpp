@@ -38,8 +38,8 @@ void set_generator_state(at::Generator gen, const torch::Tensor& state, const st
   gen.set_state(state.contiguous());
 }
 
-const torch::Tensor& run_tensor(const Checkpoint& c, const std::string& name, torch::ScalarType dtype,
-                                const std::string& source) {
+const torch::Tensor& run_tensor(const Checkpoint& c, const std::string& name,
+                                torch::ScalarType dtype, const std::string& source) {
   auto it = c.run.find(name);
   if (it == c.run.end()) throw DataError(source, "run state tensor 'run." + name + "'", "none");
   if (it->second.scalar_type() != dtype || it->second.numel() != 1)
@@ -105,13 +105,15 @@ std::optional<RunState> load_run_state(const Checkpoint& checkpoint, torch::Devi
   }
   if (s.epoch < 0 || s.step < 0 || s.samples < 0 || s.interval_samples < 0 ||
       s.interval_samples > s.samples)
-    throw DataError(source, "non-negative run counters", "epoch " + std::to_string(s.epoch) +
-                                                             ", step " + std::to_string(s.step));
+    throw DataError(source, "non-negative run counters",
+                    "epoch " + std::to_string(s.epoch) + ", step " + std::to_string(s.step));
   s.loss_sum = run_tensor(checkpoint, "loss_sum", torch::kFloat32, source).reshape({}).to(device);
   s.correct = run_tensor(checkpoint, "correct", torch::kInt64, source).reshape({}).to(device);
-  s.interval_loss = run_tensor(checkpoint, "interval_loss", torch::kFloat32, source).reshape({}).to(device);
+  s.interval_loss =
+      run_tensor(checkpoint, "interval_loss", torch::kFloat32, source).reshape({}).to(device);
   auto cpu = checkpoint.run.find("cpu_rng");
-  if (cpu == checkpoint.run.end()) throw DataError(source, "run state tensor 'run.cpu_rng'", "none");
+  if (cpu == checkpoint.run.end())
+    throw DataError(source, "run state tensor 'run.cpu_rng'", "none");
   s.cpu_rng = cpu->second;
   auto cuda = checkpoint.run.find("cuda_rng");
   if (cuda != checkpoint.run.end()) s.cuda_rng = cuda->second;
@@ -169,18 +171,21 @@ void prune_periodic_checkpoints(const std::string& base, int64_t keep, int64_t w
   }
 }
 
-void check_model_spec(const models::ModelSpec& spec, int64_t file_values, const std::string& source) {
+void check_model_spec(const models::ModelSpec& spec, int64_t file_values,
+                      const std::string& source) {
   constexpr int64_t kMaxDim = 65536, kMaxClasses = 65536;
   const std::string shape = nlohmann::json(spec.input_shape).dump();
   if (spec.input_shape.empty() || spec.input_shape.size() > 3)
     throw DataError(source, "an input_shape of 1 to 3 dimensions", shape);
   int64_t features = 1;
   for (int64_t d : spec.input_shape) {
-    if (d < 1 || d > kMaxDim) throw DataError(source, "input dimensions of 1.." + std::to_string(kMaxDim), shape);
+    if (d < 1 || d > kMaxDim)
+      throw DataError(source, "input dimensions of 1.." + std::to_string(kMaxDim), shape);
     features *= d;  // < 2^48 after three factors of at most 2^16: no overflow
   }
   if (features > file_values)
-    throw DataError(source, "an input_shape its " + std::to_string(file_values) + " weights can serve", shape);
+    throw DataError(
+        source, "an input_shape its " + std::to_string(file_values) + " weights can serve", shape);
   if (spec.classes < 2 || spec.classes > kMaxClasses || spec.classes > file_values)
     throw DataError(source, "2.." + std::to_string(std::min(kMaxClasses, file_values)) + " classes",
                     std::to_string(spec.classes));
@@ -194,7 +199,8 @@ void check_run_outputs(const TrainConfig& config, const std::string& base) {
   const auto periodic = periodic_checkpoints(base);
   if (!config.save.empty()) {
     bool in_place = !config.resume.empty() && same_file(config.save, config.resume);
-    for (const auto& p : periodic) in_place = in_place || (!config.resume.empty() && same_file(p, config.resume));
+    for (const auto& p : periodic)
+      in_place = in_place || (!config.resume.empty() && same_file(p, config.resume));
     if (!in_place) check_output_path(config.save, config.overwrite, "--save");
   }
   if (config.resume.empty() && !config.overwrite && !periodic.empty())

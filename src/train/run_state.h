@@ -60,7 +60,8 @@ void prune_periodic_checkpoints(const std::string& base, int64_t keep, int64_t w
 // our allocations: 1 to 3 input dimensions of 1..65536, 2..65536 classes, and no more input values
 // per sample or classes than the file holds weights (`file_values`: every model's first and last
 // layers have at least that many). Throws DataError naming `source`.
-void check_model_spec(const models::ModelSpec& spec, int64_t file_values, const std::string& source);
+void check_model_spec(const models::ModelSpec& spec, int64_t file_values,
+                      const std::string& source);
 
 // The path periodic and interrupt checkpoints are named after: --save, else ./spritetorch-run.pt.
 std::string run_checkpoint_base(const TrainConfig& config);

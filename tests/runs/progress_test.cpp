@@ -1,4 +1,5 @@
-// The progress printer's two renderings (terminal / plain lines), colour rules, verbosity, throttle.
+// The progress printer's two renderings (terminal / plain lines), colour rules, verbosity,
+// throttle.
 #include <gtest/gtest.h>
 
 #include <sstream>
@@ -27,7 +28,8 @@ std::string render(TerminalStyle style, Verbosity verbosity, double seconds_per_
   }
   train::EpochReport epoch;
   epoch.epoch = 1, epoch.epochs = 2, epoch.loss = 0.75, epoch.accuracy = 0.5, epoch.seconds = 2;
-  epoch.images_per_second = 16, epoch.samples = 32, epoch.has_test = true, epoch.test_accuracy = 0.625;
+  epoch.images_per_second = 16, epoch.samples = 32, epoch.has_test = true,
+  epoch.test_accuracy = 0.625;
   printer.on_epoch(epoch);
   return out.str();
 }
@@ -49,10 +51,13 @@ TEST(ProgressPrinter, NotATerminalGivesPlainLinesPerLogIntervalAndEpoch) {
   EXPECT_EQ(out.find('\033'), std::string::npos) << out;
   EXPECT_NE(out.find("Using device: cpu (test)\n"), std::string::npos) << out;
   EXPECT_NE(out.find("  batch   8\n"), std::string::npos) << out;  // the settings table
-  EXPECT_NE(out.find("  epoch 1 step 2/4  loss 0.5000  16 img/s  ETA 0:01\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("  epoch 1 step 2/4  loss 0.5000  16 img/s  ETA 0:01\n"), std::string::npos)
+      << out;
   EXPECT_NE(out.find("  epoch 1 step 4/4  loss 1.0000"), std::string::npos) << out;
-  EXPECT_NE(out.find("Epoch 1/2  loss 0.7500  train acc 0.5000  test acc 0.6250  2.00 s  16 img/s\n"),
-            std::string::npos) << out;
+  EXPECT_NE(
+      out.find("Epoch 1/2  loss 0.7500  train acc 0.5000  test acc 0.6250  2.00 s  16 img/s\n"),
+      std::string::npos)
+      << out;
 }
 
 TEST(ProgressPrinter, ATaskWithoutClassesShowsItsTestLossNotAnAccuracy) {
@@ -69,9 +74,12 @@ TEST(ProgressPrinter, ATaskWithoutClassesShowsItsTestLossNotAnAccuracy) {
 
 TEST(ProgressPrinter, TerminalRedrawsOneLineInPlaceThenEndsItWithTheEpochLine) {
   const std::string out = render({true, false}, Verbosity::kNormal);
-  EXPECT_NE(out.find("\repoch 1/2 [============>           ] 2/4  16 img/s  ETA 0:01"), std::string::npos) << out;
+  EXPECT_NE(out.find("\repoch 1/2 [============>           ] 2/4  16 img/s  ETA 0:01"),
+            std::string::npos)
+      << out;
   EXPECT_NE(out.find("loss 0.5000"), std::string::npos) << out;  // the running loss, once read
-  EXPECT_EQ(out.find("  epoch 1 step 2/4"), std::string::npos) << out;  // no log lines on a terminal
+  EXPECT_EQ(out.find("  epoch 1 step 2/4"), std::string::npos)
+      << out;                                             // no log lines on a terminal
   EXPECT_EQ(out.find('\033'), std::string::npos) << out;  // NO_COLOR: no escape codes at all
   const auto epoch_line = out.find("Epoch 1/2");
   ASSERT_NE(epoch_line, std::string::npos) << out;
@@ -89,7 +97,8 @@ TEST(ProgressPrinter, TerminalRedrawsAtMostTenTimesASecond) {
 }
 
 TEST(ProgressPrinter, ColourOnlyWhenAsked) {
-  EXPECT_NE(render({true, true}, Verbosity::kNormal).find("\033[1mEpoch 1/2\033[0m"), std::string::npos);
+  EXPECT_NE(render({true, true}, Verbosity::kNormal).find("\033[1mEpoch 1/2\033[0m"),
+            std::string::npos);
 }
 
 TEST(ProgressPrinter, QuietPrintsNothingVerboseAddsLogLinesOnATerminal) {

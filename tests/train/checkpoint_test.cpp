@@ -53,19 +53,23 @@ TEST(Checkpoint, RejectsForeignTruncatedAndCorruptFiles) {
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 
   spritetorch::testing::write_bytes(dir.file("foreign.pt"), {'P', 'K', 3, 4, 0, 0, 0, 0});
-  EXPECT_NE(load_error(dir.file("foreign.pt")).find("expected a spritetorch checkpoint"), std::string::npos);
+  EXPECT_NE(load_error(dir.file("foreign.pt")).find("expected a spritetorch checkpoint"),
+            std::string::npos);
 
-  std::ofstream(dir.file("short.pt"), std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size() / 2));
+  std::ofstream(dir.file("short.pt"), std::ios::binary)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size() / 2));
   EXPECT_NE(load_error(dir.file("short.pt")).find("truncated"), std::string::npos);
 
   std::string flipped = bytes;
   flipped[flipped.size() / 2] ^= 0x40;
-  std::ofstream(dir.file("flipped.pt"), std::ios::binary).write(flipped.data(), static_cast<std::streamsize>(flipped.size()));
+  std::ofstream(dir.file("flipped.pt"), std::ios::binary)
+      .write(flipped.data(), static_cast<std::streamsize>(flipped.size()));
   EXPECT_NE(load_error(dir.file("flipped.pt")).find("corrupt"), std::string::npos);
 
   std::string future = bytes;
   future[16] = 99;  // version
-  std::ofstream(dir.file("future.pt"), std::ios::binary).write(future.data(), static_cast<std::streamsize>(future.size()));
+  std::ofstream(dir.file("future.pt"), std::ios::binary)
+      .write(future.data(), static_cast<std::streamsize>(future.size()));
   EXPECT_NE(load_error(dir.file("future.pt")).find("version 99"), std::string::npos);
 }
 
