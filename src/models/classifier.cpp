@@ -3,6 +3,7 @@
 #include <numeric>
 
 #include "common/error.h"
+#include "models/bn_relu_pool.h"
 
 namespace spritetorch::models {
 
@@ -86,10 +87,11 @@ FastCnnImpl::FastCnnImpl(int64_t channels, int64_t height, int64_t width, int64_
 }
 
 namespace {
+// Each stage's norm, ReLU and pool as one op on the CPU in training (models/bn_relu_pool.h).
 torch::Tensor fast_cnn_map(FastCnnImpl& m, torch::Tensor x) {
-  x = torch::max_pool2d(torch::relu(m.bn1(m.conv1(x))), 2);     // (B, w0, H/2, W/2)
-  x = torch::max_pool2d(torch::relu(m.bn2(m.conv2(x))), 2);     // (B, w1, H/4, W/4)
-  return torch::max_pool2d(torch::relu(m.bn3(m.conv3(x))), 2);  // (B, w2, H/8, W/8)
+  x = bn_relu_pool(*m.bn1, m.conv1(x));     // (B, w0, H/2, W/2)
+  x = bn_relu_pool(*m.bn2, m.conv2(x));     // (B, w1, H/4, W/4)
+  return bn_relu_pool(*m.bn3, m.conv3(x));  // (B, w2, H/8, W/8)
 }
 }  // namespace
 

@@ -1,0 +1,126 @@
+// The `--recipe fast` CNN's CPU training step with and without the fused BatchNorm + ReLU +
+// max-pool (models/bn_relu_pool.h), in the same process: the op alone at each of fastcnn's three
+// stages, forward and backward; a stage's convolution alone, for scale; and the whole step
+// (forward, backward, AdamW) at the recipe's batch of 256, in fp32 and under bf16 autocast.
+//
+//   build/bench/fastcnn_step_bench                              # everything, LibTorch's threads
+//   build/bench/fastcnn_step_bench --benchmark_filter=step --benchmark_repetitions=5
+//
+// Arguments: 1 for bf16 (autocast in the step), then 1 for the fused op, 0 for LibTorch's ops;
+// the op and the convolution take the stage (0, 1, 2) first.
+#include <benchmark/benchmark.h>
+#include <torch/torch.h>
+
+#include <array>
+
+#include "common/cpu_threads.h"
+#include "common/malloc_tuning.h"
+#include "models/bn_relu_pool.h"
+#include "models/classifier.h"
+#include "precision/autocast_guard.h"
+
+namespace {
+
+using namespace spritetorch;
+
+// fastcnn's stages on a batch of 256 Fashion-MNIST images: (channels in, channels out, side).
+constexpr int64_t kBatch = 256;
+constexpr std::array<std::array<int64_t, 3>, 3> kStages = {
+    {{1, 16, 28}, {16, 32, 14}, {32, 64, 7}}};
+
+torch::ScalarType dtype_of(int64_t bf16) { return bf16 ? torch::kBFloat16 : torch::kFloat32; }
+
+// The norm + ReLU + pool of one stage on the convolution's output, forward and backward.
+void op(benchmark::State& state) {
+  const auto& stage = kStages[state.range(0)];
+  models::set_bn_relu_pool_fusion(state.range(2) != 0);
+  torch::manual_seed(1);
+  torch::nn::BatchNorm2d bn(stage[1]);
+  const auto x = torch::randn({kBatch, stage[1], stage[2], stage[2]})
+                     .to(dtype_of(state.range(1)))
+                     .requires_grad_();
+  const auto upstream =
+      torch::randn({kBatch, stage[1], stage[2] / 2, stage[2] / 2}).to(dtype_of(state.range(1)));
+  for (auto _ : state) {
+    models::bn_relu_pool(*bn, x).backward(upstream);
+    benchmark::DoNotOptimize(x.grad().data_ptr());
+  }
+  models::set_bn_relu_pool_fusion(true);
+}
+
+// The same stage's 3x3 convolution, forward and backward (under bf16 autocast for bf16).
+void conv(benchmark::State& state) {
+  const auto& stage = kStages[state.range(0)];
+  const bool bf16 = state.range(1) != 0;
+  torch::manual_seed(1);
+  torch::nn::Conv2d conv(torch::nn::Conv2dOptions(stage[0], stage[1], 3).padding(1).bias(false));
+  const auto x = torch::randn({kBatch, stage[0], stage[2], stage[2]}).requires_grad_();
+  for (auto _ : state) {
+    torch::Tensor y;
+    {
+      precision::AutocastGuard autocast(c10::DeviceType::CPU, torch::kBFloat16, bf16);
+      y = conv(x);
+    }
+    y.backward(torch::ones_like(y));
+    benchmark::DoNotOptimize(conv->weight.grad().data_ptr());
+  }
+}
+
+// One training step of fastcnn as the recipe runs it: label-smoothed cross-entropy, AdamW.
+void step(benchmark::State& state) {
+  const bool bf16 = state.range(0) != 0;
+  models::set_bn_relu_pool_fusion(state.range(1) != 0);
+  torch::manual_seed(1);
+  auto model = models::make_model({"fastcnn", {1, 28, 28}, 10});
+  model->train();
+  torch::optim::AdamW adamw(model->parameters(),
+                            torch::optim::AdamWOptions(0.01).weight_decay(0.05));
+  const auto x = torch::rand({kBatch, 1, 28, 28});
+  const auto y = torch::randint(10, {kBatch}, torch::kInt64);
+  for (auto _ : state) {
+    torch::Tensor logits;
+    {
+      precision::AutocastGuard autocast(c10::DeviceType::CPU, torch::kBFloat16, bf16);
+      logits = model->forward(x);
+    }
+    const auto loss = torch::nn::functional::cross_entropy(
+        logits.to(torch::kFloat32), y,
+        torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(0.1));
+    adamw.zero_grad();
+    loss.backward();
+    adamw.step();
+  }
+  state.counters["images/s"] = benchmark::Counter(static_cast<double>(kBatch),
+                                                  benchmark::Counter::kIsIterationInvariantRate);
+  models::set_bn_relu_pool_fusion(true);
+}
+
+}  // namespace
+
+BENCHMARK(op)
+    ->ArgsProduct({{0, 1, 2}, {0, 1}, {0, 1}})
+    ->ArgNames({"stage", "bf16", "fused"})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+BENCHMARK(conv)
+    ->ArgsProduct({{0, 1, 2}, {0, 1}})
+    ->ArgNames({"stage", "bf16"})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+BENCHMARK(step)
+    ->ArgsProduct({{0, 1}, {0, 1}})
+    ->ArgNames({"bf16", "fused"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+int main(int argc, char** argv) {
+  // As `train` sets up: freed blocks kept (no page faults every step), LibTorch's threads on the
+  // cores and OpenBLAS on one.
+  spritetorch::keep_freed_memory_for_reuse();
+  spritetorch::apply_cpu_threads(0, 0, spritetorch::CpuWork::kConvolutions);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

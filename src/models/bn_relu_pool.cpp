@@ -1,0 +1,684 @@
+#include "models/bn_relu_pool.h"
+
+#include <ATen/Parallel.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define SPRITETORCH_BN_POOL_X86 1
+#endif
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "common/error.h"
+
+namespace spritetorch::models {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// ---- Elements: fp32, or bf16 kept as its 16 bits (the upper half of an fp32) -------------------
+
+struct Fp32 {
+  using Stored = float;
+  static float load(const float* p, int64_t i) { return p[i]; }
+  static void store(float* p, int64_t i, float v) { p[i] = v; }
+};
+
+struct Bf16 {
+  using Stored = uint16_t;
+  static float load(const uint16_t* p, int64_t i) {
+    const uint32_t bits = static_cast<uint32_t>(p[i]) << 16;
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
+  }
+  // Round to nearest even, as c10::BFloat16 does; NaN stays NaN.
+  static void store(uint16_t* p, int64_t i, float v) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+    p[i] = v != v ? uint16_t{0x7FC0} : static_cast<uint16_t>(rounded);
+  }
+};
+
+// Which of a pool window's four inputs won: row-major (0 top left .. 3 bottom right), or none
+// when the window's maximum was cut by ReLU (its gradient is zero).
+constexpr uint8_t kCut = 255;
+
+struct Plane {
+  int64_t height, width, out_height, out_width;
+  int64_t pixels() const { return height * width; }
+  int64_t outputs() const { return out_height * out_width; }
+};
+
+// The loops below are written for the compiler to vectorise (fixed-width partial sums instead of
+// one float accumulator, no branches in the inner loops); each code path compiles them for its
+// instruction set (the `always_inline` bodies take the caller's target).
+#define SPRITETORCH_INLINE inline __attribute__((always_inline))
+constexpr int kLanes = 16;
+
+// Sum and sum of squares of (x - shift) over n values, into double.
+template <class E>
+SPRITETORCH_INLINE void sums(const typename E::Stored* x, int64_t n, float shift, double& sum,
+                             double& squares) {
+  float s[kLanes] = {}, q[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      const float v = E::load(x, i + l) - shift;
+      s[l] += v;
+      q[l] += v * v;
+    }
+  double total = 0, total_squares = 0;
+  for (; i < n; ++i) {
+    const float v = E::load(x, i) - shift;
+    total += v;
+    total_squares += static_cast<double>(v) * v;
+  }
+  for (int l = 0; l < kLanes; ++l) {
+    total += s[l];
+    total_squares += q[l];
+  }
+  sum += total;
+  squares += total_squares;
+}
+
+// One plane's forward: z = a x + d, then the 2x2 maximum of z, then ReLU; `won` records the
+// window's winner as LibTorch's max-pool picks it (the first maximum in row-major order).
+template <class E>
+SPRITETORCH_INLINE void pool_plane(const typename E::Stored* x, typename E::Stored* y, uint8_t* won,
+                                   const Plane& p, float a, float d) {
+  for (int64_t r = 0; r < p.out_height; ++r) {
+    const typename E::Stored* top = x + 2 * r * p.width;
+    const typename E::Stored* bottom = top + p.width;
+    typename E::Stored* out = y + r * p.out_width;
+    uint8_t* w = won + r * p.out_width;
+    for (int64_t k = 0; k < p.out_width; ++k) {
+      const float tl = a * E::load(top, 2 * k) + d, tr = a * E::load(top, 2 * k + 1) + d;
+      const float bl = a * E::load(bottom, 2 * k) + d, br = a * E::load(bottom, 2 * k + 1) + d;
+      const bool top_right = tr > tl, bottom_right = br > bl;
+      const float t = top_right ? tr : tl, b = bottom_right ? br : bl;
+      const bool down = b > t;
+      const float m = down ? b : t;
+      const int which = down ? 2 + bottom_right : top_right;
+      E::store(out, k, m > 0.0f ? m : 0.0f);
+      w[k] = m > 0.0f ? static_cast<uint8_t>(which) : kCut;
+    }
+  }
+}
+
+// Sums over one plane's windows that passed ReLU: of the gradient g and of g (x - mean) at the
+// winner.
+template <class E>
+SPRITETORCH_INLINE void gradient_sums(const typename E::Stored* x, const typename E::Stored* g,
+                                      const uint8_t* won, const Plane& p, float mean, double& sum_g,
+                                      double& sum_gx) {
+  float s[kLanes] = {}, q[kLanes] = {};
+  double total = 0, total_x = 0;
+  for (int64_t r = 0; r < p.out_height; ++r) {
+    const typename E::Stored* top = x + 2 * r * p.width;
+    const typename E::Stored* bottom = top + p.width;
+    const typename E::Stored* gr = g + r * p.out_width;
+    const uint8_t* w = won + r * p.out_width;
+    auto one = [&](int64_t k) {
+      const int which = w[k];
+      const float tl = E::load(top, 2 * k), tr = E::load(top, 2 * k + 1);
+      const float bl = E::load(bottom, 2 * k), br = E::load(bottom, 2 * k + 1);
+      const float at = (which == 0 ? tl : which == 1 ? tr : which == 2 ? bl : br) - mean;
+      const float gv = which == kCut ? 0.0f : E::load(gr, k);
+      return std::pair<float, float>(gv, gv * at);
+    };
+    int64_t k = 0;
+    for (; k + kLanes <= p.out_width; k += kLanes)
+      for (int l = 0; l < kLanes; ++l) {
+        const auto [gv, gx] = one(k + l);
+        s[l] += gv;
+        q[l] += gx;
+      }
+    for (; k < p.out_width; ++k) {
+      const auto [gv, gx] = one(k);
+      total += gv;
+      total_x += gx;
+    }
+  }
+  for (int l = 0; l < kLanes; ++l) {
+    total += s[l];
+    total_x += q[l];
+  }
+  sum_g += total;
+  sum_gx += total_x;
+}
+
+// One plane's dx = u x + v everywhere, plus c g at each window's winner.
+template <class E>
+SPRITETORCH_INLINE void dx_plane(const typename E::Stored* x, const typename E::Stored* g,
+                                 const uint8_t* won, typename E::Stored* dx, const Plane& p,
+                                 float u, float v, float c) {
+  for (int64_t r = 0; r < p.out_height; ++r) {
+    const int64_t row = 2 * r * p.width;
+    const typename E::Stored *top = x + row, *bottom = top + p.width;
+    typename E::Stored *dtop = dx + row, *dbottom = dtop + p.width;
+    const typename E::Stored* gr = g + r * p.out_width;
+    const uint8_t* w = won + r * p.out_width;
+    for (int64_t k = 0; k < p.out_width; ++k) {
+      const int which = w[k];
+      const float add = which == kCut ? 0.0f : c * E::load(gr, k);
+      E::store(dtop, 2 * k, u * E::load(top, 2 * k) + v + (which == 0 ? add : 0.0f));
+      E::store(dtop, 2 * k + 1, u * E::load(top, 2 * k + 1) + v + (which == 1 ? add : 0.0f));
+      E::store(dbottom, 2 * k, u * E::load(bottom, 2 * k) + v + (which == 2 ? add : 0.0f));
+      E::store(dbottom, 2 * k + 1, u * E::load(bottom, 2 * k + 1) + v + (which == 3 ? add : 0.0f));
+    }
+    for (int64_t j = 2 * p.out_width; j < p.width; ++j) {  // an odd width's last column
+      E::store(dtop, j, u * E::load(top, j) + v);
+      E::store(dbottom, j, u * E::load(bottom, j) + v);
+    }
+  }
+  for (int64_t i = 2 * p.out_height * p.width; i < p.pixels(); ++i)  // an odd height's last row
+    E::store(dx, i, u * E::load(x, i) + v);
+}
+
+// ---- One channel's passes, for each element type and instruction set ----------------------------
+
+// Per channel: the batch's planes of x (B of them, `stride` elements apart).
+struct Channel {
+  int64_t planes, stride, out_stride;
+  Plane plane;
+};
+
+// Mean and biased variance of one channel, shifted by its first value against cancellation.
+template <class E>
+SPRITETORCH_INLINE void channel_stats(const typename E::Stored* x, const Channel& ch, double& mean,
+                                      double& variance) {
+  const float shift = E::load(x, 0);
+  double sum = 0, squares = 0;
+  for (int64_t b = 0; b < ch.planes; ++b)
+    sums<E>(x + b * ch.stride, ch.plane.pixels(), shift, sum, squares);
+  const double n = static_cast<double>(ch.planes * ch.plane.pixels());
+  const double m = sum / n;
+  mean = shift + m;
+  variance = std::max(0.0, squares / n - m * m);
+}
+
+template <class E>
+SPRITETORCH_INLINE void channel_forward(const typename E::Stored* x, typename E::Stored* y,
+                                        uint8_t* won, const Channel& ch, float a, float d) {
+  for (int64_t b = 0; b < ch.planes; ++b)
+    pool_plane<E>(x + b * ch.stride, y + b * ch.out_stride, won + b * ch.out_stride, ch.plane, a,
+                  d);
+}
+
+template <class E>
+SPRITETORCH_INLINE void channel_gradient_sums(const typename E::Stored* x,
+                                              const typename E::Stored* g, const uint8_t* won,
+                                              const Channel& ch, float mean, double& sum_g,
+                                              double& sum_gx) {
+  for (int64_t b = 0; b < ch.planes; ++b)
+    gradient_sums<E>(x + b * ch.stride, g + b * ch.out_stride, won + b * ch.out_stride, ch.plane,
+                     mean, sum_g, sum_gx);
+}
+
+template <class E>
+SPRITETORCH_INLINE void channel_dx(const typename E::Stored* x, const typename E::Stored* g,
+                                   const uint8_t* won, typename E::Stored* dx, const Channel& ch,
+                                   float u, float v, float c) {
+  for (int64_t b = 0; b < ch.planes; ++b)
+    dx_plane<E>(x + b * ch.stride, g + b * ch.out_stride, won + b * ch.out_stride,
+                dx + b * ch.stride, ch.plane, u, v, c);
+}
+
+// The four passes of one element type and instruction set, on untyped pointers.
+struct Passes {
+  void (*stats)(const void* x, const Channel& ch, double& mean, double& variance);
+  void (*forward)(const void* x, void* y, uint8_t* won, const Channel& ch, float a, float d);
+  void (*gradient_sums)(const void* x, const void* g, const uint8_t* won, const Channel& ch,
+                        float mean, double& sum_g, double& sum_gx);
+  void (*dx)(const void* x, const void* g, const uint8_t* won, void* dx, const Channel& ch, float u,
+             float v, float c);
+};
+
+#define SPRITETORCH_PASSES(NAME, TARGET, E)                                                        \
+  TARGET void NAME##_stats(const void* x, const Channel& ch, double& mean, double& variance) {     \
+    channel_stats<E>(static_cast<const E::Stored*>(x), ch, mean, variance);                        \
+  }                                                                                                \
+  TARGET void NAME##_forward(const void* x, void* y, uint8_t* won, const Channel& ch, float a,     \
+                             float d) {                                                            \
+    channel_forward<E>(static_cast<const E::Stored*>(x), static_cast<E::Stored*>(y), won, ch, a,   \
+                       d);                                                                         \
+  }                                                                                                \
+  TARGET void NAME##_gradient_sums(const void* x, const void* g, const uint8_t* won,               \
+                                   const Channel& ch, float mean, double& sum_g, double& sum_gx) { \
+    channel_gradient_sums<E>(static_cast<const E::Stored*>(x), static_cast<const E::Stored*>(g),   \
+                             won, ch, mean, sum_g, sum_gx);                                        \
+  }                                                                                                \
+  TARGET void NAME##_dx(const void* x, const void* g, const uint8_t* won, void* dx,                \
+                        const Channel& ch, float u, float v, float c) {                            \
+    channel_dx<E>(static_cast<const E::Stored*>(x), static_cast<const E::Stored*>(g), won,         \
+                  static_cast<E::Stored*>(dx), ch, u, v, c);                                       \
+  }                                                                                                \
+  const Passes NAME = {NAME##_stats, NAME##_forward, NAME##_gradient_sums, NAME##_dx};
+
+#define SPRITETORCH_ANY_CPU
+SPRITETORCH_PASSES(loops_fp32, SPRITETORCH_ANY_CPU, Fp32)
+SPRITETORCH_PASSES(loops_bf16, SPRITETORCH_ANY_CPU, Bf16)
+#ifdef SPRITETORCH_BN_POOL_X86
+#define SPRITETORCH_BN_AVX2 __attribute__((target("avx2,fma")))
+SPRITETORCH_PASSES(avx2_fp32, SPRITETORCH_BN_AVX2, Fp32)
+SPRITETORCH_PASSES(avx2_bf16, SPRITETORCH_BN_AVX2, Bf16)
+#endif
+
+// ---- AVX-512 (F, BW, VL): 16 windows at a time
+// ---------------------------------------------------
+//
+// A window's two columns are a pair of neighbouring elements: bf16 pairs are one 32-bit lane (low
+// half the left, high half the right), so one load gives 16 windows' lefts and rights without a
+// shuffle; fp32 pairs are split with one permute per 32 elements. Rows whose windows do not fill
+// 16 lanes (fastcnn's 14, 7 and 3 windows a row) take masked loads and stores.
+
+#ifdef SPRITETORCH_BN_POOL_X86
+#define SPRITETORCH_BN_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
+// GCC 12's masked-load intrinsics pass an undefined vector as the merge source, which
+// -Wmaybe-uninitialized reports at -O3 (the masks zero those lanes).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // GCC's name only: clang rejects unknown warning groups under -Werror
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+template <class E>
+struct Avx512;
+
+template <>
+struct Avx512<Fp32> {
+  // The lefts and rights of `n` (<= 16) windows starting at p.
+  SPRITETORCH_BN_AVX512 static void load_pairs(const float* p, int n, __m512& left, __m512& right) {
+    const __mmask32 m = static_cast<__mmask32>((uint64_t{1} << (2 * n)) - 1);
+    const __m512 lo = _mm512_maskz_loadu_ps(static_cast<__mmask16>(m), p);
+    const __m512 hi = _mm512_maskz_loadu_ps(static_cast<__mmask16>(m >> 16), p + 16);
+    const __m512i even =
+        _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    left = _mm512_permutex2var_ps(lo, even, hi);
+    right = _mm512_permutex2var_ps(lo, _mm512_add_epi32(even, _mm512_set1_epi32(1)), hi);
+  }
+  SPRITETORCH_BN_AVX512 static void store_pairs(float* p, int n, __m512 left, __m512 right) {
+    const __mmask32 m = static_cast<__mmask32>((uint64_t{1} << (2 * n)) - 1);
+    const __m512i first = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512 lo = _mm512_permutex2var_ps(left, first, right);
+    const __m512 hi =
+        _mm512_permutex2var_ps(left, _mm512_add_epi32(first, _mm512_set1_epi32(8)), right);
+    _mm512_mask_storeu_ps(p, static_cast<__mmask16>(m), lo);
+    _mm512_mask_storeu_ps(p + 16, static_cast<__mmask16>(m >> 16), hi);
+  }
+  SPRITETORCH_BN_AVX512 static __m512 load(const float* p, __mmask16 m) {
+    return _mm512_maskz_loadu_ps(m, p);
+  }
+  SPRITETORCH_BN_AVX512 static void store(float* p, __mmask16 m, __m512 v) {
+    _mm512_mask_storeu_ps(p, m, v);
+  }
+};
+
+// fp32 -> bf16 bits in each lane's low half, rounded to nearest even; NaN stays NaN.
+SPRITETORCH_BN_AVX512 inline __m512i bf16_bits(__m512 v) {
+  const __m512i b = _mm512_castps_si512(v);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+  const __m512i r =
+      _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(b, _mm512_set1_epi32(0x7FFF)), odd), 16);
+  return _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q),
+                               _mm512_set1_epi32(0x7FC0));
+}
+
+template <>
+struct Avx512<Bf16> {
+  SPRITETORCH_BN_AVX512 static void load_pairs(const uint16_t* p, int n, __m512& left,
+                                               __m512& right) {
+    const __mmask32 m = static_cast<__mmask32>((uint64_t{1} << (2 * n)) - 1);
+    const __m512i v = _mm512_maskz_loadu_epi16(m, p);
+    left = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    right = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(0xFFFF0000u)));
+  }
+  SPRITETORCH_BN_AVX512 static void store_pairs(uint16_t* p, int n, __m512 left, __m512 right) {
+    const __mmask32 m = static_cast<__mmask32>((uint64_t{1} << (2 * n)) - 1);
+    const __m512i v = _mm512_or_si512(bf16_bits(left), _mm512_slli_epi32(bf16_bits(right), 16));
+    _mm512_mask_storeu_epi16(p, m, v);
+  }
+  SPRITETORCH_BN_AVX512 static __m512 load(const uint16_t* p, __mmask16 m) {
+    const __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+  }
+  SPRITETORCH_BN_AVX512 static void store(uint16_t* p, __mmask16 m, __m512 v) {
+    _mm256_mask_storeu_epi16(p, m, _mm512_cvtepi32_epi16(bf16_bits(v)));
+  }
+};
+
+SPRITETORCH_BN_AVX512 inline __mmask16 lanes(int n) {
+  return static_cast<__mmask16>((1u << n) - 1);
+}
+
+template <class E>
+SPRITETORCH_BN_AVX512 void avx512_pool_plane(const typename E::Stored* x, typename E::Stored* y,
+                                             uint8_t* won, const Plane& p, float a_, float d_) {
+  using V = Avx512<E>;
+  const __m512 a = _mm512_set1_ps(a_), d = _mm512_set1_ps(d_), zero = _mm512_setzero_ps();
+  const __m512i one = _mm512_set1_epi32(1), two = _mm512_set1_epi32(2),
+                three = _mm512_set1_epi32(3), cut = _mm512_set1_epi32(kCut);
+  for (int64_t r = 0; r < p.out_height; ++r) {
+    const typename E::Stored* top = x + 2 * r * p.width;
+    const typename E::Stored* bottom = top + p.width;
+    for (int64_t k = 0; k < p.out_width; k += 16) {
+      const int n = static_cast<int>(std::min<int64_t>(16, p.out_width - k));
+      __m512 tl, tr, bl, br;
+      V::load_pairs(top + 2 * k, n, tl, tr);
+      V::load_pairs(bottom + 2 * k, n, bl, br);
+      tl = _mm512_fmadd_ps(a, tl, d);
+      tr = _mm512_fmadd_ps(a, tr, d);
+      bl = _mm512_fmadd_ps(a, bl, d);
+      br = _mm512_fmadd_ps(a, br, d);
+      // As pool_plane: each row's first maximum, then the bottom row's only if greater.
+      const __mmask16 top_right = _mm512_cmp_ps_mask(tr, tl, _CMP_GT_OQ);
+      const __mmask16 bottom_right = _mm512_cmp_ps_mask(br, bl, _CMP_GT_OQ);
+      const __m512 t = _mm512_mask_blend_ps(top_right, tl, tr);
+      const __m512 b = _mm512_mask_blend_ps(bottom_right, bl, br);
+      const __mmask16 down = _mm512_cmp_ps_mask(b, t, _CMP_GT_OQ);
+      const __m512 m = _mm512_mask_blend_ps(down, t, b);
+      const __mmask16 passed = _mm512_cmp_ps_mask(m, zero, _CMP_GT_OQ);
+      __m512i which = _mm512_maskz_mov_epi32(top_right, one);
+      which = _mm512_mask_mov_epi32(which, down, _mm512_mask_mov_epi32(two, bottom_right, three));
+      which = _mm512_mask_mov_epi32(cut, passed, which);
+      const __mmask16 store = lanes(n);
+      V::store(y + r * p.out_width + k, store, _mm512_maskz_mov_ps(passed, m));
+      _mm_mask_storeu_epi8(won + r * p.out_width + k, store, _mm512_cvtepi32_epi8(which));
+    }
+  }
+}
+
+// The winner's value of each window: `which` (0..3) picks among the four.
+SPRITETORCH_BN_AVX512 inline __m512 winner(__m512i which, __m512 tl, __m512 tr, __m512 bl,
+                                           __m512 br) {
+  __m512 v = _mm512_mask_mov_ps(tl, _mm512_cmpeq_epi32_mask(which, _mm512_set1_epi32(1)), tr);
+  v = _mm512_mask_mov_ps(v, _mm512_cmpeq_epi32_mask(which, _mm512_set1_epi32(2)), bl);
+  return _mm512_mask_mov_ps(v, _mm512_cmpeq_epi32_mask(which, _mm512_set1_epi32(3)), br);
+}
+
+template <class E>
+SPRITETORCH_BN_AVX512 void avx512_gradient_sums(const typename E::Stored* x,
+                                                const typename E::Stored* g, const uint8_t* won,
+                                                const Plane& p, float mean_, double& sum_g,
+                                                double& sum_gx) {
+  using V = Avx512<E>;
+  const __m512 mean = _mm512_set1_ps(mean_);
+  __m512 s = _mm512_setzero_ps(), q = _mm512_setzero_ps();
+  for (int64_t r = 0; r < p.out_height; ++r) {
+    const typename E::Stored* top = x + 2 * r * p.width;
+    const typename E::Stored* bottom = top + p.width;
+    for (int64_t k = 0; k < p.out_width; k += 16) {
+      const int n = static_cast<int>(std::min<int64_t>(16, p.out_width - k));
+      const __mmask16 m = lanes(n);
+      const __m512i which =
+          _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, won + r * p.out_width + k));
+      const __mmask16 passed = _mm512_cmpneq_epi32_mask(which, _mm512_set1_epi32(kCut)) & m;
+      __m512 tl, tr, bl, br;
+      V::load_pairs(top + 2 * k, n, tl, tr);
+      V::load_pairs(bottom + 2 * k, n, bl, br);
+      const __m512 gv = V::load(g + r * p.out_width + k, passed);
+      s = _mm512_add_ps(s, gv);
+      q = _mm512_fmadd_ps(gv, _mm512_sub_ps(winner(which, tl, tr, bl, br), mean), q);
+    }
+  }
+  sum_g += _mm512_reduce_add_ps(s);
+  sum_gx += _mm512_reduce_add_ps(q);
+}
+
+template <class E>
+SPRITETORCH_BN_AVX512 void avx512_dx_plane(const typename E::Stored* x, const typename E::Stored* g,
+                                           const uint8_t* won, typename E::Stored* dx,
+                                           const Plane& p, float u_, float v_, float c_) {
+  using V = Avx512<E>;
+  const __m512 u = _mm512_set1_ps(u_), v = _mm512_set1_ps(v_), c = _mm512_set1_ps(c_);
+  for (int64_t r = 0; r < p.out_height; ++r) {
+    const int64_t row = 2 * r * p.width;
+    for (int64_t k = 0; k < p.out_width; k += 16) {
+      const int n = static_cast<int>(std::min<int64_t>(16, p.out_width - k));
+      const __mmask16 m = lanes(n);
+      const __m512i which =
+          _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, won + r * p.out_width + k));
+      const __mmask16 passed = _mm512_cmpneq_epi32_mask(which, _mm512_set1_epi32(kCut)) & m;
+      const __m512 add = _mm512_mul_ps(c, V::load(g + r * p.out_width + k, passed));
+      __m512 tl, tr, bl, br;
+      V::load_pairs(x + row + 2 * k, n, tl, tr);
+      V::load_pairs(x + row + p.width + 2 * k, n, bl, br);
+      auto dx_of = [&](__m512 xv, int at) SPRITETORCH_BN_AVX512 {
+        const __m512 base = _mm512_fmadd_ps(u, xv, v);
+        return _mm512_mask_add_ps(base, _mm512_cmpeq_epi32_mask(which, _mm512_set1_epi32(at)), base,
+                                  add);
+      };
+      V::store_pairs(dx + row + 2 * k, n, dx_of(tl, 0), dx_of(tr, 1));
+      V::store_pairs(dx + row + p.width + 2 * k, n, dx_of(bl, 2), dx_of(br, 3));
+    }
+    for (int64_t j = 2 * p.out_width; j < p.width; ++j) {  // an odd width's last column
+      E::store(dx + row, j, u_ * E::load(x + row, j) + v_);
+      E::store(dx + row + p.width, j, u_ * E::load(x + row + p.width, j) + v_);
+    }
+  }
+  for (int64_t i = 2 * p.out_height * p.width; i < p.pixels(); ++i)  // an odd height's last row
+    E::store(dx, i, u_ * E::load(x, i) + v_);
+}
+
+#define SPRITETORCH_PASSES_AVX512(NAME, E)                                                        \
+  SPRITETORCH_BN_AVX512 void NAME##_stats(const void* x, const Channel& ch, double& mean,         \
+                                          double& variance) {                                     \
+    channel_stats<E>(static_cast<const E::Stored*>(x), ch, mean, variance);                       \
+  }                                                                                               \
+  SPRITETORCH_BN_AVX512 void NAME##_forward(const void* x_, void* y_, uint8_t* won,               \
+                                            const Channel& ch, float a, float d) {                \
+    const auto* x = static_cast<const E::Stored*>(x_);                                            \
+    auto* y = static_cast<E::Stored*>(y_);                                                        \
+    for (int64_t b = 0; b < ch.planes; ++b)                                                       \
+      avx512_pool_plane<E>(x + b * ch.stride, y + b * ch.out_stride, won + b * ch.out_stride,     \
+                           ch.plane, a, d);                                                       \
+  }                                                                                               \
+  SPRITETORCH_BN_AVX512 void NAME##_gradient_sums(const void* x_, const void* g_,                 \
+                                                  const uint8_t* won, const Channel& ch,          \
+                                                  float mean, double& sum_g, double& sum_gx) {    \
+    const auto* x = static_cast<const E::Stored*>(x_);                                            \
+    const auto* g = static_cast<const E::Stored*>(g_);                                            \
+    for (int64_t b = 0; b < ch.planes; ++b)                                                       \
+      avx512_gradient_sums<E>(x + b * ch.stride, g + b * ch.out_stride, won + b * ch.out_stride,  \
+                              ch.plane, mean, sum_g, sum_gx);                                     \
+  }                                                                                               \
+  SPRITETORCH_BN_AVX512 void NAME##_dx(const void* x_, const void* g_, const uint8_t* won,        \
+                                       void* dx_, const Channel& ch, float u, float v, float c) { \
+    const auto* x = static_cast<const E::Stored*>(x_);                                            \
+    const auto* g = static_cast<const E::Stored*>(g_);                                            \
+    auto* dx = static_cast<E::Stored*>(dx_);                                                      \
+    for (int64_t b = 0; b < ch.planes; ++b)                                                       \
+      avx512_dx_plane<E>(x + b * ch.stride, g + b * ch.out_stride, won + b * ch.out_stride,       \
+                         dx + b * ch.stride, ch.plane, u, v, c);                                  \
+  }                                                                                               \
+  const Passes NAME = {NAME##_stats, NAME##_forward, NAME##_gradient_sums, NAME##_dx};
+
+SPRITETORCH_PASSES_AVX512(avx512_fp32, Fp32)
+SPRITETORCH_PASSES_AVX512(avx512_bf16, Bf16)
+#pragma GCC diagnostic pop
+#endif
+
+const Passes& passes_for(gemm::Kernel kernel, bool bf16) {
+#ifdef SPRITETORCH_BN_POOL_X86
+  if (kernel == gemm::Kernel::avx512 && gemm::available(kernel))
+    return bf16 ? avx512_bf16 : avx512_fp32;
+  if (kernel == gemm::Kernel::avx2 && gemm::available(kernel)) return bf16 ? avx2_bf16 : avx2_fp32;
+#else
+  (void)kernel;  // no vector code off x86
+#endif
+  return bf16 ? loops_bf16 : loops_fp32;
+}
+
+// ---- The operation ------------------------------------------------------------------------------
+
+Channel channel_of(const torch::Tensor& x) {
+  const int64_t h = x.size(2), w = x.size(3);
+  return {x.size(0), x.size(1) * h * w, x.size(1) * (h / 2) * (w / 2), {h, w, h / 2, w / 2}};
+}
+
+struct BnReluPoolFunction : torch::autograd::Function<BnReluPoolFunction> {
+  // x: (B, C, H, W) contiguous fp32 or bf16; weight, bias, running_mean, running_var: (C) fp32.
+  // factor: the running statistics' update weight (the norm's momentum).
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& weight, const torch::Tensor& bias,
+                               torch::Tensor running_mean, torch::Tensor running_var, double factor,
+                               double eps, int64_t kernel_index) {
+    const bool bf16 = x.scalar_type() == torch::kBFloat16;
+    const Passes& passes = passes_for(static_cast<gemm::Kernel>(kernel_index), bf16);
+    const Channel ch = channel_of(x);
+    const int64_t channels = x.size(1), plane = ch.plane.pixels(), out_plane = ch.plane.outputs();
+    const int64_t elem = x.element_size();
+    auto y =
+        torch::empty({x.size(0), channels, ch.plane.out_height, ch.plane.out_width}, x.options());
+    auto won = torch::empty(y.sizes(), x.options().dtype(torch::kUInt8));
+    auto stats = torch::empty({channels, 2}, x.options().dtype(torch::kFloat32));  // mean, 1/std
+    const auto* xp = static_cast<const char*>(x.data_ptr());
+    auto* yp = static_cast<char*>(y.data_ptr());
+    uint8_t* wp = won.data_ptr<uint8_t>();
+    float* st = stats.data_ptr<float>();
+    const float *gamma = weight.data_ptr<float>(), *beta = bias.data_ptr<float>();
+    float *rm = running_mean.data_ptr<float>(), *rv = running_var.data_ptr<float>();
+    const double n = static_cast<double>(ch.planes * plane);
+    at::parallel_for(0, channels, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t c = begin; c < end; ++c) {
+        double mean = 0, variance = 0;
+        passes.stats(xp + c * plane * elem, ch, mean, variance);
+        const double inv_std = 1.0 / std::sqrt(variance + eps);
+        st[2 * c] = static_cast<float>(mean);
+        st[2 * c + 1] = static_cast<float>(inv_std);
+        const float a = static_cast<float>(gamma[c] * inv_std);
+        const float d = static_cast<float>(beta[c] - mean * a);
+        if (std::isfinite(a) && std::isfinite(d)) {
+          passes.forward(xp + c * plane * elem, yp + c * out_plane * elem, wp + c * out_plane, ch,
+                         a, d);
+        } else {
+          // A NaN or infinity in x (or the weights) leaves the whole channel NaN, as LibTorch's
+          // ops would: a diverged run must show in its loss, not train on zeros.
+          for (int64_t b = 0; b < ch.planes; ++b) {
+            y.select(0, b).select(0, c).fill_(std::numeric_limits<float>::quiet_NaN());
+            won.select(0, b).select(0, c).fill_(kCut);
+          }
+        }
+        // As LibTorch: the running variance is the unbiased one.
+        const double unbiased = n > 1 ? variance * n / (n - 1) : variance;
+        rm[c] = static_cast<float>((1 - factor) * rm[c] + factor * mean);
+        rv[c] = static_cast<float>((1 - factor) * rv[c] + factor * unbiased);
+      }
+    });
+    ctx->save_for_backward({x, weight, stats, won});
+    ctx->saved_data["kernel"] = kernel_index;
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &x = saved[0], &weight = saved[1], &stats = saved[2], &won = saved[3];
+    const bool bf16 = x.scalar_type() == torch::kBFloat16;
+    const Passes& passes =
+        passes_for(static_cast<gemm::Kernel>(ctx->saved_data["kernel"].toInt()), bf16);
+    const auto g = grad_out[0].to(x.scalar_type()).contiguous();
+    const Channel ch = channel_of(x);
+    const int64_t channels = x.size(1), plane = ch.plane.pixels(), out_plane = ch.plane.outputs();
+    const int64_t elem = x.element_size();
+    auto dx = torch::empty_like(x);
+    auto dweight = torch::empty_like(weight), dbias = torch::empty_like(weight);
+    const auto* xp = static_cast<const char*>(x.data_ptr());
+    const auto* gp = static_cast<const char*>(g.data_ptr());
+    auto* dxp = static_cast<char*>(dx.data_ptr());
+    const uint8_t* wp = won.data_ptr<uint8_t>();
+    const float *st = stats.data_ptr<float>(), *gamma = weight.data_ptr<float>();
+    float *dw = dweight.data_ptr<float>(), *db = dbias.data_ptr<float>();
+    const double n = static_cast<double>(ch.planes * plane);
+    at::parallel_for(0, channels, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t c = begin; c < end; ++c) {
+        // With x_hat = (x - mean) / std and dz the gradient reaching the norm's output (g at each
+        // window's winner, zero elsewhere): dbias = sum dz, dweight = sum dz x_hat, and
+        // dx = weight / std (dz - dbias / n - x_hat dweight / n) = c dz + u x + v.
+        const double mean = st[2 * c], inv_std = st[2 * c + 1];
+        double sum_g = 0, sum_gx = 0;
+        passes.gradient_sums(xp + c * plane * elem, gp + c * out_plane * elem, wp + c * out_plane,
+                             ch, st[2 * c], sum_g, sum_gx);
+        const double dbeta = sum_g, dgamma = sum_gx * inv_std;
+        dw[c] = static_cast<float>(dgamma);
+        db[c] = static_cast<float>(dbeta);
+        const double k = gamma[c] * inv_std;
+        const double u = -k * inv_std * dgamma / n;
+        const double v = -k * dbeta / n - u * mean;
+        passes.dx(xp + c * plane * elem, gp + c * out_plane * elem, wp + c * out_plane,
+                  dxp + c * plane * elem, ch, static_cast<float>(u), static_cast<float>(v),
+                  static_cast<float>(k));
+      }
+    });
+    return {dx,
+            dweight,
+            dbias,
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor()};
+  }
+};
+
+bool fusion_from_environment() {
+  const char* value = std::getenv("SPRITETORCH_FUSED_BN_POOL");
+  return !(value && std::string(value) == "0");
+}
+
+std::atomic<bool> fusion_on{fusion_from_environment()};
+
+// Without OpenMP at::parallel_for runs on one thread, where LibTorch's ops use all of them.
+bool can_use_every_thread() {
+#if defined(SPRITETORCH_OPENMP) && defined(_OPENMP)
+  return true;
+#else
+  return at::get_num_threads() == 1;
+#endif
+}
+
+}  // namespace
+
+void set_bn_relu_pool_fusion(bool on) { fusion_on = on; }
+bool bn_relu_pool_fusion() { return fusion_on; }
+
+bool bn_relu_pool_fused(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x) {
+  const auto& o = bn.options;
+  return fusion_on && can_use_every_thread() && bn.is_training() && o.affine() &&
+         o.track_running_stats() && bn.running_mean.defined() && bn.num_batches_tracked.defined() &&
+         x.device().is_cpu() && x.dim() == 4 && x.is_contiguous() && x.size(2) >= 2 &&
+         x.size(3) >= 2 && x.size(0) * x.size(2) * x.size(3) > 1 &&
+         (x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16) &&
+         bn.weight.scalar_type() == torch::kFloat32 && bn.weight.is_contiguous() &&
+         bn.running_mean.scalar_type() == torch::kFloat32 && bn.running_mean.is_contiguous() &&
+         bn.running_var.is_contiguous() && bn.weight.numel() == x.size(1);
+}
+
+torch::Tensor bn_relu_pool_reference(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x) {
+  return torch::max_pool2d(torch::relu(bn.forward(x)), 2);
+}
+
+torch::Tensor bn_relu_pool(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
+                           gemm::Kernel kernel) {
+  if (!bn_relu_pool_fused(bn, x)) return bn_relu_pool_reference(bn, x);
+  // As BatchNormImplBase::forward: count the batch, and without a momentum average cumulatively.
+  double factor = bn.options.momentum().value_or(0.0);
+  {
+    torch::NoGradGuard no_grad;
+    bn.num_batches_tracked += 1;
+  }
+  if (!bn.options.momentum()) factor = 1.0 / bn.num_batches_tracked.item<double>();
+  return BnReluPoolFunction::apply(x, bn.weight, bn.bias, bn.running_mean, bn.running_var, factor,
+                                   bn.options.eps(), static_cast<int64_t>(kernel));
+}
+
+}  // namespace spritetorch::models

@@ -1,0 +1,47 @@
+// A BatchNorm in training mode, ReLU and a 2x2 max-pool as one operation: the stages of the
+// `--recipe` CNNs (models/classifier.h: FastCnnImpl).
+//
+// Unfused, LibTorch runs them as about seven passes over the convolution's output in forward and
+// backward (the norm's statistics and output, ReLU, the pool and its int64 indices; in backward the
+// pool's zero fill and scatter, ReLU's mask, the norm's two passes) and keeps three tensors of that
+// size for backward: over half of a CPU training step of fastcnn (torch 1.13 profile, batch 256,
+// 2 threads), where the convolutions themselves take about a third. The fused op works one channel
+// at a time, all of its planes, so its second pass finds the channel in L2: forward reads x twice
+// and writes the pooled output and one byte per output (which of the window's four won, or none
+// when ReLU cut it); backward reads those, the output gradient and x, and writes dx. It keeps x,
+// which the convolution's backward keeps anyway.
+//
+// CPU, fp32 or bf16 x (bf16 autocast hands the norm the convolution's bf16 output; the result is in
+// x's dtype, as LibTorch's), contiguous NCHW, a BatchNorm with affine weights and running
+// statistics. Elsewhere (CUDA, channels_last, eval mode) it is the LibTorch ops.
+#pragma once
+
+#include <torch/torch.h>
+
+#include "common/small_gemm.h"
+
+namespace spritetorch::models {
+
+// max_pool2d(relu(bn(x)), 2): x (B, C, H, W) -> (B, C, H / 2, W / 2), rows and columns past an even
+// size dropped by the pool as LibTorch's floor mode drops them. In training mode it updates bn's
+// running statistics and num_batches_tracked as bn(x) does. `kernel` picks the CPU code (avx512,
+// avx2: vectorised for that instruction set; anything else: the same loops for any CPU); the tests
+// run every one the machine has against the LibTorch ops.
+torch::Tensor bn_relu_pool(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
+                           gemm::Kernel kernel = gemm::best_kernel());
+
+// The same with LibTorch's ops: the reference, and the path wherever the fused op does not run.
+torch::Tensor bn_relu_pool_reference(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x);
+
+// Whether bn_relu_pool takes the fused op for these inputs: enabled, bn in training mode with
+// affine weights and running statistics, x on the CPU, fp32 or bf16, contiguous NCHW, at least
+// 2 x 2, and the op able to split its loops over LibTorch's threads (built with OpenMP, see
+// CMakeLists.txt, or one thread).
+bool bn_relu_pool_fused(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x);
+
+// The fused op on or off for the whole process (on by default): for comparing a step with and
+// without it (the tests, `SPRITETORCH_FUSED_BN_POOL=0`).
+void set_bn_relu_pool_fusion(bool on);
+bool bn_relu_pool_fusion();
+
+}  // namespace spritetorch::models

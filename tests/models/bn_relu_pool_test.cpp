@@ -1,0 +1,248 @@
+#include "models/bn_relu_pool.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "models/classifier.h"
+
+namespace spritetorch::models {
+namespace {
+
+std::vector<gemm::Kernel> kernels_here() {
+  std::vector<gemm::Kernel> out = {gemm::Kernel::loops};
+  for (gemm::Kernel k : {gemm::Kernel::avx2, gemm::Kernel::avx512})
+    if (gemm::available(k)) out.push_back(k);
+  return out;
+}
+
+// The op splits its loops over LibTorch's threads only where its file was built with OpenMP (g++
+// against Debian's LibTorch); elsewhere (the clang sanitizer build) it runs only when LibTorch has
+// one thread, which these tests then set for their duration.
+class KernelThreads {
+ public:
+  KernelThreads() : before_(at::get_num_threads()) {
+    torch::nn::BatchNorm2d probe(2);
+    if (!bn_relu_pool_fused(*probe, torch::zeros({1, 2, 2, 2}))) at::set_num_threads(1);
+  }
+  ~KernelThreads() {
+    if (at::get_num_threads() != before_) at::set_num_threads(before_);
+  }
+
+ private:
+  int before_;
+};
+
+void expect_close(const torch::Tensor& got, const torch::Tensor& want, double tolerance,
+                  const std::string& what) {
+  ASSERT_EQ(got.sizes(), want.sizes()) << what;
+  ASSERT_EQ(got.scalar_type(), want.scalar_type()) << what;
+  const auto g = got.to(torch::kFloat64), w = want.to(torch::kFloat64);
+  const double scale = w.abs().max().item<double>();
+  const double error = (g - w).abs().max().item<double>();
+  EXPECT_LE(error, tolerance * (1 + scale))
+      << what << ": largest difference " << error << " against values up to " << scale;
+}
+
+// A norm with weights away from 1 and 0, one of them negative (the pool then picks the smallest
+// input), and running statistics already moved.
+torch::nn::BatchNorm2d make_norm(int64_t channels, uint64_t seed,
+                                 torch::nn::BatchNorm2dOptions options = {0}) {
+  torch::manual_seed(seed);
+  options.num_features(channels);
+  torch::nn::BatchNorm2d bn(options);
+  torch::NoGradGuard no_grad;
+  bn->weight.copy_(1 + 0.5 * torch::randn({channels}));
+  bn->weight[0] = -0.7;
+  bn->bias.copy_(0.3 * torch::randn({channels}));
+  bn->running_mean.copy_(torch::randn({channels}));
+  bn->running_var.copy_(1 + torch::rand({channels}));
+  return bn;
+}
+
+struct Result {
+  torch::Tensor y, dx, dweight, dbias, running_mean, running_var, batches;
+};
+
+// Forward and backward of bn_relu_pool (fused with `kernel`, or LibTorch's ops) on a copy of x.
+Result run(bool fused, gemm::Kernel kernel, const torch::Tensor& x, const torch::Tensor& upstream,
+           uint64_t seed, torch::nn::BatchNorm2dOptions options = {0}) {
+  auto bn = make_norm(x.size(1), seed, options);
+  auto leaf = x.detach().clone().requires_grad_();
+  set_bn_relu_pool_fusion(fused);
+  EXPECT_EQ(bn_relu_pool_fused(*bn, leaf), fused);
+  Result r;
+  r.y = fused ? bn_relu_pool(*bn, leaf, kernel) : bn_relu_pool_reference(*bn, leaf);
+  set_bn_relu_pool_fusion(true);
+  r.y.backward(upstream);
+  r.dx = leaf.grad();
+  r.dweight = bn->weight.grad();
+  r.dbias = bn->bias.grad();
+  r.running_mean = bn->running_mean.clone();
+  r.running_var = bn->running_var.clone();
+  r.batches = bn->num_batches_tracked.clone();
+  return r;
+}
+
+void expect_same(const Result& got, const Result& want, double tolerance, const std::string& what) {
+  expect_close(got.y, want.y, tolerance, what + " output");
+  expect_close(got.dx, want.dx, tolerance, what + " dx");
+  expect_close(got.dweight, want.dweight, tolerance, what + " dweight");
+  expect_close(got.dbias, want.dbias, tolerance, what + " dbias");
+  expect_close(got.running_mean, want.running_mean, 1e-5, what + " running mean");
+  expect_close(got.running_var, want.running_var, 1e-5, what + " running var");
+  EXPECT_TRUE(torch::equal(got.batches, want.batches)) << what << " num_batches_tracked";
+}
+
+// Output, every gradient and the running statistics against LibTorch's batch_norm, relu and
+// max_pool2d, for every kernel here, fp32 and bf16: fastcnn's stage shapes, odd heights and widths
+// (the pool drops the last row and column, the norm does not), and rows of more than 16 windows
+// with a tail (the AVX-512 code's 16 lanes).
+TEST(BnReluPool, MatchesTheLibTorchOpsForwardAndBackward) {
+  const KernelThreads threads;
+  const std::vector<std::vector<int64_t>> shapes = {
+      {4, 3, 28, 28}, {3, 5, 7, 7}, {2, 4, 6, 9}, {2, 2, 5, 70}, {1, 3, 2, 2}};
+  for (const auto& shape : shapes)
+    for (torch::ScalarType dtype : {torch::kFloat32, torch::kBFloat16})
+      for (gemm::Kernel kernel : kernels_here()) {
+        torch::manual_seed(shape[3]);
+        const auto x = (torch::randn(shape) * 2 + 0.7).to(dtype);
+        const auto upstream =
+            torch::randn({shape[0], shape[1], shape[2] / 2, shape[3] / 2}).to(dtype);
+        const std::string what = std::string(gemm::kernel_name(kernel)) + " " +
+                                 c10::toString(dtype) + " " + c10::str(torch::IntArrayRef(shape));
+        if (dtype == torch::kFloat32) {
+          expect_same(run(true, kernel, x, upstream, 7), run(false, kernel, x, upstream, 7), 2e-5,
+                      what);
+          continue;
+        }
+        // bf16: against LibTorch's ops in fp32 on the same values. (LibTorch's bf16 ops compare
+        // the norm's outputs rounded to bf16, so values that round alike tie there and the pool
+        // picks the first; the fused op compares them in fp32.)
+        Result got = run(true, kernel, x, upstream, 7);
+        EXPECT_EQ(got.y.scalar_type(), torch::kBFloat16) << what;
+        EXPECT_EQ(got.dx.scalar_type(), torch::kBFloat16) << what;
+        got.y = got.y.to(torch::kFloat32);
+        got.dx = got.dx.to(torch::kFloat32);
+        const Result want =
+            run(false, kernel, x.to(torch::kFloat32), upstream.to(torch::kFloat32), 7);
+        expect_same(got, want, 1e-2, what);
+        // Rounded to nearest, not truncated: the fp32 values rounded to bf16, but for the rare
+        // one the two computations' last-bit differences put on the other side of a rounding.
+        const auto rounded = want.y.to(torch::kBFloat16).to(torch::kFloat32);
+        EXPECT_LT(got.y.ne(rounded).to(torch::kFloat64).mean().item<double>(), 0.01) << what;
+      }
+}
+
+// Whole-number inputs make many windows with equal values: the gradient must reach the element
+// LibTorch's max-pool picks (the first maximum in row-major order), and a window whose maximum
+// ReLU cut must pass none.
+TEST(BnReluPool, TiesSendTheGradientWhereLibTorchDoes) {
+  const KernelThreads threads;
+  torch::manual_seed(3);
+  const auto x = torch::randint(-2, 3, {3, 4, 12, 40}).to(torch::kFloat32);
+  const auto upstream = torch::randn({3, 4, 6, 20});
+  const Result want = run(false, gemm::Kernel::loops, x, upstream, 5);
+  for (gemm::Kernel kernel : kernels_here()) {
+    const Result got = run(true, kernel, x, upstream, 5);
+    const std::string what = gemm::kernel_name(kernel);
+    EXPECT_TRUE(torch::equal(got.y, want.y)) << what;
+    // A gradient sent to another element of a tied window would differ there by its whole value.
+    expect_close(got.dx, want.dx, 1e-5, what + " dx");
+  }
+}
+
+// Without a momentum the running statistics are a cumulative average (1 / num_batches_tracked),
+// as BatchNorm2d keeps them; two batches in a row.
+TEST(BnReluPool, CumulativeAverageWithoutMomentum) {
+  const KernelThreads threads;
+  auto options = torch::nn::BatchNorm2dOptions(3).momentum(c10::nullopt);
+  auto fused = make_norm(3, 2, options), reference = make_norm(3, 2, options);
+  torch::manual_seed(4);
+  for (int i = 0; i < 2; ++i) {
+    const auto x = torch::randn({2, 3, 6, 6}) + i;
+    ASSERT_TRUE(bn_relu_pool_fused(*fused, x));
+    bn_relu_pool(*fused, x);
+    bn_relu_pool_reference(*reference, x);
+  }
+  expect_close(fused->running_mean, reference->running_mean, 1e-6, "running mean");
+  expect_close(fused->running_var, reference->running_var, 1e-6, "running var");
+  EXPECT_EQ(fused->num_batches_tracked.item<int64_t>(), 2);
+}
+
+// A NaN or infinity in x must not vanish into ReLU's zeros: a diverged run shows in its loss.
+TEST(BnReluPool, NonFiniteInputsGiveNaN) {
+  const KernelThreads threads;
+  for (float bad :
+       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()})
+    for (gemm::Kernel kernel : kernels_here()) {
+      auto bn = make_norm(2, 1);
+      auto x = torch::randn({2, 2, 4, 4});
+      x[1][0][3][2] = bad;
+      const auto y = bn_relu_pool(*bn, x, kernel);
+      EXPECT_TRUE(y.select(1, 0).isnan().all().item<bool>()) << gemm::kernel_name(kernel);
+      EXPECT_TRUE(y.select(1, 1).isfinite().all().item<bool>()) << gemm::kernel_name(kernel);
+    }
+}
+
+// Eval mode, channels_last, fp64, a norm without affine weights or running statistics: LibTorch's
+// ops, with the same result as the reference.
+TEST(BnReluPool, OtherModesLayoutsAndDtypesTakeTheLibTorchOps) {
+  const KernelThreads threads;
+  torch::manual_seed(6);
+  const auto x = torch::randn({2, 3, 6, 6});
+  {
+    auto bn = make_norm(3, 1);
+    bn->eval();
+    EXPECT_FALSE(bn_relu_pool_fused(*bn, x));
+    auto twin = make_norm(3, 1);
+    twin->eval();
+    EXPECT_TRUE(torch::equal(bn_relu_pool(*bn, x), bn_relu_pool_reference(*twin, x)));
+  }
+  auto bn = make_norm(3, 1);
+  EXPECT_TRUE(bn_relu_pool_fused(*bn, x));
+  EXPECT_FALSE(bn_relu_pool_fused(*bn, x.contiguous(torch::MemoryFormat::ChannelsLast)));
+  EXPECT_FALSE(bn_relu_pool_fused(*bn, x.to(torch::kFloat64)));
+  EXPECT_FALSE(bn_relu_pool_fused(*bn, torch::randn({2, 3, 1, 6})));
+  torch::nn::BatchNorm2d plain(torch::nn::BatchNorm2dOptions(3).affine(false));
+  EXPECT_FALSE(bn_relu_pool_fused(*plain, x));
+  torch::nn::BatchNorm2d untracked(torch::nn::BatchNorm2dOptions(3).track_running_stats(false));
+  EXPECT_FALSE(bn_relu_pool_fused(*untracked, x));
+  set_bn_relu_pool_fusion(false);
+  EXPECT_FALSE(bn_relu_pool_fused(*bn, x));
+  set_bn_relu_pool_fusion(true);
+}
+
+// fastcnn trained a few AdamW steps with the fused op and with LibTorch's ops from the same start
+// ends with the same weights (within float rounding), in fp32.
+TEST(BnReluPool, FastCnnStepsMatchTheUnfusedPath) {
+  const KernelThreads threads;
+  auto train = [](bool fused) {
+    torch::manual_seed(11);
+    auto model = make_model({"fastcnn", {1, 28, 28}, 10});
+    model->train();
+    torch::optim::AdamW adamw(model->parameters(),
+                              torch::optim::AdamWOptions(0.01).weight_decay(0.05));
+    const auto x = torch::rand({32, 1, 28, 28});
+    const auto y = torch::randint(10, {32}, torch::kInt64);
+    set_bn_relu_pool_fusion(fused);
+    for (int step = 0; step < 3; ++step) {
+      adamw.zero_grad();
+      torch::nn::functional::cross_entropy(model->forward(x), y).backward();
+      adamw.step();
+    }
+    set_bn_relu_pool_fusion(true);
+    return model;
+  };
+  auto fused = train(true), reference = train(false);
+  const auto a = fused->named_parameters(), b = reference->named_parameters();
+  for (const auto& p : a) expect_close(p.value(), b[p.key()], 1e-4, p.key());
+  const auto ba = fused->named_buffers(), bb = reference->named_buffers();
+  for (const auto& p : ba) expect_close(p.value(), bb[p.key()], 1e-4, p.key());
+}
+
+}  // namespace
+}  // namespace spritetorch::models
