@@ -269,9 +269,41 @@ struct Passes {
 SPRITETORCH_PASSES(loops_fp32, SPRITETORCH_ANY_CPU, Fp32)
 SPRITETORCH_PASSES(loops_bf16, SPRITETORCH_ANY_CPU, Bf16)
 #ifdef SPRITETORCH_BN_POOL_X86
-#define SPRITETORCH_BN_AVX2 __attribute__((target("avx2,fma")))
-SPRITETORCH_PASSES(avx2_fp32, SPRITETORCH_BN_AVX2, Fp32)
-SPRITETORCH_PASSES(avx2_bf16, SPRITETORCH_BN_AVX2, Bf16)
+#endif
+
+#ifdef SPRITETORCH_BN_POOL_X86
+// The four passes of a vector code path: the stats as the loops (the compiler vectorises those),
+// the other three from CODE##_pool_plane, CODE##_gradient_sums and CODE##_dx_plane.
+#define SPRITETORCH_PASSES_VECTOR(NAME, TARGET, E, CODE)                                           \
+  TARGET void NAME##_stats(const void* x, const Channel& ch, double& mean, double& variance) {     \
+    channel_stats<E>(static_cast<const E::Stored*>(x), ch, mean, variance);                        \
+  }                                                                                                \
+  TARGET void NAME##_forward(const void* x_, void* y_, uint8_t* won, const Channel& ch, float a,   \
+                             float d) {                                                            \
+    const auto* x = static_cast<const E::Stored*>(x_);                                             \
+    auto* y = static_cast<E::Stored*>(y_);                                                         \
+    for (int64_t b = 0; b < ch.planes; ++b)                                                        \
+      CODE##_pool_plane<E>(x + b * ch.stride, y + b * ch.out_stride, won + b * ch.out_stride,      \
+                           ch.plane, a, d);                                                        \
+  }                                                                                                \
+  TARGET void NAME##_gradient_sums(const void* x_, const void* g_, const uint8_t* won,             \
+                                   const Channel& ch, float mean, double& sum_g, double& sum_gx) { \
+    const auto* x = static_cast<const E::Stored*>(x_);                                             \
+    const auto* g = static_cast<const E::Stored*>(g_);                                             \
+    for (int64_t b = 0; b < ch.planes; ++b)                                                        \
+      CODE##_gradient_sums<E>(x + b * ch.stride, g + b * ch.out_stride, won + b * ch.out_stride,   \
+                              ch.plane, mean, sum_g, sum_gx);                                      \
+  }                                                                                                \
+  TARGET void NAME##_dx(const void* x_, const void* g_, const uint8_t* won, void* dx_,             \
+                        const Channel& ch, float u, float v, float c) {                            \
+    const auto* x = static_cast<const E::Stored*>(x_);                                             \
+    const auto* g = static_cast<const E::Stored*>(g_);                                             \
+    auto* dx = static_cast<E::Stored*>(dx_);                                                       \
+    for (int64_t b = 0; b < ch.planes; ++b)                                                        \
+      CODE##_dx_plane<E>(x + b * ch.stride, g + b * ch.out_stride, won + b * ch.out_stride,        \
+                         dx + b * ch.stride, ch.plane, u, v, c);                                   \
+  }                                                                                                \
+  const Passes NAME = {NAME##_stats, NAME##_forward, NAME##_gradient_sums, NAME##_dx};
 #endif
 
 // ---- AVX-512 (F, BW, VL): 16 windows at a time
@@ -470,42 +502,287 @@ SPRITETORCH_BN_AVX512 void avx512_dx_plane(const typename E::Stored* x, const ty
     E::store(dx, i, u_ * E::load(x, i) + v_);
 }
 
-#define SPRITETORCH_PASSES_AVX512(NAME, E)                                                        \
-  SPRITETORCH_BN_AVX512 void NAME##_stats(const void* x, const Channel& ch, double& mean,         \
-                                          double& variance) {                                     \
-    channel_stats<E>(static_cast<const E::Stored*>(x), ch, mean, variance);                       \
-  }                                                                                               \
-  SPRITETORCH_BN_AVX512 void NAME##_forward(const void* x_, void* y_, uint8_t* won,               \
-                                            const Channel& ch, float a, float d) {                \
-    const auto* x = static_cast<const E::Stored*>(x_);                                            \
-    auto* y = static_cast<E::Stored*>(y_);                                                        \
-    for (int64_t b = 0; b < ch.planes; ++b)                                                       \
-      avx512_pool_plane<E>(x + b * ch.stride, y + b * ch.out_stride, won + b * ch.out_stride,     \
-                           ch.plane, a, d);                                                       \
-  }                                                                                               \
-  SPRITETORCH_BN_AVX512 void NAME##_gradient_sums(const void* x_, const void* g_,                 \
-                                                  const uint8_t* won, const Channel& ch,          \
-                                                  float mean, double& sum_g, double& sum_gx) {    \
-    const auto* x = static_cast<const E::Stored*>(x_);                                            \
-    const auto* g = static_cast<const E::Stored*>(g_);                                            \
-    for (int64_t b = 0; b < ch.planes; ++b)                                                       \
-      avx512_gradient_sums<E>(x + b * ch.stride, g + b * ch.out_stride, won + b * ch.out_stride,  \
-                              ch.plane, mean, sum_g, sum_gx);                                     \
-  }                                                                                               \
-  SPRITETORCH_BN_AVX512 void NAME##_dx(const void* x_, const void* g_, const uint8_t* won,        \
-                                       void* dx_, const Channel& ch, float u, float v, float c) { \
-    const auto* x = static_cast<const E::Stored*>(x_);                                            \
-    const auto* g = static_cast<const E::Stored*>(g_);                                            \
-    auto* dx = static_cast<E::Stored*>(dx_);                                                      \
-    for (int64_t b = 0; b < ch.planes; ++b)                                                       \
-      avx512_dx_plane<E>(x + b * ch.stride, g + b * ch.out_stride, won + b * ch.out_stride,       \
-                         dx + b * ch.stride, ch.plane, u, v, c);                                  \
-  }                                                                                               \
-  const Passes NAME = {NAME##_stats, NAME##_forward, NAME##_gradient_sums, NAME##_dx};
-
-SPRITETORCH_PASSES_AVX512(avx512_fp32, Fp32)
-SPRITETORCH_PASSES_AVX512(avx512_bf16, Bf16)
+SPRITETORCH_PASSES_VECTOR(avx512_fp32, SPRITETORCH_BN_AVX512, Fp32, avx512)
+SPRITETORCH_PASSES_VECTOR(avx512_bf16, SPRITETORCH_BN_AVX512, Bf16, avx512)
 #pragma GCC diagnostic pop
+#endif
+
+// ---- AVX2 + FMA: 8 windows at a time ------------------------------------------------------------
+//
+// The same pairs as the AVX-512 code, in 8 lanes; a row's last windows short of 8 (all of
+// fastcnn's 7- and 3-window rows) take AVX2's masked loads and stores of 32-bit lanes.
+
+#ifdef SPRITETORCH_BN_POOL_X86
+#define SPRITETORCH_BN_AVX2 __attribute__((target("avx2,fma")))
+
+// fp32 -> bf16 bits in each lane's low half, rounded to nearest even; NaN stays NaN.
+SPRITETORCH_BN_AVX2 inline __m256i bf16_bits_avx2(__m256 v) {
+  const __m256i b = _mm256_castps_si256(v);
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+  const __m256i r =
+      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7FFF)), odd), 16);
+  const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  return _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC0), nan);
+}
+
+template <class E>
+struct Avx2;
+
+template <>
+struct Avx2<Fp32> {
+  // The lefts and rights of 8 windows starting at p (16 floats).
+  SPRITETORCH_BN_AVX2 static void load_pairs(const float* p, __m256& left, __m256& right) {
+    const __m256 lo = _mm256_loadu_ps(p), hi = _mm256_loadu_ps(p + 8);
+    // Per 128-bit half: (lo0 lo2 hi0 hi2 | lo4 lo6 hi4 hi6); the 64-bit quarters reordered 0 2 1 3.
+    left = _mm256_castpd_ps(
+        _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0))),
+                              _MM_SHUFFLE(3, 1, 2, 0)));
+    right = _mm256_castpd_ps(
+        _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1))),
+                              _MM_SHUFFLE(3, 1, 2, 0)));
+  }
+  SPRITETORCH_BN_AVX2 static void store_pairs(float* p, __m256 left, __m256 right) {
+    const __m256 a = _mm256_unpacklo_ps(left, right), b = _mm256_unpackhi_ps(left, right);
+    _mm256_storeu_ps(p, _mm256_permute2f128_ps(a, b, 0x20));
+    _mm256_storeu_ps(p + 8, _mm256_permute2f128_ps(a, b, 0x31));
+  }
+  SPRITETORCH_BN_AVX2 static __m256 load(const float* p) { return _mm256_loadu_ps(p); }
+  SPRITETORCH_BN_AVX2 static void store(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
+};
+
+template <>
+struct Avx2<Bf16> {
+  SPRITETORCH_BN_AVX2 static void load_pairs(const uint16_t* p, __m256& left, __m256& right) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    left = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    right = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF0000u)));
+  }
+  SPRITETORCH_BN_AVX2 static void store_pairs(uint16_t* p, __m256 left, __m256 right) {
+    const __m256i v =
+        _mm256_or_si256(bf16_bits_avx2(left), _mm256_slli_epi32(bf16_bits_avx2(right), 16));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v);
+  }
+  SPRITETORCH_BN_AVX2 static __m256 load(const uint16_t* p) {
+    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  }
+  SPRITETORCH_BN_AVX2 static void store(uint16_t* p, __m256 v) {
+    // (a0..a3 a0..a3 | a4..a7 a4..a7) as 16-bit values; quarters 0 and 2 hold a0..a7.
+    const __m256i bits = bf16_bits_avx2(v);
+    const __m256i packed =
+        _mm256_permute4x64_epi64(_mm256_packus_epi32(bits, bits), _MM_SHUFFLE(3, 1, 2, 0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+  }
+};
+
+// The first `count` of 8 32-bit lanes (count may be negative or above 8), as maskload takes it.
+SPRITETORCH_BN_AVX2 inline __m256i first_lanes(int count) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(count), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// Up to 8 windows of a row: their 2n inputs and outputs with masked loads and stores of 32-bit
+// lanes (a bf16 pair is one lane, an fp32 pair two), the n gradients, outputs and winners element
+// by element when n < 8. Nothing is read or written past the row.
+template <class E>
+struct Avx2Row;
+
+template <>
+struct Avx2Row<Fp32> {
+  using V = Avx2<Fp32>;
+  SPRITETORCH_BN_AVX2 static void load_pairs(const float* p, int n, __m256& left, __m256& right) {
+    if (n == 8) return V::load_pairs(p, left, right);
+    const __m256 lo = _mm256_maskload_ps(p, first_lanes(2 * n));
+    const __m256 hi = _mm256_maskload_ps(p + 8, first_lanes(2 * n - 8));
+    left = _mm256_castpd_ps(
+        _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0))),
+                              _MM_SHUFFLE(3, 1, 2, 0)));
+    right = _mm256_castpd_ps(
+        _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1))),
+                              _MM_SHUFFLE(3, 1, 2, 0)));
+  }
+  SPRITETORCH_BN_AVX2 static void store_pairs(float* p, int n, __m256 left, __m256 right) {
+    if (n == 8) return V::store_pairs(p, left, right);
+    const __m256 a = _mm256_unpacklo_ps(left, right), b = _mm256_unpackhi_ps(left, right);
+    _mm256_maskstore_ps(p, first_lanes(2 * n), _mm256_permute2f128_ps(a, b, 0x20));
+    _mm256_maskstore_ps(p + 8, first_lanes(2 * n - 8), _mm256_permute2f128_ps(a, b, 0x31));
+  }
+  SPRITETORCH_BN_AVX2 static __m256 load(const float* p, int n) {
+    return n == 8 ? V::load(p) : _mm256_maskload_ps(p, first_lanes(n));
+  }
+  SPRITETORCH_BN_AVX2 static void store(float* p, int n, __m256 v) {
+    if (n == 8) return V::store(p, v);
+    _mm256_maskstore_ps(p, first_lanes(n), v);
+  }
+};
+
+template <>
+struct Avx2Row<Bf16> {
+  using V = Avx2<Bf16>;
+  SPRITETORCH_BN_AVX2 static void load_pairs(const uint16_t* p, int n, __m256& left,
+                                             __m256& right) {
+    if (n == 8) return V::load_pairs(p, left, right);
+    const __m256i v = _mm256_maskload_epi32(reinterpret_cast<const int*>(p), first_lanes(n));
+    left = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    right = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF0000u)));
+  }
+  SPRITETORCH_BN_AVX2 static void store_pairs(uint16_t* p, int n, __m256 left, __m256 right) {
+    if (n == 8) return V::store_pairs(p, left, right);
+    const __m256i v =
+        _mm256_or_si256(bf16_bits_avx2(left), _mm256_slli_epi32(bf16_bits_avx2(right), 16));
+    _mm256_maskstore_epi32(reinterpret_cast<int*>(p), first_lanes(n), v);
+  }
+  SPRITETORCH_BN_AVX2 static __m256 load(const uint16_t* p, int n) {
+    if (n == 8) return V::load(p);
+    alignas(16) uint16_t buffer[8] = {};
+    for (int l = 0; l < n; ++l) buffer[l] = p[l];
+    return V::load(buffer);
+  }
+  SPRITETORCH_BN_AVX2 static void store(uint16_t* p, int n, __m256 v) {
+    if (n == 8) return V::store(p, v);
+    alignas(16) uint16_t buffer[8];
+    V::store(buffer, v);
+    for (int l = 0; l < n; ++l) p[l] = buffer[l];
+  }
+};
+
+SPRITETORCH_BN_AVX2 inline __m256i load_winners(const uint8_t* p, int n) {
+  int64_t bits = 0;
+  if (n == 8) {
+    std::memcpy(&bits, p, sizeof bits);
+  } else {
+    for (int l = 0; l < n; ++l) bits |= static_cast<int64_t>(p[l]) << (8 * l);
+  }
+  return _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(bits));
+}
+
+SPRITETORCH_BN_AVX2 inline void store_winners(uint8_t* p, int n, __m256i which) {
+  alignas(32) int32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), which);
+  for (int l = 0; l < n; ++l) p[l] = static_cast<uint8_t>(lanes[l]);
+}
+
+SPRITETORCH_BN_AVX2 inline __m256 select(__m256 mask, __m256 if_false, __m256 if_true) {
+  return _mm256_blendv_ps(if_false, if_true, mask);
+}
+
+SPRITETORCH_BN_AVX2 inline __m256 lanes_equal(__m256i a, int b) {
+  return _mm256_castsi256_ps(_mm256_cmpeq_epi32(a, _mm256_set1_epi32(b)));
+}
+
+SPRITETORCH_BN_AVX2 inline double sum_lanes(__m256 v) {
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, v);
+  double s = 0;
+  for (float f : lanes) s += f;
+  return s;
+}
+
+template <class E>
+SPRITETORCH_BN_AVX2 void avx2_pool_plane(const typename E::Stored* x, typename E::Stored* y,
+                                         uint8_t* won, const Plane& p, float a_, float d_) {
+  using R = Avx2Row<E>;
+  const __m256 a = _mm256_set1_ps(a_), d = _mm256_set1_ps(d_), zero = _mm256_setzero_ps();
+  const __m256i one = _mm256_set1_epi32(1), two = _mm256_set1_epi32(2),
+                cut = _mm256_set1_epi32(kCut);
+  for (int64_t r = 0; r < p.out_height; ++r) {
+    const typename E::Stored* top = x + 2 * r * p.width;
+    const typename E::Stored* bottom = top + p.width;
+    for (int64_t k = 0; k < p.out_width; k += 8) {
+      const int n = static_cast<int>(std::min<int64_t>(8, p.out_width - k));
+      __m256 tl, tr, bl, br;
+      R::load_pairs(top + 2 * k, n, tl, tr);
+      R::load_pairs(bottom + 2 * k, n, bl, br);
+      tl = _mm256_fmadd_ps(a, tl, d);
+      tr = _mm256_fmadd_ps(a, tr, d);
+      bl = _mm256_fmadd_ps(a, bl, d);
+      br = _mm256_fmadd_ps(a, br, d);
+      // As pool_plane: each row's first maximum, then the bottom row's only if greater.
+      const __m256 top_right = _mm256_cmp_ps(tr, tl, _CMP_GT_OQ);
+      const __m256 bottom_right = _mm256_cmp_ps(br, bl, _CMP_GT_OQ);
+      const __m256 t = select(top_right, tl, tr), b = select(bottom_right, bl, br);
+      const __m256 down = _mm256_cmp_ps(b, t, _CMP_GT_OQ);
+      const __m256 m = select(down, t, b);
+      const __m256 passed = _mm256_cmp_ps(m, zero, _CMP_GT_OQ);
+      const __m256i top_which = _mm256_and_si256(_mm256_castps_si256(top_right), one);
+      const __m256i bottom_which =
+          _mm256_add_epi32(two, _mm256_and_si256(_mm256_castps_si256(bottom_right), one));
+      __m256i which = _mm256_blendv_epi8(top_which, bottom_which, _mm256_castps_si256(down));
+      which = _mm256_blendv_epi8(cut, which, _mm256_castps_si256(passed));
+      R::store(y + r * p.out_width + k, n, _mm256_and_ps(m, passed));
+      store_winners(won + r * p.out_width + k, n, which);
+    }
+  }
+}
+
+// The winner's value of each window: `which` (0..3) picks among the four.
+SPRITETORCH_BN_AVX2 inline __m256 winner_avx2(__m256i which, __m256 tl, __m256 tr, __m256 bl,
+                                              __m256 br) {
+  __m256 v = select(lanes_equal(which, 1), tl, tr);
+  v = select(lanes_equal(which, 2), v, bl);
+  return select(lanes_equal(which, 3), v, br);
+}
+
+template <class E>
+SPRITETORCH_BN_AVX2 void avx2_gradient_sums(const typename E::Stored* x,
+                                            const typename E::Stored* g, const uint8_t* won,
+                                            const Plane& p, float mean_, double& sum_g,
+                                            double& sum_gx) {
+  using R = Avx2Row<E>;
+  const __m256 mean = _mm256_set1_ps(mean_);
+  __m256 s = _mm256_setzero_ps(), q = _mm256_setzero_ps();
+  for (int64_t r = 0; r < p.out_height; ++r) {
+    const typename E::Stored* top = x + 2 * r * p.width;
+    const typename E::Stored* bottom = top + p.width;
+    for (int64_t k = 0; k < p.out_width; k += 8) {
+      const int n = static_cast<int>(std::min<int64_t>(8, p.out_width - k));
+      const __m256i which = load_winners(won + r * p.out_width + k, n);
+      __m256 tl, tr, bl, br;
+      R::load_pairs(top + 2 * k, n, tl, tr);
+      R::load_pairs(bottom + 2 * k, n, bl, br);
+      // Lanes past n: g loads as zero.
+      const __m256 gv =
+          _mm256_andnot_ps(lanes_equal(which, kCut), R::load(g + r * p.out_width + k, n));
+      s = _mm256_add_ps(s, gv);
+      q = _mm256_fmadd_ps(gv, _mm256_sub_ps(winner_avx2(which, tl, tr, bl, br), mean), q);
+    }
+  }
+  sum_g += sum_lanes(s);
+  sum_gx += sum_lanes(q);
+}
+
+template <class E>
+SPRITETORCH_BN_AVX2 void avx2_dx_plane(const typename E::Stored* x, const typename E::Stored* g,
+                                       const uint8_t* won, typename E::Stored* dx, const Plane& p,
+                                       float u_, float v_, float c_) {
+  using R = Avx2Row<E>;
+  const __m256 u = _mm256_set1_ps(u_), v = _mm256_set1_ps(v_), c = _mm256_set1_ps(c_);
+  for (int64_t r = 0; r < p.out_height; ++r) {
+    const int64_t row = 2 * r * p.width;
+    for (int64_t k = 0; k < p.out_width; k += 8) {
+      const int n = static_cast<int>(std::min<int64_t>(8, p.out_width - k));
+      const __m256i which = load_winners(won + r * p.out_width + k, n);
+      const __m256 add = _mm256_andnot_ps(lanes_equal(which, kCut),
+                                          _mm256_mul_ps(c, R::load(g + r * p.out_width + k, n)));
+      __m256 tl, tr, bl, br;
+      R::load_pairs(x + row + 2 * k, n, tl, tr);
+      R::load_pairs(x + row + p.width + 2 * k, n, bl, br);
+      auto dx_of = [&](__m256 xv, int at) SPRITETORCH_BN_AVX2 {
+        return _mm256_add_ps(_mm256_fmadd_ps(u, xv, v), _mm256_and_ps(lanes_equal(which, at), add));
+      };
+      R::store_pairs(dx + row + 2 * k, n, dx_of(tl, 0), dx_of(tr, 1));
+      R::store_pairs(dx + row + p.width + 2 * k, n, dx_of(bl, 2), dx_of(br, 3));
+    }
+    for (int64_t j = 2 * p.out_width; j < p.width; ++j) {  // an odd width's last column
+      E::store(dx + row, j, u_ * E::load(x + row, j) + v_);
+      E::store(dx + row + p.width, j, u_ * E::load(x + row + p.width, j) + v_);
+    }
+  }
+  for (int64_t i = 2 * p.out_height * p.width; i < p.pixels(); ++i)  // an odd height's last row
+    E::store(dx, i, u_ * E::load(x, i) + v_);
+}
+
+SPRITETORCH_PASSES_VECTOR(avx2_fp32, SPRITETORCH_BN_AVX2, Fp32, avx2)
+SPRITETORCH_PASSES_VECTOR(avx2_bf16, SPRITETORCH_BN_AVX2, Bf16, avx2)
 #endif
 
 const Passes& passes_for(gemm::Kernel kernel, bool bf16) {
