@@ -9,6 +9,7 @@
 #include "common/small_gemm.h"
 #include "device/device.h"
 #include "distributed/communicator.h"
+#include "models/bn_relu_pool.h"
 #include "train/adam_kernels.h"
 
 namespace spritetorch::cli {
@@ -70,6 +71,7 @@ Subcommand add_devices_command(CLI::App& app) {
                                       {"cpu_gemm_kernel", gemm_kernel},
                                       {"cpu_gemm_kernels", gemm_kernels},
                                       {"cpu_adam_kernel", train::adam_kernel_name()},
+                                      {"cpu_bn_relu_pool", models::bn_relu_pool_code()},
                                       {"intra_op_threads", threads.intra_op},
                                       {"blas_threads", threads.blas}}
                            .dump(2)
@@ -94,6 +96,14 @@ Subcommand add_devices_command(CLI::App& app) {
                   << "fused MLP step's matrix kernels (CPU): " << gemm_kernel
                   << " (this CPU runs: " << gemm_list
                   << "); its Adam update: " << train::adam_kernel_name() << "\n"
+                  << "CNNs' BatchNorm + ReLU + max-pool in training (CPU): "
+                  << (models::bn_relu_pool_code() == "off"
+                          ? std::string("LibTorch's ops (SPRITETORCH_FUSED_BN_POOL=0)")
+                          : "fused, " + models::bn_relu_pool_code() +
+                                (models::bn_relu_pool_threaded()
+                                     ? ""
+                                     : " (this build: only where LibTorch has one thread)"))
+                  << "\n"
                   << "CPU threads: " << describe_cpu_threads(threads) << "\n";
         return 0;
       }};

@@ -15,6 +15,7 @@
 #include "common/malloc_tuning.h"
 #include "config_file.h"
 #include "distributed/dist_env.h"
+#include "models/bn_relu_pool.h"
 #include "resume_command.h"
 #include "signals.h"
 #include "train/interrupt.h"
@@ -61,6 +62,8 @@ int run(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;  // prints help, the version or the parse error
   }
   try {
+    // The machine variables without an option, checked before any work (docs/config.md).
+    spritetorch::models::bn_relu_pool_fusion();
     for (const auto& command : commands) {
       if (!command.app->parsed()) continue;
       // The environment, then --config; with --print-config, print them and stop.

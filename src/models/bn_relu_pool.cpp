@@ -907,12 +907,20 @@ struct BnReluPoolFunction : torch::autograd::Function<BnReluPoolFunction> {
   }
 };
 
+// SPRITETORCH_FUSED_BN_POOL: 1 (or unset) the fused op, 0 LibTorch's ops.
 bool fusion_from_environment() {
   const char* value = std::getenv("SPRITETORCH_FUSED_BN_POOL");
-  return !(value && std::string(value) == "0");
+  const std::string setting = value ? value : "";
+  if (!setting.empty() && setting != "0" && setting != "1")
+    throw Error("SPRITETORCH_FUSED_BN_POOL=" + setting +
+                    ": expected 0 (LibTorch's BatchNorm, ReLU and max-pool) or 1 (the fused op)",
+                "unset it or set it to 0 or 1");
+  return setting != "0";
 }
 
-std::atomic<bool> fusion_on{fusion_from_environment()};
+// -1 until the environment is read (on first use, so that a bad value is an Error to report, not
+// a throw during static initialisation); then 0 or 1.
+std::atomic<int> fusion_on{-1};
 
 // Without OpenMP at::parallel_for runs on one thread, where LibTorch's ops use all of them.
 bool can_use_every_thread() {
@@ -925,12 +933,34 @@ bool can_use_every_thread() {
 
 }  // namespace
 
-void set_bn_relu_pool_fusion(bool on) { fusion_on = on; }
-bool bn_relu_pool_fusion() { return fusion_on; }
+void set_bn_relu_pool_fusion(bool on) { fusion_on = on ? 1 : 0; }
+
+bool bn_relu_pool_fusion() {
+  if (fusion_on < 0) fusion_on = fusion_from_environment() ? 1 : 0;
+  return fusion_on == 1;
+}
+
+std::string bn_relu_pool_code() {
+  if (!bn_relu_pool_fusion()) return "off";
+  const gemm::Kernel kernel = gemm::best_kernel();
+#ifdef SPRITETORCH_BN_POOL_X86
+  if (kernel == gemm::Kernel::avx512 || kernel == gemm::Kernel::avx2)
+    return gemm::kernel_name(kernel);
+#endif
+  return "loops";
+}
+
+bool bn_relu_pool_threaded() {
+#if defined(SPRITETORCH_OPENMP) && defined(_OPENMP)
+  return true;
+#else
+  return false;
+#endif
+}
 
 bool bn_relu_pool_fused(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x) {
   const auto& o = bn.options;
-  return fusion_on && can_use_every_thread() && bn.is_training() && o.affine() &&
+  return bn_relu_pool_fusion() && can_use_every_thread() && bn.is_training() && o.affine() &&
          o.track_running_stats() && bn.running_mean.defined() && bn.num_batches_tracked.defined() &&
          x.device().is_cpu() && x.dim() == 4 && x.is_contiguous() && x.size(2) >= 2 &&
          x.size(3) >= 2 && x.size(0) * x.size(2) * x.size(3) > 1 &&

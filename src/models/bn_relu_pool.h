@@ -18,6 +18,8 @@
 
 #include <torch/torch.h>
 
+#include <string>
+
 #include "common/small_gemm.h"
 
 namespace spritetorch::models {
@@ -39,9 +41,16 @@ torch::Tensor bn_relu_pool_reference(torch::nn::BatchNorm2dImpl& bn, const torch
 // CMakeLists.txt, or one thread).
 bool bn_relu_pool_fused(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x);
 
-// The fused op on or off for the whole process (on by default): for comparing a step with and
-// without it (the tests, `SPRITETORCH_FUSED_BN_POOL=0`).
+// The fused op on or off for the whole process: for comparing a step with and without it (the
+// tests, bench/fastcnn_step_bench). On unless SPRITETORCH_FUSED_BN_POOL=0; the first call reads
+// the variable and throws Error for a value other than 0 or 1 (the CLI calls it before any work).
 void set_bn_relu_pool_fusion(bool on);
 bool bn_relu_pool_fusion();
+
+// What `devices` says of the op: the code path the fused op takes here ("avx512", "avx2",
+// "loops"), or "off" (SPRITETORCH_FUSED_BN_POOL=0), and whether its loops use every LibTorch
+// thread (else the op runs only where LibTorch has one thread; see CMakeLists.txt).
+std::string bn_relu_pool_code();
+bool bn_relu_pool_threaded();
 
 }  // namespace spritetorch::models
