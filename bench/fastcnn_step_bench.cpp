@@ -1,6 +1,7 @@
 // The `--recipe fast` CNN's CPU training step with and without the fused BatchNorm + ReLU +
 // max-pool (models/bn_relu_pool.h), in the same process: the op alone at each of fastcnn's three
-// stages, forward and backward; a stage's convolution alone, for scale; and the whole step
+// stages, forward and backward; a stage's convolution alone, for scale; the first stage with its
+// convolution (first_conv_bn_relu_pool); and the whole step
 // (forward, backward, AdamW) at the recipe's batch of 256, in fp32 and under bf16 autocast.
 //
 //   build/bench/fastcnn_step_bench                              # everything, LibTorch's threads
@@ -66,6 +67,28 @@ void conv(benchmark::State& state) {
   }
 }
 
+// The first stage whole: the 1-channel images' convolution, norm, ReLU and pool, forward and
+// backward; fused, or LibTorch's convolution (under bf16 autocast for bf16) and the other three.
+void first(benchmark::State& state) {
+  const bool bf16 = state.range(0) != 0;
+  models::set_bn_relu_pool_fusion(state.range(1) != 0);
+  torch::manual_seed(1);
+  torch::nn::Conv2d conv(torch::nn::Conv2dOptions(1, 16, 3).padding(1).bias(false));
+  torch::nn::BatchNorm2d bn(16);
+  const auto x = torch::rand({kBatch, 1, 28, 28});
+  const auto upstream = torch::randn({kBatch, 16, 14, 14});
+  for (auto _ : state) {
+    torch::Tensor y;
+    {
+      precision::AutocastGuard autocast(c10::DeviceType::CPU, torch::kBFloat16, bf16);
+      y = models::first_conv_bn_relu_pool(*conv, *bn, x);
+    }
+    y.backward(upstream.to(y.scalar_type()));
+    benchmark::DoNotOptimize(conv->weight.grad().data_ptr());
+  }
+  models::set_bn_relu_pool_fusion(true);
+}
+
 // One training step of fastcnn as the recipe runs it: label-smoothed cross-entropy, AdamW.
 void step(benchmark::State& state) {
   const bool bf16 = state.range(0) != 0;
@@ -105,6 +128,11 @@ BENCHMARK(op)
 BENCHMARK(conv)
     ->ArgsProduct({{0, 1, 2}, {0, 1}})
     ->ArgNames({"stage", "bf16"})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+BENCHMARK(first)
+    ->ArgsProduct({{0, 1}, {0, 1}})
+    ->ArgNames({"bf16", "fused"})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 BENCHMARK(step)

@@ -7,6 +7,7 @@
 #define SPRITETORCH_BN_POOL_X86 1
 #endif
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 
@@ -907,6 +909,246 @@ struct BnReluPoolFunction : torch::autograd::Function<BnReluPoolFunction> {
   }
 };
 
+// ---- The first stage: convolution, norm, ReLU and pool from the images
+// ---------------------------
+//
+// For a 3x3 convolution (padding 1, no bias) of images that need no gradient, every statistic the
+// norm needs is a product of the weights with two sums over the batch's pixel neighbourhoods v_p
+// (the Cin x 9 input values under the kernel at pixel p, zero outside the image):
+//   S = sum_p v_p and M = sum_p v_p v_p^T  (K = 9 Cin; K x K)
+//   mean_c = w_c . S / N,  E[z_c^2] = w_c^T M w_c / N,  sum_p (z_c(p) - mean_c) v_p = M w_c -
+//   mean_c S
+// so neither pass needs the convolution's output stored: forward makes each image's (Cout, H, W)
+// output in a buffer that stays in L1/L2 (a K-deep product of the weights with the image's v_p),
+// normalises and pools it; backward makes it again for the gradient's sums at the winners, and the
+// weight gradient is k_c (G_c - dbias_c S / N - dweight_c inv_std_c (M w_c - mean_c S) / N), with
+// G_c = sum over winners of g v_p (one more K-deep product, of the routed gradient).
+
+struct FirstStage {
+  int64_t batch, in_channels, out_channels, taps;  // taps = K = 9 in_channels
+  Plane plane;
+  int64_t pixels() const { return plane.pixels(); }
+};
+
+FirstStage first_stage_of(const torch::Tensor& x, const torch::Tensor& weight) {
+  const int64_t h = x.size(2), w = x.size(3);
+  return {x.size(0), x.size(1), weight.size(0), 9 * x.size(1), {h, w, h / 2, w / 2}};
+}
+
+// v (K, H W): row t = i * 9 + 3 (dy + 1) + (dx + 1) holds input channel i shifted by (dy, dx),
+// zero where that falls outside. image: (Cin, H, W). Row by row: a copy and a zeroed edge.
+void neighbourhoods(const float* image, const FirstStage& s, float* v) {
+  const int64_t h = s.plane.height, w = s.plane.width;
+  for (int64_t i = 0; i < s.in_channels; ++i)
+    for (int dy = -1; dy <= 1; ++dy)
+      for (int dx = -1; dx <= 1; ++dx) {
+        float* row = v + (i * 9 + 3 * (dy + 1) + (dx + 1)) * s.pixels();
+        const float* in = image + i * s.pixels();
+        for (int64_t y = 0; y < h; ++y) {
+          float* out = row + y * w;
+          const int64_t sy = y + dy;
+          if (sy < 0 || sy >= h) {
+            std::fill(out, out + w, 0.0f);
+          } else if (dx < 0) {  // out[x] = in[x - 1]
+            out[0] = 0.0f;
+            std::copy(in + sy * w, in + sy * w + w - 1, out + 1);
+          } else if (dx > 0) {  // out[x] = in[x + 1]
+            std::copy(in + sy * w + 1, in + sy * w + w, out);
+            out[w - 1] = 0.0f;
+          } else {
+            std::copy(in + sy * w, in + sy * w + w, out);
+          }
+        }
+      }
+}
+
+// The sum of n floats, in 16 partial sums the compiler can keep in vectors.
+double float_sum(const float* x, int64_t n) {
+  float lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) lanes[l] += x[i + l];
+  double total = 0;
+  for (; i < n; ++i) total += x[i];
+  for (float lane : lanes) total += lane;
+  return total;
+}
+
+gemm::Kernel reentrant(gemm::Kernel kernel) {
+  // The BLAS path would call OpenBLAS from several threads at once; the loops serve instead.
+  return kernel == gemm::Kernel::blas ? gemm::Kernel::loops : kernel;
+}
+
+struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
+  // x: (B, Cin, H, W) contiguous fp32, no gradient; weight: (Cout, Cin, 3, 3) fp32; gamma, beta,
+  // running_mean, running_var: (Cout) fp32. Returns (B, Cout, H / 2, W / 2) fp32.
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& weight, const torch::Tensor& gamma_t,
+                               const torch::Tensor& beta_t, torch::Tensor running_mean,
+                               torch::Tensor running_var, double factor, double eps,
+                               int64_t kernel_index) {
+    const gemm::Kernel kernel = reentrant(static_cast<gemm::Kernel>(kernel_index));
+    const Passes& passes = passes_for(kernel, /*bf16=*/false);
+    const FirstStage s = first_stage_of(x, weight);
+    const int64_t k = s.taps, hw = s.pixels(), cout = s.out_channels;
+    const int64_t out_plane = s.plane.outputs();
+    const auto w = weight.reshape({cout, k}).contiguous();
+    const float* wp = w.data_ptr<float>();
+    const float* xp = x.data_ptr<float>();
+
+    // S and M per image, then summed in double.
+    std::vector<double> sums(static_cast<size_t>(s.batch * (k + k * k)));
+    at::parallel_for(0, s.batch, 1, [&](int64_t begin, int64_t end) {
+      std::vector<float> v(static_cast<size_t>(k * hw)), m(static_cast<size_t>(k * k));
+      for (int64_t b = begin; b < end; ++b) {
+        neighbourhoods(xp + b * s.in_channels * hw, s, v.data());
+        gemm::nt(static_cast<int>(k), static_cast<int>(k), static_cast<int>(hw), v.data(),
+                 static_cast<int>(hw), v.data(), static_cast<int>(hw), m.data(),
+                 static_cast<int>(k), nullptr, false, kernel);
+        double* out = sums.data() + b * (k + k * k);
+        for (int64_t t = 0; t < k; ++t) out[t] = float_sum(v.data() + t * hw, hw);
+        for (int64_t t = 0; t < k * k; ++t) out[k + t] = m[t];
+      }
+    });
+    auto sm = torch::zeros({k + k * k}, x.options().dtype(torch::kFloat64));  // S, then M
+    double* smp = sm.data_ptr<double>();
+    for (int64_t b = 0; b < s.batch; ++b)
+      for (int64_t t = 0; t < k + k * k; ++t) smp[t] += sums[b * (k + k * k) + t];
+
+    // Per channel: mean, 1/std, and the pooled output's affine a z + d.
+    const double n = static_cast<double>(s.batch * hw);
+    auto stats = torch::empty({cout, 2}, x.options());  // mean, 1/std
+    float* st = stats.data_ptr<float>();
+    std::vector<float> a(cout), d(cout);
+    const float *gamma = gamma_t.data_ptr<float>(), *beta = beta_t.data_ptr<float>();
+    float *rm = running_mean.data_ptr<float>(), *rv = running_var.data_ptr<float>();
+    for (int64_t c = 0; c < cout; ++c) {
+      const float* wc = wp + c * k;
+      double mean = 0, square = 0;
+      for (int64_t t = 0; t < k; ++t) {
+        mean += wc[t] * smp[t];
+        double mw = 0;
+        for (int64_t u = 0; u < k; ++u) mw += smp[k + t * k + u] * wc[u];
+        square += wc[t] * mw;
+      }
+      mean /= n;
+      const double variance = std::max(0.0, square / n - mean * mean);
+      const double inv_std = 1.0 / std::sqrt(variance + eps);
+      st[2 * c] = static_cast<float>(mean);
+      st[2 * c + 1] = static_cast<float>(inv_std);
+      a[c] = static_cast<float>(gamma[c] * inv_std);
+      d[c] = static_cast<float>(beta[c] - mean * a[c]);
+      const double unbiased = n > 1 ? variance * n / (n - 1) : variance;
+      rm[c] = static_cast<float>((1 - factor) * rm[c] + factor * mean);
+      rv[c] = static_cast<float>((1 - factor) * rv[c] + factor * unbiased);
+    }
+
+    auto y = torch::empty({s.batch, cout, s.plane.out_height, s.plane.out_width}, x.options());
+    auto won = torch::empty(y.sizes(), x.options().dtype(torch::kUInt8));
+    float* yp = y.data_ptr<float>();
+    uint8_t* wonp = won.data_ptr<uint8_t>();
+    const Channel one_plane = {1, hw, out_plane, s.plane};
+    at::parallel_for(0, s.batch, 1, [&](int64_t begin, int64_t end) {
+      std::vector<float> v(static_cast<size_t>(k * hw)), z(static_cast<size_t>(cout * hw));
+      for (int64_t b = begin; b < end; ++b) {
+        neighbourhoods(xp + b * s.in_channels * hw, s, v.data());
+        gemm::nn(static_cast<int>(cout), static_cast<int>(hw), static_cast<int>(k), wp,
+                 static_cast<int>(k), 1, v.data(), static_cast<int>(hw), z.data(),
+                 static_cast<int>(hw), kernel);
+        for (int64_t c = 0; c < cout; ++c) {
+          const int64_t at = (b * cout + c) * out_plane;
+          if (std::isfinite(a[c]) && std::isfinite(d[c])) {
+            passes.forward(z.data() + c * hw, yp + at, wonp + at, one_plane, a[c], d[c]);
+          } else {  // as bn_relu_pool: a non-finite statistic or weight shows as NaN
+            std::fill(yp + at, yp + at + out_plane, std::numeric_limits<float>::quiet_NaN());
+            std::fill(wonp + at, wonp + at + out_plane, kCut);
+          }
+        }
+      }
+    });
+    ctx->save_for_backward({x, w, gamma_t, stats, sm, won});
+    ctx->saved_data["kernel"] = kernel_index;
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &x = saved[0], &w = saved[1], &gamma_t = saved[2], &stats = saved[3], &sm = saved[4],
+               &won = saved[5];
+    const gemm::Kernel kernel =
+        reentrant(static_cast<gemm::Kernel>(ctx->saved_data["kernel"].toInt()));
+    const Passes& passes = passes_for(kernel, /*bf16=*/false);
+    const auto g = grad_out[0].to(torch::kFloat32).contiguous();
+    const FirstStage s = first_stage_of(x, w.reshape({-1, x.size(1), 3, 3}));
+    const int64_t k = s.taps, hw = s.pixels(), cout = s.out_channels;
+    const int64_t out_plane = s.plane.outputs();
+    const float *xp = x.data_ptr<float>(), *wp = w.data_ptr<float>(), *gp = g.data_ptr<float>(),
+                *st = stats.data_ptr<float>(), *gamma = gamma_t.data_ptr<float>();
+    const uint8_t* wonp = won.data_ptr<uint8_t>();
+    const double* smp = sm.data_ptr<double>();
+    const Channel one_plane = {1, hw, out_plane, s.plane};
+
+    // Per image and channel: sum of g, sum of g (z - mean) and G_c (K values) at the winners.
+    const int64_t per = cout * (2 + k);
+    std::vector<double> partial(static_cast<size_t>(s.batch * per));
+    at::parallel_for(0, s.batch, 1, [&](int64_t begin, int64_t end) {
+      std::vector<float> v(static_cast<size_t>(k * hw)), z(static_cast<size_t>(cout * hw)),
+          routed(static_cast<size_t>(cout * hw)), gv(static_cast<size_t>(cout * k));
+      for (int64_t b = begin; b < end; ++b) {
+        neighbourhoods(xp + b * s.in_channels * hw, s, v.data());
+        gemm::nn(static_cast<int>(cout), static_cast<int>(hw), static_cast<int>(k), wp,
+                 static_cast<int>(k), 1, v.data(), static_cast<int>(hw), z.data(),
+                 static_cast<int>(hw), kernel);
+        double* out = partial.data() + b * per;
+        for (int64_t c = 0; c < cout; ++c) {
+          const int64_t at = (b * cout + c) * out_plane;
+          double sum_g = 0, sum_gz = 0;
+          passes.gradient_sums(z.data() + c * hw, gp + at, wonp + at, one_plane, st[2 * c], sum_g,
+                               sum_gz);
+          out[c * (2 + k)] = sum_g;
+          out[c * (2 + k) + 1] = sum_gz;
+          // g at each window's winner, zero elsewhere: dx's pass with u = v = 0, c = 1.
+          passes.dx(z.data() + c * hw, gp + at, wonp + at, routed.data() + c * hw, one_plane, 0.0f,
+                    0.0f, 1.0f);
+        }
+        gemm::nt(static_cast<int>(cout), static_cast<int>(k), static_cast<int>(hw), routed.data(),
+                 static_cast<int>(hw), v.data(), static_cast<int>(hw), gv.data(),
+                 static_cast<int>(k), nullptr, false, kernel);
+        for (int64_t c = 0; c < cout; ++c)
+          for (int64_t t = 0; t < k; ++t) out[c * (2 + k) + 2 + t] = gv[c * k + t];
+      }
+    });
+
+    auto dweight = torch::empty({cout, s.in_channels, 3, 3}, x.options());
+    auto dgamma = torch::empty({cout}, x.options()), dbeta = torch::empty({cout}, x.options());
+    float *dw = dweight.data_ptr<float>(), *dg = dgamma.data_ptr<float>(),
+          *db = dbeta.data_ptr<float>();
+    const double n = static_cast<double>(s.batch * hw);
+    std::vector<double> total(static_cast<size_t>(2 + k));
+    for (int64_t c = 0; c < cout; ++c) {
+      std::fill(total.begin(), total.end(), 0.0);
+      for (int64_t b = 0; b < s.batch; ++b)
+        for (int64_t t = 0; t < 2 + k; ++t) total[t] += partial[b * per + c * (2 + k) + t];
+      const double mean = st[2 * c], inv_std = st[2 * c + 1];
+      const double dbias = total[0], dnorm = total[1] * inv_std;  // dbeta, dgamma
+      dg[c] = static_cast<float>(dnorm);
+      db[c] = static_cast<float>(dbias);
+      const double scale = gamma[c] * inv_std;
+      const float* wc = wp + c * k;
+      for (int64_t t = 0; t < k; ++t) {
+        double mw = 0;
+        for (int64_t u = 0; u < k; ++u) mw += smp[k + t * k + u] * wc[u];
+        const double centred = mw - mean * smp[t];  // sum_p (z(p) - mean) v_p[t]
+        dw[c * k + t] = static_cast<float>(
+            scale * (total[2 + t] - dbias * smp[t] / n - dnorm * inv_std * centred / n));
+      }
+    }
+    return {torch::Tensor(), torch::Tensor(dweight), dgamma,
+            dbeta,           torch::Tensor(),        torch::Tensor(),
+            torch::Tensor(), torch::Tensor(),        torch::Tensor()};
+  }
+};
+
 // SPRITETORCH_FUSED_BN_POOL: 1 (or unset) the fused op, 0 LibTorch's ops.
 bool fusion_from_environment() {
   const char* value = std::getenv("SPRITETORCH_FUSED_BN_POOL");
@@ -958,16 +1200,23 @@ bool bn_relu_pool_threaded() {
 #endif
 }
 
-bool bn_relu_pool_fused(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x) {
+// The norm's side of the conditions: fusion on, its threads, training with affine weights and
+// running statistics, all fp32 and contiguous.
+static bool fusable_norm(const torch::nn::BatchNorm2dImpl& bn) {
   const auto& o = bn.options;
   return bn_relu_pool_fusion() && can_use_every_thread() && bn.is_training() && o.affine() &&
          o.track_running_stats() && bn.running_mean.defined() && bn.num_batches_tracked.defined() &&
-         x.device().is_cpu() && x.dim() == 4 && x.is_contiguous() && x.size(2) >= 2 &&
-         x.size(3) >= 2 && x.size(0) * x.size(2) * x.size(3) > 1 &&
-         (x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16) &&
          bn.weight.scalar_type() == torch::kFloat32 && bn.weight.is_contiguous() &&
-         bn.running_mean.scalar_type() == torch::kFloat32 && bn.running_mean.is_contiguous() &&
-         bn.running_var.is_contiguous() && bn.weight.numel() == x.size(1);
+         bn.bias.is_contiguous() && bn.running_mean.scalar_type() == torch::kFloat32 &&
+         bn.running_mean.is_contiguous() && bn.running_var.scalar_type() == torch::kFloat32 &&
+         bn.running_var.is_contiguous();
+}
+
+bool bn_relu_pool_fused(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x) {
+  return fusable_norm(bn) && x.device().is_cpu() && x.dim() == 4 && x.is_contiguous() &&
+         x.size(2) >= 2 && x.size(3) >= 2 &&
+         (x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16) &&
+         bn.weight.numel() == x.size(1);
 }
 
 torch::Tensor bn_relu_pool_reference(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x) {
@@ -986,6 +1235,35 @@ torch::Tensor bn_relu_pool(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& 
   if (!bn.options.momentum()) factor = 1.0 / bn.num_batches_tracked.item<double>();
   return BnReluPoolFunction::apply(x, bn.weight, bn.bias, bn.running_mean, bn.running_var, factor,
                                    bn.options.eps(), static_cast<int64_t>(kernel));
+}
+
+bool first_conv_bn_relu_pool_fused(const torch::nn::Conv2dImpl& conv,
+                                   const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x) {
+  const auto& o = conv.options;
+  const auto* padding = c10::get_if<torch::ExpandingArray<2>>(&o.padding());
+  return x.defined() && !x.requires_grad() && x.scalar_type() == torch::kFloat32 && x.dim() == 4 &&
+         x.is_contiguous() && x.size(1) <= 8 && !o.bias() && o.kernel_size()->at(0) == 3 &&
+         o.kernel_size()->at(1) == 3 && o.stride()->at(0) == 1 && o.stride()->at(1) == 1 &&
+         o.dilation()->at(0) == 1 && o.dilation()->at(1) == 1 && o.groups() == 1 && padding &&
+         (*padding)->at(0) == 1 && (*padding)->at(1) == 1 && !o.transposed() &&
+         c10::holds_alternative<torch::enumtype::kZeros>(o.padding_mode()) &&
+         conv.weight.scalar_type() == torch::kFloat32 && conv.weight.size(1) == x.size(1) &&
+         bn.weight.numel() == conv.weight.size(0) && x.size(2) >= 2 && x.size(3) >= 2 &&
+         x.device().is_cpu() && fusable_norm(bn);
+}
+
+torch::Tensor first_conv_bn_relu_pool(torch::nn::Conv2dImpl& conv, torch::nn::BatchNorm2dImpl& bn,
+                                      const torch::Tensor& x, gemm::Kernel kernel) {
+  if (!first_conv_bn_relu_pool_fused(conv, bn, x)) return bn_relu_pool(bn, conv.forward(x), kernel);
+  double factor = bn.options.momentum().value_or(0.0);
+  {
+    torch::NoGradGuard no_grad;
+    bn.num_batches_tracked += 1;
+  }
+  if (!bn.options.momentum()) factor = 1.0 / bn.num_batches_tracked.item<double>();
+  return FirstStageFunction::apply(x, conv.weight, bn.weight, bn.bias, bn.running_mean,
+                                   bn.running_var, factor, bn.options.eps(),
+                                   static_cast<int64_t>(kernel));
 }
 
 }  // namespace spritetorch::models

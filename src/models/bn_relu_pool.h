@@ -32,6 +32,18 @@ namespace spritetorch::models {
 torch::Tensor bn_relu_pool(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
                            gemm::Kernel kernel = gemm::best_kernel());
 
+// The first stage of such a CNN, from images that need no gradient: max_pool2d(relu(bn(conv(x))),
+// 2) with conv a 3x3 convolution, padding 1, no bias. Fused (in training, on the CPU, fp32 x with
+// at most 8 channels) it never stores the convolution's output: the norm's statistics and the
+// weight gradient come from sums over the batch's 3x3 neighbourhoods (bn_relu_pool.cpp), and each
+// image's output is made, normalised and pooled in a buffer that stays in cache. Returns fp32
+// (bf16 autocast casts it for the next convolution). Elsewhere bn_relu_pool(bn, conv(x)).
+torch::Tensor first_conv_bn_relu_pool(torch::nn::Conv2dImpl& conv, torch::nn::BatchNorm2dImpl& bn,
+                                      const torch::Tensor& x,
+                                      gemm::Kernel kernel = gemm::best_kernel());
+bool first_conv_bn_relu_pool_fused(const torch::nn::Conv2dImpl& conv,
+                                   const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x);
+
 // The same with LibTorch's ops: the reference, and the path wherever the fused op does not run.
 torch::Tensor bn_relu_pool_reference(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x);
 

@@ -87,11 +87,12 @@ FastCnnImpl::FastCnnImpl(int64_t channels, int64_t height, int64_t width, int64_
 }
 
 namespace {
-// Each stage's norm, ReLU and pool as one op on the CPU in training (models/bn_relu_pool.h).
+// Each stage's norm, ReLU and pool as one op on the CPU in training, the first stage with its
+// convolution (models/bn_relu_pool.h).
 torch::Tensor fast_cnn_map(FastCnnImpl& m, torch::Tensor x) {
-  x = bn_relu_pool(*m.bn1, m.conv1(x));     // (B, w0, H/2, W/2)
-  x = bn_relu_pool(*m.bn2, m.conv2(x));     // (B, w1, H/4, W/4)
-  return bn_relu_pool(*m.bn3, m.conv3(x));  // (B, w2, H/8, W/8)
+  x = first_conv_bn_relu_pool(*m.conv1, *m.bn1, x);  // (B, w0, H/2, W/2)
+  x = bn_relu_pool(*m.bn2, m.conv2(x));              // (B, w1, H/4, W/4)
+  return bn_relu_pool(*m.bn3, m.conv3(x));           // (B, w2, H/8, W/8)
 }
 }  // namespace
 

@@ -216,6 +216,81 @@ TEST(BnReluPool, OtherModesLayoutsAndDtypesTakeTheLibTorchOps) {
   set_bn_relu_pool_fusion(true);
 }
 
+struct FirstStageResult {
+  torch::Tensor y, dweight, dgamma, dbeta, running_mean, running_var;
+};
+
+// The first stage (3x3 convolution, norm, ReLU, pool) on images that need no gradient, fused with
+// `kernel` or as LibTorch's ops, from the same weights.
+FirstStageResult run_first_stage(bool fused, gemm::Kernel kernel, const torch::Tensor& x,
+                                 int64_t out_channels, const torch::Tensor& upstream) {
+  auto bn = make_norm(out_channels, 9);
+  torch::manual_seed(10);
+  torch::nn::Conv2d conv(
+      torch::nn::Conv2dOptions(x.size(1), out_channels, 3).padding(1).bias(false));
+  set_bn_relu_pool_fusion(fused);
+  EXPECT_EQ(first_conv_bn_relu_pool_fused(*conv, *bn, x), fused);
+  auto y = first_conv_bn_relu_pool(*conv, *bn, x, kernel);
+  set_bn_relu_pool_fusion(true);
+  y.backward(upstream);
+  return {y,
+          conv->weight.grad(),
+          bn->weight.grad(),
+          bn->bias.grad(),
+          bn->running_mean.clone(),
+          bn->running_var.clone()};
+}
+
+// Output, the gradients of the convolution's and the norm's weights and the running statistics
+// against LibTorch's conv2d, batch_norm, relu and max_pool2d: one input channel (fastcnn), two
+// with odd sizes, four (RGBA sprites) with rows of more than 16 windows.
+TEST(BnReluPool, FirstStageMatchesTheLibTorchOps) {
+  const KernelThreads threads;
+  const std::vector<std::vector<int64_t>> shapes = {{6, 1, 28, 28}, {3, 2, 7, 9}, {2, 4, 12, 40}};
+  for (const auto& shape : shapes)
+    for (gemm::Kernel kernel : kernels_here()) {
+      torch::manual_seed(shape[1]);
+      const auto x = torch::rand(shape);  // images in [0, 1]: the statistics' mean is not 0
+      const int64_t out_channels = 16;
+      const auto upstream = torch::randn({shape[0], out_channels, shape[2] / 2, shape[3] / 2});
+      const auto got = run_first_stage(true, kernel, x, out_channels, upstream);
+      const auto want = run_first_stage(false, kernel, x, out_channels, upstream);
+      const std::string what =
+          std::string(gemm::kernel_name(kernel)) + " " + c10::str(torch::IntArrayRef(shape));
+      expect_close(got.y, want.y, 1e-4, what + " output");
+      expect_close(got.dweight, want.dweight, 1e-4, what + " conv weight gradient");
+      expect_close(got.dgamma, want.dgamma, 1e-4, what + " norm weight gradient");
+      expect_close(got.dbeta, want.dbeta, 1e-4, what + " norm bias gradient");
+      expect_close(got.running_mean, want.running_mean, 1e-5, what + " running mean");
+      expect_close(got.running_var, want.running_var, 1e-5, what + " running var");
+    }
+}
+
+// Only a 3x3, padding-1, bias-free convolution of images that need no gradient takes the fused
+// first stage; anything else is bn_relu_pool(bn, conv(x)).
+TEST(BnReluPool, FirstStageOnlyForItsConvolution) {
+  const KernelThreads threads;
+  auto bn = make_norm(4, 1);
+  const auto x = torch::rand({2, 1, 8, 8});
+  torch::nn::Conv2d conv(torch::nn::Conv2dOptions(1, 4, 3).padding(1).bias(false));
+  EXPECT_TRUE(first_conv_bn_relu_pool_fused(*conv, *bn, x));
+  EXPECT_FALSE(first_conv_bn_relu_pool_fused(*conv, *bn, x.clone().requires_grad_()));
+  EXPECT_FALSE(first_conv_bn_relu_pool_fused(*conv, *bn, x.to(torch::kBFloat16)));
+  torch::nn::Conv2d biased(torch::nn::Conv2dOptions(1, 4, 3).padding(1));
+  EXPECT_FALSE(first_conv_bn_relu_pool_fused(*biased, *bn, x));
+  torch::nn::Conv2d unpadded(torch::nn::Conv2dOptions(1, 4, 3).bias(false));
+  EXPECT_FALSE(first_conv_bn_relu_pool_fused(*unpadded, *bn, x));
+  torch::nn::Conv2d strided(torch::nn::Conv2dOptions(1, 4, 3).padding(1).stride(2).bias(false));
+  EXPECT_FALSE(first_conv_bn_relu_pool_fused(*strided, *bn, x));
+  bn->eval();
+  EXPECT_FALSE(first_conv_bn_relu_pool_fused(*conv, *bn, x));
+  // Not fused, it is the unfused ops' result.
+  auto twin = make_norm(4, 1);
+  twin->eval();
+  EXPECT_TRUE(torch::allclose(first_conv_bn_relu_pool(*conv, *bn, x),
+                              bn_relu_pool_reference(*twin, conv(x))));
+}
+
 // fastcnn trained a few AdamW steps with the fused op and with LibTorch's ops from the same start
 // ends with the same weights (within float rounding), in fp32.
 TEST(BnReluPool, FastCnnStepsMatchTheUnfusedPath) {
