@@ -32,6 +32,25 @@ inline std::string error_of(const std::function<void()>& f) {
   return "";
 }
 
+// LibTorch on one thread for a test's duration unless `op_uses_every_thread`: the fused CPU ops
+// (GroupNorm + SiLU, BatchNorm + ReLU + max-pool) split their loops over LibTorch's threads only
+// where their files were built with OpenMP (g++ against Debian's LibTorch); elsewhere (the clang
+// sanitizer build) they run only when LibTorch has one thread.
+class OneThreadUnless {
+ public:
+  explicit OneThreadUnless(bool op_uses_every_thread) : before_(at::get_num_threads()) {
+    if (!op_uses_every_thread) at::set_num_threads(1);
+  }
+  ~OneThreadUnless() {
+    if (at::get_num_threads() != before_) at::set_num_threads(before_);
+  }
+  OneThreadUnless(const OneThreadUnless&) = delete;
+  OneThreadUnless& operator=(const OneThreadUnless&) = delete;
+
+ private:
+  int before_;
+};
+
 // A fresh folder under the system temp dir, removed when the object goes.
 class ScratchDir {
  public:

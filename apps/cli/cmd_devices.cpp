@@ -49,6 +49,7 @@ Subcommand add_devices_command(CLI::App& app) {
         for (auto k :
              {gemm::Kernel::avx512, gemm::Kernel::avx2, gemm::Kernel::blas, gemm::Kernel::loops})
           if (gemm::available(k)) gemm_kernels.push_back(gemm::kernel_name(k));
+        const std::string bn_relu_pool = models::bn_relu_pool_code();  // "off" or its code path
         std::string gemm_list;
         for (const auto& k : gemm_kernels) gemm_list += (gemm_list.empty() ? "" : ", ") + k;
         if (*json) {
@@ -71,7 +72,7 @@ Subcommand add_devices_command(CLI::App& app) {
                                       {"cpu_gemm_kernel", gemm_kernel},
                                       {"cpu_gemm_kernels", gemm_kernels},
                                       {"cpu_adam_kernel", train::adam_kernel_name()},
-                                      {"cpu_bn_relu_pool", models::bn_relu_pool_code()},
+                                      {"cpu_bn_relu_pool", bn_relu_pool},
                                       {"intra_op_threads", threads.intra_op},
                                       {"blas_threads", threads.blas}}
                            .dump(2)
@@ -97,9 +98,9 @@ Subcommand add_devices_command(CLI::App& app) {
                   << " (this CPU runs: " << gemm_list
                   << "); its Adam update: " << train::adam_kernel_name() << "\n"
                   << "CNNs' BatchNorm + ReLU + max-pool in training (CPU): "
-                  << (models::bn_relu_pool_code() == "off"
+                  << (bn_relu_pool == "off"
                           ? std::string("LibTorch's ops (SPRITETORCH_FUSED_BN_POOL=0)")
-                          : "fused, " + models::bn_relu_pool_code() +
+                          : "fused, " + bn_relu_pool +
                                 (models::bn_relu_pool_threaded()
                                      ? ""
                                      : " (this build: only where LibTorch has one thread)"))

@@ -96,8 +96,8 @@ SPRITETORCH_INLINE void sums(const typename E::Stored* x, int64_t n, float shift
 // One plane's forward: z = a x + d, then the 2x2 maximum of z, then ReLU; `won` records the
 // window's winner as LibTorch's max-pool picks it (the first maximum in row-major order).
 template <class E>
-SPRITETORCH_INLINE void pool_plane(const typename E::Stored* x, typename E::Stored* y, uint8_t* won,
-                                   const Plane& p, float a, float d) {
+SPRITETORCH_INLINE void loops_pool_plane(const typename E::Stored* x, typename E::Stored* y,
+                                         uint8_t* won, const Plane& p, float a, float d) {
   for (int64_t r = 0; r < p.out_height; ++r) {
     const typename E::Stored* top = x + 2 * r * p.width;
     const typename E::Stored* bottom = top + p.width;
@@ -120,9 +120,10 @@ SPRITETORCH_INLINE void pool_plane(const typename E::Stored* x, typename E::Stor
 // Sums over one plane's windows that passed ReLU: of the gradient g and of g (x - mean) at the
 // winner.
 template <class E>
-SPRITETORCH_INLINE void gradient_sums(const typename E::Stored* x, const typename E::Stored* g,
-                                      const uint8_t* won, const Plane& p, float mean, double& sum_g,
-                                      double& sum_gx) {
+SPRITETORCH_INLINE void loops_gradient_sums(const typename E::Stored* x,
+                                            const typename E::Stored* g, const uint8_t* won,
+                                            const Plane& p, float mean, double& sum_g,
+                                            double& sum_gx) {
   float s[kLanes] = {}, q[kLanes] = {};
   double total = 0, total_x = 0;
   for (int64_t r = 0; r < p.out_height; ++r) {
@@ -159,11 +160,25 @@ SPRITETORCH_INLINE void gradient_sums(const typename E::Stored* x, const typenam
   sum_gx += total_x;
 }
 
+// dx = u x + v where no pool window reaches (LibTorch's floor mode drops them): an odd width's
+// last column, an odd height's last row.
+template <class E>
+SPRITETORCH_INLINE void dx_outside_windows(const typename E::Stored* x, typename E::Stored* dx,
+                                           const Plane& p, float u, float v) {
+  if (p.width > 2 * p.out_width)
+    for (int64_t r = 0; r < 2 * p.out_height; ++r) {
+      const int64_t last = r * p.width + p.width - 1;
+      E::store(dx, last, u * E::load(x, last) + v);
+    }
+  for (int64_t i = 2 * p.out_height * p.width; i < p.pixels(); ++i)
+    E::store(dx, i, u * E::load(x, i) + v);
+}
+
 // One plane's dx = u x + v everywhere, plus c g at each window's winner.
 template <class E>
-SPRITETORCH_INLINE void dx_plane(const typename E::Stored* x, const typename E::Stored* g,
-                                 const uint8_t* won, typename E::Stored* dx, const Plane& p,
-                                 float u, float v, float c) {
+SPRITETORCH_INLINE void loops_dx_plane(const typename E::Stored* x, const typename E::Stored* g,
+                                       const uint8_t* won, typename E::Stored* dx, const Plane& p,
+                                       float u, float v, float c) {
   for (int64_t r = 0; r < p.out_height; ++r) {
     const int64_t row = 2 * r * p.width;
     const typename E::Stored *top = x + row, *bottom = top + p.width;
@@ -178,13 +193,8 @@ SPRITETORCH_INLINE void dx_plane(const typename E::Stored* x, const typename E::
       E::store(dbottom, 2 * k, u * E::load(bottom, 2 * k) + v + (which == 2 ? add : 0.0f));
       E::store(dbottom, 2 * k + 1, u * E::load(bottom, 2 * k + 1) + v + (which == 3 ? add : 0.0f));
     }
-    for (int64_t j = 2 * p.out_width; j < p.width; ++j) {  // an odd width's last column
-      E::store(dtop, j, u * E::load(top, j) + v);
-      E::store(dbottom, j, u * E::load(bottom, j) + v);
-    }
   }
-  for (int64_t i = 2 * p.out_height * p.width; i < p.pixels(); ++i)  // an odd height's last row
-    E::store(dx, i, u * E::load(x, i) + v);
+  dx_outside_windows<E>(x, dx, p, u, v);
 }
 
 // ---- One channel's passes, for each element type and instruction set ----------------------------
@@ -209,33 +219,6 @@ SPRITETORCH_INLINE void channel_stats(const typename E::Stored* x, const Channel
   variance = std::max(0.0, squares / n - m * m);
 }
 
-template <class E>
-SPRITETORCH_INLINE void channel_forward(const typename E::Stored* x, typename E::Stored* y,
-                                        uint8_t* won, const Channel& ch, float a, float d) {
-  for (int64_t b = 0; b < ch.planes; ++b)
-    pool_plane<E>(x + b * ch.stride, y + b * ch.out_stride, won + b * ch.out_stride, ch.plane, a,
-                  d);
-}
-
-template <class E>
-SPRITETORCH_INLINE void channel_gradient_sums(const typename E::Stored* x,
-                                              const typename E::Stored* g, const uint8_t* won,
-                                              const Channel& ch, float mean, double& sum_g,
-                                              double& sum_gx) {
-  for (int64_t b = 0; b < ch.planes; ++b)
-    gradient_sums<E>(x + b * ch.stride, g + b * ch.out_stride, won + b * ch.out_stride, ch.plane,
-                     mean, sum_g, sum_gx);
-}
-
-template <class E>
-SPRITETORCH_INLINE void channel_dx(const typename E::Stored* x, const typename E::Stored* g,
-                                   const uint8_t* won, typename E::Stored* dx, const Channel& ch,
-                                   float u, float v, float c) {
-  for (int64_t b = 0; b < ch.planes; ++b)
-    dx_plane<E>(x + b * ch.stride, g + b * ch.out_stride, won + b * ch.out_stride,
-                dx + b * ch.stride, ch.plane, u, v, c);
-}
-
 // The four passes of one element type and instruction set, on untyped pointers.
 struct Passes {
   void (*stats)(const void* x, const Channel& ch, double& mean, double& variance);
@@ -246,37 +229,10 @@ struct Passes {
              float v, float c);
 };
 
-#define SPRITETORCH_PASSES(NAME, TARGET, E)                                                        \
-  TARGET void NAME##_stats(const void* x, const Channel& ch, double& mean, double& variance) {     \
-    channel_stats<E>(static_cast<const E::Stored*>(x), ch, mean, variance);                        \
-  }                                                                                                \
-  TARGET void NAME##_forward(const void* x, void* y, uint8_t* won, const Channel& ch, float a,     \
-                             float d) {                                                            \
-    channel_forward<E>(static_cast<const E::Stored*>(x), static_cast<E::Stored*>(y), won, ch, a,   \
-                       d);                                                                         \
-  }                                                                                                \
-  TARGET void NAME##_gradient_sums(const void* x, const void* g, const uint8_t* won,               \
-                                   const Channel& ch, float mean, double& sum_g, double& sum_gx) { \
-    channel_gradient_sums<E>(static_cast<const E::Stored*>(x), static_cast<const E::Stored*>(g),   \
-                             won, ch, mean, sum_g, sum_gx);                                        \
-  }                                                                                                \
-  TARGET void NAME##_dx(const void* x, const void* g, const uint8_t* won, void* dx,                \
-                        const Channel& ch, float u, float v, float c) {                            \
-    channel_dx<E>(static_cast<const E::Stored*>(x), static_cast<const E::Stored*>(g), won,         \
-                  static_cast<E::Stored*>(dx), ch, u, v, c);                                       \
-  }                                                                                                \
-  const Passes NAME = {NAME##_stats, NAME##_forward, NAME##_gradient_sums, NAME##_dx};
-
-#define SPRITETORCH_ANY_CPU
-SPRITETORCH_PASSES(loops_fp32, SPRITETORCH_ANY_CPU, Fp32)
-SPRITETORCH_PASSES(loops_bf16, SPRITETORCH_ANY_CPU, Bf16)
-#ifdef SPRITETORCH_BN_POOL_X86
-#endif
-
-#ifdef SPRITETORCH_BN_POOL_X86
-// The four passes of a vector code path: the stats as the loops (the compiler vectorises those),
-// the other three from CODE##_pool_plane, CODE##_gradient_sums and CODE##_dx_plane.
-#define SPRITETORCH_PASSES_VECTOR(NAME, TARGET, E, CODE)                                           \
+// The four passes of one code path, compiled for TARGET: the statistics from channel_stats (the
+// compiler vectorises its loops), the other three one plane at a time by CODE##_pool_plane,
+// CODE##_gradient_sums and CODE##_dx_plane.
+#define SPRITETORCH_PASSES(NAME, TARGET, E, CODE)                                                  \
   TARGET void NAME##_stats(const void* x, const Channel& ch, double& mean, double& variance) {     \
     channel_stats<E>(static_cast<const E::Stored*>(x), ch, mean, variance);                        \
   }                                                                                                \
@@ -306,10 +262,12 @@ SPRITETORCH_PASSES(loops_bf16, SPRITETORCH_ANY_CPU, Bf16)
                          dx + b * ch.stride, ch.plane, u, v, c);                                   \
   }                                                                                                \
   const Passes NAME = {NAME##_stats, NAME##_forward, NAME##_gradient_sums, NAME##_dx};
-#endif
 
-// ---- AVX-512 (F, BW, VL): 16 windows at a time
-// ---------------------------------------------------
+#define SPRITETORCH_ANY_CPU
+SPRITETORCH_PASSES(loops_fp32, SPRITETORCH_ANY_CPU, Fp32, loops)
+SPRITETORCH_PASSES(loops_bf16, SPRITETORCH_ANY_CPU, Bf16, loops)
+
+// ---- AVX-512 (F, BW, VL): 16 windows at a time -------------------------------------------------
 //
 // A window's two columns are a pair of neighbouring elements: bf16 pairs are one 32-bit lane (low
 // half the left, high half the right), so one load gives 16 windows' lefts and rights without a
@@ -414,7 +372,7 @@ SPRITETORCH_BN_AVX512 void avx512_pool_plane(const typename E::Stored* x, typena
       tr = _mm512_fmadd_ps(a, tr, d);
       bl = _mm512_fmadd_ps(a, bl, d);
       br = _mm512_fmadd_ps(a, br, d);
-      // As pool_plane: each row's first maximum, then the bottom row's only if greater.
+      // As loops_pool_plane: each row's first maximum, then the bottom row's only if greater.
       const __mmask16 top_right = _mm512_cmp_ps_mask(tr, tl, _CMP_GT_OQ);
       const __mmask16 bottom_right = _mm512_cmp_ps_mask(br, bl, _CMP_GT_OQ);
       const __m512 t = _mm512_mask_blend_ps(top_right, tl, tr);
@@ -495,17 +453,12 @@ SPRITETORCH_BN_AVX512 void avx512_dx_plane(const typename E::Stored* x, const ty
       V::store_pairs(dx + row + 2 * k, n, dx_of(tl, 0), dx_of(tr, 1));
       V::store_pairs(dx + row + p.width + 2 * k, n, dx_of(bl, 2), dx_of(br, 3));
     }
-    for (int64_t j = 2 * p.out_width; j < p.width; ++j) {  // an odd width's last column
-      E::store(dx + row, j, u_ * E::load(x + row, j) + v_);
-      E::store(dx + row + p.width, j, u_ * E::load(x + row + p.width, j) + v_);
-    }
   }
-  for (int64_t i = 2 * p.out_height * p.width; i < p.pixels(); ++i)  // an odd height's last row
-    E::store(dx, i, u_ * E::load(x, i) + v_);
+  dx_outside_windows<E>(x, dx, p, u_, v_);
 }
 
-SPRITETORCH_PASSES_VECTOR(avx512_fp32, SPRITETORCH_BN_AVX512, Fp32, avx512)
-SPRITETORCH_PASSES_VECTOR(avx512_bf16, SPRITETORCH_BN_AVX512, Bf16, avx512)
+SPRITETORCH_PASSES(avx512_fp32, SPRITETORCH_BN_AVX512, Fp32, avx512)
+SPRITETORCH_PASSES(avx512_bf16, SPRITETORCH_BN_AVX512, Bf16, avx512)
 #pragma GCC diagnostic pop
 #endif
 
@@ -527,14 +480,24 @@ SPRITETORCH_BN_AVX2 inline __m256i bf16_bits_avx2(__m256 v) {
   return _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC0), nan);
 }
 
+// The first `count` of 8 32-bit lanes (count may be negative or above 8), as maskload takes it.
+SPRITETORCH_BN_AVX2 inline __m256i first_lanes(int count) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(count), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// Up to 8 windows of a row: their 2n inputs and outputs, plain loads and stores for 8, masked
+// loads and stores of 32-bit lanes for fewer (a bf16 pair is one lane, an fp32 pair two); the n
+// gradients and outputs, element by element when n < 8 for bf16. Nothing is read or written past
+// the row.
 template <class E>
 struct Avx2;
 
 template <>
 struct Avx2<Fp32> {
-  // The lefts and rights of 8 windows starting at p (16 floats).
-  SPRITETORCH_BN_AVX2 static void load_pairs(const float* p, __m256& left, __m256& right) {
-    const __m256 lo = _mm256_loadu_ps(p), hi = _mm256_loadu_ps(p + 8);
+  SPRITETORCH_BN_AVX2 static void load_pairs(const float* p, int n, __m256& left, __m256& right) {
+    const __m256 lo = n == 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, first_lanes(2 * n));
+    const __m256 hi =
+        n == 8 ? _mm256_loadu_ps(p + 8) : _mm256_maskload_ps(p + 8, first_lanes(2 * n - 8));
     // Per 128-bit half: (lo0 lo2 hi0 hi2 | lo4 lo6 hi4 hi6); the 64-bit quarters reordered 0 2 1 3.
     left = _mm256_castpd_ps(
         _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0))),
@@ -543,106 +506,59 @@ struct Avx2<Fp32> {
         _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1))),
                               _MM_SHUFFLE(3, 1, 2, 0)));
   }
-  SPRITETORCH_BN_AVX2 static void store_pairs(float* p, __m256 left, __m256 right) {
-    const __m256 a = _mm256_unpacklo_ps(left, right), b = _mm256_unpackhi_ps(left, right);
-    _mm256_storeu_ps(p, _mm256_permute2f128_ps(a, b, 0x20));
-    _mm256_storeu_ps(p + 8, _mm256_permute2f128_ps(a, b, 0x31));
-  }
-  SPRITETORCH_BN_AVX2 static __m256 load(const float* p) { return _mm256_loadu_ps(p); }
-  SPRITETORCH_BN_AVX2 static void store(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
-};
-
-template <>
-struct Avx2<Bf16> {
-  SPRITETORCH_BN_AVX2 static void load_pairs(const uint16_t* p, __m256& left, __m256& right) {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    left = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-    right = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF0000u)));
-  }
-  SPRITETORCH_BN_AVX2 static void store_pairs(uint16_t* p, __m256 left, __m256 right) {
-    const __m256i v =
-        _mm256_or_si256(bf16_bits_avx2(left), _mm256_slli_epi32(bf16_bits_avx2(right), 16));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v);
-  }
-  SPRITETORCH_BN_AVX2 static __m256 load(const uint16_t* p) {
-    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-  }
-  SPRITETORCH_BN_AVX2 static void store(uint16_t* p, __m256 v) {
-    // (a0..a3 a0..a3 | a4..a7 a4..a7) as 16-bit values; quarters 0 and 2 hold a0..a7.
-    const __m256i bits = bf16_bits_avx2(v);
-    const __m256i packed =
-        _mm256_permute4x64_epi64(_mm256_packus_epi32(bits, bits), _MM_SHUFFLE(3, 1, 2, 0));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
-  }
-};
-
-// The first `count` of 8 32-bit lanes (count may be negative or above 8), as maskload takes it.
-SPRITETORCH_BN_AVX2 inline __m256i first_lanes(int count) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(count), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-// Up to 8 windows of a row: their 2n inputs and outputs with masked loads and stores of 32-bit
-// lanes (a bf16 pair is one lane, an fp32 pair two), the n gradients, outputs and winners element
-// by element when n < 8. Nothing is read or written past the row.
-template <class E>
-struct Avx2Row;
-
-template <>
-struct Avx2Row<Fp32> {
-  using V = Avx2<Fp32>;
-  SPRITETORCH_BN_AVX2 static void load_pairs(const float* p, int n, __m256& left, __m256& right) {
-    if (n == 8) return V::load_pairs(p, left, right);
-    const __m256 lo = _mm256_maskload_ps(p, first_lanes(2 * n));
-    const __m256 hi = _mm256_maskload_ps(p + 8, first_lanes(2 * n - 8));
-    left = _mm256_castpd_ps(
-        _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0))),
-                              _MM_SHUFFLE(3, 1, 2, 0)));
-    right = _mm256_castpd_ps(
-        _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1))),
-                              _MM_SHUFFLE(3, 1, 2, 0)));
-  }
   SPRITETORCH_BN_AVX2 static void store_pairs(float* p, int n, __m256 left, __m256 right) {
-    if (n == 8) return V::store_pairs(p, left, right);
     const __m256 a = _mm256_unpacklo_ps(left, right), b = _mm256_unpackhi_ps(left, right);
-    _mm256_maskstore_ps(p, first_lanes(2 * n), _mm256_permute2f128_ps(a, b, 0x20));
-    _mm256_maskstore_ps(p + 8, first_lanes(2 * n - 8), _mm256_permute2f128_ps(a, b, 0x31));
+    const __m256 lo = _mm256_permute2f128_ps(a, b, 0x20), hi = _mm256_permute2f128_ps(a, b, 0x31);
+    if (n == 8) {
+      _mm256_storeu_ps(p, lo);
+      _mm256_storeu_ps(p + 8, hi);
+    } else {
+      _mm256_maskstore_ps(p, first_lanes(2 * n), lo);
+      _mm256_maskstore_ps(p + 8, first_lanes(2 * n - 8), hi);
+    }
   }
   SPRITETORCH_BN_AVX2 static __m256 load(const float* p, int n) {
-    return n == 8 ? V::load(p) : _mm256_maskload_ps(p, first_lanes(n));
+    return n == 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, first_lanes(n));
   }
   SPRITETORCH_BN_AVX2 static void store(float* p, int n, __m256 v) {
-    if (n == 8) return V::store(p, v);
+    if (n == 8) return _mm256_storeu_ps(p, v);
     _mm256_maskstore_ps(p, first_lanes(n), v);
   }
 };
 
 template <>
-struct Avx2Row<Bf16> {
-  using V = Avx2<Bf16>;
+struct Avx2<Bf16> {
   SPRITETORCH_BN_AVX2 static void load_pairs(const uint16_t* p, int n, __m256& left,
                                              __m256& right) {
-    if (n == 8) return V::load_pairs(p, left, right);
-    const __m256i v = _mm256_maskload_epi32(reinterpret_cast<const int*>(p), first_lanes(n));
+    const __m256i v = n == 8
+                          ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))
+                          : _mm256_maskload_epi32(reinterpret_cast<const int*>(p), first_lanes(n));
     left = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
     right = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF0000u)));
   }
   SPRITETORCH_BN_AVX2 static void store_pairs(uint16_t* p, int n, __m256 left, __m256 right) {
-    if (n == 8) return V::store_pairs(p, left, right);
     const __m256i v =
         _mm256_or_si256(bf16_bits_avx2(left), _mm256_slli_epi32(bf16_bits_avx2(right), 16));
+    if (n == 8) return _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v);
     _mm256_maskstore_epi32(reinterpret_cast<int*>(p), first_lanes(n), v);
   }
   SPRITETORCH_BN_AVX2 static __m256 load(const uint16_t* p, int n) {
-    if (n == 8) return V::load(p);
     alignas(16) uint16_t buffer[8] = {};
-    for (int l = 0; l < n; ++l) buffer[l] = p[l];
-    return V::load(buffer);
+    if (n < 8) {
+      for (int l = 0; l < n; ++l) buffer[l] = p[l];
+      p = buffer;
+    }
+    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
   }
   SPRITETORCH_BN_AVX2 static void store(uint16_t* p, int n, __m256 v) {
-    if (n == 8) return V::store(p, v);
+    // (a0..a3 a0..a3 | a4..a7 a4..a7) as 16-bit values; quarters 0 and 2 hold a0..a7.
+    const __m256i bits = bf16_bits_avx2(v);
+    const __m128i packed = _mm256_castsi256_si128(
+        _mm256_permute4x64_epi64(_mm256_packus_epi32(bits, bits), _MM_SHUFFLE(3, 1, 2, 0)));
+    if (n == 8) return _mm_storeu_si128(reinterpret_cast<__m128i*>(p), packed);
     alignas(16) uint16_t buffer[8];
-    V::store(buffer, v);
+    _mm_store_si128(reinterpret_cast<__m128i*>(buffer), packed);
     for (int l = 0; l < n; ++l) p[l] = buffer[l];
   }
 };
@@ -682,7 +598,7 @@ SPRITETORCH_BN_AVX2 inline double sum_lanes(__m256 v) {
 template <class E>
 SPRITETORCH_BN_AVX2 void avx2_pool_plane(const typename E::Stored* x, typename E::Stored* y,
                                          uint8_t* won, const Plane& p, float a_, float d_) {
-  using R = Avx2Row<E>;
+  using R = Avx2<E>;
   const __m256 a = _mm256_set1_ps(a_), d = _mm256_set1_ps(d_), zero = _mm256_setzero_ps();
   const __m256i one = _mm256_set1_epi32(1), two = _mm256_set1_epi32(2),
                 cut = _mm256_set1_epi32(kCut);
@@ -698,7 +614,7 @@ SPRITETORCH_BN_AVX2 void avx2_pool_plane(const typename E::Stored* x, typename E
       tr = _mm256_fmadd_ps(a, tr, d);
       bl = _mm256_fmadd_ps(a, bl, d);
       br = _mm256_fmadd_ps(a, br, d);
-      // As pool_plane: each row's first maximum, then the bottom row's only if greater.
+      // As loops_pool_plane: each row's first maximum, then the bottom row's only if greater.
       const __m256 top_right = _mm256_cmp_ps(tr, tl, _CMP_GT_OQ);
       const __m256 bottom_right = _mm256_cmp_ps(br, bl, _CMP_GT_OQ);
       const __m256 t = select(top_right, tl, tr), b = select(bottom_right, bl, br);
@@ -729,7 +645,7 @@ SPRITETORCH_BN_AVX2 void avx2_gradient_sums(const typename E::Stored* x,
                                             const typename E::Stored* g, const uint8_t* won,
                                             const Plane& p, float mean_, double& sum_g,
                                             double& sum_gx) {
-  using R = Avx2Row<E>;
+  using R = Avx2<E>;
   const __m256 mean = _mm256_set1_ps(mean_);
   __m256 s = _mm256_setzero_ps(), q = _mm256_setzero_ps();
   for (int64_t r = 0; r < p.out_height; ++r) {
@@ -756,7 +672,7 @@ template <class E>
 SPRITETORCH_BN_AVX2 void avx2_dx_plane(const typename E::Stored* x, const typename E::Stored* g,
                                        const uint8_t* won, typename E::Stored* dx, const Plane& p,
                                        float u_, float v_, float c_) {
-  using R = Avx2Row<E>;
+  using R = Avx2<E>;
   const __m256 u = _mm256_set1_ps(u_), v = _mm256_set1_ps(v_), c = _mm256_set1_ps(c_);
   for (int64_t r = 0; r < p.out_height; ++r) {
     const int64_t row = 2 * r * p.width;
@@ -774,17 +690,12 @@ SPRITETORCH_BN_AVX2 void avx2_dx_plane(const typename E::Stored* x, const typena
       R::store_pairs(dx + row + 2 * k, n, dx_of(tl, 0), dx_of(tr, 1));
       R::store_pairs(dx + row + p.width + 2 * k, n, dx_of(bl, 2), dx_of(br, 3));
     }
-    for (int64_t j = 2 * p.out_width; j < p.width; ++j) {  // an odd width's last column
-      E::store(dx + row, j, u_ * E::load(x + row, j) + v_);
-      E::store(dx + row + p.width, j, u_ * E::load(x + row + p.width, j) + v_);
-    }
   }
-  for (int64_t i = 2 * p.out_height * p.width; i < p.pixels(); ++i)  // an odd height's last row
-    E::store(dx, i, u_ * E::load(x, i) + v_);
+  dx_outside_windows<E>(x, dx, p, u_, v_);
 }
 
-SPRITETORCH_PASSES_VECTOR(avx2_fp32, SPRITETORCH_BN_AVX2, Fp32, avx2)
-SPRITETORCH_PASSES_VECTOR(avx2_bf16, SPRITETORCH_BN_AVX2, Bf16, avx2)
+SPRITETORCH_PASSES(avx2_fp32, SPRITETORCH_BN_AVX2, Fp32, avx2)
+SPRITETORCH_PASSES(avx2_bf16, SPRITETORCH_BN_AVX2, Bf16, avx2)
 #endif
 
 const Passes& passes_for(gemm::Kernel kernel, bool bf16) {
@@ -799,6 +710,26 @@ const Passes& passes_for(gemm::Kernel kernel, bool bf16) {
 }
 
 // ---- The operation ------------------------------------------------------------------------------
+
+// As BatchNormImplBase::forward before the norm: counts the batch and returns the running
+// statistics' update weight (the momentum, or 1 / batches counted without one).
+double count_batch(torch::nn::BatchNorm2dImpl& bn) {
+  {
+    torch::NoGradGuard no_grad;
+    bn.num_batches_tracked += 1;
+  }
+  const auto momentum = bn.options.momentum();
+  return momentum ? *momentum : 1.0 / bn.num_batches_tracked.item<double>();
+}
+
+// One channel's running mean and variance moved towards the batch's by `factor`; as LibTorch,
+// the running variance is the unbiased one (n values).
+void update_running_stats(float& running_mean, float& running_var, double mean, double variance,
+                          double n, double factor) {
+  const double unbiased = n > 1 ? variance * n / (n - 1) : variance;
+  running_mean = static_cast<float>((1 - factor) * running_mean + factor * mean);
+  running_var = static_cast<float>((1 - factor) * running_var + factor * unbiased);
+}
 
 Channel channel_of(const torch::Tensor& x) {
   const int64_t h = x.size(2), w = x.size(3);
@@ -848,10 +779,7 @@ struct BnReluPoolFunction : torch::autograd::Function<BnReluPoolFunction> {
             won.select(0, b).select(0, c).fill_(kCut);
           }
         }
-        // As LibTorch: the running variance is the unbiased one.
-        const double unbiased = n > 1 ? variance * n / (n - 1) : variance;
-        rm[c] = static_cast<float>((1 - factor) * rm[c] + factor * mean);
-        rv[c] = static_cast<float>((1 - factor) * rv[c] + factor * unbiased);
+        update_running_stats(rm[c], rv[c], mean, variance, n, factor);
       }
     });
     ctx->save_for_backward({x, weight, stats, won});
@@ -930,9 +858,9 @@ struct FirstStage {
   int64_t pixels() const { return plane.pixels(); }
 };
 
-FirstStage first_stage_of(const torch::Tensor& x, const torch::Tensor& weight) {
+FirstStage first_stage_of(const torch::Tensor& x, int64_t out_channels) {
   const int64_t h = x.size(2), w = x.size(3);
-  return {x.size(0), x.size(1), weight.size(0), 9 * x.size(1), {h, w, h / 2, w / 2}};
+  return {x.size(0), x.size(1), out_channels, 9 * x.size(1), {h, w, h / 2, w / 2}};
 }
 
 // v (K, H W): row t = i * 9 + 3 (dy + 1) + (dx + 1) holds input channel i shifted by (dy, dx),
@@ -989,7 +917,7 @@ struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
                                int64_t kernel_index) {
     const gemm::Kernel kernel = reentrant(static_cast<gemm::Kernel>(kernel_index));
     const Passes& passes = passes_for(kernel, /*bf16=*/false);
-    const FirstStage s = first_stage_of(x, weight);
+    const FirstStage s = first_stage_of(x, weight.size(0));
     const int64_t k = s.taps, hw = s.pixels(), cout = s.out_channels;
     const int64_t out_plane = s.plane.outputs();
     const auto w = weight.reshape({cout, k}).contiguous();
@@ -1038,9 +966,7 @@ struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
       st[2 * c + 1] = static_cast<float>(inv_std);
       a[c] = static_cast<float>(gamma[c] * inv_std);
       d[c] = static_cast<float>(beta[c] - mean * a[c]);
-      const double unbiased = n > 1 ? variance * n / (n - 1) : variance;
-      rm[c] = static_cast<float>((1 - factor) * rm[c] + factor * mean);
-      rv[c] = static_cast<float>((1 - factor) * rv[c] + factor * unbiased);
+      update_running_stats(rm[c], rv[c], mean, variance, n, factor);
     }
 
     auto y = torch::empty({s.batch, cout, s.plane.out_height, s.plane.out_width}, x.options());
@@ -1079,7 +1005,7 @@ struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
         reentrant(static_cast<gemm::Kernel>(ctx->saved_data["kernel"].toInt()));
     const Passes& passes = passes_for(kernel, /*bf16=*/false);
     const auto g = grad_out[0].to(torch::kFloat32).contiguous();
-    const FirstStage s = first_stage_of(x, w.reshape({-1, x.size(1), 3, 3}));
+    const FirstStage s = first_stage_of(x, w.size(0));  // w: (Cout, K)
     const int64_t k = s.taps, hw = s.pixels(), cout = s.out_channels;
     const int64_t out_plane = s.plane.outputs();
     const float *xp = x.data_ptr<float>(), *wp = w.data_ptr<float>(), *gp = g.data_ptr<float>(),
@@ -1226,13 +1152,7 @@ torch::Tensor bn_relu_pool_reference(torch::nn::BatchNorm2dImpl& bn, const torch
 torch::Tensor bn_relu_pool(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
                            gemm::Kernel kernel) {
   if (!bn_relu_pool_fused(bn, x)) return bn_relu_pool_reference(bn, x);
-  // As BatchNormImplBase::forward: count the batch, and without a momentum average cumulatively.
-  double factor = bn.options.momentum().value_or(0.0);
-  {
-    torch::NoGradGuard no_grad;
-    bn.num_batches_tracked += 1;
-  }
-  if (!bn.options.momentum()) factor = 1.0 / bn.num_batches_tracked.item<double>();
+  const double factor = count_batch(bn);
   return BnReluPoolFunction::apply(x, bn.weight, bn.bias, bn.running_mean, bn.running_var, factor,
                                    bn.options.eps(), static_cast<int64_t>(kernel));
 }
@@ -1255,12 +1175,7 @@ bool first_conv_bn_relu_pool_fused(const torch::nn::Conv2dImpl& conv,
 torch::Tensor first_conv_bn_relu_pool(torch::nn::Conv2dImpl& conv, torch::nn::BatchNorm2dImpl& bn,
                                       const torch::Tensor& x, gemm::Kernel kernel) {
   if (!first_conv_bn_relu_pool_fused(conv, bn, x)) return bn_relu_pool(bn, conv.forward(x), kernel);
-  double factor = bn.options.momentum().value_or(0.0);
-  {
-    torch::NoGradGuard no_grad;
-    bn.num_batches_tracked += 1;
-  }
-  if (!bn.options.momentum()) factor = 1.0 / bn.num_batches_tracked.item<double>();
+  const double factor = count_batch(bn);
   return FirstStageFunction::apply(x, conv.weight, bn.weight, bn.bias, bn.running_mean,
                                    bn.running_var, factor, bn.options.eps(),
                                    static_cast<int64_t>(kernel));

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "diffusion/unet.h"
+#include "test_util.h"
 
 namespace spritetorch::diffusion {
 namespace {
@@ -17,22 +18,10 @@ std::vector<gemm::Kernel> kernels_here() {
   return out;
 }
 
-// The kernel splits its loops over LibTorch's threads only where its file was built with OpenMP
-// (g++ against Debian's LibTorch); elsewhere (the clang sanitizer build) it runs only when LibTorch
-// has one thread, which these tests then set for their duration.
-class KernelThreads {
- public:
-  KernelThreads() : before_(at::get_num_threads()) {
-    if (!group_norm_silu_fused(torch::zeros({1, 8, 2, 2}), torch::ones({8})))
-      at::set_num_threads(1);
-  }
-  ~KernelThreads() {
-    if (at::get_num_threads() != before_) at::set_num_threads(before_);
-  }
-
- private:
-  int before_;
-};
+// Whether the kernel runs with LibTorch's threads as they are (testing::OneThreadUnless).
+bool fused_with_these_threads() {
+  return group_norm_silu_fused(torch::zeros({1, 8, 2, 2}), torch::ones({8}));
+}
 
 struct Inputs {
   torch::Tensor x, weight, bias, scale, shift;
@@ -72,7 +61,7 @@ void expect_close(const torch::Tensor& got, const torch::Tensor& want, double to
 // for every kernel here: widths that leave a tail after the 8-lane loop (5 x 7 = 35 pixels) and
 // the UNet's (8 groups of 4 channels, one group), with and without scale and shift.
 TEST(GroupNormSilu, MatchesTheLibTorchOpsForwardAndBackward) {
-  const KernelThreads threads;
+  const testing::OneThreadUnless threads(fused_with_these_threads());
   struct Case {
     int64_t batch, channels, groups, h, w;
     bool scale_shift;
@@ -110,7 +99,7 @@ TEST(GroupNormSilu, MatchesTheLibTorchOpsForwardAndBackward) {
 
 // Large |z| (the exp clamps) and zeros: finite, and SiLU's limits (z and 0).
 TEST(GroupNormSilu, ExtremeValuesStayFinite) {
-  const KernelThreads threads;
+  const testing::OneThreadUnless threads(fused_with_these_threads());
   for (const auto kernel : kernels_here()) {
     auto x = torch::zeros({1, 8, 4, 4});
     x.index_put_({0, 0}, 1000.0f);  // one channel far from the group's others
@@ -136,7 +125,7 @@ TEST(GroupNormSilu, ExtremeValuesStayFinite) {
 
 // What the kernel does not take (bf16, channels_last, views) goes to LibTorch's ops.
 TEST(GroupNormSilu, OtherLayoutsAndDtypesTakeTheLibTorchOps) {
-  const KernelThreads threads;
+  const testing::OneThreadUnless threads(fused_with_these_threads());
   const auto in = make_inputs(2, 16, 4, 4, true, 3);
   const auto nhwc = in.x.detach().contiguous(at::MemoryFormat::ChannelsLast);
   EXPECT_FALSE(group_norm_silu_fused(nhwc, in.weight));
@@ -161,7 +150,7 @@ TEST(GroupNormSilu, OtherLayoutsAndDtypesTakeTheLibTorchOps) {
 
 // A UNet's gradients with the fused kernel equal those of the same net and batch with it off.
 TEST(GroupNormSilu, UNetStepMatchesTheUnfusedPath) {
-  const KernelThreads threads;
+  const testing::OneThreadUnless threads(fused_with_these_threads());
   UNetOptions options;
   options.base = 16;
   options.classes = 3;

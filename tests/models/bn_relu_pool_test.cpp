@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "models/classifier.h"
+#include "test_util.h"
 
 namespace spritetorch::models {
 namespace {
@@ -19,22 +20,11 @@ std::vector<gemm::Kernel> kernels_here() {
   return out;
 }
 
-// The op splits its loops over LibTorch's threads only where its file was built with OpenMP (g++
-// against Debian's LibTorch); elsewhere (the clang sanitizer build) it runs only when LibTorch has
-// one thread, which these tests then set for their duration.
-class KernelThreads {
- public:
-  KernelThreads() : before_(at::get_num_threads()) {
-    torch::nn::BatchNorm2d probe(2);
-    if (!bn_relu_pool_fused(*probe, torch::zeros({1, 2, 2, 2}))) at::set_num_threads(1);
-  }
-  ~KernelThreads() {
-    if (at::get_num_threads() != before_) at::set_num_threads(before_);
-  }
-
- private:
-  int before_;
-};
+// Whether the op runs with LibTorch's threads as they are (testing::OneThreadUnless).
+bool fused_with_these_threads() {
+  torch::nn::BatchNorm2d probe(2);
+  return bn_relu_pool_fused(*probe, torch::zeros({1, 2, 2, 2}));
+}
 
 void expect_close(const torch::Tensor& got, const torch::Tensor& want, double tolerance,
                   const std::string& what) {
@@ -102,7 +92,7 @@ void expect_same(const Result& got, const Result& want, double tolerance, const 
 // (the pool drops the last row and column, the norm does not), and rows of more than 16 windows
 // with a tail (the AVX-512 code's 16 lanes).
 TEST(BnReluPool, MatchesTheLibTorchOpsForwardAndBackward) {
-  const KernelThreads threads;
+  const testing::OneThreadUnless threads(fused_with_these_threads());
   const std::vector<std::vector<int64_t>> shapes = {
       {4, 3, 28, 28}, {3, 5, 7, 7}, {2, 4, 6, 9}, {2, 2, 5, 70}, {1, 3, 2, 2}};
   for (const auto& shape : shapes)
@@ -141,7 +131,7 @@ TEST(BnReluPool, MatchesTheLibTorchOpsForwardAndBackward) {
 // LibTorch's max-pool picks (the first maximum in row-major order), and a window whose maximum
 // ReLU cut must pass none.
 TEST(BnReluPool, TiesSendTheGradientWhereLibTorchDoes) {
-  const KernelThreads threads;
+  const testing::OneThreadUnless threads(fused_with_these_threads());
   torch::manual_seed(3);
   const auto x = torch::randint(-2, 3, {3, 4, 12, 40}).to(torch::kFloat32);
   const auto upstream = torch::randn({3, 4, 6, 20});
@@ -158,7 +148,7 @@ TEST(BnReluPool, TiesSendTheGradientWhereLibTorchDoes) {
 // Without a momentum the running statistics are a cumulative average (1 / num_batches_tracked),
 // as BatchNorm2d keeps them; two batches in a row.
 TEST(BnReluPool, CumulativeAverageWithoutMomentum) {
-  const KernelThreads threads;
+  const testing::OneThreadUnless threads(fused_with_these_threads());
   auto options = torch::nn::BatchNorm2dOptions(3).momentum(c10::nullopt);
   auto fused = make_norm(3, 2, options), reference = make_norm(3, 2, options);
   torch::manual_seed(4);
@@ -175,7 +165,7 @@ TEST(BnReluPool, CumulativeAverageWithoutMomentum) {
 
 // A NaN or infinity in x must not vanish into ReLU's zeros: a diverged run shows in its loss.
 TEST(BnReluPool, NonFiniteInputsGiveNaN) {
-  const KernelThreads threads;
+  const testing::OneThreadUnless threads(fused_with_these_threads());
   for (float bad :
        {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()})
     for (gemm::Kernel kernel : kernels_here()) {
@@ -191,7 +181,7 @@ TEST(BnReluPool, NonFiniteInputsGiveNaN) {
 // Eval mode, channels_last, fp64, a norm without affine weights or running statistics: LibTorch's
 // ops, with the same result as the reference.
 TEST(BnReluPool, OtherModesLayoutsAndDtypesTakeTheLibTorchOps) {
-  const KernelThreads threads;
+  const testing::OneThreadUnless threads(fused_with_these_threads());
   torch::manual_seed(6);
   const auto x = torch::randn({2, 3, 6, 6});
   {
@@ -245,7 +235,7 @@ FirstStageResult run_first_stage(bool fused, gemm::Kernel kernel, const torch::T
 // against LibTorch's conv2d, batch_norm, relu and max_pool2d: one input channel (fastcnn), two
 // with odd sizes, four (RGBA sprites) with rows of more than 16 windows.
 TEST(BnReluPool, FirstStageMatchesTheLibTorchOps) {
-  const KernelThreads threads;
+  const testing::OneThreadUnless threads(fused_with_these_threads());
   const std::vector<std::vector<int64_t>> shapes = {{6, 1, 28, 28}, {3, 2, 7, 9}, {2, 4, 12, 40}};
   for (const auto& shape : shapes)
     for (gemm::Kernel kernel : kernels_here()) {
@@ -269,7 +259,7 @@ TEST(BnReluPool, FirstStageMatchesTheLibTorchOps) {
 // Only a 3x3, padding-1, bias-free convolution of images that need no gradient takes the fused
 // first stage; anything else is bn_relu_pool(bn, conv(x)).
 TEST(BnReluPool, FirstStageOnlyForItsConvolution) {
-  const KernelThreads threads;
+  const testing::OneThreadUnless threads(fused_with_these_threads());
   auto bn = make_norm(4, 1);
   const auto x = torch::rand({2, 1, 8, 8});
   torch::nn::Conv2d conv(torch::nn::Conv2dOptions(1, 4, 3).padding(1).bias(false));
@@ -294,7 +284,7 @@ TEST(BnReluPool, FirstStageOnlyForItsConvolution) {
 // fastcnn trained a few AdamW steps with the fused op and with LibTorch's ops from the same start
 // ends with the same weights (within float rounding), in fp32.
 TEST(BnReluPool, FastCnnStepsMatchTheUnfusedPath) {
-  const KernelThreads threads;
+  const testing::OneThreadUnless threads(fused_with_these_threads());
   auto train = [](bool fused) {
     torch::manual_seed(11);
     auto model = make_model({"fastcnn", {1, 28, 28}, 10});
