@@ -14,8 +14,7 @@
 
 #include <array>
 
-#include "common/cpu_threads.h"
-#include "common/malloc_tuning.h"
+#include "conv_bench_main.h"
 #include "models/bn_relu_pool.h"
 #include "models/classifier.h"
 #include "precision/autocast_guard.h"
@@ -151,14 +150,4 @@ BENCHMARK(step)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-int main(int argc, char** argv) {
-  // As `train` sets up: freed blocks kept (no page faults every step), LibTorch's threads on the
-  // cores and OpenBLAS on one.
-  spritetorch::keep_freed_memory_for_reuse();
-  spritetorch::apply_cpu_threads(0, 0, spritetorch::CpuWork::kConvolutions);
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+int main(int argc, char** argv) { return spritetorch::bench::run_conv_benchmarks(argc, argv); }

@@ -12,8 +12,7 @@
 #include <malloc.h>
 #include <torch/torch.h>
 
-#include "common/cpu_threads.h"
-#include "common/malloc_tuning.h"
+#include "conv_bench_main.h"
 #include "diffusion/group_norm_silu.h"
 #include "diffusion/unet.h"
 
@@ -156,14 +155,4 @@ BENCHMARK(held)
     ->Iterations(2)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
-int main(int argc, char** argv) {
-  // As `train` sets up: freed blocks kept (no page faults every step), LibTorch's threads on the
-  // cores and OpenBLAS on one (both pools on every core would oversubscribe them).
-  spritetorch::keep_freed_memory_for_reuse();
-  spritetorch::apply_cpu_threads(0, 0, spritetorch::CpuWork::kConvolutions);
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+int main(int argc, char** argv) { return spritetorch::bench::run_conv_benchmarks(argc, argv); }
