@@ -1069,9 +1069,8 @@ struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
             scale * (total[2 + t] - dbias * smp[t] / n - dnorm * inv_std * centred / n));
       }
     }
-    return {torch::Tensor(), torch::Tensor(dweight), dgamma,
-            dbeta,           torch::Tensor(),        torch::Tensor(),
-            torch::Tensor(), torch::Tensor(),        torch::Tensor()};
+    return {torch::Tensor(), dweight,         dgamma,          dbeta,          torch::Tensor(),
+            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -1091,13 +1090,7 @@ bool fusion_from_environment() {
 std::atomic<int> fusion_on{-1};
 
 // Without OpenMP at::parallel_for runs on one thread, where LibTorch's ops use all of them.
-bool can_use_every_thread() {
-#if defined(SPRITETORCH_OPENMP) && defined(_OPENMP)
-  return true;
-#else
-  return at::get_num_threads() == 1;
-#endif
-}
+bool can_use_every_thread() { return bn_relu_pool_threaded() || at::get_num_threads() == 1; }
 
 }  // namespace
 
