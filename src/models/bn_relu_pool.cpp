@@ -459,6 +459,203 @@ SPRITETORCH_BN_AVX512 void avx512_dx_plane(const typename E::Stored* x, const ty
 
 SPRITETORCH_PASSES(avx512_fp32, SPRITETORCH_BN_AVX512, Fp32, avx512)
 SPRITETORCH_PASSES(avx512_bf16, SPRITETORCH_BN_AVX512, Bf16, avx512)
+
+// ---- channels_last (NHWC), AVX-512: 16 channels at a time ---------------------------------------
+//
+// A pixel's C channels are contiguous, so the vectors run along the channels (masked past a
+// multiple of 16) with per-channel factors; images are split over the threads. Statistics are
+// summed per image in float a row at a time, then in double, then over the images in order, so
+// the result does not depend on the thread count. No other code path has this form: elsewhere
+// channels_last tensors take LibTorch's ops (vectorised along the channels too), and CNNs run
+// channels_last on the CPU only where it has AVX-512 (device::channels_last_pays).
+
+struct Image {
+  Plane plane;
+  int64_t channels;
+  int64_t row() const { return plane.width * channels; }  // elements of one row of x
+};
+
+// sum[c] += sum over the image of (x - shift[c]), squares[c] += of its square.
+template <class E>
+SPRITETORCH_BN_AVX512 void nhwc_sums(const typename E::Stored* x, const Image& im,
+                                     const float* shift, double* sum, double* squares) {
+  using V = Avx512<E>;
+  for (int64_t c = 0; c < im.channels; c += 16) {
+    const int n = static_cast<int>(std::min<int64_t>(16, im.channels - c));
+    const __mmask16 m = lanes(n);
+    const __m512 s0 = _mm512_maskz_loadu_ps(m, shift + c);
+    for (int64_t r = 0; r < im.plane.height; ++r) {
+      __m512 s = _mm512_setzero_ps(), q = _mm512_setzero_ps();
+      const typename E::Stored* row = x + r * im.row() + c;
+      for (int64_t p = 0; p < im.plane.width; ++p) {
+        const __m512 v = _mm512_sub_ps(V::load(row + p * im.channels, m), s0);
+        s = _mm512_add_ps(s, v);
+        q = _mm512_fmadd_ps(v, v, q);
+      }
+      alignas(64) float sv[16], qv[16];
+      _mm512_store_ps(sv, s);
+      _mm512_store_ps(qv, q);
+      for (int l = 0; l < n; ++l) {
+        sum[c + l] += sv[l];
+        squares[c + l] += qv[l];
+      }
+    }
+  }
+}
+
+// One image's forward: as avx512_pool_plane with per-channel a and d; `won` in NHWC order.
+template <class E>
+SPRITETORCH_BN_AVX512 void nhwc_pool_image(const typename E::Stored* x, typename E::Stored* y,
+                                           uint8_t* won, const Image& im, const float* a_,
+                                           const float* d_) {
+  using V = Avx512<E>;
+  const int64_t channels = im.channels;
+  const __m512i one = _mm512_set1_epi32(1), two = _mm512_set1_epi32(2),
+                three = _mm512_set1_epi32(3), cut = _mm512_set1_epi32(kCut);
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t c = 0; c < channels; c += 16) {
+    const __mmask16 lane = lanes(static_cast<int>(std::min<int64_t>(16, channels - c)));
+    const __m512 a = _mm512_maskz_loadu_ps(lane, a_ + c), d = _mm512_maskz_loadu_ps(lane, d_ + c);
+    for (int64_t r = 0; r < im.plane.out_height; ++r)
+      for (int64_t k = 0; k < im.plane.out_width; ++k) {
+        const typename E::Stored* top = x + 2 * r * im.row() + 2 * k * channels + c;
+        const typename E::Stored* bottom = top + im.row();
+        const __m512 tl = _mm512_fmadd_ps(a, V::load(top, lane), d);
+        const __m512 tr = _mm512_fmadd_ps(a, V::load(top + channels, lane), d);
+        const __m512 bl = _mm512_fmadd_ps(a, V::load(bottom, lane), d);
+        const __m512 br = _mm512_fmadd_ps(a, V::load(bottom + channels, lane), d);
+        const __mmask16 top_right = _mm512_cmp_ps_mask(tr, tl, _CMP_GT_OQ);
+        const __mmask16 bottom_right = _mm512_cmp_ps_mask(br, bl, _CMP_GT_OQ);
+        const __m512 t = _mm512_mask_blend_ps(top_right, tl, tr);
+        const __m512 b = _mm512_mask_blend_ps(bottom_right, bl, br);
+        const __mmask16 down = _mm512_cmp_ps_mask(b, t, _CMP_GT_OQ);
+        const __m512 m = _mm512_mask_blend_ps(down, t, b);
+        const __mmask16 passed = _mm512_cmp_ps_mask(m, zero, _CMP_GT_OQ);
+        __m512i which = _mm512_maskz_mov_epi32(top_right, one);
+        which = _mm512_mask_mov_epi32(which, down, _mm512_mask_mov_epi32(two, bottom_right, three));
+        which = _mm512_mask_mov_epi32(cut, passed, which);
+        const int64_t at = (r * im.plane.out_width + k) * channels + c;
+        V::store(y + at, lane, _mm512_maskz_mov_ps(passed, m));
+        _mm_mask_storeu_epi8(won + at, lane, _mm512_cvtepi32_epi8(which));
+      }
+  }
+}
+
+// One image's sums over the windows that passed ReLU: sum_g[c] += g, sum_gx[c] += g (x - mean[c])
+// at the winner.
+template <class E>
+SPRITETORCH_BN_AVX512 void nhwc_gradient_sums(const typename E::Stored* x,
+                                              const typename E::Stored* g, const uint8_t* won,
+                                              const Image& im, const float* mean_, double* sum_g,
+                                              double* sum_gx) {
+  using V = Avx512<E>;
+  const int64_t channels = im.channels;
+  for (int64_t c = 0; c < channels; c += 16) {
+    const int n = static_cast<int>(std::min<int64_t>(16, channels - c));
+    const __mmask16 lane = lanes(n);
+    const __m512 mean = _mm512_maskz_loadu_ps(lane, mean_ + c);
+    for (int64_t r = 0; r < im.plane.out_height; ++r) {
+      __m512 s = _mm512_setzero_ps(), q = _mm512_setzero_ps();
+      for (int64_t k = 0; k < im.plane.out_width; ++k) {
+        const typename E::Stored* top = x + 2 * r * im.row() + 2 * k * channels + c;
+        const typename E::Stored* bottom = top + im.row();
+        const int64_t at = (r * im.plane.out_width + k) * channels + c;
+        const __m512i which = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(lane, won + at));
+        const __mmask16 passed = _mm512_cmpneq_epi32_mask(which, _mm512_set1_epi32(kCut)) & lane;
+        const __m512 gv = V::load(g + at, passed);
+        const __m512 xv = winner(which, V::load(top, lane), V::load(top + channels, lane),
+                                 V::load(bottom, lane), V::load(bottom + channels, lane));
+        s = _mm512_add_ps(s, gv);
+        q = _mm512_fmadd_ps(gv, _mm512_sub_ps(xv, mean), q);
+      }
+      alignas(64) float sv[16], qv[16];
+      _mm512_store_ps(sv, s);
+      _mm512_store_ps(qv, q);
+      for (int l = 0; l < n; ++l) {
+        sum_g[c + l] += sv[l];
+        sum_gx[c + l] += qv[l];
+      }
+    }
+  }
+}
+
+// One image's dx = u x + v everywhere, plus k g at each window's winner (per-channel u, v, k).
+template <class E>
+SPRITETORCH_BN_AVX512 void nhwc_dx_image(const typename E::Stored* x, const typename E::Stored* g,
+                                         const uint8_t* won, typename E::Stored* dx,
+                                         const Image& im, const float* u_, const float* v_,
+                                         const float* k_) {
+  using V = Avx512<E>;
+  const int64_t channels = im.channels;
+  const Plane& p = im.plane;
+  for (int64_t c = 0; c < channels; c += 16) {
+    const __mmask16 lane = lanes(static_cast<int>(std::min<int64_t>(16, channels - c)));
+    const __m512 u = _mm512_maskz_loadu_ps(lane, u_ + c), v = _mm512_maskz_loadu_ps(lane, v_ + c),
+                 scale = _mm512_maskz_loadu_ps(lane, k_ + c);
+    auto plain = [&](int64_t at) SPRITETORCH_BN_AVX512 {
+      V::store(dx + at, lane, _mm512_fmadd_ps(u, V::load(x + at, lane), v));
+    };
+    for (int64_t r = 0; r < p.out_height; ++r)
+      for (int64_t k = 0; k < p.out_width; ++k) {
+        const int64_t top = 2 * r * im.row() + 2 * k * channels + c, bottom = top + im.row();
+        const int64_t at = (r * p.out_width + k) * channels + c;
+        const __m512i which = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(lane, won + at));
+        const __mmask16 passed = _mm512_cmpneq_epi32_mask(which, _mm512_set1_epi32(kCut)) & lane;
+        const __m512 add = _mm512_mul_ps(scale, V::load(g + at, passed));
+        auto one = [&](int64_t at_x, int index) SPRITETORCH_BN_AVX512 {
+          const __m512 base = _mm512_fmadd_ps(u, V::load(x + at_x, lane), v);
+          V::store(dx + at_x, lane,
+                   _mm512_mask_add_ps(
+                       base, _mm512_cmpeq_epi32_mask(which, _mm512_set1_epi32(index)), base, add));
+        };
+        one(top, 0);
+        one(top + channels, 1);
+        one(bottom, 2);
+        one(bottom + channels, 3);
+      }
+    // Where no window reaches (an odd width's last column, an odd height's last row): u x + v.
+    if (p.width > 2 * p.out_width)
+      for (int64_t r = 0; r < 2 * p.out_height; ++r)
+        plain((r * p.width + p.width - 1) * channels + c);
+    for (int64_t i = 2 * p.out_height * p.width; i < p.pixels(); ++i) plain(i * channels + c);
+  }
+}
+
+// The four passes of one element type over one image, on untyped pointers.
+struct ImagePasses {
+  void (*sums)(const void* x, const Image& im, const float* shift, double* sum, double* squares);
+  void (*forward)(const void* x, void* y, uint8_t* won, const Image& im, const float* a,
+                  const float* d);
+  void (*gradient_sums)(const void* x, const void* g, const uint8_t* won, const Image& im,
+                        const float* mean, double* sum_g, double* sum_gx);
+  void (*dx)(const void* x, const void* g, const uint8_t* won, void* dx, const Image& im,
+             const float* u, const float* v, const float* scale);
+};
+
+#define SPRITETORCH_IMAGE_PASSES(NAME, E)                                                          \
+  void NAME##_sums(const void* x, const Image& im, const float* shift, double* sum,                \
+                   double* squares) {                                                              \
+    nhwc_sums<E>(static_cast<const E::Stored*>(x), im, shift, sum, squares);                       \
+  }                                                                                                \
+  void NAME##_forward(const void* x, void* y, uint8_t* won, const Image& im, const float* a,       \
+                      const float* d) {                                                            \
+    nhwc_pool_image<E>(static_cast<const E::Stored*>(x), static_cast<E::Stored*>(y), won, im, a,   \
+                       d);                                                                         \
+  }                                                                                                \
+  void NAME##_gradient_sums(const void* x, const void* g, const uint8_t* won, const Image& im,     \
+                            const float* mean, double* sum_g, double* sum_gx) {                    \
+    nhwc_gradient_sums<E>(static_cast<const E::Stored*>(x), static_cast<const E::Stored*>(g), won, \
+                          im, mean, sum_g, sum_gx);                                                \
+  }                                                                                                \
+  void NAME##_dx(const void* x, const void* g, const uint8_t* won, void* dx, const Image& im,      \
+                 const float* u, const float* v, const float* scale) {                             \
+    nhwc_dx_image<E>(static_cast<const E::Stored*>(x), static_cast<const E::Stored*>(g), won,      \
+                     static_cast<E::Stored*>(dx), im, u, v, scale);                                \
+  }                                                                                                \
+  const ImagePasses NAME = {NAME##_sums, NAME##_forward, NAME##_gradient_sums, NAME##_dx};
+
+SPRITETORCH_IMAGE_PASSES(nhwc_avx512_fp32, Fp32)
+SPRITETORCH_IMAGE_PASSES(nhwc_avx512_bf16, Bf16)
 #pragma GCC diagnostic pop
 #endif
 
@@ -736,6 +933,13 @@ Channel channel_of(const torch::Tensor& x) {
   return {x.size(0), x.size(1) * h * w, x.size(1) * (h / 2) * (w / 2), {h, w, h / 2, w / 2}};
 }
 
+#ifdef SPRITETORCH_BN_POOL_X86
+Image image_of(const torch::Tensor& x) {
+  const int64_t h = x.size(2), w = x.size(3);
+  return {{h, w, h / 2, w / 2}, x.size(1)};
+}
+#endif
+
 struct BnReluPoolFunction : torch::autograd::Function<BnReluPoolFunction> {
   // x: (B, C, H, W) contiguous fp32 or bf16; weight, bias, running_mean, running_var: (C) fp32.
   // factor: the running statistics' update weight (the norm's momentum).
@@ -743,6 +947,11 @@ struct BnReluPoolFunction : torch::autograd::Function<BnReluPoolFunction> {
                                const torch::Tensor& weight, const torch::Tensor& bias,
                                torch::Tensor running_mean, torch::Tensor running_var, double factor,
                                double eps, int64_t kernel_index) {
+#ifdef SPRITETORCH_BN_POOL_X86
+    if (!x.is_contiguous())
+      return forward_nhwc(ctx, x, weight, bias, running_mean, running_var, factor, eps,
+                          kernel_index);
+#endif
     const bool bf16 = x.scalar_type() == torch::kBFloat16;
     const Passes& passes = passes_for(static_cast<gemm::Kernel>(kernel_index), bf16);
     const Channel ch = channel_of(x);
@@ -790,6 +999,9 @@ struct BnReluPoolFunction : torch::autograd::Function<BnReluPoolFunction> {
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
     const auto saved = ctx->get_saved_variables();
     const auto &x = saved[0], &weight = saved[1], &stats = saved[2], &won = saved[3];
+#ifdef SPRITETORCH_BN_POOL_X86
+    if (!x.is_contiguous()) return backward_nhwc(x, weight, stats, won, grad_out[0]);
+#endif
     const bool bf16 = x.scalar_type() == torch::kBFloat16;
     const Passes& passes =
         passes_for(static_cast<gemm::Kernel>(ctx->saved_data["kernel"].toInt()), bf16);
@@ -835,6 +1047,140 @@ struct BnReluPoolFunction : torch::autograd::Function<BnReluPoolFunction> {
             torch::Tensor(),
             torch::Tensor()};
   }
+
+#ifdef SPRITETORCH_BN_POOL_X86
+  // x channels_last (B, C, H, W): images over the threads (ImagePasses); y channels_last, `won`
+  // (B, H / 2, W / 2, C).
+  static torch::Tensor forward_nhwc(AutogradContext* ctx, const torch::Tensor& x,
+                                    const torch::Tensor& weight, const torch::Tensor& bias,
+                                    torch::Tensor running_mean, torch::Tensor running_var,
+                                    double factor, double eps, int64_t kernel_index) {
+    const bool bf16 = x.scalar_type() == torch::kBFloat16;
+    (void)kernel_index;  // AVX-512 only (bn_relu_pool_fused)
+    const ImagePasses& passes = bf16 ? nhwc_avx512_bf16 : nhwc_avx512_fp32;
+    const Image im = image_of(x);
+    const int64_t batch = x.size(0), channels = im.channels, elem = x.element_size();
+    const int64_t in_image = im.plane.pixels() * channels,
+                  out_image = im.plane.outputs() * channels;
+    auto y = torch::empty({batch, channels, im.plane.out_height, im.plane.out_width},
+                          x.options().memory_format(torch::MemoryFormat::ChannelsLast));
+    auto won = torch::empty({batch, im.plane.out_height, im.plane.out_width, channels},
+                            x.options().dtype(torch::kUInt8));
+    auto stats = torch::empty({channels, 2}, x.options().dtype(torch::kFloat32));  // mean, 1/std
+    const auto* xp = static_cast<const char*>(x.data_ptr());
+    auto* yp = static_cast<char*>(y.data_ptr());
+    uint8_t* wp = won.data_ptr<uint8_t>();
+
+    // Shifted by each channel's first value against cancellation, as channel_stats.
+    std::vector<float> shift(channels);
+    {
+      const auto first = x.select(0, 0).select(1, 0).select(1, 0).to(torch::kFloat32);
+      std::copy(first.data_ptr<float>(), first.data_ptr<float>() + channels, shift.begin());
+    }
+    std::vector<double> partial(static_cast<size_t>(batch * 2 * channels), 0.0);
+    at::parallel_for(0, batch, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t b = begin; b < end; ++b) {
+        double* out = partial.data() + b * 2 * channels;
+        passes.sums(xp + b * in_image * elem, im, shift.data(), out, out + channels);
+      }
+    });
+    const double n = static_cast<double>(batch * im.plane.pixels());
+    std::vector<float> a(channels), d(channels);
+    std::vector<int64_t> not_finite;
+    float* st = stats.data_ptr<float>();
+    const float *gamma = weight.data_ptr<float>(), *beta = bias.data_ptr<float>();
+    float *rm = running_mean.data_ptr<float>(), *rv = running_var.data_ptr<float>();
+    for (int64_t c = 0; c < channels; ++c) {
+      double sum = 0, squares = 0;
+      for (int64_t b = 0; b < batch; ++b) {
+        sum += partial[b * 2 * channels + c];
+        squares += partial[b * 2 * channels + channels + c];
+      }
+      const double m = sum / n;
+      const double mean = shift[c] + m, variance = std::max(0.0, squares / n - m * m);
+      const double inv_std = 1.0 / std::sqrt(variance + eps);
+      st[2 * c] = static_cast<float>(mean);
+      st[2 * c + 1] = static_cast<float>(inv_std);
+      a[c] = static_cast<float>(gamma[c] * inv_std);
+      d[c] = static_cast<float>(beta[c] - mean * a[c]);
+      if (!std::isfinite(a[c]) || !std::isfinite(d[c])) not_finite.push_back(c);
+      update_running_stats(rm[c], rv[c], mean, variance, n, factor);
+    }
+    at::parallel_for(0, batch, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t b = begin; b < end; ++b)
+        passes.forward(xp + b * in_image * elem, yp + b * out_image * elem, wp + b * out_image, im,
+                       a.data(), d.data());
+    });
+    for (int64_t c : not_finite) {  // as the NCHW form: the whole channel NaN
+      y.select(1, c).fill_(std::numeric_limits<float>::quiet_NaN());
+      won.select(3, c).fill_(kCut);
+    }
+    ctx->save_for_backward({x, weight, stats, won});
+    return y;
+  }
+
+  static variable_list backward_nhwc(const torch::Tensor& x, const torch::Tensor& weight,
+                                     const torch::Tensor& stats, const torch::Tensor& won,
+                                     const torch::Tensor& grad) {
+    const bool bf16 = x.scalar_type() == torch::kBFloat16;
+    const ImagePasses& passes = bf16 ? nhwc_avx512_bf16 : nhwc_avx512_fp32;
+    const auto g = grad.to(x.scalar_type()).contiguous(torch::MemoryFormat::ChannelsLast);
+    const Image im = image_of(x);
+    const int64_t batch = x.size(0), channels = im.channels, elem = x.element_size();
+    const int64_t in_image = im.plane.pixels() * channels,
+                  out_image = im.plane.outputs() * channels;
+    auto dx = torch::empty_like(x, torch::MemoryFormat::ChannelsLast);
+    auto dweight = torch::empty_like(weight), dbias = torch::empty_like(weight);
+    const auto* xp = static_cast<const char*>(x.data_ptr());
+    const auto* gp = static_cast<const char*>(g.data_ptr());
+    auto* dxp = static_cast<char*>(dx.data_ptr());
+    const uint8_t* wp = won.data_ptr<uint8_t>();
+    const float *st = stats.data_ptr<float>(), *gamma = weight.data_ptr<float>();
+    std::vector<float> mean(channels);
+    for (int64_t c = 0; c < channels; ++c) mean[c] = st[2 * c];
+    std::vector<double> partial(static_cast<size_t>(batch * 2 * channels), 0.0);
+    at::parallel_for(0, batch, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t b = begin; b < end; ++b) {
+        double* out = partial.data() + b * 2 * channels;
+        passes.gradient_sums(xp + b * in_image * elem, gp + b * out_image * elem,
+                             wp + b * out_image, im, mean.data(), out, out + channels);
+      }
+    });
+    // As the NCHW form: dx = k dz + u x + v per channel.
+    const double n = static_cast<double>(batch * im.plane.pixels());
+    std::vector<float> u(channels), v(channels), scale(channels);
+    float *dw = dweight.data_ptr<float>(), *db = dbias.data_ptr<float>();
+    for (int64_t c = 0; c < channels; ++c) {
+      double sum_g = 0, sum_gx = 0;
+      for (int64_t b = 0; b < batch; ++b) {
+        sum_g += partial[b * 2 * channels + c];
+        sum_gx += partial[b * 2 * channels + channels + c];
+      }
+      const double inv_std = st[2 * c + 1];
+      const double dbeta = sum_g, dgamma = sum_gx * inv_std;
+      dw[c] = static_cast<float>(dgamma);
+      db[c] = static_cast<float>(dbeta);
+      const double k = gamma[c] * inv_std;
+      const double uc = -k * inv_std * dgamma / n;
+      u[c] = static_cast<float>(uc);
+      v[c] = static_cast<float>(-k * dbeta / n - uc * st[2 * c]);
+      scale[c] = static_cast<float>(k);
+    }
+    at::parallel_for(0, batch, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t b = begin; b < end; ++b)
+        passes.dx(xp + b * in_image * elem, gp + b * out_image * elem, wp + b * out_image,
+                  dxp + b * in_image * elem, im, u.data(), v.data(), scale.data());
+    });
+    return {dx,
+            dweight,
+            dbias,
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor()};
+  }
+#endif
 };
 
 // ---- The first stage: convolution, norm, ReLU and pool from the images
@@ -902,6 +1248,13 @@ double float_sum(const float* x, int64_t n) {
   return total;
 }
 
+// out (cols, rows) = in (rows, cols) transposed: an image's planes to its channels_last pixels
+// and back.
+void transpose(const float* in, int64_t rows, int64_t cols, float* out) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
+}
+
 gemm::Kernel reentrant(gemm::Kernel kernel) {
   // The BLAS path would call OpenBLAS from several threads at once; the loops serve instead.
   return kernel == gemm::Kernel::blas ? gemm::Kernel::loops : kernel;
@@ -909,12 +1262,13 @@ gemm::Kernel reentrant(gemm::Kernel kernel) {
 
 struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
   // x: (B, Cin, H, W) contiguous fp32, no gradient; weight: (Cout, Cin, 3, 3) fp32; gamma, beta,
-  // running_mean, running_var: (Cout) fp32. Returns (B, Cout, H / 2, W / 2) fp32.
+  // running_mean, running_var: (Cout) fp32. Returns (B, Cout, H / 2, W / 2) fp32, channels_last
+  // if asked (each image's pooled planes transposed in cache).
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x,
                                const torch::Tensor& weight, const torch::Tensor& gamma_t,
                                const torch::Tensor& beta_t, torch::Tensor running_mean,
                                torch::Tensor running_var, double factor, double eps,
-                               int64_t kernel_index) {
+                               int64_t kernel_index, bool channels_last) {
     const gemm::Kernel kernel = reentrant(static_cast<gemm::Kernel>(kernel_index));
     const Passes& passes = passes_for(kernel, /*bf16=*/false);
     const FirstStage s = first_stage_of(x, weight.size(0));
@@ -969,30 +1323,38 @@ struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
       update_running_stats(rm[c], rv[c], mean, variance, n, factor);
     }
 
-    auto y = torch::empty({s.batch, cout, s.plane.out_height, s.plane.out_width}, x.options());
-    auto won = torch::empty(y.sizes(), x.options().dtype(torch::kUInt8));
+    auto y =
+        torch::empty({s.batch, cout, s.plane.out_height, s.plane.out_width},
+                     x.options().memory_format(channels_last ? torch::MemoryFormat::ChannelsLast
+                                                             : torch::MemoryFormat::Contiguous));
+    auto won = torch::empty(y.sizes(), x.options().dtype(torch::kUInt8));  // NCHW either way
     float* yp = y.data_ptr<float>();
     uint8_t* wonp = won.data_ptr<uint8_t>();
     const Channel one_plane = {1, hw, out_plane, s.plane};
     at::parallel_for(0, s.batch, 1, [&](int64_t begin, int64_t end) {
       std::vector<float> v(static_cast<size_t>(k * hw)), z(static_cast<size_t>(cout * hw));
+      std::vector<float> pooled(channels_last ? static_cast<size_t>(cout * out_plane) : 0);
       for (int64_t b = begin; b < end; ++b) {
         neighbourhoods(xp + b * s.in_channels * hw, s, v.data());
         gemm::nn(static_cast<int>(cout), static_cast<int>(hw), static_cast<int>(k), wp,
                  static_cast<int>(k), 1, v.data(), static_cast<int>(hw), z.data(),
                  static_cast<int>(hw), kernel);
+        float* planes = channels_last ? pooled.data() : yp + b * cout * out_plane;
         for (int64_t c = 0; c < cout; ++c) {
           const int64_t at = (b * cout + c) * out_plane;
+          float* out = planes + c * out_plane;
           if (std::isfinite(a[c]) && std::isfinite(d[c])) {
-            passes.forward(z.data() + c * hw, yp + at, wonp + at, one_plane, a[c], d[c]);
+            passes.forward(z.data() + c * hw, out, wonp + at, one_plane, a[c], d[c]);
           } else {  // as bn_relu_pool: a non-finite statistic or weight shows as NaN
-            std::fill(yp + at, yp + at + out_plane, std::numeric_limits<float>::quiet_NaN());
+            std::fill(out, out + out_plane, std::numeric_limits<float>::quiet_NaN());
             std::fill(wonp + at, wonp + at + out_plane, kCut);
           }
         }
+        if (channels_last) transpose(pooled.data(), cout, out_plane, yp + b * cout * out_plane);
       }
     });
     ctx->save_for_backward({x, w, gamma_t, stats, sm, won});
+    ctx->saved_data["channels_last"] = channels_last;
     ctx->saved_data["kernel"] = kernel_index;
     return y;
   }
@@ -1004,7 +1366,11 @@ struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
     const gemm::Kernel kernel =
         reentrant(static_cast<gemm::Kernel>(ctx->saved_data["kernel"].toInt()));
     const Passes& passes = passes_for(kernel, /*bf16=*/false);
-    const auto g = grad_out[0].to(torch::kFloat32).contiguous();
+    const bool channels_last = ctx->saved_data["channels_last"].toBool();
+    const auto g = grad_out[0]
+                       .to(torch::kFloat32)
+                       .contiguous(channels_last ? torch::MemoryFormat::ChannelsLast
+                                                 : torch::MemoryFormat::Contiguous);
     const FirstStage s = first_stage_of(x, w.size(0));  // w: (Cout, K)
     const int64_t k = s.taps, hw = s.pixels(), cout = s.out_channels;
     const int64_t out_plane = s.plane.outputs();
@@ -1020,7 +1386,14 @@ struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
     at::parallel_for(0, s.batch, 1, [&](int64_t begin, int64_t end) {
       std::vector<float> v(static_cast<size_t>(k * hw)), z(static_cast<size_t>(cout * hw)),
           routed(static_cast<size_t>(cout * hw)), gv(static_cast<size_t>(cout * k));
+      std::vector<float> planes(channels_last ? static_cast<size_t>(cout * out_plane) : 0);
       for (int64_t b = begin; b < end; ++b) {
+        // This image's gradient as (Cout, H / 2, W / 2) planes.
+        const float* gb = gp + b * cout * out_plane;
+        if (channels_last) {
+          transpose(gb, out_plane, cout, planes.data());
+          gb = planes.data();
+        }
         neighbourhoods(xp + b * s.in_channels * hw, s, v.data());
         gemm::nn(static_cast<int>(cout), static_cast<int>(hw), static_cast<int>(k), wp,
                  static_cast<int>(k), 1, v.data(), static_cast<int>(hw), z.data(),
@@ -1029,13 +1402,13 @@ struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
         for (int64_t c = 0; c < cout; ++c) {
           const int64_t at = (b * cout + c) * out_plane;
           double sum_g = 0, sum_gz = 0;
-          passes.gradient_sums(z.data() + c * hw, gp + at, wonp + at, one_plane, st[2 * c], sum_g,
-                               sum_gz);
+          passes.gradient_sums(z.data() + c * hw, gb + c * out_plane, wonp + at, one_plane,
+                               st[2 * c], sum_g, sum_gz);
           out[c * (2 + k)] = sum_g;
           out[c * (2 + k) + 1] = sum_gz;
           // g at each window's winner, zero elsewhere: dx's pass with u = v = 0, c = 1.
-          passes.dx(z.data() + c * hw, gp + at, wonp + at, routed.data() + c * hw, one_plane, 0.0f,
-                    0.0f, 1.0f);
+          passes.dx(z.data() + c * hw, gb + c * out_plane, wonp + at, routed.data() + c * hw,
+                    one_plane, 0.0f, 0.0f, 1.0f);
         }
         gemm::nt(static_cast<int>(cout), static_cast<int>(k), static_cast<int>(hw), routed.data(),
                  static_cast<int>(hw), v.data(), static_cast<int>(hw), gv.data(),
@@ -1069,8 +1442,8 @@ struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
             scale * (total[2 + t] - dbias * smp[t] / n - dnorm * inv_std * centred / n));
       }
     }
-    return {torch::Tensor(), dweight,         dgamma,          dbeta,          torch::Tensor(),
-            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {torch::Tensor(), dweight,         dgamma,          dbeta,           torch::Tensor(),
+            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -1131,8 +1504,21 @@ static bool fusable_norm(const torch::nn::BatchNorm2dImpl& bn) {
          bn.running_var.is_contiguous();
 }
 
-bool bn_relu_pool_fused(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x) {
-  return fusable_norm(bn) && x.device().is_cpu() && x.dim() == 4 && x.is_contiguous() &&
+// channels_last has only the AVX-512 form (nhwc_avx512_*).
+static bool fusable_layout(const torch::Tensor& x, gemm::Kernel kernel) {
+  if (x.is_contiguous()) return true;
+#ifdef SPRITETORCH_BN_POOL_X86
+  return x.is_contiguous(torch::MemoryFormat::ChannelsLast) && kernel == gemm::Kernel::avx512 &&
+         gemm::available(kernel);
+#else
+  (void)kernel;
+  return false;
+#endif
+}
+
+bool bn_relu_pool_fused(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
+                        gemm::Kernel kernel) {
+  return fusable_norm(bn) && x.device().is_cpu() && x.dim() == 4 && fusable_layout(x, kernel) &&
          x.size(2) >= 2 && x.size(3) >= 2 &&
          (x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16) &&
          bn.weight.numel() == x.size(1);
@@ -1144,7 +1530,7 @@ torch::Tensor bn_relu_pool_reference(torch::nn::BatchNorm2dImpl& bn, const torch
 
 torch::Tensor bn_relu_pool(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
                            gemm::Kernel kernel) {
-  if (!bn_relu_pool_fused(bn, x)) return bn_relu_pool_reference(bn, x);
+  if (!bn_relu_pool_fused(bn, x, kernel)) return bn_relu_pool_reference(bn, x);
   const double factor = count_batch(bn);
   return BnReluPoolFunction::apply(x, bn.weight, bn.bias, bn.running_mean, bn.running_var, factor,
                                    bn.options.eps(), static_cast<int64_t>(kernel));
@@ -1166,12 +1552,13 @@ bool first_conv_bn_relu_pool_fused(const torch::nn::Conv2dImpl& conv,
 }
 
 torch::Tensor first_conv_bn_relu_pool(torch::nn::Conv2dImpl& conv, torch::nn::BatchNorm2dImpl& bn,
-                                      const torch::Tensor& x, gemm::Kernel kernel) {
+                                      const torch::Tensor& x, gemm::Kernel kernel,
+                                      torch::MemoryFormat layout) {
   if (!first_conv_bn_relu_pool_fused(conv, bn, x)) return bn_relu_pool(bn, conv.forward(x), kernel);
   const double factor = count_batch(bn);
-  return FirstStageFunction::apply(x, conv.weight, bn.weight, bn.bias, bn.running_mean,
-                                   bn.running_var, factor, bn.options.eps(),
-                                   static_cast<int64_t>(kernel));
+  return FirstStageFunction::apply(
+      x, conv.weight, bn.weight, bn.bias, bn.running_mean, bn.running_var, factor, bn.options.eps(),
+      static_cast<int64_t>(kernel), layout == torch::MemoryFormat::ChannelsLast);
 }
 
 }  // namespace spritetorch::models

@@ -13,7 +13,9 @@
 //
 // CPU, fp32 or bf16 x (bf16 autocast hands the norm the convolution's bf16 output; the result is in
 // x's dtype, as LibTorch's), contiguous NCHW, a BatchNorm with affine weights and running
-// statistics. Elsewhere (CUDA, channels_last, eval mode) it is the LibTorch ops.
+// statistics. channels_last x takes a form with the channels in the vector lanes and the images
+// over the threads (AVX-512 only: the layout CNNs train in there). Elsewhere (CUDA, eval mode,
+// channels_last without AVX-512) it is the LibTorch ops.
 #pragma once
 
 #include <torch/torch.h>
@@ -37,10 +39,12 @@ torch::Tensor bn_relu_pool(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& 
 // at most 8 channels) it never stores the convolution's output: the norm's statistics and the
 // weight gradient come from sums over the batch's 3x3 neighbourhoods (bn_relu_pool.cpp), and each
 // image's output is made, normalised and pooled in a buffer that stays in cache. Returns fp32
-// (bf16 autocast casts it for the next convolution). Elsewhere bn_relu_pool(bn, conv(x)).
+// (bf16 autocast casts it for the next convolution) in `layout` (NCHW or channels_last: the next
+// convolution's, which then needs no copy either way). Elsewhere bn_relu_pool(bn, conv(x)).
 torch::Tensor first_conv_bn_relu_pool(torch::nn::Conv2dImpl& conv, torch::nn::BatchNorm2dImpl& bn,
                                       const torch::Tensor& x,
-                                      gemm::Kernel kernel = gemm::best_kernel());
+                                      gemm::Kernel kernel = gemm::best_kernel(),
+                                      torch::MemoryFormat layout = torch::MemoryFormat::Contiguous);
 bool first_conv_bn_relu_pool_fused(const torch::nn::Conv2dImpl& conv,
                                    const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x);
 
@@ -48,10 +52,11 @@ bool first_conv_bn_relu_pool_fused(const torch::nn::Conv2dImpl& conv,
 torch::Tensor bn_relu_pool_reference(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x);
 
 // Whether bn_relu_pool takes the fused op for these inputs: enabled, bn in training mode with
-// affine weights and running statistics, x on the CPU, fp32 or bf16, contiguous NCHW, at least
-// 2 x 2, and the op able to split its loops over LibTorch's threads (built with OpenMP, see
-// CMakeLists.txt, or one thread).
-bool bn_relu_pool_fused(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x);
+// affine weights and running statistics, x on the CPU, fp32 or bf16, contiguous NCHW (or
+// channels_last with the avx512 kernel), at least 2 x 2, and the op able to split its loops over
+// LibTorch's threads (built with OpenMP, see CMakeLists.txt, or one thread).
+bool bn_relu_pool_fused(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
+                        gemm::Kernel kernel = gemm::best_kernel());
 
 // The fused op on or off for the whole process: for comparing a step with and without it (the
 // tests, bench/fastcnn_step_bench). On unless SPRITETORCH_FUSED_BN_POOL=0; the first call reads

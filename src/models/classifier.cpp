@@ -90,9 +90,11 @@ namespace {
 // Each stage's norm, ReLU and pool as one op on the CPU in training, the first stage with its
 // convolution (models/bn_relu_pool.h).
 torch::Tensor fast_cnn_map(FastCnnImpl& m, torch::Tensor x) {
-  x = first_conv_bn_relu_pool(*m.conv1, *m.bn1, x);  // (B, w0, H/2, W/2)
-  x = bn_relu_pool(*m.bn2, m.conv2(x));              // (B, w1, H/4, W/4)
-  return bn_relu_pool(*m.bn3, m.conv3(x));           // (B, w2, H/8, W/8)
+  // In the layout of the next convolution's weights (channels_last where the trainer runs so).
+  x = first_conv_bn_relu_pool(*m.conv1, *m.bn1, x, gemm::best_kernel(),
+                              m.conv2->weight.suggest_memory_format());  // (B, w0, H/2, W/2)
+  x = bn_relu_pool(*m.bn2, m.conv2(x));                                  // (B, w1, H/4, W/4)
+  return bn_relu_pool(*m.bn3, m.conv3(x));                               // (B, w2, H/8, W/8)
 }
 }  // namespace
 

@@ -63,7 +63,7 @@ Result run(bool fused, gemm::Kernel kernel, const torch::Tensor& x, const torch:
   auto bn = make_norm(x.size(1), seed, options);
   auto leaf = x.detach().clone().requires_grad_();
   set_bn_relu_pool_fusion(fused);
-  EXPECT_EQ(bn_relu_pool_fused(*bn, leaf), fused);
+  EXPECT_EQ(bn_relu_pool_fused(*bn, leaf, kernel), fused);
   Result r;
   r.y = fused ? bn_relu_pool(*bn, leaf, kernel) : bn_relu_pool_reference(*bn, leaf);
   set_bn_relu_pool_fusion(true);
@@ -88,25 +88,26 @@ void expect_same(const Result& got, const Result& want, double tolerance, const 
 }
 
 // Output, every gradient and the running statistics against LibTorch's batch_norm, relu and
-// max_pool2d, for every kernel here, fp32 and bf16: fastcnn's stage shapes, odd heights and widths
-// (the pool drops the last row and column, the norm does not), and rows of more than 16 windows
-// with a tail (the AVX-512 code's 16 lanes).
-TEST(BnReluPool, MatchesTheLibTorchOpsForwardAndBackward) {
-  const testing::OneThreadUnless threads(fused_with_these_threads());
-  const std::vector<std::vector<int64_t>> shapes = {
-      {4, 3, 28, 28}, {3, 5, 7, 7}, {2, 4, 6, 9}, {2, 2, 5, 70}, {1, 3, 2, 2}};
+// max_pool2d for these kernels, fp32 and bf16, x in `layout`.
+void expect_matches_the_libtorch_ops(const std::vector<std::vector<int64_t>>& shapes,
+                                     const std::vector<gemm::Kernel>& kernels,
+                                     torch::MemoryFormat layout) {
   for (const auto& shape : shapes)
     for (torch::ScalarType dtype : {torch::kFloat32, torch::kBFloat16})
-      for (gemm::Kernel kernel : kernels_here()) {
+      for (gemm::Kernel kernel : kernels) {
         torch::manual_seed(shape[3]);
-        const auto x = (torch::randn(shape) * 2 + 0.7).to(dtype);
-        const auto upstream =
-            torch::randn({shape[0], shape[1], shape[2] / 2, shape[3] / 2}).to(dtype);
+        const auto x = (torch::randn(shape) * 2 + 0.7).to(dtype).contiguous(layout);
+        const auto upstream = torch::randn({shape[0], shape[1], shape[2] / 2, shape[3] / 2})
+                                  .to(dtype)
+                                  .contiguous(layout);
         const std::string what = std::string(gemm::kernel_name(kernel)) + " " +
-                                 c10::toString(dtype) + " " + c10::str(torch::IntArrayRef(shape));
+                                 c10::toString(dtype) + " " + c10::str(torch::IntArrayRef(shape)) +
+                                 " " + c10::toString(layout);
         if (dtype == torch::kFloat32) {
-          expect_same(run(true, kernel, x, upstream, 7), run(false, kernel, x, upstream, 7), 2e-5,
-                      what);
+          const Result got = run(true, kernel, x, upstream, 7);
+          EXPECT_TRUE(got.y.is_contiguous(layout)) << what;
+          EXPECT_TRUE(got.dx.is_contiguous(layout)) << what;
+          expect_same(got, run(false, kernel, x, upstream, 7), 2e-5, what);
           continue;
         }
         // bf16: against LibTorch's ops in fp32 on the same values. (LibTorch's bf16 ops compare
@@ -127,6 +128,26 @@ TEST(BnReluPool, MatchesTheLibTorchOpsForwardAndBackward) {
       }
 }
 
+// NCHW, every kernel here: fastcnn's stage shapes, odd heights and widths (the pool drops the last
+// row and column, the norm does not), and rows of more than 16 windows with a tail (the AVX-512
+// code's 16 lanes).
+TEST(BnReluPool, MatchesTheLibTorchOpsForwardAndBackward) {
+  const testing::OneThreadUnless threads(fused_with_these_threads());
+  expect_matches_the_libtorch_ops(
+      {{4, 3, 28, 28}, {3, 5, 7, 7}, {2, 4, 6, 9}, {2, 2, 5, 70}, {1, 3, 2, 2}}, kernels_here(),
+      torch::MemoryFormat::Contiguous);
+}
+
+// channels_last, the AVX-512 form (16 channels a vector): fastcnn's stages, channel counts short
+// of and past a multiple of 16, odd heights and widths.
+TEST(BnReluPool, ChannelsLastMatchesTheLibTorchOps) {
+  if (!gemm::available(gemm::Kernel::avx512)) GTEST_SKIP() << "no AVX-512 here";
+  const testing::OneThreadUnless threads(fused_with_these_threads());
+  expect_matches_the_libtorch_ops(
+      {{4, 16, 28, 28}, {3, 32, 14, 14}, {5, 64, 7, 7}, {2, 3, 6, 9}, {2, 20, 5, 7}, {1, 33, 2, 2}},
+      {gemm::Kernel::avx512}, torch::MemoryFormat::ChannelsLast);
+}
+
 // Whole-number inputs make many windows with equal values: the gradient must reach the element
 // LibTorch's max-pool picks (the first maximum in row-major order), and a window whose maximum
 // ReLU cut must pass none.
@@ -136,12 +157,18 @@ TEST(BnReluPool, TiesSendTheGradientWhereLibTorchDoes) {
   const auto x = torch::randint(-2, 3, {3, 4, 12, 40}).to(torch::kFloat32);
   const auto upstream = torch::randn({3, 4, 6, 20});
   const Result want = run(false, gemm::Kernel::loops, x, upstream, 5);
-  for (gemm::Kernel kernel : kernels_here()) {
-    const Result got = run(true, kernel, x, upstream, 5);
-    const std::string what = gemm::kernel_name(kernel);
+  auto expect_ties_as_libtorch = [&](const Result& got, const std::string& what) {
     EXPECT_TRUE(torch::equal(got.y, want.y)) << what;
     // A gradient sent to another element of a tied window would differ there by its whole value.
     expect_close(got.dx, want.dx, 1e-5, what + " dx");
+  };
+  for (gemm::Kernel kernel : kernels_here())
+    expect_ties_as_libtorch(run(true, kernel, x, upstream, 5), gemm::kernel_name(kernel));
+  if (gemm::available(gemm::Kernel::avx512)) {
+    const auto layout = torch::MemoryFormat::ChannelsLast;
+    expect_ties_as_libtorch(
+        run(true, gemm::Kernel::avx512, x.contiguous(layout), upstream.contiguous(layout), 5),
+        "avx512 channels_last");
   }
 }
 
@@ -175,11 +202,18 @@ TEST(BnReluPool, NonFiniteInputsGiveNaN) {
       const auto y = bn_relu_pool(*bn, x, kernel);
       EXPECT_TRUE(y.select(1, 0).isnan().all().item<bool>()) << gemm::kernel_name(kernel);
       EXPECT_TRUE(y.select(1, 1).isfinite().all().item<bool>()) << gemm::kernel_name(kernel);
+      if (kernel != gemm::Kernel::avx512) continue;
+      auto twin = make_norm(2, 1);
+      const auto last = x.contiguous(torch::MemoryFormat::ChannelsLast);
+      ASSERT_TRUE(bn_relu_pool_fused(*twin, last, kernel));
+      const auto y_last = bn_relu_pool(*twin, last, kernel);
+      EXPECT_TRUE(y_last.select(1, 0).isnan().all().item<bool>()) << "channels_last";
+      EXPECT_TRUE(y_last.select(1, 1).isfinite().all().item<bool>()) << "channels_last";
     }
 }
 
-// Eval mode, channels_last, fp64, a norm without affine weights or running statistics: LibTorch's
-// ops, with the same result as the reference.
+// Eval mode, channels_last without AVX-512, fp64, a norm without affine weights or running
+// statistics: LibTorch's ops, with the same result as the reference.
 TEST(BnReluPool, OtherModesLayoutsAndDtypesTakeTheLibTorchOps) {
   const testing::OneThreadUnless threads(fused_with_these_threads());
   torch::manual_seed(6);
@@ -194,7 +228,12 @@ TEST(BnReluPool, OtherModesLayoutsAndDtypesTakeTheLibTorchOps) {
   }
   auto bn = make_norm(3, 1);
   EXPECT_TRUE(bn_relu_pool_fused(*bn, x));
-  EXPECT_FALSE(bn_relu_pool_fused(*bn, x.contiguous(torch::MemoryFormat::ChannelsLast)));
+  const auto last = x.contiguous(torch::MemoryFormat::ChannelsLast);
+  EXPECT_FALSE(bn_relu_pool_fused(*bn, last, gemm::Kernel::avx2));
+  EXPECT_FALSE(bn_relu_pool_fused(*bn, last, gemm::Kernel::loops));
+  EXPECT_EQ(bn_relu_pool_fused(*bn, last, gemm::Kernel::avx512),
+            gemm::available(gemm::Kernel::avx512));
+  EXPECT_FALSE(bn_relu_pool_fused(*bn, x.as_strided({2, 3, 6, 6}, {108, 1, 3, 18})));
   EXPECT_FALSE(bn_relu_pool_fused(*bn, x.to(torch::kFloat64)));
   EXPECT_FALSE(bn_relu_pool_fused(*bn, torch::randn({2, 3, 1, 6})));
   torch::nn::BatchNorm2d plain(torch::nn::BatchNorm2dOptions(3).affine(false));
@@ -213,16 +252,20 @@ struct FirstStageResult {
 // The first stage (3x3 convolution, norm, ReLU, pool) on images that need no gradient, fused with
 // `kernel` or as LibTorch's ops, from the same weights.
 FirstStageResult run_first_stage(bool fused, gemm::Kernel kernel, const torch::Tensor& x,
-                                 int64_t out_channels, const torch::Tensor& upstream) {
+                                 int64_t out_channels, const torch::Tensor& upstream,
+                                 torch::MemoryFormat layout = torch::MemoryFormat::Contiguous) {
   auto bn = make_norm(out_channels, 9);
   torch::manual_seed(10);
   torch::nn::Conv2d conv(
       torch::nn::Conv2dOptions(x.size(1), out_channels, 3).padding(1).bias(false));
   set_bn_relu_pool_fusion(fused);
   EXPECT_EQ(first_conv_bn_relu_pool_fused(*conv, *bn, x), fused);
-  auto y = first_conv_bn_relu_pool(*conv, *bn, x, kernel);
+  auto y = first_conv_bn_relu_pool(*conv, *bn, x, kernel, layout);
   set_bn_relu_pool_fusion(true);
-  y.backward(upstream);
+  if (fused) {
+    EXPECT_TRUE(y.is_contiguous(layout));
+  }
+  y.backward(upstream.contiguous(layout));
   return {y,
           conv->weight.grad(),
           bn->weight.grad(),
@@ -238,22 +281,23 @@ TEST(BnReluPool, FirstStageMatchesTheLibTorchOps) {
   const testing::OneThreadUnless threads(fused_with_these_threads());
   const std::vector<std::vector<int64_t>> shapes = {{6, 1, 28, 28}, {3, 2, 7, 9}, {2, 4, 12, 40}};
   for (const auto& shape : shapes)
-    for (gemm::Kernel kernel : kernels_here()) {
-      torch::manual_seed(shape[1]);
-      const auto x = torch::rand(shape);  // images in [0, 1]: the statistics' mean is not 0
-      const int64_t out_channels = 16;
-      const auto upstream = torch::randn({shape[0], out_channels, shape[2] / 2, shape[3] / 2});
-      const auto got = run_first_stage(true, kernel, x, out_channels, upstream);
-      const auto want = run_first_stage(false, kernel, x, out_channels, upstream);
-      const std::string what =
-          std::string(gemm::kernel_name(kernel)) + " " + c10::str(torch::IntArrayRef(shape));
-      expect_close(got.y, want.y, 1e-4, what + " output");
-      expect_close(got.dweight, want.dweight, 1e-4, what + " conv weight gradient");
-      expect_close(got.dgamma, want.dgamma, 1e-4, what + " norm weight gradient");
-      expect_close(got.dbeta, want.dbeta, 1e-4, what + " norm bias gradient");
-      expect_close(got.running_mean, want.running_mean, 1e-5, what + " running mean");
-      expect_close(got.running_var, want.running_var, 1e-5, what + " running var");
-    }
+    for (gemm::Kernel kernel : kernels_here())
+      for (auto layout : {torch::MemoryFormat::Contiguous, torch::MemoryFormat::ChannelsLast}) {
+        torch::manual_seed(shape[1]);
+        const auto x = torch::rand(shape);  // images in [0, 1]: the statistics' mean is not 0
+        const int64_t out_channels = 16;
+        const auto upstream = torch::randn({shape[0], out_channels, shape[2] / 2, shape[3] / 2});
+        const auto got = run_first_stage(true, kernel, x, out_channels, upstream, layout);
+        const auto want = run_first_stage(false, kernel, x, out_channels, upstream);
+        const std::string what = std::string(gemm::kernel_name(kernel)) + " " +
+                                 c10::str(torch::IntArrayRef(shape)) + " " + c10::toString(layout);
+        expect_close(got.y, want.y, 1e-4, what + " output");
+        expect_close(got.dweight, want.dweight, 1e-4, what + " conv weight gradient");
+        expect_close(got.dgamma, want.dgamma, 1e-4, what + " norm weight gradient");
+        expect_close(got.dbeta, want.dbeta, 1e-4, what + " norm bias gradient");
+        expect_close(got.running_mean, want.running_mean, 1e-5, what + " running mean");
+        expect_close(got.running_var, want.running_var, 1e-5, what + " running var");
+      }
 }
 
 // Only a 3x3, padding-1, bias-free convolution of images that need no gradient takes the fused
@@ -283,15 +327,19 @@ TEST(BnReluPool, FirstStageOnlyForItsConvolution) {
 
 // fastcnn trained a few AdamW steps with the fused op and with LibTorch's ops from the same start
 // ends with the same weights (within float rounding), in fp32.
-TEST(BnReluPool, FastCnnStepsMatchTheUnfusedPath) {
-  const testing::OneThreadUnless threads(fused_with_these_threads());
-  auto train = [](bool fused) {
+void expect_fastcnn_steps_match_the_unfused_path(torch::MemoryFormat layout) {
+  auto train = [layout](bool fused) {
     torch::manual_seed(11);
     auto model = make_model({"fastcnn", {1, 28, 28}, 10});
     model->train();
+    {  // as the trainer's channels_last (train/amp_step.h): the conv weights, then the batches
+      torch::NoGradGuard no_grad;
+      for (auto& p : model->parameters())
+        if (p.dim() == 4) p.set_data(p.contiguous(layout));
+    }
     torch::optim::AdamW adamw(model->parameters(),
                               torch::optim::AdamWOptions(0.01).weight_decay(0.05));
-    const auto x = torch::rand({32, 1, 28, 28});
+    const auto x = torch::rand({32, 1, 28, 28}).contiguous(layout);
     const auto y = torch::randint(10, {32}, torch::kInt64);
     set_bn_relu_pool_fusion(fused);
     for (int step = 0; step < 3; ++step) {
@@ -303,10 +351,17 @@ TEST(BnReluPool, FastCnnStepsMatchTheUnfusedPath) {
     return model;
   };
   auto fused = train(true), reference = train(false);
+  const std::string what = c10::toString(layout);
   const auto a = fused->named_parameters(), b = reference->named_parameters();
-  for (const auto& p : a) expect_close(p.value(), b[p.key()], 1e-4, p.key());
+  for (const auto& p : a) expect_close(p.value(), b[p.key()], 1e-4, what + " " + p.key());
   const auto ba = fused->named_buffers(), bb = reference->named_buffers();
-  for (const auto& p : ba) expect_close(p.value(), bb[p.key()], 1e-4, p.key());
+  for (const auto& p : ba) expect_close(p.value(), bb[p.key()], 1e-4, what + " " + p.key());
+}
+
+TEST(BnReluPool, FastCnnStepsMatchTheUnfusedPath) {
+  const testing::OneThreadUnless threads(fused_with_these_threads());
+  for (auto layout : {torch::MemoryFormat::Contiguous, torch::MemoryFormat::ChannelsLast})
+    expect_fastcnn_steps_match_the_unfused_path(layout);
 }
 
 }  // namespace
