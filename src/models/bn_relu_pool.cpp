@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/compat.h"
 #include "common/error.h"
 
 namespace spritetorch::models {
@@ -656,6 +657,14 @@ struct ImagePasses {
 
 SPRITETORCH_IMAGE_PASSES(nhwc_avx512_fp32, Fp32)
 SPRITETORCH_IMAGE_PASSES(nhwc_avx512_bf16, Bf16)
+
+// n fp32 values rounded to bf16, 16 at a time.
+SPRITETORCH_BN_AVX512 void avx512_to_bf16(const float* in, int64_t n, uint16_t* out) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = lanes(static_cast<int>(std::min<int64_t>(16, n - i)));
+    Avx512<Bf16>::store(out + i, m, _mm512_maskz_loadu_ps(m, in + i));
+  }
+}
 #pragma GCC diagnostic pop
 #endif
 
@@ -1255,6 +1264,49 @@ void transpose(const float* in, int64_t rows, int64_t cols, float* out) {
     for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
 }
 
+// n fp32 values to bf16 (rounded to nearest even) and back.
+void to_bf16(const float* in, int64_t n, uint16_t* out) {
+#ifdef SPRITETORCH_BN_POOL_X86
+  if (gemm::available(gemm::Kernel::avx512)) return avx512_to_bf16(in, n, out);
+#endif
+  for (int64_t i = 0; i < n; ++i) Bf16::store(out, i, in[i]);
+}
+
+void from_bf16(const uint16_t* in, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = Bf16::load(in, i);
+}
+
+// How the first stage's output is stored: its layout (the next convolution's) and dtype (bf16
+// under bf16 autocast, which would cast it for the next convolution anyway, to the same values).
+struct OutputForm {
+  bool channels_last, bf16;
+  bool planes() const { return !channels_last && !bf16; }  // y is the fp32 planes themselves
+};
+
+// One image's pooled planes (Cout, P) fp32 into y's image `out` in `form`; scratch: Cout P floats.
+void store_image(const float* planes, int64_t cout, int64_t pixels, OutputForm form, void* out,
+                 float* scratch) {
+  const float* from = planes;
+  if (form.channels_last) {
+    float* to = form.bf16 ? scratch : static_cast<float*>(out);
+    transpose(planes, cout, pixels, to);
+    from = to;
+  }
+  if (form.bf16) to_bf16(from, cout * pixels, static_cast<uint16_t*>(out));
+}
+
+// The reverse, for the gradient: one image of g in `form` to (Cout, P) fp32 planes.
+void load_image(const void* in, int64_t cout, int64_t pixels, OutputForm form, float* planes,
+                float* scratch) {
+  const float* from = static_cast<const float*>(in);
+  if (form.bf16) {
+    float* to = form.channels_last ? scratch : planes;
+    from_bf16(static_cast<const uint16_t*>(in), cout * pixels, to);
+    from = to;
+  }
+  if (form.channels_last) transpose(from, pixels, cout, planes);
+}
+
 gemm::Kernel reentrant(gemm::Kernel kernel) {
   // The BLAS path would call OpenBLAS from several threads at once; the loops serve instead.
   return kernel == gemm::Kernel::blas ? gemm::Kernel::loops : kernel;
@@ -1262,13 +1314,13 @@ gemm::Kernel reentrant(gemm::Kernel kernel) {
 
 struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
   // x: (B, Cin, H, W) contiguous fp32, no gradient; weight: (Cout, Cin, 3, 3) fp32; gamma, beta,
-  // running_mean, running_var: (Cout) fp32. Returns (B, Cout, H / 2, W / 2) fp32, channels_last
-  // if asked (each image's pooled planes transposed in cache).
+  // running_mean, running_var: (Cout) fp32. Returns (B, Cout, H / 2, W / 2), channels_last and
+  // bf16 if asked (each image's pooled planes transposed and rounded in cache: OutputForm).
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x,
                                const torch::Tensor& weight, const torch::Tensor& gamma_t,
                                const torch::Tensor& beta_t, torch::Tensor running_mean,
                                torch::Tensor running_var, double factor, double eps,
-                               int64_t kernel_index, bool channels_last) {
+                               int64_t kernel_index, bool channels_last, bool bf16) {
     const gemm::Kernel kernel = reentrant(static_cast<gemm::Kernel>(kernel_index));
     const Passes& passes = passes_for(kernel, /*bf16=*/false);
     const FirstStage s = first_stage_of(x, weight.size(0));
@@ -1323,23 +1375,26 @@ struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
       update_running_stats(rm[c], rv[c], mean, variance, n, factor);
     }
 
-    auto y =
-        torch::empty({s.batch, cout, s.plane.out_height, s.plane.out_width},
-                     x.options().memory_format(channels_last ? torch::MemoryFormat::ChannelsLast
-                                                             : torch::MemoryFormat::Contiguous));
+    const OutputForm form{channels_last, bf16};
+    auto y = torch::empty({s.batch, cout, s.plane.out_height, s.plane.out_width},
+                          x.options()
+                              .dtype(bf16 ? torch::kBFloat16 : torch::kFloat32)
+                              .memory_format(channels_last ? torch::MemoryFormat::ChannelsLast
+                                                           : torch::MemoryFormat::Contiguous));
     auto won = torch::empty(y.sizes(), x.options().dtype(torch::kUInt8));  // NCHW either way
-    float* yp = y.data_ptr<float>();
+    auto* yp = static_cast<char*>(y.data_ptr());
+    const int64_t y_image = cout * out_plane * y.element_size();
     uint8_t* wonp = won.data_ptr<uint8_t>();
     const Channel one_plane = {1, hw, out_plane, s.plane};
     at::parallel_for(0, s.batch, 1, [&](int64_t begin, int64_t end) {
       std::vector<float> v(static_cast<size_t>(k * hw)), z(static_cast<size_t>(cout * hw));
-      std::vector<float> pooled(channels_last ? static_cast<size_t>(cout * out_plane) : 0);
+      std::vector<float> pooled(form.planes() ? 0 : static_cast<size_t>(2 * cout * out_plane));
       for (int64_t b = begin; b < end; ++b) {
         neighbourhoods(xp + b * s.in_channels * hw, s, v.data());
         gemm::nn(static_cast<int>(cout), static_cast<int>(hw), static_cast<int>(k), wp,
                  static_cast<int>(k), 1, v.data(), static_cast<int>(hw), z.data(),
                  static_cast<int>(hw), kernel);
-        float* planes = channels_last ? pooled.data() : yp + b * cout * out_plane;
+        float* planes = form.planes() ? reinterpret_cast<float*>(yp + b * y_image) : pooled.data();
         for (int64_t c = 0; c < cout; ++c) {
           const int64_t at = (b * cout + c) * out_plane;
           float* out = planes + c * out_plane;
@@ -1350,11 +1405,14 @@ struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
             std::fill(wonp + at, wonp + at + out_plane, kCut);
           }
         }
-        if (channels_last) transpose(pooled.data(), cout, out_plane, yp + b * cout * out_plane);
+        if (!form.planes())
+          store_image(pooled.data(), cout, out_plane, form, yp + b * y_image,
+                      pooled.data() + cout * out_plane);
       }
     });
     ctx->save_for_backward({x, w, gamma_t, stats, sm, won});
     ctx->saved_data["channels_last"] = channels_last;
+    ctx->saved_data["bf16"] = bf16;
     ctx->saved_data["kernel"] = kernel_index;
     return y;
   }
@@ -1366,16 +1424,19 @@ struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
     const gemm::Kernel kernel =
         reentrant(static_cast<gemm::Kernel>(ctx->saved_data["kernel"].toInt()));
     const Passes& passes = passes_for(kernel, /*bf16=*/false);
-    const bool channels_last = ctx->saved_data["channels_last"].toBool();
+    const OutputForm form{ctx->saved_data["channels_last"].toBool(),
+                          ctx->saved_data["bf16"].toBool()};
     const auto g = grad_out[0]
-                       .to(torch::kFloat32)
-                       .contiguous(channels_last ? torch::MemoryFormat::ChannelsLast
-                                                 : torch::MemoryFormat::Contiguous);
+                       .to(form.bf16 ? torch::kBFloat16 : torch::kFloat32)
+                       .contiguous(form.channels_last ? torch::MemoryFormat::ChannelsLast
+                                                      : torch::MemoryFormat::Contiguous);
     const FirstStage s = first_stage_of(x, w.size(0));  // w: (Cout, K)
     const int64_t k = s.taps, hw = s.pixels(), cout = s.out_channels;
     const int64_t out_plane = s.plane.outputs();
-    const float *xp = x.data_ptr<float>(), *wp = w.data_ptr<float>(), *gp = g.data_ptr<float>(),
-                *st = stats.data_ptr<float>(), *gamma = gamma_t.data_ptr<float>();
+    const float *xp = x.data_ptr<float>(), *wp = w.data_ptr<float>(), *st = stats.data_ptr<float>(),
+                *gamma = gamma_t.data_ptr<float>();
+    const auto* gp = static_cast<const char*>(g.data_ptr());
+    const int64_t g_image = cout * out_plane * g.element_size();
     const uint8_t* wonp = won.data_ptr<uint8_t>();
     const double* smp = sm.data_ptr<double>();
     const Channel one_plane = {1, hw, out_plane, s.plane};
@@ -1386,12 +1447,13 @@ struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
     at::parallel_for(0, s.batch, 1, [&](int64_t begin, int64_t end) {
       std::vector<float> v(static_cast<size_t>(k * hw)), z(static_cast<size_t>(cout * hw)),
           routed(static_cast<size_t>(cout * hw)), gv(static_cast<size_t>(cout * k));
-      std::vector<float> planes(channels_last ? static_cast<size_t>(cout * out_plane) : 0);
+      std::vector<float> planes(form.planes() ? 0 : static_cast<size_t>(2 * cout * out_plane));
       for (int64_t b = begin; b < end; ++b) {
-        // This image's gradient as (Cout, H / 2, W / 2) planes.
-        const float* gb = gp + b * cout * out_plane;
-        if (channels_last) {
-          transpose(gb, out_plane, cout, planes.data());
+        // This image's gradient as (Cout, H / 2, W / 2) fp32 planes.
+        const float* gb = reinterpret_cast<const float*>(gp + b * g_image);
+        if (!form.planes()) {
+          load_image(gp + b * g_image, cout, out_plane, form, planes.data(),
+                     planes.data() + cout * out_plane);
           gb = planes.data();
         }
         neighbourhoods(xp + b * s.in_channels * hw, s, v.data());
@@ -1442,8 +1504,9 @@ struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
             scale * (total[2 + t] - dbias * smp[t] / n - dnorm * inv_std * centred / n));
       }
     }
-    return {torch::Tensor(), dweight,         dgamma,          dbeta,           torch::Tensor(),
-            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {torch::Tensor(), dweight,         dgamma,          dbeta,
+            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
+            torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -1558,7 +1621,9 @@ torch::Tensor first_conv_bn_relu_pool(torch::nn::Conv2dImpl& conv, torch::nn::Ba
   const double factor = count_batch(bn);
   return FirstStageFunction::apply(
       x, conv.weight, bn.weight, bn.bias, bn.running_mean, bn.running_var, factor, bn.options.eps(),
-      static_cast<int64_t>(kernel), layout == torch::MemoryFormat::ChannelsLast);
+      static_cast<int64_t>(kernel), layout == torch::MemoryFormat::ChannelsLast,
+      compat::autocast_enabled(c10::DeviceType::CPU) &&
+          compat::autocast_dtype(c10::DeviceType::CPU) == torch::kBFloat16);
 }
 
 }  // namespace spritetorch::models

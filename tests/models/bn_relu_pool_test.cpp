@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "models/classifier.h"
+#include "precision/autocast_guard.h"
 #include "test_util.h"
 
 namespace spritetorch::models {
@@ -253,14 +254,19 @@ struct FirstStageResult {
 // `kernel` or as LibTorch's ops, from the same weights.
 FirstStageResult run_first_stage(bool fused, gemm::Kernel kernel, const torch::Tensor& x,
                                  int64_t out_channels, const torch::Tensor& upstream,
-                                 torch::MemoryFormat layout = torch::MemoryFormat::Contiguous) {
+                                 torch::MemoryFormat layout = torch::MemoryFormat::Contiguous,
+                                 bool bf16_autocast = false) {
   auto bn = make_norm(out_channels, 9);
   torch::manual_seed(10);
   torch::nn::Conv2d conv(
       torch::nn::Conv2dOptions(x.size(1), out_channels, 3).padding(1).bias(false));
   set_bn_relu_pool_fusion(fused);
   EXPECT_EQ(first_conv_bn_relu_pool_fused(*conv, *bn, x), fused);
-  auto y = first_conv_bn_relu_pool(*conv, *bn, x, kernel, layout);
+  torch::Tensor y;
+  {
+    precision::AutocastGuard autocast(c10::DeviceType::CPU, torch::kBFloat16, bf16_autocast);
+    y = first_conv_bn_relu_pool(*conv, *bn, x, kernel, layout);
+  }
   set_bn_relu_pool_fusion(true);
   if (fused) {
     EXPECT_TRUE(y.is_contiguous(layout));
@@ -298,6 +304,26 @@ TEST(BnReluPool, FirstStageMatchesTheLibTorchOps) {
         expect_close(got.running_mean, want.running_mean, 1e-5, what + " running mean");
         expect_close(got.running_var, want.running_var, 1e-5, what + " running var");
       }
+}
+
+// Under bf16 autocast the first stage returns bf16: its fp32 output rounded to nearest, what
+// autocast's cast for the next convolution would make, in either layout; from a bf16 gradient it
+// computes what it computes from the same values in fp32.
+TEST(BnReluPool, FirstStageUnderBf16AutocastReturnsItsOutputRounded) {
+  const testing::OneThreadUnless threads(fused_with_these_threads());
+  torch::manual_seed(12);
+  const auto x = torch::rand({4, 1, 14, 14});
+  const auto upstream = torch::randn({4, 16, 7, 7}).to(torch::kBFloat16);
+  for (gemm::Kernel kernel : kernels_here())
+    for (auto layout : {torch::MemoryFormat::Contiguous, torch::MemoryFormat::ChannelsLast}) {
+      const std::string what = std::string(gemm::kernel_name(kernel)) + " " + c10::toString(layout);
+      const auto fp32 = run_first_stage(true, kernel, x, 16, upstream.to(torch::kFloat32), layout);
+      const auto bf16 = run_first_stage(true, kernel, x, 16, upstream, layout, true);
+      ASSERT_EQ(bf16.y.scalar_type(), torch::kBFloat16) << what;
+      EXPECT_TRUE(torch::equal(bf16.y, fp32.y.to(torch::kBFloat16))) << what;
+      expect_close(bf16.dweight, fp32.dweight, 1e-6, what + " conv weight gradient");
+      expect_close(bf16.dgamma, fp32.dgamma, 1e-6, what + " norm weight gradient");
+    }
 }
 
 // Only a 3x3, padding-1, bias-free convolution of images that need no gradient takes the fused
