@@ -8,7 +8,8 @@
 //   build/bench/fastcnn_step_bench --benchmark_filter=step --benchmark_repetitions=5
 //
 // Arguments: 1 for bf16 (autocast in the step), then 1 for the fused op, 0 for LibTorch's ops;
-// the op and the convolution take the stage (0, 1, 2) first; the step then 1 for channels_last.
+// the op and the convolution take the stage (0, 1, 2) first; the op and the step then 1 for
+// channels_last (the fused op's NHWC form, AVX-512 only; elsewhere LibTorch's ops either way).
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
 
@@ -30,17 +31,24 @@ constexpr std::array<std::array<int64_t, 3>, 3> kStages = {
 
 torch::ScalarType dtype_of(int64_t bf16) { return bf16 ? torch::kBFloat16 : torch::kFloat32; }
 
+torch::MemoryFormat layout_of(int64_t channels_last) {
+  return channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
+}
+
 // The norm + ReLU + pool of one stage on the convolution's output, forward and backward.
 void op(benchmark::State& state) {
   const auto& stage = kStages[state.range(0)];
   models::set_bn_relu_pool_fusion(state.range(2) != 0);
+  const auto layout = layout_of(state.range(3));
   torch::manual_seed(1);
   torch::nn::BatchNorm2d bn(stage[1]);
   const auto x = torch::randn({kBatch, stage[1], stage[2], stage[2]})
                      .to(dtype_of(state.range(1)))
+                     .contiguous(layout)
                      .requires_grad_();
-  const auto upstream =
-      torch::randn({kBatch, stage[1], stage[2] / 2, stage[2] / 2}).to(dtype_of(state.range(1)));
+  const auto upstream = torch::randn({kBatch, stage[1], stage[2] / 2, stage[2] / 2})
+                            .to(dtype_of(state.range(1)))
+                            .contiguous(layout);
   for (auto _ : state) {
     models::bn_relu_pool(*bn, x).backward(upstream);
     benchmark::DoNotOptimize(x.grad().data_ptr());
@@ -95,11 +103,10 @@ void step(benchmark::State& state) {
   torch::manual_seed(1);
   auto model = models::make_model({"fastcnn", {1, 28, 28}, 10});
   model->train();
-  // channels_last weights and batch, as the trainer runs other conv nets on CPUs with AVX-512:
-  // the first stage is fused either way, the later ones only NCHW.
+  // channels_last weights and batch, as the trainer runs conv nets on CPUs with AVX-512 (where
+  // the fused op has its NHWC form).
   const bool channels_last = state.range(2) != 0;
-  const auto layout =
-      channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
+  const auto layout = layout_of(state.range(2));
   if (channels_last) {
     torch::NoGradGuard no_grad;
     for (auto& p : model->parameters())
@@ -130,8 +137,8 @@ void step(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(op)
-    ->ArgsProduct({{0, 1, 2}, {0, 1}, {0, 1}})
-    ->ArgNames({"stage", "bf16", "fused"})
+    ->ArgsProduct({{0, 1, 2}, {0, 1}, {0, 1}, {0, 1}})
+    ->ArgNames({"stage", "bf16", "fused", "channels_last"})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 BENCHMARK(conv)

@@ -73,6 +73,8 @@ Subcommand add_devices_command(CLI::App& app) {
                                       {"cpu_gemm_kernels", gemm_kernels},
                                       {"cpu_adam_kernel", train::adam_kernel_name()},
                                       {"cpu_bn_relu_pool", bn_relu_pool},
+                                      {"cpu_bn_relu_pool_channels_last",
+                                       models::bn_relu_pool_channels_last()},
                                       {"intra_op_threads", threads.intra_op},
                                       {"blas_threads", threads.blas}}
                            .dump(2)
@@ -101,6 +103,9 @@ Subcommand add_devices_command(CLI::App& app) {
                   << (bn_relu_pool == "off"
                           ? std::string("LibTorch's ops (SPRITETORCH_FUSED_BN_POOL=0)")
                           : "fused, " + bn_relu_pool +
+                                (models::bn_relu_pool_channels_last()
+                                     ? " (NCHW and channels_last)"
+                                     : " (NCHW; channels_last takes LibTorch's ops)") +
                                 (models::bn_relu_pool_threaded()
                                      ? ""
                                      : " (this build: only where LibTorch has one thread)"))

@@ -1547,6 +1547,8 @@ std::string bn_relu_pool_code() {
   return "loops";
 }
 
+bool bn_relu_pool_channels_last() { return bn_relu_pool_code() == "avx512"; }
+
 bool bn_relu_pool_threaded() {
 #if defined(SPRITETORCH_OPENMP) && defined(_OPENMP)
   return true;

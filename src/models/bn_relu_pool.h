@@ -70,5 +70,7 @@ bool bn_relu_pool_fusion();
 // thread (else the op runs only where LibTorch has one thread; see CMakeLists.txt).
 std::string bn_relu_pool_code();
 bool bn_relu_pool_threaded();
+// Whether channels_last tensors take the fused op here (its NHWC form: the avx512 code path).
+bool bn_relu_pool_channels_last();
 
 }  // namespace spritetorch::models

@@ -22,8 +22,10 @@ SPRITETORCH_GEMM_KERNEL=loops expect 0 '"cpu_adam_kernel": "loops"' -- devices -
 SPRITETORCH_GEMM_KERNEL=loops expect 0 "its Adam update: loops" -- devices
 SPRITETORCH_GEMM_KERNEL=sse9 expect 2 "SPRITETORCH_GEMM_KERNEL=sse9: expected avx512, avx2, blas or loops" -- devices
 SPRITETORCH_CACHE=maybe expect 2 "SPRITETORCH_CACHE=maybe: expected 0" -- train --data "$tmp/nowhere"
-expect 0 "BatchNorm \+ ReLU \+ max-pool in training \(CPU\): fused, (avx512|avx2|loops)" -- devices
+expect 0 "BatchNorm \+ ReLU \+ max-pool in training \(CPU\): fused, (avx512 \(NCHW and channels_last\)|(avx2|loops) \(NCHW; channels_last takes LibTorch's ops\))" -- devices
+SPRITETORCH_GEMM_KERNEL=avx2 expect 0 "max-pool in training \(CPU\): fused, (avx2|loops) \(NCHW; channels_last" -- devices
 SPRITETORCH_FUSED_BN_POOL=0 expect 0 '"cpu_bn_relu_pool": "off"' -- devices --json
+SPRITETORCH_FUSED_BN_POOL=0 expect 0 '"cpu_bn_relu_pool_channels_last": false' -- devices --json
 SPRITETORCH_FUSED_BN_POOL=yes expect 2 "SPRITETORCH_FUSED_BN_POOL=yes: expected 0" -- train --dataset dummy --model fastcnn
 expect 2 "unknown device 'gpu'" -- train --device gpu --dataset dummy --model simplenn
 expect 2 "available: cpu" -- train --device cuda:3 --dataset dummy --model simplenn
