@@ -15,6 +15,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/compat.h"
@@ -354,13 +355,38 @@ SPRITETORCH_BN_AVX512 inline __mmask16 lanes(int n) {
   return static_cast<__mmask16>((1u << n) - 1);
 }
 
+// 16 windows' ReLU'd maximum of their four normalised values, and in `which` each window's
+// winner (0..3) or kCut. As loops_pool_plane: each row's first maximum, then the bottom row's only
+// if greater.
+SPRITETORCH_BN_AVX512 inline __m512 pool_windows(__m512 tl, __m512 tr, __m512 bl, __m512 br,
+                                                 __m512i& which) {
+  const __mmask16 top_right = _mm512_cmp_ps_mask(tr, tl, _CMP_GT_OQ);
+  const __mmask16 bottom_right = _mm512_cmp_ps_mask(br, bl, _CMP_GT_OQ);
+  const __m512 t = _mm512_mask_blend_ps(top_right, tl, tr);
+  const __m512 b = _mm512_mask_blend_ps(bottom_right, bl, br);
+  const __mmask16 down = _mm512_cmp_ps_mask(b, t, _CMP_GT_OQ);
+  const __m512 m = _mm512_mask_blend_ps(down, t, b);
+  const __mmask16 passed = _mm512_cmp_ps_mask(m, _mm512_setzero_ps(), _CMP_GT_OQ);
+  which = _mm512_maskz_mov_epi32(top_right, _mm512_set1_epi32(1));
+  which = _mm512_mask_mov_epi32(
+      which, down, _mm512_mask_mov_epi32(_mm512_set1_epi32(2), bottom_right, _mm512_set1_epi32(3)));
+  which = _mm512_mask_mov_epi32(_mm512_set1_epi32(kCut), passed, which);
+  return _mm512_maskz_mov_ps(passed, m);
+}
+
+// dx of one of the windows' four elements (index 0..3): u x + v, plus `add` where it won.
+SPRITETORCH_BN_AVX512 inline __m512 dx_element(__m512 u, __m512 v, __m512 xv, __m512 add,
+                                               __m512i which, int index) {
+  const __m512 base = _mm512_fmadd_ps(u, xv, v);
+  return _mm512_mask_add_ps(base, _mm512_cmpeq_epi32_mask(which, _mm512_set1_epi32(index)), base,
+                            add);
+}
+
 template <class E>
 SPRITETORCH_BN_AVX512 void avx512_pool_plane(const typename E::Stored* x, typename E::Stored* y,
                                              uint8_t* won, const Plane& p, float a_, float d_) {
   using V = Avx512<E>;
-  const __m512 a = _mm512_set1_ps(a_), d = _mm512_set1_ps(d_), zero = _mm512_setzero_ps();
-  const __m512i one = _mm512_set1_epi32(1), two = _mm512_set1_epi32(2),
-                three = _mm512_set1_epi32(3), cut = _mm512_set1_epi32(kCut);
+  const __m512 a = _mm512_set1_ps(a_), d = _mm512_set1_ps(d_);
   for (int64_t r = 0; r < p.out_height; ++r) {
     const typename E::Stored* top = x + 2 * r * p.width;
     const typename E::Stored* bottom = top + p.width;
@@ -373,19 +399,10 @@ SPRITETORCH_BN_AVX512 void avx512_pool_plane(const typename E::Stored* x, typena
       tr = _mm512_fmadd_ps(a, tr, d);
       bl = _mm512_fmadd_ps(a, bl, d);
       br = _mm512_fmadd_ps(a, br, d);
-      // As loops_pool_plane: each row's first maximum, then the bottom row's only if greater.
-      const __mmask16 top_right = _mm512_cmp_ps_mask(tr, tl, _CMP_GT_OQ);
-      const __mmask16 bottom_right = _mm512_cmp_ps_mask(br, bl, _CMP_GT_OQ);
-      const __m512 t = _mm512_mask_blend_ps(top_right, tl, tr);
-      const __m512 b = _mm512_mask_blend_ps(bottom_right, bl, br);
-      const __mmask16 down = _mm512_cmp_ps_mask(b, t, _CMP_GT_OQ);
-      const __m512 m = _mm512_mask_blend_ps(down, t, b);
-      const __mmask16 passed = _mm512_cmp_ps_mask(m, zero, _CMP_GT_OQ);
-      __m512i which = _mm512_maskz_mov_epi32(top_right, one);
-      which = _mm512_mask_mov_epi32(which, down, _mm512_mask_mov_epi32(two, bottom_right, three));
-      which = _mm512_mask_mov_epi32(cut, passed, which);
+      __m512i which;
+      const __m512 out = pool_windows(tl, tr, bl, br, which);
       const __mmask16 store = lanes(n);
-      V::store(y + r * p.out_width + k, store, _mm512_maskz_mov_ps(passed, m));
+      V::store(y + r * p.out_width + k, store, out);
       _mm_mask_storeu_epi8(won + r * p.out_width + k, store, _mm512_cvtepi32_epi8(which));
     }
   }
@@ -446,13 +463,10 @@ SPRITETORCH_BN_AVX512 void avx512_dx_plane(const typename E::Stored* x, const ty
       __m512 tl, tr, bl, br;
       V::load_pairs(x + row + 2 * k, n, tl, tr);
       V::load_pairs(x + row + p.width + 2 * k, n, bl, br);
-      auto dx_of = [&](__m512 xv, int at) SPRITETORCH_BN_AVX512 {
-        const __m512 base = _mm512_fmadd_ps(u, xv, v);
-        return _mm512_mask_add_ps(base, _mm512_cmpeq_epi32_mask(which, _mm512_set1_epi32(at)), base,
-                                  add);
-      };
-      V::store_pairs(dx + row + 2 * k, n, dx_of(tl, 0), dx_of(tr, 1));
-      V::store_pairs(dx + row + p.width + 2 * k, n, dx_of(bl, 2), dx_of(br, 3));
+      V::store_pairs(dx + row + 2 * k, n, dx_element(u, v, tl, add, which, 0),
+                     dx_element(u, v, tr, add, which, 1));
+      V::store_pairs(dx + row + p.width + 2 * k, n, dx_element(u, v, bl, add, which, 2),
+                     dx_element(u, v, br, add, which, 3));
     }
   }
   dx_outside_windows<E>(x, dx, p, u_, v_);
@@ -476,6 +490,17 @@ struct Image {
   int64_t row() const { return plane.width * channels; }  // elements of one row of x
 };
 
+// a[l] += s's lane l and b[l] += q's, for the first n lanes.
+SPRITETORCH_BN_AVX512 inline void add_lanes(__m512 s, __m512 q, int n, double* a, double* b) {
+  alignas(64) float sv[16], qv[16];
+  _mm512_store_ps(sv, s);
+  _mm512_store_ps(qv, q);
+  for (int l = 0; l < n; ++l) {
+    a[l] += sv[l];
+    b[l] += qv[l];
+  }
+}
+
 // sum[c] += sum over the image of (x - shift[c]), squares[c] += of its square.
 template <class E>
 SPRITETORCH_BN_AVX512 void nhwc_sums(const typename E::Stored* x, const Image& im,
@@ -493,13 +518,7 @@ SPRITETORCH_BN_AVX512 void nhwc_sums(const typename E::Stored* x, const Image& i
         s = _mm512_add_ps(s, v);
         q = _mm512_fmadd_ps(v, v, q);
       }
-      alignas(64) float sv[16], qv[16];
-      _mm512_store_ps(sv, s);
-      _mm512_store_ps(qv, q);
-      for (int l = 0; l < n; ++l) {
-        sum[c + l] += sv[l];
-        squares[c + l] += qv[l];
-      }
+      add_lanes(s, q, n, sum + c, squares + c);
     }
   }
 }
@@ -511,9 +530,6 @@ SPRITETORCH_BN_AVX512 void nhwc_pool_image(const typename E::Stored* x, typename
                                            const float* d_) {
   using V = Avx512<E>;
   const int64_t channels = im.channels;
-  const __m512i one = _mm512_set1_epi32(1), two = _mm512_set1_epi32(2),
-                three = _mm512_set1_epi32(3), cut = _mm512_set1_epi32(kCut);
-  const __m512 zero = _mm512_setzero_ps();
   for (int64_t c = 0; c < channels; c += 16) {
     const __mmask16 lane = lanes(static_cast<int>(std::min<int64_t>(16, channels - c)));
     const __m512 a = _mm512_maskz_loadu_ps(lane, a_ + c), d = _mm512_maskz_loadu_ps(lane, d_ + c);
@@ -525,18 +541,10 @@ SPRITETORCH_BN_AVX512 void nhwc_pool_image(const typename E::Stored* x, typename
         const __m512 tr = _mm512_fmadd_ps(a, V::load(top + channels, lane), d);
         const __m512 bl = _mm512_fmadd_ps(a, V::load(bottom, lane), d);
         const __m512 br = _mm512_fmadd_ps(a, V::load(bottom + channels, lane), d);
-        const __mmask16 top_right = _mm512_cmp_ps_mask(tr, tl, _CMP_GT_OQ);
-        const __mmask16 bottom_right = _mm512_cmp_ps_mask(br, bl, _CMP_GT_OQ);
-        const __m512 t = _mm512_mask_blend_ps(top_right, tl, tr);
-        const __m512 b = _mm512_mask_blend_ps(bottom_right, bl, br);
-        const __mmask16 down = _mm512_cmp_ps_mask(b, t, _CMP_GT_OQ);
-        const __m512 m = _mm512_mask_blend_ps(down, t, b);
-        const __mmask16 passed = _mm512_cmp_ps_mask(m, zero, _CMP_GT_OQ);
-        __m512i which = _mm512_maskz_mov_epi32(top_right, one);
-        which = _mm512_mask_mov_epi32(which, down, _mm512_mask_mov_epi32(two, bottom_right, three));
-        which = _mm512_mask_mov_epi32(cut, passed, which);
+        __m512i which;
+        const __m512 out = pool_windows(tl, tr, bl, br, which);
         const int64_t at = (r * im.plane.out_width + k) * channels + c;
-        V::store(y + at, lane, _mm512_maskz_mov_ps(passed, m));
+        V::store(y + at, lane, out);
         _mm_mask_storeu_epi8(won + at, lane, _mm512_cvtepi32_epi8(which));
       }
   }
@@ -569,13 +577,7 @@ SPRITETORCH_BN_AVX512 void nhwc_gradient_sums(const typename E::Stored* x,
         s = _mm512_add_ps(s, gv);
         q = _mm512_fmadd_ps(gv, _mm512_sub_ps(xv, mean), q);
       }
-      alignas(64) float sv[16], qv[16];
-      _mm512_store_ps(sv, s);
-      _mm512_store_ps(qv, q);
-      for (int l = 0; l < n; ++l) {
-        sum_g[c + l] += sv[l];
-        sum_gx[c + l] += qv[l];
-      }
+      add_lanes(s, q, n, sum_g + c, sum_gx + c);
     }
   }
 }
@@ -604,10 +606,7 @@ SPRITETORCH_BN_AVX512 void nhwc_dx_image(const typename E::Stored* x, const type
         const __mmask16 passed = _mm512_cmpneq_epi32_mask(which, _mm512_set1_epi32(kCut)) & lane;
         const __m512 add = _mm512_mul_ps(scale, V::load(g + at, passed));
         auto one = [&](int64_t at_x, int index) SPRITETORCH_BN_AVX512 {
-          const __m512 base = _mm512_fmadd_ps(u, V::load(x + at_x, lane), v);
-          V::store(dx + at_x, lane,
-                   _mm512_mask_add_ps(
-                       base, _mm512_cmpeq_epi32_mask(which, _mm512_set1_epi32(index)), base, add));
+          V::store(dx + at_x, lane, dx_element(u, v, V::load(x + at_x, lane), add, which, index));
         };
         one(top, 0);
         one(top + channels, 1);
@@ -937,12 +936,61 @@ void update_running_stats(float& running_mean, float& running_var, double mean, 
   running_var = static_cast<float>((1 - factor) * running_var + factor * unbiased);
 }
 
+// One channel's norm from its batch statistics: what forward keeps for backward (mean, 1/std)
+// and the pooled output's affine a x + d.
+struct ChannelNorm {
+  double inv_std;
+  float a, d;
+  bool finite() const { return std::isfinite(a) && std::isfinite(d); }
+};
+
+ChannelNorm channel_norm(double mean, double variance, double eps, float gamma, float beta) {
+  const double inv_std = 1.0 / std::sqrt(variance + eps);
+  const float a = static_cast<float>(gamma * inv_std);
+  return {inv_std, a, static_cast<float>(beta - mean * a)};
+}
+
+// One channel's backward from the gradient's sums at the winners (sum g, sum g (x - mean)). With
+// x_hat = (x - mean) / std and dz the gradient reaching the norm's output (g at each window's
+// winner, zero elsewhere): dbias = sum dz, dweight = sum dz x_hat, and
+// dx = weight / std (dz - dbias / n - x_hat dweight / n) = k dz + u x + v.
+struct ChannelGradient {
+  float dweight, dbias, u, v, k;
+};
+
+ChannelGradient channel_gradient(double sum_g, double sum_gx, double mean, double inv_std,
+                                 double gamma, double n) {
+  const double dbeta = sum_g, dgamma = sum_gx * inv_std;
+  const double k = gamma * inv_std;
+  const double u = -k * inv_std * dgamma / n;
+  const double v = -k * dbeta / n - u * mean;
+  return {static_cast<float>(dgamma), static_cast<float>(dbeta), static_cast<float>(u),
+          static_cast<float>(v), static_cast<float>(k)};
+}
+
+// backward's result: dx, the norm's weight and bias gradients, none for the other five inputs.
+variable_list input_gradients(torch::Tensor dx, torch::Tensor dweight, torch::Tensor dbias) {
+  return {std::move(dx),   std::move(dweight), std::move(dbias), torch::Tensor(),
+          torch::Tensor(), torch::Tensor(),    torch::Tensor(),  torch::Tensor()};
+}
+
 Channel channel_of(const torch::Tensor& x) {
   const int64_t h = x.size(2), w = x.size(3);
   return {x.size(0), x.size(1) * h * w, x.size(1) * (h / 2) * (w / 2), {h, w, h / 2, w / 2}};
 }
 
 #ifdef SPRITETORCH_BN_POOL_X86
+// Channel c's two sums over the images, in image order, from per-image partials (B, 2, C).
+std::pair<double, double> over_images(const std::vector<double>& partial, int64_t batch,
+                                      int64_t channels, int64_t c) {
+  double first = 0, second = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    first += partial[b * 2 * channels + c];
+    second += partial[b * 2 * channels + channels + c];
+  }
+  return {first, second};
+}
+
 Image image_of(const torch::Tensor& x) {
   const int64_t h = x.size(2), w = x.size(3);
   return {{h, w, h / 2, w / 2}, x.size(1)};
@@ -981,14 +1029,12 @@ struct BnReluPoolFunction : torch::autograd::Function<BnReluPoolFunction> {
       for (int64_t c = begin; c < end; ++c) {
         double mean = 0, variance = 0;
         passes.stats(xp + c * plane * elem, ch, mean, variance);
-        const double inv_std = 1.0 / std::sqrt(variance + eps);
+        const ChannelNorm norm = channel_norm(mean, variance, eps, gamma[c], beta[c]);
         st[2 * c] = static_cast<float>(mean);
-        st[2 * c + 1] = static_cast<float>(inv_std);
-        const float a = static_cast<float>(gamma[c] * inv_std);
-        const float d = static_cast<float>(beta[c] - mean * a);
-        if (std::isfinite(a) && std::isfinite(d)) {
+        st[2 * c + 1] = static_cast<float>(norm.inv_std);
+        if (norm.finite()) {
           passes.forward(xp + c * plane * elem, yp + c * out_plane * elem, wp + c * out_plane, ch,
-                         a, d);
+                         norm.a, norm.d);
         } else {
           // A NaN or infinity in x (or the weights) leaves the whole channel NaN, as LibTorch's
           // ops would: a diverged run must show in its loss, not train on zeros.
@@ -1029,32 +1075,18 @@ struct BnReluPoolFunction : torch::autograd::Function<BnReluPoolFunction> {
     const double n = static_cast<double>(ch.planes * plane);
     at::parallel_for(0, channels, 1, [&](int64_t begin, int64_t end) {
       for (int64_t c = begin; c < end; ++c) {
-        // With x_hat = (x - mean) / std and dz the gradient reaching the norm's output (g at each
-        // window's winner, zero elsewhere): dbias = sum dz, dweight = sum dz x_hat, and
-        // dx = weight / std (dz - dbias / n - x_hat dweight / n) = c dz + u x + v.
-        const double mean = st[2 * c], inv_std = st[2 * c + 1];
         double sum_g = 0, sum_gx = 0;
         passes.gradient_sums(xp + c * plane * elem, gp + c * out_plane * elem, wp + c * out_plane,
                              ch, st[2 * c], sum_g, sum_gx);
-        const double dbeta = sum_g, dgamma = sum_gx * inv_std;
-        dw[c] = static_cast<float>(dgamma);
-        db[c] = static_cast<float>(dbeta);
-        const double k = gamma[c] * inv_std;
-        const double u = -k * inv_std * dgamma / n;
-        const double v = -k * dbeta / n - u * mean;
+        const ChannelGradient cg =
+            channel_gradient(sum_g, sum_gx, st[2 * c], st[2 * c + 1], gamma[c], n);
+        dw[c] = cg.dweight;
+        db[c] = cg.dbias;
         passes.dx(xp + c * plane * elem, gp + c * out_plane * elem, wp + c * out_plane,
-                  dxp + c * plane * elem, ch, static_cast<float>(u), static_cast<float>(v),
-                  static_cast<float>(k));
+                  dxp + c * plane * elem, ch, cg.u, cg.v, cg.k);
       }
     });
-    return {dx,
-            dweight,
-            dbias,
-            torch::Tensor(),
-            torch::Tensor(),
-            torch::Tensor(),
-            torch::Tensor(),
-            torch::Tensor()};
+    return input_gradients(dx, dweight, dbias);
   }
 
 #ifdef SPRITETORCH_BN_POOL_X86
@@ -1100,19 +1132,15 @@ struct BnReluPoolFunction : torch::autograd::Function<BnReluPoolFunction> {
     const float *gamma = weight.data_ptr<float>(), *beta = bias.data_ptr<float>();
     float *rm = running_mean.data_ptr<float>(), *rv = running_var.data_ptr<float>();
     for (int64_t c = 0; c < channels; ++c) {
-      double sum = 0, squares = 0;
-      for (int64_t b = 0; b < batch; ++b) {
-        sum += partial[b * 2 * channels + c];
-        squares += partial[b * 2 * channels + channels + c];
-      }
+      const auto [sum, squares] = over_images(partial, batch, channels, c);
       const double m = sum / n;
       const double mean = shift[c] + m, variance = std::max(0.0, squares / n - m * m);
-      const double inv_std = 1.0 / std::sqrt(variance + eps);
+      const ChannelNorm norm = channel_norm(mean, variance, eps, gamma[c], beta[c]);
       st[2 * c] = static_cast<float>(mean);
-      st[2 * c + 1] = static_cast<float>(inv_std);
-      a[c] = static_cast<float>(gamma[c] * inv_std);
-      d[c] = static_cast<float>(beta[c] - mean * a[c]);
-      if (!std::isfinite(a[c]) || !std::isfinite(d[c])) not_finite.push_back(c);
+      st[2 * c + 1] = static_cast<float>(norm.inv_std);
+      a[c] = norm.a;
+      d[c] = norm.d;
+      if (!norm.finite()) not_finite.push_back(c);
       update_running_stats(rm[c], rv[c], mean, variance, n, factor);
     }
     at::parallel_for(0, batch, 1, [&](int64_t begin, int64_t end) {
@@ -1155,39 +1183,25 @@ struct BnReluPoolFunction : torch::autograd::Function<BnReluPoolFunction> {
                              wp + b * out_image, im, mean.data(), out, out + channels);
       }
     });
-    // As the NCHW form: dx = k dz + u x + v per channel.
     const double n = static_cast<double>(batch * im.plane.pixels());
     std::vector<float> u(channels), v(channels), scale(channels);
     float *dw = dweight.data_ptr<float>(), *db = dbias.data_ptr<float>();
     for (int64_t c = 0; c < channels; ++c) {
-      double sum_g = 0, sum_gx = 0;
-      for (int64_t b = 0; b < batch; ++b) {
-        sum_g += partial[b * 2 * channels + c];
-        sum_gx += partial[b * 2 * channels + channels + c];
-      }
-      const double inv_std = st[2 * c + 1];
-      const double dbeta = sum_g, dgamma = sum_gx * inv_std;
-      dw[c] = static_cast<float>(dgamma);
-      db[c] = static_cast<float>(dbeta);
-      const double k = gamma[c] * inv_std;
-      const double uc = -k * inv_std * dgamma / n;
-      u[c] = static_cast<float>(uc);
-      v[c] = static_cast<float>(-k * dbeta / n - uc * st[2 * c]);
-      scale[c] = static_cast<float>(k);
+      const auto [sum_g, sum_gx] = over_images(partial, batch, channels, c);
+      const ChannelGradient cg =
+          channel_gradient(sum_g, sum_gx, st[2 * c], st[2 * c + 1], gamma[c], n);
+      dw[c] = cg.dweight;
+      db[c] = cg.dbias;
+      u[c] = cg.u;
+      v[c] = cg.v;
+      scale[c] = cg.k;
     }
     at::parallel_for(0, batch, 1, [&](int64_t begin, int64_t end) {
       for (int64_t b = begin; b < end; ++b)
         passes.dx(xp + b * in_image * elem, gp + b * out_image * elem, wp + b * out_image,
                   dxp + b * in_image * elem, im, u.data(), v.data(), scale.data());
     });
-    return {dx,
-            dweight,
-            dbias,
-            torch::Tensor(),
-            torch::Tensor(),
-            torch::Tensor(),
-            torch::Tensor(),
-            torch::Tensor()};
+    return input_gradients(dx, dweight, dbias);
   }
 #endif
 };
