@@ -357,7 +357,8 @@ SPRITETORCH_BN_AVX512 inline __mmask16 lanes(int n) {
 
 // 16 windows' ReLU'd maximum of their four normalised values, and in `which` each window's
 // winner (0..3) or kCut. As loops_pool_plane: each row's first maximum, then the bottom row's only
-// if greater.
+// if greater. A window with a NaN gives NaN, as LibTorch's pool and ReLU do (in training the
+// whole channel is NaN then anyway; in eval mode only these windows).
 SPRITETORCH_BN_AVX512 inline __m512 pool_windows(__m512 tl, __m512 tr, __m512 bl, __m512 br,
                                                  __m512i& which) {
   const __mmask16 top_right = _mm512_cmp_ps_mask(tr, tl, _CMP_GT_OQ);
@@ -371,7 +372,10 @@ SPRITETORCH_BN_AVX512 inline __m512 pool_windows(__m512 tl, __m512 tr, __m512 bl
   which = _mm512_mask_mov_epi32(
       which, down, _mm512_mask_mov_epi32(_mm512_set1_epi32(2), bottom_right, _mm512_set1_epi32(3)));
   which = _mm512_mask_mov_epi32(_mm512_set1_epi32(kCut), passed, which);
-  return _mm512_maskz_mov_ps(passed, m);
+  const __mmask16 nan =
+      _mm512_cmp_ps_mask(tl, tr, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(bl, br, _CMP_UNORD_Q);
+  return _mm512_mask_mov_ps(_mm512_maskz_mov_ps(passed, m), nan,
+                            _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
 }
 
 // dx of one of the windows' four elements (index 0..3): u x + v, plus `add` where it won.
@@ -1206,6 +1210,55 @@ struct BnReluPoolFunction : torch::autograd::Function<BnReluPoolFunction> {
 #endif
 };
 
+#ifdef SPRITETORCH_BN_POOL_X86
+// Eval mode (the AVX-512 code, either layout): the norm is a x + d from the running statistics, the
+// pool the training forward's, the winners thrown away (nothing to backpropagate).
+torch::Tensor bn_relu_pool_inference(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x) {
+  const int64_t channels = x.size(1), elem = x.element_size();
+  const bool bf16 = x.scalar_type() == torch::kBFloat16;
+  std::vector<float> a(channels), d(channels);
+  std::vector<int64_t> not_finite;
+  const float *gamma = bn.weight.data_ptr<float>(), *beta = bn.bias.data_ptr<float>();
+  const float *rm = bn.running_mean.data_ptr<float>(), *rv = bn.running_var.data_ptr<float>();
+  for (int64_t c = 0; c < channels; ++c) {
+    const ChannelNorm norm = channel_norm(rm[c], rv[c], bn.options.eps(), gamma[c], beta[c]);
+    a[c] = norm.a;
+    d[c] = norm.d;
+    if (!norm.finite()) not_finite.push_back(c);
+  }
+  const Plane plane = channel_of(x).plane;
+  const auto layout =
+      x.is_contiguous() ? torch::MemoryFormat::Contiguous : torch::MemoryFormat::ChannelsLast;
+  auto y = torch::empty({x.size(0), channels, plane.out_height, plane.out_width},
+                        x.options().memory_format(layout));
+  auto won = torch::empty(y.sizes(), x.options().dtype(torch::kUInt8));  // not read again
+  const auto* xp = static_cast<const char*>(x.data_ptr());
+  auto* yp = static_cast<char*>(y.data_ptr());
+  uint8_t* wp = won.data_ptr<uint8_t>();
+  if (layout == torch::MemoryFormat::Contiguous) {
+    const Passes& passes = bf16 ? avx512_bf16 : avx512_fp32;
+    const Channel ch = channel_of(x);
+    at::parallel_for(0, channels, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t c = begin; c < end; ++c)
+        passes.forward(xp + c * ch.plane.pixels() * elem, yp + c * ch.plane.outputs() * elem,
+                       wp + c * ch.plane.outputs(), ch, a[c], d[c]);
+    });
+  } else {
+    const ImagePasses& passes = bf16 ? nhwc_avx512_bf16 : nhwc_avx512_fp32;
+    const Image im = image_of(x);
+    const int64_t in_image = plane.pixels() * channels, out_image = plane.outputs() * channels;
+    at::parallel_for(0, x.size(0), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t b = begin; b < end; ++b)
+        passes.forward(xp + b * in_image * elem, yp + b * out_image * elem, wp + b * out_image, im,
+                       a.data(), d.data());
+    });
+  }
+  for (int64_t c : not_finite) y.select(1, c).fill_(std::numeric_limits<float>::quiet_NaN());
+  return y;
+}
+
+#endif
+
 // ---- The first stage: convolution, norm, ReLU and pool from the images
 // ---------------------------
 //
@@ -1571,12 +1624,12 @@ bool bn_relu_pool_threaded() {
 #endif
 }
 
-// The norm's side of the conditions: fusion on, its threads, training with affine weights and
-// running statistics, all fp32 and contiguous.
+// The norm's side of the conditions: fusion on, its threads, affine weights and running
+// statistics, all fp32 and contiguous.
 static bool fusable_norm(const torch::nn::BatchNorm2dImpl& bn) {
   const auto& o = bn.options;
-  return bn_relu_pool_fusion() && can_use_every_thread() && bn.is_training() && o.affine() &&
-         o.track_running_stats() && bn.running_mean.defined() && bn.num_batches_tracked.defined() &&
+  return bn_relu_pool_fusion() && can_use_every_thread() && o.affine() && o.track_running_stats() &&
+         bn.running_mean.defined() && bn.num_batches_tracked.defined() &&
          bn.weight.scalar_type() == torch::kFloat32 && bn.weight.is_contiguous() &&
          bn.bias.is_contiguous() && bn.running_mean.scalar_type() == torch::kFloat32 &&
          bn.running_mean.is_contiguous() && bn.running_var.scalar_type() == torch::kFloat32 &&
@@ -1595,12 +1648,32 @@ static bool fusable_layout(const torch::Tensor& x, gemm::Kernel kernel) {
 #endif
 }
 
-bool bn_relu_pool_fused(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
-                        gemm::Kernel kernel) {
-  return fusable_norm(bn) && x.device().is_cpu() && x.dim() == 4 && fusable_layout(x, kernel) &&
-         x.size(2) >= 2 && x.size(3) >= 2 &&
+// x's side: on the CPU, 4-D, at least 2 x 2, fp32 or bf16, a layout the kernel has.
+static bool fusable_input(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
+                          gemm::Kernel kernel) {
+  return x.device().is_cpu() && x.dim() == 4 && fusable_layout(x, kernel) && x.size(2) >= 2 &&
+         x.size(3) >= 2 &&
          (x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16) &&
          bn.weight.numel() == x.size(1);
+}
+
+bool bn_relu_pool_fused(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
+                        gemm::Kernel kernel) {
+  return bn.is_training() && fusable_norm(bn) && fusable_input(bn, x, kernel);
+}
+
+bool bn_relu_pool_inference_fused(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
+                                  gemm::Kernel kernel) {
+#ifdef SPRITETORCH_BN_POOL_X86
+  const bool needs_grad =
+      torch::GradMode::is_enabled() &&
+      (x.requires_grad() || bn.weight.requires_grad() || bn.bias.requires_grad());
+  return !bn.is_training() && !needs_grad && kernel == gemm::Kernel::avx512 &&
+         gemm::available(kernel) && fusable_norm(bn) && fusable_input(bn, x, kernel);
+#else
+  (void)bn, (void)x, (void)kernel;
+  return false;
+#endif
 }
 
 torch::Tensor bn_relu_pool_reference(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x) {
@@ -1609,6 +1682,9 @@ torch::Tensor bn_relu_pool_reference(torch::nn::BatchNorm2dImpl& bn, const torch
 
 torch::Tensor bn_relu_pool(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
                            gemm::Kernel kernel) {
+#ifdef SPRITETORCH_BN_POOL_X86
+  if (bn_relu_pool_inference_fused(bn, x, kernel)) return bn_relu_pool_inference(bn, x);
+#endif
   if (!bn_relu_pool_fused(bn, x, kernel)) return bn_relu_pool_reference(bn, x);
   const double factor = count_batch(bn);
   return BnReluPoolFunction::apply(x, bn.weight, bn.bias, bn.running_mean, bn.running_var, factor,
@@ -1627,7 +1703,7 @@ bool first_conv_bn_relu_pool_fused(const torch::nn::Conv2dImpl& conv,
          c10::holds_alternative<torch::enumtype::kZeros>(o.padding_mode()) &&
          conv.weight.scalar_type() == torch::kFloat32 && conv.weight.size(1) == x.size(1) &&
          bn.weight.numel() == conv.weight.size(0) && x.size(2) >= 2 && x.size(3) >= 2 &&
-         x.device().is_cpu() && fusable_norm(bn);
+         x.device().is_cpu() && bn.is_training() && fusable_norm(bn);
 }
 
 torch::Tensor first_conv_bn_relu_pool(torch::nn::Conv2dImpl& conv, torch::nn::BatchNorm2dImpl& bn,

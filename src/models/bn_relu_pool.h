@@ -14,8 +14,9 @@
 // CPU, fp32 or bf16 x (bf16 autocast hands the norm the convolution's bf16 output; the result is in
 // x's dtype, as LibTorch's), contiguous NCHW, a BatchNorm with affine weights and running
 // statistics. channels_last x takes a form with the channels in the vector lanes and the images
-// over the threads (AVX-512 only: the layout CNNs train in there). Elsewhere (CUDA, eval mode,
-// channels_last without AVX-512) it is the LibTorch ops.
+// over the threads (AVX-512 only: the layout CNNs train in there). In eval mode, on AVX-512, a
+// forward without the statistics (bn_relu_pool_inference_fused). Elsewhere (CUDA, eval mode
+// without AVX-512, channels_last without AVX-512) it is the LibTorch ops.
 #pragma once
 
 #include <torch/torch.h>
@@ -58,6 +59,13 @@ torch::Tensor bn_relu_pool_reference(torch::nn::BatchNorm2dImpl& bn, const torch
 // LibTorch's threads (built with OpenMP, see CMakeLists.txt, or one thread).
 bool bn_relu_pool_fused(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
                         gemm::Kernel kernel = gemm::best_kernel());
+
+// Whether bn_relu_pool takes the fused forward in eval mode: the same conditions but bn in eval
+// mode and no gradient wanted (grad mode off, or neither x nor bn's weights needing one), on the
+// avx512 code path (either layout). The norm is then a x + d from the running statistics, and a
+// window with a NaN gives NaN, as LibTorch's ops do.
+bool bn_relu_pool_inference_fused(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
+                                  gemm::Kernel kernel = gemm::best_kernel());
 
 // The fused op on or off for the whole process: for comparing a step with and without it (the
 // tests, bench/fastcnn_step_bench). On unless SPRITETORCH_FUSED_BN_POOL=0; the first call reads

@@ -246,6 +246,50 @@ TEST(BnReluPool, OtherModesLayoutsAndDtypesTakeTheLibTorchOps) {
   set_bn_relu_pool_fusion(true);
 }
 
+// Eval mode with no gradient wanted (how evaluation runs), AVX-512: the fused forward against
+// LibTorch's ops on the running statistics, both layouts, fp32 and bf16, odd sizes and a channel
+// count past 16; a NaN in x gives NaN in its window only, as LibTorch's pool and ReLU give.
+TEST(BnReluPool, EvalModeForwardMatchesTheLibTorchOps) {
+  if (!gemm::available(gemm::Kernel::avx512)) GTEST_SKIP() << "no AVX-512 here";
+  const testing::OneThreadUnless threads(fused_with_these_threads());
+  {
+    torch::NoGradGuard no_grad;
+    for (const auto& shape : std::vector<std::vector<int64_t>>{{3, 20, 9, 7}, {4, 16, 14, 14}})
+      for (auto layout : {torch::MemoryFormat::Contiguous, torch::MemoryFormat::ChannelsLast})
+        for (torch::ScalarType dtype : {torch::kFloat32, torch::kBFloat16}) {
+          const std::string what = c10::str(torch::IntArrayRef(shape)) + " " +
+                                   c10::toString(layout) + " " + c10::toString(dtype);
+          auto bn = make_norm(shape[1], 3);
+          bn->eval();
+          torch::manual_seed(4);
+          auto x = (torch::randn(shape) * 2 + 0.5).to(dtype).contiguous(layout);
+          x[1][2][4][3] = std::numeric_limits<float>::quiet_NaN();
+          ASSERT_TRUE(bn_relu_pool_inference_fused(*bn, x, gemm::Kernel::avx512)) << what;
+          const auto got = bn_relu_pool(*bn, x, gemm::Kernel::avx512);
+          set_bn_relu_pool_fusion(false);
+          const auto want = bn_relu_pool(*bn, x.to(torch::kFloat32), gemm::Kernel::avx512);
+          set_bn_relu_pool_fusion(true);
+          EXPECT_TRUE(got.is_contiguous(layout)) << what;
+          EXPECT_EQ(got.scalar_type(), dtype) << what;
+          EXPECT_TRUE(torch::equal(got.isnan(), want.isnan())) << what;
+          EXPECT_EQ(got.isnan().sum().item<int64_t>(), 1) << what;
+          const auto finite = want.isfinite();
+          expect_close(got.to(torch::kFloat32).masked_select(finite), want.masked_select(finite),
+                       dtype == torch::kFloat32 ? 1e-5 : 1e-2, what);
+        }
+  }
+  // Not in training, not where a gradient is wanted, not on the other code paths.
+  auto bn = make_norm(4, 1);
+  const auto x = torch::randn({2, 4, 6, 6});
+  EXPECT_FALSE(bn_relu_pool_inference_fused(*bn, x, gemm::Kernel::avx512));
+  bn->eval();
+  EXPECT_FALSE(bn_relu_pool_inference_fused(*bn, x, gemm::Kernel::avx512));  // weights want grad
+  torch::NoGradGuard no_grad;
+  EXPECT_TRUE(bn_relu_pool_inference_fused(*bn, x, gemm::Kernel::avx512));
+  EXPECT_FALSE(bn_relu_pool_inference_fused(*bn, x, gemm::Kernel::avx2));
+  EXPECT_FALSE(bn_relu_pool_inference_fused(*bn, x.to(torch::kFloat64), gemm::Kernel::avx512));
+}
+
 struct FirstStageResult {
   torch::Tensor y, dweight, dgamma, dbeta, running_mean, running_var;
 };
