@@ -87,8 +87,8 @@ FastCnnImpl::FastCnnImpl(int64_t channels, int64_t height, int64_t width, int64_
 }
 
 namespace {
-// Each stage's norm, ReLU and pool as one op on the CPU in training, the first stage with its
-// convolution (models/bn_relu_pool.h).
+// Each stage's norm, ReLU and pool as one op on the CPU (in training, and in eval mode with
+// AVX-512), the first stage in training with its convolution (models/bn_relu_pool.h).
 torch::Tensor fast_cnn_map(FastCnnImpl& m, torch::Tensor x) {
   // In the layout of the next convolution's weights (channels_last where the trainer runs so).
   x = first_conv_bn_relu_pool(*m.conv1, *m.bn1, x, gemm::best_kernel(),
