@@ -162,18 +162,20 @@ SPRITETORCH_INLINE void loops_gradient_sums(const typename E::Stored* x,
   sum_gx += total_x;
 }
 
-// dx = u x + v where no pool window reaches (LibTorch's floor mode drops them): an odd width's
-// last column, an odd height's last row.
+// f(pixel) for each pixel no pool window reaches (LibTorch's floor mode drops them): an odd
+// width's last column, an odd height's last row.
+template <class F>
+SPRITETORCH_INLINE void each_pixel_outside_windows(const Plane& p, F f) {
+  if (p.width > 2 * p.out_width)
+    for (int64_t r = 0; r < 2 * p.out_height; ++r) f(r * p.width + p.width - 1);
+  for (int64_t i = 2 * p.out_height * p.width; i < p.pixels(); ++i) f(i);
+}
+
+// dx = u x + v where no pool window reaches.
 template <class E>
 SPRITETORCH_INLINE void dx_outside_windows(const typename E::Stored* x, typename E::Stored* dx,
                                            const Plane& p, float u, float v) {
-  if (p.width > 2 * p.out_width)
-    for (int64_t r = 0; r < 2 * p.out_height; ++r) {
-      const int64_t last = r * p.width + p.width - 1;
-      E::store(dx, last, u * E::load(x, last) + v);
-    }
-  for (int64_t i = 2 * p.out_height * p.width; i < p.pixels(); ++i)
-    E::store(dx, i, u * E::load(x, i) + v);
+  each_pixel_outside_windows(p, [&](int64_t i) { E::store(dx, i, u * E::load(x, i) + v); });
 }
 
 // One plane's dx = u x + v everywhere, plus c g at each window's winner.
@@ -599,7 +601,7 @@ SPRITETORCH_BN_AVX512 void nhwc_dx_image(const typename E::Stored* x, const type
     const __mmask16 lane = lanes(static_cast<int>(std::min<int64_t>(16, channels - c)));
     const __m512 u = _mm512_maskz_loadu_ps(lane, u_ + c), v = _mm512_maskz_loadu_ps(lane, v_ + c),
                  scale = _mm512_maskz_loadu_ps(lane, k_ + c);
-    auto plain = [&](int64_t at) SPRITETORCH_BN_AVX512 {
+    auto plain = [&](int64_t at) SPRITETORCH_BN_AVX512 {  // u x + v where no window reaches
       V::store(dx + at, lane, _mm512_fmadd_ps(u, V::load(x + at, lane), v));
     };
     for (int64_t r = 0; r < p.out_height; ++r)
@@ -617,11 +619,8 @@ SPRITETORCH_BN_AVX512 void nhwc_dx_image(const typename E::Stored* x, const type
         one(bottom, 2);
         one(bottom + channels, 3);
       }
-    // Where no window reaches (an odd width's last column, an odd height's last row): u x + v.
-    if (p.width > 2 * p.out_width)
-      for (int64_t r = 0; r < 2 * p.out_height; ++r)
-        plain((r * p.width + p.width - 1) * channels + c);
-    for (int64_t i = 2 * p.out_height * p.width; i < p.pixels(); ++i) plain(i * channels + c);
+    each_pixel_outside_windows(
+        p, [&](int64_t pixel) SPRITETORCH_BN_AVX512 { plain(pixel * channels + c); });
   }
 }
 
@@ -995,10 +994,7 @@ std::pair<double, double> over_images(const std::vector<double>& partial, int64_
   return {first, second};
 }
 
-Image image_of(const torch::Tensor& x) {
-  const int64_t h = x.size(2), w = x.size(3);
-  return {{h, w, h / 2, w / 2}, x.size(1)};
-}
+Image image_of(const torch::Tensor& x) { return {channel_of(x).plane, x.size(1)}; }
 #endif
 
 struct BnReluPoolFunction : torch::autograd::Function<BnReluPoolFunction> {
@@ -1226,7 +1222,8 @@ torch::Tensor bn_relu_pool_inference(const torch::nn::BatchNorm2dImpl& bn, const
     d[c] = norm.d;
     if (!norm.finite()) not_finite.push_back(c);
   }
-  const Plane plane = channel_of(x).plane;
+  const Image im = image_of(x);
+  const Plane& plane = im.plane;
   const auto layout =
       x.is_contiguous() ? torch::MemoryFormat::Contiguous : torch::MemoryFormat::ChannelsLast;
   auto y = torch::empty({x.size(0), channels, plane.out_height, plane.out_width},
@@ -1245,7 +1242,6 @@ torch::Tensor bn_relu_pool_inference(const torch::nn::BatchNorm2dImpl& bn, const
     });
   } else {
     const ImagePasses& passes = bf16 ? nhwc_avx512_bf16 : nhwc_avx512_fp32;
-    const Image im = image_of(x);
     const int64_t in_image = plane.pixels() * channels, out_image = plane.outputs() * channels;
     at::parallel_for(0, x.size(0), 1, [&](int64_t begin, int64_t end) {
       for (int64_t b = begin; b < end; ++b)
@@ -1420,7 +1416,7 @@ struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
     const double n = static_cast<double>(s.batch * hw);
     auto stats = torch::empty({cout, 2}, x.options());  // mean, 1/std
     float* st = stats.data_ptr<float>();
-    std::vector<float> a(cout), d(cout);
+    std::vector<ChannelNorm> norms(cout);
     const float *gamma = gamma_t.data_ptr<float>(), *beta = beta_t.data_ptr<float>();
     float *rm = running_mean.data_ptr<float>(), *rv = running_var.data_ptr<float>();
     for (int64_t c = 0; c < cout; ++c) {
@@ -1434,11 +1430,9 @@ struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
       }
       mean /= n;
       const double variance = std::max(0.0, square / n - mean * mean);
-      const double inv_std = 1.0 / std::sqrt(variance + eps);
+      norms[c] = channel_norm(mean, variance, eps, gamma[c], beta[c]);
       st[2 * c] = static_cast<float>(mean);
-      st[2 * c + 1] = static_cast<float>(inv_std);
-      a[c] = static_cast<float>(gamma[c] * inv_std);
-      d[c] = static_cast<float>(beta[c] - mean * a[c]);
+      st[2 * c + 1] = static_cast<float>(norms[c].inv_std);
       update_running_stats(rm[c], rv[c], mean, variance, n, factor);
     }
 
@@ -1465,8 +1459,8 @@ struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
         for (int64_t c = 0; c < cout; ++c) {
           const int64_t at = (b * cout + c) * out_plane;
           float* out = planes + c * out_plane;
-          if (std::isfinite(a[c]) && std::isfinite(d[c])) {
-            passes.forward(z.data() + c * hw, out, wonp + at, one_plane, a[c], d[c]);
+          if (norms[c].finite()) {
+            passes.forward(z.data() + c * hw, out, wonp + at, one_plane, norms[c].a, norms[c].d);
           } else {  // as bn_relu_pool: a non-finite statistic or weight shows as NaN
             std::fill(out, out + out_plane, std::numeric_limits<float>::quiet_NaN());
             std::fill(wonp + at, wonp + at + out_plane, kCut);
@@ -1665,11 +1659,12 @@ bool bn_relu_pool_fused(const torch::nn::BatchNorm2dImpl& bn, const torch::Tenso
 bool bn_relu_pool_inference_fused(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
                                   gemm::Kernel kernel) {
 #ifdef SPRITETORCH_BN_POOL_X86
+  if (bn.is_training()) return false;  // the training path's every call passes here first
   const bool needs_grad =
       torch::GradMode::is_enabled() &&
       (x.requires_grad() || bn.weight.requires_grad() || bn.bias.requires_grad());
-  return !bn.is_training() && !needs_grad && kernel == gemm::Kernel::avx512 &&
-         gemm::available(kernel) && fusable_norm(bn) && fusable_input(bn, x, kernel);
+  return !needs_grad && kernel == gemm::Kernel::avx512 && gemm::available(kernel) &&
+         fusable_norm(bn) && fusable_input(bn, x, kernel);
 #else
   (void)bn, (void)x, (void)kernel;
   return false;
