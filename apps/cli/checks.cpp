@@ -2,8 +2,10 @@
 
 #include <c10/util/StringUtil.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <thread>
 
 namespace spritetorch::cli {
 
@@ -62,5 +64,20 @@ const CLI::Validator kSeed(
     },
     "SEED", "SEED");
 const CLI::Validator kPositive = number_at_least(0, true, "POSITIVE");
+
+int max_thread_count() {
+  return std::max(64, 8 * static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+const CLI::Validator kThreadCount(
+    [](std::string& text) -> std::string {
+      const std::string wanted = "a thread count from 0 to " + std::to_string(max_thread_count()) +
+                                 " (8 per CPU of this machine, at least 64; 0: the default)";
+      const bool digits = !text.empty() && text.size() <= 9 &&
+                          text.find_first_not_of("0123456789") == std::string::npos;
+      if (!digits || std::stol(text) > max_thread_count()) return "'" + text + "' is not " + wanted;
+      return std::string();
+    },
+    "THREADS", "THREADS");
 
 }  // namespace spritetorch::cli

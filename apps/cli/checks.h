@@ -15,6 +15,10 @@ extern const CLI::Validator kNonNegative;  // a number >= 0 (help: NONNEGATIVE)
 extern const CLI::Validator kPositive;     // a number > 0 (help: POSITIVE)
 extern const CLI::Validator kPath;         // not empty ("" would read as not given)
 extern const CLI::Validator kSeed;         // a whole number 0 .. 2^63-1 (a TOML integer)
+// A thread count: a whole number from 0 (the default) to max_thread_count(). A typo such as 99999
+// would otherwise start that many threads and hang the command.
+extern const CLI::Validator kThreadCount;
+int max_thread_count();  // 8 per CPU of this machine, at least 64
 // A finite number in [min, max]; unlike CLI::Range, "nan" is refused (every comparison with it is
 // false).
 CLI::Validator number_between(double min, double max);

@@ -15,6 +15,7 @@
 #include "commands.h"
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "common/input_file.h"
 #include "common/output_file.h"
 #include "config/toml_file.h"
 #include "config_file.h"
@@ -51,7 +52,10 @@ std::string executable_dir() {
 
 // The peer script next to a build tree (../bench) or an install (../share/spritetorch).
 std::string find_peer_script(const std::string& given) {
-  if (!given.empty()) return given;
+  if (!given.empty()) {
+    check_input_file(given, "the Python peer script (bench/python_peer.py)");
+    return given;
+  }
   const std::string dir = executable_dir();
   for (const auto& candidate :
        {dir + "/../bench/python_peer.py", dir + "/../share/spritetorch/python_peer.py"})
@@ -63,7 +67,19 @@ std::string find_peer_script(const std::string& given) {
 
 // The first interpreter that has torch: PATH's python3, then Debian's.
 std::string find_python(const std::string& given) {
-  if (!given.empty()) return given;
+  if (!given.empty()) {  // checked before any row runs, not found failing after them
+    const auto probe = run_process({given, "-c", "import torch, torchvision"}, /*quiet=*/true);
+    if (probe.exit_code != 0)
+      throw Error("--python " + given +
+                      ": expected a Python interpreter with torch and "
+                      "torchvision, found one that " +
+                      (probe.exit_code == 127 || probe.exit_code < 0
+                           ? std::string("cannot be run")
+                           : "exits " + std::to_string(probe.exit_code) +
+                                 " on `import torch, torchvision`"),
+                  "Debian: apt-get install python3-torch python3-torchvision, or drop --python");
+    return given;
+  }
   for (const std::string candidate : {"python3", "/usr/bin/python3"})
     if (run_process({candidate, "-c", "import torch, torchvision"}, /*quiet=*/true).exit_code == 0)
       return candidate;
@@ -419,13 +435,13 @@ Subcommand add_bench_command(CLI::App& app) {
   sub->add_option("--train-limit", w.train_limit, "Train on the first N samples only (0: all)")
       ->check(kNonNegative);
   sub->add_option("--threads", w.threads, "LibTorch intra-op threads (0: default)")
-      ->check(kNonNegative);
+      ->check(kThreadCount);
   sub->add_option("--blas-threads", w.blas_threads, "OpenBLAS threads (0: default)")
-      ->check(kNonNegative);
+      ->check(kThreadCount);
   add_choice(sub, "--step", w.step, "auto | autograd | fused");
   sub->add_option("--step-threads", w.step_threads,
                   "Fused step on the CPU: threads that split each step (0: one per core)")
-      ->check(kNonNegative)
+      ->check(kThreadCount)
       ->capture_default_str();
   add_choice(sub, "--thread-governor", w.thread_governor,
              "auto | on | off: fewer CPU threads while other processes keep the cores busy (as for "
@@ -454,7 +470,9 @@ Subcommand add_bench_command(CLI::App& app) {
                   "Untimed steps before each row (0: none)")
       ->check(kNonNegative)
       ->capture_default_str();
-  sub->add_option("--out", f->out, "Write OUT.json and OUT.csv")->capture_default_str();
+  sub->add_option("--out", f->out, "Write OUT.json and OUT.csv")
+      ->check(kPath)
+      ->capture_default_str();
   sub->add_flag("--overwrite", f->overwrite, "Replace existing OUT.json / OUT.csv");
   sub->add_flag(
       "--vs-python", f->vs_python,

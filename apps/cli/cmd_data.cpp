@@ -31,7 +31,7 @@ Subcommand add_data_command(CLI::App& app) {
                    "sprites | folder:PATH | sheet:FILE | npy:FILE[,LABELS.npy]")
       ->check(sprite_dataset_validator())
       ->capture_default_str();
-  preview->add_option("--out", f->out, "PNG to write")->required();
+  preview->add_option("--out", f->out, "PNG to write")->required()->check(kPath);
   preview->add_option("--per-class", f->per_class, "Samples per class (one row each; at most 4096)")
       ->check(CLI::Range(int64_t{1}, int64_t{4096}))
       ->capture_default_str();

@@ -85,13 +85,27 @@ Subcommand add_generate_command(CLI::App& app) {
     CpuThreadFlags cpu;
   };
   auto f = std::make_shared<Flags>();
+  // A run's sprites are sampled together: 10^11 would fail allocating, not with a reason.
+  constexpr double kMaxCount = 1e6;
   sub->add_option("--checkpoint", f->checkpoint,
                   "Generator checkpoint (train --task generate --save)")
       ->required();
-  sub->add_option("--class", f->class_name, "Class to draw (default: all classes in turn)");
-  sub->add_option("--count", f->count, "Sprites to draw")->check(kPositive)->capture_default_str();
-  sub->add_option("--out", f->out, "Sprite sheet PNG (grid with 1-pixel transparent padding)");
-  sub->add_option("--out-dir", f->out_dir, "Also write one PNG per sprite into this folder");
+  sub->add_option("--class", f->class_name, "Class to draw (default: all classes in turn)")
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            return text.empty() ? std::string(
+                                      "an empty class name (expected one of the "
+                                      "generator's classes; leave --class out for all)")
+                                : std::string();
+          },
+          "CLASS", "CLASS"));
+  sub->add_option("--count", f->count, "Sprites to draw (at most 1,000,000)")
+      ->check(number_between(1, kMaxCount))
+      ->capture_default_str();
+  sub->add_option("--out", f->out, "Sprite sheet PNG (grid with 1-pixel transparent padding)")
+      ->check(kPath);
+  sub->add_option("--out-dir", f->out_dir, "Also write one PNG per sprite into this folder")
+      ->check(kPath);
   sub->add_option("--scale", f->scale, "Nearest-neighbour upscale factor")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
@@ -160,6 +174,8 @@ Subcommand add_generate_command(CLI::App& app) {
         auto generator = diffusion::load_generator(f->checkpoint, device);
         const std::string threads = describe_cpu_threads(
             apply_cpu_threads(f->cpu.threads, f->cpu.blas_threads, cpu_work_of(*generator.net)));
+        if (!f->out.empty())  // before the labels: a sheet too large fails with its own words
+          io::check_sheet_size(f->count, generator.size, generator.size, {f->columns, 1, f->scale});
         const int64_t k = static_cast<int64_t>(generator.class_names.size());
         torch::Tensor labels = torch::arange(f->count, torch::kInt64).remainder(k);
         if (!f->class_name.empty()) {
@@ -178,8 +194,6 @@ Subcommand add_generate_command(CLI::App& app) {
           }
           labels = torch::full({f->count}, it - generator.class_names.begin(), torch::kInt64);
         }
-        if (!f->out.empty())
-          io::check_sheet_size(f->count, generator.size, generator.size, {f->columns, 1, f->scale});
         f->sample.cuda_graphs = !f->no_cuda_graphs;
         if (f->no_cuda_graphs && !device.is_cuda())  // accepted (scripts share flags), but said
           std::cerr << "note: --no-cuda-graphs has no effect on " << device::display_name(device)

@@ -56,13 +56,15 @@ Subcommand add_export_command(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "safetensors", "torch"}))
       ->capture_default_str();
   sub->add_option("out", f->out, "Output file")->required();
-  sub->add_option(
-      "--reference", f->reference,
-      "Also write this safetensors file: 'inputs' (deterministic "
-      "samples; uint8 images, to be fed as inputs.float() / 255) and the 'logits' spritetorch "
-      "computes for them, to check the Python side against");
+  auto* reference =
+      sub->add_option("--reference", f->reference,
+                      "Also write this safetensors file: 'inputs' (deterministic "
+                      "samples; uint8 images, to be fed as inputs.float() / 255) and the 'logits' "
+                      "spritetorch computes for them, to check the Python side against")
+          ->check(kPath);
   sub->add_option("--reference-count", f->reference_count, "Samples in --reference")
       ->check(CLI::Range(1, 4096))
+      ->needs(reference)
       ->capture_default_str();
   sub->add_flag("--overwrite", f->overwrite, "Replace OUT (and --reference) if they exist");
   return {sub, [f]() {
@@ -138,6 +140,9 @@ Subcommand add_import_command(CLI::App& app) {
   add_sprite_data_options(sub, *config, /*training=*/false);
   sub->add_flag("--overwrite", f->overwrite, "Replace OUT if it exists");
   return {sub, [sub, f, config]() {
+            if (same_file(f->out, f->in))
+              throw Error("OUT " + f->out + " is the input file IN itself",
+                          "import into another file; the safetensors file is kept as it is");
             check_output_path(f->out, f->overwrite, "OUT");
             const interop::TensorFile state = interop::read_safetensors(f->in);
             std::set<std::string> given;

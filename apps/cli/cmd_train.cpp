@@ -31,11 +31,11 @@ void add_cpu_thread_options(CLI::App* sub, int& threads, int& blas_threads) {
   sub->add_option("--threads", threads,
                   "LibTorch intra-op CPU threads (0: default: one per core for conv nets, 1 for "
                   "MLPs)")
-      ->check(kNonNegative)
+      ->check(kThreadCount)
       ->capture_default_str();
   sub->add_option("--blas-threads", blas_threads,
                   "OpenBLAS threads (0: default: 1 for conv nets, one per core for MLPs)")
-      ->check(kNonNegative)
+      ->check(kThreadCount)
       ->capture_default_str();
 }
 
@@ -226,7 +226,7 @@ Subcommand add_train_command(CLI::App& app) {
          "--step-threads,--step-shards", config->step_threads,
          "Fused step on the CPU: threads that split each step (0: one per core, or cores / "
          "--blas-threads when that is given)")
-      ->check(kNonNegative)
+      ->check(kThreadCount)
       ->capture_default_str();
   add_choice(sub, "--thread-governor", config->thread_governor,
              "auto | on | off. CPU, no thread count given: fewer threads while other processes "

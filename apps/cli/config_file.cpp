@@ -295,6 +295,13 @@ void apply_recipe(CLI::App& sub) {
   const bool generator =
       task_option && task_option->count() > 0 && task_option->as<std::string>() == "generate";
   if (!named && !generator) return;
+  // Every recipe trains a classifier (train/recipe.h): on a generator its model would be refused
+  // as if the user had given it.
+  if (named && generator)
+    throw Error("--recipe " + recipe_option->as<std::string>() +
+                    " is a classifier recipe; it does not apply to --task generate",
+                "drop --recipe: --task generate fills the options not given with the generator's "
+                "defaults");
   // A pointer, not a reference: GCC 13 takes a reference bound to the result of a call with a
   // temporary argument (the recipe's name) for a dangling one; both recipes are static.
   const train::Recipe* recipe =

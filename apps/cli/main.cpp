@@ -107,6 +107,11 @@ int run(int argc, char** argv) {
     }
     std::cerr << "error: LibTorch: " << message << "\n";
     return 1;
+  } catch (const std::bad_alloc&) {  // the same from a standard container
+    std::cerr << "error: out of memory: the sizes asked for need more memory than there is\n"
+              << "hint: fewer samples (--sprite-count, --per-class, --count), fewer classes, or a "
+                 "smaller --scale, --size or --batch-size\n";
+    return 2;
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

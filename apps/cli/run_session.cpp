@@ -45,6 +45,7 @@ std::shared_ptr<RunFlags> add_run_options(CLI::App* sub, train::TrainConfig& con
       ->group(group)
       ->configurable(false);  // a replayed config must not aim a second run at the same folder
   mirror_environment(sub->add_option("--runs-root", flags->runs_root, "Where fresh run folders go")
+                         ->check(kPath)
                          ->capture_default_str()
                          ->group(group),
                      "SPRITETORCH_RUNS_ROOT");

@@ -34,7 +34,13 @@ void add_sprite_data_options(CLI::App* sub, train::TrainConfig& config, bool tra
       ->check(number_between(0.0, 0.95))
       ->capture_default_str();
   sub->add_option("--size", s.size, "Sprite datasets: model size S (16, 32 or 64; see --resize)")
-      ->check(CLI::IsMember({16, 32, 64}))
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            return text == "16" || text == "32" || text == "64"
+                       ? std::string()
+                       : "'" + text + "' is not a sprite size (expected 16, 32 or 64)";
+          },
+          "{16,32,64}", "SIZE"))
       ->capture_default_str();
   sub->add_option("--resize", s.resize,
                   "Sprite datasets: how sprites of another size are brought to --size: area "
@@ -91,7 +97,7 @@ void add_sprite_data_options(CLI::App* sub, train::TrainConfig& config, bool tra
     sub->add_option("--min-snr-gamma", config.min_snr_gamma,
                     "--task generate: weight each timestep's loss as min(SNR, gamma) x the x0 "
                     "error (0: the plain MSE of the prediction)")
-        ->check(CLI::NonNegativeNumber)
+        ->check(kNonNegative)
         ->capture_default_str();
   }
   sub->add_option("--data-seed", s.seed,

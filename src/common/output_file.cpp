@@ -1,5 +1,6 @@
 #include "common/output_file.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -29,11 +30,19 @@ void check_output_path(const std::string& path, bool overwrite, const std::strin
                 "create it first, or choose another path");
   // Files are written through a temporary file in the same folder (atomic_file.h), so the folder
   // must take new files even where `path` exists and is writable.
+  // A file is made there and removed: permission bits alone pass folders that take no files
+  // (/proc, a read-only mount) for root.
   const auto dir = folder.empty() ? std::filesystem::path(".") : folder;
-  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+  const auto probe = dir / (".spritetorch-probe-" + std::to_string(::getpid()));
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0 && errno != EEXIST)
     throw Error("cannot write " + path + " (given as " + flag + "): the folder " + dir.string() +
                     " is not writable (" + std::strerror(errno) + ")",
                 "choose a folder you may write to");
+  if (fd >= 0) {
+    ::close(fd);
+    ::unlink(probe.c_str());
+  }
   check_new_output(path, overwrite, flag);
 }
 

@@ -16,9 +16,18 @@ std::string AugmentOptions::describe() const {
 AugmentOptions parse_augment(const std::string& text) {
   AugmentOptions out;
   if (text == "none" || text.empty()) return out;
+  if (text.back() == ',')
+    throw Error("unknown augmentation '' (after the last comma) in '" + text +
+                "': expected none, flip, shift or shift:N, joined by commas");
   std::stringstream items(text);
   std::string item;
+  bool shift_given = false;
   while (std::getline(items, item, ',')) {
+    const bool is_shift = item.rfind("shift", 0) == 0;
+    if ((item == "flip" && out.flip) || (is_shift && shift_given))
+      throw Error("'" + text + "' names " + (is_shift ? std::string("a shift") : item) +
+                  " twice: expected each augmentation once");
+    shift_given = shift_given || is_shift;
     if (item == "flip") {
       out.flip = true;
     } else if (item == "shift") {
@@ -49,10 +58,13 @@ torch::Tensor augment_batch(const torch::Tensor& x, const AugmentOptions& option
     // gathers with per-sample index grids instead of a loop over samples.
     const auto padded = torch::constant_pad_nd(out, {s, s, s, s}, 0);  // (B, C, H+2s, W+2s)
     const auto offsets = torch::randint(0, 2 * s + 1, {2, b}, on_device.dtype(torch::kInt64));
-    const auto rows = torch::arange(h, on_device.dtype(torch::kInt64)).unsqueeze(0) + offsets[0].unsqueeze(1);  // (B, H)
-    const auto cols = torch::arange(w, on_device.dtype(torch::kInt64)).unsqueeze(0) + offsets[1].unsqueeze(1);  // (B, W)
-    auto picked_rows = padded.gather(2, rows.view({b, 1, h, 1}).expand({b, c, h, w + 2 * s}));      // (B, C, H, W+2s)
-    out = picked_rows.gather(3, cols.view({b, 1, 1, w}).expand({b, c, h, w}));                     // (B, C, H, W)
+    const auto rows = torch::arange(h, on_device.dtype(torch::kInt64)).unsqueeze(0) +
+                      offsets[0].unsqueeze(1);  // (B, H)
+    const auto cols = torch::arange(w, on_device.dtype(torch::kInt64)).unsqueeze(0) +
+                      offsets[1].unsqueeze(1);  // (B, W)
+    auto picked_rows =
+        padded.gather(2, rows.view({b, 1, h, 1}).expand({b, c, h, w + 2 * s}));  // (B, C, H, W+2s)
+    out = picked_rows.gather(3, cols.view({b, 1, 1, w}).expand({b, c, h, w}));   // (B, C, H, W)
   }
   return out.contiguous();
 }

@@ -74,7 +74,8 @@ torch::Tensor training_order(const LoaderOptions& options, const torch::Tensor& 
 }
 
 int64_t count_batches(int64_t samples, int64_t batch_size, bool drop_last) {
-  return drop_last ? samples / batch_size : (samples + batch_size - 1) / batch_size;
+  // Not (samples + batch_size - 1) / batch_size: that overflows for --batch-size near 2^63.
+  return samples / batch_size + (!drop_last && samples % batch_size != 0 ? 1 : 0);
 }
 
 ResidentLoader::ResidentLoader(const Dataset& dataset, torch::Device device, LoaderOptions options)

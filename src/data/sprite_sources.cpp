@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/input_file.h"
 #include "common/json_field.h"
 #include "data/loader.h"
 #include "data/procedural_sprites.h"
@@ -33,8 +34,7 @@ void check_size(int64_t size) {
 }
 
 std::string read_all(const std::string& path, const std::string& what) {
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) throw DataError(path, what, "no such file");
+  check_input_file(path, what);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw DataError(path, what, "a file that cannot be opened");
   std::ostringstream s;
@@ -309,6 +309,11 @@ Dataset read_sprite_sheet(const std::string& file, const SpriteOptions& o) {
         throw DataError(o.label_map,
                         "'TILE_INDEX CLASS' with an index in 0.." + std::to_string(slots - 1),
                         "'" + line + "' on line " + std::to_string(line_no));
+      if (const auto seen = names.find(index); seen != names.end())
+        throw DataError(o.label_map, "each tile index once",
+                        "tile " + std::to_string(index) + " again on line " +
+                            std::to_string(line_no) + " ('" + seen->second + "' before, '" + name +
+                            "' now)");
       names[index] = name;
     }
   }
@@ -488,6 +493,9 @@ NpyArray read_npy(const std::string& file) {
   return parse_npy(read_all(file, "a NumPy .npy file"), file);
 }
 
+// As many classes as a checkpoint may hold (train/run_state.h).
+constexpr int64_t kMaxNpyClasses = 65536;
+
 Dataset read_npy_sprites(const std::string& file, const std::string& labels_file, int64_t size,
                          const std::string& resize) {
   check_size(size);
@@ -515,7 +523,13 @@ Dataset read_npy_sprites(const std::string& file, const std::string& labels_file
     NpyArray l = read_npy(labels_file);
     torch::Tensor labels;
     if (l.data.dim() == 2 && l.data.size(0) == n && l.data.size(1) >= 1) {  // one-hot (N, K)
-      labels = l.data.to(torch::kFloat64).argmax(1);
+      if (l.data.size(1) > kMaxNpyClasses)
+        throw DataError(labels_file, "at most " + std::to_string(kMaxNpyClasses) + " classes",
+                        std::to_string(l.data.size(1)) + " one-hot columns");
+      const auto scores = l.data.to(torch::kFloat64);
+      if (!torch::isfinite(scores).all().item<bool>())
+        throw DataError(labels_file, "finite one-hot scores", "NaN or infinity");
+      labels = scores.argmax(1);
       out.class_names.resize(static_cast<size_t>(l.data.size(1)));
     } else if (l.data.dim() == 1 && l.data.size(0) == n &&
                !l.data.is_floating_point()) {  // integer (N)
@@ -523,10 +537,14 @@ Dataset read_npy_sprites(const std::string& file, const std::string& labels_file
       if (n && labels.min().item<int64_t>() < 0)
         throw DataError(labels_file, "class indices >= 0",
                         std::to_string(labels.min().item<int64_t>()));
-      out.class_names.resize(static_cast<size_t>(n ? labels.max().item<int64_t>() + 1 : 1));
-      if (out.class_names.size() > 100000)
-        throw DataError(labels_file, "class indices below 100000",
-                        std::to_string(out.class_names.size() - 1));
+      // Checked before the names are made: a stray 10^12 must not become 10^12 strings.
+      const int64_t largest = n ? labels.max().item<int64_t>() : 0;
+      if (largest >= kMaxNpyClasses)
+        throw DataError(labels_file,
+                        "class indices below " + std::to_string(kMaxNpyClasses) +
+                            " (a checkpoint holds at most that many classes)",
+                        std::to_string(largest));
+      out.class_names.resize(static_cast<size_t>(largest + 1));
     } else {
       throw DataError(labels_file,
                       "labels for " + std::to_string(n) + " sprites: one-hot (" +

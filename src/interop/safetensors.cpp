@@ -9,6 +9,7 @@
 
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "common/input_file.h"
 
 // Tensors are copied byte for byte: the host must store numbers the way the format does.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -148,6 +149,7 @@ void write_safetensors(const std::string& path, const TensorFile& file) {
 }
 
 TensorFile read_safetensors(const std::string& path) {
+  check_input_file(path, "a safetensors file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw DataError(path, "a readable safetensors file", "a file that cannot be opened");
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

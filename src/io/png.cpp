@@ -10,6 +10,7 @@
 
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "common/input_file.h"
 
 namespace spritetorch::io {
 
@@ -24,6 +25,7 @@ std::string read_all(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     throw DataError(path, "a PNG file", "a folder (a folder of sprites is --dataset folder:PATH)");
+  check_input_file(path, "a readable PNG file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw DataError(path, "a readable PNG file", "no such file or no permission");
   std::ostringstream s;

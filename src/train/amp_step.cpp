@@ -9,7 +9,10 @@ std::unique_ptr<TrainStep> make_precision_train_step(const models::Classifier& m
                                                      const StepPrecision& precision,
                                                      int cpu_threads) {
   const bool plain = !precision.plan.autocast && !precision.scaler && !precision.channels_last;
-  if (plain) return make_train_step(model, max_batch, kind, cpu_threads);
+  // A conv net runs channels_last, not plain, even in fp32: make_train_step's refusal of --step
+  // fused for it names the reason, the precision does not.
+  if (plain || (kind == StepKind::kFused && model->relu_mlp_layers().empty()))
+    return make_train_step(model, max_batch, kind, cpu_threads);
   if (kind == StepKind::kFused)
     throw Error("--step fused computes in fp32 only; it cannot be combined with --precision " +
                     precision::to_string(precision.plan.precision),

@@ -9,6 +9,7 @@
 
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "common/input_file.h"
 
 namespace spritetorch::train {
 
@@ -172,6 +173,7 @@ void refuse_folder(const std::string& path) {
 
 Checkpoint load_checkpoint(const std::string& path) {
   refuse_folder(path);
+  check_input_file(path, "a checkpoint file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw DataError(path, "a readable checkpoint file", "a file that cannot be opened");
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -54,6 +54,14 @@ void ClassifierTask::build(const TaskSetup& setup) {
   sizes.erase(sizes.begin());
   input_shape_ = sizes;
   classes_ = train.num_classes();
+  if (classes_ < 2)
+    throw Error(
+        "a classifier needs at least 2 classes; " + train.name + " has " +
+            std::to_string(classes_) +
+            (train.class_names.empty() ? std::string() : " ('" + train.class_names.front() + "')"),
+        "folder:DIR takes one subfolder of PNG files per class (files elsewhere are not "
+        "read), sheet:FILE a --labels file, npy:FILE a labels .npy; or train --task "
+        "generate on one class");
   if (options_.flip_at_test && train.inputs.dim() != 4)
     throw Error("--test-time-augment flip mirrors images; " + train.name +
                 " holds feature vectors");

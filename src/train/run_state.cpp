@@ -125,6 +125,16 @@ std::string periodic_checkpoint_path(const std::string& base, int64_t global_ste
   return stem + ".step" + std::to_string(global_step) + (ext.empty() ? ".pt" : ext);
 }
 
+std::string unused_checkpoint_path(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return path;
+  const auto [stem, ext] = split_base(path);
+  for (int k = 2;; ++k) {
+    const std::string next = stem + "-" + std::to_string(k) + (ext.empty() ? ".pt" : ext);
+    if (!std::filesystem::exists(next, ec)) return next;
+  }
+}
+
 namespace {
 // The periodic checkpoints of `base` that exist, with their global steps, lowest step first.
 std::vector<std::pair<int64_t, std::string>> periodic_checkpoint_steps(const std::string& base) {
@@ -203,7 +213,11 @@ void check_run_outputs(const TrainConfig& config, const std::string& base) {
       in_place = in_place || (!config.resume.empty() && same_file(p, config.resume));
     if (!in_place) check_output_path(config.save, config.overwrite, "--save");
   }
-  if (config.resume.empty() && !config.overwrite && !periodic.empty())
+  // Only a run that writes periodic checkpoints (and prunes them) would mix its files with another
+  // run's; a run without them writes one only when stopped (Ctrl-C, out of memory), and then under
+  // a name no file has (unused_checkpoint_path).
+  const bool periodic_run = config.checkpoint_every > 0 || config.keep_last > 0;
+  if (config.resume.empty() && !config.overwrite && !periodic.empty() && periodic_run)
     throw Error("refusing to overwrite the checkpoints of another run: " + periodic.back() +
                     " exists (periodic checkpoints are named after " + base + ")",
                 "continue that run with --resume " + periodic.back() +

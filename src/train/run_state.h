@@ -50,6 +50,9 @@ std::optional<RunState> load_run_state(const Checkpoint& checkpoint, torch::Devi
 
 // "runs/cnn.pt" -> "runs/cnn.step1200.pt".
 std::string periodic_checkpoint_path(const std::string& base, int64_t global_step);
+// `path`, or where a file is there already "<stem>-2<ext>", "-3", ...: the checkpoint of a stopped
+// run that writes no periodic ones (check_run_outputs let it start beside another run's).
+std::string unused_checkpoint_path(const std::string& path);
 // The periodic checkpoints of `base` that exist, oldest (lowest step) first.
 std::vector<std::string> periodic_checkpoints(const std::string& base);
 // Deletes all but the newest `keep` periodic checkpoints of `base` up to `written_step`, the one

@@ -326,6 +326,12 @@ void TrainingRun::set_up_model() {
     run_state_ = load_run_state(*resumed_, device_, config_.resume);
     // Mid-epoch only: an epoch boundary may change --batch-size (its state carries just the RNG).
     if (run_state_ && run_state_->step > 0) check_mid_run_resume(config_, *resumed_, *run_state_);
+    if (start_epoch_ >= epochs_ && !(run_state_ && run_state_->step > 0))
+      throw Error("nothing to train: " + config_.resume + " has " + std::to_string(start_epoch_) +
+                      " epochs done, and the run has " + std::to_string(epochs_),
+                  "pass --epochs " + std::to_string(start_epoch_ + 1) +
+                      " or more to train on; `spritetorch eval --checkpoint " + config_.resume +
+                      "` evaluates it");
   }
   parallel_.broadcast_model(module, *optimizer_);
   if (plan_.grad_scaling) {
@@ -337,12 +343,25 @@ void TrainingRun::set_up_model() {
 
 void TrainingRun::set_up_step() {
   augment_ = data::parse_augment(config_.augment);
+  if (augment_.shift > 0 && data_.train.inputs.dim() == 4 &&
+      2 * augment_.shift >= std::min(data_.train.inputs.size(2), data_.train.inputs.size(3)))
+    throw Error("--augment " + config_.augment + ": a shift of " + std::to_string(augment_.shift) +
+                    " pixels moves most of " + data_.train.name + "'s " +
+                    std::to_string(data_.train.inputs.size(2)) + "x" +
+                    std::to_string(data_.train.inputs.size(3)) + " images out of the frame",
+                "shift by less than half the image's side (shift:2 is the usual)");
   if (augment_.enabled() && data_.train.inputs.dim() != 4)
     throw Error("--augment " + config_.augment + " needs image data; " + data_.train.name +
                 " holds feature vectors");
   if (parallel_.kind() == StrategyKind::kDataParallel)
     task_.use_data_parallel(parallel_.data_parallel_devices());
   const int cpu_threads = device_.is_cpu() ? choose_step_threads(config_, parallel_) : 1;
+  // The step's buffers: no batch is larger than the data when every sample comes once an epoch
+  // (--batch-size 10^8 on 256 samples must not allocate for 10^8).
+  const int64_t largest_batch =
+      config_.class_sampling == data::ClassSampling::kNatural
+          ? std::min(config_.batch_size, std::max<int64_t>(1, data_.train.size()))
+          : config_.batch_size;
   // --precision auto on a CPU with native bf16: where the model has the fused fp32 CPU step, that
   // step beats bf16 autocast (autograd) by ~2x on Zen 5 and Sapphire Rapids (docs/benchmarks.md),
   // so auto keeps fp32 there; other models (conv nets: bf16 1.27x faster on Zen 5) keep bf16.
@@ -351,7 +370,7 @@ void TrainingRun::set_up_step() {
     auto fp32 =
         precision::resolve_precision(precision::Precision::kFp32, device::describe_device(device_));
     const StepPrecision plain{fp32, nullptr, channels_last_, !use_graphs_};
-    auto fused = task_.fast_step({config_.batch_size, config_.step, plain, cpu_threads});
+    auto fused = task_.fast_step({largest_batch, config_.step, plain, cpu_threads});
     if (fused && fused->kernel()) {
       fp32.description += " (auto: this model's fused fp32 CPU step is faster than bf16 here)";
       plan_ = fp32;
@@ -360,7 +379,7 @@ void TrainingRun::set_up_step() {
   }
   const StepPrecision precision{plan_, scaler_.get(), channels_last_,
                                 /*autocast_cache=*/!use_graphs_};
-  if (!step_) step_ = task_.fast_step({config_.batch_size, config_.step, precision, cpu_threads});
+  if (!step_) step_ = task_.fast_step({largest_batch, config_.step, precision, cpu_threads});
   if (!step_)
     step_ = std::make_unique<AutogradStep>(
         [this](const data::Batch& batch) { return task_.training_step(batch); }, precision);
@@ -441,6 +460,9 @@ Settings TrainingRun::describe() const {
   // On MPS the option is said to do nothing, not dropped silently (docs/precision.md).
   if (!config_.cudnn_benchmark && !device_.is_cuda())
     settings.emplace_back("cudnn benchmark", "--cudnn-benchmark false unused: cuDNN runs on CUDA");
+  if (!config_.channels_last && !has_conv_)  // the default (true) says nothing here either
+    settings.emplace_back("memory format",
+                          "--channels-last false unused: this model has no convolutions");
   if (config_.channels_last && has_conv_)
     settings.emplace_back("memory format",
                           channels_last_
@@ -614,7 +636,10 @@ std::string TrainingRun::save_run_checkpoint(RunState progress) {
         weights_finite ? "loss is " + loss_text(pending) : std::string("weights are not finite"),
         progress.epoch, "at or before step " + std::to_string(progress.step));
   const int64_t global_step = progress.epoch * steps_ + progress.step;
-  const std::string path = periodic_checkpoint_path(run_base_, global_step);
+  std::string path = periodic_checkpoint_path(run_base_, global_step);
+  if (config_.checkpoint_every == 0 && config_.keep_last == 0 && !config_.overwrite &&
+      !(!config_.resume.empty() && same_file(path, config_.resume)))
+    path = unused_checkpoint_path(path);  // another run's file may have this name
   if (!parallel_.is_main()) return path;  // ddp: ranks are identical; rank 0 writes
   capture_rng(progress, device_);
   Checkpoint checkpoint = make_checkpoint(progress.epoch, global_step);

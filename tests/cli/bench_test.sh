@@ -24,7 +24,7 @@ expect 2 "needs image data; dummy holds feature vectors" -- \
   bench --dataset dummy --recipe fast --devices cpu --epochs 1 --repeats 1 --out "$tmp/b"
 # Counts are never negative; --warmup-steps 0 is none.
 expect 2 "--train-limit: '-5' is not a number >= 0" -- "${tiny[@]}" --train-limit -5 --out "$tmp/b"
-expect 2 "--threads: '-2' is not a number >= 0" -- "${tiny[@]}" --threads -2 --out "$tmp/b"
+expect 2 "--threads: '-2' is not a thread count from 0 to" -- "${tiny[@]}" --threads -2 --out "$tmp/b"
 expect 2 "--warmup-steps: '-3' is not a number >= 0" -- "${tiny[@]}" --warmup-steps -3 --out "$tmp/b"
 expect 0 "Wrote .*w0.json" -- "${tiny[@]}" --no-streaming --warmup-steps 0 --out "$tmp/w0"
 if [ -s "$tmp/b.json" ] || [ -s "$tmp/b.csv" ]; then
@@ -66,6 +66,7 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   printf '#!/bin/sh\necho %s\n' "'{\"accuracy\": 0.8, \"torch\": \"fake\"}'" >"$tmp/peer_no_time"
   printf '#!/bin/sh\necho %s\n' "'{\"accuracy\": \"x\", \"torch\": 3, \"train_s\": \"slow\"}'" >"$tmp/peer_text"
   chmod +x "$tmp/peer_no_time" "$tmp/peer_text"
+  : >"$tmp/unused.py"  # a --python-peer that is no file is refused before the rows
   peer=(bench --vs-python --devices cpu --no-streaming --epochs 1 --repeats 1 --warmup-steps 1 --train-limit 256
         --python-peer "$tmp/unused.py")
   expect 0 "Python peer on cpu: failed \(its result has no positive numeric train_s\)" -- \

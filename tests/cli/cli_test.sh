@@ -130,7 +130,7 @@ expect 0 '"threads":"2 intra-op' -- eval --checkpoint "$tmp/s.pt" --threads 2 --
 threads_from_env=$(SPRITETORCH_THREADS=2 "$bin" eval --checkpoint "$tmp/s.pt" 2>&1)
 if grep -q "CPU threads: 2 intra-op" <<<"$threads_from_env"; then passes=$((passes + 1)); else
   echo "FAIL: eval ignores SPRITETORCH_THREADS=2: $threads_from_env"; fails=$((fails + 1)); fi
-expect 2 "--threads: .-1. is not a number >= 0" -- eval --checkpoint "$tmp/s.pt" --threads -1
+expect 2 "--threads: .-1. is not a thread count from 0 to" -- eval --checkpoint "$tmp/s.pt" --threads -1
 # The defaults share out the cores this process may use: OMP_NUM_THREADS caps them, and so does
 # the CPU affinity (taskset, cpusets); a conv net's default is one intra-op thread per core.
 conv_run=(train --device cpu --dataset sprites --sprite-count 32 --epochs 1 --batch-size 16 --no-run-dir --json)
@@ -304,8 +304,8 @@ expect 2 "--out $tmp/each/[a-z]+_0001.png is one of the --out-dir PNGs" -- gener
 expect 2 "$tmp/none.png: expected a readable PNG file" -- generate --checkpoint "$tmp/g.pt" --palette "$tmp/none.png" --out "$tmp/p.png"
 expect 2 "--steps 5000: this generator's noise schedule has [0-9]+ timesteps, the most ddim can take" -- generate --checkpoint "$tmp/g.pt" --steps 5000 --out "$tmp/p.png"
 expect 2 "--guidance: '-1' is not a number >= 0" -- generate --checkpoint "$tmp/g.pt" --guidance -1 --out "$tmp/p.png"
-# An allocation no check caught (800 GB of labels) is a usage error with a hint, not exit 1.
-expect 2 "error: out of memory: .*can't allocate memory" -- generate --checkpoint "$tmp/g.pt" --count 100000000000 --out-dir "$tmp/huge"
+# A count no run could sample is refused by its value (800 GB of labels were an allocation error).
+expect 2 "--count: '100000000000' is not a number from 1 to 1e\+06" -- generate --checkpoint "$tmp/g.pt" --count 100000000000 --out-dir "$tmp/huge"
 expect 2 "--class robot: --guidance 0 with --guidance-interval 0:1 samples every step unconditionally" -- generate --checkpoint "$tmp/g.pt" --class robot --guidance 0 --guidance-interval 0:1 --out "$tmp/p.png"
 expect 0 "Wrote $tmp/p0.png" -- generate --checkpoint "$tmp/g.pt" --class robot --count 2 --steps 2 --guidance 0 --out "$tmp/p0.png"
 expect 2 "refusing to overwrite $tmp/once.png \(given as --out\)" -- data preview --dataset sprites --out "$tmp/once.png"
@@ -338,7 +338,7 @@ expect 2 "--data applies to classifier checkpoints" -- eval --checkpoint "$tmp/g
 # The environment variables are settings for every command: one of the other kind passes.
 SPRITETORCH_PRECISION=bf16 expect 0 "Confusion matrix" -- eval --checkpoint "$tmp/c.pt"
 SPRITETORCH_DATA="$tmp/nowhere" expect 0 "Class agreement" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 4 --steps 2 --no-fidelity
-expect 2 "--blas-threads: .-2. is not a number >= 0" -- classify --checkpoint "$tmp/c.pt" --blas-threads -2 "$tmp/preview.png"
+expect 2 "--blas-threads: .-2. is not a thread count from 0 to" -- classify --checkpoint "$tmp/c.pt" --blas-threads -2 "$tmp/preview.png"
 expect 0 "$tmp/preview.png	[a-z]+	[01]\.[0-9]+" -- classify --checkpoint "$tmp/c.pt" --threads 1 --blas-threads 1 "$tmp/preview.png"
 if [ -f "$tmp/one/robot_0005.png" ]; then passes=$((passes + 1)); else echo "FAIL: --out-dir wrote no robot_0005.png"; fails=$((fails + 1)); fi
 # classify --tile: each tile of the sheet (3 x 2 tiles of 16 px, padding 1, all scaled by 2) gets
@@ -583,6 +583,41 @@ expect 2 "hint: resume it with train --task generate" -- \
 replay=$("$bin" train --config "$tmp/replayed/config.toml" --run-dir "$tmp/replayed2" 2>&1)
 if [ $? = 0 ] && ! grep -q "runs-root" <<<"$replay"; then passes=$((passes + 1)); else
   echo "FAIL: replaying config.toml with --run-dir: $replay" | tail -5; fails=$((fails + 1)); fi
+
+# Bad values that used to hang, crash or lose work (each refused before any work, exit 2).
+expect 2 "--threads: '99999' is not a thread count from 0 to [0-9]+" -- eval --checkpoint "$tmp/s.pt" --threads 99999
+SPRITETORCH_THREADS=20000 expect 2 "SPRITETORCH_THREADS=20000 .*is not a thread count" -- eval --checkpoint "$tmp/s.pt"
+expect 2 "--step-threads: '100000' is not a thread count" -- "${tiny[@]}" --step-threads 100000
+if [ -d /proc/self ]; then  # root's permission bits pass /proc; the check makes a file to find out
+  expect 2 "cannot write /proc/x.pt \(given as --save\): the folder /proc is not writable" -- "${tiny[@]}" --save /proc/x.pt
+  expect 2 "/dev/zero: expected a checkpoint file, found a device, not a file" -- eval --checkpoint /dev/zero
+  expect 2 "/dev/zero: expected a readable PNG file, found a device, not a file" -- classify --checkpoint "$tmp/c.pt" /dev/zero
+fi
+expect 2 "nowhere.pt: expected a checkpoint file, found no such file" -- eval --checkpoint "$tmp/nowhere.pt"
+"$bin" export --checkpoint "$tmp/s.pt" "$tmp/s_in.safetensors" >/dev/null 2>&1
+expect 2 "OUT $tmp/s_in.safetensors is the input file IN itself" -- import "$tmp/s_in.safetensors" "$tmp/s_in.safetensors" --overwrite
+expect 0 "" -- import "$tmp/s_in.safetensors" "$tmp/s_back.pt" --model simplenn --dataset dummy
+expect 2 "--reference-count requires --reference" -- export --checkpoint "$tmp/s.pt" "$tmp/s2.safetensors" --reference-count 5
+"$bin" "${tiny[@]}" --save "$tmp/one.pt" >/dev/null 2>&1
+expect 2 "nothing to train: $tmp/one.pt has 1 epochs done, and the run has 1" -- train --dataset dummy --resume "$tmp/one.pt" --epochs 1 --no-run-dir
+expect 2 "--step fused needs a ReLU MLP" -- train --device cpu --dataset sprites --sprite-count 32 --model cnn --step fused --epochs 1 --no-run-dir
+expect 2 "--python $tmp/no-python: expected a Python interpreter with torch and torchvision, found one that cannot be run" -- \
+  bench --vs-python --python "$tmp/no-python" --out "$tmp/peer_missing"
+expect 2 "--recipe fast is a classifier recipe; it does not apply to --task generate" -- train --task generate --dataset sprites --recipe fast
+expect 2 "--out: an empty path" -- bench --dataset dummy --model simplenn --out ""
+expect 2 "--count: '99999999999' is not a number from 1 to 1e\+06" -- generate --checkpoint "$tmp/g.pt" --count 99999999999 --out "$tmp/big.png"
+expect 2 "--class: an empty class name" -- generate --checkpoint "$tmp/g.pt" --class "" --out "$tmp/none.png"
+expect 2 "--augment flip,flip: .*names flip twice|'flip,flip' names flip twice" -- "${tiny[@]}" --augment flip,flip
+expect 2 "a shift of 9 pixels moves most of .*16x16 images out of the frame" -- train --device cpu --dataset sprites --sprite-count 32 --epochs 1 --no-run-dir --augment shift:9
+expect 2 "--size: '3abc' is not a sprite size \(expected 16, 32 or 64\)" -- train --dataset sprites --size 3abc
+expect 0 "--channels-last false unused: this model has no convolutions" -- "${tiny[@]}" --channels-last false
+expect 0 "Test Accuracy" -- "${tiny[@]}" --batch-size 100000000  # buffers for the data's 1024 samples, not 10^8
+# Another run's periodic checkpoints in the folder stop only a run that writes periodic ones too.
+mkdir -p "$tmp/stray" && cp "$tmp/s.pt" "$tmp/stray/spritetorch-run.step4.pt"
+pushd "$tmp/stray" >/dev/null
+expect 0 "Test Accuracy" -- "${tiny[@]}"
+expect 2 "refusing to overwrite the checkpoints of another run: spritetorch-run.step4.pt exists" -- "${tiny[@]}" --checkpoint-every 1
+popd >/dev/null
 
 echo "cli: $passes passed, $fails failed"
 [ "$fails" -eq 0 ]

@@ -64,5 +64,18 @@ TEST(OutputFile, AFolderThatTakesNoNewFilesIsRefusedBeforeAnyWork) {
       << "as nobody: " << error_of([&] { check_output_path(target, false, "--out"); });
 }
 
+// Permission bits pass /proc for root, yet it takes no files: the check makes one to find out.
+TEST(OutputFile, AFolderWhosePermissionsSayWritableButTakesNoFilesIsRefused) {
+  if (!std::filesystem::is_directory("/proc/self")) GTEST_SKIP() << "no /proc here";
+  const std::string message = error_of([] { check_output_path("/proc/x.pt", false, "--save"); });
+  EXPECT_NE(message.find("cannot write /proc/x.pt (given as --save): the folder /proc is not "
+                         "writable ("),
+            std::string::npos)
+      << message;
+  ScratchDir dir;  // a folder that takes files passes, and keeps no probe behind
+  check_output_path(dir.file("x.pt"), false, "--save");
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+}
+
 }  // namespace
 }  // namespace spritetorch

@@ -17,6 +17,11 @@ TEST(Augment, ParsesTheAcceptedForms) {
   EXPECT_EQ(both.describe(), "flip,shift 3");
   EXPECT_THROW(parse_augment("rotate"), Error);
   EXPECT_THROW(parse_augment("shift:x"), Error);
+  // Each once, nothing empty: a repeat or a stray comma is a typo, not a stronger augmentation.
+  EXPECT_THROW(parse_augment("flip,flip"), Error);
+  EXPECT_THROW(parse_augment("shift,shift:3"), Error);
+  EXPECT_THROW(parse_augment("flip,"), Error);
+  EXPECT_THROW(parse_augment(",flip"), Error);
 }
 
 TEST(Augment, FlipMirrorsSomeSamplesAndKeepsTheRest) {
@@ -49,7 +54,8 @@ TEST(Augment, ShiftMovesEachSampleAsAWholeWithinBounds) {
     EXPECT_LE(std::abs(where[0][1].item<int64_t>() - 4), 2);
   }
   torch::manual_seed(2);
-  EXPECT_TRUE(torch::equal(y, augment_batch(x, parse_augment("shift:2")))) << "seeded: reproducible";
+  EXPECT_TRUE(torch::equal(y, augment_batch(x, parse_augment("shift:2"))))
+      << "seeded: reproducible";
 }
 
 }  // namespace

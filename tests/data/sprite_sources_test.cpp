@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
+#include <limits>
 
 #include "common/error.h"
 #include "data/procedural_sprites.h"
@@ -14,6 +16,7 @@
 namespace spritetorch::data {
 namespace {
 
+using spritetorch::testing::error_of;
 using spritetorch::testing::ScratchDir;
 using spritetorch::testing::write_bytes;
 
@@ -222,6 +225,32 @@ TEST(SpriteNpy, ReadsImagesAndBothLabelForms) {
   EXPECT_TRUE(torch::equal(h.labels, d.labels));
   const auto unlabelled = read_npy_sprites(dir.file("x.npy"), "", 16);
   EXPECT_EQ(unlabelled.class_names, std::vector<std::string>{"sprite"});
+}
+
+// A stray huge label is refused by its value before any class is made for it (10^12 names were a
+// bad_alloc), and one-hot scores must be numbers.
+TEST(SpriteNpy, RefusesLabelsNoCheckpointCouldHoldAndNonFiniteScores) {
+  ScratchDir dir;
+  write_bytes(dir.file("x.npy"), npy("|u1", "(2, 2, 2, 1)", std::vector<uint8_t>(8, 7)));
+  auto int64s = [](std::initializer_list<int64_t> values) {
+    std::vector<uint8_t> bytes;
+    for (int64_t v : values)
+      for (int b = 0; b < 8; ++b) bytes.push_back(static_cast<uint8_t>(v >> (8 * b)));
+    return bytes;
+  };
+  write_bytes(dir.file("huge.npy"), npy("<i8", "(2,)", int64s({0, 1000000000000})));
+  EXPECT_EQ(error_of([&] { read_npy_sprites(dir.file("x.npy"), dir.file("huge.npy"), 16); }),
+            dir.file("huge.npy") +
+                ": expected class indices below 65536 (a checkpoint holds at most that many "
+                "classes), found 1000000000000");
+  write_bytes(dir.file("top.npy"), npy("<i8", "(2,)", int64s({0, 65535})));
+  EXPECT_EQ(read_npy_sprites(dir.file("x.npy"), dir.file("top.npy"), 16).num_classes(), 65536);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<uint8_t> scores(32);
+  for (int i = 0; i < 4; ++i) std::memcpy(scores.data() + 8 * i, &nan, 8);
+  write_bytes(dir.file("nan.npy"), npy("<f8", "(2, 2)", scores));
+  EXPECT_EQ(error_of([&] { read_npy_sprites(dir.file("x.npy"), dir.file("nan.npy"), 16); }),
+            dir.file("nan.npy") + ": expected finite one-hot scores, found NaN or infinity");
 }
 
 std::string npy_error(const std::vector<uint8_t>& bytes) {

@@ -154,6 +154,25 @@ TEST(Overwrite, AFreshRunDoesNotTakeOverAnotherRunsPeriodicCheckpoints) {
   EXPECT_EQ(error_of(c), "");
 }
 
+// A run that writes no periodic checkpoints may start beside another run's (a stray file must not
+// block every later run in the folder); stopped, its one checkpoint takes a name no file has.
+TEST(Overwrite, ARunWithoutPeriodicCheckpointsStartsBesideAnotherRunsAndTakesNoneOfTheirNames) {
+  ScratchDir dir;
+  TrainConfig c = dummy_run(dir);
+  c.checkpoint_every = 32;
+  c.save = dir.file("a.pt");
+  run_training(c);
+  std::filesystem::remove(dir.file("a.pt"));
+  c.checkpoint_every = 0;
+  EXPECT_EQ(error_of(c), "");  // a.step32.pt and later exist; this run writes a.pt only
+  EXPECT_EQ(unused_checkpoint_path(periodic_checkpoint_path(c.save, 32)),
+            dir.file("a.step32-2.pt"));
+  EXPECT_EQ(unused_checkpoint_path(dir.file("free.pt")), dir.file("free.pt"));
+  c.keep_last = 1;  // pruning would be among another run's files
+  std::filesystem::remove(dir.file("a.pt"));
+  EXPECT_NE(error_of(c).find("checkpoints of another run"), std::string::npos);
+}
+
 TEST(KeepLast, KeepsOnlyTheNewestPeriodicCheckpoints) {
   ScratchDir dir;
   TrainConfig c = dummy_run(dir);
