@@ -343,46 +343,58 @@ Subcommand add_eval_command(CLI::App& app) {
   add_cpu_thread_options(sub, f->cpu.threads, f->cpu.blas_threads);
   auto generator_flags = add_generator_eval_options(sub);
 
-  return {sub, [sub, f, generator_flags, classifier_only]() {
-            const torch::Device device = device::pick_device(f->device);
-            const train::Checkpoint checkpoint = train::load_checkpoint(f->checkpoint);
-            const bool generator = json_field(checkpoint.meta, "task", std::string(), f->checkpoint,
-                                              "task") == "generate";
-            refuse_options_of_other_task(generator ? classifier_only : generator_flags->registered,
-                                         f->checkpoint, generator);
-            if (generator)
-              return run_generator_eval(*sub, *generator_flags, f->checkpoint, f->device, f->cpu,
-                                        f->batch_size, f->json, f->dataset);
-            train::TrainConfig config =
-                eval_data_config(checkpoint.meta, f->checkpoint, f->dataset);
-            refuse_data_flag(*sub, config, f->checkpoint);
-            config.data_dir = f->data_dir;
-            config.test_limit = f->limit;
-            const data::Dataset test = train::load_datasets(config).test;
-            auto model = train::model_from_checkpoint(checkpoint, f->checkpoint, device);
-            const std::string threads = describe_cpu_threads(
-                apply_cpu_threads(f->cpu.threads, f->cpu.blas_threads, cpu_work_of(*model)));
-            data::ResidentLoader loader(test, device, {f->batch_size, false, false, config.seed});
-            // As its training run evaluated it (test-time flips when it recorded them).
-            const auto report =
-                train::evaluate(train::checkpoint_forward(checkpoint.meta, model, f->checkpoint),
-                                *model, loader, test.num_classes());
-            if (f->json) {
-              nlohmann::json out = eval_json(report, test.class_names);
-              out["device"] = device::display_name(device);
-              out["threads"] = threads;
-              std::cout << out.dump() << "\n";
-            } else {
-              std::cout << "Using device: " << device::display_name(device) << "\n"
-                        << "CPU threads: " << threads << "\n"
-                        << "Checkpoint: " << f->checkpoint << " ("
-                        << checkpoint.meta.value("model", std::string("?")) << ", epoch "
-                        << json_field(checkpoint.meta, "epoch", int64_t{0}, f->checkpoint, "epoch")
-                        << ")\n";
-              print_eval(std::cout, report, test.class_names);
-            }
-            return 0;
-          }};
+  return {
+      sub, [sub, f, generator_flags, classifier_only]() {
+        const torch::Device device = device::pick_device(f->device);
+        const train::Checkpoint checkpoint = train::load_checkpoint(f->checkpoint);
+        const bool generator =
+            json_field(checkpoint.meta, "task", std::string(), f->checkpoint, "task") == "generate";
+        refuse_options_of_other_task(generator ? classifier_only : generator_flags->registered,
+                                     f->checkpoint, generator);
+        if (generator)
+          return run_generator_eval(*sub, *generator_flags, f->checkpoint, f->device, f->cpu,
+                                    f->batch_size, f->json, f->dataset);
+        train::TrainConfig config = eval_data_config(checkpoint.meta, f->checkpoint, f->dataset);
+        refuse_data_flag(*sub, config, f->checkpoint);
+        config.data_dir = f->data_dir;
+        config.test_limit = f->limit;
+        const data::Dataset test = train::load_datasets(config).test;
+        auto model = train::model_from_checkpoint(checkpoint, f->checkpoint, device);
+        // The weights' input and classes against the data the metadata names: a checkpoint
+        // whose two disagree would fail inside the first layer with LibTorch's words.
+        const auto sample = test.inputs.sizes().vec();
+        const std::vector<int64_t> data_shape(sample.begin() + 1, sample.end());
+        if (data_shape != model->spec().input_shape || test.num_classes() != model->spec().classes)
+          throw DataError(f->checkpoint,
+                          "weights for the data its metadata names (" + test.name + ": input " +
+                              c10::str(c10::IntArrayRef(data_shape)) + ", " +
+                              std::to_string(test.num_classes()) + " classes)",
+                          "weights for input " +
+                              c10::str(c10::IntArrayRef(model->spec().input_shape)) + ", " +
+                              std::to_string(model->spec().classes) + " classes");
+        const std::string threads = describe_cpu_threads(
+            apply_cpu_threads(f->cpu.threads, f->cpu.blas_threads, cpu_work_of(*model)));
+        data::ResidentLoader loader(test, device, {f->batch_size, false, false, config.seed});
+        // As its training run evaluated it (test-time flips when it recorded them).
+        const auto report =
+            train::evaluate(train::checkpoint_forward(checkpoint.meta, model, f->checkpoint),
+                            *model, loader, test.num_classes());
+        if (f->json) {
+          nlohmann::json out = eval_json(report, test.class_names);
+          out["device"] = device::display_name(device);
+          out["threads"] = threads;
+          std::cout << out.dump() << "\n";
+        } else {
+          std::cout << "Using device: " << device::display_name(device) << "\n"
+                    << "CPU threads: " << threads << "\n"
+                    << "Checkpoint: " << f->checkpoint << " ("
+                    << checkpoint.meta.value("model", std::string("?")) << ", epoch "
+                    << json_field(checkpoint.meta, "epoch", int64_t{0}, f->checkpoint, "epoch")
+                    << ")\n";
+          print_eval(std::cout, report, test.class_names);
+        }
+        return 0;
+      }};
 }
 
 }  // namespace spritetorch::cli

@@ -612,6 +612,24 @@ expect 2 "a shift of 9 pixels moves most of .*16x16 images out of the frame" -- 
 expect 2 "--size: '3abc' is not a sprite size \(expected 16, 32 or 64\)" -- train --dataset sprites --size 3abc
 expect 0 "--channels-last false unused: this model has no convolutions" -- "${tiny[@]}" --channels-last false
 expect 0 "Test Accuracy" -- "${tiny[@]}" --batch-size 100000000  # buffers for the data's 1024 samples, not 10^8
+# A checkpoint whose metadata names other data than its weights were trained on (CRC made to
+# match) is refused naming both, not failed inside the first layer with LibTorch's words.
+if command -v python3 >/dev/null; then
+  python3 - "$tmp/one.pt" "$tmp/other_data.pt" <<'PY'
+import json, struct, sys, zlib
+d = open(sys.argv[1], "rb").read()
+n = struct.unpack("<I", d[32:36])[0]
+meta = json.loads(d[36:36 + n])
+meta["dataset"] = "fashion-mnist"
+body = json.dumps(meta).encode()
+payload = struct.pack("<I", len(body)) + body + d[36 + n:]
+head = bytearray(d[:32])
+head[20:28] = struct.pack("<Q", len(payload))
+head[28:32] = struct.pack("<I", zlib.crc32(payload))
+open(sys.argv[2], "wb").write(bytes(head) + payload)
+PY
+  expect 2 "other_data.pt: expected weights for the data its metadata names \(fashion-mnist[^:]*: input \[1, 28, 28\], 10 classes\), found weights for input \[3\], 2 classes" -- eval --checkpoint "$tmp/other_data.pt" --limit 100
+fi
 # Another run's periodic checkpoints in the folder stop only a run that writes periodic ones too.
 mkdir -p "$tmp/stray" && cp "$tmp/s.pt" "$tmp/stray/spritetorch-run.step4.pt"
 pushd "$tmp/stray" >/dev/null
