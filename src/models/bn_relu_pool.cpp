@@ -1266,9 +1266,10 @@ torch::Tensor bn_relu_pool_inference(const torch::nn::BatchNorm2dImpl& bn, const
 //   mean_c S
 // so neither pass needs the convolution's output stored: forward makes each image's (Cout, H, W)
 // output in a buffer that stays in L1/L2 (a K-deep product of the weights with the image's v_p),
-// normalises and pools it; backward makes it again for the gradient's sums at the winners, and the
-// weight gradient is k_c (G_c - dbias_c S / N - dweight_c inv_std_c (M w_c - mean_c S) / N), with
-// G_c = sum over winners of g v_p (one more K-deep product, of the routed gradient).
+// normalises and pools it. Backward needs no output either: with G_c = sum over winners of g v_p
+// (a K-deep product of the routed gradient), the norm's sum_w g (z_w - mean_c) is w_c . G_c -
+// mean_c sum_w g, and the weight gradient is k_c (G_c - dbias_c S / N - dweight_c inv_std_c
+// (M w_c - mean_c S) / N).
 
 struct FirstStage {
   int64_t batch, in_channels, out_channels, taps;  // taps = K = 9 in_channels
@@ -1502,11 +1503,14 @@ struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
     const double* smp = sm.data_ptr<double>();
     const Channel one_plane = {1, hw, out_plane, s.plane};
 
-    // Per image and channel: sum of g, sum of g (z - mean) and G_c (K values) at the winners.
-    const int64_t per = cout * (2 + k);
+    // Per image and channel: sum of g and G_c (K values) at the winners. The norm's other sum,
+    // sum_w g (z - mean) = w_c . G_c - mean sum_g (z at a winner is w_c . v_p), is made from them
+    // below, so backward never makes the convolution's output.
+    const int64_t per = cout * (1 + k);
     std::vector<double> partial(static_cast<size_t>(s.batch * per));
     at::parallel_for(0, s.batch, 1, [&](int64_t begin, int64_t end) {
-      std::vector<float> v(static_cast<size_t>(k * hw)), z(static_cast<size_t>(cout * hw)),
+      // zeros: the x of the dx pass that routes g to the winners (u = v = 0, c = 1).
+      std::vector<float> v(static_cast<size_t>(k * hw)), zeros(static_cast<size_t>(hw)),
           routed(static_cast<size_t>(cout * hw)), gv(static_cast<size_t>(cout * k));
       std::vector<float> planes(form.planes() ? 0 : static_cast<size_t>(2 * cout * out_plane));
       for (int64_t b = begin; b < end; ++b) {
@@ -1518,26 +1522,19 @@ struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
           gb = planes.data();
         }
         neighbourhoods(xp + b * s.in_channels * hw, s, v.data());
-        gemm::nn(static_cast<int>(cout), static_cast<int>(hw), static_cast<int>(k), wp,
-                 static_cast<int>(k), 1, v.data(), static_cast<int>(hw), z.data(),
-                 static_cast<int>(hw), kernel);
         double* out = partial.data() + b * per;
         for (int64_t c = 0; c < cout; ++c) {
           const int64_t at = (b * cout + c) * out_plane;
-          double sum_g = 0, sum_gz = 0;
-          passes.gradient_sums(z.data() + c * hw, gb + c * out_plane, wonp + at, one_plane,
-                               st[2 * c], sum_g, sum_gz);
-          out[c * (2 + k)] = sum_g;
-          out[c * (2 + k) + 1] = sum_gz;
-          // g at each window's winner, zero elsewhere: dx's pass with u = v = 0, c = 1.
-          passes.dx(z.data() + c * hw, gb + c * out_plane, wonp + at, routed.data() + c * hw,
-                    one_plane, 0.0f, 0.0f, 1.0f);
+          // g at each window's winner, zero elsewhere (and at the windows ReLU cut).
+          passes.dx(zeros.data(), gb + c * out_plane, wonp + at, routed.data() + c * hw, one_plane,
+                    0.0f, 0.0f, 1.0f);
+          out[c * (1 + k)] = float_sum(routed.data() + c * hw, hw);
         }
         gemm::nt(static_cast<int>(cout), static_cast<int>(k), static_cast<int>(hw), routed.data(),
                  static_cast<int>(hw), v.data(), static_cast<int>(hw), gv.data(),
                  static_cast<int>(k), nullptr, false, kernel);
         for (int64_t c = 0; c < cout; ++c)
-          for (int64_t t = 0; t < k; ++t) out[c * (2 + k) + 2 + t] = gv[c * k + t];
+          for (int64_t t = 0; t < k; ++t) out[c * (1 + k) + 1 + t] = gv[c * k + t];
       }
     });
 
@@ -1546,23 +1543,25 @@ struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
     float *dw = dweight.data_ptr<float>(), *dg = dgamma.data_ptr<float>(),
           *db = dbeta.data_ptr<float>();
     const double n = static_cast<double>(s.batch * hw);
-    std::vector<double> total(static_cast<size_t>(2 + k));
+    std::vector<double> total(static_cast<size_t>(1 + k));  // sum_g, then G_c
     for (int64_t c = 0; c < cout; ++c) {
       std::fill(total.begin(), total.end(), 0.0);
       for (int64_t b = 0; b < s.batch; ++b)
-        for (int64_t t = 0; t < 2 + k; ++t) total[t] += partial[b * per + c * (2 + k) + t];
+        for (int64_t t = 0; t < 1 + k; ++t) total[t] += partial[b * per + c * (1 + k) + t];
       const double mean = st[2 * c], inv_std = st[2 * c + 1];
-      const double dbias = total[0], dnorm = total[1] * inv_std;  // dbeta, dgamma
+      const float* wc = wp + c * k;
+      double sum_gz = -mean * total[0];  // sum over winners of g (z - mean)
+      for (int64_t t = 0; t < k; ++t) sum_gz += wc[t] * total[1 + t];
+      const double dbias = total[0], dnorm = sum_gz * inv_std;  // dbeta, dgamma
       dg[c] = static_cast<float>(dnorm);
       db[c] = static_cast<float>(dbias);
       const double scale = gamma[c] * inv_std;
-      const float* wc = wp + c * k;
       for (int64_t t = 0; t < k; ++t) {
         double mw = 0;
         for (int64_t u = 0; u < k; ++u) mw += smp[k + t * k + u] * wc[u];
         const double centred = mw - mean * smp[t];  // sum_p (z(p) - mean) v_p[t]
         dw[c * k + t] = static_cast<float>(
-            scale * (total[2 + t] - dbias * smp[t] / n - dnorm * inv_std * centred / n));
+            scale * (total[1 + t] - dbias * smp[t] / n - dnorm * inv_std * centred / n));
       }
     }
     return {torch::Tensor(), dweight,         dgamma,          dbeta,
