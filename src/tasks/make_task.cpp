@@ -18,30 +18,8 @@ Error not_for_task(const std::string& option, const std::string& task, const std
 
 std::unique_ptr<train::Task> make_task(const train::TrainConfig& config) {
   if (config.task == train::TaskKind::kClassify) {
-    if (config.sample_every > 0)
-      throw not_for_task("--sample-every", "classify", "sample sheets are a generator's");
-    const train::TrainConfig defaults;
-    if (config.unet_base != defaults.unet_base)
-      throw not_for_task("--unet-base", "classify", "it sizes the generator's UNet");
-    if (config.activation_checkpointing)
-      throw not_for_task("--activation-checkpointing", "classify",
-                         "it recomputes the generator's UNet blocks");
-    if (config.unet_attention != defaults.unet_attention)
-      throw not_for_task("--unet-attention", "classify", "it shapes the generator's UNet");
-    if (config.unet_scale_shift != defaults.unet_scale_shift)
-      throw not_for_task("--unet-scale-shift", "classify", "it shapes the generator's UNet");
-    if (config.unet_mult != defaults.unet_mult)
-      throw not_for_task("--unet-mult", "classify", "it shapes the generator's UNet");
-    if (config.prediction != defaults.prediction)
-      throw not_for_task("--prediction", "classify", "it is what the generator's UNet predicts");
-    if (config.noise_schedule != defaults.noise_schedule)
-      throw not_for_task("--noise-schedule", "classify", "it is the generator's diffusion");
-    if (config.min_snr_gamma != defaults.min_snr_gamma)
-      throw not_for_task("--min-snr-gamma", "classify", "it weights the generator's loss");
-    if (config.test_time_augment != "none" && config.test_time_augment != "flip")
-      throw Error("--test-time-augment " + config.test_time_augment + ": expected none or flip");
     auto task = train::ClassifierTask::builtin(config.model, train::default_model(config));
-    task->set_options({config.label_smoothing, config.test_time_augment == "flip"});
+    task->configure(config);  // its options, and the generator's refused, before the data is read
     return task;
   }
   if (config.task == train::TaskKind::kGenerate) {

@@ -7,6 +7,75 @@
 
 namespace spritetorch::train {
 
+namespace {
+
+Error not_for_task(const std::string& option, const std::string& why) {
+  return Error(option + " does not apply to --task classify: " + why, "drop " + option);
+}
+
+// The generator's options, refused by name (the CLI's `train` and Trainer::fit alike).
+void refuse_generator_options(const TrainConfig& config) {
+  if (config.sample_every > 0)
+    throw not_for_task("--sample-every", "sample sheets are a generator's");
+  const TrainConfig defaults;
+  if (config.unet_base != defaults.unet_base)
+    throw not_for_task("--unet-base", "it sizes the generator's UNet");
+  if (config.activation_checkpointing)
+    throw not_for_task("--activation-checkpointing", "it recomputes the generator's UNet blocks");
+  if (config.unet_attention != defaults.unet_attention)
+    throw not_for_task("--unet-attention", "it shapes the generator's UNet");
+  if (config.unet_scale_shift != defaults.unet_scale_shift)
+    throw not_for_task("--unet-scale-shift", "it shapes the generator's UNet");
+  if (config.unet_mult != defaults.unet_mult)
+    throw not_for_task("--unet-mult", "it shapes the generator's UNet");
+  if (config.prediction != defaults.prediction)
+    throw not_for_task("--prediction", "it is what the generator's UNet predicts");
+  if (config.noise_schedule != defaults.noise_schedule)
+    throw not_for_task("--noise-schedule", "it is the generator's diffusion");
+  if (config.min_snr_gamma != defaults.min_snr_gamma)
+    throw not_for_task("--min-snr-gamma", "it weights the generator's loss");
+}
+
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+// The user's forward on two training samples (eval mode, no gradient), before any training: logits
+// of another shape would train on the wrong classes, or fail in the loss or at the final
+// evaluation with LibTorch's words, after the whole run.
+void check_logits(torch::nn::Module& module, const ForwardFn& forward, const data::Dataset& train,
+                  int64_t classes) {
+  if (train.size() == 0) return;  // the loader refuses an empty set, naming it
+  const int64_t n = std::min<int64_t>(2, train.size());
+  auto x = data::to_model_input(train.inputs.narrow(0, 0, n));
+  const auto params = module.parameters();
+  if (!params.empty()) x = x.to(params.front().device());
+  const std::string input = "a batch of " + train.name + " of shape " + c10::str(x.sizes()) + " (" +
+                            c10::toString(x.scalar_type()) + ")";
+  const bool training = module.is_training();
+  module.eval();
+  torch::Tensor y;
+  try {
+    torch::NoGradGuard no_grad;
+    y = forward(x);
+  } catch (const c10::Error& e) {
+    module.train(training);
+    throw Error("the model's forward fails on " + input + ": " +
+                first_line(e.what_without_backtrace()));
+  }
+  module.train(training);
+  if (y.defined() && y.is_floating_point() && y.dim() == 2 && y.size(0) == n &&
+      y.size(1) == classes)
+    return;
+  throw Error("the model's forward maps " + input + " to " +
+                  (y.defined() ? "a tensor of shape " + c10::str(y.sizes()) + " (" +
+                                     c10::toString(y.scalar_type()) + ")"
+                               : std::string("an undefined tensor")) +
+                  "; a classifier gives float logits of shape (" + std::to_string(n) + ", " +
+                  std::to_string(classes) + ") here, one per class of " + train.name,
+              "make its last layer output " + std::to_string(classes) + " values per sample");
+}
+
+}  // namespace
+
 std::unique_ptr<ClassifierTask> ClassifierTask::builtin(std::string requested,
                                                         std::string fallback) {
   std::unique_ptr<ClassifierTask> task(new ClassifierTask());
@@ -48,6 +117,16 @@ TaskTraits ClassifierTask::traits() const {
   return traits;
 }
 
+void ClassifierTask::configure(const TrainConfig& config) {
+  refuse_generator_options(config);
+  if (config.test_time_augment != "none" && config.test_time_augment != "flip")
+    throw Error("--test-time-augment " + config.test_time_augment + ": expected none or flip");
+  if (!(config.label_smoothing >= 0 && config.label_smoothing < 1))
+    throw Error("--label-smoothing " + c10::str(config.label_smoothing) + ": expected 0 <= S < 1");
+  if (config.label_smoothing != 0) options_.label_smoothing = config.label_smoothing;
+  if (config.test_time_augment == "flip") options_.flip_at_test = true;
+}
+
 void ClassifierTask::build(const TaskSetup& setup) {
   const data::Dataset& train = setup.train;
   auto sizes = train.inputs.sizes().vec();
@@ -66,6 +145,7 @@ void ClassifierTask::build(const TaskSetup& setup) {
     throw Error("--test-time-augment flip mirrors images; " + train.name +
                 " holds feature vectors");
   if (module_) {  // the user's module, as given
+    check_logits(*module_, forward_, train, classes_);
     loss_ = classifier_loss(forward_, options_.label_smoothing);
     return;
   }

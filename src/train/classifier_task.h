@@ -59,8 +59,11 @@ class ClassifierTask : public Task {
       : ClassifierTask(module.ptr(), std::move(model_name)) {}
 
   // Before fit(). The fused MLP step computes plain cross-entropy: with label smoothing, --step
-  // auto takes the autograd step and --step fused is refused.
+  // auto takes the autograd step and --step fused is refused. fit() also takes them from the
+  // TrainConfig (configure): its label_smoothing and test_time_augment, where not the defaults,
+  // replace these.
   void set_options(const ClassifierOptions& options) { options_ = options; }
+  void configure(const TrainConfig& config) override;
   const ClassifierOptions& options() const { return options_; }
 
   std::string name() const override { return "classify"; }

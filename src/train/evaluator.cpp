@@ -33,20 +33,24 @@ EvalReport evaluate(const std::function<torch::Tensor(const torch::Tensor&)>& fo
       if (!checked) {
         const auto params = model.parameters();
         if (!params.empty())
-          device::expect_on_device(batch.inputs, params[0].device(), "the evaluation batch", "the model");
+          device::expect_on_device(batch.inputs, params[0].device(), "the evaluation batch",
+                                   "the model");
         checked = true;
       }
       auto logits = forward(batch.inputs).to(torch::kFloat32);  // (B, K)
-      loss_sum += torch::cross_entropy_loss(logits, batch.labels, {}, at::Reduction::Sum).to(torch::kFloat64);
+      loss_sum += torch::cross_entropy_loss(logits, batch.labels, {}, at::Reduction::Sum)
+                      .to(torch::kFloat64);
       auto predicted = logits.argmax(1);
       if (keep_predictions) predictions.push_back(predicted);
       confusion += torch::bincount(batch.labels * classes + predicted, {}, classes * classes);
     }
     report.confusion = confusion.view({classes, classes}).cpu();
     if (keep_predictions)
-      report.predictions = predictions.empty() ? torch::zeros({0}, torch::kInt64) : torch::cat(predictions).cpu();
+      report.predictions =
+          predictions.empty() ? torch::zeros({0}, torch::kInt64) : torch::cat(predictions).cpu();
     report.samples = report.confusion.sum().item<int64_t>();
-    report.loss = report.samples ? loss_sum.item<double>() / static_cast<double>(report.samples) : 0.0;
+    report.loss =
+        report.samples ? loss_sum.item<double>() / static_cast<double>(report.samples) : 0.0;
   }
   const auto correct = report.confusion.diagonal();
   const auto per_class = report.confusion.sum(1);
@@ -55,9 +59,9 @@ EvalReport evaluate(const std::function<torch::Tensor(const torch::Tensor&)>& fo
                                    : 0.0;
   for (int64_t k = 0; k < classes; ++k) {
     const int64_t n = per_class[k].item<int64_t>();
-    report.per_class_accuracy.push_back(
-        n ? static_cast<double>(correct[k].item<int64_t>()) / static_cast<double>(n)
-          : std::numeric_limits<double>::quiet_NaN());
+    report.per_class_accuracy.push_back(n ? static_cast<double>(correct[k].item<int64_t>()) /
+                                                static_cast<double>(n)
+                                          : std::numeric_limits<double>::quiet_NaN());
   }
   if (was_training) model.train();
   return report;

@@ -13,13 +13,13 @@
 namespace spritetorch::train {
 
 struct EvalReport {
-  double loss = 0;      // mean loss over the samples (cross-entropy for classifiers)
-  double accuracy = 0;  // share of samples whose argmax is the label
+  double loss = 0;           // mean loss over the samples (cross-entropy for classifiers)
+  double accuracy = 0;       // share of samples whose argmax is the label
   bool has_accuracy = true;  // false for tasks with no classes to be right about (generators)
   int64_t samples = 0;
   std::vector<double> per_class_accuracy;  // (K); NaN for a class with no samples
-  torch::Tensor confusion;                 // (K, K) int64 on the CPU: row = true, column = predicted
-  torch::Tensor predictions;               // (N) int64 on the CPU, loader order; keep_predictions only
+  torch::Tensor confusion;    // (K, K) int64 on the CPU: row = true, column = predicted
+  torch::Tensor predictions;  // (N) int64 on the CPU, loader order; keep_predictions only
 };
 
 // Runs under inference mode with the model in eval mode; restores train mode if it was on.

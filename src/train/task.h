@@ -62,6 +62,9 @@ class Task {
 
   // Makes (or adopts) the module for this data, on the CPU; the global seed is already set, so
   // its initial weights are reproducible. The Trainer then moves it to the device once.
+  // The run's options, before build(): a task takes the ones that are its own (ClassifierTask:
+  // label_smoothing, test_time_augment) and refuses values it cannot honour.
+  virtual void configure(const TrainConfig& /*options*/) {}
   virtual void build(const TaskSetup& setup) = 0;
   virtual torch::nn::Module& module() = 0;
   // After the module moved to `device`: state of the task's own on that device (EMA copies, ...).

@@ -31,6 +31,23 @@ void AutogradStep::run(const data::Batch& batch, torch::Tensor& loss_sum, torch:
       out = loss_(batch);
     }
   }
+  // A task's own training_step: what the Trainer needs of its result, said in words (LibTorch's
+  // would be "grad can be implicitly created only for scalar outputs" and the like). Host-side
+  // checks only: no sync.
+  if (!out.loss.defined() || out.loss.numel() != 1 || !out.loss.requires_grad() ||
+      !out.loss.is_floating_point())
+    throw Error(
+        "the task's training_step returned " +
+            (out.loss.defined()
+                 ? "a loss of shape " + c10::str(out.loss.sizes()) + " (" +
+                       c10::toString(out.loss.scalar_type()) +
+                       (out.loss.requires_grad() ? "" : ", not connected to the parameters") + ")"
+                 : std::string("no loss")) +
+            "; the Trainer needs one floating-point number that depends on the parameters",
+        "return the batch's mean loss, computed from the module's outputs without detach()");
+  if (out.correct.defined() && c10::isFloatingType(out.correct.scalar_type()))
+    throw Error("the task's training_step returned a floating-point `correct`",
+                "count the correct predictions as an integer tensor (or leave it undefined)");
   if (precision_.scaler)
     precision_.scaler->scale(out.loss).backward();
   else
@@ -93,7 +110,7 @@ void FusedMlpStep::run(const data::Batch& batch, torch::Tensor& loss_sum, torch:
     return;
   }
   const auto x = batch.inputs.reshape({b, -1});  // (B, in)
-  const auto& labels = batch.labels;              // (B)
+  const auto& labels = batch.labels;             // (B)
 
   // Forward: z_l = a_{l-1} W_l^T + b_l; a_l = relu(z_l), in place (z_l then holds a_l).
   std::vector<torch::Tensor> a(count);  // a[l]: activation leaving layer l, (B, out_l)
@@ -130,7 +147,7 @@ void FusedMlpStep::run(const data::Batch& batch, torch::Tensor& loss_sum, torch:
     }
     if (l == 0) break;
     auto dz_prev = dz_[l - 1].narrow(0, 0, b);
-    at::mm_out(dz_prev, dz, layers_[l]->weight);                 // d a_{l-1}
+    at::mm_out(dz_prev, dz, layers_[l]->weight);                // d a_{l-1}
     at::threshold_backward_out(dz_prev, dz_prev, a[l - 1], 0);  // through the ReLU
     dz = dz_prev;
   }
@@ -142,7 +159,8 @@ std::unique_ptr<TrainStep> make_train_step(const models::Classifier& model, int6
   if (kind == StepKind::kFused && layers.empty())
     throw Error("--step fused needs a ReLU MLP (ann, simplenn)", "use --step auto");
   if (kind != StepKind::kAutograd && !layers.empty()) {
-    if (CpuMlpStep::applies_to(layers)) return std::make_unique<CpuMlpStep>(layers, max_batch, cpu_threads);
+    if (CpuMlpStep::applies_to(layers))
+      return std::make_unique<CpuMlpStep>(layers, max_batch, cpu_threads);
     return std::make_unique<FusedMlpStep>(layers, max_batch);
   }
   return std::make_unique<AutogradStep>(classifier_loss(model));

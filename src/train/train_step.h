@@ -95,8 +95,9 @@ LossFn classifier_loss(const models::Classifier& model, double label_smoothing =
 
 class FusedMlpStep : public TrainStep {
  public:
-  // layers: the model's Linear layers in order, ReLU between them (ClassifierImpl::relu_mlp_layers).
-  // Their parameters must have gradients defined (the flat optimizer does that).
+  // layers: the model's Linear layers in order, ReLU between them
+  // (ClassifierImpl::relu_mlp_layers). Their parameters must have gradients defined (the flat
+  // optimizer does that).
   FusedMlpStep(std::vector<torch::nn::Linear> layers, int64_t max_batch);
   void run(const data::Batch& batch, torch::Tensor& loss_sum, torch::Tensor& correct) override;
   const char* name() const override { return "fused-mlp"; }

@@ -305,7 +305,7 @@ void TrainingRun::set_up_model() {
   channels_last_ = device::channels_last_pays(device_) && config_.channels_last && has_conv_;
   if (channels_last_) apply_channels_last(module);
   if (device_.is_cuda()) at::globalContext().setBenchmarkCuDNN(config_.cudnn_benchmark);
-  optimizer_ = std::make_unique<FlatOptimizer>(module.parameters(), optimization_.options);
+  optimizer_ = std::make_unique<FlatOptimizer>(trainable_parameters(module), optimization_.options);
   if (resumed_) {
     task_.load(*resumed_, config_.resume);
     try {
@@ -390,7 +390,7 @@ void TrainingRun::set_up_step() {
             step_->name(),
         "drop --step-threads (--threads sets LibTorch's threads for it)");
   optimizer_->use_thread_pool(step_->thread_pool());  // the optimizer step splits over them too
-  parallel_.attach(*step_, *optimizer_, task_.module().parameters());
+  parallel_.attach(*step_, *optimizer_, trainable_parameters(task_.module()));
   if (use_graphs_)
     graph_step_ = std::make_unique<CudaGraphStep>(
         *step_, *optimizer_, scaler_.get(), config_.clip_grad_norm, config_.batch_size, device_);
@@ -863,12 +863,80 @@ nlohmann::json thread_changes_json(const std::vector<ThreadChange>& changes) {
   return out;
 }
 
+std::vector<torch::Tensor> trainable_parameters(torch::nn::Module& module) {
+  std::vector<torch::Tensor> out;
+  bool any = false;
+  for (const auto& p : module.parameters()) {
+    any = true;
+    if (p.requires_grad()) out.push_back(p);
+  }
+  if (any && out.empty())
+    throw Error("every parameter of the model has requires_grad false: there is nothing to train");
+  return out;
+}
+
+namespace {
+
+std::string shape_text(const torch::Tensor& t) { return c10::str(t.sizes()); }
+
+// One split's tensors against each other and against the training split: a mismatch would read
+// past a tensor's end in the loader (raw pointers) or fail deep in LibTorch after the training.
+void check_split(const data::Dataset& d, const std::string& role, const data::Dataset* train) {
+  const std::string name = "the " + role + " set '" + d.name + "'";
+  if (!d.inputs.defined() || !d.labels.defined()) {
+    if (role == "training") throw Error(name + " has no inputs or no labels");
+    return;  // no test set
+  }
+  if (d.labels.dim() != 1 || d.labels.size(0) != d.inputs.size(0))
+    throw DataError(
+        name, "one label per sample: labels of shape (" + std::to_string(d.inputs.size(0)) + ")",
+        "labels of shape " + shape_text(d.labels) + " for inputs of shape " + shape_text(d.inputs));
+  if (!c10::isIntegralType(d.labels.scalar_type(), /*includeBool=*/false))
+    throw DataError(name, "integer class indices as labels",
+                    std::string(c10::toString(d.labels.scalar_type())) + " labels");
+  if (d.inputs.scalar_type() != torch::kUInt8 && d.inputs.scalar_type() != torch::kFloat32)
+    throw DataError(name, "uint8 (0-255) or float32 inputs",
+                    std::string(c10::toString(d.inputs.scalar_type())) + " inputs");
+  if (d.size() > 0 && !d.class_names.empty()) {
+    const int64_t low = d.labels.min().item<int64_t>(), high = d.labels.max().item<int64_t>();
+    const int64_t classes = d.num_classes();
+    if (low < 0 || high >= classes)
+      throw DataError(name,
+                      "labels in 0.." + std::to_string(classes - 1) + " (its " +
+                          std::to_string(classes) + " class names)",
+                      "label " + std::to_string(low < 0 ? low : high));
+  }
+  if (!train) return;
+  if (d.size() > 0 && d.inputs.sizes().slice(1) != train->inputs.sizes().slice(1))
+    throw DataError(
+        name, "samples of the training set's shape " + c10::str(train->inputs.sizes().slice(1)),
+        "samples of shape " + c10::str(d.inputs.sizes().slice(1)));
+  if (d.size() > 0 && d.class_names != train->class_names)
+    throw DataError(
+        name,
+        "the training set's " + std::to_string(train->num_classes()) + " classes, named as there",
+        std::to_string(d.num_classes()) + " classes named otherwise");
+}
+
+}  // namespace
+
 TrainReport Trainer::fit(Task& task, const Datasets& data, TrainObserver* observer) {
   if (options_.epochs < 0) throw Error("--epochs must be >= 0");
   if (options_.batch_size <= 0) throw Error("--batch-size must be positive");
+  check_split(data.train, "training", nullptr);
+  check_split(data.test, "test", &data.train);
+  task.configure(options_);
   // Reliability: outputs are checked before any work.
   check_run_outputs(options_, run_checkpoint_base(options_));
-  return TrainingRun(options_, task, data, observer).run();
+  // A caller's NoGradGuard or InferenceMode would leave nothing to differentiate.
+  c10::InferenceMode no_inference_mode(false);
+  torch::AutoGradMode grad_mode(true);
+  TrainReport report = TrainingRun(options_, task, data, observer).run();
+  // The parameters' gradients were views of the run's flat buffer: the module's own again, so the
+  // caller may zero them, use another optimizer or fit again.
+  for (auto& p : task.module().parameters())
+    if (p.grad().defined()) p.mutable_grad() = p.grad().clone();
+  return report;
 }
 
 }  // namespace spritetorch::train

@@ -127,6 +127,10 @@ class TrainObserver {
 struct Datasets {
   data::Dataset train, test;  // test may be empty: then no evaluation
 };
+
+// The parameters the optimizer trains: those with requires_grad (a frozen layer stays as it is,
+// weight decay included). Throws Error when a module with parameters has none of them trainable.
+std::vector<torch::Tensor> trainable_parameters(torch::nn::Module& module);
 // The config's dataset, with train_limit / test_limit applied. Fashion-MNIST's .gz files go
 // through the dataset cache the environment asks for (data::IdxCache::from_environment).
 Datasets load_datasets(const TrainConfig& config);
@@ -138,8 +142,10 @@ class Trainer {
   // are refused by fit().
   explicit Trainer(TrainConfig options);
   // Trains `task` on data.train and evaluates it on data.test. Throws spritetorch::Error for an
-  // impossible request (before any work), DataError for bad input, Interrupted after a SIGINT /
-  // SIGTERM checkpoint.
+  // impossible request (before any work), DataError for bad input (labels that do not match the
+  // samples or the class names, a test set of another shape or other classes), Interrupted after
+  // a SIGINT / SIGTERM checkpoint. Runs with gradients on whatever guard the caller holds; after
+  // it the module's parameters hold gradients of their own (not views of the run's buffers).
   TrainReport fit(Task& task, const Datasets& data, TrainObserver* observer = nullptr);
   const TrainConfig& options() const { return options_; }
 

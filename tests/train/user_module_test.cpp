@@ -1,0 +1,186 @@
+// The library's promise to a user who brings a module and data of their own: a mistake in either
+// is an Error naming what was expected and what was found, before any training, and options,
+// frozen layers and gradient guards behave as they do in PyTorch.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "common/error.h"
+#include "test_util.h"
+#include "train/classifier_task.h"
+#include "train/trainer.h"
+
+namespace spritetorch::train {
+namespace {
+
+using spritetorch::testing::error_of;
+
+// (B, 1, 8, 8) uint8 -> (B, classes) logits.
+struct TinyNetImpl : torch::nn::Module {
+  explicit TinyNetImpl(int64_t classes) {
+    conv = register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 4, 3).padding(1)));
+    fc = register_module("fc", torch::nn::Linear(4 * 4 * 4, classes));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    return fc(torch::max_pool2d(torch::relu(conv(x)), 2).flatten(1));
+  }
+  torch::nn::Conv2d conv{nullptr};
+  torch::nn::Linear fc{nullptr};
+};
+TORCH_MODULE(TinyNet);
+
+// Bright and dark 8x8 images, labelled 1 and 0.
+data::Dataset bars(int64_t n, uint64_t seed) {
+  torch::manual_seed(seed);
+  data::Dataset d;
+  d.labels = torch::randint(2, {n}, torch::kInt64);
+  d.inputs =
+      (d.labels.view({n, 1, 1, 1}) * 150 + torch::randint(100, {n, 1, 8, 8})).to(torch::kUInt8);
+  d.class_names = {"dark", "bright"};
+  d.name = "bars";
+  return d;
+}
+
+TrainConfig tiny_config() {
+  TrainConfig c;
+  c.device = "cpu";
+  c.epochs = 1;
+  c.batch_size = 32;
+  c.lr = 0.01;
+  return c;
+}
+
+std::string fit_error(Datasets data, int64_t classes = 2, TrainConfig c = tiny_config()) {
+  ClassifierTask task(TinyNet(classes), "tiny");
+  return error_of([&] { Trainer(c).fit(task, data); });
+}
+
+TEST(UserModule, LabelsThatDoNotMatchTheSamplesAreRefusedBeforeAnyWork) {
+  Datasets data{bars(128, 1), bars(32, 2)};
+  data.train.labels = data.train.labels.narrow(0, 0, 100).clone();  // read past its end before
+  EXPECT_EQ(fit_error(data),
+            "the training set 'bars': expected one label per sample: labels of shape (128), found "
+            "labels of shape [100] for inputs of shape [128, 1, 8, 8]");
+  data = {bars(128, 1), bars(32, 2)};
+  data.test.labels[3] = 7;
+  EXPECT_EQ(fit_error(data),
+            "the test set 'bars': expected labels in 0..1 (its 2 class names), found label 7");
+  data = {bars(128, 1), bars(32, 2)};
+  data.train.labels = data.train.labels.to(torch::kFloat32);
+  EXPECT_EQ(fit_error(data),
+            "the training set 'bars': expected integer class indices as labels, found Float "
+            "labels");
+  data = {bars(128, 1), bars(32, 2)};
+  data.test.inputs = torch::zeros({32, 1, 16, 16}, torch::kUInt8);  // failed after the training
+  EXPECT_EQ(fit_error(data),
+            "the test set 'bars': expected samples of the training set's shape [1, 8, 8], found "
+            "samples of shape [1, 16, 16]");
+  data = {bars(128, 1), bars(32, 2)};
+  data.test.class_names = {"a", "b"};
+  EXPECT_NE(fit_error(data).find("expected the training set's 2 classes"), std::string::npos);
+}
+
+// Logits for 5 classes on 2 counted predictions of class 4 as another class's; for 3 classes the
+// run failed in the final evaluation.
+TEST(UserModule, LogitsOfAnotherWidthThanTheClassesAreRefusedBeforeAnyWork) {
+  const Datasets data{bars(64, 1), bars(32, 2)};
+  EXPECT_EQ(fit_error(data, 5),
+            "the model's forward maps a batch of bars of shape [2, 1, 8, 8] (Float) to a tensor of "
+            "shape [2, 5] (Float); a classifier gives float logits of shape (2, 2) here, one per "
+            "class of bars");
+  EXPECT_EQ(fit_error(data, 2), "");
+}
+
+// A frozen layer is not the optimizer's: weight decay leaves it as it is, as PyTorch's optimizers
+// do for parameters they were not given.
+TEST(UserModule, FrozenParametersStayAsTheyAreUnderWeightDecay) {
+  TinyNet net(2);
+  for (auto& p : net->conv->parameters()) p.set_requires_grad(false);
+  const auto conv_before = net->conv->weight.clone(), fc_before = net->fc->weight.clone();
+  TrainConfig c = tiny_config();
+  c.optimizer = "adamw";
+  c.weight_decay = 0.5;
+  ClassifierTask task(net, "tiny");
+  Trainer(c).fit(task, {bars(128, 1), bars(32, 2)});
+  EXPECT_TRUE(torch::equal(net->conv->weight, conv_before));
+  EXPECT_FALSE(torch::equal(net->fc->weight, fc_before));
+  for (auto& p : net->fc->parameters()) p.set_requires_grad(false);
+  ClassifierTask frozen(net, "tiny");
+  EXPECT_EQ(error_of([&] {
+              Trainer(c).fit(frozen, {bars(128, 1), bars(32, 2)});
+            }),
+            "every parameter of the model has requires_grad false: there is nothing to train");
+}
+
+// A caller's NoGradGuard does not stop the training, and afterwards the module's gradients are its
+// own: another optimizer may zero them (they were views of the run's flat buffer).
+TEST(UserModule, FitUnderNoGradTrainsAndLeavesGradientsAnotherOptimizerCanUse) {
+  TinyNet net(2);
+  ClassifierTask task(net, "tiny");
+  TrainConfig c = tiny_config();
+  c.epochs = 3;
+  TrainReport report;
+  {
+    torch::NoGradGuard no_grad;
+    report = Trainer(c).fit(task, {bars(256, 1), bars(64, 2)});
+  }
+  EXPECT_GT(report.test.accuracy, 0.9);
+  torch::optim::SGD sgd(net->parameters(), 0.1);
+  EXPECT_NO_THROW(sgd.zero_grad());
+}
+
+// TrainConfig's label smoothing and test-time flips reach a task fit() is given, as the CLI's flags
+// do; a value the task cannot honour is refused.
+TEST(UserModule, TheConfigsClassifierOptionsReachTheTask) {
+  ClassifierTask task(TinyNet(2), "tiny");
+  TrainConfig c = tiny_config();
+  c.label_smoothing = 0.2;
+  c.test_time_augment = "flip";
+  const auto report = Trainer(c).fit(task, {bars(64, 1), bars(32, 2)});
+  EXPECT_DOUBLE_EQ(task.options().label_smoothing, 0.2);
+  EXPECT_TRUE(task.options().flip_at_test);
+  bool said = false;
+  for (const auto& [key, value] : report.settings) said |= key == "test-time augment";
+  EXPECT_TRUE(said);
+  c.test_time_augment = "bogus";
+  ClassifierTask other(TinyNet(2), "tiny");
+  EXPECT_EQ(error_of([&] {
+              Trainer(c).fit(other, {bars(64, 1), bars(32, 2)});
+            }),
+            "--test-time-augment bogus: expected none or flip");
+}
+
+// A task of the user's own whose step returns something the Trainer cannot differentiate.
+class VectorLossTask : public ClassifierTask {
+ public:
+  explicit VectorLossTask(bool detach) : ClassifierTask(TinyNet(2), "tiny"), detach_(detach) {}
+  StepLoss training_step(const data::Batch& batch) override {
+    StepLoss out = ClassifierTask::training_step(batch);
+    if (detach_)
+      out.loss = out.loss.detach();
+    else
+      out.loss = out.loss.expand({batch.inputs.size(0)});
+    return out;
+  }
+
+ private:
+  bool detach_;
+};
+
+TEST(UserModule, AStepWhoseLossTheTrainerCannotDifferentiateIsNamed) {
+  VectorLossTask vector(false);
+  EXPECT_EQ(error_of([&] {
+              Trainer(tiny_config()).fit(vector, {bars(64, 1), bars(32, 2)});
+            }),
+            "the task's training_step returned a loss of shape [32] (Float); the Trainer needs one "
+            "floating-point number that depends on the parameters");
+  VectorLossTask detached(true);
+  EXPECT_EQ(
+      error_of([&] {
+        Trainer(tiny_config()).fit(detached, {bars(64, 1), bars(32, 2)});
+      }),
+      "the task's training_step returned a loss of shape [] (Float, not connected to the "
+      "parameters); the Trainer needs one floating-point number that depends on the parameters");
+}
+
+}  // namespace
+}  // namespace spritetorch::train
