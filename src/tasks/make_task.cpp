@@ -7,14 +7,7 @@
 
 namespace spritetorch {
 
-namespace {
-
-Error not_for_task(const std::string& option, const std::string& task, const std::string& why) {
-  return Error(option + " does not apply to --task " + task + ": " + why,
-               "drop " + option.substr(0, option.find(' ')));
-}
-
-}  // namespace
+using train::not_for_task;
 
 std::unique_ptr<train::Task> make_task(const train::TrainConfig& config) {
   if (config.task == train::TaskKind::kClassify) {

@@ -9,31 +9,28 @@ namespace spritetorch::train {
 
 namespace {
 
-Error not_for_task(const std::string& option, const std::string& why) {
-  return Error(option + " does not apply to --task classify: " + why, "drop " + option);
-}
-
 // The generator's options, refused by name (the CLI's `train` and Trainer::fit alike).
 void refuse_generator_options(const TrainConfig& config) {
   if (config.sample_every > 0)
-    throw not_for_task("--sample-every", "sample sheets are a generator's");
+    throw not_for_task("--sample-every", "classify", "sample sheets are a generator's");
   const TrainConfig defaults;
   if (config.unet_base != defaults.unet_base)
-    throw not_for_task("--unet-base", "it sizes the generator's UNet");
+    throw not_for_task("--unet-base", "classify", "it sizes the generator's UNet");
   if (config.activation_checkpointing)
-    throw not_for_task("--activation-checkpointing", "it recomputes the generator's UNet blocks");
+    throw not_for_task("--activation-checkpointing", "classify",
+                       "it recomputes the generator's UNet blocks");
   if (config.unet_attention != defaults.unet_attention)
-    throw not_for_task("--unet-attention", "it shapes the generator's UNet");
+    throw not_for_task("--unet-attention", "classify", "it shapes the generator's UNet");
   if (config.unet_scale_shift != defaults.unet_scale_shift)
-    throw not_for_task("--unet-scale-shift", "it shapes the generator's UNet");
+    throw not_for_task("--unet-scale-shift", "classify", "it shapes the generator's UNet");
   if (config.unet_mult != defaults.unet_mult)
-    throw not_for_task("--unet-mult", "it shapes the generator's UNet");
+    throw not_for_task("--unet-mult", "classify", "it shapes the generator's UNet");
   if (config.prediction != defaults.prediction)
-    throw not_for_task("--prediction", "it is what the generator's UNet predicts");
+    throw not_for_task("--prediction", "classify", "it is what the generator's UNet predicts");
   if (config.noise_schedule != defaults.noise_schedule)
-    throw not_for_task("--noise-schedule", "it is the generator's diffusion");
+    throw not_for_task("--noise-schedule", "classify", "it is the generator's diffusion");
   if (config.min_snr_gamma != defaults.min_snr_gamma)
-    throw not_for_task("--min-snr-gamma", "it weights the generator's loss");
+    throw not_for_task("--min-snr-gamma", "classify", "it weights the generator's loss");
 }
 
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/error.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "train/checkpoint.h"
@@ -52,6 +53,10 @@ struct FastStepSetup {
   const StepPrecision& precision;
   int cpu_threads = 1;
 };
+
+// An option of the other task, refused: "OPTION does not apply to --task TASK: WHY", hint "drop"
+// its flag (OPTION may carry a value: "--model fastcnn").
+Error not_for_task(const std::string& option, const std::string& task, const std::string& why);
 
 class Task {
  public:
