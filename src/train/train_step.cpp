@@ -47,7 +47,8 @@ void AutogradStep::run(const data::Batch& batch, torch::Tensor& loss_sum, torch:
         "return the batch's mean loss, computed from the module's outputs without detach()");
   if (out.correct.defined() && c10::isFloatingType(out.correct.scalar_type()))
     throw Error("the task's training_step returned a floating-point `correct`",
-                "count the correct predictions as an integer tensor (or leave it undefined)");
+                "count the correct predictions as an integer tensor (or leave it undefined, with "
+                "TaskTraits::has_accuracy = false)");
   if (precision_.scaler)
     precision_.scaler->scale(out.loss).backward();
   else

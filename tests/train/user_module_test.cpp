@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
+
 #include "common/error.h"
 #include "test_util.h"
 #include "train/classifier_task.h"
@@ -149,37 +151,68 @@ TEST(UserModule, TheConfigsClassifierOptionsReachTheTask) {
             "--test-time-augment bogus: expected none or flip");
 }
 
-// A task of the user's own whose step returns something the Trainer cannot differentiate.
-class VectorLossTask : public ClassifierTask {
+// A task of the user's own whose step returns something the Trainer cannot use.
+enum class BadStep { kVectorLoss, kDetachedLoss, kNoCount };
+class BadStepTask : public ClassifierTask {
  public:
-  explicit VectorLossTask(bool detach) : ClassifierTask(TinyNet(2), "tiny"), detach_(detach) {}
+  explicit BadStepTask(BadStep bad, bool has_accuracy = true)
+      : ClassifierTask(TinyNet(2), "tiny"), bad_(bad), has_accuracy_(has_accuracy) {}
+  TaskTraits traits() const override {
+    TaskTraits t = ClassifierTask::traits();
+    t.has_accuracy = has_accuracy_;
+    return t;
+  }
   StepLoss training_step(const data::Batch& batch) override {
     StepLoss out = ClassifierTask::training_step(batch);
-    if (detach_)
-      out.loss = out.loss.detach();
-    else
-      out.loss = out.loss.expand({batch.inputs.size(0)});
+    switch (bad_) {
+      case BadStep::kVectorLoss:
+        out.loss = out.loss.expand({batch.inputs.size(0)});
+        break;
+      case BadStep::kDetachedLoss:
+        out.loss = out.loss.detach();
+        break;
+      case BadStep::kNoCount:
+        out.correct = torch::Tensor();
+        break;
+    }
     return out;
   }
 
  private:
-  bool detach_;
+  BadStep bad_;
+  bool has_accuracy_;
 };
 
 TEST(UserModule, AStepWhoseLossTheTrainerCannotDifferentiateIsNamed) {
-  VectorLossTask vector(false);
+  BadStepTask vector(BadStep::kVectorLoss);
   EXPECT_EQ(error_of([&] {
               Trainer(tiny_config()).fit(vector, {bars(64, 1), bars(32, 2)});
             }),
             "the task's training_step returned a loss of shape [32] (Float); the Trainer needs one "
             "floating-point number that depends on the parameters");
-  VectorLossTask detached(true);
+  BadStepTask detached(BadStep::kDetachedLoss);
   EXPECT_EQ(
       error_of([&] {
         Trainer(tiny_config()).fit(detached, {bars(64, 1), bars(32, 2)});
       }),
       "the task's training_step returned a loss of shape [] (Float, not connected to the "
       "parameters); the Trainer needs one floating-point number that depends on the parameters");
+}
+
+// A training accuracy of 0 would read as measured: a step without a count needs the traits to say
+// the task has no accuracy, and then trains.
+TEST(UserModule, AStepThatCountsNothingNeedsATaskWithoutAccuracy) {
+  BadStepTask uncounted(BadStep::kNoCount);
+  EXPECT_EQ(error_of([&] {
+              Trainer(tiny_config()).fit(uncounted, {bars(64, 1), bars(32, 2)});
+            }),
+            "the task's training_step returned no `correct`, but its traits() say it has an "
+            "accuracy (TaskTraits::has_accuracy, true by default)");
+  BadStepTask lossOnly(BadStep::kNoCount, /*has_accuracy=*/false);
+  const TrainReport report = Trainer(tiny_config()).fit(lossOnly, {bars(64, 1), bars(32, 2)});
+  EXPECT_FALSE(report.has_accuracy);
+  ASSERT_EQ(report.epochs.size(), 1u);
+  EXPECT_TRUE(std::isfinite(report.epochs[0].loss));
 }
 
 }  // namespace
