@@ -174,7 +174,7 @@ def run_fast(args, device, start):
     # spritetorch's bench warms up before its first seed.
     spare = FastCNN(widths).to(device, memory_format=memory)
     spare_optimizer = optim.AdamW(spare.parameters(), lr=lr, weight_decay=0.05)
-    for i in range(5):
+    for i in range(min(5, (len(x_train) + batch - 1) // batch)):  # --train-limit may leave fewer
         x = x_train[i * batch:(i + 1) * batch].contiguous(memory_format=memory)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16"):
             warm_loss = criterion(spare(x).float(), y_train[i * batch:(i + 1) * batch])

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/choice.h"
+#include "common/error.h"
 
 namespace spritetorch::cli {
 
@@ -22,6 +23,22 @@ int max_thread_count();  // 8 per CPU of this machine, at least 64
 // A finite number in [min, max]; unlike CLI::Range, "nan" is refused (every comparison with it is
 // false).
 CLI::Validator number_between(double min, double max);
+
+// A check that `parse` reads the text, with its Error's words (--lr-schedule, --augment): a bad
+// value is refused when the options are read, as --print-config and config files are.
+template <class Parse>
+CLI::Validator parsed_by(Parse parse, const std::string& type_name) {
+  return CLI::Validator(
+      [parse](const std::string& text) {
+        try {
+          parse(text);
+          return std::string();
+        } catch (const Error& e) {
+          return std::string(e.what());
+        }
+      },
+      type_name);
+}
 
 // A flag whose value is one of an enum's names (common/choice.h): the flag, the environment and
 // config files give text, the library gets the enum. `target` must outlive the parse.

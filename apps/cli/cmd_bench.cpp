@@ -175,22 +175,6 @@ PeerResult peer_result(const ProcessResult& result, const std::vector<std::strin
   return {std::move(json), ""};
 }
 
-// A check that `parse` reads the text, with its Error's words (train's --lr-schedule and
-// --augment).
-template <class Parse>
-CLI::Validator parsed_by(Parse parse, const std::string& type_name) {
-  return CLI::Validator(
-      [parse](const std::string& text) {
-        try {
-          parse(text);
-          return std::string();
-        } catch (const Error& e) {
-          return std::string(e.what());
-        }
-      },
-      type_name);
-}
-
 // "3.2x faster" or "1.3x slower": peer seconds / ours.
 std::string speed_ratio(double ratio) {
   std::ostringstream text;
@@ -415,7 +399,7 @@ Subcommand add_bench_command(CLI::App& app) {
   auto f = std::make_shared<BenchFlags>();
   auto& w = f->bench.workload;
   w.model.clear();
-  sub->add_option("--model", w.model, "ann | cnn | simplenn [default: ann]")
+  sub->add_option("--model", w.model, "As train --model [default: ann]")
       ->check(CLI::IsMember(models::model_names()));
   sub->add_option("--dataset", w.dataset, "fashion-mnist | dummy")->capture_default_str();
   sub->add_option("--data", w.data_dir, "Fashion-MNIST folder")->capture_default_str();
@@ -470,7 +454,7 @@ Subcommand add_bench_command(CLI::App& app) {
                   "Untimed steps before each row (0: none)")
       ->check(kNonNegative)
       ->capture_default_str();
-  sub->add_option("--out", f->out, "Write OUT.json and OUT.csv")
+  sub->add_option("--out", f->out, "Write OUT.json and OUT.csv (with --target-accuracy: OUT.json)")
       ->check(kPath)
       ->capture_default_str();
   sub->add_flag("--overwrite", f->overwrite, "Replace existing OUT.json / OUT.csv");

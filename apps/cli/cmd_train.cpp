@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "common/timer.h"
 #include "config_file.h"
+#include "data/augment.h"
 #include "data/sprite_sources.h"
 #include "device/device.h"
 #include "diffusion/generator_task.h"
@@ -100,8 +101,9 @@ Subcommand add_train_command(CLI::App& app) {
                   "auto | cpu | cuda | cuda:N | mps (auto: CUDA, else MPS, else CPU)")
       ->capture_default_str();
   sub->add_option("--model", config->model,
-                  "ann (seed MLP 784-128-64-10) | cnn | simplenn (seed 003, 3-10-2) [default: ann; "
-                  "cnn for sprite datasets]")
+                  "ann (seed MLP 784-128-64-10) | cnn | fastcnn | fastcnn-2x | fastcnn-wide (the "
+                  "recipes' BatchNorm CNNs) | simplenn (seed 003, 3-10-2) [default: ann; cnn for "
+                  "sprite datasets]")
       ->check(CLI::IsMember(models::model_names()));
   sub->add_option("--dataset", config->dataset,
                   "fashion-mnist | dummy (random learnable data for simplenn) | "
@@ -165,16 +167,8 @@ Subcommand add_train_command(CLI::App& app) {
   sub->add_option("--lr-schedule", config->lr_schedule,
                   "constant | cosine (to 0 at the last step) | step:E[:G] (times G, default 0.1, "
                   "every E epochs); a function of the global step, so resuming continues it")
-      ->check(CLI::Validator(
-          [](const std::string& text) {
-            try {
-              train::parse_lr_schedule(text);
-              return std::string();
-            } catch (const Error& e) {
-              return std::string(e.what());
-            }
-          },
-          "SCHEDULE"))
+      ->check(
+          parsed_by([](const std::string& text) { train::parse_lr_schedule(text); }, "SCHEDULE"))
       ->capture_default_str();
   sub->add_option("--warmup-steps", config->warmup_steps,
                   "Linear learning-rate warm-up over the first N steps (0: none)")
@@ -216,6 +210,7 @@ Subcommand add_train_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--augment", config->augment,
                   "On-device batch augmentation: none | flip | shift[:N] | flip,shift[:N]")
+      ->check(parsed_by([](const std::string& text) { data::parse_augment(text); }, "AUGMENT"))
       ->capture_default_str();
   add_choice(sub, "--class-sampling", config->class_sampling,
              "natural | balanced (each epoch draws every class equally often, the small classes' "

@@ -608,6 +608,8 @@ expect 2 "--out: an empty path" -- bench --dataset dummy --model simplenn --out 
 expect 2 "--count: '99999999999' is not a number from 1 to 1e\+06" -- generate --checkpoint "$tmp/g.pt" --count 99999999999 --out "$tmp/big.png"
 expect 2 "--class: an empty class name" -- generate --checkpoint "$tmp/g.pt" --class "" --out "$tmp/none.png"
 expect 2 "--augment flip,flip: .*names flip twice|'flip,flip' names flip twice" -- "${tiny[@]}" --augment flip,flip
+# Refused when the options are read, so --print-config never writes out a value training refuses.
+expect 2 "--augment: unknown augmentation 'rotate'" -- train --augment rotate --print-config
 expect 2 "a shift of 9 pixels moves most of .*16x16 images out of the frame" -- train --device cpu --dataset sprites --sprite-count 32 --epochs 1 --no-run-dir --augment shift:9
 expect 2 "--size: '3abc' is not a sprite size \(expected 16, 32 or 64\)" -- train --dataset sprites --size 3abc
 expect 0 "--channels-last false unused: this model has no convolutions" -- "${tiny[@]}" --channels-last false
