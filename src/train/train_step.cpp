@@ -10,8 +10,8 @@
 
 namespace spritetorch::train {
 
-AutogradStep::AutogradStep(LossFn loss, StepPrecision precision)
-    : loss_(std::move(loss)), precision_(std::move(precision)) {
+AutogradStep::AutogradStep(LossFn loss, StepPrecision precision, bool needs_correct)
+    : loss_(std::move(loss)), precision_(std::move(precision)), needs_correct_(needs_correct) {
   if (precision_.plan.grad_scaling && !precision_.scaler)
     throw Error("internal: fp16 step without a grad scaler");
 }
@@ -45,6 +45,12 @@ void AutogradStep::run(const data::Batch& batch, torch::Tensor& loss_sum, torch:
                  : std::string("no loss")) +
             "; the Trainer needs one floating-point number that depends on the parameters",
         "return the batch's mean loss, computed from the module's outputs without detach()");
+  if (needs_correct_ && !out.correct.defined())
+    throw Error(
+        "the task's training_step returned no `correct`, but its traits() say it has an accuracy "
+        "(TaskTraits::has_accuracy, true by default)",
+        "count the batch's correct predictions in `correct`, or return traits() with "
+        "has_accuracy = false");
   if (out.correct.defined() && c10::isFloatingType(out.correct.scalar_type()))
     throw Error("the task's training_step returned a floating-point `correct`",
                 "count the correct predictions as an integer tensor (or leave it undefined, with "

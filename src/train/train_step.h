@@ -75,7 +75,9 @@ class TrainStep {
 // of the weights for the matmuls, and autograd casts their gradients back to fp32.
 class AutogradStep : public TrainStep {
  public:
-  explicit AutogradStep(LossFn loss, StepPrecision precision = {});
+  // needs_correct: the task reports an accuracy (TaskTraits::has_accuracy), so each step must
+  // count its correct predictions; without a count the run would report 0 as if measured.
+  explicit AutogradStep(LossFn loss, StepPrecision precision = {}, bool needs_correct = false);
   void run(const data::Batch& batch, torch::Tensor& loss_sum, torch::Tensor& correct) override;
   const char* name() const override { return "autograd"; }
   bool overwrites_grads() const override { return false; }
@@ -83,6 +85,7 @@ class AutogradStep : public TrainStep {
  private:
   LossFn loss_;
   StepPrecision precision_;
+  bool needs_correct_;
 };
 
 // A classifier's loss: cross-entropy of forward(inputs) against the labels, computed in fp32

@@ -382,18 +382,8 @@ void TrainingRun::set_up_step() {
   if (!step_) step_ = task_.fast_step({largest_batch, config_.step, precision, cpu_threads});
   if (!step_)
     step_ = std::make_unique<AutogradStep>(
-        [this](const data::Batch& batch) {
-          StepLoss out = task_.training_step(batch);
-          // Without a count the run would report a training accuracy of 0 as if measured.
-          if (traits_.has_accuracy && !out.correct.defined())
-            throw Error(
-                "the task's training_step returned no `correct`, but its traits() say it has an "
-                "accuracy (TaskTraits::has_accuracy, true by default)",
-                "count the batch's correct predictions in `correct`, or return traits() with "
-                "has_accuracy = false");
-          return out;
-        },
-        precision);
+        [this](const data::Batch& batch) { return task_.training_step(batch); }, precision,
+        traits_.has_accuracy);
   // --step-threads splits the fused CPU step (the kernel-backed one); another step would drop it.
   if (config_.step_threads > 0 && device_.is_cpu() && !step_->kernel())
     throw Error(

@@ -208,8 +208,8 @@ TEST(UserModule, AStepThatCountsNothingNeedsATaskWithoutAccuracy) {
             }),
             "the task's training_step returned no `correct`, but its traits() say it has an "
             "accuracy (TaskTraits::has_accuracy, true by default)");
-  BadStepTask lossOnly(BadStep::kNoCount, /*has_accuracy=*/false);
-  const TrainReport report = Trainer(tiny_config()).fit(lossOnly, {bars(64, 1), bars(32, 2)});
+  BadStepTask loss_only(BadStep::kNoCount, /*has_accuracy=*/false);
+  const TrainReport report = Trainer(tiny_config()).fit(loss_only, {bars(64, 1), bars(32, 2)});
   EXPECT_FALSE(report.has_accuracy);
   ASSERT_EQ(report.epochs.size(), 1u);
   EXPECT_TRUE(std::isfinite(report.epochs[0].loss));
