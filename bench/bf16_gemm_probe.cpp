@@ -31,6 +31,7 @@
 namespace {
 
 constexpr int kM = 64, kN = 64, kK = 784;
+constexpr int kKPadded = (kK + 31) / 32 * 32;  // 800: an AMX tile row holds 32 bf16
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define PROBE_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma")))
@@ -218,15 +219,14 @@ void layer1_forward_bf16(benchmark::State& state) {
 
 void layer1_forward_amx(benchmark::State& state) {
   if (const std::string why = amx_unusable(); !why.empty()) return state.SkipWithError(why.c_str());
-  constexpr int kPadded = (kK + 31) / 32 * 32;  // 800: a tile row holds 32 bf16
   const std::vector<uint16_t> a = varied_bf16(int64_t{kM} * kK, 1),
                               b = varied_bf16(int64_t{kN} * kK, 2);
-  std::vector<uint16_t> a_padded(int64_t{kM} * kPadded, 0), b_pairs(int64_t{kN} * kPadded);
+  std::vector<uint16_t> a_padded(int64_t{kM} * kKPadded, 0), b_pairs(int64_t{kN} * kKPadded);
   for (int i = 0; i < kM; ++i)
-    std::memcpy(&a_padded[int64_t{i} * kPadded], &a[int64_t{i} * kK], kK * 2);
-  pack_pairs(kN, kK, kPadded, b.data(), b_pairs.data());
+    std::memcpy(&a_padded[int64_t{i} * kKPadded], &a[int64_t{i} * kK], kK * 2);
+  pack_pairs(kN, kK, kKPadded, b.data(), b_pairs.data());
   std::vector<float> c(kM * kN);
-  nt_amx(kM, kN, kPadded, a_padded.data(), b_pairs.data(), c.data());
+  nt_amx(kM, kN, kKPadded, a_padded.data(), b_pairs.data(), c.data());
   double worst = 0;  // against the same bf16 values multiplied in double
   for (int i = 0; i < kM; ++i)
     for (int j = 0; j < kN; ++j) {
@@ -244,7 +244,7 @@ void layer1_forward_amx(benchmark::State& state) {
         ("AMX product differs from the plain loop: relative error " + std::to_string(worst))
             .c_str());
   for (auto _ : state) {
-    nt_amx(kM, kN, kPadded, a_padded.data(), b_pairs.data(), c.data());
+    nt_amx(kM, kN, kKPadded, a_padded.data(), b_pairs.data(), c.data());
     benchmark::DoNotOptimize(c.data());
   }
   set_rate(state, 2.0 * kM * kN * kK);
@@ -253,11 +253,10 @@ void layer1_forward_amx(benchmark::State& state) {
 // What an AMX step adds each step: W1's half (64 x 784 bf16) into the pair layout, here in
 // scalar code (an upper bound: a shuffle kernel would do it faster).
 void pack_w1_pairs(benchmark::State& state) {
-  constexpr int kPadded = (kK + 31) / 32 * 32;
   const std::vector<uint16_t> b = varied_bf16(int64_t{kN} * kK, 2);
-  std::vector<uint16_t> out(int64_t{kN} * kPadded);
+  std::vector<uint16_t> out(int64_t{kN} * kKPadded);
   for (auto _ : state) {
-    pack_pairs(kN, kK, kPadded, b.data(), out.data());
+    pack_pairs(kN, kK, kKPadded, b.data(), out.data());
     benchmark::DoNotOptimize(out.data());
   }
   set_rate(state, double{kN} * kK);
