@@ -9,7 +9,8 @@
 //
 // Arguments: 1 for bf16 (autocast in the step), then 1 for the fused op, 0 for LibTorch's ops;
 // the op and the convolution take the stage (0, 1, 2) first; the op and the step then 1 for
-// channels_last (the fused op's NHWC form, AVX-512 only; elsewhere LibTorch's ops either way).
+// channels_last (the fused op's NHWC form with the avx512 and avx2 code; elsewhere LibTorch's ops
+// either way).
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
 
@@ -103,8 +104,8 @@ void step(benchmark::State& state) {
   torch::manual_seed(1);
   auto model = models::make_model({"fastcnn", {1, 28, 28}, 10});
   model->train();
-  // channels_last weights and batch, as the trainer runs conv nets on CPUs with AVX-512 (where
-  // the fused op has its NHWC form).
+  // channels_last weights and batch, as the trainer runs conv nets on CPUs with AVX2 or AVX-512
+  // (where the fused op has its NHWC form).
   const bool channels_last = state.range(2) != 0;
   const auto layout = layout_of(state.range(2));
   if (channels_last) {

@@ -254,7 +254,7 @@ Subcommand add_train_command(CLI::App& app) {
          "CUDA: run every step eagerly, without graph capture")
       ->excludes(graphs_on);
   sub->add_option("--channels-last", config->channels_last,
-                  "CNNs on CUDA and on CPUs with AVX-512: channels_last memory format "
+                  "CNNs on CUDA and on CPUs with AVX2: channels_last memory format "
                   "(true|false; a generator's default is false: its GroupNorms run NCHW)")
       ->capture_default_str();
   sub->add_option("--cudnn-benchmark", config->cudnn_benchmark,

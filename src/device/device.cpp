@@ -198,7 +198,8 @@ std::vector<DeviceInfo> list_devices() {
 }
 
 bool channels_last_pays(const torch::Device& device) {
-  return device.is_cuda() || (device.is_cpu() && gemm::available(gemm::Kernel::avx512));
+  return device.is_cuda() || (device.is_cpu() && (gemm::available(gemm::Kernel::avx512) ||
+                                                  gemm::available(gemm::Kernel::avx2)));
 }
 
 PeakMemory peak_memory(const torch::Device& device) {

@@ -486,9 +486,10 @@ SPRITETORCH_PASSES(avx512_bf16, SPRITETORCH_BN_AVX512, Bf16, avx512)
 // A pixel's C channels are contiguous, so the vectors run along the channels (masked past a
 // multiple of 16) with per-channel factors; images are split over the threads. Statistics are
 // summed per image in float a row at a time, then in double, then over the images in order, so
-// the result does not depend on the thread count. No other code path has this form: elsewhere
-// channels_last tensors take LibTorch's ops (vectorised along the channels too), and CNNs run
-// channels_last on the CPU only where it has AVX-512 (device::channels_last_pays).
+// the result does not depend on the thread count. The AVX2 code has the same form in 8 lanes
+// (below); without either, channels_last tensors take LibTorch's ops (vectorised along the
+// channels too), and CNNs run channels_last on the CPU only where one of the two runs
+// (device::channels_last_pays).
 
 struct Image {
   Plane plane;
@@ -509,8 +510,8 @@ SPRITETORCH_BN_AVX512 inline void add_lanes(__m512 s, __m512 q, int n, double* a
 
 // sum[c] += sum over the image of (x - shift[c]), squares[c] += of its square.
 template <class E>
-SPRITETORCH_BN_AVX512 void nhwc_sums(const typename E::Stored* x, const Image& im,
-                                     const float* shift, double* sum, double* squares) {
+SPRITETORCH_BN_AVX512 void avx512_nhwc_sums(const typename E::Stored* x, const Image& im,
+                                            const float* shift, double* sum, double* squares) {
   using V = Avx512<E>;
   for (int64_t c = 0; c < im.channels; c += 16) {
     const int n = static_cast<int>(std::min<int64_t>(16, im.channels - c));
@@ -531,9 +532,10 @@ SPRITETORCH_BN_AVX512 void nhwc_sums(const typename E::Stored* x, const Image& i
 
 // One image's forward: as avx512_pool_plane with per-channel a and d; `won` in NHWC order.
 template <class E>
-SPRITETORCH_BN_AVX512 void nhwc_pool_image(const typename E::Stored* x, typename E::Stored* y,
-                                           uint8_t* won, const Image& im, const float* a_,
-                                           const float* d_) {
+SPRITETORCH_BN_AVX512 void avx512_nhwc_pool_image(const typename E::Stored* x,
+                                                  typename E::Stored* y, uint8_t* won,
+                                                  const Image& im, const float* a_,
+                                                  const float* d_) {
   using V = Avx512<E>;
   const int64_t channels = im.channels;
   for (int64_t c = 0; c < channels; c += 16) {
@@ -559,10 +561,11 @@ SPRITETORCH_BN_AVX512 void nhwc_pool_image(const typename E::Stored* x, typename
 // One image's sums over the windows that passed ReLU: sum_g[c] += g, sum_gx[c] += g (x - mean[c])
 // at the winner.
 template <class E>
-SPRITETORCH_BN_AVX512 void nhwc_gradient_sums(const typename E::Stored* x,
-                                              const typename E::Stored* g, const uint8_t* won,
-                                              const Image& im, const float* mean_, double* sum_g,
-                                              double* sum_gx) {
+SPRITETORCH_BN_AVX512 void avx512_nhwc_gradient_sums(const typename E::Stored* x,
+                                                     const typename E::Stored* g,
+                                                     const uint8_t* won, const Image& im,
+                                                     const float* mean_, double* sum_g,
+                                                     double* sum_gx) {
   using V = Avx512<E>;
   const int64_t channels = im.channels;
   for (int64_t c = 0; c < channels; c += 16) {
@@ -590,10 +593,10 @@ SPRITETORCH_BN_AVX512 void nhwc_gradient_sums(const typename E::Stored* x,
 
 // One image's dx = u x + v everywhere, plus k g at each window's winner (per-channel u, v, k).
 template <class E>
-SPRITETORCH_BN_AVX512 void nhwc_dx_image(const typename E::Stored* x, const typename E::Stored* g,
-                                         const uint8_t* won, typename E::Stored* dx,
-                                         const Image& im, const float* u_, const float* v_,
-                                         const float* k_) {
+SPRITETORCH_BN_AVX512 void avx512_nhwc_dx_image(const typename E::Stored* x,
+                                                const typename E::Stored* g, const uint8_t* won,
+                                                typename E::Stored* dx, const Image& im,
+                                                const float* u_, const float* v_, const float* k_) {
   using V = Avx512<E>;
   const int64_t channels = im.channels;
   const Plane& p = im.plane;
@@ -635,30 +638,30 @@ struct ImagePasses {
              const float* u, const float* v, const float* scale);
 };
 
-#define SPRITETORCH_IMAGE_PASSES(NAME, E)                                                          \
-  void NAME##_sums(const void* x, const Image& im, const float* shift, double* sum,                \
-                   double* squares) {                                                              \
-    nhwc_sums<E>(static_cast<const E::Stored*>(x), im, shift, sum, squares);                       \
-  }                                                                                                \
-  void NAME##_forward(const void* x, void* y, uint8_t* won, const Image& im, const float* a,       \
-                      const float* d) {                                                            \
-    nhwc_pool_image<E>(static_cast<const E::Stored*>(x), static_cast<E::Stored*>(y), won, im, a,   \
-                       d);                                                                         \
-  }                                                                                                \
-  void NAME##_gradient_sums(const void* x, const void* g, const uint8_t* won, const Image& im,     \
-                            const float* mean, double* sum_g, double* sum_gx) {                    \
-    nhwc_gradient_sums<E>(static_cast<const E::Stored*>(x), static_cast<const E::Stored*>(g), won, \
-                          im, mean, sum_g, sum_gx);                                                \
-  }                                                                                                \
-  void NAME##_dx(const void* x, const void* g, const uint8_t* won, void* dx, const Image& im,      \
-                 const float* u, const float* v, const float* scale) {                             \
-    nhwc_dx_image<E>(static_cast<const E::Stored*>(x), static_cast<const E::Stored*>(g), won,      \
-                     static_cast<E::Stored*>(dx), im, u, v, scale);                                \
-  }                                                                                                \
+#define SPRITETORCH_IMAGE_PASSES(NAME, E, CODE)                                                   \
+  void NAME##_sums(const void* x, const Image& im, const float* shift, double* sum,               \
+                   double* squares) {                                                             \
+    CODE##_nhwc_sums<E>(static_cast<const E::Stored*>(x), im, shift, sum, squares);               \
+  }                                                                                               \
+  void NAME##_forward(const void* x, void* y, uint8_t* won, const Image& im, const float* a,      \
+                      const float* d) {                                                           \
+    CODE##_nhwc_pool_image<E>(static_cast<const E::Stored*>(x), static_cast<E::Stored*>(y), won,  \
+                              im, a, d);                                                          \
+  }                                                                                               \
+  void NAME##_gradient_sums(const void* x, const void* g, const uint8_t* won, const Image& im,    \
+                            const float* mean, double* sum_g, double* sum_gx) {                   \
+    CODE##_nhwc_gradient_sums<E>(static_cast<const E::Stored*>(x),                                \
+                                 static_cast<const E::Stored*>(g), won, im, mean, sum_g, sum_gx); \
+  }                                                                                               \
+  void NAME##_dx(const void* x, const void* g, const uint8_t* won, void* dx, const Image& im,     \
+                 const float* u, const float* v, const float* scale) {                            \
+    CODE##_nhwc_dx_image<E>(static_cast<const E::Stored*>(x), static_cast<const E::Stored*>(g),   \
+                            won, static_cast<E::Stored*>(dx), im, u, v, scale);                   \
+  }                                                                                               \
   const ImagePasses NAME = {NAME##_sums, NAME##_forward, NAME##_gradient_sums, NAME##_dx};
 
-SPRITETORCH_IMAGE_PASSES(nhwc_avx512_fp32, Fp32)
-SPRITETORCH_IMAGE_PASSES(nhwc_avx512_bf16, Bf16)
+SPRITETORCH_IMAGE_PASSES(nhwc_avx512_fp32, Fp32, avx512)
+SPRITETORCH_IMAGE_PASSES(nhwc_avx512_bf16, Bf16, avx512)
 
 // n fp32 values rounded to bf16, 16 at a time.
 SPRITETORCH_BN_AVX512 void avx512_to_bf16(const float* in, int64_t n, uint16_t* out) {
@@ -782,6 +785,15 @@ SPRITETORCH_BN_AVX2 inline __m256i load_winners(const uint8_t* p, int n) {
 }
 
 SPRITETORCH_BN_AVX2 inline void store_winners(uint8_t* p, int n, __m256i which) {
+  if (n == 8) {  // 32 -> 16 -> 8 bits (0..3 and kCut fit), per 128-bit half: lanes 0..3, 4..7
+    const __m256i bytes = _mm256_packus_epi16(_mm256_packus_epi32(which, which), which);
+    const uint64_t lo = static_cast<uint32_t>(_mm256_cvtsi256_si32(bytes));
+    const uint64_t hi =
+        static_cast<uint32_t>(_mm_cvtsi128_si32(_mm256_extracti128_si256(bytes, 1)));
+    const uint64_t bits = lo | hi << 32;
+    std::memcpy(p, &bits, sizeof bits);
+    return;
+  }
   alignas(32) int32_t lanes[8];
   _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), which);
   for (int l = 0; l < n; ++l) p[l] = static_cast<uint8_t>(lanes[l]);
@@ -803,13 +815,34 @@ SPRITETORCH_BN_AVX2 inline double sum_lanes(__m256 v) {
   return s;
 }
 
+// 8 windows' ReLU'd maximum of their four normalised values, and in `which` each window's winner
+// (0..3) or kCut. As loops_pool_plane: each row's first maximum, then the bottom row's only if
+// greater. A window with a NaN gives NaN, as the AVX-512 code's pool_windows.
+SPRITETORCH_BN_AVX2 inline __m256 pool_windows_avx2(__m256 tl, __m256 tr, __m256 bl, __m256 br,
+                                                    __m256i& which) {
+  const __m256 top_right = _mm256_cmp_ps(tr, tl, _CMP_GT_OQ);
+  const __m256 bottom_right = _mm256_cmp_ps(br, bl, _CMP_GT_OQ);
+  const __m256 t = select(top_right, tl, tr), b = select(bottom_right, bl, br);
+  const __m256 down = _mm256_cmp_ps(b, t, _CMP_GT_OQ);
+  const __m256 m = select(down, t, b);
+  const __m256 passed = _mm256_cmp_ps(m, _mm256_setzero_ps(), _CMP_GT_OQ);
+  const __m256i one = _mm256_set1_epi32(1);
+  const __m256i top_which = _mm256_and_si256(_mm256_castps_si256(top_right), one);
+  const __m256i bottom_which = _mm256_add_epi32(
+      _mm256_set1_epi32(2), _mm256_and_si256(_mm256_castps_si256(bottom_right), one));
+  which = _mm256_blendv_epi8(top_which, bottom_which, _mm256_castps_si256(down));
+  which = _mm256_blendv_epi8(_mm256_set1_epi32(kCut), which, _mm256_castps_si256(passed));
+  const __m256 nan =
+      _mm256_or_ps(_mm256_cmp_ps(tl, tr, _CMP_UNORD_Q), _mm256_cmp_ps(bl, br, _CMP_UNORD_Q));
+  return _mm256_blendv_ps(_mm256_and_ps(m, passed),
+                          _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN()), nan);
+}
+
 template <class E>
 SPRITETORCH_BN_AVX2 void avx2_pool_plane(const typename E::Stored* x, typename E::Stored* y,
                                          uint8_t* won, const Plane& p, float a_, float d_) {
   using R = Avx2<E>;
-  const __m256 a = _mm256_set1_ps(a_), d = _mm256_set1_ps(d_), zero = _mm256_setzero_ps();
-  const __m256i one = _mm256_set1_epi32(1), two = _mm256_set1_epi32(2),
-                cut = _mm256_set1_epi32(kCut);
+  const __m256 a = _mm256_set1_ps(a_), d = _mm256_set1_ps(d_);
   for (int64_t r = 0; r < p.out_height; ++r) {
     const typename E::Stored* top = x + 2 * r * p.width;
     const typename E::Stored* bottom = top + p.width;
@@ -818,23 +851,11 @@ SPRITETORCH_BN_AVX2 void avx2_pool_plane(const typename E::Stored* x, typename E
       __m256 tl, tr, bl, br;
       R::load_pairs(top + 2 * k, n, tl, tr);
       R::load_pairs(bottom + 2 * k, n, bl, br);
-      tl = _mm256_fmadd_ps(a, tl, d);
-      tr = _mm256_fmadd_ps(a, tr, d);
-      bl = _mm256_fmadd_ps(a, bl, d);
-      br = _mm256_fmadd_ps(a, br, d);
-      // As loops_pool_plane: each row's first maximum, then the bottom row's only if greater.
-      const __m256 top_right = _mm256_cmp_ps(tr, tl, _CMP_GT_OQ);
-      const __m256 bottom_right = _mm256_cmp_ps(br, bl, _CMP_GT_OQ);
-      const __m256 t = select(top_right, tl, tr), b = select(bottom_right, bl, br);
-      const __m256 down = _mm256_cmp_ps(b, t, _CMP_GT_OQ);
-      const __m256 m = select(down, t, b);
-      const __m256 passed = _mm256_cmp_ps(m, zero, _CMP_GT_OQ);
-      const __m256i top_which = _mm256_and_si256(_mm256_castps_si256(top_right), one);
-      const __m256i bottom_which =
-          _mm256_add_epi32(two, _mm256_and_si256(_mm256_castps_si256(bottom_right), one));
-      __m256i which = _mm256_blendv_epi8(top_which, bottom_which, _mm256_castps_si256(down));
-      which = _mm256_blendv_epi8(cut, which, _mm256_castps_si256(passed));
-      R::store(y + r * p.out_width + k, n, _mm256_and_ps(m, passed));
+      __m256i which;
+      const __m256 out =
+          pool_windows_avx2(_mm256_fmadd_ps(a, tl, d), _mm256_fmadd_ps(a, tr, d),
+                            _mm256_fmadd_ps(a, bl, d), _mm256_fmadd_ps(a, br, d), which);
+      R::store(y + r * p.out_width + k, n, out);
       store_winners(won + r * p.out_width + k, n, which);
     }
   }
@@ -904,6 +925,137 @@ SPRITETORCH_BN_AVX2 void avx2_dx_plane(const typename E::Stored* x, const typena
 
 SPRITETORCH_PASSES(avx2_fp32, SPRITETORCH_BN_AVX2, Fp32, avx2)
 SPRITETORCH_PASSES(avx2_bf16, SPRITETORCH_BN_AVX2, Bf16, avx2)
+
+// ---- channels_last (NHWC), AVX2 + FMA: 8 channels at a time -------------------------------------
+//
+// The AVX-512 form's loops (above) in 8 lanes: channels past a multiple of 8 take the masked
+// loads and stores of Avx2<E>; the same order of sums, so the same results for any thread count.
+
+SPRITETORCH_BN_AVX2 inline void add_lanes_avx2(__m256 s, __m256 q, int n, double* a, double* b) {
+  alignas(32) float sv[8], qv[8];
+  _mm256_store_ps(sv, s);
+  _mm256_store_ps(qv, q);
+  for (int l = 0; l < n; ++l) {
+    a[l] += sv[l];
+    b[l] += qv[l];
+  }
+}
+
+// Per-channel factors of lanes c .. c + n (zero past n).
+SPRITETORCH_BN_AVX2 inline __m256 factors(const float* p, int n) { return Avx2<Fp32>::load(p, n); }
+
+template <class E>
+SPRITETORCH_BN_AVX2 void avx2_nhwc_sums(const typename E::Stored* x, const Image& im,
+                                        const float* shift, double* sum, double* squares) {
+  using R = Avx2<E>;
+  for (int64_t c = 0; c < im.channels; c += 8) {
+    const int n = static_cast<int>(std::min<int64_t>(8, im.channels - c));
+    const __m256 s0 = factors(shift + c, n);
+    for (int64_t r = 0; r < im.plane.height; ++r) {
+      __m256 s = _mm256_setzero_ps(), q = _mm256_setzero_ps();
+      const typename E::Stored* row = x + r * im.row() + c;
+      for (int64_t p = 0; p < im.plane.width; ++p) {
+        const __m256 v = _mm256_sub_ps(R::load(row + p * im.channels, n), s0);
+        s = _mm256_add_ps(s, v);
+        q = _mm256_fmadd_ps(v, v, q);
+      }
+      add_lanes_avx2(s, q, n, sum + c, squares + c);
+    }
+  }
+}
+
+template <class E>
+SPRITETORCH_BN_AVX2 void avx2_nhwc_pool_image(const typename E::Stored* x, typename E::Stored* y,
+                                              uint8_t* won, const Image& im, const float* a_,
+                                              const float* d_) {
+  using R = Avx2<E>;
+  const int64_t channels = im.channels;
+  for (int64_t c = 0; c < channels; c += 8) {
+    const int n = static_cast<int>(std::min<int64_t>(8, channels - c));
+    const __m256 a = factors(a_ + c, n), d = factors(d_ + c, n);
+    for (int64_t r = 0; r < im.plane.out_height; ++r)
+      for (int64_t k = 0; k < im.plane.out_width; ++k) {
+        const typename E::Stored* top = x + 2 * r * im.row() + 2 * k * channels + c;
+        const typename E::Stored* bottom = top + im.row();
+        __m256i which;
+        const __m256 out =
+            pool_windows_avx2(_mm256_fmadd_ps(a, R::load(top, n), d),
+                              _mm256_fmadd_ps(a, R::load(top + channels, n), d),
+                              _mm256_fmadd_ps(a, R::load(bottom, n), d),
+                              _mm256_fmadd_ps(a, R::load(bottom + channels, n), d), which);
+        const int64_t at = (r * im.plane.out_width + k) * channels + c;
+        R::store(y + at, n, out);
+        store_winners(won + at, n, which);
+      }
+  }
+}
+
+template <class E>
+SPRITETORCH_BN_AVX2 void avx2_nhwc_gradient_sums(const typename E::Stored* x,
+                                                 const typename E::Stored* g, const uint8_t* won,
+                                                 const Image& im, const float* mean_, double* sum_g,
+                                                 double* sum_gx) {
+  using R = Avx2<E>;
+  const int64_t channels = im.channels;
+  for (int64_t c = 0; c < channels; c += 8) {
+    const int n = static_cast<int>(std::min<int64_t>(8, channels - c));
+    const __m256 mean = factors(mean_ + c, n);
+    for (int64_t r = 0; r < im.plane.out_height; ++r) {
+      __m256 s = _mm256_setzero_ps(), q = _mm256_setzero_ps();
+      for (int64_t k = 0; k < im.plane.out_width; ++k) {
+        const typename E::Stored* top = x + 2 * r * im.row() + 2 * k * channels + c;
+        const typename E::Stored* bottom = top + im.row();
+        const int64_t at = (r * im.plane.out_width + k) * channels + c;
+        const __m256i which = load_winners(won + at, n);  // lanes past n: 0, with g loaded as 0
+        const __m256 gv = _mm256_andnot_ps(lanes_equal(which, kCut), R::load(g + at, n));
+        const __m256 xv = winner_avx2(which, R::load(top, n), R::load(top + channels, n),
+                                      R::load(bottom, n), R::load(bottom + channels, n));
+        s = _mm256_add_ps(s, gv);
+        q = _mm256_fmadd_ps(gv, _mm256_sub_ps(xv, mean), q);
+      }
+      add_lanes_avx2(s, q, n, sum_g + c, sum_gx + c);
+    }
+  }
+}
+
+template <class E>
+SPRITETORCH_BN_AVX2 void avx2_nhwc_dx_image(const typename E::Stored* x,
+                                            const typename E::Stored* g, const uint8_t* won,
+                                            typename E::Stored* dx, const Image& im,
+                                            const float* u_, const float* v_, const float* k_) {
+  using R = Avx2<E>;
+  const int64_t channels = im.channels;
+  const Plane& p = im.plane;
+  for (int64_t c = 0; c < channels; c += 8) {
+    const int n = static_cast<int>(std::min<int64_t>(8, channels - c));
+    const __m256 u = factors(u_ + c, n), v = factors(v_ + c, n), scale = factors(k_ + c, n);
+    auto plain = [&](int64_t at) SPRITETORCH_BN_AVX2 {  // u x + v where no window reaches
+      R::store(dx + at, n, _mm256_fmadd_ps(u, R::load(x + at, n), v));
+    };
+    for (int64_t r = 0; r < p.out_height; ++r)
+      for (int64_t k = 0; k < p.out_width; ++k) {
+        const int64_t top = 2 * r * im.row() + 2 * k * channels + c, bottom = top + im.row();
+        const int64_t at = (r * p.out_width + k) * channels + c;
+        const __m256i which = load_winners(won + at, n);
+        const __m256 add =
+            _mm256_andnot_ps(lanes_equal(which, kCut), _mm256_mul_ps(scale, R::load(g + at, n)));
+        auto one = [&](int64_t at_x, int index) SPRITETORCH_BN_AVX2 {
+          const __m256 plain_dx = _mm256_fmadd_ps(u, R::load(x + at_x, n), v);
+          R::store(dx + at_x, n,
+                   _mm256_add_ps(plain_dx, _mm256_and_ps(lanes_equal(which, index), add)));
+        };
+        one(top, 0);
+        one(top + channels, 1);
+        one(bottom, 2);
+        one(bottom + channels, 3);
+      }
+    each_pixel_outside_windows(
+        p, [&](int64_t pixel) SPRITETORCH_BN_AVX2 { plain(pixel * channels + c); });
+  }
+}
+
+SPRITETORCH_IMAGE_PASSES(nhwc_avx2_fp32, Fp32, avx2)
+SPRITETORCH_IMAGE_PASSES(nhwc_avx2_bf16, Bf16, avx2)
 #endif
 
 const Passes& passes_for(gemm::Kernel kernel, bool bf16) {
@@ -916,6 +1068,14 @@ const Passes& passes_for(gemm::Kernel kernel, bool bf16) {
 #endif
   return bf16 ? loops_bf16 : loops_fp32;
 }
+
+#ifdef SPRITETORCH_BN_POOL_X86
+// The NHWC form of a code path: avx512 or avx2 (bn_relu_pool_fused sends no other here).
+const ImagePasses& image_passes_for(gemm::Kernel kernel, bool bf16) {
+  if (kernel == gemm::Kernel::avx512) return bf16 ? nhwc_avx512_bf16 : nhwc_avx512_fp32;
+  return bf16 ? nhwc_avx2_bf16 : nhwc_avx2_fp32;
+}
+#endif
 
 // ---- The operation ------------------------------------------------------------------------------
 
@@ -1054,12 +1214,12 @@ struct BnReluPoolFunction : torch::autograd::Function<BnReluPoolFunction> {
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
     const auto saved = ctx->get_saved_variables();
     const auto &x = saved[0], &weight = saved[1], &stats = saved[2], &won = saved[3];
+    const auto kernel = static_cast<gemm::Kernel>(ctx->saved_data["kernel"].toInt());
 #ifdef SPRITETORCH_BN_POOL_X86
-    if (!x.is_contiguous()) return backward_nhwc(x, weight, stats, won, grad_out[0]);
+    if (!x.is_contiguous()) return backward_nhwc(x, weight, stats, won, grad_out[0], kernel);
 #endif
     const bool bf16 = x.scalar_type() == torch::kBFloat16;
-    const Passes& passes =
-        passes_for(static_cast<gemm::Kernel>(ctx->saved_data["kernel"].toInt()), bf16);
+    const Passes& passes = passes_for(kernel, bf16);
     const auto g = grad_out[0].to(x.scalar_type()).contiguous();
     const Channel ch = channel_of(x);
     const int64_t channels = x.size(1), plane = ch.plane.pixels(), out_plane = ch.plane.outputs();
@@ -1097,8 +1257,7 @@ struct BnReluPoolFunction : torch::autograd::Function<BnReluPoolFunction> {
                                     torch::Tensor running_mean, torch::Tensor running_var,
                                     double factor, double eps, int64_t kernel_index) {
     const bool bf16 = x.scalar_type() == torch::kBFloat16;
-    (void)kernel_index;  // AVX-512 only (bn_relu_pool_fused)
-    const ImagePasses& passes = bf16 ? nhwc_avx512_bf16 : nhwc_avx512_fp32;
+    const ImagePasses& passes = image_passes_for(static_cast<gemm::Kernel>(kernel_index), bf16);
     const Image im = image_of(x);
     const int64_t batch = x.size(0), channels = im.channels, elem = x.element_size();
     const int64_t in_image = im.plane.pixels() * channels,
@@ -1153,14 +1312,15 @@ struct BnReluPoolFunction : torch::autograd::Function<BnReluPoolFunction> {
       won.select(3, c).fill_(kCut);
     }
     ctx->save_for_backward({x, weight, stats, won});
+    ctx->saved_data["kernel"] = kernel_index;
     return y;
   }
 
   static variable_list backward_nhwc(const torch::Tensor& x, const torch::Tensor& weight,
                                      const torch::Tensor& stats, const torch::Tensor& won,
-                                     const torch::Tensor& grad) {
+                                     const torch::Tensor& grad, gemm::Kernel kernel) {
     const bool bf16 = x.scalar_type() == torch::kBFloat16;
-    const ImagePasses& passes = bf16 ? nhwc_avx512_bf16 : nhwc_avx512_fp32;
+    const ImagePasses& passes = image_passes_for(kernel, bf16);
     const auto g = grad.to(x.scalar_type()).contiguous(torch::MemoryFormat::ChannelsLast);
     const Image im = image_of(x);
     const int64_t batch = x.size(0), channels = im.channels, elem = x.element_size();
@@ -1207,9 +1367,10 @@ struct BnReluPoolFunction : torch::autograd::Function<BnReluPoolFunction> {
 };
 
 #ifdef SPRITETORCH_BN_POOL_X86
-// Eval mode (the AVX-512 code, either layout): the norm is a x + d from the running statistics, the
-// pool the training forward's, the winners thrown away (nothing to backpropagate).
-torch::Tensor bn_relu_pool_inference(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x) {
+// Eval mode (the AVX-512 or AVX2 code, either layout): the norm is a x + d from the running
+// statistics, the pool the training forward's, the winners thrown away (nothing to backpropagate).
+torch::Tensor bn_relu_pool_inference(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
+                                     gemm::Kernel kernel) {
   const int64_t channels = x.size(1), elem = x.element_size();
   const bool bf16 = x.scalar_type() == torch::kBFloat16;
   std::vector<float> a(channels), d(channels);
@@ -1233,7 +1394,7 @@ torch::Tensor bn_relu_pool_inference(const torch::nn::BatchNorm2dImpl& bn, const
   auto* yp = static_cast<char*>(y.data_ptr());
   uint8_t* wp = won.data_ptr<uint8_t>();
   if (layout == torch::MemoryFormat::Contiguous) {
-    const Passes& passes = bf16 ? avx512_bf16 : avx512_fp32;
+    const Passes& passes = passes_for(kernel, bf16);
     const Channel ch = channel_of(x);
     at::parallel_for(0, channels, 1, [&](int64_t begin, int64_t end) {
       for (int64_t c = begin; c < end; ++c)
@@ -1241,7 +1402,7 @@ torch::Tensor bn_relu_pool_inference(const torch::nn::BatchNorm2dImpl& bn, const
                        wp + c * ch.plane.outputs(), ch, a[c], d[c]);
     });
   } else {
-    const ImagePasses& passes = bf16 ? nhwc_avx512_bf16 : nhwc_avx512_fp32;
+    const ImagePasses& passes = image_passes_for(kernel, bf16);
     const int64_t in_image = plane.pixels() * channels, out_image = plane.outputs() * channels;
     at::parallel_for(0, x.size(0), 1, [&](int64_t begin, int64_t end) {
       for (int64_t b = begin; b < end; ++b)
@@ -1607,7 +1768,10 @@ std::string bn_relu_pool_code() {
   return "loops";
 }
 
-bool bn_relu_pool_channels_last() { return bn_relu_pool_code() == "avx512"; }
+bool bn_relu_pool_channels_last() {
+  const std::string code = bn_relu_pool_code();
+  return code == "avx512" || code == "avx2";
+}
 
 bool bn_relu_pool_threaded() {
 #if defined(SPRITETORCH_OPENMP) && defined(_OPENMP)
@@ -1629,11 +1793,12 @@ static bool fusable_norm(const torch::nn::BatchNorm2dImpl& bn) {
          bn.running_var.is_contiguous();
 }
 
-// channels_last has only the AVX-512 form (nhwc_avx512_*).
+// channels_last has the AVX-512 and AVX2 forms only (nhwc_avx512_*, nhwc_avx2_*).
 static bool fusable_layout(const torch::Tensor& x, gemm::Kernel kernel) {
   if (x.is_contiguous()) return true;
 #ifdef SPRITETORCH_BN_POOL_X86
-  return x.is_contiguous(torch::MemoryFormat::ChannelsLast) && kernel == gemm::Kernel::avx512 &&
+  return x.is_contiguous(torch::MemoryFormat::ChannelsLast) &&
+         (kernel == gemm::Kernel::avx512 || kernel == gemm::Kernel::avx2) &&
          gemm::available(kernel);
 #else
   (void)kernel;
@@ -1662,8 +1827,8 @@ bool bn_relu_pool_inference_fused(const torch::nn::BatchNorm2dImpl& bn, const to
   const bool needs_grad =
       torch::GradMode::is_enabled() &&
       (x.requires_grad() || bn.weight.requires_grad() || bn.bias.requires_grad());
-  return !needs_grad && kernel == gemm::Kernel::avx512 && gemm::available(kernel) &&
-         fusable_norm(bn) && fusable_input(bn, x, kernel);
+  return !needs_grad && (kernel == gemm::Kernel::avx512 || kernel == gemm::Kernel::avx2) &&
+         gemm::available(kernel) && fusable_norm(bn) && fusable_input(bn, x, kernel);
 #else
   (void)bn, (void)x, (void)kernel;
   return false;
@@ -1677,7 +1842,7 @@ torch::Tensor bn_relu_pool_reference(torch::nn::BatchNorm2dImpl& bn, const torch
 torch::Tensor bn_relu_pool(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
                            gemm::Kernel kernel) {
 #ifdef SPRITETORCH_BN_POOL_X86
-  if (bn_relu_pool_inference_fused(bn, x, kernel)) return bn_relu_pool_inference(bn, x);
+  if (bn_relu_pool_inference_fused(bn, x, kernel)) return bn_relu_pool_inference(bn, x, kernel);
 #endif
   if (!bn_relu_pool_fused(bn, x, kernel)) return bn_relu_pool_reference(bn, x);
   const double factor = count_batch(bn);

@@ -14,9 +14,9 @@
 // CPU, fp32 or bf16 x (bf16 autocast hands the norm the convolution's bf16 output; the result is in
 // x's dtype, as LibTorch's), contiguous NCHW, a BatchNorm with affine weights and running
 // statistics. channels_last x takes a form with the channels in the vector lanes and the images
-// over the threads (AVX-512 only: the layout CNNs train in there). In eval mode, on AVX-512, a
-// forward without the statistics (bn_relu_pool_inference_fused). Elsewhere (CUDA, eval mode
-// without AVX-512, channels_last without AVX-512) it is the LibTorch ops.
+// over the threads (AVX-512 and AVX2: the layout CNNs train in there). In eval mode, on AVX-512 and
+// AVX2, a forward without the statistics (bn_relu_pool_inference_fused). Elsewhere (CUDA, a CPU
+// without AVX2) it is the LibTorch ops.
 #pragma once
 
 #include <torch/torch.h>
@@ -55,15 +55,15 @@ torch::Tensor bn_relu_pool_reference(torch::nn::BatchNorm2dImpl& bn, const torch
 
 // Whether bn_relu_pool takes the fused op for these inputs: enabled, bn in training mode with
 // affine weights and running statistics, x on the CPU, fp32 or bf16, contiguous NCHW (or
-// channels_last with the avx512 kernel), at least 2 x 2, and the op able to split its loops over
-// LibTorch's threads (built with OpenMP, see CMakeLists.txt, or one thread).
+// channels_last with the avx512 or avx2 kernel), at least 2 x 2, and the op able to split its loops
+// over LibTorch's threads (built with OpenMP, see CMakeLists.txt, or one thread).
 bool bn_relu_pool_fused(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
                         gemm::Kernel kernel = gemm::best_kernel());
 
 // Whether bn_relu_pool takes the fused forward in eval mode: the same conditions but bn in eval
 // mode and no gradient wanted (grad mode off, or neither x nor bn's weights needing one), on the
-// avx512 code path (either layout). The norm is then a x + d from the running statistics, and a
-// window with a NaN gives NaN, as LibTorch's ops do.
+// avx512 or avx2 code path (either layout). The norm is then a x + d from the running statistics,
+// and a window with a NaN gives NaN, as LibTorch's ops do.
 bool bn_relu_pool_inference_fused(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
                                   gemm::Kernel kernel = gemm::best_kernel());
 
@@ -78,7 +78,7 @@ bool bn_relu_pool_fusion();
 // thread (else the op runs only where LibTorch has one thread; see CMakeLists.txt).
 std::string bn_relu_pool_code();
 bool bn_relu_pool_threaded();
-// Whether channels_last tensors take the fused op here (its NHWC form: the avx512 code path).
+// Whether channels_last tensors take the fused op here (its NHWC form: the avx512 and avx2 code).
 bool bn_relu_pool_channels_last();
 
 }  // namespace spritetorch::models

@@ -91,7 +91,7 @@ struct TrainConfig {
   precision::Precision precision = precision::Precision::kFp32;  // precision/precision.h
   double clip_grad_norm = 0.0;                 // clip the gradients' L2 norm to this (0 = off)
   CudaGraphs cuda_graphs = CudaGraphs::kAuto;  // capture the train step as a CUDA graph
-  bool channels_last = true;    // CNNs on CUDA and AVX-512 CPUs: channels_last memory format
+  bool channels_last = true;    // CNNs on CUDA and AVX2 CPUs: channels_last memory format
   bool cudnn_benchmark = true;  // CUDA: let cuDNN time its algorithms (fixed shapes)
   // Reliability (train/run_state.h, docs/reliability.md).
   int64_t checkpoint_every = 0;           // steps between periodic checkpoints (0 = none)

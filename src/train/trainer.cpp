@@ -301,7 +301,7 @@ void TrainingRun::set_up_model() {
   // channels_last must be set before the flat optimizer re-points the parameters (it keeps their
   // strides).
   for (const auto& p : module.parameters()) has_conv_ |= p.dim() == 4;
-  // On CUDA and on a CPU with AVX-512 (device::channels_last_pays; docs/precision.md).
+  // On CUDA and on a CPU with AVX2 or AVX-512 (device::channels_last_pays; docs/precision.md).
   channels_last_ = device::channels_last_pays(device_) && config_.channels_last && has_conv_;
   if (channels_last_) apply_channels_last(module);
   if (device_.is_cuda()) at::globalContext().setBenchmarkCuDNN(config_.cudnn_benchmark);
@@ -468,7 +468,7 @@ Settings TrainingRun::describe() const {
     settings.emplace_back("memory format",
                           channels_last_
                               ? "channels_last"
-                              : "NCHW (--channels-last applies to CUDA and to CPUs with AVX-512)");
+                              : "NCHW (--channels-last applies to CUDA and to CPUs with AVX2)");
   if (graph_step_)
     settings.emplace_back("cuda graphs", "whole step captured after " +
                                              std::to_string(CudaGraphStep::kWarmupSteps) +

@@ -22,7 +22,7 @@ SPRITETORCH_GEMM_KERNEL=loops expect 0 '"cpu_adam_kernel": "loops"' -- devices -
 SPRITETORCH_GEMM_KERNEL=loops expect 0 "its Adam update: loops" -- devices
 SPRITETORCH_GEMM_KERNEL=sse9 expect 2 "SPRITETORCH_GEMM_KERNEL=sse9: expected avx512, avx2, blas or loops" -- devices
 SPRITETORCH_CACHE=maybe expect 2 "SPRITETORCH_CACHE=maybe: expected 0" -- train --data "$tmp/nowhere"
-expect 0 "BatchNorm \+ ReLU \+ max-pool in training \(CPU\): fused, (avx512 \(NCHW and channels_last\)|(avx2|loops) \(NCHW; channels_last takes LibTorch's ops\))" -- devices
+expect 0 "BatchNorm \+ ReLU \+ max-pool in training \(CPU\): fused, ((avx512|avx2) \(NCHW and channels_last\)|loops \(NCHW; channels_last takes LibTorch's ops\))" -- devices
 SPRITETORCH_GEMM_KERNEL=avx2 expect 0 "max-pool in training \(CPU\): fused, (avx2|loops) \(NCHW; channels_last" -- devices
 SPRITETORCH_FUSED_BN_POOL=0 expect 0 '"cpu_bn_relu_pool": "off"' -- devices --json
 SPRITETORCH_FUSED_BN_POOL=0 expect 0 '"cpu_bn_relu_pool_channels_last": false' -- devices --json
@@ -462,17 +462,18 @@ check "config.toml records a generator's default lr (0.002: docs/sprites.md, The
   grep -q '^lr = 0.002$' "$tmp/gauto/config.toml"
 check "a classifier keeps the lr of 0.001" grep -q '^lr = 0.001$' "$tmp/r1/config.toml"
 check "a classifier keeps channels_last on" grep -q '^channels-last = true$' "$tmp/r1/config.toml"
-# --channels-last applies on a CPU with AVX-512 too (oneDNN's NHWC convolutions): the settings say so, the
+# --channels-last applies on a CPU with AVX2 too (oneDNN's NHWC convolutions): the settings say so, the
 # run learns what the NCHW run learns up to float rounding, and its checkpoint evaluates to the
 # accuracy the run reported.
 cl_json=$("$bin" train --dataset sprites --sprite-count 64 --epochs 2 --device cpu --no-run-dir --json \
   --save "$tmp/cl.pt" 2>/dev/null)
 nchw_json=$("$bin" train --dataset sprites --sprite-count 64 --epochs 2 --device cpu --no-run-dir --json \
   --channels-last false 2>/dev/null)
-# On a CPU with AVX-512 (the avx512 matrix kernel can run), else it keeps NCHW and says so.
-layout='NCHW (--channels-last applies to CUDA and to CPUs with AVX-512)'
-"$bin" devices --json | python3 -c 'import json,sys; sys.exit(0 if "avx512" in json.load(sys.stdin)["cpu_gemm_kernels"] else 1)' &&
-  layout=channels_last
+# On a CPU with AVX2 or AVX-512 (the avx2 or avx512 matrix kernel can run), else it keeps NCHW and
+# says so.
+layout='NCHW (--channels-last applies to CUDA and to CPUs with AVX2)'
+"$bin" devices --json | python3 -c 'import json,sys; k = json.load(sys.stdin)["cpu_gemm_kernels"]
+sys.exit(0 if "avx512" in k or "avx2" in k else 1)' && layout=channels_last
 check "a CPU conv run's settings say its memory format ($layout)" python3 -c "
 import json, sys; s = json.loads(sys.argv[1])['settings']
 assert s['memory format'] == sys.argv[2], s" "$cl_json" "$layout"

@@ -21,6 +21,14 @@ std::vector<gemm::Kernel> kernels_here() {
   return out;
 }
 
+// The kernels here with a channels_last (NHWC) form.
+std::vector<gemm::Kernel> nhwc_kernels_here() {
+  std::vector<gemm::Kernel> out;
+  for (gemm::Kernel k : {gemm::Kernel::avx2, gemm::Kernel::avx512})
+    if (gemm::available(k)) out.push_back(k);
+  return out;
+}
+
 // Whether the op runs with LibTorch's threads as they are (testing::OneThreadUnless).
 bool fused_with_these_threads() {
   torch::nn::BatchNorm2d probe(2);
@@ -139,14 +147,19 @@ TEST(BnReluPool, MatchesTheLibTorchOpsForwardAndBackward) {
       torch::MemoryFormat::Contiguous);
 }
 
-// channels_last, the AVX-512 form (16 channels a vector): fastcnn's stages, channel counts short
-// of and past a multiple of 16, odd heights and widths.
+// channels_last, the AVX-512 and AVX2 forms (16 and 8 channels a vector): fastcnn's stages,
+// channel counts short of and past a multiple of 16 and of 8, odd heights and widths.
 TEST(BnReluPool, ChannelsLastMatchesTheLibTorchOps) {
-  if (!gemm::available(gemm::Kernel::avx512)) GTEST_SKIP() << "no AVX-512 here";
+  if (nhwc_kernels_here().empty()) GTEST_SKIP() << "no AVX2 or AVX-512 here";
   const testing::OneThreadUnless threads(fused_with_these_threads());
-  expect_matches_the_libtorch_ops(
-      {{4, 16, 28, 28}, {3, 32, 14, 14}, {5, 64, 7, 7}, {2, 3, 6, 9}, {2, 20, 5, 7}, {1, 33, 2, 2}},
-      {gemm::Kernel::avx512}, torch::MemoryFormat::ChannelsLast);
+  expect_matches_the_libtorch_ops({{4, 16, 28, 28},
+                                   {3, 32, 14, 14},
+                                   {5, 64, 7, 7},
+                                   {2, 3, 6, 9},
+                                   {2, 20, 5, 7},
+                                   {2, 12, 4, 6},
+                                   {1, 33, 2, 2}},
+                                  nhwc_kernels_here(), torch::MemoryFormat::ChannelsLast);
 }
 
 // Whole-number inputs make many windows with equal values: the gradient must reach the element
@@ -165,12 +178,10 @@ TEST(BnReluPool, TiesSendTheGradientWhereLibTorchDoes) {
   };
   for (gemm::Kernel kernel : kernels_here())
     expect_ties_as_libtorch(run(true, kernel, x, upstream, 5), gemm::kernel_name(kernel));
-  if (gemm::available(gemm::Kernel::avx512)) {
-    const auto layout = torch::MemoryFormat::ChannelsLast;
-    expect_ties_as_libtorch(
-        run(true, gemm::Kernel::avx512, x.contiguous(layout), upstream.contiguous(layout), 5),
-        "avx512 channels_last");
-  }
+  const auto layout = torch::MemoryFormat::ChannelsLast;
+  for (gemm::Kernel kernel : nhwc_kernels_here())
+    expect_ties_as_libtorch(run(true, kernel, x.contiguous(layout), upstream.contiguous(layout), 5),
+                            std::string(gemm::kernel_name(kernel)) + " channels_last");
 }
 
 // Without a momentum the running statistics are a cumulative average (1 / num_batches_tracked),
@@ -203,7 +214,7 @@ TEST(BnReluPool, NonFiniteInputsGiveNaN) {
       const auto y = bn_relu_pool(*bn, x, kernel);
       EXPECT_TRUE(y.select(1, 0).isnan().all().item<bool>()) << gemm::kernel_name(kernel);
       EXPECT_TRUE(y.select(1, 1).isfinite().all().item<bool>()) << gemm::kernel_name(kernel);
-      if (kernel != gemm::Kernel::avx512) continue;
+      if (kernel == gemm::Kernel::loops) continue;  // no channels_last form
       auto twin = make_norm(2, 1);
       const auto last = x.contiguous(torch::MemoryFormat::ChannelsLast);
       ASSERT_TRUE(bn_relu_pool_fused(*twin, last, kernel));
@@ -213,7 +224,7 @@ TEST(BnReluPool, NonFiniteInputsGiveNaN) {
     }
 }
 
-// Eval mode, channels_last without AVX-512, fp64, a norm without affine weights or running
+// Eval mode, channels_last without AVX2 or AVX-512, fp64, a norm without affine weights or running
 // statistics: LibTorch's ops, with the same result as the reference.
 TEST(BnReluPool, OtherModesLayoutsAndDtypesTakeTheLibTorchOps) {
   const testing::OneThreadUnless threads(fused_with_these_threads());
@@ -230,8 +241,8 @@ TEST(BnReluPool, OtherModesLayoutsAndDtypesTakeTheLibTorchOps) {
   auto bn = make_norm(3, 1);
   EXPECT_TRUE(bn_relu_pool_fused(*bn, x));
   const auto last = x.contiguous(torch::MemoryFormat::ChannelsLast);
-  EXPECT_FALSE(bn_relu_pool_fused(*bn, last, gemm::Kernel::avx2));
   EXPECT_FALSE(bn_relu_pool_fused(*bn, last, gemm::Kernel::loops));
+  EXPECT_EQ(bn_relu_pool_fused(*bn, last, gemm::Kernel::avx2), gemm::available(gemm::Kernel::avx2));
   EXPECT_EQ(bn_relu_pool_fused(*bn, last, gemm::Kernel::avx512),
             gemm::available(gemm::Kernel::avx512));
   EXPECT_FALSE(bn_relu_pool_fused(*bn, x.as_strided({2, 3, 6, 6}, {108, 1, 3, 18})));
@@ -246,48 +257,53 @@ TEST(BnReluPool, OtherModesLayoutsAndDtypesTakeTheLibTorchOps) {
   set_bn_relu_pool_fusion(true);
 }
 
-// Eval mode with no gradient wanted (how evaluation runs), AVX-512: the fused forward against
-// LibTorch's ops on the running statistics, both layouts, fp32 and bf16, odd sizes and a channel
-// count past 16; a NaN in x gives NaN in its window only, as LibTorch's pool and ReLU give.
+// Eval mode with no gradient wanted (how evaluation runs), AVX-512 and AVX2: the fused forward
+// against LibTorch's ops on the running statistics, both layouts, fp32 and bf16, odd sizes and
+// channel counts past 16 and 8; a NaN in x gives NaN in its window only, as LibTorch's pool and
+// ReLU give.
 TEST(BnReluPool, EvalModeForwardMatchesTheLibTorchOps) {
-  if (!gemm::available(gemm::Kernel::avx512)) GTEST_SKIP() << "no AVX-512 here";
+  if (nhwc_kernels_here().empty()) GTEST_SKIP() << "no AVX2 or AVX-512 here";
   const testing::OneThreadUnless threads(fused_with_these_threads());
   {
     torch::NoGradGuard no_grad;
-    for (const auto& shape : std::vector<std::vector<int64_t>>{{3, 20, 9, 7}, {4, 16, 14, 14}})
+    for (const auto& shape :
+         std::vector<std::vector<int64_t>>{{3, 20, 9, 7}, {4, 16, 14, 14}, {2, 12, 6, 8}})
       for (auto layout : {torch::MemoryFormat::Contiguous, torch::MemoryFormat::ChannelsLast})
-        for (torch::ScalarType dtype : {torch::kFloat32, torch::kBFloat16}) {
-          const std::string what = c10::str(torch::IntArrayRef(shape)) + " " +
-                                   c10::toString(layout) + " " + c10::toString(dtype);
-          auto bn = make_norm(shape[1], 3);
-          bn->eval();
-          torch::manual_seed(4);
-          auto x = (torch::randn(shape) * 2 + 0.5).to(dtype).contiguous(layout);
-          x[1][2][4][3] = std::numeric_limits<float>::quiet_NaN();
-          ASSERT_TRUE(bn_relu_pool_inference_fused(*bn, x, gemm::Kernel::avx512)) << what;
-          const auto got = bn_relu_pool(*bn, x, gemm::Kernel::avx512);
-          set_bn_relu_pool_fusion(false);
-          const auto want = bn_relu_pool(*bn, x.to(torch::kFloat32), gemm::Kernel::avx512);
-          set_bn_relu_pool_fusion(true);
-          EXPECT_TRUE(got.is_contiguous(layout)) << what;
-          EXPECT_EQ(got.scalar_type(), dtype) << what;
-          EXPECT_TRUE(torch::equal(got.isnan(), want.isnan())) << what;
-          EXPECT_EQ(got.isnan().sum().item<int64_t>(), 1) << what;
-          const auto finite = want.isfinite();
-          expect_close(got.to(torch::kFloat32).masked_select(finite), want.masked_select(finite),
-                       dtype == torch::kFloat32 ? 1e-5 : 1e-2, what);
-        }
+        for (torch::ScalarType dtype : {torch::kFloat32, torch::kBFloat16})
+          for (gemm::Kernel kernel : nhwc_kernels_here()) {
+            const std::string what = std::string(gemm::kernel_name(kernel)) + " " +
+                                     c10::str(torch::IntArrayRef(shape)) + " " +
+                                     c10::toString(layout) + " " + c10::toString(dtype);
+            auto bn = make_norm(shape[1], 3);
+            bn->eval();
+            torch::manual_seed(4);
+            auto x = (torch::randn(shape) * 2 + 0.5).to(dtype).contiguous(layout);
+            x[1][2][4][3] = std::numeric_limits<float>::quiet_NaN();
+            ASSERT_TRUE(bn_relu_pool_inference_fused(*bn, x, kernel)) << what;
+            const auto got = bn_relu_pool(*bn, x, kernel);
+            set_bn_relu_pool_fusion(false);
+            const auto want = bn_relu_pool(*bn, x.to(torch::kFloat32), kernel);
+            set_bn_relu_pool_fusion(true);
+            EXPECT_TRUE(got.is_contiguous(layout)) << what;
+            EXPECT_EQ(got.scalar_type(), dtype) << what;
+            EXPECT_TRUE(torch::equal(got.isnan(), want.isnan())) << what;
+            EXPECT_EQ(got.isnan().sum().item<int64_t>(), 1) << what;
+            const auto finite = want.isfinite();
+            expect_close(got.to(torch::kFloat32).masked_select(finite), want.masked_select(finite),
+                         dtype == torch::kFloat32 ? 1e-5 : 1e-2, what);
+          }
   }
   // Not in training, not where a gradient is wanted, not on the other code paths.
   auto bn = make_norm(4, 1);
   const auto x = torch::randn({2, 4, 6, 6});
-  EXPECT_FALSE(bn_relu_pool_inference_fused(*bn, x, gemm::Kernel::avx512));
+  const gemm::Kernel kernel = nhwc_kernels_here().back();
+  EXPECT_FALSE(bn_relu_pool_inference_fused(*bn, x, kernel));
   bn->eval();
-  EXPECT_FALSE(bn_relu_pool_inference_fused(*bn, x, gemm::Kernel::avx512));  // weights want grad
+  EXPECT_FALSE(bn_relu_pool_inference_fused(*bn, x, kernel));  // weights want grad
   torch::NoGradGuard no_grad;
-  EXPECT_TRUE(bn_relu_pool_inference_fused(*bn, x, gemm::Kernel::avx512));
-  EXPECT_FALSE(bn_relu_pool_inference_fused(*bn, x, gemm::Kernel::avx2));
-  EXPECT_FALSE(bn_relu_pool_inference_fused(*bn, x.to(torch::kFloat64), gemm::Kernel::avx512));
+  EXPECT_TRUE(bn_relu_pool_inference_fused(*bn, x, kernel));
+  EXPECT_FALSE(bn_relu_pool_inference_fused(*bn, x, gemm::Kernel::loops));
+  EXPECT_FALSE(bn_relu_pool_inference_fused(*bn, x.to(torch::kFloat64), kernel));
 }
 
 struct FirstStageResult {
