@@ -251,6 +251,16 @@ void find_peer(BenchFlags& f) {
   f.peer_found = find_peer_script(f.peer);
 }
 
+// The exit status once the results are written: 1 when a peer run asked for with --vs-python
+// failed (its comparison is missing; a script must not read the run as complete), else 0.
+int peer_failed_exit(int failures, int runs) {
+  if (failures == 0) return 0;
+  std::cerr << "error: the Python peer failed in " << failures << " of " << runs
+            << " run(s) (see above): its comparison is missing; spritetorch's own results are "
+               "written\n";
+  return 1;
+}
+
 // --target-accuracy: time to accuracy over seeds, then (--vs-python) the peer's recipe, same seeds.
 
 int run_target_bench(BenchFlags& f) {
@@ -322,6 +332,7 @@ int run_target_bench(BenchFlags& f) {
   std::cout << "  the fixed schedule: median test accuracy " << std::setprecision(4)
             << report.median_final_accuracy << " after " << std::setprecision(2)
             << report.median_train_s << " s\n";
+  int peer_failures = 0;
   if (f.vs_python) {
     const std::string &python = f.python_found, &peer = f.peer_found;
     std::vector<double> peer_times, peer_finals;
@@ -358,6 +369,7 @@ int run_target_bench(BenchFlags& f) {
                                               {"train_s"}, {"time_to_target_s", "accuracy"});
       if (peer_run.json.is_null()) {
         std::cout << "  Python peer, seed " << seed << ": failed (" << peer_run.failed << ")\n";
+        ++peer_failures;
         continue;
       }
       const nlohmann::json& result = peer_run.json;
@@ -386,7 +398,7 @@ int run_target_bench(BenchFlags& f) {
   std::cout << std::defaultfloat;
   write_file_atomically(f.out + ".json", json.dump(2) + "\n");
   std::cout << "Wrote " << f.out << ".json\n";
-  return 0;
+  return peer_failed_exit(peer_failures, f.seeds);
 }
 
 }  // namespace
@@ -462,7 +474,8 @@ Subcommand add_bench_command(CLI::App& app) {
       "--vs-python", f->vs_python,
       "Also run the Python peer (bench/python_peer.py) on each device and print the ratio "
       "(the seed's loop: --model ann or cnn on fashion-mnist, adam lr 0.001, batch 64; "
-      "--train-limit and --epochs are passed on)");
+      "--train-limit and --epochs are passed on); exit 1 if a peer run fails, after writing "
+      "the results");
   sub->add_option(
          "--recipe", w.recipe,
          "Named defaults for the options not given (train --recipe): " + train::describe_recipes())
@@ -535,6 +548,7 @@ Subcommand add_bench_command(CLI::App& app) {
                       << bench_table(report);
             auto json = bench_json(report);
 
+            int peer_runs = 0, peer_failures = 0;
             if (f->vs_python) {
               const std::string &python = f->python_found, &peer = f->peer_found;
               const std::string model = f->bench.workload.model.empty()
@@ -568,9 +582,11 @@ Subcommand add_bench_command(CLI::App& app) {
                      std::to_string(f->bench.workload.epochs), "--device", row.device, "--model",
                      model, "--train-limit", std::to_string(f->bench.workload.train_limit)});
                 PeerResult peer_run = peer_result(result, {"train_s"}, {"accuracy"});
+                ++peer_runs;
                 if (peer_run.json.is_null()) {
                   std::cout << "Python peer on " << row.device << ": failed (" << peer_run.failed
                             << ")\n";
+                  ++peer_failures;
                   continue;
                 }
                 nlohmann::json peer_json = std::move(peer_run.json);
@@ -599,7 +615,7 @@ Subcommand add_bench_command(CLI::App& app) {
             write_file_atomically(f->out + ".json", json.dump(2) + "\n");
             write_file_atomically(f->out + ".csv", bench_csv(report));
             std::cout << "Wrote " << f->out << ".json and " << f->out << ".csv\n";
-            return 0;
+            return peer_failed_exit(peer_failures, peer_runs);
           }};
 }
 

@@ -53,10 +53,10 @@ std::vector<DeviceInfo> list_devices();
 DeviceInfo describe_device(const torch::Device& device);
 
 // Whether conv nets on `device` should run channels_last: on CUDA (cuDNN's tensor cores want NHWC)
-// and on a CPU with AVX-512 or AVX2 + FMA, where oneDNN's NHWC convolutions and the fused norm's
-// NHWC form (models/bn_relu_pool.h) made the sprite CNNs 1.4-1.5x faster on a Zen 4 and 1.2x on
-// an AVX2-only Zen 3, the Fashion-MNIST CNN the same within 4% (docs/precision.md). MPS and CPUs
-// without AVX2 keep NCHW.
+// and on a CPU with AVX-512 or AVX2 + FMA, where oneDNN's NHWC convolutions made the sprite CNNs
+// 1.4-1.5x faster on a Zen 4 and 1.2x on an AVX2-only Zen 3, and with the fused norm's NHWC form
+// (models/bn_relu_pool.h) fastcnn 1.2-1.25x on both; the 1-channel Fashion-MNIST CNN is the same
+// within 4% (docs/precision.md). MPS and CPUs without AVX2 keep NCHW.
 bool channels_last_pays(const torch::Device& device);
 
 // The most memory a run has held on `device`: on CUDA the caching allocator's peak of bytes
