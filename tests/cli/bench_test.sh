@@ -60,8 +60,9 @@ expect 2 "it does not use --workers" -- bench --config "$tmp/target_workers.toml
 # --vs-python sets the peer against the resident fp32 row: a table without one is refused.
 expect 2 "--precisions has no fp32" -- bench --vs-python --precisions bf16 --devices cpu --out "$tmp/g"
 
-# A peer whose last line lacks a field the bench reads fails as a peer; the bench's files are
-# still written. Fake interpreters stand in for python3 (they ignore the script and its options).
+# A peer whose last line lacks a field the bench reads fails as a peer: the bench's files are
+# still written, and it exits 1 (a script must not read the comparison as made). Fake
+# interpreters stand in for python3 (they ignore the script and its options).
 if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   printf '#!/bin/sh\necho %s\n' "'{\"accuracy\": 0.8, \"torch\": \"fake\"}'" >"$tmp/peer_no_time"
   printf '#!/bin/sh\necho %s\n' "'{\"accuracy\": \"x\", \"torch\": 3, \"train_s\": \"slow\"}'" >"$tmp/peer_text"
@@ -69,13 +70,13 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   : >"$tmp/unused.py"  # a --python-peer that is no file is refused before the rows
   peer=(bench --vs-python --devices cpu --no-streaming --epochs 1 --repeats 1 --warmup-steps 1 --train-limit 256
         --python-peer "$tmp/unused.py")
-  expect 0 "Python peer on cpu: failed \(its result has no positive numeric train_s\)" -- \
+  expect 1 "Python peer on cpu: failed \(its result has no positive numeric train_s\)" -- \
     "${peer[@]}" --python "$tmp/peer_no_time" --out "$tmp/pa"
-  expect 0 "Python peer on cpu: failed \(its result has no positive numeric train_s\)" -- \
+  expect 1 "error: the Python peer failed in 1 of 1 run\(s\) \(see above\)" -- \
     "${peer[@]}" --python "$tmp/peer_text" --out "$tmp/pb"
   if [ -s "$tmp/pa.json" ] && [ -s "$tmp/pa.csv" ] && [ -s "$tmp/pb.json" ]; then passes=$((passes + 1)); else
     echo "FAIL: bench --vs-python with a failed peer did not write its files"; fails=$((fails + 1)); fi
-  expect 0 "Python peer, seed 7: failed \(its result has no positive numeric train_s\)" -- \
+  expect 1 "Python peer, seed 7: failed \(its result has no positive numeric train_s\)" -- \
     bench --recipe fast --target-accuracy 0.5 --seeds 1 --epochs 1 --train-limit 256 --vs-python --devices cpu \
     --python "$tmp/peer_text" --python-peer "$tmp/unused.py" --out "$tmp/pt"
   if [ -s "$tmp/pt.json" ]; then passes=$((passes + 1)); else
