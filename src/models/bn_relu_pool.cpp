@@ -1070,6 +1070,13 @@ const Passes& passes_for(gemm::Kernel kernel, bool bf16) {
 }
 
 #ifdef SPRITETORCH_BN_POOL_X86
+// Whether `kernel` is one of the vector code paths (avx512, avx2) and this CPU runs it: the ones
+// with an NHWC form and an eval-mode forward.
+bool vector_code(gemm::Kernel kernel) {
+  return (kernel == gemm::Kernel::avx512 || kernel == gemm::Kernel::avx2) &&
+         gemm::available(kernel);
+}
+
 // The NHWC form of a code path: avx512 or avx2 (bn_relu_pool_fused sends no other here).
 const ImagePasses& image_passes_for(gemm::Kernel kernel, bool bf16) {
   if (kernel == gemm::Kernel::avx512) return bf16 ? nhwc_avx512_bf16 : nhwc_avx512_fp32;
@@ -1762,8 +1769,7 @@ std::string bn_relu_pool_code() {
   if (!bn_relu_pool_fusion()) return "off";
   const gemm::Kernel kernel = gemm::best_kernel();
 #ifdef SPRITETORCH_BN_POOL_X86
-  if (kernel == gemm::Kernel::avx512 || kernel == gemm::Kernel::avx2)
-    return gemm::kernel_name(kernel);
+  if (vector_code(kernel)) return gemm::kernel_name(kernel);
 #endif
   return "loops";
 }
@@ -1797,9 +1803,7 @@ static bool fusable_norm(const torch::nn::BatchNorm2dImpl& bn) {
 static bool fusable_layout(const torch::Tensor& x, gemm::Kernel kernel) {
   if (x.is_contiguous()) return true;
 #ifdef SPRITETORCH_BN_POOL_X86
-  return x.is_contiguous(torch::MemoryFormat::ChannelsLast) &&
-         (kernel == gemm::Kernel::avx512 || kernel == gemm::Kernel::avx2) &&
-         gemm::available(kernel);
+  return x.is_contiguous(torch::MemoryFormat::ChannelsLast) && vector_code(kernel);
 #else
   (void)kernel;
   return false;
@@ -1827,8 +1831,7 @@ bool bn_relu_pool_inference_fused(const torch::nn::BatchNorm2dImpl& bn, const to
   const bool needs_grad =
       torch::GradMode::is_enabled() &&
       (x.requires_grad() || bn.weight.requires_grad() || bn.bias.requires_grad());
-  return !needs_grad && (kernel == gemm::Kernel::avx512 || kernel == gemm::Kernel::avx2) &&
-         gemm::available(kernel) && fusable_norm(bn) && fusable_input(bn, x, kernel);
+  return !needs_grad && vector_code(kernel) && fusable_norm(bn) && fusable_input(bn, x, kernel);
 #else
   (void)bn, (void)x, (void)kernel;
   return false;

@@ -14,18 +14,18 @@
 namespace spritetorch::models {
 namespace {
 
-std::vector<gemm::Kernel> kernels_here() {
-  std::vector<gemm::Kernel> out = {gemm::Kernel::loops};
+// The vector kernels this CPU runs: the ones with a channels_last (NHWC) form.
+std::vector<gemm::Kernel> nhwc_kernels_here() {
+  std::vector<gemm::Kernel> out;
   for (gemm::Kernel k : {gemm::Kernel::avx2, gemm::Kernel::avx512})
     if (gemm::available(k)) out.push_back(k);
   return out;
 }
 
-// The kernels here with a channels_last (NHWC) form.
-std::vector<gemm::Kernel> nhwc_kernels_here() {
-  std::vector<gemm::Kernel> out;
-  for (gemm::Kernel k : {gemm::Kernel::avx2, gemm::Kernel::avx512})
-    if (gemm::available(k)) out.push_back(k);
+// Every kernel this CPU runs: the loops and the vector kernels.
+std::vector<gemm::Kernel> kernels_here() {
+  std::vector<gemm::Kernel> out = {gemm::Kernel::loops};
+  for (gemm::Kernel k : nhwc_kernels_here()) out.push_back(k);
   return out;
 }
 
