@@ -8,12 +8,14 @@
 //   build/bench/small_gemm_bench --benchmark_filter=adam
 //
 // Counters: GFLOP/s of the product (2 m n k per call); for Adam, parameters updated per second.
-// One thread; the step runs one per core.
+// One thread, BLAS's included (OpenBLAS would otherwise take every core and flatter its rows); the
+// step runs one per core.
 #include <benchmark/benchmark.h>
 
 #include <string>
 #include <vector>
 
+#include "common/cpu_threads.h"
 #include "common/small_gemm.h"
 #include "train/adam_kernels.h"
 
@@ -86,6 +88,7 @@ void run_adam(benchmark::State& state, Kernel kernel) {
 }
 
 const bool kRegistered = [] {
+  spritetorch::set_blas_threads(1);  // as in the step, whose threads each call BLAS
   for (Kernel kernel : {Kernel::avx2, Kernel::avx512, Kernel::loops})
     benchmark::RegisterBenchmark(
         (std::string("adam/") + spritetorch::gemm::kernel_name(kernel)).c_str(),
