@@ -10,7 +10,8 @@
 // Arguments: 1 for bf16 (autocast in the step), then 1 for the fused op, 0 for LibTorch's ops;
 // the op and the convolution take the stage (0, 1, 2) first; the op and the step then 1 for
 // channels_last (the fused op's NHWC form with the avx512 and avx2 code; elsewhere LibTorch's ops
-// either way).
+// either way); the convolution and the step last take 1 for models/conv3x3.h's AVX2 kernels where
+// they apply (fp32 channels_last on a CPU whose matrix kernel is avx2), 0 for LibTorch's.
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
 
@@ -19,6 +20,7 @@
 #include "conv_bench_main.h"
 #include "models/bn_relu_pool.h"
 #include "models/classifier.h"
+#include "models/conv3x3.h"
 #include "precision/autocast_guard.h"
 
 namespace {
@@ -57,22 +59,32 @@ void op(benchmark::State& state) {
   models::set_bn_relu_pool_fusion(true);
 }
 
-// The same stage's 3x3 convolution, forward and backward (under bf16 autocast for bf16).
+// The same stage's 3x3 convolution, forward and backward (input and weight gradients; under bf16
+// autocast for bf16), in either layout; with `own`, models/conv3x3.h's kernels where they apply
+// (fp32 channels_last on an AVX2 CPU, from the second stage on), else LibTorch's (oneDNN's).
 void conv(benchmark::State& state) {
   const auto& stage = kStages[state.range(0)];
   const bool bf16 = state.range(1) != 0;
+  const auto layout = layout_of(state.range(2));
+  models::set_conv3x3_kernel(state.range(3) != 0);
   torch::manual_seed(1);
   torch::nn::Conv2d conv(torch::nn::Conv2dOptions(stage[0], stage[1], 3).padding(1).bias(false));
-  const auto x = torch::randn({kBatch, stage[0], stage[2], stage[2]}).requires_grad_();
+  {
+    torch::NoGradGuard no_grad;
+    conv->weight.set_data(conv->weight.contiguous(layout));
+  }
+  const auto x =
+      torch::randn({kBatch, stage[0], stage[2], stage[2]}).contiguous(layout).requires_grad_();
   for (auto _ : state) {
     torch::Tensor y;
     {
       precision::AutocastGuard autocast(c10::DeviceType::CPU, torch::kBFloat16, bf16);
-      y = conv(x);
+      y = models::conv3x3(*conv, x);
     }
     y.backward(torch::ones_like(y));
     benchmark::DoNotOptimize(conv->weight.grad().data_ptr());
   }
+  models::set_conv3x3_kernel(true);
 }
 
 // The first stage whole: the 1-channel images' convolution, norm, ReLU and pool, forward and
@@ -101,6 +113,7 @@ void first(benchmark::State& state) {
 void step(benchmark::State& state) {
   const bool bf16 = state.range(0) != 0;
   models::set_bn_relu_pool_fusion(state.range(1) != 0);
+  models::set_conv3x3_kernel(state.range(3) != 0);
   torch::manual_seed(1);
   auto model = models::make_model({"fastcnn", {1, 28, 28}, 10});
   model->train();
@@ -133,6 +146,7 @@ void step(benchmark::State& state) {
   state.counters["images/s"] = benchmark::Counter(static_cast<double>(kBatch),
                                                   benchmark::Counter::kIsIterationInvariantRate);
   models::set_bn_relu_pool_fusion(true);
+  models::set_conv3x3_kernel(true);
 }
 
 }  // namespace
@@ -143,8 +157,8 @@ BENCHMARK(op)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 BENCHMARK(conv)
-    ->ArgsProduct({{0, 1, 2}, {0, 1}})
-    ->ArgNames({"stage", "bf16"})
+    ->ArgsProduct({{0, 1, 2}, {0, 1}, {0, 1}, {0, 1}})
+    ->ArgNames({"stage", "bf16", "channels_last", "own"})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 BENCHMARK(first)
@@ -153,8 +167,8 @@ BENCHMARK(first)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 BENCHMARK(step)
-    ->ArgsProduct({{0, 1}, {0, 1}, {0, 1}})
-    ->ArgNames({"bf16", "fused", "channels_last"})
+    ->ArgsProduct({{0, 1}, {0, 1}, {0, 1}, {0, 1}})
+    ->ArgNames({"bf16", "fused", "channels_last", "own_conv"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

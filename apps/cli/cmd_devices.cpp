@@ -10,6 +10,7 @@
 #include "device/device.h"
 #include "distributed/communicator.h"
 #include "models/bn_relu_pool.h"
+#include "models/conv3x3.h"
 #include "train/adam_kernels.h"
 
 namespace spritetorch::cli {
@@ -75,6 +76,7 @@ Subcommand add_devices_command(CLI::App& app) {
                                       {"cpu_bn_relu_pool", bn_relu_pool},
                                       {"cpu_bn_relu_pool_channels_last",
                                        models::bn_relu_pool_channels_last()},
+                                      {"cpu_conv3x3", models::conv3x3_code()},
                                       {"intra_op_threads", threads.intra_op},
                                       {"blas_threads", threads.blas}}
                            .dump(2)
@@ -109,6 +111,15 @@ Subcommand add_devices_command(CLI::App& app) {
                                 (models::bn_relu_pool_threaded()
                                      ? ""
                                      : " (this build: only where LibTorch has one thread)"))
+                  << "\n"
+                  << "CNNs' 3x3 convolutions after the first (CPU, fp32 channels_last): "
+                  << (models::conv3x3_code() == "avx2"
+                          ? std::string("avx2 kernels") +
+                                (models::bn_relu_pool_threaded()
+                                     ? ""
+                                     : " (this build: only where LibTorch has one thread)")
+                          : std::string("LibTorch's (oneDNN)") +
+                                (bn_relu_pool == "off" ? " (SPRITETORCH_FUSED_BN_POOL=0)" : ""))
                   << "\n"
                   << "CPU threads: " << describe_cpu_threads(threads) << "\n";
         return 0;

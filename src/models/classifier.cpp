@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "models/bn_relu_pool.h"
+#include "models/conv3x3.h"
 
 namespace spritetorch::models {
 
@@ -64,8 +65,8 @@ CnnImpl::CnnImpl(int64_t channels, int64_t height, int64_t width, int64_t classe
 torch::Tensor CnnImpl::features(torch::Tensor x) {
   // relu(max_pool(x)) is max_pool(relu(x)), gradients included (the same element wins each
   // window or none gets a gradient), with the ReLU on a quarter of the values.
-  x = torch::relu(torch::max_pool2d(conv1(x), 2));  // (B, 32, H/2, W/2)
-  x = torch::relu(torch::max_pool2d(conv2(x), 2));  // (B, 64, H/4, W/4)
+  x = torch::relu(torch::max_pool2d(conv1(x), 2));            // (B, 32, H/2, W/2)
+  x = torch::relu(torch::max_pool2d(conv3x3(*conv2, x), 2));  // (B, 64, H/4, W/4)
   return torch::relu(fc1(x.flatten(1)));
 }
 
@@ -93,8 +94,8 @@ torch::Tensor fast_cnn_map(FastCnnImpl& m, torch::Tensor x) {
   // In the layout of the next convolution's weights (channels_last where the trainer runs so).
   x = first_conv_bn_relu_pool(*m.conv1, *m.bn1, x, gemm::best_kernel(),
                               m.conv2->weight.suggest_memory_format());  // (B, w0, H/2, W/2)
-  x = bn_relu_pool(*m.bn2, m.conv2(x));                                  // (B, w1, H/4, W/4)
-  return bn_relu_pool(*m.bn3, m.conv3(x));                               // (B, w2, H/8, W/8)
+  x = bn_relu_pool(*m.bn2, conv3x3(*m.conv2, x));                        // (B, w1, H/4, W/4)
+  return bn_relu_pool(*m.bn3, conv3x3(*m.conv3, x));                     // (B, w2, H/8, W/8)
 }
 }  // namespace
 

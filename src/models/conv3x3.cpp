@@ -1,0 +1,343 @@
+#include "models/conv3x3.h"
+
+#include <ATen/Parallel.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define SPRITETORCH_CONV_X86 1
+#endif
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "common/compat.h"
+#include "common/error.h"
+#include "common/small_gemm.h"
+#include "models/bn_relu_pool.h"
+
+namespace spritetorch::models {
+
+namespace {
+
+std::atomic<bool> kernels_on{true};
+
+#ifdef SPRITETORCH_CONV_X86
+#define SPRITETORCH_AVX2 __attribute__((target("avx2,fma")))
+// Loops over a block's registers, unrolled before GCC decides what lives in memory.
+#define SPRITETORCH_UNROLL _Pragma("GCC unroll 16")
+
+// One image's geometry: H x W pixels, padded to (H + 2) x (W + 2) with a zero border.
+struct Plane {
+  int h, w;
+  int padded_pixels() const { return (h + 2) * (w + 2); }
+};
+
+// MR consecutive output pixels x 8 NV output channels: out[i][0, 8 NV) = bias + sum over the
+// taps t and input channels c of in[i][tap[t] + c] * w[(t cin + c) ldw + (0, 8 NV)]. in[i] is
+// pixel i's top-left tap in the padded image (channels innermost); w points at the panel's first
+// column of the packed weights (9 cin rows: tap-major, then input channel). 12 sums, 2 weight
+// vectors and 1 broadcast input: 15 of the 16 registers at MR = 6, NV = 2.
+template <int MR, int NV>
+SPRITETORCH_AVX2 void pixel_block(int cin, const float* const* in, const int* tap, const float* w,
+                                  int ldw, const float* bias, float* out, int ldo) {
+  __m256 acc[MR][NV];
+  SPRITETORCH_UNROLL
+  for (int v = 0; v < NV; ++v) {
+    const __m256 b = bias ? _mm256_loadu_ps(bias + 8 * v) : _mm256_setzero_ps();
+    SPRITETORCH_UNROLL
+    for (int i = 0; i < MR; ++i) acc[i][v] = b;
+  }
+  for (int t = 0; t < 9; ++t) {
+    const float* a[MR];
+    SPRITETORCH_UNROLL
+    for (int i = 0; i < MR; ++i) a[i] = in[i] + tap[t];
+    const float* wt = w + int64_t{t} * cin * ldw;
+    for (int c = 0; c < cin; ++c) {
+      __m256 wv[NV];
+      SPRITETORCH_UNROLL
+      for (int v = 0; v < NV; ++v) wv[v] = _mm256_loadu_ps(wt + int64_t{c} * ldw + 8 * v);
+      SPRITETORCH_UNROLL
+      for (int i = 0; i < MR; ++i) {
+        const __m256 ai = _mm256_broadcast_ss(a[i] + c);
+        SPRITETORCH_UNROLL
+        for (int v = 0; v < NV; ++v) acc[i][v] = _mm256_fmadd_ps(ai, wv[v], acc[i][v]);
+      }
+    }
+  }
+  SPRITETORCH_UNROLL
+  for (int i = 0; i < MR; ++i) SPRITETORCH_UNROLL
+  for (int v = 0; v < NV; ++v) _mm256_storeu_ps(out + int64_t{i} * ldo + 8 * v, acc[i][v]);
+}
+
+using PixelBlock = void (*)(int, const float* const*, const int*, const float*, int, const float*,
+                            float*, int);
+constexpr int kPixels = 6, kPanelVectors = 2;
+constexpr PixelBlock kPixelBlocks[kPixels][kPanelVectors] = {
+    {pixel_block<1, 1>, pixel_block<1, 2>}, {pixel_block<2, 1>, pixel_block<2, 2>},
+    {pixel_block<3, 1>, pixel_block<3, 2>}, {pixel_block<4, 1>, pixel_block<4, 2>},
+    {pixel_block<5, 1>, pixel_block<5, 2>}, {pixel_block<6, 1>, pixel_block<6, 2>}};
+
+// The 9 taps' offsets (floats) from a pixel's top-left tap in a padded image of `channels`.
+std::array<int, 9> tap_offsets(const Plane& plane, int channels) {
+  std::array<int, 9> tap{};
+  for (int kh = 0; kh < 3; ++kh)
+    for (int kw = 0; kw < 3; ++kw) tap[kh * 3 + kw] = (kh * (plane.w + 2) + kw) * channels;
+  return tap;
+}
+
+// One image: out (H W, cout) = the 3x3 convolution of the padded image (H + 2, W + 2, cin) with
+// the packed weights w (9 cin, cout). Panels of 16 output channels outside, so that the panel
+// (9 cin x 16 floats: 9 KB at cin 16, 18 KB at 32) and the image stay in L1 while the pixels pass.
+SPRITETORCH_AVX2 void conv_image(const Plane& plane, int cin, int cout, const float* padded,
+                                 const float* w, const float* bias, float* out) {
+  const std::array<int, 9> tap = tap_offsets(plane, cin);
+  const int pixels = plane.h * plane.w;
+  for (int co = 0; co < cout; co += 8 * kPanelVectors) {
+    const int vectors = std::min(kPanelVectors, (cout - co) / 8);
+    for (int p = 0; p < pixels; p += kPixels) {
+      const int mr = std::min(kPixels, pixels - p);
+      const float* in[kPixels];
+      for (int i = 0; i < mr; ++i) {
+        const int y = (p + i) / plane.w, x = (p + i) % plane.w;
+        in[i] = padded + int64_t{y * (plane.w + 2) + x} * cin;
+      }
+      kPixelBlocks[mr - 1][vectors - 1](cin, in, tap.data(), w + co, cout,
+                                        bias ? bias + co : nullptr, out + int64_t{p} * cout + co,
+                                        cout);
+    }
+  }
+}
+
+// The weight gradient's block: dw[i][8 v ..] (MR output channels x NV vectors of the 9 cin
+// (tap, channel) columns) += sum over the image's pixels of dy[pixel][i] * padded[pixel's top-left
+// tap + col[v] ..]. dy points at the block's first output channel; col[v] = the tap's offset + the
+// vector's first channel (cin is a multiple of 8, so a vector never straddles two taps). 12 sums,
+// 3 input vectors and 1 broadcast: all 16 registers at MR = 4, NV = 3.
+template <int MR, int NV>
+SPRITETORCH_AVX2 void weight_block(const Plane& plane, int cin, const float* dy, int ldy,
+                                   const float* padded, const int* col, float* dw, int lddw) {
+  __m256 acc[MR][NV];
+  SPRITETORCH_UNROLL
+  for (int i = 0; i < MR; ++i) SPRITETORCH_UNROLL
+  for (int v = 0; v < NV; ++v) acc[i][v] = _mm256_loadu_ps(dw + int64_t{i} * lddw + 8 * v);
+  for (int y = 0; y < plane.h; ++y) {
+    const float* d = dy + int64_t{y} * plane.w * ldy;
+    const float* row = padded + int64_t{y} * (plane.w + 2) * cin;
+    for (int x = 0; x < plane.w; ++x, d += ldy, row += cin) {
+      __m256 xv[NV];
+      SPRITETORCH_UNROLL
+      for (int v = 0; v < NV; ++v) xv[v] = _mm256_loadu_ps(row + col[v]);
+      SPRITETORCH_UNROLL
+      for (int i = 0; i < MR; ++i) {
+        const __m256 di = _mm256_broadcast_ss(d + i);
+        SPRITETORCH_UNROLL
+        for (int v = 0; v < NV; ++v) acc[i][v] = _mm256_fmadd_ps(di, xv[v], acc[i][v]);
+      }
+    }
+  }
+  SPRITETORCH_UNROLL
+  for (int i = 0; i < MR; ++i) SPRITETORCH_UNROLL
+  for (int v = 0; v < NV; ++v) _mm256_storeu_ps(dw + int64_t{i} * lddw + 8 * v, acc[i][v]);
+}
+
+constexpr int kWeightRows = 4, kWeightVectors = 3;
+
+// One image's share of the weight gradient: dw (cout, 9 cin) += dy (H W, cout)^T x the image's
+// (tap, channel) columns. cout is a multiple of 8 (so of 4) and 9 cin / 8 of 9 (so of 3).
+SPRITETORCH_AVX2 void weight_grad_image(const Plane& plane, int cin, int cout, const float* padded,
+                                        const float* dy, float* dw) {
+  const std::array<int, 9> tap = tap_offsets(plane, cin);
+  const int columns = 9 * cin;
+  for (int q = 0; q < columns; q += 8 * kWeightVectors) {
+    int col[kWeightVectors];
+    for (int v = 0; v < kWeightVectors; ++v) {
+      const int c = q + 8 * v;
+      col[v] = tap[c / cin] + c % cin;
+    }
+    for (int co = 0; co < cout; co += kWeightRows)
+      weight_block<kWeightRows, kWeightVectors>(plane, cin, dy + co, cout, padded, col,
+                                                dw + int64_t{co} * columns + q, columns);
+  }
+}
+#endif  // SPRITETORCH_CONV_X86
+
+// Copies image (H, W, C) into the interior of `padded` ((H + 2) x (W + 2) x C, border zero).
+void pad_image(const float* image, int h, int w, int c, float* padded) {
+  const size_t row = static_cast<size_t>(w) * c;
+  for (int y = 0; y < h; ++y)
+    std::memcpy(padded + (static_cast<size_t>(y + 1) * (w + 2) + 1) * c, image + y * row,
+                row * sizeof(float));
+}
+
+// out (B, H, W, cout) channels_last = the convolution of in (B, H, W, cin) channels_last with the
+// packed weights (9 cin, cout) [+ bias], one image at a time over LibTorch's threads.
+void convolve(const torch::Tensor& in, const torch::Tensor& packed, const torch::Tensor& bias,
+              torch::Tensor& out) {
+#ifdef SPRITETORCH_CONV_X86
+  const int64_t batch = in.size(0);
+  const int cin = static_cast<int>(in.size(1)), cout = static_cast<int>(out.size(1));
+  const Plane plane{static_cast<int>(in.size(2)), static_cast<int>(in.size(3))};
+  const float* x = in.data_ptr<float>();
+  const float* w = packed.data_ptr<float>();
+  const float* b = bias.defined() ? bias.data_ptr<float>() : nullptr;
+  float* y = out.data_ptr<float>();
+  const int64_t in_image = int64_t{plane.h} * plane.w * cin;
+  const int64_t out_image = int64_t{plane.h} * plane.w * cout;
+  at::parallel_for(0, batch, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> padded(static_cast<size_t>(plane.padded_pixels()) * cin, 0.0f);
+    for (int64_t n = begin; n < end; ++n) {
+      pad_image(x + n * in_image, plane.h, plane.w, cin, padded.data());
+      conv_image(plane, cin, cout, padded.data(), w, b, y + n * out_image);
+    }
+  });
+#else
+  (void)in, (void)packed, (void)bias, (void)out;
+  throw Error("conv3x3: the AVX2 kernels are not built for this CPU");
+#endif
+}
+
+// Images per weight-gradient group: each group sums into its own buffer, and the groups are
+// added in order, so the result does not depend on the threads.
+constexpr int64_t kWeightGroups = 8;
+
+// dw (cout, 3, 3, cin) and db (cout, or undefined) from x and dy, both (B, H, W, C) channels_last.
+void weight_gradients(const torch::Tensor& x, const torch::Tensor& dy, torch::Tensor& dw,
+                      torch::Tensor& db) {
+#ifdef SPRITETORCH_CONV_X86
+  const int64_t batch = x.size(0);
+  const int cin = static_cast<int>(x.size(1)), cout = static_cast<int>(dy.size(1));
+  const Plane plane{static_cast<int>(x.size(2)), static_cast<int>(x.size(3))};
+  const int64_t groups = std::min(batch, kWeightGroups);
+  const int64_t weights = int64_t{cout} * 9 * cin;
+  // (groups, weights + cout): each group's weight gradient, then its bias gradient.
+  auto partial = torch::zeros({groups, weights + cout}, x.options());
+  const float* xs = x.data_ptr<float>();
+  const float* dys = dy.data_ptr<float>();
+  float* parts = partial.data_ptr<float>();
+  const int64_t in_image = int64_t{plane.h} * plane.w * cin;
+  const int64_t out_image = int64_t{plane.h} * plane.w * cout;
+  at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> padded(static_cast<size_t>(plane.padded_pixels()) * cin, 0.0f);
+    for (int64_t g = begin; g < end; ++g) {
+      float* w = parts + g * (weights + cout);
+      float* b = w + weights;
+      for (int64_t n = batch * g / groups; n < batch * (g + 1) / groups; ++n) {
+        pad_image(xs + n * in_image, plane.h, plane.w, cin, padded.data());
+        weight_grad_image(plane, cin, cout, padded.data(), dys + n * out_image, w);
+        const float* d = dys + n * out_image;
+        for (int64_t p = 0; p < int64_t{plane.h} * plane.w; ++p, d += cout)
+          for (int c = 0; c < cout; ++c) b[c] += d[c];
+      }
+    }
+  });
+  const auto total = partial.sum(0);  // the groups in order: LibTorch's sum over a leading dim
+  dw = total.narrow(0, 0, weights).view({cout, 3, 3, cin});
+  db = total.narrow(0, weights, cout);
+#else
+  (void)x, (void)dy, (void)dw, (void)db;
+  throw Error("conv3x3: the AVX2 kernels are not built for this CPU");
+#endif
+}
+
+torch::Tensor channels_last(const torch::Tensor& t) {
+  return t.contiguous(at::MemoryFormat::ChannelsLast);
+}
+
+// Forward packs the weights as (tap, cin, cout); backward's input gradient convolves dy with them
+// flipped and transposed, (tap, cout, cin).
+class Conv3x3Function : public torch::autograd::Function<Conv3x3Function> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& weight,
+                               const c10::optional<torch::Tensor>& bias_or_none) {
+    // (LibTorch's custom functions take no undefined tensor among their inputs: an optional one.)
+    const torch::Tensor bias = bias_or_none ? *bias_or_none : torch::Tensor();
+    ctx->save_for_backward({x, weight});
+    ctx->saved_data["bias"] = bias.defined();
+    auto out = torch::empty({x.size(0), weight.size(0), x.size(2), x.size(3)},
+                            x.options().memory_format(at::MemoryFormat::ChannelsLast));
+    convolve(x, weight.permute({2, 3, 1, 0}).contiguous(), bias, out);
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor& x = saved[0];
+    const torch::Tensor& weight = saved[1];
+    const torch::Tensor dy = channels_last(grads[0]);
+    torch::Tensor dx, dw, db;
+    if (ctx->needs_input_grad(0)) {
+      dx = torch::empty_like(x, x.options().memory_format(at::MemoryFormat::ChannelsLast));
+      convolve(dy, weight.flip({2, 3}).permute({2, 3, 0, 1}).contiguous(), torch::Tensor(), dx);
+    }
+    if (ctx->needs_input_grad(1) || ctx->needs_input_grad(2)) {
+      torch::Tensor dw_nhwc, bias_grad;
+      weight_gradients(x, dy, dw_nhwc, bias_grad);
+      if (ctx->needs_input_grad(1)) dw = dw_nhwc.permute({0, 3, 1, 2});  // (cout, cin, 3, 3)
+      if (ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2)) db = bias_grad;
+    }
+    return {dx, dw, db};
+  }
+};
+
+bool is_pair(const torch::ExpandingArray<2>& a, int64_t value) {
+  return (*a)[0] == value && (*a)[1] == value;
+}
+
+}  // namespace
+
+torch::Tensor conv3x3_nhwc(const torch::Tensor& x, const torch::Tensor& weight,
+                           const torch::Tensor& bias) {
+  return Conv3x3Function::apply(x, weight,
+                                bias.defined() ? c10::optional<torch::Tensor>(bias) : c10::nullopt);
+}
+
+void set_conv3x3_kernel(bool on) { kernels_on = on; }
+
+bool conv3x3_kernel() { return kernels_on && bn_relu_pool_fusion(); }
+
+std::string conv3x3_code() {
+#ifdef SPRITETORCH_CONV_X86
+  if (conv3x3_kernel() && gemm::best_kernel() == gemm::Kernel::avx2) return "avx2";
+#endif
+  return "off";
+}
+
+bool conv3x3_fused(const torch::nn::Conv2dImpl& conv, const torch::Tensor& x) {
+  // Without OpenMP at::parallel_for runs on one thread, where oneDNN uses all of them.
+  if (conv3x3_code() != "avx2" || !(bn_relu_pool_threaded() || at::get_num_threads() == 1))
+    return false;
+  const auto& o = conv.options;
+  const auto* padding = c10::get_if<torch::ExpandingArray<2>>(&o.padding());
+  if (!is_pair(o.kernel_size(), 3) || !is_pair(o.stride(), 1) || !padding ||
+      !is_pair(*padding, 1) || !is_pair(o.dilation(), 1) || o.groups() != 1 ||
+      !c10::get_if<torch::enumtype::kZeros>(&o.padding_mode()))
+    return false;
+  const auto& w = conv.weight;
+  const auto& b = conv.bias;
+  if (!w.defined() || !w.is_cpu() || w.scalar_type() != torch::kFloat32 || w.dim() != 4)
+    return false;
+  if (b.defined() && (!b.is_cpu() || b.scalar_type() != torch::kFloat32 || !b.is_contiguous()))
+    return false;
+  if (w.size(0) % 8 != 0 || w.size(1) % 8 != 0) return false;
+  if (compat::autocast_enabled(c10::DeviceType::CPU)) return false;
+  if (!x.defined() || !x.is_cpu() || x.scalar_type() != torch::kFloat32 || x.dim() != 4 ||
+      x.size(1) != w.size(1) || x.size(0) == 0 || x.size(2) == 0 || x.size(3) == 0 ||
+      !x.is_contiguous(at::MemoryFormat::ChannelsLast))
+    return false;
+  // The kernels index images and packed weights with int offsets.
+  const int64_t plane = (x.size(2) + 2) * (x.size(3) + 2);
+  return plane * std::max(w.size(0), w.size(1)) < (int64_t{1} << 30);
+}
+
+torch::Tensor conv3x3(torch::nn::Conv2dImpl& conv, const torch::Tensor& x) {
+  if (conv3x3_fused(conv, x)) return conv3x3_nhwc(x, conv.weight, conv.bias);
+  return conv.forward(x);
+}
+
+}  // namespace spritetorch::models
