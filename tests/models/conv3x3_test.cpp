@@ -45,6 +45,13 @@ Grads run(bool own, const torch::Tensor& x0, const torch::Tensor& w0, const torc
 
 bool avx2_here() { return gemm::available(gemm::Kernel::avx2); }
 
+// Whether conv3x3 takes the kernels here, with LibTorch's threads as they are (a build without
+// OpenMP takes them only on one thread).
+bool fused_here() {
+  torch::nn::Conv2d probe(torch::nn::Conv2dOptions(8, 8, 3).padding(1));
+  return conv3x3_fused(*probe, torch::zeros({1, 8, 2, 2}).contiguous(kChannelsLast));
+}
+
 // (batch, in channels, out channels, height, width, bias): fastcnn's two stages, a 2x one, a
 // picture narrower than a block of 6 pixels, a panel of 8 channels left over (40 = 16 + 16 + 8),
 // one pixel, and a plane whose pixel count is no multiple of 6.
@@ -120,7 +127,9 @@ torch::nn::Conv2d make_conv(torch::nn::Conv2dOptions options) {
 // rounding) either way.
 TEST(Conv3x3, TakenWhereTheConditionsHold) {
   using torch::nn::Conv2dOptions;
-  const bool kernels = conv3x3_code() == "avx2";
+  const bool kernels = fused_here();
+  EXPECT_EQ(kernels,
+            conv3x3_code() == "avx2" && (bn_relu_pool_threaded() || at::get_num_threads() == 1));
   auto conv = make_conv(Conv2dOptions(16, 32, 3).padding(1).bias(false));
   const auto x = torch::randn({2, 16, 6, 6});
   const auto x_cl = x.contiguous(kChannelsLast);
@@ -148,7 +157,8 @@ TEST(Conv3x3, TakenWhereTheConditionsHold) {
 // The model the kernels are for: a fastcnn training step in channels_last gives the gradients of
 // the same step through LibTorch's convolutions.
 TEST(Conv3x3, FastCnnStepMatchesLibTorchConvolutions) {
-  if (conv3x3_code() != "avx2") GTEST_SKIP() << "the kernels do not run here";
+  const testing::OneThreadUnless threads(fused_here());  // a build without OpenMP: one thread
+  if (!fused_here()) GTEST_SKIP() << "the kernels do not run here";
   ModelSpec spec;
   spec.name = "fastcnn";
   spec.input_shape = {1, 28, 28};
