@@ -174,6 +174,29 @@ void pad_image(const float* image, int h, int w, int c, float* padded) {
     std::memcpy(padded + (static_cast<size_t>(y + 1) * (w + 2) + 1) * c, image + y * row,
                 row * sizeof(float));
 }
+
+// A batch of channels_last images (B, H, W, C) in, (B, H, W, C') out, as the kernels index them.
+struct Images {
+  int64_t batch;
+  int cin, cout;
+  Plane plane;
+  int64_t in_image, out_image;  // floats per image in and out
+};
+Images images_of(const torch::Tensor& in, int64_t out_channels) {
+  Images m{in.size(0),
+           static_cast<int>(in.size(1)),
+           static_cast<int>(out_channels),
+           Plane{static_cast<int>(in.size(2)), static_cast<int>(in.size(3))},
+           0,
+           0};
+  m.in_image = int64_t{m.plane.h} * m.plane.w * m.cin;
+  m.out_image = int64_t{m.plane.h} * m.plane.w * m.cout;
+  return m;
+}
+
+// Images per weight-gradient group: each group sums into its own buffer, and the groups are
+// added in order, so the result does not depend on the threads.
+constexpr int64_t kWeightGroups = 8;
 #endif  // SPRITETORCH_CONV_X86
 
 // out (B, H, W, cout) channels_last = the convolution of in (B, H, W, cin) channels_last with the
@@ -181,20 +204,16 @@ void pad_image(const float* image, int h, int w, int c, float* padded) {
 void convolve(const torch::Tensor& in, const torch::Tensor& packed, const torch::Tensor& bias,
               torch::Tensor& out) {
 #ifdef SPRITETORCH_CONV_X86
-  const int64_t batch = in.size(0);
-  const int cin = static_cast<int>(in.size(1)), cout = static_cast<int>(out.size(1));
-  const Plane plane{static_cast<int>(in.size(2)), static_cast<int>(in.size(3))};
+  const Images m = images_of(in, out.size(1));
   const float* x = in.data_ptr<float>();
   const float* w = packed.data_ptr<float>();
   const float* b = bias.defined() ? bias.data_ptr<float>() : nullptr;
   float* y = out.data_ptr<float>();
-  const int64_t in_image = int64_t{plane.h} * plane.w * cin;
-  const int64_t out_image = int64_t{plane.h} * plane.w * cout;
-  at::parallel_for(0, batch, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> padded(static_cast<size_t>(plane.padded_pixels()) * cin, 0.0f);
+  at::parallel_for(0, m.batch, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> padded(static_cast<size_t>(m.plane.padded_pixels()) * m.cin, 0.0f);
     for (int64_t n = begin; n < end; ++n) {
-      pad_image(x + n * in_image, plane.h, plane.w, cin, padded.data());
-      conv_image(plane, cin, cout, padded.data(), w, b, y + n * out_image);
+      pad_image(x + n * m.in_image, m.plane.h, m.plane.w, m.cin, padded.data());
+      conv_image(m.plane, m.cin, m.cout, padded.data(), w, b, y + n * m.out_image);
     }
   });
 #else
@@ -203,43 +222,40 @@ void convolve(const torch::Tensor& in, const torch::Tensor& packed, const torch:
 #endif
 }
 
-// Images per weight-gradient group: each group sums into its own buffer, and the groups are
-// added in order, so the result does not depend on the threads.
-constexpr int64_t kWeightGroups = 8;
-
 // dw (cout, 3, 3, cin) and db (cout, or undefined) from x and dy, both (B, H, W, C) channels_last.
 void weight_gradients(const torch::Tensor& x, const torch::Tensor& dy, torch::Tensor& dw,
                       torch::Tensor& db) {
 #ifdef SPRITETORCH_CONV_X86
-  const int64_t batch = x.size(0);
-  const int cin = static_cast<int>(x.size(1)), cout = static_cast<int>(dy.size(1));
-  const Plane plane{static_cast<int>(x.size(2)), static_cast<int>(x.size(3))};
-  const int64_t groups = std::min(batch, kWeightGroups);
-  const int64_t weights = int64_t{cout} * 9 * cin;
+  const Images m = images_of(x, dy.size(1));
+  const int64_t groups = std::min(m.batch, kWeightGroups);
+  const int64_t weights = int64_t{m.cout} * 9 * m.cin, size = weights + m.cout;
   // (groups, weights + cout): each group's weight gradient, then its bias gradient.
-  auto partial = torch::zeros({groups, weights + cout}, x.options());
+  auto partial = torch::zeros({groups, size}, x.options());
   const float* xs = x.data_ptr<float>();
   const float* dys = dy.data_ptr<float>();
   float* parts = partial.data_ptr<float>();
-  const int64_t in_image = int64_t{plane.h} * plane.w * cin;
-  const int64_t out_image = int64_t{plane.h} * plane.w * cout;
   at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> padded(static_cast<size_t>(plane.padded_pixels()) * cin, 0.0f);
+    std::vector<float> padded(static_cast<size_t>(m.plane.padded_pixels()) * m.cin, 0.0f);
     for (int64_t g = begin; g < end; ++g) {
-      float* w = parts + g * (weights + cout);
+      float* w = parts + g * size;
       float* b = w + weights;
-      for (int64_t n = batch * g / groups; n < batch * (g + 1) / groups; ++n) {
-        pad_image(xs + n * in_image, plane.h, plane.w, cin, padded.data());
-        weight_grad_image(plane, cin, cout, padded.data(), dys + n * out_image, w);
-        const float* d = dys + n * out_image;
-        for (int64_t p = 0; p < int64_t{plane.h} * plane.w; ++p, d += cout)
-          for (int c = 0; c < cout; ++c) b[c] += d[c];
+      for (int64_t n = m.batch * g / groups; n < m.batch * (g + 1) / groups; ++n) {
+        pad_image(xs + n * m.in_image, m.plane.h, m.plane.w, m.cin, padded.data());
+        const float* d = dys + n * m.out_image;
+        weight_grad_image(m.plane, m.cin, m.cout, padded.data(), d, w);
+        for (int64_t p = 0; p < int64_t{m.plane.h} * m.plane.w; ++p, d += m.cout)
+          for (int c = 0; c < m.cout; ++c) b[c] += d[c];
       }
     }
   });
-  const auto total = partial.sum(0);  // the groups in order: LibTorch's sum over a leading dim
-  dw = total.narrow(0, 0, weights).view({cout, 3, 3, cin});
-  db = total.narrow(0, weights, cout);
+  // The groups added in order into the first.
+  for (int64_t g = 1; g < groups; ++g) {
+    const float* part = parts + g * size;
+    for (int64_t i = 0; i < size; ++i) parts[i] += part[i];
+  }
+  const auto total = partial[0];
+  dw = total.narrow(0, 0, weights).view({m.cout, 3, 3, m.cin});
+  db = total.narrow(0, weights, m.cout);
 #else
   (void)x, (void)dy, (void)dw, (void)db;
   throw Error("conv3x3: the AVX2 kernels are not built for this CPU");
