@@ -294,11 +294,13 @@ class Conv3x3Function : public torch::autograd::Function<Conv3x3Function> {
       dx = torch::empty_like(x, x.options().memory_format(at::MemoryFormat::ChannelsLast));
       convolve(dy, weight.flip({2, 3}).permute({2, 3, 0, 1}).contiguous(), torch::Tensor(), dx);
     }
-    if (ctx->needs_input_grad(1) || ctx->needs_input_grad(2)) {
+    // needs_input_grad counts the tensor inputs only: without a bias there is no third.
+    const bool want_db = ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2);
+    if (ctx->needs_input_grad(1) || want_db) {
       torch::Tensor dw_nhwc, bias_grad;
       weight_gradients(x, dy, dw_nhwc, bias_grad);
       if (ctx->needs_input_grad(1)) dw = dw_nhwc.permute({0, 3, 1, 2});  // (cout, cin, 3, 3)
-      if (ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2)) db = bias_grad;
+      if (want_db) db = bias_grad;
     }
     return {dx, dw, db};
   }

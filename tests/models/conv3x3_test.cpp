@@ -105,6 +105,30 @@ TEST(Conv3x3, SameBitsOnAnyThreadCount) {
   EXPECT_TRUE(torch::equal(one.db, many.db));
 }
 
+// Frozen weights (a fine-tune's feature layers): only the gradients wanted are made, with or
+// without a bias.
+TEST(Conv3x3, FrozenWeightsGiveTheInputGradientAlone) {
+  if (!avx2_here()) GTEST_SKIP() << "no AVX2 here";
+  torch::manual_seed(9);
+  const auto x0 = torch::randn({3, 8, 5, 6}).contiguous(kChannelsLast);
+  const auto w = 0.2 * torch::randn({16, 8, 3, 3});
+  const auto upstream = torch::randn({3, 16, 5, 6});
+  for (bool with_bias : {false, true}) {
+    const auto b = with_bias ? torch::randn({16}) : torch::Tensor();
+    auto x = x0.clone(kChannelsLast).requires_grad_(true);
+    (conv3x3_nhwc(x, w, b) * upstream).sum().backward();
+    auto x_ref = x0.clone().requires_grad_(true);
+    (torch::conv2d(x_ref, w, b, 1, 1) * upstream).sum().backward();
+    expect_close(x.grad(), x_ref.grad(), with_bias ? "input gradient, bias" : "input gradient");
+  }
+  // And the weights alone, the input frozen.
+  auto wg = w.clone().requires_grad_(true);
+  (conv3x3_nhwc(x0, wg, torch::Tensor()) * upstream).sum().backward();
+  auto wg_ref = w.clone().requires_grad_(true);
+  (torch::conv2d(x0, wg_ref, {}, 1, 1) * upstream).sum().backward();
+  expect_close(wg.grad(), wg_ref.grad(), "weight gradient, input frozen");
+}
+
 // A NaN in the input reaches the outputs its window covers, as in LibTorch's convolution.
 TEST(Conv3x3, NanReachesItsWindow) {
   if (!avx2_here()) GTEST_SKIP() << "no AVX2 here";
