@@ -51,6 +51,10 @@ Subcommand add_devices_command(CLI::App& app) {
              {gemm::Kernel::avx512, gemm::Kernel::avx2, gemm::Kernel::blas, gemm::Kernel::loops})
           if (gemm::available(k)) gemm_kernels.push_back(gemm::kernel_name(k));
         const std::string bn_relu_pool = models::bn_relu_pool_code();  // "off" or its code path
+        // The fused ops (the norm's, the convolutions) in a build whose loops use one thread.
+        const std::string one_thread_note =
+            models::bn_relu_pool_threaded() ? ""
+                                            : " (this build: only where LibTorch has one thread)";
         std::string gemm_list;
         for (const auto& k : gemm_kernels) gemm_list += (gemm_list.empty() ? "" : ", ") + k;
         if (*json) {
@@ -108,16 +112,11 @@ Subcommand add_devices_command(CLI::App& app) {
                                 (models::bn_relu_pool_channels_last()
                                      ? " (NCHW and channels_last)"
                                      : " (NCHW; channels_last takes LibTorch's ops)") +
-                                (models::bn_relu_pool_threaded()
-                                     ? ""
-                                     : " (this build: only where LibTorch has one thread)"))
+                                one_thread_note)
                   << "\n"
                   << "CNNs' 3x3 convolutions after the first (CPU, fp32 channels_last): "
                   << (models::conv3x3_code() == "avx2"
-                          ? std::string("avx2 kernels") +
-                                (models::bn_relu_pool_threaded()
-                                     ? ""
-                                     : " (this build: only where LibTorch has one thread)")
+                          ? "avx2 kernels" + one_thread_note
                           : std::string("LibTorch's (oneDNN)") +
                                 (bn_relu_pool == "off" ? " (SPRITETORCH_FUSED_BN_POOL=0)" : ""))
                   << "\n"

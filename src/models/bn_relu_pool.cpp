@@ -1753,9 +1753,6 @@ bool fusion_from_environment() {
 // a throw during static initialisation); then 0 or 1.
 std::atomic<int> fusion_on{-1};
 
-// Without OpenMP at::parallel_for runs on one thread, where LibTorch's ops use all of them.
-bool can_use_every_thread() { return bn_relu_pool_threaded() || at::get_num_threads() == 1; }
-
 }  // namespace
 
 void set_bn_relu_pool_fusion(bool on) { fusion_on = on ? 1 : 0; }
@@ -1779,6 +1776,8 @@ bool bn_relu_pool_channels_last() {
   return code == "avx512" || code == "avx2";
 }
 
+bool fused_ops_use_these_threads() { return bn_relu_pool_threaded() || at::get_num_threads() == 1; }
+
 bool bn_relu_pool_threaded() {
 #if defined(SPRITETORCH_OPENMP) && defined(_OPENMP)
   return true;
@@ -1791,8 +1790,8 @@ bool bn_relu_pool_threaded() {
 // statistics, all fp32 and contiguous.
 static bool fusable_norm(const torch::nn::BatchNorm2dImpl& bn) {
   const auto& o = bn.options;
-  return bn_relu_pool_fusion() && can_use_every_thread() && o.affine() && o.track_running_stats() &&
-         bn.running_mean.defined() && bn.num_batches_tracked.defined() &&
+  return bn_relu_pool_fusion() && fused_ops_use_these_threads() && o.affine() &&
+         o.track_running_stats() && bn.running_mean.defined() && bn.num_batches_tracked.defined() &&
          bn.weight.scalar_type() == torch::kFloat32 && bn.weight.is_contiguous() &&
          bn.bias.is_contiguous() && bn.running_mean.scalar_type() == torch::kFloat32 &&
          bn.running_mean.is_contiguous() && bn.running_var.scalar_type() == torch::kFloat32 &&

@@ -78,6 +78,10 @@ bool bn_relu_pool_fusion();
 // thread (else the op runs only where LibTorch has one thread; see CMakeLists.txt).
 std::string bn_relu_pool_code();
 bool bn_relu_pool_threaded();
+// Whether the fused CPU ops (this one, models/conv3x3.h) run with LibTorch's threads as they are
+// now: their loops use every thread (bn_relu_pool_threaded()), or LibTorch has one. Without
+// OpenMP at::parallel_for runs on one thread, where LibTorch's own ops use all of them.
+bool fused_ops_use_these_threads();
 // Whether channels_last tensors take the fused op here (its NHWC form: the avx512 and avx2 code).
 bool bn_relu_pool_channels_last();
 

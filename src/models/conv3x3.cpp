@@ -222,9 +222,10 @@ void convolve(const torch::Tensor& in, const torch::Tensor& packed, const torch:
 #endif
 }
 
-// dw (cout, 3, 3, cin) and db (cout, or undefined) from x and dy, both (B, H, W, C) channels_last.
-void weight_gradients(const torch::Tensor& x, const torch::Tensor& dy, torch::Tensor& dw,
-                      torch::Tensor& db) {
+// dw (cout, 3, 3, cin) and, with want_db, db (cout) from x and dy, both (B, H, W, C)
+// channels_last.
+void weight_gradients(const torch::Tensor& x, const torch::Tensor& dy, bool want_db,
+                      torch::Tensor& dw, torch::Tensor& db) {
 #ifdef SPRITETORCH_CONV_X86
   const Images m = images_of(x, dy.size(1));
   const int64_t groups = std::min(m.batch, kWeightGroups);
@@ -243,8 +244,9 @@ void weight_gradients(const torch::Tensor& x, const torch::Tensor& dy, torch::Te
         pad_image(xs + n * m.in_image, m.plane.h, m.plane.w, m.cin, padded.data());
         const float* d = dys + n * m.out_image;
         weight_grad_image(m.plane, m.cin, m.cout, padded.data(), d, w);
-        for (int64_t p = 0; p < int64_t{m.plane.h} * m.plane.w; ++p, d += m.cout)
-          for (int c = 0; c < m.cout; ++c) b[c] += d[c];
+        if (want_db)
+          for (int64_t p = 0; p < int64_t{m.plane.h} * m.plane.w; ++p, d += m.cout)
+            for (int c = 0; c < m.cout; ++c) b[c] += d[c];
       }
     }
   });
@@ -255,9 +257,9 @@ void weight_gradients(const torch::Tensor& x, const torch::Tensor& dy, torch::Te
   }
   const auto total = partial[0];
   dw = total.narrow(0, 0, weights).view({m.cout, 3, 3, m.cin});
-  db = total.narrow(0, weights, m.cout);
+  if (want_db) db = total.narrow(0, weights, m.cout);
 #else
-  (void)x, (void)dy, (void)dw, (void)db;
+  (void)x, (void)dy, (void)want_db, (void)dw, (void)db;
   throw Error("conv3x3: the AVX2 kernels are not built for this CPU");
 #endif
 }
@@ -298,7 +300,7 @@ class Conv3x3Function : public torch::autograd::Function<Conv3x3Function> {
     const bool want_db = ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2);
     if (ctx->needs_input_grad(1) || want_db) {
       torch::Tensor dw_nhwc, bias_grad;
-      weight_gradients(x, dy, dw_nhwc, bias_grad);
+      weight_gradients(x, dy, want_db, dw_nhwc, bias_grad);
       if (ctx->needs_input_grad(1)) dw = dw_nhwc.permute({0, 3, 1, 2});  // (cout, cin, 3, 3)
       if (want_db) db = bias_grad;
     }
@@ -322,17 +324,19 @@ void set_conv3x3_kernel(bool on) { kernels_on = on; }
 
 bool conv3x3_kernel() { return kernels_on && bn_relu_pool_fusion(); }
 
-std::string conv3x3_code() {
+// The kernels on, built, and the avx2 matrix kernel selected (what conv3x3_code says).
+static bool kernels_selected() {
 #ifdef SPRITETORCH_CONV_X86
-  if (conv3x3_kernel() && gemm::best_kernel() == gemm::Kernel::avx2) return "avx2";
+  return conv3x3_kernel() && gemm::best_kernel() == gemm::Kernel::avx2;
+#else
+  return false;
 #endif
-  return "off";
 }
 
+std::string conv3x3_code() { return kernels_selected() ? "avx2" : "off"; }
+
 bool conv3x3_fused(const torch::nn::Conv2dImpl& conv, const torch::Tensor& x) {
-  // Without OpenMP at::parallel_for runs on one thread, where oneDNN uses all of them.
-  if (conv3x3_code() != "avx2" || !(bn_relu_pool_threaded() || at::get_num_threads() == 1))
-    return false;
+  if (!kernels_selected() || !fused_ops_use_these_threads()) return false;
   const auto& o = conv.options;
   const auto* padding = c10::get_if<torch::ExpandingArray<2>>(&o.padding());
   if (!is_pair(o.kernel_size(), 3) || !is_pair(o.stride(), 1) || !padding ||

@@ -152,8 +152,7 @@ torch::nn::Conv2d make_conv(torch::nn::Conv2dOptions options) {
 TEST(Conv3x3, TakenWhereTheConditionsHold) {
   using torch::nn::Conv2dOptions;
   const bool kernels = fused_here();
-  EXPECT_EQ(kernels,
-            conv3x3_code() == "avx2" && (bn_relu_pool_threaded() || at::get_num_threads() == 1));
+  EXPECT_EQ(kernels, conv3x3_code() == "avx2" && fused_ops_use_these_threads());
   auto conv = make_conv(Conv2dOptions(16, 32, 3).padding(1).bias(false));
   const auto x = torch::randn({2, 16, 6, 6});
   const auto x_cl = x.contiguous(kChannelsLast);
