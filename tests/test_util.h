@@ -22,6 +22,21 @@
 
 namespace spritetorch::testing {
 
+// The AddressSanitizer build (scripts/sanitize) runs a training step ~10x slower than Release:
+// the tests that train for a while to see something size their work by this.
+#if defined(__SANITIZE_ADDRESS__)
+#define SPRITETORCH_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SPRITETORCH_TEST_ASAN 1
+#endif
+#endif
+#ifdef SPRITETORCH_TEST_ASAN
+inline constexpr bool kAddressSanitized = true;
+#else
+inline constexpr bool kAddressSanitized = false;
+#endif
+
 // What `f` throws as an Error ("" when it returns).
 inline std::string error_of(const std::function<void()>& f) {
   try {

@@ -115,6 +115,9 @@ TEST(ThreadGovernor, TheFusedStepBesideBusyProcessesTrainsTheSameWeightsOnFewerT
   TrainConfig config;
   config.device = "cpu";
   config.epochs = 3;  // long enough for a window (0.3 s) on a fast core
+  // Under ASan a step is ~10x slower: a fifth of the data still spans many windows (3 epochs of
+  // the whole set took 119 s there beside the busy processes).
+  if (testing::kAddressSanitized) config.train_limit = 12000;
   config.eval_every = 0;
   config.test_limit = 1000;
   auto setting = [](const TrainReport& report, const std::string& key) {
