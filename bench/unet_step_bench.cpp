@@ -7,7 +7,9 @@
 //   build/bench/unet_step_bench                              # everything, LibTorch's threads
 //   build/bench/unet_step_bench --benchmark_filter=step --benchmark_repetitions=5
 //
-// Arguments: the batch, then 1 for the fused kernel, 0 for LibTorch's ops.
+// Arguments: the batch, then 1 for the fused kernel, 0 for LibTorch's ops. `conv` compares the
+// UNet's own convolutions (LibTorch's) with spritetorch's AVX2 3x3 kernels (models/conv3x3.h) at
+// its shapes, which the UNet does not take (docs/sprites.md).
 #include <benchmark/benchmark.h>
 #include <malloc.h>
 #include <torch/torch.h>
@@ -15,6 +17,7 @@
 #include "conv_bench_main.h"
 #include "diffusion/group_norm_silu.h"
 #include "diffusion/unet.h"
+#include "models/conv3x3.h"
 
 namespace {
 
@@ -97,6 +100,31 @@ void pass(benchmark::State& state) {
   set_group_norm_silu_fusion(true);
 }
 
+// One ResBlock convolution of the default UNet, forward and backward, NCHW as the UNet runs it,
+// through LibTorch (own_conv 0) or spritetorch's AVX2 kernels (1, where they run):
+// shape 0 is up1's first (96 -> 32 at 32 x 32, the largest), 1 block2's second (64 -> 64 at
+// 16 x 16), 2 mid1's (64 -> 64 at 8 x 8). Arguments: shape, batch, own_conv.
+void conv(benchmark::State& state) {
+  static const int64_t shapes[][3] = {{96, 32, 32}, {64, 64, 16}, {64, 64, 8}};
+  const auto& shape = shapes[state.range(0)];
+  const int64_t batch = state.range(1);
+  spritetorch::models::set_conv3x3_kernel(state.range(2) != 0);
+  torch::manual_seed(1);
+  torch::nn::Conv2d layer(torch::nn::Conv2dOptions(shape[0], shape[1], 3).padding(1));
+  const auto x = torch::randn({batch, shape[0], shape[2], shape[2]}).requires_grad_();
+  const auto upstream = torch::randn({batch, shape[1], shape[2], shape[2]});
+  if (state.range(2) != 0 && !spritetorch::models::conv3x3_fused(*layer, x))
+    state.SkipWithError("the AVX2 convolutions do not run here");
+  for (auto _ : state) {
+    spritetorch::models::conv3x3(*layer, x).backward(upstream);
+    benchmark::DoNotOptimize(x.grad().data_ptr());
+  }
+  const double flop = 3.0 * 2 * 9 * shape[0] * shape[1] * shape[2] * shape[2] * batch;
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flop * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  spritetorch::models::set_conv3x3_kernel(true);
+}
+
 // Bytes of the C heap in use: the main arena and the chunks it mmapped. The bench's `held` runs on
 // one thread, so every tensor of its step comes from there (glibc's other arenas serve other
 // threads). Only glibc 2.33 and later tell; elsewhere `held` is skipped.
@@ -150,6 +178,11 @@ BENCHMARK(op_s)->ArgsProduct({{16, 32}, {0, 1}})->Unit(benchmark::kMillisecond)-
 BENCHMARK(op_s2)->ArgsProduct({{16, 32}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(step)->ArgsProduct({{16, 32}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(pass)->ArgsProduct({{256}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(conv)
+    ->ArgNames({"shape", "batch", "own_conv"})
+    ->ArgsProduct({{0, 1, 2}, {16}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK(held)
     ->ArgsProduct({{16, 64}, {32, 64}, {0, 1}})
     ->Iterations(2)

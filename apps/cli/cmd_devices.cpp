@@ -114,11 +114,11 @@ Subcommand add_devices_command(CLI::App& app) {
                                      : " (NCHW; channels_last takes LibTorch's ops)") +
                                 one_thread_note)
                   << "\n"
-                  << "CNNs' 3x3 convolutions after the first (CPU, fp32 channels_last): "
+                  << "CNNs' 3x3 convolutions after the first (CPU, fp32): "
                   << (models::conv3x3_code() == "avx2"
                           ? "avx2 kernels" + one_thread_note
                           : std::string("LibTorch's (oneDNN)") +
-                                (bn_relu_pool == "off" ? " (SPRITETORCH_FUSED_BN_POOL=0)" : ""))
+                                (models::conv3x3_kernel() ? "" : " (SPRITETORCH_CONV3X3=0)"))
                   << "\n"
                   << "CPU threads: " << describe_cpu_threads(threads) << "\n";
         return 0;

@@ -16,6 +16,7 @@
 #include "config_file.h"
 #include "distributed/dist_env.h"
 #include "models/bn_relu_pool.h"
+#include "models/conv3x3.h"
 #include "resume_command.h"
 #include "signals.h"
 #include "train/interrupt.h"
@@ -64,6 +65,7 @@ int run(int argc, char** argv) {
   try {
     // The machine variables without an option, checked before any work (docs/config.md).
     spritetorch::models::bn_relu_pool_fusion();
+    spritetorch::models::conv3x3_kernel();
     for (const auto& command : commands) {
       if (!command.app->parsed()) continue;
       // The environment, then --config; with --print-config, print them and stop.

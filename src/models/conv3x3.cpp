@@ -11,7 +11,9 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "common/compat.h"
@@ -23,7 +25,20 @@ namespace spritetorch::models {
 
 namespace {
 
-std::atomic<bool> kernels_on{true};
+// SPRITETORCH_CONV3X3: 1 (or unset) the kernels, 0 LibTorch's convolution.
+bool kernels_from_environment() {
+  const char* value = std::getenv("SPRITETORCH_CONV3X3");
+  const std::string setting = value ? value : "";
+  if (!setting.empty() && setting != "0" && setting != "1")
+    throw Error("SPRITETORCH_CONV3X3=" + setting +
+                    ": expected 0 (LibTorch's 3x3 convolutions) or 1 (spritetorch's AVX2 kernels)",
+                "unset it or set it to 0 or 1");
+  return setting != "0";
+}
+
+// -1 until the environment is read (on first use: a bad value is an Error to report, not a throw
+// during static initialisation); then 0 or 1.
+std::atomic<int> kernels_on{-1};
 
 #ifdef SPRITETORCH_CONV_X86
 #define SPRITETORCH_AVX2 __attribute__((target("avx2,fma")))
@@ -167,31 +182,85 @@ SPRITETORCH_AVX2 void weight_grad_image(const Plane& plane, int cin, int cout, c
                                                 dw + int64_t{co} * columns + q, columns);
   }
 }
-// Copies image (H, W, C) into the interior of `padded` ((H + 2) x (W + 2) x C, border zero).
-void pad_image(const float* image, int h, int w, int c, float* padded) {
-  const size_t row = static_cast<size_t>(w) * c;
-  for (int y = 0; y < h; ++y)
-    std::memcpy(padded + (static_cast<size_t>(y + 1) * (w + 2) + 1) * c, image + y * row,
-                row * sizeof(float));
+// The 8 x 8 block rows[0..8) (8 floats each) transposed in place: rows[j][i] = old rows[i][j].
+SPRITETORCH_AVX2 inline void transpose8(__m256 rows[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(rows[i], rows[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(rows[i], rows[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    rows[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+    rows[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+  }
 }
 
-// A batch of channels_last images (B, H, W, C) in, (B, H, W, C') out, as the kernels index them.
+// dst[r][c] = src[c][r] for r < rows, c < cols: src has a row stride of `lds` floats, dst of
+// `ldd`. Blocks of 8 x 8 through registers; what is left past the last whole block, singly.
+SPRITETORCH_AVX2 void transpose(const float* src, int64_t lds, int rows, int cols, float* dst,
+                                int64_t ldd) {
+  const int rows8 = rows / 8 * 8, cols8 = cols / 8 * 8;
+  for (int r = 0; r < rows8; r += 8)
+    for (int c = 0; c < cols8; c += 8) {
+      __m256 block[8];
+      for (int i = 0; i < 8; ++i) block[i] = _mm256_loadu_ps(src + (c + i) * lds + r);
+      transpose8(block);
+      for (int i = 0; i < 8; ++i) _mm256_storeu_ps(dst + (r + i) * ldd + c, block[i]);
+    }
+  for (int r = 0; r < rows; ++r)
+    for (int c = r < rows8 ? cols8 : 0; c < cols; ++c) dst[r * ldd + c] = src[c * lds + r];
+}
+
+// A batch of images in, (B, C', H, W) out, channels_last or NCHW (both alike), as the kernels
+// index them: they work in (H, W, C) per image, so an NCHW image is transposed on its way into a
+// thread's buffer and its result on the way out, which stays in cache.
 struct Images {
   int64_t batch;
   int cin, cout;
   Plane plane;
   int64_t in_image, out_image;  // floats per image in and out
+  bool nchw;
 };
-Images images_of(const torch::Tensor& in, int64_t out_channels) {
+Images images_of(const torch::Tensor& in, int64_t out_channels, bool nchw) {
   Images m{in.size(0),
            static_cast<int>(in.size(1)),
            static_cast<int>(out_channels),
            Plane{static_cast<int>(in.size(2)), static_cast<int>(in.size(3))},
            0,
-           0};
+           0,
+           nchw};
   m.in_image = int64_t{m.plane.h} * m.plane.w * m.cin;
   m.out_image = int64_t{m.plane.h} * m.plane.w * m.cout;
   return m;
+}
+
+// Copies an image of c channels (H, W, C), or (C, H, W) with nchw, into the interior of `padded`
+// ((H + 2) x (W + 2) x C, border zero).
+SPRITETORCH_AVX2 void pad_image(const float* image, const Plane& plane, int c, bool nchw,
+                                float* padded) {
+  const int h = plane.h, w = plane.w;
+  for (int y = 0; y < h; ++y) {
+    float* row = padded + (static_cast<int64_t>(y + 1) * (w + 2) + 1) * c;
+    if (nchw)  // (C, W) of this row -> (W, C)
+      transpose(image + int64_t{y} * w, int64_t{h} * w, w, c, row, c);
+    else
+      std::memcpy(row, image + int64_t{y} * w * c, static_cast<size_t>(w) * c * sizeof(float));
+  }
+}
+
+// An image of c channels in (H, W, C): `image` itself, or for nchw its transpose in `scratch`.
+SPRITETORCH_AVX2 const float* image_hwc(const float* image, const Plane& plane, int c, bool nchw,
+                                        float* scratch) {
+  if (!nchw) return image;
+  const int pixels = plane.h * plane.w;
+  transpose(image, pixels, pixels, c, scratch, c);
+  return scratch;
 }
 
 // Images per weight-gradient group: each group sums into its own buffer, and the groups are
@@ -199,35 +268,40 @@ Images images_of(const torch::Tensor& in, int64_t out_channels) {
 constexpr int64_t kWeightGroups = 8;
 #endif  // SPRITETORCH_CONV_X86
 
-// out (B, H, W, cout) channels_last = the convolution of in (B, H, W, cin) channels_last with the
-// packed weights (9 cin, cout) [+ bias], one image at a time over LibTorch's threads.
+// out (B, cout, H, W) = the convolution of in (B, cin, H, W) with the packed weights (9 cin, cout)
+// [+ bias], both channels_last or both NCHW contiguous (nchw), one image at a time over LibTorch's
+// threads.
 void convolve(const torch::Tensor& in, const torch::Tensor& packed, const torch::Tensor& bias,
-              torch::Tensor& out) {
+              bool nchw, torch::Tensor& out) {
 #ifdef SPRITETORCH_CONV_X86
-  const Images m = images_of(in, out.size(1));
+  const Images m = images_of(in, out.size(1), nchw);
   const float* x = in.data_ptr<float>();
   const float* w = packed.data_ptr<float>();
   const float* b = bias.defined() ? bias.data_ptr<float>() : nullptr;
   float* y = out.data_ptr<float>();
   at::parallel_for(0, m.batch, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> padded(static_cast<size_t>(m.plane.padded_pixels()) * m.cin, 0.0f);
+    std::vector<float> result(m.nchw ? static_cast<size_t>(m.out_image) : 0);  // (H W, cout)
+    const int pixels = m.plane.h * m.plane.w;
     for (int64_t n = begin; n < end; ++n) {
-      pad_image(x + n * m.in_image, m.plane.h, m.plane.w, m.cin, padded.data());
-      conv_image(m.plane, m.cin, m.cout, padded.data(), w, b, y + n * m.out_image);
+      pad_image(x + n * m.in_image, m.plane, m.cin, m.nchw, padded.data());
+      float* image_out = y + n * m.out_image;
+      conv_image(m.plane, m.cin, m.cout, padded.data(), w, b, m.nchw ? result.data() : image_out);
+      if (m.nchw) transpose(result.data(), m.cout, m.cout, pixels, image_out, pixels);
     }
   });
 #else
-  (void)in, (void)packed, (void)bias, (void)out;
+  (void)in, (void)packed, (void)bias, (void)nchw, (void)out;
   throw Error("conv3x3: the AVX2 kernels are not built for this CPU");
 #endif
 }
 
-// dw (cout, 3, 3, cin) and, with want_db, db (cout) from x and dy, both (B, H, W, C)
-// channels_last.
-void weight_gradients(const torch::Tensor& x, const torch::Tensor& dy, bool want_db,
+// dw (cout, 3, 3, cin) and, with want_db, db (cout) from x and dy, both channels_last or both
+// NCHW contiguous (nchw).
+void weight_gradients(const torch::Tensor& x, const torch::Tensor& dy, bool nchw, bool want_db,
                       torch::Tensor& dw, torch::Tensor& db) {
 #ifdef SPRITETORCH_CONV_X86
-  const Images m = images_of(x, dy.size(1));
+  const Images m = images_of(x, dy.size(1), nchw);
   const int64_t groups = std::min(m.batch, kWeightGroups);
   const int64_t weights = int64_t{m.cout} * 9 * m.cin, size = weights + m.cout;
   // (groups, weights + cout): each group's weight gradient, then its bias gradient.
@@ -237,12 +311,13 @@ void weight_gradients(const torch::Tensor& x, const torch::Tensor& dy, bool want
   float* parts = partial.data_ptr<float>();
   at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> padded(static_cast<size_t>(m.plane.padded_pixels()) * m.cin, 0.0f);
+    std::vector<float> dy_hwc(m.nchw ? static_cast<size_t>(m.out_image) : 0);
     for (int64_t g = begin; g < end; ++g) {
       float* w = parts + g * size;
       float* b = w + weights;
       for (int64_t n = m.batch * g / groups; n < m.batch * (g + 1) / groups; ++n) {
-        pad_image(xs + n * m.in_image, m.plane.h, m.plane.w, m.cin, padded.data());
-        const float* d = dys + n * m.out_image;
+        pad_image(xs + n * m.in_image, m.plane, m.cin, m.nchw, padded.data());
+        const float* d = image_hwc(dys + n * m.out_image, m.plane, m.cout, m.nchw, dy_hwc.data());
         weight_grad_image(m.plane, m.cin, m.cout, padded.data(), d, w);
         if (want_db)
           for (int64_t p = 0; p < int64_t{m.plane.h} * m.plane.w; ++p, d += m.cout)
@@ -259,17 +334,19 @@ void weight_gradients(const torch::Tensor& x, const torch::Tensor& dy, bool want
   dw = total.narrow(0, 0, weights).view({m.cout, 3, 3, m.cin});
   if (want_db) db = total.narrow(0, weights, m.cout);
 #else
-  (void)x, (void)dy, (void)want_db, (void)dw, (void)db;
+  (void)x, (void)dy, (void)nchw, (void)want_db, (void)dw, (void)db;
   throw Error("conv3x3: the AVX2 kernels are not built for this CPU");
 #endif
 }
 
-torch::Tensor channels_last(const torch::Tensor& t) {
-  return t.contiguous(at::MemoryFormat::ChannelsLast);
+// Whether x takes the NCHW form of the kernels: NCHW contiguous and not also channels_last
+// contiguous (a tensor with one channel or one pixel is both; it keeps channels_last's).
+bool takes_nchw(const torch::Tensor& x) {
+  return x.is_contiguous() && !x.is_contiguous(at::MemoryFormat::ChannelsLast);
 }
 
 // Forward packs the weights as (tap, cin, cout); backward's input gradient convolves dy with them
-// flipped and transposed, (tap, cout, cin).
+// flipped and transposed, (tap, cout, cin). x, the result and the gradients keep x's layout.
 class Conv3x3Function : public torch::autograd::Function<Conv3x3Function> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
@@ -277,11 +354,13 @@ class Conv3x3Function : public torch::autograd::Function<Conv3x3Function> {
                                const c10::optional<torch::Tensor>& bias_or_none) {
     // (LibTorch's custom functions take no undefined tensor among their inputs: an optional one.)
     const torch::Tensor bias = bias_or_none ? *bias_or_none : torch::Tensor();
+    const bool nchw = takes_nchw(x);
     ctx->save_for_backward({x, weight});
     ctx->saved_data["bias"] = bias.defined();
+    ctx->saved_data["nchw"] = nchw;
     auto out = torch::empty({x.size(0), weight.size(0), x.size(2), x.size(3)},
-                            x.options().memory_format(at::MemoryFormat::ChannelsLast));
-    convolve(x, weight.permute({2, 3, 1, 0}).contiguous(), bias, out);
+                            x.options().memory_format(layout(nchw)));
+    convolve(x, weight.permute({2, 3, 1, 0}).contiguous(), bias, nchw, out);
     return out;
   }
 
@@ -290,21 +369,28 @@ class Conv3x3Function : public torch::autograd::Function<Conv3x3Function> {
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor& x = saved[0];
     const torch::Tensor& weight = saved[1];
-    const torch::Tensor dy = channels_last(grads[0]);
+    const bool nchw = ctx->saved_data["nchw"].toBool();
+    const torch::Tensor dy = grads[0].contiguous(layout(nchw));
     torch::Tensor dx, dw, db;
     if (ctx->needs_input_grad(0)) {
-      dx = torch::empty_like(x, x.options().memory_format(at::MemoryFormat::ChannelsLast));
-      convolve(dy, weight.flip({2, 3}).permute({2, 3, 0, 1}).contiguous(), torch::Tensor(), dx);
+      dx = torch::empty_like(x, x.options().memory_format(layout(nchw)));
+      convolve(dy, weight.flip({2, 3}).permute({2, 3, 0, 1}).contiguous(), torch::Tensor(), nchw,
+               dx);
     }
     // needs_input_grad counts the tensor inputs only: without a bias there is no third.
     const bool want_db = ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2);
     if (ctx->needs_input_grad(1) || want_db) {
       torch::Tensor dw_nhwc, bias_grad;
-      weight_gradients(x, dy, want_db, dw_nhwc, bias_grad);
+      weight_gradients(x, dy, nchw, want_db, dw_nhwc, bias_grad);
       if (ctx->needs_input_grad(1)) dw = dw_nhwc.permute({0, 3, 1, 2});  // (cout, cin, 3, 3)
       if (want_db) db = bias_grad;
     }
     return {dx, dw, db};
+  }
+
+ private:
+  static at::MemoryFormat layout(bool nchw) {
+    return nchw ? at::MemoryFormat::Contiguous : at::MemoryFormat::ChannelsLast;
   }
 };
 
@@ -314,15 +400,18 @@ bool is_pair(const torch::ExpandingArray<2>& a, int64_t value) {
 
 }  // namespace
 
-torch::Tensor conv3x3_nhwc(const torch::Tensor& x, const torch::Tensor& weight,
+torch::Tensor conv3x3_avx2(const torch::Tensor& x, const torch::Tensor& weight,
                            const torch::Tensor& bias) {
   return Conv3x3Function::apply(x, weight,
                                 bias.defined() ? c10::optional<torch::Tensor>(bias) : c10::nullopt);
 }
 
-void set_conv3x3_kernel(bool on) { kernels_on = on; }
+void set_conv3x3_kernel(bool on) { kernels_on = on ? 1 : 0; }
 
-bool conv3x3_kernel() { return kernels_on && bn_relu_pool_fusion(); }
+bool conv3x3_kernel() {
+  if (kernels_on < 0) kernels_on = kernels_from_environment() ? 1 : 0;
+  return kernels_on == 1;
+}
 
 // The kernels on, built, and the avx2 matrix kernel selected (what conv3x3_code says).
 static bool kernels_selected() {
@@ -353,7 +442,7 @@ bool conv3x3_fused(const torch::nn::Conv2dImpl& conv, const torch::Tensor& x) {
   if (compat::autocast_enabled(c10::DeviceType::CPU)) return false;
   if (!x.defined() || !x.is_cpu() || x.scalar_type() != torch::kFloat32 || x.dim() != 4 ||
       x.size(1) != w.size(1) || x.size(0) == 0 || x.size(2) == 0 || x.size(3) == 0 ||
-      !x.is_contiguous(at::MemoryFormat::ChannelsLast))
+      !(x.is_contiguous(at::MemoryFormat::ChannelsLast) || x.is_contiguous()))
     return false;
   // The kernels index images and packed weights with int offsets.
   const int64_t plane = (x.size(2) + 2) * (x.size(3) + 2);
@@ -361,7 +450,7 @@ bool conv3x3_fused(const torch::nn::Conv2dImpl& conv, const torch::Tensor& x) {
 }
 
 torch::Tensor conv3x3(torch::nn::Conv2dImpl& conv, const torch::Tensor& x) {
-  if (conv3x3_fused(conv, x)) return conv3x3_nhwc(x, conv.weight, conv.bias);
+  if (conv3x3_fused(conv, x)) return conv3x3_avx2(x, conv.weight, conv.bias);
   return conv.forward(x);
 }
 

@@ -1,6 +1,7 @@
-// A 3x3 convolution (stride 1, zero padding 1, no dilation or groups) on channels_last fp32 CPU
-// tensors, forward and backward, with AVX2 kernels: the conv nets' inner convolutions on AVX2 CPUs
-// (fastcnn's second and third stages, the `cnn` model's second convolution).
+// A 3x3 convolution (stride 1, zero padding 1, no dilation or groups) on fp32 CPU tensors,
+// channels_last or NCHW, forward and backward, with AVX2 kernels: the conv nets' inner
+// convolutions on AVX2 CPUs (fastcnn's second and third stages, the `cnn` model's second
+// convolution), in either layout the model runs.
 //
 // Why: on a Zen 3 (AVX2) core LibTorch 1.13's oneDNN convolutions reach 50-75 GFLOP/s on both
 // cores at fastcnn's channel counts (16 -> 32 at 14x14, 32 -> 64 at 7x7, batch 256), about a third
@@ -8,7 +9,8 @@
 // (docs/benchmarks.md). Here each image is padded into a buffer that stays in L1 with one
 // 16-channel panel of the weights, and every product is a register block (6 output pixels x 16
 // channels for the outputs and the input gradient, 4 output channels x 24 (tap, channel) columns
-// for the weight gradient).
+// for the weight gradient). The kernels work in (H, W, C) per image: an NCHW image is transposed
+// (8 x 8 register blocks) into that buffer, and its result back, while both are in cache.
 //
 // The images go over LibTorch's threads (forward, input gradient); the weight gradient sums fixed
 // groups of images in a fixed order, so no result depends on the thread count. On AVX-512 CPUs
@@ -30,18 +32,19 @@ torch::Tensor conv3x3(torch::nn::Conv2dImpl& conv, const torch::Tensor& x);
 // SPRITETORCH_GEMM_KERNEL=avx2), LibTorch's threads usable by the op (as for the fused BatchNorm),
 // no CPU autocast; conv 3x3, stride 1, zero padding 1, dilation 1, one group, fp32 CPU weights (and
 // bias, when it has one), in and out channels multiples of 8; x (B, C, H, W) fp32 on the CPU,
-// channels_last contiguous.
+// channels_last or NCHW contiguous.
 bool conv3x3_fused(const torch::nn::Conv2dImpl& conv, const torch::Tensor& x);
 
-// The op alone, with autograd: conv2d(x, weight, bias, stride 1, padding 1) for x channels_last
-// (B, Cin, H, W), weight (Cout, Cin, 3, 3), bias (Cout) or undefined; the result channels_last.
-// Callers check the conditions (conv3x3_fused); the tests call it directly.
-torch::Tensor conv3x3_nhwc(const torch::Tensor& x, const torch::Tensor& weight,
+// The op alone, with autograd: conv2d(x, weight, bias, stride 1, padding 1) for x (B, Cin, H, W)
+// channels_last or NCHW contiguous, weight (Cout, Cin, 3, 3), bias (Cout) or undefined; the result
+// and x's gradient in x's layout (channels_last where x is both). Callers check the conditions
+// (conv3x3_fused); the tests call it directly.
+torch::Tensor conv3x3_avx2(const torch::Tensor& x, const torch::Tensor& weight,
                            const torch::Tensor& bias);
 
 // The kernels on or off for the whole process: for comparing with LibTorch's convolutions (the
-// tests, bench/fastcnn_step_bench). On unless SPRITETORCH_FUSED_BN_POOL=0, the switch of the
-// fused CNN stages (models/bn_relu_pool.h) these convolutions sit between.
+// tests, bench/fastcnn_step_bench, bench/unet_step_bench). On unless SPRITETORCH_CONV3X3=0; the
+// first call reads it (an Error for a value other than 0 or 1).
 void set_conv3x3_kernel(bool on);
 bool conv3x3_kernel();
 // "avx2" where conv3x3 can take its kernels for some convolution here (in a build without OpenMP,

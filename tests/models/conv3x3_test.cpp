@@ -31,14 +31,14 @@ struct Grads {
   torch::Tensor y, dx, dw, db;
 };
 
-// conv3x3_nhwc (own = true) or LibTorch's conv2d on copies of x, w and b, with `upstream` as the
-// output's gradient.
+// conv3x3_avx2 (own = true) or LibTorch's conv2d on copies of x (channels_last, or NCHW with
+// nchw), w and b, with `upstream` as the output's gradient.
 Grads run(bool own, const torch::Tensor& x0, const torch::Tensor& w0, const torch::Tensor& b0,
-          const torch::Tensor& upstream) {
-  auto x = x0.clone(kChannelsLast).requires_grad_(true);
+          const torch::Tensor& upstream, bool nchw = false) {
+  auto x = x0.clone(nchw ? at::MemoryFormat::Contiguous : kChannelsLast).requires_grad_(true);
   auto w = w0.clone().requires_grad_(true);
   torch::Tensor b = b0.defined() ? b0.clone().requires_grad_(true) : torch::Tensor();
-  auto y = own ? conv3x3_nhwc(x, w, b) : torch::conv2d(x, w, b, 1, 1);
+  auto y = own ? conv3x3_avx2(x, w, b) : torch::conv2d(x, w, b, 1, 1);
   (y * upstream).sum().backward();
   return {y.detach(), x.grad(), w.grad(), b.defined() ? b.grad() : torch::Tensor()};
 }
@@ -54,33 +54,58 @@ bool fused_here() {
 
 // (batch, in channels, out channels, height, width, bias): fastcnn's two stages, a 2x one, a
 // picture narrower than a block of 6 pixels, a panel of 8 channels left over (40 = 16 + 16 + 8),
-// one pixel, and a plane whose pixel count is no multiple of 6.
+// one pixel, a plane whose pixel count is no multiple of 6, and two of the generator UNet's (rows
+// of whole 8-pixel blocks for the NCHW transposes: 16 and 8 wide).
 struct Shape {
   int64_t batch, cin, cout, h, w;
   bool bias;
 };
-const std::vector<Shape> kShapes = {{5, 16, 32, 14, 14, false}, {3, 32, 64, 7, 7, false},
-                                    {2, 64, 128, 4, 4, false},  {2, 8, 8, 5, 3, true},
-                                    {4, 24, 40, 6, 9, true},    {9, 8, 16, 1, 1, true},
-                                    {3, 16, 8, 11, 5, false}};
+const std::vector<Shape> kShapes = {
+    {5, 16, 32, 14, 14, false}, {3, 32, 64, 7, 7, false},  {2, 64, 128, 4, 4, false},
+    {2, 8, 8, 5, 3, true},      {4, 24, 40, 6, 9, true},   {9, 8, 16, 1, 1, true},
+    {3, 16, 8, 11, 5, false},   {2, 96, 32, 16, 16, true}, {3, 64, 64, 8, 8, true}};
 
 TEST(Conv3x3, MatchesLibTorchForwardAndBackward) {
   if (!avx2_here()) GTEST_SKIP() << "no AVX2 here";
+  for (const Shape& s : kShapes)
+    for (bool nchw : {false, true}) {
+      const std::string what = "B" + std::to_string(s.batch) + " " + std::to_string(s.cin) + "->" +
+                               std::to_string(s.cout) + " " + std::to_string(s.h) + "x" +
+                               std::to_string(s.w) + (s.bias ? " bias" : "") +
+                               (nchw ? " NCHW" : " channels_last");
+      torch::manual_seed(3);
+      const auto x = torch::randn({s.batch, s.cin, s.h, s.w});
+      const auto w = 0.2 * torch::randn({s.cout, s.cin, 3, 3});
+      const auto b = s.bias ? torch::randn({s.cout}) : torch::Tensor();
+      const auto upstream = torch::randn({s.batch, s.cout, s.h, s.w});
+      const Grads own = run(true, x, w, b, upstream, nchw), ref = run(false, x, w, b, upstream);
+      expect_close(own.y, ref.y, what + " output");
+      expect_close(own.dx, ref.dx, what + " input gradient");
+      expect_close(own.dw, ref.dw, what + " weight gradient");
+      if (s.bias) expect_close(own.db, ref.db, what + " bias gradient");
+      // The result and the input gradient in x's layout (a one-pixel plane is both).
+      const auto layout = nchw && s.h * s.w > 1 ? at::MemoryFormat::Contiguous : kChannelsLast;
+      EXPECT_TRUE(own.y.is_contiguous(layout)) << what;
+      EXPECT_TRUE(own.dx.is_contiguous(layout)) << what;
+    }
+}
+
+// The NCHW form only transposes what the kernels read and write: the same bits as channels_last.
+TEST(Conv3x3, NchwGivesTheBitsOfChannelsLast) {
+  if (!avx2_here()) GTEST_SKIP() << "no AVX2 here";
   for (const Shape& s : kShapes) {
-    const std::string what = "B" + std::to_string(s.batch) + " " + std::to_string(s.cin) + "->" +
-                             std::to_string(s.cout) + " " + std::to_string(s.h) + "x" +
-                             std::to_string(s.w) + (s.bias ? " bias" : "");
-    torch::manual_seed(3);
-    const auto x = torch::randn({s.batch, s.cin, s.h, s.w}).contiguous(kChannelsLast);
+    torch::manual_seed(4);
+    const auto x = torch::randn({s.batch, s.cin, s.h, s.w});
     const auto w = 0.2 * torch::randn({s.cout, s.cin, 3, 3});
     const auto b = s.bias ? torch::randn({s.cout}) : torch::Tensor();
     const auto upstream = torch::randn({s.batch, s.cout, s.h, s.w});
-    const Grads own = run(true, x, w, b, upstream), ref = run(false, x, w, b, upstream);
-    expect_close(own.y, ref.y, what + " output");
-    EXPECT_TRUE(own.y.is_contiguous(kChannelsLast)) << what;
-    expect_close(own.dx, ref.dx, what + " input gradient");
-    expect_close(own.dw, ref.dw, what + " weight gradient");
-    if (s.bias) expect_close(own.db, ref.db, what + " bias gradient");
+    const Grads cl = run(true, x, w, b, upstream), nchw = run(true, x, w, b, upstream, true);
+    EXPECT_TRUE(torch::equal(cl.y, nchw.y)) << s.cin << "->" << s.cout << " " << s.h << "x" << s.w;
+    EXPECT_TRUE(torch::equal(cl.dx, nchw.dx)) << s.cin << "->" << s.cout;
+    EXPECT_TRUE(torch::equal(cl.dw, nchw.dw)) << s.cin << "->" << s.cout;
+    if (s.bias) {
+      EXPECT_TRUE(torch::equal(cl.db, nchw.db)) << s.cin << "->" << s.cout;
+    }
   }
 }
 
@@ -94,15 +119,17 @@ TEST(Conv3x3, SameBitsOnAnyThreadCount) {
   const auto b = torch::randn({32});
   const auto upstream = torch::randn({11, 32, 9, 9});
   const int before = at::get_num_threads();
-  at::set_num_threads(1);
-  const Grads one = run(true, x, w, b, upstream);
-  at::set_num_threads(std::max(2, before));
-  const Grads many = run(true, x, w, b, upstream);
-  at::set_num_threads(before);
-  EXPECT_TRUE(torch::equal(one.y, many.y));
-  EXPECT_TRUE(torch::equal(one.dx, many.dx));
-  EXPECT_TRUE(torch::equal(one.dw, many.dw));
-  EXPECT_TRUE(torch::equal(one.db, many.db));
+  for (bool nchw : {false, true}) {
+    at::set_num_threads(1);
+    const Grads one = run(true, x, w, b, upstream, nchw);
+    at::set_num_threads(std::max(2, before));
+    const Grads many = run(true, x, w, b, upstream, nchw);
+    at::set_num_threads(before);
+    EXPECT_TRUE(torch::equal(one.y, many.y)) << nchw;
+    EXPECT_TRUE(torch::equal(one.dx, many.dx)) << nchw;
+    EXPECT_TRUE(torch::equal(one.dw, many.dw)) << nchw;
+    EXPECT_TRUE(torch::equal(one.db, many.db)) << nchw;
+  }
 }
 
 // Frozen weights (a fine-tune's feature layers): only the gradients wanted are made, with or
@@ -116,14 +143,14 @@ TEST(Conv3x3, FrozenWeightsGiveTheInputGradientAlone) {
   for (bool with_bias : {false, true}) {
     const auto b = with_bias ? torch::randn({16}) : torch::Tensor();
     auto x = x0.clone(kChannelsLast).requires_grad_(true);
-    (conv3x3_nhwc(x, w, b) * upstream).sum().backward();
+    (conv3x3_avx2(x, w, b) * upstream).sum().backward();
     auto x_ref = x0.clone().requires_grad_(true);
     (torch::conv2d(x_ref, w, b, 1, 1) * upstream).sum().backward();
     expect_close(x.grad(), x_ref.grad(), with_bias ? "input gradient, bias" : "input gradient");
   }
   // And the weights alone, the input frozen.
   auto wg = w.clone().requires_grad_(true);
-  (conv3x3_nhwc(x0, wg, torch::Tensor()) * upstream).sum().backward();
+  (conv3x3_avx2(x0, wg, torch::Tensor()) * upstream).sum().backward();
   auto wg_ref = w.clone().requires_grad_(true);
   (torch::conv2d(x0, wg_ref, {}, 1, 1) * upstream).sum().backward();
   expect_close(wg.grad(), wg_ref.grad(), "weight gradient, input frozen");
@@ -135,7 +162,7 @@ TEST(Conv3x3, NanReachesItsWindow) {
   auto x = torch::ones({1, 8, 5, 5});
   x[0][3][2][2] = std::numeric_limits<float>::quiet_NaN();
   x = x.contiguous(kChannelsLast);
-  const auto y = conv3x3_nhwc(x, torch::ones({8, 8, 3, 3}), torch::Tensor());
+  const auto y = conv3x3_avx2(x, torch::ones({8, 8, 3, 3}), torch::Tensor());
   const auto nan = torch::isnan(y[0][0]);
   EXPECT_EQ(nan.sum().item<int64_t>(), 9);  // the 3x3 outputs around (2, 2)
   EXPECT_TRUE(nan[1][1].item<bool>() && nan[3][3].item<bool>());
@@ -157,7 +184,9 @@ TEST(Conv3x3, TakenWhereTheConditionsHold) {
   const auto x = torch::randn({2, 16, 6, 6});
   const auto x_cl = x.contiguous(kChannelsLast);
   EXPECT_EQ(conv3x3_fused(*conv, x_cl), kernels);
-  EXPECT_FALSE(conv3x3_fused(*conv, x));  // NCHW
+  EXPECT_EQ(conv3x3_fused(*conv, x), kernels);            // NCHW
+  EXPECT_FALSE(conv3x3_fused(*conv, x.transpose(2, 3)));  // neither layout
+  EXPECT_FALSE(conv3x3_fused(*conv, x.narrow(3, 0, 4)));  // a view with gaps
   EXPECT_FALSE(conv3x3_fused(*conv, x_cl.to(torch::kBFloat16)));
   EXPECT_FALSE(conv3x3_fused(*make_conv(Conv2dOptions(16, 32, 3).padding(1).stride(2)), x_cl));
   EXPECT_FALSE(conv3x3_fused(*make_conv(Conv2dOptions(16, 32, 3)), x_cl));  // no padding
