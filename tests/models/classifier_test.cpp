@@ -1,4 +1,5 @@
 #include "models/classifier.h"
+#include "models/conv3x3.h"
 
 #include <gtest/gtest.h>
 
@@ -38,9 +39,10 @@ TEST(Models, FeaturesAreWhatTheLastLayerSees) {
   auto fast = std::dynamic_pointer_cast<FastCnnImpl>(make_model({"fastcnn-2x", {4, 32, 32}, 13}));
   fast->eval();
   EXPECT_EQ(fast->features(rgba).sizes(), (std::vector<int64_t>{3, 128}));  // 128 channels
-  // The last stage's map by hand: features average it, forward's fc reads all of it.
+  // The last stage's map by hand: features average it, forward's fc reads all of it. (The
+  // convolutions as the model runs them: conv3x3 takes the AVX2 kernels where they apply.)
   auto stage = [](auto& conv, auto& bn, const torch::Tensor& x) {
-    return torch::max_pool2d(torch::relu(bn(conv(x))), 2);
+    return torch::max_pool2d(torch::relu(bn(conv3x3(*conv, x))), 2);
   };
   const auto map = stage(fast->conv3, fast->bn3,
                          stage(fast->conv2, fast->bn2, stage(fast->conv1, fast->bn1, rgba)));
@@ -102,9 +104,11 @@ TEST(Models, CnnPoolsBeforeItsReluWithTheTextbookOrdersOutputsAndGradients) {
   auto* cnn = dynamic_cast<CnnImpl*>(model.get());
   ASSERT_NE(cnn, nullptr);
   const auto x = (torch::randn({5, 1, 8, 8}) * 4).round() / 4;
+  // The second convolution as the model runs it (conv3x3: the AVX2 kernels where they apply):
+  // what is compared is the order of ReLU and pool.
   auto textbook = [&](const torch::Tensor& in) {
     auto h = torch::max_pool2d(torch::relu(cnn->conv1(in)), 2);
-    h = torch::max_pool2d(torch::relu(cnn->conv2(h)), 2);
+    h = torch::max_pool2d(torch::relu(conv3x3(*cnn->conv2, h)), 2);
     return cnn->fc2(torch::relu(cnn->fc1(h.flatten(1))));
   };
   auto gradients = [&](const torch::Tensor& out) {
