@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "common/atomic_file.h"
+#include "common/environment_switch.h"
 #include "common/error.h"
 #include "data/idx_reader.h"
 
@@ -160,12 +161,7 @@ void store(const std::string& file, const SourceKey& key, const torch::Tensor& t
 
 IdxCache IdxCache::from_environment() {
   IdxCache cache;
-  const char* on = std::getenv("SPRITETORCH_CACHE");
-  const std::string setting = on ? on : "";
-  if (!setting.empty() && setting != "0" && setting != "1")
-    throw Error("SPRITETORCH_CACHE=" + setting + ": expected 0 (no dataset cache) or 1",
-                "unset it or set it to 0 or 1");
-  if (setting == "0") return cache;
+  if (!environment_switch("SPRITETORCH_CACHE", "no dataset cache", "")) return cache;
   // XDG: a relative XDG_CACHE_HOME is to be ignored.
   const char* xdg = std::getenv("XDG_CACHE_HOME");
   const char* home = std::getenv("HOME");

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/compat.h"
+#include "common/environment_switch.h"
 #include "common/error.h"
 
 namespace spritetorch::models {
@@ -1740,13 +1741,8 @@ struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
 
 // SPRITETORCH_FUSED_BN_POOL: 1 (or unset) the fused op, 0 LibTorch's ops.
 bool fusion_from_environment() {
-  const char* value = std::getenv("SPRITETORCH_FUSED_BN_POOL");
-  const std::string setting = value ? value : "";
-  if (!setting.empty() && setting != "0" && setting != "1")
-    throw Error("SPRITETORCH_FUSED_BN_POOL=" + setting +
-                    ": expected 0 (LibTorch's BatchNorm, ReLU and max-pool) or 1 (the fused op)",
-                "unset it or set it to 0 or 1");
-  return setting != "0";
+  return environment_switch("SPRITETORCH_FUSED_BN_POOL", "LibTorch's BatchNorm, ReLU and max-pool",
+                            "the fused op");
 }
 
 // -1 until the environment is read (on first use, so that a bad value is an Error to report, not

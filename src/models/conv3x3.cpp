@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/compat.h"
+#include "common/environment_switch.h"
 #include "common/error.h"
 #include "common/small_gemm.h"
 #include "models/bn_relu_pool.h"
@@ -27,13 +28,8 @@ namespace {
 
 // SPRITETORCH_CONV3X3: 1 (or unset) the kernels, 0 LibTorch's convolution.
 bool kernels_from_environment() {
-  const char* value = std::getenv("SPRITETORCH_CONV3X3");
-  const std::string setting = value ? value : "";
-  if (!setting.empty() && setting != "0" && setting != "1")
-    throw Error("SPRITETORCH_CONV3X3=" + setting +
-                    ": expected 0 (LibTorch's 3x3 convolutions) or 1 (spritetorch's AVX2 kernels)",
-                "unset it or set it to 0 or 1");
-  return setting != "0";
+  return environment_switch("SPRITETORCH_CONV3X3", "LibTorch's 3x3 convolutions",
+                            "spritetorch's AVX2 kernels");
 }
 
 // -1 until the environment is read (on first use: a bad value is an Error to report, not a throw
