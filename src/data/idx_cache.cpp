@@ -159,9 +159,11 @@ void store(const std::string& file, const SourceKey& key, const torch::Tensor& t
 
 }  // namespace
 
+bool dataset_cache_on() { return environment_switch("SPRITETORCH_CACHE", "no dataset cache", ""); }
+
 IdxCache IdxCache::from_environment() {
   IdxCache cache;
-  if (!environment_switch("SPRITETORCH_CACHE", "no dataset cache", "")) return cache;
+  if (!dataset_cache_on()) return cache;
   // XDG: a relative XDG_CACHE_HOME is to be ignored.
   const char* xdg = std::getenv("XDG_CACHE_HOME");
   const char* home = std::getenv("HOME");

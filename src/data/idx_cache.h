@@ -28,6 +28,10 @@ struct IdxCache {
   static IdxCache from_environment();
 };
 
+// SPRITETORCH_CACHE read alone (unset or 1: on, 0: off, else Error), so the CLI can check it with
+// the other machine variables before a run creates anything.
+bool dataset_cache_on();
+
 // read_idx(path) through the cache: gzip sources are served from it when a valid entry for the
 // source's current path, size and mtime exists, else decoded and stored. Plain files are read
 // directly (decoding them costs no more than reading a cache file would). Errors in the source

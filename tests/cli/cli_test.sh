@@ -22,6 +22,9 @@ SPRITETORCH_GEMM_KERNEL=loops expect 0 '"cpu_adam_kernel": "loops"' -- devices -
 SPRITETORCH_GEMM_KERNEL=loops expect 0 "its Adam update: loops" -- devices
 SPRITETORCH_GEMM_KERNEL=sse9 expect 2 "SPRITETORCH_GEMM_KERNEL=sse9: expected avx512, avx2, blas or loops" -- devices
 SPRITETORCH_CACHE=maybe expect 2 "SPRITETORCH_CACHE=maybe: expected 0" -- train --data "$tmp/nowhere"
+# Checked with the other machine variables, before the run makes its folder.
+if SPRITETORCH_CACHE=maybe "$bin" train --data "$tmp/nowhere" --run-dir "$tmp/bad-cache-run" 2>&1 | grep -q "Run folder"; then
+  echo "FAIL: SPRITETORCH_CACHE=maybe: the run made its folder before the error"; fails=$((fails + 1)); fi
 expect 0 "BatchNorm \+ ReLU \+ max-pool in training \(CPU\): fused, ((avx512|avx2) \(NCHW and channels_last\)|loops \(NCHW; channels_last takes LibTorch's ops\))" -- devices
 SPRITETORCH_GEMM_KERNEL=avx2 expect 0 "max-pool in training \(CPU\): fused, (avx2 \(NCHW and channels_last\)|loops \(NCHW; channels_last takes)" -- devices
 SPRITETORCH_GEMM_KERNEL=loops expect 0 "max-pool in training \(CPU\): fused, loops \(NCHW; channels_last takes LibTorch's ops\)" -- devices
