@@ -7,9 +7,13 @@
 //   build/bench/unet_step_bench                              # everything, LibTorch's threads
 //   build/bench/unet_step_bench --benchmark_filter=step --benchmark_repetitions=5
 //
-// Arguments: the batch, then 1 for the fused kernel, 0 for LibTorch's ops. `conv` compares the
-// UNet's own convolutions (LibTorch's) with spritetorch's AVX2 3x3 kernels (models/conv3x3.h) at
-// its shapes, which the UNet does not take (docs/sprites.md).
+// Arguments: the batch, then 1 for the fused kernel, 0 for LibTorch's ops, then (step, pass) 1 for
+// the ResBlocks' convolutions through spritetorch's AVX2 3x3 kernels (models/conv3x3.h; the
+// default on AVX2 CPUs), 0 for oneDNN's. `conv` compares the two on one convolution at each of the
+// UNet's ResBlock shapes. Compare rows of one run, interleaved against a shared VM's drift:
+//   build/bench/unet_step_bench --benchmark_filter='step|pass' --benchmark_repetitions=6
+//     --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true  (one
+//     line)
 #include <benchmark/benchmark.h>
 #include <malloc.h>
 #include <torch/torch.h>
@@ -69,10 +73,13 @@ UNetInputs unet_inputs(int64_t batch, int64_t side) {
   return in;
 }
 
-// One training step of the default generator UNet at 32 x 32: an MSE, backward, Adam.
+// One training step of the default generator UNet at 32 x 32: an MSE, backward, Adam. Arguments:
+// the batch, the fused norm (1) or LibTorch's ops, the ResBlocks' 3x3 convolutions through
+// spritetorch's AVX2 kernels (1, where they run) or oneDNN.
 void step(benchmark::State& state) {
   const int64_t batch = state.range(0);
   set_group_norm_silu_fusion(state.range(1) != 0);
+  spritetorch::models::set_conv3x3_kernel(state.range(2) != 0);
   UNet net = default_unet();
   torch::optim::Adam adam(net->parameters(), torch::optim::AdamOptions(2e-3));
   const UNetInputs in = unet_inputs(batch, 32);
@@ -84,6 +91,7 @@ void step(benchmark::State& state) {
   state.counters["sprites/s"] =
       benchmark::Counter(static_cast<double>(batch), benchmark::Counter::kIsIterationInvariantRate);
   set_group_norm_silu_fusion(true);
+  spritetorch::models::set_conv3x3_kernel(true);
 }
 
 // One sampling pass (no grad) of the same UNet over 256 sprites: what `generate` and `eval` run
@@ -91,6 +99,7 @@ void step(benchmark::State& state) {
 void pass(benchmark::State& state) {
   const int64_t batch = state.range(0);
   set_group_norm_silu_fusion(state.range(1) != 0);
+  spritetorch::models::set_conv3x3_kernel(state.range(2) != 0);
   UNet net = default_unet();
   torch::NoGradGuard no_grad;
   const UNetInputs in = unet_inputs(batch, 32);
@@ -98,6 +107,7 @@ void pass(benchmark::State& state) {
   state.counters["sprites/s"] =
       benchmark::Counter(static_cast<double>(batch), benchmark::Counter::kIsIterationInvariantRate);
   set_group_norm_silu_fusion(true);
+  spritetorch::models::set_conv3x3_kernel(true);
 }
 
 // One ResBlock convolution of the default UNet, forward and backward, NCHW as the UNet runs it,
@@ -176,8 +186,16 @@ void held(benchmark::State& state) {
 
 BENCHMARK(op_s)->ArgsProduct({{16, 32}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(op_s2)->ArgsProduct({{16, 32}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(step)->ArgsProduct({{16, 32}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(pass)->ArgsProduct({{256}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(step)
+    ->ArgNames({"batch", "fused", "own_conv"})
+    ->ArgsProduct({{16, 32}, {0, 1}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(pass)
+    ->ArgNames({"batch", "fused", "own_conv"})
+    ->ArgsProduct({{256}, {0, 1}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK(conv)
     ->ArgNames({"shape", "batch", "own_conv"})
     ->ArgsProduct({{0, 1, 2}, {16}, {0, 1}})

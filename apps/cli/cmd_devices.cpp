@@ -114,7 +114,8 @@ Subcommand add_devices_command(CLI::App& app) {
                                      : " (NCHW; channels_last takes LibTorch's ops)") +
                                 one_thread_note)
                   << "\n"
-                  << "CNNs' 3x3 convolutions after the first (CPU, fp32): "
+                  << "3x3 convolutions of the CNNs (after the first) and the UNet's ResBlocks "
+                     "(CPU, fp32): "
                   << (models::conv3x3_code() == "avx2"
                           ? "avx2 kernels" + one_thread_note
                           : std::string("LibTorch's (oneDNN)") +

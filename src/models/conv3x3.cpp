@@ -132,13 +132,14 @@ SPRITETORCH_AVX2 void conv_image(const Plane& plane, int cin, int cout, const fl
 // vector's first channel (cin is a multiple of 8, so a vector never straddles two taps). 12 sums,
 // 3 input vectors and 1 broadcast: all 16 registers at MR = 4, NV = 3.
 template <int MR, int NV>
-SPRITETORCH_AVX2 void weight_block(const Plane& plane, int cin, const float* dy, int ldy,
-                                   const float* padded, const int* col, float* dw, int lddw) {
+SPRITETORCH_AVX2 void weight_block(const Plane& plane, int rows_begin, int rows_end, int cin,
+                                   const float* dy, int ldy, const float* padded, const int* col,
+                                   float* dw, int lddw) {
   __m256 acc[MR][NV];
   SPRITETORCH_UNROLL
   for (int i = 0; i < MR; ++i) SPRITETORCH_UNROLL
   for (int v = 0; v < NV; ++v) acc[i][v] = _mm256_loadu_ps(dw + int64_t{i} * lddw + 8 * v);
-  for (int y = 0; y < plane.h; ++y) {
+  for (int y = rows_begin; y < rows_end; ++y) {
     const float* d = dy + int64_t{y} * plane.w * ldy;
     const float* row = padded + int64_t{y} * (plane.w + 2) * cin;
     for (int x = 0; x < plane.w; ++x, d += ldy, row += cin) {
@@ -159,6 +160,8 @@ SPRITETORCH_AVX2 void weight_block(const Plane& plane, int cin, const float* dy,
 }
 
 constexpr int kWeightRows = 4, kWeightVectors = 3;
+// The padded input rows a weight-gradient strip spans: ~1/3 of a 512 KB L2, beside dy's rows.
+constexpr int64_t kWeightStripBytes = 160 * 1024;
 
 // One image's share of the weight gradient: dw (cout, 9 cin) += dy (H W, cout)^T x the image's
 // (tap, channel) columns. cout is a multiple of 8 (so of 4) and 9 cin / 8 of 9 (so of 3).
@@ -166,15 +169,23 @@ SPRITETORCH_AVX2 void weight_grad_image(const Plane& plane, int cin, int cout, c
                                         const float* dy, float* dw) {
   const std::array<int, 9> tap = tap_offsets(plane, cin);
   const int columns = 9 * cin;
-  for (int q = 0; q < columns; q += 8 * kWeightVectors) {
-    int col[kWeightVectors];
-    for (int v = 0; v < kWeightVectors; ++v) {
-      const int c = q + 8 * v;
-      col[v] = tap[c / cin] + c % cin;
+  // Strips of rows whose padded input (the strip's rows and the two around them) stays in L2
+  // while every block passes over it: a whole padded 32 x 32 x 96 image (444 KB) came from L3 for
+  // each block (1.3x slower at that shape; docs/sprites.md).
+  const int64_t row_bytes = int64_t{plane.w + 2} * cin * static_cast<int64_t>(sizeof(float));
+  const int strip = static_cast<int>(std::max<int64_t>(1, kWeightStripBytes / row_bytes - 2));
+  for (int y0 = 0; y0 < plane.h; y0 += strip) {
+    const int y1 = std::min(plane.h, y0 + strip);
+    for (int q = 0; q < columns; q += 8 * kWeightVectors) {
+      int col[kWeightVectors];
+      for (int v = 0; v < kWeightVectors; ++v) {
+        const int c = q + 8 * v;
+        col[v] = tap[c / cin] + c % cin;
+      }
+      for (int co = 0; co < cout; co += kWeightRows)
+        weight_block<kWeightRows, kWeightVectors>(plane, y0, y1, cin, dy + co, cout, padded, col,
+                                                  dw + int64_t{co} * columns + q, columns);
     }
-    for (int co = 0; co < cout; co += kWeightRows)
-      weight_block<kWeightRows, kWeightVectors>(plane, cin, dy + co, cout, padded, col,
-                                                dw + int64_t{co} * columns + q, columns);
   }
 }
 // The 8 x 8 block rows[0..8) (8 floats each) transposed in place: rows[j][i] = old rows[i][j].

@@ -1,7 +1,7 @@
 // A 3x3 convolution (stride 1, zero padding 1, no dilation or groups) on fp32 CPU tensors,
 // channels_last or NCHW, forward and backward, with AVX2 kernels: the conv nets' inner
 // convolutions on AVX2 CPUs (fastcnn's second and third stages, the `cnn` model's second
-// convolution), in either layout the model runs.
+// convolution, the generator UNet's ResBlocks), in either layout the model runs.
 //
 // Why: on a Zen 3 (AVX2) core LibTorch 1.13's oneDNN convolutions reach 50-75 GFLOP/s on both
 // cores at fastcnn's channel counts (16 -> 32 at 14x14, 32 -> 64 at 7x7, batch 256), about a third
@@ -11,6 +11,8 @@
 // channels for the outputs and the input gradient, 4 output channels x 24 (tap, channel) columns
 // for the weight gradient). The kernels work in (H, W, C) per image: an NCHW image is transposed
 // (8 x 8 register blocks) into that buffer, and its result back, while both are in cache.
+// The weight gradient passes over strips of rows that stay in L2 (the UNet's 32 x 32 x 96 images
+// do not fit it whole).
 //
 // The images go over LibTorch's threads (forward, input gradient); the weight gradient sums fixed
 // groups of images in a fixed order, so no result depends on the thread count. On AVX-512 CPUs

@@ -31,10 +31,10 @@ SPRITETORCH_GEMM_KERNEL=loops expect 0 "max-pool in training \(CPU\): fused, loo
 SPRITETORCH_FUSED_BN_POOL=0 expect 0 '"cpu_bn_relu_pool": "off"' -- devices --json
 SPRITETORCH_FUSED_BN_POOL=0 expect 0 '"cpu_bn_relu_pool_channels_last": false' -- devices --json
 if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
-  SPRITETORCH_GEMM_KERNEL=avx2 expect 0 "3x3 convolutions after the first \(CPU, fp32\): avx2 kernels" -- devices
+  SPRITETORCH_GEMM_KERNEL=avx2 expect 0 "the UNet's ResBlocks \(CPU, fp32\): avx2 kernels" -- devices
 fi
-SPRITETORCH_GEMM_KERNEL=loops expect 0 "3x3 convolutions after the first \(CPU, fp32\): LibTorch's \(oneDNN\)$" -- devices
-SPRITETORCH_CONV3X3=0 expect 0 "after the first \(CPU, fp32\): LibTorch's \(oneDNN\) \(SPRITETORCH_CONV3X3=0\)" -- devices
+SPRITETORCH_GEMM_KERNEL=loops expect 0 "the UNet's ResBlocks \(CPU, fp32\): LibTorch's \(oneDNN\)$" -- devices
+SPRITETORCH_CONV3X3=0 expect 0 "the UNet's ResBlocks \(CPU, fp32\): LibTorch's \(oneDNN\) \(SPRITETORCH_CONV3X3=0\)" -- devices
 SPRITETORCH_CONV3X3=0 expect 0 '"cpu_conv3x3": "off"' -- devices --json
 SPRITETORCH_CONV3X3=on expect 2 "SPRITETORCH_CONV3X3=on: expected 0 \(LibTorch's 3x3 convolutions\) or 1" -- train --dataset dummy --model fastcnn
 SPRITETORCH_FUSED_BN_POOL=yes expect 2 "SPRITETORCH_FUSED_BN_POOL=yes: expected 0" -- train --dataset dummy --model fastcnn

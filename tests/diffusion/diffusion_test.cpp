@@ -17,6 +17,7 @@
 #include "data/procedural_sprites.h"
 #include "device/device.h"
 #include "io/png.h"
+#include "models/conv3x3.h"
 #include "tasks/make_task.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
@@ -528,6 +529,56 @@ TEST(UNet, MultipliersSetTheWidthOfEachLevel) {
   for (const char* bad :
        {"", "1,2", "1,2,4,8", "1,0,2", "1,2,x", "1,,2", "1,2,17", "-1,2,2", "1 2 2"})
     EXPECT_THROW(parse_unet_mult(bad), Error) << bad;
+}
+
+// The ResBlocks' 3x3 convolutions take spritetorch's AVX2 kernels where they run
+// (models/conv3x3.h): the output and every gradient agree with oneDNN's to float rounding, and the
+// bits differ where the kernels ran (they sum in another order), so the route is taken.
+TEST(UNet, ResBlockConvolutionsTakeTheAvx2KernelsWhereTheyRun) {
+  UNetOptions o;
+  o.base = 16;
+  o.classes = 3;
+  o.attention = true;
+  o.scale_shift = true;
+  torch::manual_seed(3);
+  UNet net(o);
+  if (!models::conv3x3_fused(*net->block1->conv1, torch::zeros({1, 16, 4, 4})))
+    GTEST_SKIP() << "the AVX2 3x3 kernels do not run here (no AVX2, AVX-512, or threads)";
+  {
+    // The zero output convolution and attention projections would send no gradient back.
+    torch::NoGradGuard no_grad;
+    for (auto& p : net->parameters())
+      if (p.dim() == 4 && p.abs().max().item<float>() == 0) p.normal_(0, 0.1);
+  }
+  const auto x = torch::randn({3, 4, 16, 16});
+  const auto t = torch::tensor({3, 250, 499}, torch::kInt64);
+  const auto c = torch::tensor({0, 2, 3}, torch::kInt64);
+  auto run = [&](bool kernels) {
+    models::set_conv3x3_kernel(kernels);
+    net->zero_grad();
+    const auto y = net->forward(x, t, c);
+    y.pow(2).mean().backward();
+    std::vector<torch::Tensor> out = {y.detach()};
+    for (const auto& p : net->parameters()) out.push_back(p.grad().clone());
+    models::set_conv3x3_kernel(true);
+    return out;
+  };
+  const auto own = run(true), onednn = run(false);
+  ASSERT_EQ(own.size(), onednn.size());
+  for (size_t i = 0; i < own.size(); ++i) {
+    const double scale = onednn[i].abs().max().item<double>() + 1e-12;
+    EXPECT_LT((own[i] - onednn[i]).abs().max().item<double>() / scale, 1e-4)
+        << (i == 0 ? "the output" : "parameter " + std::to_string(i - 1));
+  }
+  // block1.conv1's weight gradient: its position among the parameters, found by identity.
+  const auto params = net->parameters();
+  const auto at = std::find_if(params.begin(), params.end(), [&](const torch::Tensor& p) {
+    return p.is_same(net->block1->conv1->weight);
+  });
+  ASSERT_NE(at, params.end());
+  const size_t index = 1 + static_cast<size_t>(at - params.begin());
+  EXPECT_FALSE(torch::equal(own[index], onednn[index])) << "the kernels did not run";
+  EXPECT_FALSE(torch::equal(own[0], onednn[0])) << "the kernels did not run";
 }
 
 // Sampling in bf16 runs a bf16 copy of the UNet (with attention): its output is the fp32 one up to

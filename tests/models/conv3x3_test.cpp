@@ -54,8 +54,10 @@ bool fused_here() {
 
 // (batch, in channels, out channels, height, width, bias): fastcnn's two stages, a 2x one, a
 // picture narrower than a block of 6 pixels, a panel of 8 channels left over (40 = 16 + 16 + 8),
-// one pixel, a plane whose pixel count is no multiple of 6, and two of the generator UNet's (rows
-// of whole 8-pixel blocks for the NCHW transposes: 16 and 8 wide).
+// one pixel, a plane whose pixel count is no multiple of 6, two of the generator UNet's (rows
+// of whole 8-pixel blocks for the NCHW transposes: 16 and 8 wide), and two whose weight gradient
+// takes several strips of rows (up1's width at 32 x 32: strips of 10 rows; 256 channels 30 wide:
+// strips of 3, the last of 1).
 struct Shape {
   int64_t batch, cin, cout, h, w;
   bool bias;
@@ -63,7 +65,8 @@ struct Shape {
 const std::vector<Shape> kShapes = {
     {5, 16, 32, 14, 14, false}, {3, 32, 64, 7, 7, false},  {2, 64, 128, 4, 4, false},
     {2, 8, 8, 5, 3, true},      {4, 24, 40, 6, 9, true},   {9, 8, 16, 1, 1, true},
-    {3, 16, 8, 11, 5, false},   {2, 96, 32, 16, 16, true}, {3, 64, 64, 8, 8, true}};
+    {3, 16, 8, 11, 5, false},   {2, 96, 32, 16, 16, true}, {3, 64, 64, 8, 8, true},
+    {1, 96, 8, 32, 32, false},  {2, 256, 8, 7, 30, true}};
 
 TEST(Conv3x3, MatchesLibTorchForwardAndBackward) {
   if (!avx2_here()) GTEST_SKIP() << "no AVX2 here";
