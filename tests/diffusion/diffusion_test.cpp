@@ -24,6 +24,7 @@
 #include "train/interrupt.h"
 #include "train/run_state.h"
 #include "train/trainer.h"
+#include "unet_fixture.h"
 
 namespace spritetorch::diffusion {
 namespace {
@@ -535,21 +536,9 @@ TEST(UNet, MultipliersSetTheWidthOfEachLevel) {
 // (models/conv3x3.h): the output and every gradient agree with oneDNN's to float rounding, and the
 // bits differ where the kernels ran (they sum in another order), so the route is taken.
 TEST(UNet, ResBlockConvolutionsTakeTheAvx2KernelsWhereTheyRun) {
-  UNetOptions o;
-  o.base = 16;
-  o.classes = 3;
-  o.attention = true;
-  o.scale_shift = true;
-  torch::manual_seed(3);
-  UNet net(o);
+  UNet net = testing::unet_whose_every_weight_learns(/*classes=*/3, /*seed=*/3);
   if (!models::conv3x3_fused(*net->block1->conv1, torch::zeros({1, 16, 4, 4})))
     GTEST_SKIP() << "the AVX2 3x3 kernels do not run here (no AVX2, AVX-512, or threads)";
-  {
-    // The zero output convolution and attention projections would send no gradient back.
-    torch::NoGradGuard no_grad;
-    for (auto& p : net->parameters())
-      if (p.dim() == 4 && p.abs().max().item<float>() == 0) p.normal_(0, 0.1);
-  }
   const auto x = torch::randn({3, 4, 16, 16});
   const auto t = torch::tensor({3, 250, 499}, torch::kInt64);
   const auto c = torch::tensor({0, 2, 3}, torch::kInt64);

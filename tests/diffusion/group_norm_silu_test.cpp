@@ -8,6 +8,7 @@
 
 #include "diffusion/unet.h"
 #include "test_util.h"
+#include "unet_fixture.h"
 
 namespace spritetorch::diffusion {
 namespace {
@@ -151,20 +152,7 @@ TEST(GroupNormSilu, OtherLayoutsAndDtypesTakeTheLibTorchOps) {
 // A UNet's gradients with the fused kernel equal those of the same net and batch with it off.
 TEST(GroupNormSilu, UNetStepMatchesTheUnfusedPath) {
   const testing::OneThreadUnless threads(fused_with_these_threads());
-  UNetOptions options;
-  options.base = 16;
-  options.classes = 3;
-  options.attention = true;
-  options.scale_shift = true;
-  torch::manual_seed(2);
-  UNet net(options);
-  {
-    // The UNet starts with a zero output convolution (and zero attention projections), which
-    // would send no gradient back into the blocks: random ones make every gradient count.
-    torch::NoGradGuard no_grad;
-    for (auto& p : net->parameters())
-      if (p.dim() == 4 && p.abs().max().item<float>() == 0) p.normal_(0, 0.1);
-  }
+  UNet net = testing::unet_whose_every_weight_learns(/*classes=*/3, /*seed=*/2);
   const auto x = torch::randn({4, 4, 16, 16});
   const auto t = torch::tensor({3, 100, 250, 499}, torch::kInt64);
   const auto c = torch::tensor({0, 1, 2, 3}, torch::kInt64);
