@@ -127,10 +127,11 @@ SPRITETORCH_AVX2 void conv_image(const Plane& plane, int cin, int cout, const fl
 }
 
 // The weight gradient's block: dw[i][8 v ..] (MR output channels x NV vectors of the 9 cin
-// (tap, channel) columns) += sum over the image's pixels of dy[pixel][i] * padded[pixel's top-left
-// tap + col[v] ..]. dy points at the block's first output channel; col[v] = the tap's offset + the
-// vector's first channel (cin is a multiple of 8, so a vector never straddles two taps). 12 sums,
-// 3 input vectors and 1 broadcast: all 16 registers at MR = 4, NV = 3.
+// (tap, channel) columns) += sum over the pixels of the image's rows [rows_begin, rows_end) of
+// dy[pixel][i] * padded[pixel's top-left tap + col[v] ..]. dy points at the block's first output
+// channel; col[v] = the tap's offset + the vector's first channel (cin is a multiple of 8, so a
+// vector never straddles two taps). 12 sums, 3 input vectors and 1 broadcast: all 16 registers at
+// MR = 4, NV = 3.
 template <int MR, int NV>
 SPRITETORCH_AVX2 void weight_block(const Plane& plane, int rows_begin, int rows_end, int cin,
                                    const float* dy, int ldy, const float* padded, const int* col,
@@ -171,7 +172,7 @@ SPRITETORCH_AVX2 void weight_grad_image(const Plane& plane, int cin, int cout, c
   const int columns = 9 * cin;
   // Strips of rows whose padded input (the strip's rows and the two around them) stays in L2
   // while every block passes over it: a whole padded 32 x 32 x 96 image (444 KB) came from L3 for
-  // each block (1.3x slower at that shape; docs/sprites.md).
+  // each block (the whole convolution 1.08x slower at that shape; docs/sprites.md).
   const int64_t row_bytes = int64_t{plane.w + 2} * cin * static_cast<int64_t>(sizeof(float));
   const int strip = static_cast<int>(std::max<int64_t>(1, kWeightStripBytes / row_bytes - 2));
   for (int y0 = 0; y0 < plane.h; y0 += strip) {
