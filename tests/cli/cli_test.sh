@@ -8,6 +8,10 @@ trap 'rm -rf "$tmp"' EXIT
 # Every training run below keeps its run folder here (docs/runs.md), not in the working directory.
 export SPRITETORCH_RUNS_ROOT="$tmp/runs"
 source "$(dirname "$0")/expect.sh"
+check() {  # check DESCRIPTION COMMAND...: a shell condition that must hold
+  local what=$1; shift
+  if "$@"; then passes=$((passes + 1)); else echo "FAIL: $what"; fails=$((fails + 1)); fi
+}
 
 expect 0 "Subcommands:" -- --help
 expect 0 "^spritetorch [0-9]+\.[0-9]+\.[0-9]+" -- --version
@@ -22,9 +26,8 @@ SPRITETORCH_GEMM_KERNEL=loops expect 0 '"cpu_adam_kernel": "loops"' -- devices -
 SPRITETORCH_GEMM_KERNEL=loops expect 0 "its Adam update: loops" -- devices
 SPRITETORCH_GEMM_KERNEL=sse9 expect 2 "SPRITETORCH_GEMM_KERNEL=sse9: expected avx512, avx2, blas or loops" -- devices
 SPRITETORCH_CACHE=maybe expect 2 "SPRITETORCH_CACHE=maybe: expected 0" -- train --data "$tmp/nowhere"
-# Checked with the other machine variables, before the run makes its folder.
-if SPRITETORCH_CACHE=maybe "$bin" train --data "$tmp/nowhere" --run-dir "$tmp/bad-cache-run" 2>&1 | grep -q "Run folder"; then
-  echo "FAIL: SPRITETORCH_CACHE=maybe: the run made its folder before the error"; fails=$((fails + 1)); fi
+check "SPRITETORCH_CACHE=maybe is refused with the other machine variables, before the run makes its folder" \
+  bash -c '! SPRITETORCH_CACHE=maybe "$1" train --data "$2/nowhere" --run-dir "$2/bad-cache-run" 2>&1 | grep -q "Run folder"' _ "$bin" "$tmp"
 expect 0 "BatchNorm \+ ReLU \+ max-pool in training \(CPU\): fused, ((avx512|avx2) \(NCHW and channels_last\)|loops \(NCHW; channels_last takes LibTorch's ops\))" -- devices
 SPRITETORCH_GEMM_KERNEL=avx2 expect 0 "max-pool in training \(CPU\): fused, (avx2 \(NCHW and channels_last\)|loops \(NCHW; channels_last takes)" -- devices
 SPRITETORCH_GEMM_KERNEL=loops expect 0 "max-pool in training \(CPU\): fused, loops \(NCHW; channels_last takes LibTorch's ops\)" -- devices
@@ -417,10 +420,6 @@ expect 0 "Confusion matrix" -- eval --checkpoint "$tmp/fold.pt" --dataset "folde
 expect 2 "--dataset sheet:$tmp/sheet.png: $tmp/fold.pt was trained on folder:folder" -- eval --checkpoint "$tmp/fold.pt" --dataset "sheet:$tmp/sheet.png"
 
 # Run folders, progress output and `runs` (docs/runs.md).
-check() {  # check DESCRIPTION COMMAND...: a shell condition that must hold
-  local what=$1; shift
-  if "$@"; then passes=$((passes + 1)); else echo "FAIL: $what"; fails=$((fails + 1)); fi
-}
 small=(train --dataset dummy --model simplenn --epochs 2 --log-every 20)
 expect 0 "Run folder: $tmp/r1" -- "${small[@]}" --run-dir "$tmp/r1"
 for f in config.toml metrics.jsonl summary.json checkpoint.pt; do check "run folder has $f" test -s "$tmp/r1/$f"; done
