@@ -31,16 +31,24 @@ std::string bench_table(const train::BenchReport& report) {
     out << std::setprecision(4) << std::setw(10) << r.accuracy << "\n";
   }
   if (report.floor) {
-    double best = 0;
+    const train::BenchRow* best = nullptr;
     for (const auto& r : report.rows)
-      if (r.ran && r.device == "cpu" && (best == 0 || r.train_seconds < best))
-        best = r.train_seconds;
+      if (r.ran && r.device == "cpu" && (!best || r.train_seconds < best->train_seconds)) best = &r;
+    const auto& samples = report.floor->samples;
     out << std::setprecision(1) << "\nCompute floor (cpu): " << report.floor->gflop << " GFLOP at "
         << std::setprecision(0) << report.floor->sgemm_gflops
-        << " GFLOP/s (measured 2048^3 sgemm, all cores) = " << std::setprecision(2)
-        << report.floor->seconds << " s";
-    if (best > 0)
-      out << "; best cpu row " << best << " s = " << best / report.floor->seconds << "x the floor";
+        << " GFLOP/s (2048^3 sgemm, all cores";
+    if (samples.size() > 1)
+      out << "; median of " << samples.size() << ", "
+          << *std::min_element(samples.begin(), samples.end()) << "-"
+          << *std::max_element(samples.begin(), samples.end()) << ", one before each repeat";
+    out << ") = " << std::setprecision(2) << report.floor->seconds << " s";
+    if (best && best->floor_ratio > 0)
+      out << "; best cpu row " << best->train_seconds << " s = " << best->floor_ratio
+          << "x the floor (median of its repeats, each against the sgemm measured just before it)";
+    else if (best)
+      out << "; best cpu row " << best->train_seconds
+          << " s = " << best->train_seconds / report.floor->seconds << "x the floor";
     out << "\n";
   }
   // Whether the machine was idle: every figure above is only as good as that.
@@ -80,6 +88,10 @@ nlohmann::json bench_json(const train::BenchReport& report) {
            {"accuracy", r.accuracy},
            {"others_cpus", r.others_cpus >= 0 ? nlohmann::json(r.others_cpus)
                                               : nlohmann::json(nullptr)}});  // unknown
+      if (r.floor_ratio > 0) {  // a CPU row of a workload with a compute floor
+        row["floor_ratio"] = r.floor_ratio;
+        row["floor_sgemm_gflops"] = r.floor_sgemm_gflops;
+      }
     } else {
       row["skipped_reason"] = r.skipped_reason;
     }
@@ -101,7 +113,8 @@ nlohmann::json bench_json(const train::BenchReport& report) {
   if (report.floor)
     out["compute_floor"] = {{"gflop", report.floor->gflop},
                             {"sgemm_gflops", report.floor->sgemm_gflops},
-                            {"seconds", report.floor->seconds}};
+                            {"seconds", report.floor->seconds},
+                            {"sgemm_gflops_samples", report.floor->samples}};
   return out;
 }
 

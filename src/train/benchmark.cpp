@@ -132,7 +132,7 @@ double mlp_train_flops_per_sample(const std::vector<std::pair<int64_t, int64_t>>
   return flops;
 }
 
-double measure_sgemm_gflops() {
+double measure_sgemm_gflops(int samples) {
   torch::NoGradGuard no_grad;
   // The machine's rate: every core in one BLAS call, whatever threads the workload itself uses
   // (the fused step runs BLAS single-threaded per core; measuring that way would halve the floor's
@@ -143,7 +143,7 @@ double measure_sgemm_gflops() {
   auto a = torch::rand({n, n}), b = torch::rand({n, n}), c = torch::empty({n, n});
   at::mm_out(c, a, b);  // warm-up
   std::vector<double> rates;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < std::max(1, samples); ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     at::mm_out(c, a, b);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -190,7 +190,8 @@ BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer) {
       ComputeFloor floor;
       floor.gflop = mlp_train_flops_per_sample(sizes) * static_cast<double>(data.train.size()) *
                     static_cast<double>(w.epochs) / 1e9;
-      floor.sgemm_gflops = measure_sgemm_gflops();
+      floor.samples.push_back(measure_sgemm_gflops());
+      floor.sgemm_gflops = floor.samples.back();
       floor.seconds = floor.gflop / floor.sgemm_gflops;
       report.floor = floor;
     }
@@ -227,7 +228,9 @@ BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer) {
         TrainReport last;
         bool governed = false;  // a repeat ran on fewer threads: the machine was not idle
         const CpuTimes before = read_cpu_times();
+        const bool beside_floor = report.floor && device.is_cpu();
         for (int r = 0; r < config.repeats; ++r) {
+          if (beside_floor) row.floor_sgemm_gflops.push_back(measure_sgemm_gflops(1));
           last = Trainer(run).fit(*classifier(), data);
           row.all_train_seconds.push_back(last.train_seconds);
           governed |= !last.thread_changes.empty();
@@ -243,6 +246,17 @@ BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer) {
           row.data_path += " (cuda graphs)";
         row.ran = true;
         row.train_seconds = median(row.all_train_seconds);
+        if (beside_floor) {
+          std::vector<double> ratios;
+          for (size_t r = 0; r < row.all_train_seconds.size(); ++r)
+            ratios.push_back(row.all_train_seconds[r] * row.floor_sgemm_gflops[r] /
+                             report.floor->gflop);
+          row.floor_ratio = median(ratios);
+          report.floor->samples.insert(report.floor->samples.end(), row.floor_sgemm_gflops.begin(),
+                                       row.floor_sgemm_gflops.end());
+          report.floor->sgemm_gflops = median(report.floor->samples);
+          report.floor->seconds = report.floor->gflop / report.floor->sgemm_gflops;
+        }
         int64_t samples = 0;
         for (const auto& e : last.epochs) samples += e.samples;
         const int64_t steps = data::count_batches(data.train.size(), w.batch_size, w.drop_last) *
@@ -255,6 +269,7 @@ BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer) {
         row.accuracy = last.test.accuracy;
       } catch (const std::exception& e) {
         row.ran = false;
+        row.floor_sgemm_gflops.clear();
         row.skipped_reason = e.what();
       }
       report.rows.push_back(row);

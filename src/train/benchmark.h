@@ -40,12 +40,19 @@ struct BenchRow {
   // CPUs that other processes kept busy on this process's CPUs during the timed repeats, on
   // average (common/cpu_load.h); -1 where unknown. Above ~0.2 the times carry their load.
   double others_cpus = -1;
+  // CPU rows of a workload with a compute floor: the sgemm rate measured just before each repeat,
+  // and the median over repeats of (repeat's seconds / the floor at that rate). A VM's speed
+  // changes by the minute, so a ratio taken against a floor measured minutes earlier can be off
+  // by 1.5x either way; beside each repeat, both sides see the same spell. 0 / empty otherwise.
+  std::vector<double> floor_sgemm_gflops;
+  double floor_ratio = 0;
 };
 
 struct ComputeFloor {
   double gflop = 0;         // forward + weight grads + hidden input grads, all epochs
-  double sgemm_gflops = 0;  // measured rate of a 2048^3 sgemm on this CPU
+  double sgemm_gflops = 0;  // measured rate of a 2048^3 sgemm on this CPU (median of all samples)
   double seconds = 0;       // gflop / rate
+  std::vector<double> samples;  // every measurement: before the rows, then before each CPU repeat
 };
 
 struct BenchReport {
@@ -66,7 +73,7 @@ BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer = n
 // FLOPs of one training sample for a ReLU MLP with these (in, out) layer sizes: forward and
 // weight gradients of every layer, input gradients of all but the first.
 double mlp_train_flops_per_sample(const std::vector<std::pair<int64_t, int64_t>>& layers);
-// Median GFLOP/s of a 2048^3 float32 matmul on the CPU with the current thread settings.
-double measure_sgemm_gflops();
+// Median GFLOP/s of `samples` 2048^3 float32 matmuls (after one untimed) on every CPU core.
+double measure_sgemm_gflops(int samples = 3);
 
 }  // namespace spritetorch::train

@@ -30,7 +30,7 @@ TEST(BenchTable, EveryRowAndTheComputeFloorReachTheTableJsonAndCsv) {
   report.rows = {ran_row("cpu", "resident", 2.0), ran_row("cpu", "streaming, 0 workers", 2.5),
                  ran_row("cpu", "streaming, 2 workers", 3.0)};
   report.rows[0].speedup_over_cpu = 1.0;
-  report.floor = train::ComputeFloor{1.0, 100.0, 0.01};
+  report.floor = train::ComputeFloor{1.0, 100.0, 0.01, {100.0}};
 
   const auto json = bench_json(report);
   EXPECT_EQ(json.at("rows").size(), 3u);
@@ -46,6 +46,31 @@ TEST(BenchTable, EveryRowAndTheComputeFloorReachTheTableJsonAndCsv) {
   const auto table = bench_table(report);
   EXPECT_NE(table.find("streaming, 2 workers"), std::string::npos);
   EXPECT_NE(table.find("Compute floor"), std::string::npos);
+  // Without ratios measured beside the repeats, the best row is taken against the one floor.
+  EXPECT_NE(table.find("best cpu row 2.00 s = 200.00x the floor\n"), std::string::npos) << table;
+  EXPECT_FALSE(json.at("rows")[0].contains("floor_ratio"));
+}
+
+// With the floor measured before each repeat, the table quotes the best row's own ratio (the
+// median of its repeats against their floors) and the range of the samples; the JSON has both.
+TEST(BenchTable, TheBestRowIsTakenAgainstTheFloorMeasuredBesideItsRepeats) {
+  train::BenchReport report;
+  report.rows = {ran_row("cpu", "resident", 2.0), ran_row("cpu", "streaming, 0 workers", 2.5)};
+  report.rows[0].floor_sgemm_gflops = {90.0, 110.0};
+  report.rows[0].floor_ratio = 1.25;
+  report.rows[1].floor_sgemm_gflops = {100.0, 120.0};
+  report.rows[1].floor_ratio = 1.4;
+  report.floor = train::ComputeFloor{1.6, 100.0, 0.016, {100.0, 90.0, 110.0, 100.0, 120.0}};
+  const auto table = bench_table(report);
+  EXPECT_NE(table.find("at 100 GFLOP/s (2048^3 sgemm, all cores; median of 5, 90-120, one before "
+                       "each repeat) = 0.02 s; best cpu row 2.00 s = 1.25x the floor (median of "
+                       "its repeats, each against the sgemm measured just before it)"),
+            std::string::npos)
+      << table;
+  const auto json = bench_json(report);
+  EXPECT_DOUBLE_EQ(json.at("rows")[1].at("floor_ratio").get<double>(), 1.4);
+  EXPECT_EQ(json.at("rows")[1].at("floor_sgemm_gflops").size(), 2u);
+  EXPECT_EQ(json.at("compute_floor").at("sgemm_gflops_samples").size(), 5u);
 }
 
 // The load other processes put on the CPUs during the timed runs: per row in the JSON (null where

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 
 #include "common/error.h"
@@ -47,6 +48,22 @@ TEST(Benchmark, EveryRowRunsTheSameWorkAndReportsItsShape) {
   ASSERT_TRUE(report.floor.has_value());
   EXPECT_GT(report.floor->sgemm_gflops, 0);
   EXPECT_EQ(report.config.workload.epochs, 2);
+  // The floor is measured once before the rows and again just before every CPU repeat; each row's
+  // ratio is the median of its repeats against the floor measured beside them.
+  EXPECT_EQ(report.floor->samples.size(), 1u + 3u * 2u);
+  for (const auto& row : report.rows) {
+    ASSERT_EQ(row.floor_sgemm_gflops.size(), 2u) << row.data_path;
+    std::vector<double> ratios;
+    for (size_t r = 0; r < 2; ++r) {
+      EXPECT_GT(row.floor_sgemm_gflops[r], 0);
+      ratios.push_back(row.all_train_seconds[r] * row.floor_sgemm_gflops[r] / report.floor->gflop);
+    }
+    EXPECT_NEAR(row.floor_ratio, 0.5 * (ratios[0] + ratios[1]), 1e-12) << row.data_path;
+  }
+  auto samples = report.floor->samples;
+  std::sort(samples.begin(), samples.end());
+  EXPECT_DOUBLE_EQ(report.floor->sgemm_gflops, samples[samples.size() / 2]);
+  EXPECT_DOUBLE_EQ(report.floor->seconds, report.floor->gflop / report.floor->sgemm_gflops);
 }
 
 // Precision and CUDA-graph rows: every combination is a row on every device; one that cannot run
