@@ -6,8 +6,13 @@
 //   build/bench/small_gemm_bench                      # all shapes, all kernels
 //   build/bench/small_gemm_bench --benchmark_filter=layer1
 //   build/bench/small_gemm_bench --benchmark_filter=adam
+//   build/bench/small_gemm_bench --benchmark_filter=step --benchmark_repetitions=10
+//       --benchmark_enable_random_interleaving=true    (one line: the whole step, both ways)
 //
 // Counters: GFLOP/s of the product (2 m n k per call); for Adam, parameters updated per second.
+// `step/optimizer_inside:0|1`: one whole step of the seed MLP as `train` runs it on this CPU
+// (CpuMlpStep on the best kernel, two threads, batches of 64 from a resident set), with Adam as
+// FlatOptimizer::step() after it or applied inside it (CpuMlpStep::take_optimizer_step).
 // One thread, BLAS's included (OpenBLAS would otherwise take every core and flatter its rows); the
 // step runs one per core.
 #include <benchmark/benchmark.h>
@@ -17,7 +22,10 @@
 
 #include "common/cpu_threads.h"
 #include "common/small_gemm.h"
+#include "models/classifier.h"
 #include "train/adam_kernels.h"
+#include "train/cpu_mlp_step.h"
+#include "train/flat_optimizer.h"
 
 namespace {
 
@@ -87,6 +95,29 @@ void run_adam(benchmark::State& state, Kernel kernel) {
       benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+void run_step(benchmark::State& state, bool optimizer_inside) {
+  torch::manual_seed(1);
+  auto model = spritetorch::models::make_model({"ann", {1, 28, 28}, 10});
+  spritetorch::train::FlatOptimizer optimizer(model->parameters(), {});
+  spritetorch::train::CpuMlpStep step(model->relu_mlp_layers(), 64, 2);
+  optimizer.use_thread_pool(step.thread_pool());
+  if (optimizer_inside && !step.take_optimizer_step(optimizer)) {
+    state.SkipWithError("the step cannot take this optimizer");
+    return;
+  }
+  // 16 batches, as a resident loader hands them over: (64, 1, 28, 28) float32, labels int64.
+  std::vector<spritetorch::data::Batch> batches;
+  for (int i = 0; i < 16; ++i)
+    batches.push_back({torch::rand({64, 1, 28, 28}), torch::randint(0, 10, {64}, torch::kInt64)});
+  auto loss = torch::zeros({});
+  auto correct = torch::zeros({}, torch::kInt64);
+  size_t next = 0;
+  for (auto _ : state) {
+    step.run(batches[next++ % batches.size()], loss, correct);
+    if (!optimizer_inside) optimizer.step();
+  }
+}
+
 const bool kRegistered = [] {
   spritetorch::set_blas_threads(1);  // as in the step, whose threads each call BLAS
   for (Kernel kernel : {Kernel::avx2, Kernel::avx512, Kernel::loops})
@@ -98,6 +129,11 @@ const bool kRegistered = [] {
       benchmark::RegisterBenchmark(
           (std::string(s.name) + "/" + spritetorch::gemm::kernel_name(kernel)).c_str(),
           [s, kernel](benchmark::State& state) { run_shape(state, s, kernel); });
+  for (bool inside : {false, true})
+    benchmark::RegisterBenchmark(
+        (std::string("step/optimizer_inside:") + (inside ? "1" : "0")).c_str(),
+        [inside](benchmark::State& state) { run_step(state, inside); })
+        ->UseRealTime();
   return true;
 }();
 

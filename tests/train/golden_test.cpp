@@ -19,7 +19,8 @@ std::map<std::string, torch::Tensor> load_golden() {
   std::ifstream blob_file(dir + "seed_mlp_step.bin", std::ios::binary);
   if (!index_file || !blob_file) throw std::runtime_error("golden files missing in " + dir);
   const auto index = nlohmann::json::parse(index_file);
-  const std::string blob((std::istreambuf_iterator<char>(blob_file)), std::istreambuf_iterator<char>());
+  const std::string blob((std::istreambuf_iterator<char>(blob_file)),
+                         std::istreambuf_iterator<char>());
   std::map<std::string, torch::Tensor> out;
   for (const auto& entry : index.at("tensors")) {
     const auto shape = entry.at("shape").get<std::vector<int64_t>>();

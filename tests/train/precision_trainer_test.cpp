@@ -20,7 +20,8 @@ std::string setting(const TrainReport& report, const std::string& key) {
 TEST(PrecisionTrainer, Bf16OnCpuReachesFp32AccuracyWithinOnePoint) {
   SKIP_WITHOUT_FASHION_MNIST();
   // A small subset: on CPUs without native bf16 (AVX2 only) LibTorch 1.13's bf16 matmul is a
-  // scalar loop, some 15x slower than fp32 end to end. Over seeds 1-3 the gap here was <= 0.75 points.
+  // scalar loop, some 15x slower than fp32 end to end. Over seeds 1-3 the gap here was <= 0.75
+  // points.
   TrainConfig c;
   c.device = "cpu";
   c.epochs = 3;

@@ -104,6 +104,90 @@ TEST(CpuMlpStep, MatchesAutogradOnSimpleNn) {
     }
 }
 
+// With the optimizer taken (the trainer's default for MLPs on the CPU), each thread runs Adam on
+// the parameters it has just finished: the weights, moments and gradients come out bit for bit as
+// with the optimizer's own step after the step, over uneven splits, short batches, a batch with
+// fewer rows than threads and a batch of one.
+TEST(CpuMlpStep, TakingTheOptimizerStepChangesNoBits) {
+  for (auto kernel : kernels_here())
+    for (int threads : {1, 2, 3})
+      for (const std::string kind : {"adam", "adamw"}) {
+        SCOPED_TRACE(std::string(gemm::kernel_name(kernel)) + " kernel, " +
+                     std::to_string(threads) + " threads, " + kind);
+        torch::manual_seed(12);
+        auto a = models::make_model(kSeedNetwork), b = models::make_model(kSeedNetwork);
+        {
+          torch::NoGradGuard no_grad;
+          auto pa = a->parameters(), pb = b->parameters();
+          for (size_t i = 0; i < pa.size(); ++i) pb[i].copy_(pa[i]);
+        }
+        const OptimizerOptions options{kind, 0.01, 0.9, 0.999, 1e-8, 0, 0.01};
+        FlatOptimizer oa(a->parameters(), options), ob(b->parameters(), options);
+        CpuMlpStep separate(a->relu_mlp_layers(), 64, threads, kernel);
+        CpuMlpStep inside(b->relu_mlp_layers(), 64, threads, kernel);
+        oa.use_thread_pool(separate.thread_pool());
+        ASSERT_TRUE(inside.take_optimizer_step(ob));
+        auto la = torch::zeros({}), lb = torch::zeros({});
+        auto ca = torch::zeros({}, torch::kInt64), cb = torch::zeros({}, torch::kInt64);
+        for (int64_t rows : {64, 64, 33, 2, 1}) {
+          data::Batch x{torch::rand({rows, 1, 28, 28}),
+                        torch::randint(0, 10, {rows}, torch::kInt64)};
+          separate.run(x, la, ca);
+          oa.step();
+          inside.run(x, lb, cb);
+          ASSERT_TRUE(torch::equal(oa.values(), ob.values())) << rows << " rows";
+          ASSERT_TRUE(torch::equal(oa.grads(), ob.grads())) << rows << " rows";
+        }
+        EXPECT_EQ(ob.steps_taken(), 5);
+        EXPECT_TRUE(torch::equal(oa.state().at("exp_avg_sq"), ob.state().at("exp_avg_sq")));
+        EXPECT_EQ(la.item<float>(), lb.item<float>());
+        EXPECT_EQ(ca.item<int64_t>(), cb.item<int64_t>());
+      }
+}
+
+// The step takes only an optimizer whose buffer is exactly its layers' parameters, that updates
+// in place (not SGD), and not while a gradient reducer listens.
+TEST(CpuMlpStep, TakesTheOptimizerStepOnlyWhereItCanApplyItWhole) {
+  auto model = models::make_model(kSeedNetwork);
+  {
+    FlatOptimizer sgd(model->parameters(), {"sgd", 0.01});
+    CpuMlpStep step(model->relu_mlp_layers(), 8, 2);
+    EXPECT_FALSE(step.take_optimizer_step(sgd));
+  }
+  {
+    auto extra = torch::zeros({3}, torch::requires_grad());
+    auto params = model->parameters();
+    params.push_back(extra);
+    FlatOptimizer larger(params, {});
+    CpuMlpStep step(model->relu_mlp_layers(), 8, 2);
+    EXPECT_FALSE(step.take_optimizer_step(larger));
+  }
+  {
+    FlatOptimizer adam(model->parameters(), {});
+    CpuMlpStep step(model->relu_mlp_layers(), 8, 2);
+    step.on_grad_ready([](const torch::Tensor&) {});
+    EXPECT_FALSE(step.take_optimizer_step(adam));
+  }
+  FlatOptimizer adam(model->parameters(), {});
+  CpuMlpStep step(model->relu_mlp_layers(), 8, 2);
+  EXPECT_TRUE(step.take_optimizer_step(adam));
+  // A parameter moved out of the buffer (a load that replaced it) is refused, not updated blindly.
+  {
+    torch::NoGradGuard no_grad;
+    model->relu_mlp_layers()[1]->weight.set_data(model->relu_mlp_layers()[1]->weight.clone());
+  }
+  auto loss = torch::zeros({});
+  auto correct = torch::zeros({}, torch::kInt64);
+  try {
+    step.run({torch::rand({8, 1, 28, 28}), torch::zeros({8}, torch::kInt64)}, loss, correct);
+    FAIL() << "a parameter outside the optimizer's buffer was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("layer 2's parameters are no longer in the optimizer's"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(CpuMlpStep, ReportsEachGradientOnceWhenFinal) {
   auto model = models::make_model(kSeedNetwork);
   FlatOptimizer o(model->parameters(), {});
