@@ -444,8 +444,9 @@ Subcommand add_bench_command(CLI::App& app) {
              "train)");
   sub->add_option("--devices", f->bench.devices, "Devices to time (default: every device here)")
       ->delimiter(',');
-  sub->add_option("--workers", f->bench.workers, "Worker counts for the streaming rows")
-      ->check(kNonNegative)
+  sub->add_option("--workers", f->bench.workers,
+                  "Worker counts for the streaming rows (as train --workers: at most 256)")
+      ->check(number_between(0, 256))
       ->delimiter(',')
       ->capture_default_str();
   sub->add_flag("!--no-streaming", f->bench.streaming, "Only the resident data path");
@@ -533,6 +534,10 @@ Subcommand add_bench_command(CLI::App& app) {
             check_unused_options(*sub, *f, target);
             if (!target && f->vs_python) check_peer_workload(f->bench);
             // The files are written after minutes of work: their folder is checked first.
+            if (f->out.back() == '/' || std::filesystem::is_directory(f->out))
+              throw Error(
+                  "--out " + f->out + " is a folder; it names the files (OUT.json, OUT.csv)",
+                  "--out " + (f->out.back() == '/' ? f->out : f->out + "/") + "spritetorch-bench");
             for (const std::string ext : {".json", ".csv"})
               if (ext == ".json" || !target) check_output_path(f->out + ext, f->overwrite, "--out");
             if (target) return run_target_bench(*f);

@@ -14,8 +14,9 @@ Subcommand add_launch_command(CLI::App& app) {
       "Start the ranks of a multi-process (ddp) run on this machine, like torchrun: "
       "spritetorch launch --nproc-per-node 2 -- train --model cnn ...");
   auto options = std::make_shared<distributed::LaunchOptions>();
-  sub->add_option("--nproc-per-node", options->nproc_per_node,
-                  "Ranks on this machine (one per GPU; on the CPU they share the cores)")
+  sub->add_option(
+         "--nproc-per-node", options->nproc_per_node,
+         "Ranks on this machine (one per GPU; on the CPU they share the cores; at most 256)")
       ->check(kPositive)
       ->capture_default_str();
   sub->add_option("--nnodes", options->nnodes, "Machines in the job")

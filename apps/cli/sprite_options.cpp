@@ -4,6 +4,7 @@
 #include "commands.h"
 #include "common/error.h"
 #include "data/sprite_sources.h"
+#include "diffusion/generator.h"
 
 namespace spritetorch::cli {
 
@@ -67,8 +68,9 @@ void add_sprite_data_options(CLI::App* sub, train::TrainConfig& config, bool tra
   if (training) {
     sub->add_option("--unet-base", config.unet_base,
                     "--task generate: UNet channels per unit of --unet-mult (the generator's "
-                    "default: 32)")
-        ->check(kPositive)
+                    "default: 32; at most " +
+                        std::to_string(diffusion::kMaxUNetBase) + ")")
+        ->check(number_between(1, static_cast<double>(diffusion::kMaxUNetBase)))
         ->capture_default_str();
     sub->add_flag("--activation-checkpointing", config.activation_checkpointing,
                   "--task generate: recompute each UNet block's activations in backward (less "

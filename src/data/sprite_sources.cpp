@@ -316,6 +316,10 @@ Dataset read_sprite_sheet(const std::string& file, const SpriteOptions& o) {
                             "' now)");
       names[index] = name;
     }
+    // An empty map would silently mean "no map" (every tile, one class): say so instead.
+    if (names.empty())
+      throw DataError(o.label_map, "at least one 'TILE_INDEX CLASS' line",
+                      "none (empty, or only comments)");
   }
   std::vector<std::string> class_names;
   if (names.empty()) {

@@ -37,10 +37,27 @@ torch::Tensor guided_eps(UNet& net, const torch::Tensor& x, const torch::Tensor&
   return parts[1] + guidance * (parts[0] - parts[1]);
 }
 
-torch::Tensor palette_tensor(const nlohmann::json& j) {
+// (P, 3) uint8 from [[r, g, b], ...]; anything else is a DataError naming `source`.
+torch::Tensor palette_tensor(const nlohmann::json& j, const std::string& source) {
   std::vector<uint8_t> flat;
-  for (const auto& rgb : j)
-    for (const auto& v : rgb) flat.push_back(v.get<uint8_t>());
+  const bool list = j.is_array();
+  for (const auto& rgb : list ? j : nlohmann::json::array()) {
+    const bool triple =
+        rgb.is_array() && rgb.size() == 3 &&
+        std::all_of(rgb.begin(), rgb.end(), [](const nlohmann::json& v) {
+          return v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= 255;
+        });
+    if (!triple) {
+      std::string found = rgb.dump();
+      if (found.size() > 60) found = found.substr(0, 57) + "...";
+      throw DataError(source, "generator metadata 'palette' of [r, g, b] colours from 0 to 255",
+                      found);
+    }
+    for (const auto& v : rgb) flat.push_back(static_cast<uint8_t>(v.get<int64_t>()));
+  }
+  if (!list)
+    throw DataError(source, "generator metadata 'palette' as a list of colours",
+                    std::string("a JSON ") + j.type_name());
   return torch::tensor(flat, torch::kUInt8).view({-1, 3}).clone();
 }
 
@@ -93,26 +110,55 @@ void check_generator_checkpoint(const train::Checkpoint& c, const std::string& s
                         "' classifier checkpoint");
 }
 
-CheckpointDesign checkpoint_design(const nlohmann::json& meta) {
+namespace {
+
+// A required integer of a generator's metadata, within [lo, hi]: a damaged or hand-edited file must
+// not build an absurd model (a UNet of 10^5 channels, a schedule of 10^9 steps) or reach LibTorch
+// with a negative size.
+int64_t design_int(const nlohmann::json& object, const std::string& key, int64_t lo, int64_t hi,
+                   const std::string& source, const std::string& field) {
+  if (!object.is_object() || !object.contains(key))
+    throw DataError(source, "generator metadata '" + field + "'", "none");
+  const auto value = json_field<int64_t>(object, key, 0, source, field);
+  if (value < lo || value > hi)
+    throw DataError(source,
+                    "generator metadata '" + field + "' from " + std::to_string(lo) + " to " +
+                        std::to_string(hi),
+                    std::to_string(value));
+  return value;
+}
+
+}  // namespace
+
+CheckpointDesign checkpoint_design(const nlohmann::json& meta, const std::string& source) {
   CheckpointDesign d;
+  if (!meta.is_object() || !meta.contains("unet"))
+    throw DataError(source, "generator metadata 'unet'", "none");
   const auto& u = meta.at("unet");
-  d.unet.channels = u.at("channels").get<int64_t>();
-  d.unet.base = u.at("base").get<int64_t>();
-  d.unet.classes = u.at("classes").get<int64_t>();
-  d.unet.embed = u.at("embed").get<int64_t>();
-  d.unet.attention = u.value("attention", false);        // absent before attention existed
-  d.unet.attention_s2 = u.value("attention_s2", false);  // absent before S/2 attention existed
-  d.unet.scale_shift = u.value("scale_shift", false);    // absent before scale-shift norms existed
-  if (u.contains("mult"))                                // absent before --unet-mult existed: 1,2,2
-    d.unet.mult = u.at("mult").get<std::array<int64_t, 3>>();
+  d.unet.channels = design_int(u, "channels", 1, 4, source, "unet.channels");
+  d.unet.base = design_int(u, "base", 1, kMaxUNetBase, source, "unet.base");
+  d.unet.classes = design_int(u, "classes", 1, kMaxGeneratorClasses, source, "unet.classes");
+  d.unet.embed = design_int(u, "embed", 1, 16 * kMaxUNetBase, source, "unet.embed");
+  // Absent before attention, S/2 attention and scale-shift norms existed.
+  d.unet.attention = json_field(u, "attention", false, source, "unet.attention");
+  d.unet.attention_s2 = json_field(u, "attention_s2", false, source, "unet.attention_s2");
+  d.unet.scale_shift = json_field(u, "scale_shift", false, source, "unet.scale_shift");
+  if (u.contains("mult")) {  // absent before --unet-mult existed: 1,2,2
+    const auto mult = json_field(u, "mult", std::vector<int64_t>{}, source, "unet.mult");
+    if (mult.size() != 3)
+      throw DataError(source, "generator metadata 'unet.mult' of 3 multipliers",
+                      std::to_string(mult.size()));
+    std::copy(mult.begin(), mult.end(), d.unet.mult.begin());
+  }
   const auto [lo, hi] = std::minmax_element(d.unet.mult.begin(), d.unet.mult.end());
-  if (d.unet.base < 1 || *lo < 1 || *hi > 16)
-    throw Error("generator metadata: UNet base " + std::to_string(d.unet.base) + " x " +
-                unet_mult_text(d.unet.mult) +
-                ": expected a positive base and multipliers from 1 to 16 (a damaged checkpoint?)");
+  if (*lo < 1 || *hi > 16)
+    throw DataError(source, "generator metadata 'unet.mult' from 1 to 16 (a damaged checkpoint?)",
+                    unet_mult_text(d.unet.mult));
   // Checkpoints from before the cosine / v defaults have neither key.
-  d.schedule = parse_schedule(meta.value("schedule", "linear"));
-  d.prediction = parse_prediction(meta.value("prediction", "eps"));
+  d.schedule =
+      parse_schedule(json_field(meta, "schedule", std::string("linear"), source, "schedule"));
+  d.prediction =
+      parse_prediction(json_field(meta, "prediction", std::string("eps"), source, "prediction"));
   return d;
 }
 
@@ -135,20 +181,28 @@ Generator load_generator(const std::string& path, torch::Device device) {
   const train::Checkpoint checkpoint = train::load_checkpoint(path);
   check_generator_checkpoint(checkpoint, path);
   Generator g;
-  try {
-    const CheckpointDesign design = checkpoint_design(checkpoint.meta);
-    g.net = UNet(design.unet);
-    g.schedule =
-        NoiseSchedule(checkpoint.meta.at("schedule_steps").get<int64_t>(), design.schedule);
-    g.prediction = design.prediction;
-    g.class_names = checkpoint.meta.at("class_names").get<std::vector<std::string>>();
-    g.size = checkpoint.meta.at("size").get<int64_t>();
-    g.palette = palette_tensor(checkpoint.meta.at("palette"));
-    g.alpha = parse_alpha_mode(checkpoint.meta.value("alpha", "binary"));
-  } catch (const nlohmann::json::exception& e) {
-    throw DataError(path, "generator metadata (unet, schedule_steps, class_names, size, palette)",
-                    e.what());
-  }
+  const nlohmann::json& meta = checkpoint.meta;
+  const CheckpointDesign design = checkpoint_design(meta, path);
+  // Every field is read (and bounded) before anything is built from it.
+  const int64_t schedule_steps =
+      design_int(meta, "schedule_steps", 2, kMaxScheduleSteps, path, "schedule_steps");
+  if (!meta.contains("class_names"))
+    throw DataError(path, "generator metadata 'class_names'", "none");
+  g.class_names = json_field(meta, "class_names", std::vector<std::string>{}, path, "class_names");
+  if (static_cast<int64_t>(g.class_names.size()) != design.unet.classes)
+    throw DataError(path,
+                    "generator metadata 'class_names' with one name per class of its UNet (" +
+                        std::to_string(design.unet.classes) + ")",
+                    std::to_string(g.class_names.size()) + " names");
+  g.size = design_int(meta, "size", 16, 64, path, "size");
+  if (g.size != 16 && g.size != 32 && g.size != 64)
+    throw DataError(path, "generator metadata 'size' of 16, 32 or 64", std::to_string(g.size));
+  if (!meta.contains("palette")) throw DataError(path, "generator metadata 'palette'", "none");
+  g.palette = palette_tensor(meta.at("palette"), path);
+  g.alpha = parse_alpha_mode(json_field(meta, "alpha", std::string("binary"), path, "alpha"));
+  g.prediction = design.prediction;
+  g.net = UNet(design.unet);
+  g.schedule = NoiseSchedule(schedule_steps, design.schedule);
   g.meta = checkpoint.meta;
   train::load_model_state(*g.net, checkpoint.model, path);
   g.net->to(device);

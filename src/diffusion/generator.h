@@ -85,15 +85,23 @@ void check_generator_checkpoint(const train::Checkpoint& checkpoint, const std::
 // The design a generator checkpoint's metadata records. Keys that older checkpoints lack take the
 // values those checkpoints were trained with: no attention, additive embeddings (no scale-shift
 // norms), widths 1,2,2, linear betas, eps. load_generator builds from it and a resumed run compares
-// against it, so the two cannot read an old checkpoint differently. nlohmann::json::exception when
-// "unet" or one of its required keys is missing; Error for an unknown prediction or schedule name
-// or widths out of range.
+// against it, so the two cannot read an old checkpoint differently.
 struct CheckpointDesign {
   UNetOptions unet;
   ScheduleKind schedule = ScheduleKind::kLinear;
   Prediction prediction = Prediction::kEps;
 };
-CheckpointDesign checkpoint_design(const nlohmann::json& meta);
+// The most channels per unit of --unet-mult (--unet-base), the most classes and diffusion steps a
+// generator may have: far past any sprite model (base 32, T = 500), short of what would exhaust
+// memory. A checkpoint's metadata is held to them too.
+constexpr int64_t kMaxUNetBase = 512;
+constexpr int64_t kMaxGeneratorClasses = 100000;
+constexpr int64_t kMaxScheduleSteps = 100000;
+
+// The UNet's design, schedule and prediction from a generator checkpoint's metadata; a missing,
+// mistyped or out-of-range field is a DataError naming `source` and the field.
+CheckpointDesign checkpoint_design(const nlohmann::json& meta,
+                                   const std::string& source = "generator metadata");
 // The metadata a design is saved as ("unet", "schedule", "prediction"), the keys
 // checkpoint_design reads: GeneratorTask::save writes it and a resumed run compares it.
 nlohmann::json design_json(const CheckpointDesign& design);

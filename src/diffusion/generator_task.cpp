@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "common/json_field.h"
 #include "train/model_state.h"
 #include "train/recipe.h"
 #include "train/trainer.h"
@@ -239,12 +240,8 @@ void GeneratorTask::load(const train::Checkpoint& c, const std::string& source) 
   nlohmann::json now = design_json(saved_design());
   now["size"] = size_;
   nlohmann::json then;
-  try {
-    then = design_json(checkpoint_design(c.meta));
-    then["size"] = c.meta.at("size");
-  } catch (const nlohmann::json::exception& e) {
-    throw DataError(source, "generator metadata (unet, size)", e.what());
-  }
+  then = design_json(checkpoint_design(c.meta, source));
+  then["size"] = json_field<int64_t>(c.meta, "size", 0, source, "size");
   if (then != now)
     throw Error(
         "--resume " + source + " holds a UNet for " + then.dump() + "; this run builds " +

@@ -100,6 +100,12 @@ bool reported_before(int status_a, int status_b) {
 LaunchResult launch_local_ranks(const LaunchOptions& options,
                                 const std::function<void(const std::string&)>& log) {
   if (options.nproc_per_node < 1) throw Error("--nproc-per-node must be at least 1");
+  // One rank per GPU, or ranks sharing the cores: far past a machine's GPUs or cores, a count is a
+  // typo that would start processes until the machine gives out.
+  if (options.nproc_per_node > kMaxRanksPerNode)
+    throw Error("--nproc-per-node " + std::to_string(options.nproc_per_node) + ": at most " +
+                    std::to_string(kMaxRanksPerNode) + " ranks on one machine",
+                "one rank per GPU, or on the CPU a few per machine (they share its cores)");
   if (options.nnodes < 1) throw Error("--nnodes must be at least 1");
   if (options.node_rank < 0 || options.node_rank >= options.nnodes)
     throw Error("--node-rank " + std::to_string(options.node_rank) + " is not in [0, " +
@@ -134,7 +140,9 @@ LaunchResult launch_local_ranks(const LaunchOptions& options,
     for (size_t i = 0; i < pids.size(); ++i)
       if (running[i]) ::kill(pids[i], signal);
   };
+  int started = 0;
   for (int local = 0; local < options.nproc_per_node; ++local) {
+    if (g_signal_count > 0) break;  // stopped while starting: the ranks so far get the signal below
     const int rank = options.node_rank * options.nproc_per_node + local;
     const pid_t pid = ::fork();
     if (pid < 0) {
@@ -160,12 +168,13 @@ LaunchResult launch_local_ranks(const LaunchOptions& options,
     }
     pids[static_cast<size_t>(local)] = pid;
     running[static_cast<size_t>(local)] = true;
+    ++started;
   }
-  log("launch: " + std::to_string(options.nproc_per_node) + " rank(s) of " + std::to_string(world) +
+  log("launch: " + std::to_string(started) + " rank(s) of " + std::to_string(world) +
       " started, rendezvous at " + options.master_addr + ":" + std::to_string(port));
 
   LaunchResult result;
-  int alive = options.nproc_per_node;
+  int alive = started;
   std::chrono::steady_clock::time_point kill_at{};
   bool stopping = false;  // a rank failed: the others are being stopped
   int forwarded = 0;      // signals passed on to the ranks (the first checkpoints, a second kills)
@@ -225,6 +234,10 @@ LaunchResult launch_local_ranks(const LaunchOptions& options,
       }
     }
   }
+  // Stopped by a signal before every rank was started: the job did not run, whatever the ranks
+  // that did start made of the signal.
+  if (started < options.nproc_per_node && result.exit_code == 0)
+    result.exit_code = 128 + static_cast<int>(g_received_signal);
   return result;
 }
 

@@ -14,6 +14,10 @@
 
 namespace spritetorch::distributed {
 
+// The most ranks launch starts on one machine (--nproc-per-node): a machine's GPUs, or ranks that
+// share its cores, are far fewer.
+constexpr int kMaxRanksPerNode = 256;
+
 struct LaunchOptions {
   int nproc_per_node = 1;
   int nnodes = 1;

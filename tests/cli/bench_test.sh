@@ -17,7 +17,12 @@ expect 2 "cannot read --lr-schedule 'bogus'" -- "${tiny[@]}" --lr-schedule bogus
 expect 2 "unknown augmentation 'rotate'" -- "${tiny[@]}" --augment rotate --out "$tmp/b"
 expect 2 "--augment flip needs image data; dummy holds feature vectors" -- "${tiny[@]}" --augment flip --out "$tmp/b"
 expect 2 "--lr: '-1' is not a number > 0" -- "${tiny[@]}" --lr -1 --out "$tmp/b"
-expect 2 "--workers: '-1' is not a number >= 0" -- "${tiny[@]}" --workers -1 --out "$tmp/b"
+expect 2 "--workers: '-1' is not a number from 0 to 256" -- "${tiny[@]}" --workers -1 --out "$tmp/b"
+expect 2 "--workers: '99999' is not a number from 0 to 256" -- "${tiny[@]}" --workers 0,99999 --out "$tmp/b"
+# --out names the files; a folder would get hidden '.json' and '.csv' files inside it.
+mkdir -p "$tmp/outdir"
+expect 2 "--out $tmp/outdir/ is a folder; it names the files \(OUT.json, OUT.csv\)" -- "${tiny[@]}" --out "$tmp/outdir/"
+expect 2 "--out $tmp/outdir is a folder" -- "${tiny[@]}" --out "$tmp/outdir"
 expect 2 "--step-threads splits the fused CPU step of ReLU MLPs; this bench's step is autograd" -- \
   "${tiny[@]}" --step autograd --step-threads 3 --out "$tmp/b"
 expect 2 "needs image data; dummy holds feature vectors" -- \

@@ -563,6 +563,10 @@ expect 2 "a budget of at most 8760h" -- "${tiny[@]}" --time-budget 1e300
 # launch starts the ranks of one training run: any other command, or a one-process strategy in a
 # rank of several, would run the same work side by side.
 expect 2 "launch starts the ranks of a training run: its command is train, not 'bench'" -- launch --nproc-per-node 2 -- bench --dataset dummy --model simplenn
+# A rank count far past any machine's GPUs or cores is refused before anything starts.
+expect 2 "error: --nproc-per-node 100000: at most 256 ranks on one machine" -- launch --nproc-per-node 100000 -- train --dataset dummy --model simplenn
+# A UNet width past any sprite model is refused before it is built (it would exhaust memory).
+expect 2 "--unet-base: '100000' is not a number from 1 to 512" -- train --task generate --dataset sprites --unet-base 100000 --epochs 1 --no-run-dir
 RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29999 \
   expect 2 "--strategy single runs one process, but this is one of 2 ranks" -- "${tiny[@]}" --strategy single
 RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29999 \

@@ -124,6 +124,16 @@ TEST(SpriteSheet, SlicesWithSpacingMarginAndSkipsEmptyTiles) {
   std::ofstream(dir.file("bad.txt")) << "99 hero\n";
   o.label_map = dir.file("bad.txt");
   EXPECT_THROW(read_sprite_sheet(dir.file("s.png"), o), DataError);
+  // A map without one tile line is an error, not a sheet read as if no map had been given.
+  std::ofstream(dir.file("comments.txt")) << "# tile class\n\n";
+  o.label_map = dir.file("comments.txt");
+  try {
+    read_sprite_sheet(dir.file("s.png"), o);
+    FAIL() << "a label map of comments only was accepted";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("at least one 'TILE_INDEX CLASS' line"), std::string::npos)
+        << e.what();
+  }
 }
 
 // A 50x40 sheet cut into 16x16 tiles leaves a 2-pixel strip on the right and an 8-pixel one at

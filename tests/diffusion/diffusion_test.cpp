@@ -12,6 +12,7 @@
 #include <array>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 
 #include "common/error.h"
 #include "data/procedural_sprites.h"
@@ -1120,6 +1121,45 @@ TEST(GeneratorTraining, SoftArtGivesASoftAlphaGenerator) {
   EXPECT_EQ(g.meta.at("alpha"), "soft");
 }
 
+// A generator checkpoint whose metadata was damaged or edited is a DataError naming the file and
+// the field before anything is built from it: no schedule of 10^9 steps (memory), no LibTorch
+// message for a broken palette, no sampling with fewer class names than classes.
+TEST(GeneratorTraining, DamagedMetadataIsRefusedBeforeAnythingIsBuilt) {
+  ScratchDir dir;
+  auto config = one_epoch_generator("sprites", dir.file("g.pt"));
+  config.sprites.count = 64;
+  config.unet_base = 8;
+  run_training(config);
+  const auto good = train::load_checkpoint(config.save);
+  const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> damaged = {
+      {[](nlohmann::json& m) { m["schedule_steps"] = 1000000000; },
+       "'schedule_steps' from 2 to 100000, found 1000000000"},
+      {[](nlohmann::json& m) {
+         m["palette"] = {{1, 2}};
+       },
+       "'palette' of [r, g, b] colours from 0 to 255, found [1,2]"},
+      {[](nlohmann::json& m) { m["class_names"] = nlohmann::json::array(); },
+       "'class_names' with one name per class of its UNet (4), found 0 names"},
+      {[](nlohmann::json& m) { m["size"] = 48; }, "'size' of 16, 32 or 64, found 48"},
+      {[](nlohmann::json& m) { m["unet"]["embed"] = -1; }, "'unet.embed' from 1 to 8192"},
+  };
+  for (const auto& [damage, message] : damaged) {
+    auto bad = good;
+    damage(bad.meta);
+    train::save_checkpoint(dir.file("bad.pt"), bad);
+    try {
+      load_generator(dir.file("bad.pt"), torch::kCPU);
+      ADD_FAILURE() << message << ": accepted";
+    } catch (const DataError& e) {
+      EXPECT_NE(std::string(e.what()).find(dir.file("bad.pt") + ": expected generator metadata " +
+                                           message),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_NO_THROW(load_generator(config.save, torch::kCPU));
+}
+
 // A checkpoint written before the prediction / schedule / attention / scale-shift keys existed
 // loads as what it was trained as (eps, linear betas, no attention, additive embedding) and samples
 // exactly as a checkpoint that says so; the new defaults are recorded in new checkpoints.
@@ -1221,8 +1261,28 @@ TEST(GeneratorTraining, CheckpointDesignFillsWhatOldMetadataLacks) {
   meta["prediction"] = "score";
   EXPECT_THROW(checkpoint_design(meta), Error);
   meta["prediction"] = "v";
-  meta["unet"].erase("embed");
-  EXPECT_THROW(checkpoint_design(meta), nlohmann::json::exception);
+  // Missing, mistyped or absurd fields are DataErrors naming the field, never LibTorch's or
+  // nlohmann's own messages.
+  const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> damaged = {
+      {[](nlohmann::json& m) { m["unet"].erase("embed"); }, "'unet.embed', found none"},
+      {[](nlohmann::json& m) { m["unet"]["embed"] = -1; }, "'unet.embed' from 1 to 8192, found -1"},
+      {[](nlohmann::json& m) { m["unet"]["base"] = 100000; }, "'unet.base' from 1 to 512"},
+      {[](nlohmann::json& m) { m["unet"]["mult"] = nlohmann::json::array(); },
+       "'unet.mult' of 3 multipliers, found 0"},
+      {[](nlohmann::json& m) { m["unet"]["attention"] = 5; }, "'unet.attention' as true or false"},
+      {[](nlohmann::json& m) { m.erase("unet"); }, "'unet', found none"},
+  };
+  for (const auto& [damage, message] : damaged) {
+    nlohmann::json bad = meta;
+    damage(bad);
+    try {
+      checkpoint_design(bad, "g.pt");
+      ADD_FAILURE() << message << ": accepted";
+    } catch (const DataError& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("g.pt"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(GeneratorTraining, EmaDecayWarmsUpToItsCeiling) {
