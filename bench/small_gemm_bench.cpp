@@ -6,13 +6,12 @@
 //   build/bench/small_gemm_bench                      # all shapes, all kernels
 //   build/bench/small_gemm_bench --benchmark_filter=layer1
 //   build/bench/small_gemm_bench --benchmark_filter=adam
-//   build/bench/small_gemm_bench --benchmark_filter=step --benchmark_repetitions=10
-//       --benchmark_enable_random_interleaving=true    (one line: the whole step, both ways)
+//   build/bench/small_gemm_bench --benchmark_filter=step   # the whole step, Adam after it
 //
 // Counters: GFLOP/s of the product (2 m n k per call); for Adam, parameters updated per second.
-// `step/optimizer_inside:0|1`: one whole step of the seed MLP as `train` runs it on this CPU
-// (CpuMlpStep on the best kernel, two threads, batches of 64 from a resident set), with Adam as
-// FlatOptimizer::step() after it or applied inside it (CpuMlpStep::take_optimizer_step).
+// `step`: one whole step of the seed MLP as `train` runs it on this CPU (CpuMlpStep on the best
+// kernel, two threads, batches of 64 from a resident set, then FlatOptimizer::step()), for
+// comparing a change to the step with its old form in one process, interleaved.
 // One thread, BLAS's included (OpenBLAS would otherwise take every core and flatter its rows); the
 // step runs one per core.
 #include <benchmark/benchmark.h>
@@ -95,16 +94,12 @@ void run_adam(benchmark::State& state, Kernel kernel) {
       benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
 }
 
-void run_step(benchmark::State& state, bool optimizer_inside) {
+void run_step(benchmark::State& state) {
   torch::manual_seed(1);
   auto model = spritetorch::models::make_model({"ann", {1, 28, 28}, 10});
   spritetorch::train::FlatOptimizer optimizer(model->parameters(), {});
   spritetorch::train::CpuMlpStep step(model->relu_mlp_layers(), 64, 2);
   optimizer.use_thread_pool(step.thread_pool());
-  if (optimizer_inside && !step.take_optimizer_step(optimizer)) {
-    state.SkipWithError("the step cannot take this optimizer");
-    return;
-  }
   // 16 batches, as a resident loader hands them over: (64, 1, 28, 28) float32, labels int64.
   std::vector<spritetorch::data::Batch> batches;
   for (int i = 0; i < 16; ++i)
@@ -114,7 +109,7 @@ void run_step(benchmark::State& state, bool optimizer_inside) {
   size_t next = 0;
   for (auto _ : state) {
     step.run(batches[next++ % batches.size()], loss, correct);
-    if (!optimizer_inside) optimizer.step();
+    optimizer.step();
   }
 }
 
@@ -129,11 +124,7 @@ const bool kRegistered = [] {
       benchmark::RegisterBenchmark(
           (std::string(s.name) + "/" + spritetorch::gemm::kernel_name(kernel)).c_str(),
           [s, kernel](benchmark::State& state) { run_shape(state, s, kernel); });
-  for (bool inside : {false, true})
-    benchmark::RegisterBenchmark(
-        (std::string("step/optimizer_inside:") + (inside ? "1" : "0")).c_str(),
-        [inside](benchmark::State& state) { run_step(state, inside); })
-        ->UseRealTime();
+  benchmark::RegisterBenchmark("step", run_step)->UseRealTime();
   return true;
 }();
 

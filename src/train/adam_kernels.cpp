@@ -30,64 +30,39 @@ void adam_update_loop(float* p, const float* g, float* m, float* v, int64_t begi
 // cost (on Zen 2 each takes ~14 cycles per 8 lanes); the hardware estimates of 1/sqrt and 1/x,
 // refined by one Newton step each, are within a few float ulps of them (tests compare every kernel
 // with the loop, and the optimizer with torch.optim.Adam's arithmetic).
-// The update of 8 lanes: parameters pi, gradients g_raw and moments m_old, v_old in; the new
-// parameters out, the new moments in m_new, v_new. The constants are AdamScalars' in 8 lanes.
-struct AdamLanes {
-  __m256 b1, b2, c1, c2, scale, eps, neg_step, l2, decay;
-  bool with_l2;
-};
-__attribute__((target("avx2,fma"), always_inline)) inline __m256 adam_lanes(
-    const AdamLanes& k, __m256 pi, __m256 g_raw, __m256 m_old, __m256 v_old, __m256& m_new,
-    __m256& v_new) {
-  const __m256 gi = k.with_l2 ? _mm256_fmadd_ps(k.l2, pi, g_raw) : g_raw;
-  m_new = _mm256_add_ps(_mm256_mul_ps(m_old, k.b1), _mm256_mul_ps(k.c1, gi));
-  v_new = _mm256_add_ps(_mm256_mul_ps(v_old, k.b2), _mm256_mul_ps(_mm256_mul_ps(k.c2, gi), gi));
-  // sqrt(v) = v / sqrt(v) = v * rsqrt(v); v = 0 gives 0 (rsqrt of FLT_MIN is finite).
-  const __m256 vc = _mm256_max_ps(v_new, _mm256_set1_ps(FLT_MIN));
-  __m256 r = _mm256_rsqrt_ps(vc);
-  r = _mm256_mul_ps(r, _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), vc),
-                                        _mm256_mul_ps(r, r), _mm256_set1_ps(1.5f)));
-  const __m256 denom = _mm256_fmadd_ps(_mm256_mul_ps(v_new, r), k.scale, k.eps);
-  __m256 q = _mm256_rcp_ps(denom);
-  q = _mm256_mul_ps(q, _mm256_fnmadd_ps(denom, q, _mm256_set1_ps(2.0f)));
-  return _mm256_fmadd_ps(_mm256_mul_ps(k.neg_step, m_new), q, _mm256_mul_ps(pi, k.decay));
-}
-
-// Every element goes through the same lane arithmetic, the last partial vector under a mask, so
-// an element's result does not depend on how the buffer is split into ranges (the fused step
-// updates its threads' ranges in place; FlatOptimizer::step() splits the buffer in halves).
 __attribute__((target("avx2,fma"))) void adam_update_avx2(float* p, const float* g, float* m,
                                                           float* v, int64_t begin, int64_t end,
-                                                          const AdamScalars& s) {
-  const AdamLanes k{_mm256_set1_ps(s.b1),
-                    _mm256_set1_ps(s.b2),
-                    _mm256_set1_ps(s.one_minus_b1),
-                    _mm256_set1_ps(s.one_minus_b2),
-                    _mm256_set1_ps(s.inv_bias2_sqrt),
-                    _mm256_set1_ps(s.eps),
-                    _mm256_set1_ps(s.neg_step),
-                    _mm256_set1_ps(s.l2),
-                    _mm256_set1_ps(s.decay),
-                    s.l2 != 0.0f};
+                                                          const AdamScalars& k) {
+  const __m256 b1 = _mm256_set1_ps(k.b1), b2 = _mm256_set1_ps(k.b2);
+  const __m256 c1 = _mm256_set1_ps(k.one_minus_b1), c2 = _mm256_set1_ps(k.one_minus_b2);
+  const __m256 scale = _mm256_set1_ps(k.inv_bias2_sqrt), eps = _mm256_set1_ps(k.eps);
+  const __m256 neg_step = _mm256_set1_ps(k.neg_step), tiny = _mm256_set1_ps(FLT_MIN);
+  const __m256 half = _mm256_set1_ps(0.5f), three_halves = _mm256_set1_ps(1.5f);
+  const __m256 two = _mm256_set1_ps(2.0f);
+  const __m256 l2 = _mm256_set1_ps(k.l2), decay = _mm256_set1_ps(k.decay);
   int64_t i = begin;
-  __m256 m_new, v_new;
   for (; i + 8 <= end; i += 8) {
-    const __m256 p_new = adam_lanes(k, _mm256_loadu_ps(p + i), _mm256_loadu_ps(g + i),
-                                    _mm256_loadu_ps(m + i), _mm256_loadu_ps(v + i), m_new, v_new);
-    _mm256_storeu_ps(m + i, m_new);
-    _mm256_storeu_ps(v + i, v_new);
-    _mm256_storeu_ps(p + i, p_new);
+    const __m256 pi = _mm256_loadu_ps(p + i);
+    const __m256 gi =
+        k.l2 != 0.0f ? _mm256_fmadd_ps(l2, pi, _mm256_loadu_ps(g + i)) : _mm256_loadu_ps(g + i);
+    const __m256 mi =
+        _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(m + i), b1), _mm256_mul_ps(c1, gi));
+    const __m256 vi = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(v + i), b2),
+                                    _mm256_mul_ps(_mm256_mul_ps(c2, gi), gi));
+    _mm256_storeu_ps(m + i, mi);
+    _mm256_storeu_ps(v + i, vi);
+    // sqrt(v) = v / sqrt(v) = v * rsqrt(v); v = 0 gives 0 (rsqrt of FLT_MIN is finite).
+    const __m256 vc = _mm256_max_ps(vi, tiny);
+    __m256 r = _mm256_rsqrt_ps(vc);
+    r = _mm256_mul_ps(r,
+                      _mm256_fnmadd_ps(_mm256_mul_ps(half, vc), _mm256_mul_ps(r, r), three_halves));
+    const __m256 denom = _mm256_fmadd_ps(_mm256_mul_ps(vi, r), scale, eps);
+    __m256 q = _mm256_rcp_ps(denom);
+    q = _mm256_mul_ps(q, _mm256_fnmadd_ps(denom, q, two));
+    _mm256_storeu_ps(p + i,
+                     _mm256_fmadd_ps(_mm256_mul_ps(neg_step, mi), q, _mm256_mul_ps(pi, decay)));
   }
-  if (i < end) {  // masked-off lanes read nothing (as zeros) and write nothing
-    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(end - i)),
-                                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    const __m256 p_new =
-        adam_lanes(k, _mm256_maskload_ps(p + i, mask), _mm256_maskload_ps(g + i, mask),
-                   _mm256_maskload_ps(m + i, mask), _mm256_maskload_ps(v + i, mask), m_new, v_new);
-    _mm256_maskstore_ps(m + i, mask, m_new);
-    _mm256_maskstore_ps(v + i, mask, v_new);
-    _mm256_maskstore_ps(p + i, mask, p_new);
-  }
+  adam_update_loop(p, g, m, v, i, end, k);
 }
 
 // 16 lanes, the tail under a mask. AVX-512's estimates are good to 14 bits (AVX's to 12), so one

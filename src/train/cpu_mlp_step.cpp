@@ -6,7 +6,6 @@
 
 #include "common/error.h"
 #include "common/small_gemm.h"
-#include "train/adam_kernels.h"
 
 namespace spritetorch::train {
 
@@ -49,11 +48,9 @@ struct CpuMlpStep::Layer {
   const float* bias = nullptr;    // (out)
   float* weight_grad = nullptr;   // (out, in): the module's .grad (thread 0's partial, layers >= 2)
   float* bias_grad = nullptr;     // (out)
-  // With the optimizer taken: where weight and bias (and their gradients) sit in its buffers.
-  int64_t weight_offset = 0, bias_offset = 0;
-  torch::Tensor activations;  // (max_batch, out): relu(z); the logits for the last layer
-  torch::Tensor grad;         // (max_batch, out): dL/dz (layer 1: dL/da first, then dL/dz)
-  torch::Tensor partials;     // (threads - 1, out * in + out): threads >= 1's partial gradients
+  torch::Tensor activations;      // (max_batch, out): relu(z); the logits for the last layer
+  torch::Tensor grad;             // (max_batch, out): dL/dz (layer 1: dL/da first, then dL/dz)
+  torch::Tensor partials;         // (threads - 1, out * in + out): threads >= 1's partial gradients
   float* partial_weight(int t) { return partials.data_ptr<float>() + (t - 1) * (out * in + out); }
   float* partial_bias(int t) { return partial_weight(t) + out * in; }
 };
@@ -208,10 +205,6 @@ void CpuMlpStep::backward_first_layer(int t, const float* x, int batch) {
     gemm::nn(units.size(), first.in, batch, dz, 1, first.out, x, first.in,
              first.weight_grad + int64_t{units.begin} * first.in, first.in, kernel_);
     column_sums(dz, batch, units.size(), first.out, first.bias_grad + units.begin);
-    if (update_) {  // these rows' gradients are final and still in this core's caches
-      update(first.weight_offset, int64_t{units.begin} * first.in, int64_t{units.end} * first.in);
-      update(first.bias_offset, units.begin, units.end);
-    }
   }
   for (size_t l = 1; l < layers_.size(); ++l) {
     Layer& layer = *layers_[l];
@@ -223,66 +216,7 @@ void CpuMlpStep::backward_first_layer(int t, const float* x, int batch) {
       for (int i = w.begin; i < w.end; ++i) layer.weight_grad[i] += pw[i];
       for (int i = b.begin; i < b.end; ++i) layer.bias_grad[i] += pb[i];
     }
-    if (update_) {
-      update(layer.weight_offset, w.begin, w.end);
-      update(layer.bias_offset, b.begin, b.end);
-    }
   }
-}
-
-void CpuMlpStep::update(int64_t offset, int64_t begin, int64_t end) const {
-  if (begin >= end) return;
-  const auto& u = *update_;
-  adam_update(u.values + offset, u.grads + offset, u.exp_avg + offset, u.exp_avg_sq + offset, begin,
-              end, u.scalars, u.kernel);
-}
-
-namespace {
-// Where `data` starts in `buffer`, if it lies wholly inside it (`size` elements); else -1.
-int64_t offset_in(const torch::Tensor& buffer, const float* data, int64_t size) {
-  const auto base = reinterpret_cast<uintptr_t>(buffer.data_ptr<float>());
-  const auto at = reinterpret_cast<uintptr_t>(data);
-  if (at < base || (at - base) % sizeof(float) != 0) return -1;
-  const auto offset = static_cast<int64_t>((at - base) / sizeof(float));
-  return offset + size <= buffer.numel() ? offset : -1;
-}
-}  // namespace
-
-void CpuMlpStep::read_parameters() {
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    Layer& layer = *layers_[l];
-    auto& m = modules_[l];
-    layer.weight = m->weight.data_ptr<float>();
-    layer.bias = m->bias.data_ptr<float>();
-    layer.weight_grad = m->weight.mutable_grad().data_ptr<float>();
-    layer.bias_grad = m->bias.mutable_grad().data_ptr<float>();
-    if (!optimizer_) continue;
-    // The update reads gradient i where it writes parameter i: both at one offset, inside.
-    const int64_t weights = int64_t{layer.out} * layer.in;
-    layer.weight_offset = offset_in(optimizer_->values(), layer.weight, weights);
-    layer.bias_offset = offset_in(optimizer_->values(), layer.bias, layer.out);
-    if (layer.weight_offset < 0 || layer.bias_offset < 0 ||
-        offset_in(optimizer_->grads(), layer.weight_grad, weights) != layer.weight_offset ||
-        offset_in(optimizer_->grads(), layer.bias_grad, layer.out) != layer.bias_offset)
-      throw Error("CPU MLP step: layer " + std::to_string(l + 1) +
-                  "'s parameters are no longer in the optimizer's buffers");
-  }
-}
-
-bool CpuMlpStep::take_optimizer_step(FlatOptimizer& optimizer) {
-  if (!optimizer.can_step_in_place() || grad_ready_) return false;
-  // The update covers the optimizer's whole buffer only if it holds these parameters and no others.
-  int64_t parameters = 0;
-  for (const auto& layer : layers_) parameters += int64_t{layer->out} * layer->in + layer->out;
-  if (parameters != optimizer.values().numel()) return false;
-  optimizer_ = &optimizer;
-  try {
-    read_parameters();
-  } catch (const Error&) {
-    optimizer_ = nullptr;
-    return false;
-  }
-  return true;
 }
 
 void CpuMlpStep::run(const data::Batch& batch, torch::Tensor& loss_sum, torch::Tensor& correct) {
@@ -306,20 +240,21 @@ void CpuMlpStep::run(const data::Batch& batch, torch::Tensor& loss_sum, torch::T
       throw Error("label " + std::to_string(label[r]) + " in batch row " + std::to_string(r) +
                   " is outside 0.." + std::to_string(classes - 1));
 
-  // Parameters are re-read every step: the flat optimizer or a checkpoint load may re-point them.
-  read_parameters();
-  if (optimizer_) {
-    update_ = optimizer_->begin_in_place_step();
-    if (!update_) throw Error("CPU MLP step: its optimizer can no longer update in place");
-  }
   if (b == 0) {  // nothing to learn from: zero gradients, nothing added to the sums
     for (auto& m : modules_) {
       m->weight.mutable_grad().zero_();
       m->bias.mutable_grad().zero_();
     }
-    if (update_) update(0, 0, update_->size);  // what the optimizer's own step would do
-    update_.reset();
     return;
+  }
+  // Parameters are re-read every step: the flat optimizer or a checkpoint load may re-point them.
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    Layer& layer = *layers_[l];
+    auto& m = modules_[l];
+    layer.weight = m->weight.data_ptr<float>();
+    layer.bias = m->bias.data_ptr<float>();
+    layer.weight_grad = m->weight.mutable_grad().data_ptr<float>();
+    layer.bias_grad = m->bias.mutable_grad().data_ptr<float>();
   }
   const float* xp = x.data_ptr<float>();
   const int rows = static_cast<int>(b);
@@ -332,7 +267,6 @@ void CpuMlpStep::run(const data::Batch& batch, torch::Tensor& loss_sum, torch::T
     pool_->run([&](int t) { rows_forward_backward(t, label, rows); });
     pool_->run([&](int t) { backward_first_layer(t, xp, rows); });
   }
-  update_.reset();
   // All gradients are final now; a distributed reducer may start, last layer first.
   if (grad_ready_)
     for (size_t l = modules_.size(); l-- > 0;) {

@@ -14,8 +14,6 @@
 //   3. layer 1 backward, split by units again: thread t owns rows [u_t, u_t+1) of dW_1 (no sum
 //      needed, and the product keeps the whole batch as its inner dimension); and the partial
 //      gradients of layers 2..L are summed, each thread over its own share of the elements.
-//      With take_optimizer_step(), each thread then runs Adam on exactly those elements, while
-//      their gradients are still in its caches: no fourth pass and fork-join for the optimizer.
 //
 // Layer 1 holds ~90% of the seed MLP's FLOPs, so splitting it by units keeps every thread's
 // products as large as the batch allows. Results equal FusedMlpStep's within float rounding
@@ -24,12 +22,10 @@
 #pragma once
 
 #include <memory>
-#include <optional>
 #include <vector>
 
 #include "common/shard_pool.h"
 #include "common/small_gemm.h"
-#include "train/flat_optimizer.h"
 #include "train/train_step.h"
 
 namespace spritetorch::train {
@@ -53,20 +49,12 @@ class CpuMlpStep : public TrainStep {
   int threads() const override { return threads_; }
   std::shared_ptr<ShardPool> thread_pool() const override { return pool_; }
   const char* kernel() const override { return gemm::kernel_name(kernel_); }
-  // CPU float32 Adam / AdamW (FlatOptimizer::can_step_in_place) whose buffer holds exactly these
-  // layers' parameters: true, and run() updates them from then on.
-  bool take_optimizer_step(FlatOptimizer& optimizer) override;
 
  private:
   struct Layer;
   void forward_first_layer(int thread, const float* x, int batch);
   void rows_forward_backward(int thread, const int64_t* labels, int batch);
   void backward_first_layer(int thread, const float* x, int batch);
-  // Points the layers at the modules' parameters and gradients (they may have been re-pointed),
-  // and, with the optimizer taken, at their offsets in its buffers.
-  void read_parameters();
-  // Adam over elements [begin, end) of one layer's weight or bias, `offset` into the buffers.
-  void update(int64_t offset, int64_t begin, int64_t end) const;
 
   std::vector<torch::nn::Linear> modules_;
   std::vector<std::unique_ptr<Layer>> layers_;
@@ -74,8 +62,6 @@ class CpuMlpStep : public TrainStep {
   int threads_;
   gemm::Kernel kernel_;
   std::shared_ptr<ShardPool> pool_;
-  FlatOptimizer* optimizer_ = nullptr;                // set by take_optimizer_step()
-  std::optional<FlatOptimizer::InPlaceStep> update_;  // this run()'s update, when optimizer_
   std::vector<double> thread_loss_;  // per thread: this step's loss sum over its rows
   std::vector<int64_t> thread_correct_;
 };

@@ -218,42 +218,6 @@ void FlatOptimizer::step_on_device(const torch::Tensor& found_inf) {
   }
 }
 
-AdamScalars FlatOptimizer::adam_scalars() const {
-  const double b1 = options_.beta1, b2 = options_.beta2;
-  const double bias1 = 1.0 - std::pow(b1, static_cast<double>(steps_));
-  const double bias2_sqrt = std::sqrt(1.0 - std::pow(b2, static_cast<double>(steps_)));
-  const bool adamw = options_.kind == "adamw";
-  const double wd = options_.weight_decay;
-  AdamScalars k;
-  k.b1 = static_cast<float>(b1);
-  k.b2 = static_cast<float>(b2);
-  k.one_minus_b1 = static_cast<float>(1.0 - b1);
-  k.one_minus_b2 = static_cast<float>(1.0 - b2);
-  k.inv_bias2_sqrt = static_cast<float>(1.0 / bias2_sqrt);
-  k.eps = static_cast<float>(options_.eps);
-  k.neg_step = static_cast<float>(-options_.lr / bias1);
-  k.l2 = adamw ? 0.0f : static_cast<float>(wd);
-  k.decay = adamw ? static_cast<float>(1.0 - options_.lr * wd) : 1.0f;
-  return k;
-}
-
-bool FlatOptimizer::can_step_in_place() const {
-  return options_.kind != "sgd" && values_.is_cpu() && values_.scalar_type() == torch::kFloat32 &&
-         !step_t_.defined();
-}
-
-std::optional<FlatOptimizer::InPlaceStep> FlatOptimizer::begin_in_place_step() {
-  if (!can_step_in_place()) return std::nullopt;
-  ++steps_;
-  return InPlaceStep{values_.data_ptr<float>(),
-                     grads_.data_ptr<float>(),
-                     exp_avg_.data_ptr<float>(),
-                     exp_avg_sq_.data_ptr<float>(),
-                     values_.numel(),
-                     adam_scalars(),
-                     gemm::best_kernel()};
-}
-
 void FlatOptimizer::adam_step() {
   const double b1 = options_.beta1, b2 = options_.beta2;
   const double bias1 = 1.0 - std::pow(b1, static_cast<double>(steps_));
@@ -263,7 +227,16 @@ void FlatOptimizer::adam_step() {
   const double wd = options_.weight_decay;
 
   if (values_.is_cpu() && values_.scalar_type() == torch::kFloat32) {
-    const AdamScalars k = adam_scalars();
+    AdamScalars k;
+    k.b1 = static_cast<float>(b1);
+    k.b2 = static_cast<float>(b2);
+    k.one_minus_b1 = static_cast<float>(1.0 - b1);
+    k.one_minus_b2 = static_cast<float>(1.0 - b2);
+    k.inv_bias2_sqrt = static_cast<float>(1.0 / bias2_sqrt);
+    k.eps = static_cast<float>(options_.eps);
+    k.neg_step = static_cast<float>(-step_size);
+    k.l2 = adamw ? 0.0f : static_cast<float>(wd);
+    k.decay = adamw ? static_cast<float>(1.0 - options_.lr * wd) : 1.0f;
     float* p = values_.data_ptr<float>();
     const float* g = grads_.data_ptr<float>();
     float* m = exp_avg_.data_ptr<float>();

@@ -17,8 +17,6 @@
 #include <vector>
 
 #include "common/shard_pool.h"
-#include "common/small_gemm.h"
-#include "train/adam_kernels.h"
 
 namespace spritetorch::train {
 
@@ -59,24 +57,6 @@ class FlatOptimizer {
   // Adam and AdamW on CUDA with a LibTorch that has PyTorch's fused Adam kernel (2.2 on): that one
   // kernel instead (should it refuse the buffers, a note on stderr and the tensor ops).
   void step_on_device(const torch::Tensor& found_inf = {});
-  // CPU float32 Adam / AdamW for a step that applies the update itself as its gradients become
-  // final (CpuMlpStep, each thread on the parameters it has just finished): counts one step and
-  // returns the buffers with this step's scalars and kernel, for adam_update() over ranges that
-  // together cover the buffers once. Bit for bit what step() would do. nullopt (and no step
-  // counted) where step() runs anything else: SGD, another device or dtype, or after
-  // step_on_device().
-  struct InPlaceStep {
-    float* values;
-    const float* grads;
-    float* exp_avg;
-    float* exp_avg_sq;
-    int64_t size;
-    AdamScalars scalars;
-    gemm::Kernel kernel;
-  };
-  std::optional<InPlaceStep> begin_in_place_step();
-  // Whether begin_in_place_step() would give a step (without counting one).
-  bool can_step_in_place() const;
   // Whether step_on_device() has run PyTorch's fused Adam kernel (false before its first call).
   bool fused_kernel() const { return fused_adam_.has_value(); }
 
@@ -91,7 +71,6 @@ class FlatOptimizer {
 
  private:
   void adam_step();
-  AdamScalars adam_scalars() const;  // this step's (steps_ already counted)
   void sgd_step();
 
   OptimizerOptions options_;

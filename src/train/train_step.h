@@ -30,8 +30,6 @@ class GradScaler;
 
 namespace spritetorch::train {
 
-class FlatOptimizer;
-
 // The loss of one batch, as a task computes it (train/task.h).
 struct StepLoss {
   torch::Tensor loss;     // () mean over the batch, float32, attached to the autograd graph
@@ -61,11 +59,6 @@ class TrainStep {
   virtual std::shared_ptr<ShardPool> thread_pool() const { return nullptr; }
   // The matrix kernel of a step that runs its own (gemm::kernel_name), else null.
   virtual const char* kernel() const { return nullptr; }
-  // Asks the step to apply `optimizer`'s update itself from now on, inside run(), as its
-  // gradients become final; true if it will (then the caller must not step the optimizer, and
-  // nothing may change the gradients between backward and update: no clipping, loss scaling or
-  // gradient reduction). Steps that cannot say false, the default.
-  virtual bool take_optimizer_step(FlatOptimizer& /*optimizer*/) { return false; }
 
   // Called with each parameter whose gradient run() has finished writing, during the backward
   // pass, so a distributed gradient reducer can start its all-reduce early. The fused step calls

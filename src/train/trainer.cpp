@@ -187,8 +187,7 @@ class TrainingRun {
   data::AugmentOptions augment_;
   std::unique_ptr<TrainStep> step_;
   bool use_graphs_ = false;
-  bool optimizer_in_step_ = false;  // the step applies the optimizer's update (take_optimizer_step)
-  std::string no_graphs_;           // why not, on a CUDA device
+  std::string no_graphs_;                      // why not, on a CUDA device
   std::unique_ptr<CudaGraphStep> graph_step_;  // replays full batches; a partial one runs eagerly
 
   bool drop_last_ = false;
@@ -396,11 +395,6 @@ void TrainingRun::set_up_step() {
   if (use_graphs_)
     graph_step_ = std::make_unique<CudaGraphStep>(
         *step_, *optimizer_, scaler_.get(), config_.clip_grad_norm, config_.batch_size, device_);
-  // The fused CPU step can run Adam itself, each thread on the parameters whose gradients it has
-  // just finished, where nothing else must see the gradients between backward and update.
-  optimizer_in_step_ = !graph_step_ && !scaler_ && !(config_.clip_grad_norm > 0) &&
-                       parallel_.kind() == StrategyKind::kSingle &&
-                       step_->take_optimizer_step(*optimizer_);
 }
 
 void TrainingRun::set_up_data_paths() {
@@ -437,10 +431,7 @@ Settings TrainingRun::describe() const {
       {"epochs",
        std::to_string(epochs_) + (config_.time_budget_s > 0 ? " at most" : "") +
            (start_epoch_ ? " (resuming after " + std::to_string(start_epoch_) + ")" : "")},
-      {"optimizer",
-       optimization_.describe() + (optimizer_in_step_ ? " (flat buffers, applied inside the fused "
-                                                        "step by each of its threads)"
-                                                      : " (flat buffers)")},
+      {"optimizer", optimization_.describe() + " (flat buffers)"},
       {"augment", augment_.describe()},
       {"class sampling", config_.class_sampling == data::ClassSampling::kBalanced
                              ? "balanced (each class equally often per epoch)"
@@ -696,9 +687,8 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
         step_->run(batch, progress.interval_loss, progress.correct);
         parallel_.reduce_gradients();  // ddp: averaged gradients before unscaling / clipping
         // fp16 on CUDA: the skip-on-inf decision stays on the device (no sync per step).
-        if (!optimizer_in_step_)
-          finish_step(*optimizer_, scaler_.get(), config_.clip_grad_norm,
-                      /*on_device=*/scaler_ != nullptr && device_.is_cuda());
+        finish_step(*optimizer_, scaler_.get(), config_.clip_grad_norm,
+                    /*on_device=*/scaler_ != nullptr && device_.is_cuda());
       }
       task_.after_optimizer_step();
     } catch (const c10::OutOfMemoryError& e) {

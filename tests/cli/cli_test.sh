@@ -76,9 +76,6 @@ expect 2 "this bench also changes: --model fastcnn-2x" -- bench --recipe fast --
 if "$bin" devices | grep -q "^BLAS: OpenBLAS"; then
   expect 0 "fused-mlp \(3 threads, [a-z0-9]+ kernel\)" -- train --device cpu --dataset dummy --model simplenn --epochs 1 --step-threads 3
   expect 0 "fused-mlp \(3 threads, [a-z0-9]+ kernel\)" -- train --device cpu --dataset dummy --model simplenn --epochs 1 --step-shards 3
-  # Adam inside the fused step, where nothing must see the gradients in between (not with clipping).
-  expect 0 "optimizer +adam lr 0.001 \(flat buffers, applied inside the fused step by each of its threads\)" -- train --device cpu --dataset dummy --model simplenn --epochs 1 --no-run-dir
-  expect 0 "optimizer +adam lr 0.001 \(flat buffers\)$" -- train --device cpu --dataset dummy --model simplenn --epochs 1 --no-run-dir --clip-grad-norm 1
   cores=$(nproc)
   expect 0 "1 intra-op, $cores BLAS" -- train --device cpu --dataset dummy --model simplenn --epochs 1 --blas-threads "$cores"
   # --precision auto keeps fp32 for a model with the fused CPU step, native bf16 or not.

@@ -96,28 +96,6 @@ TEST(AdamKernels, EveryKernelMatchesTheLoop) {
         }
 }
 
-// An element's update does not depend on the range it was updated in (the fused step updates its
-// threads' own ranges, FlatOptimizer::step() halves of the buffer): the vector kernels put the
-// partial vectors at a range's ends under masks, through the same lane arithmetic, so any split
-// gives the bits of one pass over the whole buffer.
-TEST(AdamKernels, AnySplitOfTheBufferGivesTheSameBits) {
-  torch::manual_seed(6);
-  const AdamScalars k{0.9f,  0.999f,          0.1f,  0.001f, 1.0f / std::sqrt(1.0f - 0.997003f),
-                      1e-8f, -1e-3f / 0.271f, 0.01f, 1.0f};
-  for (Kernel kernel : {Kernel::avx512, Kernel::avx2, Kernel::loops}) {
-    if (!gemm::available(kernel)) continue;
-    const auto start = random_buffers(1000);
-    auto whole = start.clone(), pieces = start.clone();
-    run(whole, 0, 1000, k, kernel);
-    for (const auto& [begin, end] : std::vector<std::pair<int64_t, int64_t>>{
-             {0, 5}, {5, 21}, {21, 22}, {22, 500}, {500, 503}, {503, 1000}})
-      run(pieces, begin, end, k, kernel);
-    for (const auto& [a, b] :
-         {std::pair{whole.p, pieces.p}, {whole.m, pieces.m}, {whole.v, pieces.v}})
-      EXPECT_TRUE(torch::equal(a, b)) << gemm::kernel_name(kernel);
-  }
-}
-
 // `devices` names the update that runs: the matrix kernel's width where the CPU has it.
 TEST(AdamKernels, TheNamedKernelFollowsTheMatrixKernel) {
   EXPECT_STREQ(adam_kernel_name(Kernel::loops), "loops");

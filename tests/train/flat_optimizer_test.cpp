@@ -74,51 +74,6 @@ TEST(FlatOptimizer, AdamStaysExactWhereTheSecondMomentIsZero) {
   EXPECT_TRUE(torch::equal(flat.values(), torch::full({37}, 0.5)));
 }
 
-// The update a fused step applies itself, range by range (CpuMlpStep): one step counted per call,
-// the same bits as step() over any cover of the buffer, for Adam and AdamW with decay; and none
-// where step() would run something else.
-TEST(FlatOptimizer, AnInPlaceStepOverRangesEqualsStep) {
-  for (const std::string kind : {"adam", "adamw"}) {
-    torch::manual_seed(4);
-    auto a = models::make_model({"ann", {1, 8, 8}, 4});
-    auto b = models::make_model({"ann", {1, 8, 8}, 4});
-    {
-      torch::NoGradGuard no_grad;
-      auto pa = a->parameters(), pb = b->parameters();
-      for (size_t i = 0; i < pa.size(); ++i) pb[i].copy_(pa[i]);
-    }
-    const OptimizerOptions options{kind, 0.01, 0.9, 0.999, 1e-8, 0, 0.05};
-    FlatOptimizer whole(a->parameters(), options), ranges(b->parameters(), options);
-    ASSERT_TRUE(ranges.can_step_in_place());
-    for (int s = 0; s < 3; ++s) {
-      const auto x = torch::rand({16, 1, 8, 8});
-      const auto y = torch::randint(0, 4, {16}, torch::kInt64);
-      for (auto* model : {&a, &b}) {
-        (model == &a ? whole : ranges).zero_grad();
-        torch::cross_entropy_loss((*model)->forward(x), y).backward();
-      }
-      whole.step();
-      const auto update = ranges.begin_in_place_step();
-      ASSERT_TRUE(update.has_value());
-      EXPECT_EQ(ranges.steps_taken(), s + 1);
-      const int64_t n = update->size;
-      ASSERT_EQ(n, ranges.values().numel());
-      for (const auto& [begin, end] :
-           std::vector<std::pair<int64_t, int64_t>>{{0, 3}, {3, 1001}, {1001, 1002}, {1002, n}})
-        adam_update(update->values, update->grads, update->exp_avg, update->exp_avg_sq, begin, end,
-                    update->scalars, update->kernel);
-      EXPECT_TRUE(torch::equal(whole.values(), ranges.values())) << kind << " step " << s;
-    }
-    EXPECT_TRUE(torch::equal(whole.state().at("exp_avg"), ranges.state().at("exp_avg")));
-    EXPECT_TRUE(torch::equal(whole.state().at("exp_avg_sq"), ranges.state().at("exp_avg_sq")));
-  }
-  auto model = models::make_model({"ann", {1, 8, 8}, 4});
-  FlatOptimizer sgd(model->parameters(), {"sgd", 0.01});
-  EXPECT_FALSE(sgd.can_step_in_place());
-  EXPECT_FALSE(sgd.begin_in_place_step().has_value());
-  EXPECT_EQ(sgd.steps_taken(), 0);
-}
-
 TEST(FlatOptimizer, SgdMatchesLibTorchSgd) { EXPECT_LT(max_difference("sgd", 0, 20), 1e-6); }
 TEST(FlatOptimizer, SgdMomentumMatchesLibTorchSgd) {
   EXPECT_LT(max_difference("sgd", 0.9, 20), 1e-5);
