@@ -372,6 +372,22 @@ Subcommand add_eval_command(CLI::App& app) {
                           "weights for input " +
                               c10::str(c10::IntArrayRef(model->spec().input_shape)) + ", " +
                               std::to_string(model->spec().classes) + " classes");
+        // And its classes by name: a folder of the same shape whose classes are other ones would
+        // be scored under the checkpoint's labels without a word.
+        const auto trained_on =
+            json_field(checkpoint.meta, "class_names", std::vector<std::string>(), f->checkpoint,
+                       "class_names");
+        if (!trained_on.empty() && trained_on != test.class_names) {
+          auto listed = [](const std::vector<std::string>& names) {
+            std::string out;
+            for (size_t i = 0; i < names.size() && i < 8; ++i) out += (i ? ", " : "") + names[i];
+            return out + (names.size() > 8 ? ", ..." : "");
+          };
+          throw DataError(
+              test.name,
+              "the classes " + f->checkpoint + " was trained on (" + listed(trained_on) + ")",
+              "classes " + listed(test.class_names));
+        }
         const std::string threads = describe_cpu_threads(
             apply_cpu_threads(f->cpu.threads, f->cpu.blas_threads, cpu_work_of(*model)));
         data::ResidentLoader loader(test, device, {f->batch_size, false, false, config.seed});

@@ -119,6 +119,9 @@ expect 2 "--momentum is SGD's; --optimizer adamw keeps its own running averages"
 # Number ranges refuse NaN (CLI11's own Range lets it through: every comparison with NaN is false).
 expect 2 "--label-smoothing: 'nan' is not a number \(expected a number from 0 to 1\)" -- train --dataset dummy --model simplenn --label-smoothing nan
 expect 2 "--lr: 'inf' is not a number \(expected a number > 0\)" -- train --dataset dummy --model simplenn --lr inf
+# An integer past 64 bits is refused, not stored as INT64_MAX (a run without end).
+expect 2 "--epochs: '99999999999999999999' is too large \(more than 64 bits\)" -- train --dataset dummy --model simplenn --epochs 99999999999999999999
+expect 2 "--limit: '-99999999999999999999' is too large" -- eval --checkpoint "$tmp/none.pt" --limit -99999999999999999999
 expect 2 "--target-accuracy: '1.5' is not a number from 0 to 1" -- train --dataset dummy --model simplenn --target-accuracy 1.5
 expect 2 "--holdout: 'nan' is not a number \(expected a number from 0 to 0.95\)" -- train --dataset sprites --holdout nan
 expect 2 "needs a CUDA device" -- train --device cpu --dataset dummy --model simplenn --lr-schedule cosine --cuda-graphs
@@ -418,6 +421,11 @@ expect 0 "folder:folder/train \(7 train, 1 test, 4 classes\)" -- train --task cl
 expect 2 "$tmp/fold.pt was trained on --dataset folder:folder, and folder is not there \(relative to the current folder" -- eval --checkpoint "$tmp/fold.pt"
 expect 0 "Confusion matrix" -- eval --checkpoint "$tmp/fold.pt" --dataset "folder:$tmp/folder"
 expect 2 "--dataset sheet:$tmp/sheet.png: $tmp/fold.pt was trained on folder:folder" -- eval --checkpoint "$tmp/fold.pt" --dataset "sheet:$tmp/sheet.png"
+# A folder of the same shape whose classes are other ones is refused, not scored under the
+# checkpoint's labels.
+mkdir -p "$tmp/renamed"
+i=0; for d in "$tmp"/folder/*/; do i=$((i + 1)); cp -r "$d" "$tmp/renamed/class$i"; done
+expect 2 "expected the classes $tmp/fold.pt was trained on \(.*\), found classes class1, class2, class3, class4" -- eval --checkpoint "$tmp/fold.pt" --dataset "folder:$tmp/renamed"
 
 # Run folders, progress output and `runs` (docs/runs.md).
 small=(train --dataset dummy --model simplenn --epochs 2 --log-every 20)
