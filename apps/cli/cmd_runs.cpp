@@ -67,6 +67,10 @@ Subcommand add_runs_command(CLI::App& app) {
             std::error_code ec;
             if (std::filesystem::exists(f->dir, ec) && !std::filesystem::is_directory(f->dir, ec))
               throw DataError(f->dir, "a folder of run folders (--dir)", "a file");
+            if (runs::is_run_folder(f->dir))
+              throw DataError(f->dir, "a folder of run folders (--dir)", "a run folder itself",
+                              "spritetorch runs --dir " +
+                                  std::filesystem::absolute(f->dir).parent_path().string());
             const auto entries = runs::list_runs(f->dir);
             if (f->json) {
               nlohmann::json out = nlohmann::json::array();

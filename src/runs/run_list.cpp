@@ -98,13 +98,22 @@ RunEntry read_run(const std::string& folder) {
   return entry;
 }
 
+bool is_run_folder(const std::string& folder) {
+  std::error_code error;
+  for (const char* file : {"config.toml", "metrics.jsonl", "summary.json"})
+    if (fs::exists(fs::path(folder) / file, error)) return true;
+  return false;
+}
+
 std::vector<RunEntry> list_runs(const std::string& root) {
   std::vector<RunEntry> out;
   std::error_code error;
   if (!fs::is_directory(root, error)) return out;
   std::vector<std::string> folders;
+  // Only run folders: a run's own subfolders (plots), or unrelated folders, are not runs.
   for (const auto& item : fs::directory_iterator(root, error))
-    if (item.is_directory(error)) folders.push_back(item.path().string());
+    if (item.is_directory(error) && is_run_folder(item.path().string()))
+      folders.push_back(item.path().string());
   std::sort(folders.begin(), folders.end());
   for (const auto& folder : folders) out.push_back(read_run(folder));
   return out;

@@ -27,6 +27,9 @@ struct RunEntry {
 // The run folders directly under `root`, oldest first (names start with the date). A missing
 // root gives an empty list.
 std::vector<RunEntry> list_runs(const std::string& root);
+// Whether `folder` is a run's folder: train writes config.toml and metrics.jsonl into it at the
+// start, summary.json at the end. list_runs lists only those.
+bool is_run_folder(const std::string& folder);
 // One folder.
 RunEntry read_run(const std::string& folder);
 

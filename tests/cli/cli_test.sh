@@ -542,6 +542,7 @@ fi
 for f in samples/epoch-001.png samples/epoch-002.png summary.json; do check "generator run folder has $f" test -s "$tmp/g1/$f"; done
 mkdir -p "$tmp/listing" && mv "$tmp/r1" "$tmp/g1" "$tmp/listing/"
 mkdir -p "$tmp/listing/broken" && echo "{ nope" > "$tmp/listing/broken/summary.json"
+mkdir -p "$tmp/listing/notes" && echo "not a run" > "$tmp/listing/notes/readme.txt"  # not listed
 expect 0 "corrupt: summary.json is not valid JSON" -- runs --dir "$tmp/listing"
 expect 0 "complete" -- runs --dir "$tmp/listing"
 check "runs --json: one object per folder" python3 -c "
@@ -549,6 +550,7 @@ import json, subprocess; r = json.loads(subprocess.run(['$bin', 'runs', '--dir',
 assert len(r) == 3 and {x['status'] for x in r} == {'complete', 'corrupt'}, r"
 expect 0 "No runs in" -- runs --dir "$tmp/nothing-here"
 expect 2 "expected a folder of run folders \(--dir\), found a file" -- runs --dir "$tmp/listing/broken/summary.json"
+expect 2 "expected a folder of run folders \(--dir\), found a run folder itself" -- runs --dir "$tmp/listing/g1"
 # A hand-edited metrics line of the wrong type is a damaged line, not the end of the listing.
 mkdir -p "$tmp/edited/a" && echo '{"kind":"epoch","epoch":"x","values":{"loss":1}}' > "$tmp/edited/a/metrics.jsonl"
 expect 0 "1 damaged line\(s\) in metrics.jsonl" -- runs --dir "$tmp/edited"
