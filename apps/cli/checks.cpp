@@ -13,6 +13,8 @@ namespace {
 
 // The whole of `text` as a finite number; false for anything else ("", "1x", "nan", "inf").
 bool read_finite_number(const std::string& text, double& value) {
+  // Decimal only: strtod would also read hexadecimal ("0x10" as 16).
+  if (text.find_first_of("xXpP") != std::string::npos) return false;
   char* end = nullptr;
   value = std::strtod(text.c_str(), &end);
   return !text.empty() && end == text.c_str() + text.size() && std::isfinite(value);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <string>
 
 #include "common/error.h"
 
@@ -18,12 +19,17 @@ double parse_duration(const std::string& text, const std::string& flag) {
   double total = 0;
   const char* p = text.c_str();
   bool last_had_unit = true;  // a bare number (seconds) may only end the text
+  double previous_unit = 0;   // units come once each, largest first: 1h30m, not 30m1h or 5m5m
   while (*p) {
     if (!last_had_unit) throw bad();
     if (!(std::isdigit(static_cast<unsigned char>(*p)) || *p == '.')) throw bad();
+    // A decimal number (strtod alone would also take 0x10).
     char* end = nullptr;
     const double value = std::strtod(p, &end);
-    if (end == p || !std::isfinite(value) || value < 0) throw bad();
+    if (end == p || !std::isfinite(value) || value < 0 ||
+        std::string(p, static_cast<const char*>(end)).find_first_not_of("0123456789.eE+-") !=
+            std::string::npos)
+      throw bad();
     p = end;
     double unit = 1;
     last_had_unit = true;
@@ -45,6 +51,8 @@ double parse_duration(const std::string& text, const std::string& flag) {
       default:
         throw bad();
     }
+    if (previous_unit != 0 && unit >= previous_unit) throw bad();
+    previous_unit = unit;
     total += value * unit;
   }
   if (!std::isfinite(total)) throw bad();

@@ -119,6 +119,8 @@ expect 2 "--momentum is SGD's; --optimizer adamw keeps its own running averages"
 # Number ranges refuse NaN (CLI11's own Range lets it through: every comparison with NaN is false).
 expect 2 "--label-smoothing: 'nan' is not a number \(expected a number from 0 to 1\)" -- train --dataset dummy --model simplenn --label-smoothing nan
 expect 2 "--lr: 'inf' is not a number \(expected a number > 0\)" -- train --dataset dummy --model simplenn --lr inf
+expect 2 "--lr: '0x10' is not a number \(expected a number > 0\)" -- train --dataset dummy --model simplenn --lr 0x10
+expect 2 "cannot read --time-budget '5m5m'" -- train --dataset dummy --model simplenn --time-budget 5m5m
 # An integer past 64 bits is refused, not stored as INT64_MAX (a run without end).
 expect 2 "--epochs: '99999999999999999999' is too large \(more than 64 bits\)" -- train --dataset dummy --model simplenn --epochs 99999999999999999999
 expect 2 "--limit: '-99999999999999999999' is too large" -- eval --checkpoint "$tmp/none.pt" --limit -99999999999999999999

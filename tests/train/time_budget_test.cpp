@@ -19,7 +19,9 @@ TEST(TimeBudget, DurationsReadWithOrWithoutUnits) {
 }
 
 TEST(TimeBudget, ABadDurationIsAnErrorNamingTheFlagAndTheText) {
-  for (const std::string text : {"", "m", "15x", "15 m", "-5", "15ms", "1h 30m", "30 1m", "nan"}) {
+  // Units once each, largest first; decimal numbers only (no hex).
+  for (const std::string text : {"", "m", "15x", "15 m", "-5", "15ms", "1h 30m", "30 1m", "nan",
+                                 "5m5m", "30s1h", "1m2h", "0x10", "1.2.3m", "."}) {
     try {
       parse_duration(text, "--time-budget");
       ADD_FAILURE() << "'" << text << "' was read";
