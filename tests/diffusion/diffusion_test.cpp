@@ -1074,6 +1074,16 @@ train::TrainConfig one_epoch_generator(const std::string& dataset, const std::st
   return config;
 }
 
+// One epoch of a UNet of base 8 on 64 procedural sprites, saved at `save`; its config, to train
+// variants of it.
+train::TrainConfig trained_tiny_generator(const std::string& save) {
+  auto config = one_epoch_generator("sprites", save);
+  config.sprites.count = 64;
+  config.unet_base = 8;
+  run_training(config);
+  return config;
+}
+
 TEST(GeneratorTraining, TinyRunSavesALoadableCheckpoint) {
   ScratchDir dir;
   auto config = one_epoch_generator("sprites", dir.file("g.pt"));
@@ -1126,10 +1136,7 @@ TEST(GeneratorTraining, SoftArtGivesASoftAlphaGenerator) {
 // message for a broken palette, no sampling with fewer class names than classes.
 TEST(GeneratorTraining, DamagedMetadataIsRefusedBeforeAnythingIsBuilt) {
   ScratchDir dir;
-  auto config = one_epoch_generator("sprites", dir.file("g.pt"));
-  config.sprites.count = 64;
-  config.unet_base = 8;
-  run_training(config);
+  const auto config = trained_tiny_generator(dir.file("g.pt"));
   const auto good = train::load_checkpoint(config.save);
   const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> damaged = {
       {[](nlohmann::json& m) { m["schedule_steps"] = 1000000000; },
@@ -1165,10 +1172,7 @@ TEST(GeneratorTraining, DamagedMetadataIsRefusedBeforeAnythingIsBuilt) {
 // exactly as a checkpoint that says so; the new defaults are recorded in new checkpoints.
 TEST(GeneratorTraining, OldCheckpointsLoadAsEpsLinearWithoutAttention) {
   ScratchDir dir;
-  auto config = one_epoch_generator("sprites", dir.file("new.pt"));
-  config.sprites.count = 64;
-  config.unet_base = 8;
-  run_training(config);
+  auto config = trained_tiny_generator(dir.file("new.pt"));
   const auto fresh = train::load_checkpoint(config.save);
   EXPECT_EQ(fresh.meta.at("prediction"), "v");
   EXPECT_EQ(fresh.meta.at("schedule"), "cosine");
