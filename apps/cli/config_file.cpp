@@ -373,7 +373,10 @@ bool resolve_config(CLI::App& sub, std::ostream& out) {
     for (const config::Entry& entry : config::read_flat_toml_file(path)) {
       const std::string at = path + ":" + std::to_string(entry.line);
       CLI::Option* option = sub.get_option_no_throw("--" + entry.key);
-      if (!option || !option->get_configurable() || long_name(*option) != entry.key)
+      if (option && !option->get_configurable() && long_name(*option) == entry.key)
+        throw Error(at + ": '" + entry.key + "' cannot be set in a config file",
+                    "pass --" + entry.key + " on the command line");
+      if (!option || long_name(*option) != entry.key)
         throw Error(at + ": unknown key '" + entry.key + "' for spritetorch " + sub.get_name(),
                     unknown_key_hint(sub, entry.key));
       const OptionKind kind = option_kind(*option);

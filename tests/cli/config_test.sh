@@ -116,7 +116,11 @@ expect 2 "value.toml:2: 'model': .*resnet" -- train --config "$tmp/value.toml" -
 printf '[train]\nepochs = 3\n' >"$tmp/table.toml"
 expect 2 "table.toml:1: \[train\]" -- train --config "$tmp/table.toml" --print-config
 printf 'config = "other.toml"\n' >"$tmp/self.toml"
-expect 2 "self.toml:1: unknown key 'config'" -- train --config "$tmp/self.toml" --print-config
+expect 2 "self.toml:1: 'config' cannot be set in a config file" -- train --config "$tmp/self.toml" --print-config
+# An option of the command line only is named as such, not called unknown.
+printf 'run-dir = "somewhere"\n' >"$tmp/rundir.toml"
+expect 2 "rundir.toml:1: 'run-dir' cannot be set in a config file" -- train --config "$tmp/rundir.toml" --print-config
+expect 2 "hint: pass --run-dir on the command line" -- train --config "$tmp/rundir.toml" --print-config
 expect 2 "cannot read config file" -- train --config "$tmp/missing.toml" --print-config
 out=$(SPRITETORCH_THREADS=many "$bin" train --print-config 2>&1); rc=$?
 [ "$rc" -eq 2 ] && grep -q "environment variable SPRITETORCH_THREADS=many (it sets --threads): 'many' is not a thread count" <<<"$out"
