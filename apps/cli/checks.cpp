@@ -23,10 +23,8 @@ bool read_finite_number(const std::string& text, double& value) {
 // An integer written out past 64 bits ("99999999999999999999"): CLI11 would store an integer
 // option as INT64_MAX without a word, and a config file written from it could not be read back.
 bool beyond_64_bits(const std::string& text, double value) {
-  const size_t digits = text.find_first_not_of("+-") == std::string::npos
-                            ? 0
-                            : text.size() - text.find_first_not_of("+-");
-  const bool integer = digits > 0 && text.find_first_not_of("+-0123456789") == std::string::npos;
+  const bool integer = text.find_first_of("0123456789") != std::string::npos &&
+                       text.find_first_not_of("+-0123456789") == std::string::npos;
   return integer && std::fabs(value) >= 9223372036854775807.0;
 }
 

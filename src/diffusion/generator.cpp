@@ -39,9 +39,11 @@ torch::Tensor guided_eps(UNet& net, const torch::Tensor& x, const torch::Tensor&
 
 // (P, 3) uint8 from [[r, g, b], ...]; anything else is a DataError naming `source`.
 torch::Tensor palette_tensor(const nlohmann::json& j, const std::string& source) {
+  if (!j.is_array())
+    throw DataError(source, "generator metadata 'palette' as a list of colours",
+                    std::string("a JSON ") + j.type_name());
   std::vector<uint8_t> flat;
-  const bool list = j.is_array();
-  for (const auto& rgb : list ? j : nlohmann::json::array()) {
+  for (const auto& rgb : j) {
     const bool triple =
         rgb.is_array() && rgb.size() == 3 &&
         std::all_of(rgb.begin(), rgb.end(), [](const nlohmann::json& v) {
@@ -55,9 +57,6 @@ torch::Tensor palette_tensor(const nlohmann::json& j, const std::string& source)
     }
     for (const auto& v : rgb) flat.push_back(static_cast<uint8_t>(v.get<int64_t>()));
   }
-  if (!list)
-    throw DataError(source, "generator metadata 'palette' as a list of colours",
-                    std::string("a JSON ") + j.type_name());
   return torch::tensor(flat, torch::kUInt8).view({-1, 3}).clone();
 }
 
