@@ -94,11 +94,14 @@ void run_adam(benchmark::State& state, Kernel kernel) {
       benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The whole seed step (batch 64, Adam after it) on state.range(0) step threads: against one thread,
+// what the fork-join of two gains on this machine.
 void run_step(benchmark::State& state) {
   torch::manual_seed(1);
   auto model = spritetorch::models::make_model({"ann", {1, 28, 28}, 10});
   spritetorch::train::FlatOptimizer optimizer(model->parameters(), {});
-  spritetorch::train::CpuMlpStep step(model->relu_mlp_layers(), 64, 2);
+  spritetorch::train::CpuMlpStep step(model->relu_mlp_layers(), 64,
+                                      static_cast<int>(state.range(0)));
   optimizer.use_thread_pool(step.thread_pool());
   // 16 batches, as a resident loader hands them over: (64, 1, 28, 28) float32, labels int64.
   std::vector<spritetorch::data::Batch> batches;
@@ -124,7 +127,7 @@ const bool kRegistered = [] {
       benchmark::RegisterBenchmark(
           (std::string(s.name) + "/" + spritetorch::gemm::kernel_name(kernel)).c_str(),
           [s, kernel](benchmark::State& state) { run_shape(state, s, kernel); });
-  benchmark::RegisterBenchmark("step", run_step)->UseRealTime();
+  benchmark::RegisterBenchmark("step", run_step)->Arg(1)->Arg(2)->UseRealTime();
   return true;
 }();
 

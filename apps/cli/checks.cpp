@@ -92,4 +92,18 @@ const CLI::Validator kThreadCount(
     },
     "THREADS", "THREADS");
 
+std::string value_wanted(const CLI::Option& option) {
+  const std::string type = option.get_type_name();
+  std::string wanted;
+  if (type.rfind("UINT", 0) == 0)
+    wanted = "a whole number >= 0";
+  else if (type.rfind("INT", 0) == 0)
+    wanted = "a whole number";
+  else if (type.rfind("FLOAT", 0) == 0)
+    wanted = "a number";
+  else
+    return "";
+  return wanted + (option.get_expected_max() > 1 ? " for each value" : "");
+}
+
 }  // namespace spritetorch::cli

@@ -24,6 +24,11 @@ int max_thread_count();  // 8 per CPU of this machine, at least 64
 // false).
 CLI::Validator number_between(double min, double max);
 
+// What a value of `option` must be, from its type, for CLI11's "Could not convert: --epochs = 1.5":
+// "a whole number", "a whole number >= 0", "a number" (each value's, for a list); "" for other
+// types.
+std::string value_wanted(const CLI::Option& option);
+
 // A check that `parse` reads the text, with its Error's words (--lr-schedule, --augment): a bad
 // value is refused when the options are read, as --print-config and config files are.
 template <class Parse>

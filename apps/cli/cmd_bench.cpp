@@ -20,6 +20,7 @@
 #include "config/toml_file.h"
 #include "config_file.h"
 #include "data/augment.h"
+#include "data/streaming_loader.h"
 #include "device/device.h"
 #include "distributed/dist_env.h"
 #include "models/classifier.h"
@@ -445,8 +446,9 @@ Subcommand add_bench_command(CLI::App& app) {
   sub->add_option("--devices", f->bench.devices, "Devices to time (default: every device here)")
       ->delimiter(',');
   sub->add_option("--workers", f->bench.workers,
-                  "Worker counts for the streaming rows (as train --workers: at most 256)")
-      ->check(number_between(0, 256))
+                  "Worker counts for the streaming rows (as train --workers: at most " +
+                      std::to_string(data::kMaxWorkers) + ")")
+      ->check(number_between(0, data::kMaxWorkers))
       ->delimiter(',')
       ->capture_default_str();
   sub->add_flag("!--no-streaming", f->bench.streaming, "Only the resident data path");

@@ -241,13 +241,14 @@ int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
   const std::string threads = describe_cpu_threads(
       apply_cpu_threads(cpu.threads, cpu.blas_threads, cpu_work_of(*generator.net)));
   const auto classifier_ckpt = train::load_checkpoint(f.classifier);
+  // Built first: it says so when --classifier names a generator or a damaged file.
+  auto classifier = train::model_from_checkpoint(classifier_ckpt, f.classifier, device);
   const auto names = json_field(classifier_ckpt.meta, "class_names", std::vector<std::string>(),
                                 f.classifier, "class_names");
   if (names != generator.class_names)
     throw Error(
         "--classifier " + f.classifier + " knows other classes than the generator " + checkpoint,
         "train the classifier on the generator's dataset");
-  auto classifier = train::model_from_checkpoint(classifier_ckpt, f.classifier, device);
   const auto data = train::load_datasets(eval_data_config(generator.meta, checkpoint, dataset));
   const auto r =
       diffusion::evaluate_generator(generator, *classifier, data.train.inputs, f.count, f.options);

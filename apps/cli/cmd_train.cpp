@@ -11,6 +11,7 @@
 #include "config_file.h"
 #include "data/augment.h"
 #include "data/sprite_sources.h"
+#include "data/streaming_loader.h"
 #include "device/device.h"
 #include "diffusion/generator_task.h"
 #include "models/classifier.h"
@@ -194,8 +195,9 @@ Subcommand add_train_command(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "device", "host"}))
       ->capture_default_str();
   sub->add_option("--workers", config->data_path.workers,
-                  "Streaming: batch-assembling threads (0: in the training thread; at most 256)")
-      ->check(number_between(0, 256))
+                  "Streaming: batch-assembling threads (0: in the training thread; at most " +
+                      std::to_string(data::kMaxWorkers) + ")")
+      ->check(number_between(0, data::kMaxWorkers))
       ->capture_default_str();
   sub->add_option("--prefetch", config->data_path.prefetch,
                   "Streaming: batches in flight to the device")

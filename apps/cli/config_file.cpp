@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "checks.h"
 #include "common/error.h"
 #include "config/toml_file.h"
 #include "train/recipe.h"
@@ -273,6 +274,8 @@ void apply_environment(CLI::App& sub) {
       const std::string flag = "--" + long_name(*option);
       std::string detail = e.what();  // "--threads: 'many' is not a number ..."
       if (detail.rfind(flag + ": ", 0) == 0) detail = detail.substr(flag.size() + 2);
+      if (detail.rfind("Could not convert", 0) == 0 && !value_wanted(*option).empty())
+        detail = "expected " + value_wanted(*option);
       throw Error(
           "environment variable " + variable + "=" + value + " (it sets " + flag + "): " + detail,
           "fix or unset the variable");

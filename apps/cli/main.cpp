@@ -4,6 +4,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -37,6 +38,85 @@ std::pair<int, int> launch_shape() {
   }
 }
 
+// The hint of an out-of-memory error: the size options of `command` that the user gave (with their
+// values), which are what asked for the memory; when none was given, the ones the command has.
+std::string memory_hint(const CLI::App* command) {
+  static const char* const kSizeOptions[] = {
+      "--batch-size", "--count", "--sprite-count", "--per-class", "--reference-count",
+      "--scale",      "--size",  "--unet-base",    "--unet-mult", "--train-limit",
+      "--test-limit", "--limit", "--prefetch"};
+  std::string given, available;
+  if (command != nullptr)
+    for (const char* name : kSizeOptions) {
+      const CLI::Option* option = nullptr;
+      try {
+        option = command->get_option(name);
+      } catch (const CLI::OptionNotFound&) {
+        continue;
+      }
+      available += std::string(available.empty() ? "" : ", ") + name;
+      if (option->count() > 0) {
+        std::string values;
+        for (const auto& v : option->results()) values += (values.empty() ? "" : ",") + v;
+        given += std::string(given.empty() ? "" : ", ") + name + " " + values;
+      }
+    }
+  if (!given.empty()) return "the sizes asked for need more memory than there is: lower " + given;
+  if (!available.empty())
+    return "the sizes asked for need more memory than there is: a smaller " + available;
+  return "the sizes asked for need more memory than there is";
+}
+
+// CLI11's "Could not convert: --epochs = 1.5" as "--epochs '1.5': expected a whole number", from
+// the option's type; "" when the text or the option is not recognised (CLI11's words are printed
+// then).
+std::string conversion_message(const CLI::App& app, const std::string& what) {
+  const std::string prefix = "Could not convert: ";
+  const auto equals = what.find(" = ");
+  if (what.rfind(prefix, 0) != 0 || equals == std::string::npos) return "";
+  const std::string name = what.substr(prefix.size(), equals - prefix.size());
+  const std::string value = what.substr(equals + 3);
+  for (const CLI::App* command : app.get_subcommands()) {
+    const CLI::Option* option = nullptr;
+    try {
+      option = command->get_option(name);
+    } catch (const CLI::OptionNotFound&) {
+      continue;
+    }
+    const std::string expected = spritetorch::cli::value_wanted(*option);
+    return expected.empty() ? "" : name + " '" + value + "': expected " + expected;
+  }
+  return "";
+}
+
+// The size in LibTorch's allocation failures: "... you tried to allocate 400000000000 bytes" (the
+// CPU allocator) -> "an allocation of 372.5 GiB"; "Tried to allocate 2.00 GiB" (CUDA's) -> "an
+// allocation of 2.00 GiB"; "an allocation" when the text names no size.
+std::string allocation_size(const std::string& message) {
+  // The CPU allocator's text says "can't allocate memory: you tried to allocate N bytes".
+  const char* start = nullptr;
+  char* end = nullptr;
+  double value = 0;
+  for (auto at = message.find("allocate "); at != std::string::npos;
+       at = message.find("allocate ", at + 1)) {
+    start = message.c_str() + at + 9;
+    value = std::strtod(start, &end);
+    if (end != start && value > 0) break;
+  }
+  if (start == nullptr || end == start || !(value > 0)) return "an allocation";
+  const std::string number(start, static_cast<const char*>(end));
+  std::string unit;
+  for (const char* c = end + (*end == ' '); std::isalpha(static_cast<unsigned char>(*c)); ++c)
+    unit += *c;
+  if (unit != "bytes") return "an allocation of " + number + (unit.empty() ? "" : " " + unit);
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int u = 0;
+  while (value >= 1024 && u < 6) value /= 1024, ++u;
+  char text[64];
+  std::snprintf(text, sizeof text, u == 0 ? "%.0f %s" : "%.1f %s", value, units[u]);
+  return std::string("an allocation of ") + text;
+}
+
 int run(int argc, char** argv) {
   spritetorch::cli::stop_runs_on_signals();  // a training loop's SIGINT/SIGTERM: checkpoint, stop
   CLI::App app{
@@ -60,9 +140,15 @@ int run(int argc, char** argv) {
   }
   try {
     app.parse(argc, argv);
+  } catch (const CLI::ConversionError& e) {
+    const std::string readable = conversion_message(app, e.what());
+    if (readable.empty()) return app.exit(e) == 0 ? 0 : 2;
+    std::cerr << "error: " << readable << "\n";
+    return 2;
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;  // prints help, the version or the parse error
   }
+  const CLI::App* active = nullptr;  // the command that runs, for the out-of-memory hint
   try {
     // The machine variables without an option, checked before any work (docs/config.md).
     spritetorch::models::bn_relu_pool_fusion();
@@ -70,6 +156,7 @@ int run(int argc, char** argv) {
     spritetorch::data::dataset_cache_on();
     for (const auto& command : commands) {
       if (!command.app->parsed()) continue;
+      active = command.app;
       // The environment, then --config; with --print-config, print them and stop.
       if (spritetorch::cli::resolve_config(*command.app, std::cout)) return 0;
       return command.run();
@@ -89,9 +176,12 @@ int run(int argc, char** argv) {
     }
     return e.exit_code();                     // 130 for SIGINT, 143 for SIGTERM
   } catch (const c10::OutOfMemoryError& e) {  // outside the training loop (which saves its state)
-    std::cerr << "error: out of device memory: " << e.what_without_backtrace() << "\n"
-              << "hint: try a smaller --batch-size, bf16 precision, or streaming the data instead "
-                 "of keeping the dataset resident on the device\n";
+    const std::string message = e.what_without_backtrace();
+    // CUDA's first line also says what the device holds and what is free: kept as a note.
+    std::cerr << "error: out of device memory: " << allocation_size(message) << " failed\n"
+              << "note: " << message.substr(0, message.find('\n')) << "\n"
+              << "hint: " << memory_hint(active)
+              << "; or bf16 precision, or the data streamed from the host (--data-on host)\n";
     return 2;
   } catch (const spritetorch::Error& e) {
     std::cerr << "error: " << e.what() << "\n";
@@ -103,18 +193,15 @@ int run(int argc, char** argv) {
     const std::string message = e.what_without_backtrace();
     if (message.find("not enough memory") != std::string::npos ||
         message.find("to allocate") != std::string::npos) {
-      std::cerr << "error: out of memory: " << message.substr(0, message.find('\n')) << "\n"
-                << "hint: the sizes asked for need more memory than there is: fewer samples "
-                   "(--sprite-count, --per-class, --count) or a smaller --scale, --size or "
-                   "--batch-size\n";
+      std::cerr << "error: out of memory: " << allocation_size(message) << " failed\n"
+                << "hint: " << memory_hint(active) << "\n";
       return 2;
     }
     std::cerr << "error: LibTorch: " << message << "\n";
     return 1;
   } catch (const std::bad_alloc&) {  // the same from a standard container
-    std::cerr << "error: out of memory: the sizes asked for need more memory than there is\n"
-              << "hint: fewer samples (--sprite-count, --per-class, --count), fewer classes, or a "
-                 "smaller --scale, --size or --batch-size\n";
+    std::cerr << "error: out of memory: an allocation failed\n"
+              << "hint: " << memory_hint(active) << "\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";

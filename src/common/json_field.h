@@ -68,4 +68,13 @@ T json_field(const nlohmann::json& object, const std::string& key, const T& fall
                   std::string("a JSON ") + it->type_name() + " (" + found + ")");
 }
 
+// object[key], which must be there; otherwise a DataError naming `source` and expecting `expected`
+// (e.g. "generator metadata 'palette'"). Typed reads then go through json_field.
+inline const nlohmann::json& required_field(const nlohmann::json& object, const std::string& key,
+                                            const std::string& source,
+                                            const std::string& expected) {
+  if (!object.is_object() || !object.contains(key)) throw DataError(source, expected, "none");
+  return object.at(key);
+}
+
 }  // namespace spritetorch

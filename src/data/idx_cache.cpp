@@ -1,7 +1,7 @@
 #include "data/idx_cache.h"
 
+#include <sys/mman.h>
 #include <sys/stat.h>
-#include <zlib.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "common/atomic_file.h"
+#include "common/crc32c.h"
 #include "common/environment_switch.h"
 #include "common/error.h"
 #include "data/idx_reader.h"
@@ -24,10 +25,12 @@ namespace fs = std::filesystem;
 // Cache file layout, little-endian: the fixed header, the source's path, the decoded bytes.
 //   0 magic "SPRITETORCH-IDXC"   16 u32 version   20 u32 ndim   24 i64 dims[4]
 //  56 u64 source size            64 i64 source mtime (ns)      72 u64 payload bytes
-//  80 u32 path bytes             84 u32 CRC-32 of bytes 0-83, the path and the payload
+//  80 u32 path bytes             84 u32 CRC-32C of bytes 0-83, the path and the payload
+// Version 1 used zlib's CRC-32 (~85 ms over Fashion-MNIST's 55 MB against ~10 ms for CRC-32C by
+// the CPU's instruction); its files are ignored with a note and rewritten.
 constexpr char kMagic[16] = {'S', 'P', 'R', 'I', 'T', 'E', 'T', 'O',
                              'R', 'C', 'H', '-', 'I', 'D', 'X', 'C'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr size_t kHeader = 88;
 constexpr uint32_t kMaxPath = 4096;
 
@@ -44,12 +47,21 @@ T get(const unsigned char* at) {
 }
 
 uint32_t crc_continue(uint32_t crc, const unsigned char* data, size_t size) {
-  while (size > 0) {  // zlib's crc32 takes a uInt length
-    const uInt chunk = static_cast<uInt>(std::min<size_t>(size, 1u << 30));
-    crc = static_cast<uint32_t>(crc32(crc, data, chunk));
-    data += chunk, size -= chunk;
-  }
-  return crc;
+  return crc32c(data, size, crc);
+}
+
+// A (dims) uint8 tensor on whole 2 MiB pages marked for transparent huge pages: the payload is read
+// into fresh memory, and on 4 KiB pages that is one page fault per 4 KiB (13,400 for
+// Fashion-MNIST), which under a virtual machine's costly faults was a tenth of a short run's
+// start-up. Where the kernel gives no huge pages the advice is ignored and nothing else changes.
+torch::Tensor tensor_on_huge_pages(const std::vector<int64_t>& dims, uint64_t bytes) {
+  constexpr size_t kHugePage = size_t{2} << 20;
+  const size_t rounded = (static_cast<size_t>(bytes) + kHugePage - 1) / kHugePage * kHugePage;
+  void* memory = std::aligned_alloc(kHugePage, std::max(rounded, kHugePage));
+  if (memory == nullptr) throw std::bad_alloc();
+  ::madvise(memory, std::max(rounded, kHugePage), MADV_HUGEPAGE);
+  return torch::from_blob(
+      memory, dims, [](void* p) { std::free(p); }, torch::kUInt8);
 }
 
 struct SourceKey {
@@ -123,7 +135,7 @@ Lookup look_up(const std::string& file, const SourceKey& key) {
   if (path != key.path) return {{}, "holds another file (" + path + ")"};
   if (get<uint64_t>(head + 56) != key.size || get<int64_t>(head + 64) != key.mtime_ns)
     return {{}, "stale: the source's size or modification time changed"};
-  auto tensor = torch::empty(dims, torch::kUInt8);
+  auto tensor = tensor_on_huge_pages(dims, payload);
   auto* bytes = tensor.data_ptr<uint8_t>();
   if (std::fread(bytes, 1, payload, f.get()) != payload) return {{}, "truncated"};
   uint32_t crc = crc_continue(0, head, 84);

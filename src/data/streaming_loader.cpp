@@ -24,7 +24,9 @@ StreamingLoader::StreamingLoader(const Dataset& dataset, torch::Device device,
   if (options_.batch_size <= 0)
     throw Error("batch size must be positive, got " + std::to_string(options_.batch_size));
   if (dataset.size() == 0) throw Error("dataset '" + dataset.name + "' is empty");
-  if (streaming_.workers < 0) throw Error("--workers must be >= 0");
+  if (streaming_.workers < 0 || streaming_.workers > kMaxWorkers)
+    throw Error("--workers " + std::to_string(streaming_.workers) + ": expected 0 to " +
+                std::to_string(kMaxWorkers));
   streaming_.prefetch = std::max(1, streaming_.prefetch);
   streaming_.pin_memory = streaming_.pin_memory && device_.is_cuda();
   // Distributed: this rank's shard of each epoch (data/distributed_sampler.h).

@@ -1,10 +1,10 @@
 // The streaming data path, for datasets that should not (or cannot) live on the device.
 //
 // Worker threads gather batches from the host copy of the dataset (in the epoch's order, the same
-// order as ResidentLoader), into pinned host memory when the device is CUDA. The consumer sends each
-// batch to the device as uint8 (4x fewer bytes than float) with a non-blocking copy on a side stream,
-// keeping `prefetch` batches in flight, so the copy of batch k+1 overlaps the compute of batch k;
-// the conversion to float happens on the device.
+// order as ResidentLoader), into pinned host memory when the device is CUDA. The consumer sends
+// each batch to the device as uint8 (4x fewer bytes than float) with a non-blocking copy on a side
+// stream, keeping `prefetch` batches in flight, so the copy of batch k+1 overlaps the compute of
+// batch k; the conversion to float happens on the device.
 //
 //   workers 0: batches are gathered in the caller's thread, in next().
 #pragma once
@@ -20,8 +20,12 @@
 
 namespace spritetorch::data {
 
+// Threads one loader may start: beyond a machine's cores they only queue for them, and an unbounded
+// count (a typo'd 99999) would start threads until the system refuses.
+constexpr int kMaxWorkers = 256;
+
 struct StreamingOptions {
-  int workers = 2;
+  int workers = 2;          // 0..kMaxWorkers
   int prefetch = 2;         // device batches in flight ahead of the one being used (>= 1)
   bool pin_memory = false;  // pinned host buffers (only meaningful for CUDA)
 };

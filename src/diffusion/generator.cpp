@@ -116,8 +116,7 @@ namespace {
 // with a negative size.
 int64_t design_int(const nlohmann::json& object, const std::string& key, int64_t lo, int64_t hi,
                    const std::string& source, const std::string& field) {
-  if (!object.is_object() || !object.contains(key))
-    throw DataError(source, "generator metadata '" + field + "'", "none");
+  required_field(object, key, source, "generator metadata '" + field + "'");
   const auto value = json_field<int64_t>(object, key, 0, source, field);
   if (value < lo || value > hi)
     throw DataError(source,
@@ -131,9 +130,7 @@ int64_t design_int(const nlohmann::json& object, const std::string& key, int64_t
 
 CheckpointDesign checkpoint_design(const nlohmann::json& meta, const std::string& source) {
   CheckpointDesign d;
-  if (!meta.is_object() || !meta.contains("unet"))
-    throw DataError(source, "generator metadata 'unet'", "none");
-  const auto& u = meta.at("unet");
+  const auto& u = required_field(meta, "unet", source, "generator metadata 'unet'");
   d.unet.channels = design_int(u, "channels", 1, 4, source, "unet.channels");
   d.unet.base = design_int(u, "base", 1, kMaxUNetBase, source, "unet.base");
   d.unet.classes = design_int(u, "classes", 1, kMaxGeneratorClasses, source, "unet.classes");
@@ -185,8 +182,7 @@ Generator load_generator(const std::string& path, torch::Device device) {
   // Every field is read (and bounded) before anything is built from it.
   const int64_t schedule_steps =
       design_int(meta, "schedule_steps", 2, kMaxScheduleSteps, path, "schedule_steps");
-  if (!meta.contains("class_names"))
-    throw DataError(path, "generator metadata 'class_names'", "none");
+  required_field(meta, "class_names", path, "generator metadata 'class_names'");
   g.class_names = json_field(meta, "class_names", std::vector<std::string>{}, path, "class_names");
   if (static_cast<int64_t>(g.class_names.size()) != design.unet.classes)
     throw DataError(path,
@@ -196,8 +192,8 @@ Generator load_generator(const std::string& path, torch::Device device) {
   g.size = design_int(meta, "size", 16, 64, path, "size");
   if (g.size != 16 && g.size != 32 && g.size != 64)
     throw DataError(path, "generator metadata 'size' of 16, 32 or 64", std::to_string(g.size));
-  if (!meta.contains("palette")) throw DataError(path, "generator metadata 'palette'", "none");
-  g.palette = palette_tensor(meta.at("palette"), path);
+  g.palette =
+      palette_tensor(required_field(meta, "palette", path, "generator metadata 'palette'"), path);
   g.alpha = parse_alpha_mode(json_field(meta, "alpha", std::string("binary"), path, "alpha"));
   g.prediction = design.prediction;
   g.net = UNet(design.unet);

@@ -7,9 +7,9 @@
 #include <cstring>
 #include <filesystem>
 
+#include "common/crc32c.h"
 #include "common/error.h"
 #include "io/png.h"
-#include "report/crc32c.h"
 
 namespace spritetorch::report {
 

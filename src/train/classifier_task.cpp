@@ -102,9 +102,11 @@ ForwardFn flip_averaged(ForwardFn forward) {
 ForwardFn checkpoint_forward(const nlohmann::json& meta, const models::Classifier& model,
                              const std::string& source) {
   ForwardFn forward = [model](const torch::Tensor& x) { return model->forward(x); };
-  if (json_field(meta, "test_time_augment", std::string("none"), source, "test_time_augment") ==
-      "flip")
-    return flip_averaged(std::move(forward));
+  const auto augment =
+      json_field(meta, "test_time_augment", std::string("none"), source, "test_time_augment");
+  if (augment == "flip") return flip_averaged(std::move(forward));
+  if (augment != "none")
+    throw DataError(source, "metadata 'test_time_augment' as none or flip", "'" + augment + "'");
   return forward;
 }
 

@@ -35,6 +35,14 @@ void load_model_state(torch::nn::Module& model, const std::map<std::string, torc
 
 models::Classifier model_from_checkpoint(const Checkpoint& checkpoint, const std::string& source,
                                          torch::Device device) {
+  // What the file is, before what it holds: a generator's metadata lacks input_shape, and "found no
+  // 'input_shape'" would not say that the wrong kind of checkpoint was passed.
+  const auto task = json_field(checkpoint.meta, "task", std::string("classify"), source, "task");
+  if (task == "generate")
+    throw DataError(source, "a classifier checkpoint (train --task classify)",
+                    "a sprite generator checkpoint (task 'generate')");
+  if (task != "classify")
+    throw DataError(source, "metadata 'task' as classify or generate", "'" + task + "'");
   models::ModelSpec spec;
   for (const char* key : {"model", "input_shape", "classes"})
     if (!checkpoint.meta.contains(key))
@@ -47,6 +55,15 @@ models::Classifier model_from_checkpoint(const Checkpoint& checkpoint, const std
   int64_t file_values = 0;
   for (const auto& [name, t] : checkpoint.model) file_values += t.numel();
   check_model_spec(spec, file_values, source);  // a hostile file must not size our allocations
+  // Names are optional (a dataset without them predicts class numbers), but when present there is
+  // one per output: classify and eval would otherwise print a wrong name, or none, for a class.
+  const auto names =
+      json_field(checkpoint.meta, "class_names", std::vector<std::string>(), source, "class_names");
+  if (!names.empty() && static_cast<int64_t>(names.size()) != spec.classes)
+    throw DataError(source,
+                    "metadata 'class_names' with one name for each of its " +
+                        std::to_string(spec.classes) + " classes",
+                    std::to_string(names.size()) + " names");
   auto model = models::make_model(spec);
   load_model_state(*model, checkpoint.model, source);
   model->to(device);

@@ -123,6 +123,25 @@ expect 2 "--lr: '0x10' is not a number \(expected a number > 0\)" -- train --dat
 expect 2 "cannot read --time-budget '5m5m'" -- train --dataset dummy --model simplenn --time-budget 5m5m
 # An integer past 64 bits is refused, not stored as INT64_MAX (a run without end).
 expect 2 "--epochs: '99999999999999999999' is too large \(more than 64 bits\)" -- train --dataset dummy --model simplenn --epochs 99999999999999999999
+# A value of the wrong kind names the option and what it takes, not CLI11's "Could not convert".
+expect 2 "^error: --epochs '1\.5': expected a whole number$" -- train --dataset dummy --model simplenn --epochs 1.5
+expect 2 "^error: --count '2\.5': expected a whole number$" -- generate --checkpoint nothing.pt --count 2.5
+expect 2 "^error: --workers '1\.5': expected a whole number for each value$" -- bench --workers 1.5
+out=$(SPRITETORCH_WORKERS=1.5 "$bin" train --dataset dummy --model simplenn --print-config 2>&1); rc=$?
+if [ "$rc" = 2 ] && grep -q "SPRITETORCH_WORKERS=1.5 (it sets --workers): expected a whole number$" <<<"$out"; then
+  passes=$((passes + 1))
+else
+  echo "FAIL: SPRITETORCH_WORKERS=1.5 -> exit $rc: $out"; fails=$((fails + 1))
+fi
+# Memory the sizes asked for and the machine lacks: exit 2, the size in words, and the options given
+# that asked for it (not LibTorch's allocator text, not options the run did not use).
+out=$(ulimit -v 2500000; "$bin" train --no-run-dir --model cnn --epochs 1 --batch-size 60000 --threads 2 2>&1); rc=$?
+if [ "$rc" = 2 ] && grep -qE "^error: out of memory: an allocation of [0-9.]+ GiB failed$" <<<"$out" &&
+  grep -q "^hint: the sizes asked for need more memory than there is: lower --batch-size 60000$" <<<"$out"; then
+  passes=$((passes + 1))
+else
+  echo "FAIL: train --batch-size 60000 in 2.5 GB -> exit $rc: $out"; fails=$((fails + 1))
+fi
 expect 2 "--limit: '-99999999999999999999' is too large" -- eval --checkpoint "$tmp/none.pt" --limit -99999999999999999999
 expect 2 "--target-accuracy: '1.5' is not a number from 0 to 1" -- train --dataset dummy --model simplenn --target-accuracy 1.5
 expect 2 "--holdout: 'nan' is not a number \(expected a number from 0 to 0.95\)" -- train --dataset sprites --holdout nan
@@ -299,6 +318,7 @@ expect 2 "--steps: --sampler ddpm takes every one" -- generate --checkpoint "$tm
 expect 2 "--spacing: --sampler ddpm takes every one" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --sampler ddpm --spacing quadratic
 expect 2 "--spacing: karras not in" -- generate --checkpoint "$tmp/g.pt" --spacing karras --out "$tmp/x.png"
 expect 2 "needs --classifier" -- eval --checkpoint "$tmp/g.pt"
+expect 2 "g\.pt: expected a classifier checkpoint \(train --task classify\), found a sprite generator checkpoint" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/g.pt" --count 4 --steps 2
 # Guidance on part of the schedule only: reported in both commands, a bad interval refused.
 expect 0 '"guidance":3\.0,"guidance_interval":\[0\.4,1\.0\]' -- generate --checkpoint "$tmp/g.pt" --count 2 --steps 3 --guidance 3 --guidance-interval 0.4:1 --json --out "$tmp/t4.png"
 expect 0 "guidance 3 at t/T 0\.4-1" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 4 --steps 3 --guidance 3 --guidance-interval 0.4:1 --no-fidelity

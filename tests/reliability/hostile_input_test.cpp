@@ -15,6 +15,7 @@
 #include "io/png.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
+#include "train/classifier_task.h"
 #include "train/model_state.h"
 #include "train/trainer.h"
 
@@ -91,6 +92,50 @@ TEST(HostileCheckpoint, MetadataCannotSizeAnAbsurdModel) {
         data_error_of([&] { train::model_from_checkpoint(c, "evil.ckpt", torch::kCPU); });
     EXPECT_NE(msg.find("evil.ckpt: expected "), std::string::npos) << msg;
   }
+}
+
+// Metadata that would build a model but describe it wrongly: the wrong kind of checkpoint, names
+// for other classes, a test-time transform this build does not know. Each is refused naming the
+// file and the field (before, a generator was "found no 'input_shape'", and the other three were
+// used as they were: classify printed a wrong name or none).
+TEST(HostileCheckpoint, MetadataThatDescribesTheModelWronglyIsRefused) {
+  train::Checkpoint c;
+  const auto model = models::make_model({"simplenn", {3}, 2});
+  c.model = train::model_state(*model);
+  const nlohmann::json good = {{"task", "classify"},
+                               {"model", "simplenn"},
+                               {"input_shape", {3}},
+                               {"classes", 2},
+                               {"class_names", {"bow", "sword"}},
+                               {"test_time_augment", "none"}};
+  c.meta = good;
+  ASSERT_NO_THROW(train::model_from_checkpoint(c, "ok.ckpt", torch::kCPU));
+  ASSERT_NO_THROW(train::checkpoint_forward(c.meta, model, "ok.ckpt"));
+  c.meta.erase("class_names");  // optional: a dataset without names predicts numbers
+  c.meta.erase("task");         // absent in the oldest checkpoints
+  EXPECT_NO_THROW(train::model_from_checkpoint(c, "old.ckpt", torch::kCPU));
+
+  auto refused = [&](const char* key, const nlohmann::json& value) {
+    c.meta = good;
+    c.meta[key] = value;
+    return data_error_of([&] {
+      train::model_from_checkpoint(c, "evil.ckpt", torch::kCPU);
+      train::checkpoint_forward(c.meta, model, "evil.ckpt");
+    });
+  };
+  std::string msg = refused("task", "generate");
+  EXPECT_NE(msg.find("evil.ckpt: expected a classifier checkpoint"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("generator"), std::string::npos) << msg;
+  msg = refused("task", "bogus");
+  EXPECT_NE(msg.find("'task' as classify or generate, found 'bogus'"), std::string::npos) << msg;
+  msg = refused("class_names", {"bow"});
+  EXPECT_NE(msg.find("one name for each of its 2 classes, found 1 names"), std::string::npos)
+      << msg;
+  msg = refused("class_names", {"a", "b", "c"});
+  EXPECT_NE(msg.find("found 3 names"), std::string::npos) << msg;
+  msg = refused("test_time_augment", "rotate");
+  EXPECT_NE(msg.find("'test_time_augment' as none or flip, found 'rotate'"), std::string::npos)
+      << msg;
 }
 
 // Each committed input of a fuzz target must give a clean result (a value or DataError/Error).

@@ -14,9 +14,9 @@
 #include <regex>
 #include <sstream>
 
+#include "common/crc32c.h"
 #include "common/error.h"
 #include "io/png.h"
-#include "report/crc32c.h"
 #include "test_util.h"
 
 namespace spritetorch::report {
