@@ -174,8 +174,10 @@ std::unique_ptr<TrainStep> ClassifierTask::fast_step(const FastStepSetup& setup)
                   "use --step auto, or drop --label-smoothing");
     return std::make_unique<AutogradStep>(loss_, setup.precision);
   }
-  return make_precision_train_step(step_model_, setup.max_batch, setup.kind, setup.precision,
-                                   setup.cpu_threads);
+  auto step = make_precision_train_step(step_model_, setup.max_batch, setup.kind, setup.precision,
+                                        setup.cpu_threads);
+  eval_pool_ = step->thread_pool();
+  return step;
 }
 
 void ClassifierTask::use_data_parallel(const std::vector<torch::Device>& devices) {
@@ -185,8 +187,9 @@ void ClassifierTask::use_data_parallel(const std::vector<torch::Device>& devices
 }
 
 EvalReport ClassifierTask::evaluate(data::Loader& test, bool keep_predictions) {
-  return train::evaluate(options_.flip_at_test ? flip_averaged(forward_) : forward_, *module_, test,
-                         classes_, keep_predictions);
+  ForwardFn forward = rows_over_pool(forward_, eval_pool_);
+  return train::evaluate(options_.flip_at_test ? flip_averaged(std::move(forward)) : forward,
+                         *module_, test, classes_, keep_predictions);
 }
 
 void ClassifierTask::save(Checkpoint& checkpoint) const {

@@ -95,6 +95,7 @@ class ClassifierTask : public Task {
   std::vector<int64_t> input_shape_;
   int64_t classes_ = 0;
   ClassifierOptions options_;
+  std::shared_ptr<ShardPool> eval_pool_;  // the fused step's threads, which evaluation borrows
 };
 
 }  // namespace spritetorch::train

@@ -6,6 +6,24 @@
 
 namespace spritetorch::train {
 
+std::function<torch::Tensor(const torch::Tensor&)> rows_over_pool(
+    std::function<torch::Tensor(const torch::Tensor&)> forward, std::shared_ptr<ShardPool> pool) {
+  if (!pool || pool->size() < 2) return forward;
+  return [forward = std::move(forward), pool = std::move(pool)](const torch::Tensor& x) {
+    const int shards = pool->size();
+    if (!x.device().is_cpu() || pool->threads() < 2 || x.dim() == 0 || x.size(0) < 128)
+      return forward(x);
+    const int64_t rows = x.size(0);
+    std::vector<torch::Tensor> parts(static_cast<size_t>(shards));  // (rows of shard s, K)
+    pool->run([&](int s) {
+      c10::InferenceMode inference;
+      parts[static_cast<size_t>(s)] =
+          forward(x.slice(0, rows * s / shards, rows * (s + 1) / shards));
+    });
+    return torch::cat(parts);
+  };
+}
+
 EvalReport evaluate(models::ClassifierImpl& model, data::Loader& loader, int64_t classes,
                     bool keep_predictions) {
   return evaluate([&model](const torch::Tensor& x) { return model.forward(x); }, model, loader,

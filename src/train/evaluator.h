@@ -7,6 +7,7 @@
 #include <functional>
 #include <vector>
 
+#include "common/shard_pool.h"
 #include "data/loader.h"
 #include "models/classifier.h"
 
@@ -30,5 +31,14 @@ EvalReport evaluate(models::ClassifierImpl& model, data::Loader& loader, int64_t
 EvalReport evaluate(const std::function<torch::Tensor(const torch::Tensor&)>& forward,
                     torch::nn::Module& module, data::Loader& loader, int64_t classes,
                     bool keep_predictions = false);
+
+// `forward` over the CPU threads of `pool`: a batch's rows are cut into the pool's shards and each
+// thread runs `forward` on its own (under inference mode, which is per thread). The fused MLP step
+// trains on one LibTorch and one BLAS thread per pool thread, so its evaluation would otherwise
+// run on one core. Rows are independent in evaluation (BatchNorm uses its running statistics), so
+// each row's logits are computed as in one call; batches of fewer than 128 rows, inputs off the
+// CPU and a pool running one thread call `forward` as it is.
+std::function<torch::Tensor(const torch::Tensor&)> rows_over_pool(
+    std::function<torch::Tensor(const torch::Tensor&)> forward, std::shared_ptr<ShardPool> pool);
 
 }  // namespace spritetorch::train
