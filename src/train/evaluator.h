@@ -36,8 +36,9 @@ EvalReport evaluate(const std::function<torch::Tensor(const torch::Tensor&)>& fo
 // thread runs `forward` on its own (under inference mode, which is per thread). The fused MLP step
 // trains on one LibTorch and one BLAS thread per pool thread, so its evaluation would otherwise
 // run on one core. Rows are independent in evaluation (BatchNorm uses its running statistics), so
-// each row's logits are computed as in one call; batches of fewer than 128 rows, inputs off the
-// CPU and a pool running one thread call `forward` as it is.
+// each row's logits are those of one call up to float rounding (OpenBLAS may round a product's row
+// differently in a call of fewer rows); batches of fewer than 128 rows, inputs off the CPU and a
+// pool running one thread call `forward` as it is.
 std::function<torch::Tensor(const torch::Tensor&)> rows_over_pool(
     std::function<torch::Tensor(const torch::Tensor&)> forward, std::shared_ptr<ShardPool> pool);
 
