@@ -54,12 +54,16 @@ uint32_t crc_continue(uint32_t crc, const unsigned char* data, size_t size) {
 // into fresh memory, and on 4 KiB pages that is one page fault per 4 KiB (13,400 for
 // Fashion-MNIST), which under a virtual machine's costly faults was a tenth of a short run's
 // start-up. Where the kernel gives no huge pages the advice is ignored and nothing else changes.
+// Payloads under one huge page (the label files) take ordinary memory.
 torch::Tensor tensor_on_huge_pages(const std::vector<int64_t>& dims, uint64_t bytes) {
   constexpr size_t kHugePage = size_t{2} << 20;
+  if (bytes < kHugePage) return torch::empty(dims, torch::kUInt8);
   const size_t rounded = (static_cast<size_t>(bytes) + kHugePage - 1) / kHugePage * kHugePage;
-  void* memory = std::aligned_alloc(kHugePage, std::max(rounded, kHugePage));
+  void* memory = std::aligned_alloc(kHugePage, rounded);
   if (memory == nullptr) throw std::bad_alloc();
-  ::madvise(memory, std::max(rounded, kHugePage), MADV_HUGEPAGE);
+#ifdef MADV_HUGEPAGE  // Linux's; other systems read onto the pages they give
+  ::madvise(memory, rounded, MADV_HUGEPAGE);
+#endif
   return torch::from_blob(
       memory, dims, [](void* p) { std::free(p); }, torch::kUInt8);
 }

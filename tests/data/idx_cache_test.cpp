@@ -91,6 +91,38 @@ TEST(IdxCache, HitGivesTheUncachedTensorAndIsServedFromTheCache) {
   EXPECT_TRUE(r.notes.empty());
 }
 
+// A payload of several huge pages (read onto 2 MiB pages, freed with the tensor) and one that is
+// not a whole number of them; a corrupt byte past the first page is still caught by the CRC-32C.
+TEST(IdxCache, LargePayloadsRoundTripAndAreVerifiedWhole) {
+  ScratchDir dir;
+  Recorded r(dir);
+  const std::string src = dir.file("large.gz");
+  write_gz(src, idx_bytes({1000, 28, 28}, values(784000, 13)));  // 784,000 bytes: one page
+  write_gz(dir.file("larger.gz"), idx_bytes({6000, 28, 28}, values(4704000, 5)));  // 2.2 pages
+  for (const std::string& file : {src, dir.file("larger.gz")}) {
+    const auto uncached = read_idx(file);
+    read_idx_cached(file, r.cache);
+    for (int i = 0; i < 3; ++i) {  // served from the cache, each tensor freed before the next
+      const auto cached = read_idx_cached(file, r.cache);
+      ASSERT_TRUE(torch::equal(cached, uncached)) << file;
+    }
+  }
+  EXPECT_TRUE(r.notes.empty());
+  const std::string cache_file = idx_cache_file(dir.file("larger.gz"), r.cache);
+  {
+    std::fstream f(cache_file, std::ios::in | std::ios::out | std::ios::binary);
+    const auto at = static_cast<std::streamoff>(fs::file_size(cache_file) - 100);
+    f.seekg(at);
+    const char byte = static_cast<char>(f.get());
+    f.seekp(at);
+    f.put(static_cast<char>(byte ^ 0x5a));
+  }
+  const auto again = read_idx_cached(dir.file("larger.gz"), r.cache);
+  EXPECT_TRUE(torch::equal(again, read_idx(dir.file("larger.gz"))));
+  ASSERT_EQ(r.notes.size(), 1u);
+  EXPECT_NE(r.notes[0].find("checksum mismatch"), std::string::npos) << r.notes[0];
+}
+
 TEST(IdxCache, PlainFilesAreReadDirectly) {
   ScratchDir dir;
   Recorded r(dir);
