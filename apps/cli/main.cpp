@@ -48,12 +48,8 @@ std::string memory_hint(const CLI::App* command) {
   std::string given, available;
   if (command != nullptr)
     for (const char* name : kSizeOptions) {
-      const CLI::Option* option = nullptr;
-      try {
-        option = command->get_option(name);
-      } catch (const CLI::OptionNotFound&) {
-        continue;
-      }
+      const CLI::Option* option = command->get_option_no_throw(name);
+      if (option == nullptr) continue;
       available += std::string(available.empty() ? "" : ", ") + name;
       if (option->count() > 0) {
         std::string values;
@@ -77,12 +73,8 @@ std::string conversion_message(const CLI::App& app, const std::string& what) {
   const std::string name = what.substr(prefix.size(), equals - prefix.size());
   const std::string value = what.substr(equals + 3);
   for (const CLI::App* command : app.get_subcommands()) {
-    const CLI::Option* option = nullptr;
-    try {
-      option = command->get_option(name);
-    } catch (const CLI::OptionNotFound&) {
-      continue;
-    }
+    const CLI::Option* option = command->get_option_no_throw(name);
+    if (option == nullptr) continue;
     const std::string expected = spritetorch::cli::value_wanted(*option);
     return expected.empty() ? "" : name + " '" + value + "': expected " + expected;
   }

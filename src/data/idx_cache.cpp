@@ -46,10 +46,6 @@ T get(const unsigned char* at) {
   return static_cast<T>(v);
 }
 
-uint32_t crc_continue(uint32_t crc, const unsigned char* data, size_t size) {
-  return crc32c(data, size, crc);
-}
-
 // A (dims) uint8 tensor on whole 2 MiB pages marked for transparent huge pages: the payload is read
 // into fresh memory, and on 4 KiB pages that is one page fault per 4 KiB (13,400 for
 // Fashion-MNIST), which under a virtual machine's costly faults was a tenth of a short run's
@@ -142,9 +138,9 @@ Lookup look_up(const std::string& file, const SourceKey& key) {
   auto tensor = tensor_on_huge_pages(dims, payload);
   auto* bytes = tensor.data_ptr<uint8_t>();
   if (std::fread(bytes, 1, payload, f.get()) != payload) return {{}, "truncated"};
-  uint32_t crc = crc_continue(0, head, 84);
-  crc = crc_continue(crc, reinterpret_cast<const unsigned char*>(path.data()), path.size());
-  crc = crc_continue(crc, bytes, payload);
+  uint32_t crc = crc32c(head, 84);
+  crc = crc32c(path.data(), path.size(), crc);
+  crc = crc32c(bytes, payload, crc);
   if (crc != get<uint32_t>(head + 84)) return {{}, "checksum mismatch (corrupt)"};
   return {tensor, {}};
 }
@@ -163,8 +159,8 @@ void store(const std::string& file, const SourceKey& key, const torch::Tensor& t
   put<uint32_t>(out + 80, static_cast<uint32_t>(key.path.size()));
   std::memcpy(out + kHeader, key.path.data(), key.path.size());
   std::memcpy(out + kHeader + key.path.size(), tensor.contiguous().data_ptr<uint8_t>(), payload);
-  uint32_t crc = crc_continue(0, out, 84);
-  crc = crc_continue(crc, out + kHeader, key.path.size() + payload);
+  uint32_t crc = crc32c(out, 84);
+  crc = crc32c(out + kHeader, key.path.size() + payload, crc);
   put<uint32_t>(out + 84, crc);
   std::error_code ec;
   fs::create_directories(fs::path(file).parent_path(), ec);
