@@ -3,9 +3,15 @@
 #include <c10/util/StringUtil.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <thread>
+#include <utility>
+#include <vector>
+
+#include "common/output_file.h"
 
 namespace spritetorch::cli {
 
@@ -44,8 +50,17 @@ CLI::Validator number_at_least(double min, bool strict, const std::string& name)
 
 }  // namespace
 
+namespace {
+// 1000000 as "1000000", not c10::str's "1e+06"; fractions as c10::str writes them.
+std::string number_text(double value) {
+  if (std::fabs(value) < 1e15 && value == std::floor(value))
+    return std::to_string(static_cast<int64_t>(value));
+  return c10::str(value);
+}
+}  // namespace
+
 CLI::Validator number_between(double min, double max) {
-  const std::string range = "a number from " + c10::str(min) + " to " + c10::str(max);
+  const std::string range = "a number from " + number_text(min) + " to " + number_text(max);
   return CLI::Validator(
       [=](std::string& text) -> std::string {
         double value = 0;
@@ -55,8 +70,34 @@ CLI::Validator number_between(double min, double max) {
         if (value < min || value > max) return "'" + text + "' is not " + range;
         return std::string();
       },
-      "[" + c10::str(min) + " - " + c10::str(max) + "]", range);
+      "[" + number_text(min) + " - " + number_text(max) + "]", range);
 }
+
+CLI::Validator multiple_of_8_up_to(int64_t max) {
+  const std::string wanted = "a multiple of 8 from 8 to " + std::to_string(max);
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        double value = 0;
+        if (!read_finite_number(text, value) || value != std::floor(value) || value < 8 ||
+            value > static_cast<double>(max) || static_cast<int64_t>(value) % 8 != 0)
+          return "'" + text + "' is not " + wanted;
+        return std::string();
+      },
+      "[8 - " + std::to_string(max) + ", multiple of 8]", wanted);
+}
+
+const CLI::Validator kExistingFile(
+    [](std::string& text) -> std::string {
+      namespace fs = std::filesystem;
+      std::error_code ec;
+      const auto type = fs::status(text, ec).type();
+      if (type == fs::file_type::regular || type == fs::file_type::fifo) return std::string();
+      const std::string found = type == fs::file_type::not_found   ? "no such file"
+                                : type == fs::file_type::directory ? "a folder"
+                                                                   : "something that is not a file";
+      return text + ": expected a file, found " + found;
+    },
+    "FILE");
 
 const CLI::Validator kNonNegative = number_at_least(0, false, "NONNEGATIVE");
 const CLI::Validator kPath(
@@ -104,6 +145,73 @@ std::string value_wanted(const CLI::Option& option) {
   else
     return "";
   return wanted + (option.get_expected_max() > 1 ? " for each value" : "");
+}
+
+namespace {
+
+// How an option is named in messages: its flag, or a positional's name in capitals (OUT, IN).
+std::string option_label(const CLI::Option& option) {
+  if (!option.get_lnames().empty()) return "--" + option.get_lnames().front();
+  std::string name = option.get_name();
+  for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return name;
+}
+
+// The files a --dataset value names: sheet:FILE, npy:FILE[,LABELS]; none for the others.
+std::vector<std::string> dataset_files(const std::string& spec) {
+  if (spec.rfind("sheet:", 0) == 0) return {spec.substr(6)};
+  if (spec.rfind("npy:", 0) != 0) return {};
+  const std::string files = spec.substr(4);
+  const auto comma = files.find(',');
+  if (comma == std::string::npos) return {files};
+  return {files.substr(0, comma), files.substr(comma + 1)};
+}
+
+// (label, path) of every file `command`'s options read (`inputs`) or write (`outputs`).
+void collect_files(const CLI::App& command,
+                   std::vector<std::pair<std::string, std::string>>& inputs,
+                   std::vector<std::pair<std::string, std::string>>& outputs) {
+  static const std::vector<std::string> kReads = {"--config", "--checkpoint", "--classifier",
+                                                  "--resume", "--labels",     "--palette",
+                                                  "IN",       "FILES"};
+  static const std::vector<std::string> kWrites = {"--out", "--save", "--reference", "OUT"};
+  const bool bench = command.get_name() == "bench";  // bench --out OUT writes OUT.json, OUT.csv
+  for (const CLI::Option* option : command.get_options()) {
+    if (option->count() == 0) continue;
+    const std::string label = option_label(*option);
+    for (const std::string& value : option->results()) {
+      if (value.empty()) continue;
+      if (label == "--dataset") {
+        for (const auto& file : dataset_files(value)) inputs.emplace_back(label, file);
+      } else if (std::find(kReads.begin(), kReads.end(), label) != kReads.end()) {
+        if (!(label == "--palette" && value == "auto")) inputs.emplace_back(label, value);
+      } else if (std::find(kWrites.begin(), kWrites.end(), label) != kWrites.end()) {
+        if (bench && label == "--out") {
+          outputs.emplace_back(label, value + ".json");
+          outputs.emplace_back(label, value + ".csv");
+        } else {
+          outputs.emplace_back(label, value);
+        }
+      }
+    }
+  }
+  for (const CLI::App* sub : command.get_subcommands()) collect_files(*sub, inputs, outputs);
+}
+
+}  // namespace
+
+void check_outputs_are_not_inputs(const CLI::App& command) {
+  std::vector<std::pair<std::string, std::string>> inputs, outputs;
+  collect_files(command, inputs, outputs);
+  for (const auto& [out_label, out] : outputs)
+    for (const auto& [in_label, in] : inputs) {
+      // train --save of the checkpoint it resumes from: the run continues in place.
+      if (out_label == "--save" && in_label == "--resume") continue;
+      if (same_file(out, in))
+        throw Error(out_label + " " + out + " is the " + in_label + " itself: writing it would " +
+                        "replace an input, --overwrite or not",
+                    "write into another file; " + in + " is kept as it is");
+    }
 }
 
 }  // namespace spritetorch::cli

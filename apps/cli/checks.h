@@ -15,7 +15,9 @@ namespace spritetorch::cli {
 extern const CLI::Validator kNonNegative;  // a number >= 0 (help: NONNEGATIVE)
 extern const CLI::Validator kPositive;     // a number > 0 (help: POSITIVE)
 extern const CLI::Validator kPath;         // not empty ("" would read as not given)
-extern const CLI::Validator kSeed;         // a whole number 0 .. 2^63-1 (a TOML integer)
+// A file that is there (or a pipe): "x.pt: expected a file, found no such file" / "a folder".
+extern const CLI::Validator kExistingFile;
+extern const CLI::Validator kSeed;  // a whole number 0 .. 2^63-1 (a TOML integer)
 // A thread count: a whole number from 0 (the default) to max_thread_count(). A typo such as 99999
 // would otherwise start that many threads and hang the command.
 extern const CLI::Validator kThreadCount;
@@ -23,11 +25,21 @@ int max_thread_count();  // 8 per CPU of this machine, at least 64
 // A finite number in [min, max]; unlike CLI::Range, "nan" is refused (every comparison with it is
 // false).
 CLI::Validator number_between(double min, double max);
+// A whole number from 8 to `max` that is a multiple of 8 (--unet-base: the UNet's GroupNorm
+// groups).
+CLI::Validator multiple_of_8_up_to(int64_t max);
 
 // What a value of `option` must be, from its type, for CLI11's "Could not convert: --epochs = 1.5":
 // "a whole number", "a whole number >= 0", "a number" (each value's, for a list); "" for other
 // types.
 std::string value_wanted(const CLI::Option& option);
+
+// Refuses a command whose outputs (--out, --save, --reference, OUT; bench's OUT.json and OUT.csv)
+// include one of its inputs (--config, --checkpoint, --classifier, --resume, --labels, --palette,
+// IN, FILES, a sheet: or npy: dataset's files), --overwrite or not: an output must never replace
+// what the command reads. train --save may name its --resume checkpoint (a run continued in place).
+// Looks into parsed subcommands (data preview).
+void check_outputs_are_not_inputs(const CLI::App& command);
 
 // A check that `parse` reads the text, with its Error's words (--lr-schedule, --augment): a bad
 // value is refused when the options are read, as --print-config and config files are.

@@ -104,7 +104,7 @@ std::shared_ptr<GeneratorEvalFlags> add_generator_eval_options(CLI::App* sub) {
                   "Generator checkpoints: a classifier checkpoint trained on the real data, to "
                   "judge the samples (class agreement; Frechet distance, precision and recall in "
                   "its features)")
-      ->check(CLI::ExistingFile);
+      ->check(kExistingFile);
   sub->add_option("--count", f->count,
                   "Generator checkpoints: samples to draw (spread over the classes)")
       ->check(kPositive)
@@ -366,13 +366,14 @@ Subcommand add_eval_command(CLI::App& app) {
         const auto sample = test.inputs.sizes().vec();
         const std::vector<int64_t> data_shape(sample.begin() + 1, sample.end());
         if (data_shape != model->spec().input_shape || test.num_classes() != model->spec().classes)
-          throw DataError(f->checkpoint,
-                          "weights for the data its metadata names (" + test.name + ": input " +
-                              c10::str(c10::IntArrayRef(data_shape)) + ", " +
-                              std::to_string(test.num_classes()) + " classes)",
-                          "weights for input " +
-                              c10::str(c10::IntArrayRef(model->spec().input_shape)) + ", " +
-                              std::to_string(model->spec().classes) + " classes");
+          throw DataError(
+              f->checkpoint,
+              "weights for the data " +
+                  std::string(f->dataset.empty() ? "its metadata names" : "--dataset names") +
+                  " (" + test.name + ": input " + c10::str(c10::IntArrayRef(data_shape)) + ", " +
+                  std::to_string(test.num_classes()) + " classes)",
+              "weights for input " + c10::str(c10::IntArrayRef(model->spec().input_shape)) + ", " +
+                  std::to_string(model->spec().classes) + " classes");
         // And its classes by name: a folder of the same shape whose classes are other ones would
         // be scored under the checkpoint's labels without a word.
         const auto trained_on =

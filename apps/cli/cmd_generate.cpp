@@ -160,6 +160,9 @@ Subcommand add_generate_command(CLI::App& app) {
       sub, [sub, f]() {
         if (f->out.empty() && f->out_dir.empty())
           throw Error("generate needs --out SHEET.png and/or --out-dir DIR");
+        if (f->out.empty() && sub->count("--columns") > 0)
+          throw Error("--columns lays out the --out sheet; this command writes no sheet",
+                      "add --out SHEET.png, or drop --columns");
         f->sample.spacing = diffusion::parse_spacing(f->spacing);
         f->sample.guidance_interval = diffusion::parse_guidance_interval(f->guidance_interval);
         f->sample.alpha = alpha_option(f->alpha);

@@ -49,7 +49,7 @@ Subcommand add_export_command(CLI::App& app) {
   auto f = std::make_shared<Flags>();
   sub->add_option("--checkpoint", f->checkpoint, "Checkpoint written by train --save or import")
       ->required()
-      ->check(CLI::ExistingFile);
+      ->check(kExistingFile);
   sub->add_option("--format", f->format,
                   "safetensors | torch (torch.save's zip dict) | auto: from OUT's "
                   "extension (.safetensors; .pt .pth .bin)")
@@ -68,13 +68,8 @@ Subcommand add_export_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_flag("--overwrite", f->overwrite, "Replace OUT (and --reference) if they exist");
   return {sub, [f]() {
-            // Each is written in turn: one file for two of them would keep only the last.
-            if (same_file(f->out, f->checkpoint))
-              throw Error("OUT " + f->out + " is the --checkpoint itself",
-                          "export into another file; the checkpoint is kept as it is");
-            if (!f->reference.empty() && same_file(f->reference, f->checkpoint))
-              throw Error("--reference " + f->reference + " is the --checkpoint itself",
-                          "write the reference into another file");
+            // Each is written in turn: one file for two of them would keep only the last. (An
+            // output that is the --checkpoint is refused before: check_outputs_are_not_inputs.)
             if (!f->reference.empty() && same_file(f->reference, f->out))
               throw Error("--reference " + f->reference + " and OUT " + f->out +
                               " are the same file: the reference would replace the weights",
@@ -121,10 +116,11 @@ Subcommand add_import_command(CLI::App& app) {
   config->model.clear();
   sub->add_option("in", f->in, "safetensors file with the state dict (Python names, float32)")
       ->required()
-      ->check(CLI::ExistingFile);
+      ->check(kExistingFile);
   sub->add_option("out", f->out, "Checkpoint to write")->required();
   sub->add_option("--model", config->model,
-                  "ann | cnn | simplenn: the Python class of docs/interop.md "
+                  "ann | cnn | fastcnn | fastcnn-2x | fastcnn-wide | simplenn: the Python "
+                  "class of docs/interop.md "
                   "[default: the file's spritetorch metadata, else ann; cnn for sprite datasets]")
       ->check(CLI::IsMember(models::model_names()));
   sub->add_option("--dataset", config->dataset,
@@ -140,9 +136,6 @@ Subcommand add_import_command(CLI::App& app) {
   add_sprite_data_options(sub, *config, /*training=*/false);
   sub->add_flag("--overwrite", f->overwrite, "Replace OUT if it exists");
   return {sub, [sub, f, config]() {
-            if (same_file(f->out, f->in))
-              throw Error("OUT " + f->out + " is the input file IN itself",
-                          "import into another file; the safetensors file is kept as it is");
             check_output_path(f->out, f->overwrite, "OUT");
             const interop::TensorFile state = interop::read_safetensors(f->in);
             std::set<std::string> given;

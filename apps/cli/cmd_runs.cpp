@@ -6,6 +6,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "checks.h"
 #include "commands.h"
 #include "common/error.h"
 #include "config_file.h"
@@ -60,11 +61,17 @@ Subcommand add_runs_command(CLI::App& app) {
   auto f = std::make_shared<Flags>();
   mirror_environment(
       sub->add_option("--dir", f->dir, "Folder holding the run folders (train --runs-root)")
-          ->capture_default_str(),
+          ->capture_default_str()
+          ->check(kPath),
       "SPRITETORCH_RUNS_ROOT");
   sub->add_flag("--json", f->json, "Print a JSON array, one object per run");
-  return {sub, [f]() {
+  return {sub, [sub, f]() {
             std::error_code ec;
+            // A folder named on purpose (flag or variable) that is not there is a typo, not an
+            // empty list; the default folder is absent until the first run.
+            if (sub->count("--dir") > 0 && !std::filesystem::exists(f->dir, ec))
+              throw DataError(f->dir, "a folder of run folders (--dir)", "no such folder",
+                              "train --runs-root FOLDER keeps its run folders there");
             if (std::filesystem::exists(f->dir, ec) && !std::filesystem::is_directory(f->dir, ec))
               throw DataError(f->dir, "a folder of run folders (--dir)", "a file");
             if (runs::is_run_folder(f->dir))

@@ -25,6 +25,7 @@
 #include "train/lr_schedule.h"
 #include "train/parallel.h"
 #include "train/recipe.h"
+#include "train/task.h"
 #include "train/trainer.h"
 
 namespace spritetorch::cli {
@@ -264,7 +265,7 @@ Subcommand add_train_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--save", config->save, "Write a checkpoint here after training")->check(kPath);
   sub->add_option("--resume", config->resume, "Continue from this checkpoint")
-      ->check(CLI::ExistingFile);
+      ->check(kExistingFile);
   sub->add_option("--checkpoint-every", config->checkpoint_every,
                   "Also checkpoint every N steps, to <save>.step<global step>.pt (0: never)")
       ->check(kNonNegative)
@@ -335,6 +336,17 @@ Subcommand add_train_command(CLI::App& app) {
                           " does not read it",
                       "drop --data (sprite sets name their files in --dataset: folder:PATH, "
                       "sheet:FILE, npy:FILE)");
+        // The generator's options, given on the command line of a classifier's run: refused even
+        // at their default values (the library sees only values, and refuses the others).
+        if (config->task == train::TaskKind::kClassify)
+          for (const char* name :
+               {"--unet-base", "--unet-mult", "--unet-attention", "--unet-scale-shift",
+                "--prediction", "--noise-schedule", "--min-snr-gamma", "--sample-every",
+                "--activation-checkpointing"}) {
+            const CLI::Option* option = sub->get_option_no_throw(name);
+            if (option != nullptr && given_on_command_line(option))
+              throw train::not_for_task(name, "classify", "it is one of the generator's options");
+          }
         if (const auto note = unused_runs_root_note(*run_flags, *sub, *tensorboard); !note.empty())
           std::cerr << "note: " << note << "\n";
         RunSession session(*run_flags, *config, *sub, *json);

@@ -4,6 +4,7 @@
 #include "config_file.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <iostream>
 #include <iterator>
@@ -119,8 +120,9 @@ std::string long_name(const CLI::Option& option) {
   return option.get_lnames().empty() ? std::string() : option.get_lnames().front();
 }
 
-// Edit distance, for "did you mean" on unknown keys.
-size_t distance(const std::string& a, const std::string& b) {
+}  // namespace
+
+size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<size_t> row(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
   for (size_t i = 1; i <= a.size(); ++i) {
@@ -135,13 +137,15 @@ size_t distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
+namespace {
+
 std::string unknown_key_hint(const CLI::App& sub, const std::string& key) {
   std::string best;
   size_t best_distance = 3;  // farther than this is no suggestion
   for (const CLI::Option* option : sub.get_options()) {
     const std::string name = long_name(*option);
     if (name.empty() || !option->get_configurable()) continue;
-    const size_t d = distance(key, name);
+    const size_t d = edit_distance(key, name);
     if (d < best_distance && d < key.size()) best_distance = d, best = name;
   }
   std::string hint = best.empty() ? std::string() : "did you mean '" + best + "'? ";
@@ -256,6 +260,24 @@ std::set<const CLI::Option*>& options_set_by_environment() {
 std::set<const CLI::Option*>& options_set_by_file() {
   static std::set<const CLI::Option*> options;
   return options;
+}
+
+// Option set by a config file -> "FILE:LINE" of its entry.
+std::map<const CLI::Option*, std::string>& file_line_of_option() {
+  static std::map<const CLI::Option*, std::string> lines;
+  return lines;
+}
+
+// Whether `message` names `flag` as a word ("--count applies ...", "--count '5'"), not as the
+// start of a longer flag (--count-x).
+bool names_flag(const std::string& message, const std::string& flag) {
+  for (auto at = message.find(flag); at != std::string::npos; at = message.find(flag, at + 1)) {
+    const size_t end = at + flag.size();
+    if (end == message.size() ||
+        !(std::isalnum(static_cast<unsigned char>(message[end])) || message[end] == '-'))
+      return true;
+  }
+  return false;
 }
 
 // Applies the mirrors of `sub` to the options the command line did not give (resolve_config).
@@ -413,6 +435,7 @@ bool resolve_config(CLI::App& sub, std::ostream& out) {
       }
       if (excluded) continue;
       from_file.insert(option);
+      file_line_of_option()[option] = at;
       try {
         if (kind == OptionKind::kFlag)
           option->add_result(option->get_flag_value(entry.key, values.front()));
@@ -429,6 +452,30 @@ bool resolve_config(CLI::App& sub, std::ostream& out) {
   if (!print_option || print_option->count() == 0) return false;
   out << sub.config_to_str(/*default_also=*/true, /*write_description=*/true);
   return true;
+}
+
+std::string origin_note(const CLI::App& sub, const std::string& message) {
+  std::string notes;
+  for (const CLI::Option* option : sub.get_options()) {
+    const bool from_file = options_set_by_file().count(option) > 0;
+    if (!from_file && !set_by_environment(option)) continue;
+    const std::string flag = "--" + long_name(*option);
+    const auto& values = option->results();
+    const bool named = names_flag(message, flag) ||
+                       (values.size() == 1 && !values.front().empty() &&
+                        message.find("'" + values.front() + "'") != std::string::npos);
+    if (!named) continue;
+    std::string value;
+    for (const auto& v : values) value += (value.empty() ? "" : ",") + v;
+    if (!notes.empty()) notes += "\n";
+    notes += from_file ? flag + " " + value + " came from " + file_line_of_option()[option]
+                       : flag + " came from " + mirror_of_option()[option] + "=" + value;
+  }
+  for (const CLI::App* child : sub.get_subcommands()) {
+    const std::string more = origin_note(*child, message);
+    if (!more.empty()) notes += (notes.empty() ? "" : "\n") + more;
+  }
+  return notes;
 }
 
 }  // namespace spritetorch::cli

@@ -57,4 +57,12 @@ void add_config_options(CLI::App* sub);
 // command should stop there.
 bool resolve_config(CLI::App& sub, std::ostream& out);
 
+// Levenshtein distance, for "did you mean" on unknown keys, options and commands.
+size_t edit_distance(const std::string& a, const std::string& b);
+
+// For an error `message` about an option that an environment variable or a config file set (the
+// message names its flag, or its value in quotes): where it came from, one line per option
+// ("--count 5 came from ec.toml:3", "--device came from SPRITETORCH_DEVICE=gpu"); "" for none.
+std::string origin_note(const CLI::App& sub, const std::string& message);
+
 }  // namespace spritetorch::cli

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <sstream>
 #include <utility>
 
 #include "checks.h"
@@ -81,6 +82,62 @@ std::string conversion_message(const CLI::App& app, const std::string& what) {
   return "";
 }
 
+// The deepest subcommand the command line named ("data preview"), else the app.
+const CLI::App& named_command(const CLI::App& app) {
+  for (const CLI::App* sub : app.get_subcommands())
+    if (sub->parsed()) return named_command(*sub);
+  return app;
+}
+
+// What the user most likely meant by `word` among `names` (at most 2 edits away), or "".
+std::string nearest(const std::string& word, const std::vector<std::string>& names) {
+  std::string best;
+  size_t best_distance = 3;
+  for (const auto& name : names) {
+    const size_t d = spritetorch::cli::edit_distance(word, name);
+    if (d < best_distance && d < word.size()) best_distance = d, best = name;
+  }
+  return best;
+}
+
+// CLI11's parse errors in this tool's words, with a hint: a misspelled command or option gets a
+// "did you mean", a repeated option says so.
+std::pair<std::string, std::string> parse_error_message(const CLI::App& app, int argc, char** argv,
+                                                        const CLI::ParseError& e) {
+  const CLI::App& command = named_command(app);
+  const std::string help = "spritetorch" +
+                           (&command == &app ? std::string() : " " + command.get_name()) +
+                           " --help lists what it takes";
+  std::string what = e.what();
+  // `spritetorch trian`: CLI11 says "A subcommand is required".
+  if (&command == &app && argc > 1 && argv[1][0] != '-') {
+    std::vector<std::string> names;
+    for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());
+    const std::string guess = nearest(argv[1], names);
+    return {"unknown command '" + std::string(argv[1]) + "'",
+            (guess.empty() ? std::string() : "did you mean '" + guess + "'? ") +
+                "spritetorch --help lists the commands"};
+  }
+  // "--epochs: At Most 1 required but received 2" (CLI11 2.1's words for a repeated option).
+  if (const auto at = what.find(": At Most 1 required but received"); at != std::string::npos)
+    return {what.substr(0, at) + " is given more than once", "give it once"};
+  // "The following arguments were not expected: 1 --epoch": name the unknown option.
+  if (what.rfind("The following argument", 0) == 0) {
+    std::vector<std::string> options;
+    for (const CLI::Option* option : command.get_options())
+      for (const auto& name : option->get_lnames()) options.push_back("--" + name);
+    for (int i = 1; i < argc; ++i) {
+      std::string word = argv[i];
+      word = word.substr(0, word.find('='));
+      if (word.rfind("--", 0) != 0 || command.get_option_no_throw(word) != nullptr) continue;
+      const std::string guess = nearest(word, options);
+      return {"unknown option " + word + " for spritetorch " + command.get_name(),
+              (guess.empty() ? std::string() : "did you mean " + guess + "? ") + help};
+    }
+  }
+  return {what, help};
+}
+
 // The size in LibTorch's allocation failures: "... you tried to allocate 400000000000 bytes" (the
 // CPU allocator) -> "an allocation of 372.5 GiB"; "Tried to allocate 2.00 GiB" (CUDA's) -> "an
 // allocation of 2.00 GiB"; "an allocation" when the text names no size.
@@ -137,8 +194,16 @@ int run(int argc, char** argv) {
     if (readable.empty()) return app.exit(e) == 0 ? 0 : 2;
     std::cerr << "error: " << readable << "\n";
     return 2;
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;  // prints help, the version or the parse error
+    const auto [message, hint] = parse_error_message(app, argc, argv, e);
+    std::cerr << "error: " << message << "\nhint: " << hint << "\n";
+    return 2;
   }
   const CLI::App* active = nullptr;  // the command that runs, for the out-of-memory hint
   try {
@@ -151,6 +216,7 @@ int run(int argc, char** argv) {
       active = command.app;
       // The environment, then --config; with --print-config, print them and stop.
       if (spritetorch::cli::resolve_config(*command.app, std::cout)) return 0;
+      spritetorch::cli::check_outputs_are_not_inputs(*command.app);
       return command.run();
     }
     return 2;
@@ -175,9 +241,20 @@ int run(int argc, char** argv) {
               << "hint: " << memory_hint(active)
               << "; or bf16 precision, or the data streamed from the host (--data-on host)\n";
     return 2;
+  } catch (const spritetorch::IncompleteRun& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    if (!e.hint().empty()) std::cerr << "hint: " << e.hint() << "\n";
+    return 1;
   } catch (const spritetorch::Error& e) {
     std::cerr << "error: " << e.what() << "\n";
     if (!e.hint().empty()) std::cerr << "hint: " << e.hint() << "\n";
+    // An option the user did not type on this command line: say where it came from.
+    if (active != nullptr)
+      if (const std::string origin = spritetorch::cli::origin_note(*active, e.what() + e.hint());
+          !origin.empty()) {
+        std::istringstream lines(origin);
+        for (std::string line; std::getline(lines, line);) std::cerr << "note: " << line << "\n";
+      }
     return 2;
   } catch (const c10::Error& e) {
     // A host allocation that failed (a size no check caught): the input asked for too much, not a

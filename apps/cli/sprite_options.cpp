@@ -59,7 +59,7 @@ void add_sprite_data_options(CLI::App* sub, train::TrainConfig& config, bool tra
   sub->add_option("--margin", s.margin, "sheet: pixels around the tile grid")->check(kNonNegative);
   sub->add_option("--labels", s.label_map,
                   "sheet: label map, lines of 'TILE_INDEX CLASS' (row-major, from 0)")
-      ->check(CLI::ExistingFile);
+      ->check(kExistingFile);
   sub->add_option("--sprite-count", s.count,
                   "sprites: procedural sprites to generate (before the split; at most " +
                       std::to_string(data::kMaxSpriteCount) + ")")
@@ -70,7 +70,7 @@ void add_sprite_data_options(CLI::App* sub, train::TrainConfig& config, bool tra
                     "--task generate: UNet channels per unit of --unet-mult (the generator's "
                     "default: 32; at most " +
                         std::to_string(diffusion::kMaxUNetBase) + ")")
-        ->check(number_between(1, static_cast<double>(diffusion::kMaxUNetBase)))
+        ->check(multiple_of_8_up_to(diffusion::kMaxUNetBase))
         ->capture_default_str();
     sub->add_flag("--activation-checkpointing", config.activation_checkpointing,
                   "--task generate: recompute each UNet block's activations in backward (less "

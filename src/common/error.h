@@ -1,6 +1,6 @@
 // Errors that reach the user. Each says what went wrong and, where we know it, what to do about it.
-// The CLI turns an Error into "error: <what>\nhint: <hint>" and exit code 2; anything else is a bug
-// (exit 1).
+// The CLI turns an Error into "error: <what>\nhint: <hint>" and exit code 2 (an IncompleteRun: 1);
+// anything else is a bug (exit 1).
 #pragma once
 
 #include <stdexcept>
@@ -25,6 +25,14 @@ class DataError : public Error {
   DataError(const std::string& file, const std::string& expected, const std::string& found,
             std::string hint = {})
       : Error(file + ": expected " + expected + ", found " + found, std::move(hint)) {}
+};
+
+// Work that was done but could not be delivered where asked (a --save that a full disk refused
+// after training: the weights are kept elsewhere and the message says where). Not bad input: the
+// CLI exits 1, as for a run that could not be completed.
+class IncompleteRun : public Error {
+ public:
+  using Error::Error;
 };
 
 }  // namespace spritetorch

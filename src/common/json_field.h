@@ -19,6 +19,8 @@ std::string json_type_wanted() {
     return "a string";
   else if constexpr (std::is_same_v<T, bool>)
     return "true or false";
+  else if constexpr (std::is_unsigned_v<T>)
+    return "an integer >= 0";
   else if constexpr (std::is_integral_v<T>)
     return "an integer";
   else if constexpr (std::is_floating_point_v<T>)
@@ -51,6 +53,9 @@ T json_field(const nlohmann::json& object, const std::string& key, const T& fall
   const bool fits = [&] {
     if constexpr (std::is_same_v<T, bool>)
       return it->is_boolean();
+    else if constexpr (std::is_unsigned_v<T>)  // -5 would wrap to 2^64 - 5
+      return it->is_number_unsigned() ||
+             (it->is_number_integer() && it->template get<int64_t>() >= 0);
     else if constexpr (std::is_integral_v<T>)
       return it->is_number_integer();
     else if constexpr (std::is_floating_point_v<T>)

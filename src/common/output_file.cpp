@@ -1,9 +1,11 @@
 #include "common/output_file.h"
 
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -24,10 +26,18 @@ void check_output_path(const std::string& path, bool overwrite, const std::strin
     throw Error("cannot write " + path + " (given as " + flag + "): it is a folder",
                 "give a file name");
   const auto folder = std::filesystem::path(path).parent_path();
-  if (!folder.empty() && !std::filesystem::is_directory(folder, ec))
+  if (!folder.empty() && !std::filesystem::is_directory(folder, ec)) {
+    // The nearest part of the path that is there: a file where a folder should be says so.
+    auto there = folder;
+    while (!there.empty() && !std::filesystem::exists(there, ec)) there = there.parent_path();
+    if (!there.empty() && !std::filesystem::is_directory(there, ec))
+      throw Error("cannot write " + path + " (given as " + flag + "): " + there.string() +
+                      " is a file, not a folder",
+                  "choose another path");
     throw Error("cannot write " + path + " (given as " + flag + "): the folder " + folder.string() +
                     " does not exist",
                 "create it first, or choose another path");
+  }
   // Files are written through a temporary file in the same folder (atomic_file.h), so the folder
   // must take new files even where `path` exists and is writable.
   // A file is made there and removed: permission bits alone pass folders that take no files
@@ -44,6 +54,49 @@ void check_output_path(const std::string& path, bool overwrite, const std::strin
     ::unlink(probe.c_str());
   }
   check_new_output(path, overwrite, flag);
+}
+
+uint64_t free_bytes_for(const std::string& path) {
+  const auto folder = std::filesystem::path(path).parent_path();
+  struct statvfs fs {};
+  if (::statvfs(folder.empty() ? "." : folder.c_str(), &fs) != 0) return UINT64_MAX;
+  return static_cast<uint64_t>(fs.f_bavail) * static_cast<uint64_t>(fs.f_frsize);
+}
+
+namespace {
+std::string size_text(uint64_t bytes) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int u = 0;
+  while (value >= 1024 && u < 4) value /= 1024, ++u;
+  char text[32];
+  std::snprintf(text, sizeof text, u == 0 ? "%.0f %s" : "%.1f %s", value, units[u]);
+  return text;
+}
+}  // namespace
+
+void check_room_for(const std::string& path, uint64_t bytes, const std::string& flag) {
+  const uint64_t free = free_bytes_for(path);
+  if (free >= bytes) return;
+  const auto folder = std::filesystem::path(path).parent_path();
+  throw Error("no room for " + path + " (given as " + flag + "): it takes at least " +
+                  size_text(bytes) + ", and " + (folder.empty() ? "." : folder.string()) + " has " +
+                  size_text(free) + " free",
+              "free some space, or choose another path");
+}
+
+std::string rescue_path(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path folder = fs::temp_directory_path(ec);
+  if (ec) folder = "/tmp";
+  const fs::path name(path);
+  for (int n = 0;; ++n) {
+    const fs::path candidate =
+        folder / ("spritetorch-" + name.stem().string() + "-" + std::to_string(::getpid()) +
+                  (n ? "-" + std::to_string(n) : "") + name.extension().string());
+    if (!fs::exists(candidate, ec)) return candidate.string();
+  }
 }
 
 bool same_file(const std::string& a, const std::string& b) {

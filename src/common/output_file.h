@@ -4,6 +4,7 @@
 // (A training run's own periodic checkpoints are the exception: train/run_state.h.)
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace spritetorch {
@@ -14,6 +15,16 @@ void check_new_output(const std::string& path, bool overwrite, const std::string
 // check_new_output, and the folder `path` goes into must exist and be writable: a sheet or report
 // written after minutes of work must not fail then for a typo in its folder.
 void check_output_path(const std::string& path, bool overwrite, const std::string& flag);
+
+// Bytes an unprivileged writer may still put into the file system holding `path`'s folder;
+// UINT64_MAX when that cannot be told.
+uint64_t free_bytes_for(const std::string& path);
+// Throws Error when the file system of `path` (given as `flag`) has fewer than `bytes` free: a
+// file written after hours of work must not be refused then for want of room.
+void check_room_for(const std::string& path, uint64_t bytes, const std::string& flag);
+// A place for an output that could not be written where asked: "<temp folder>/spritetorch-
+// <name>-<pid><extension>", a name no file has yet.
+std::string rescue_path(const std::string& path);
 
 // True when `a` and `b` name the same file, whether it exists yet or not (through links, "..",
 // "./" or a relative and an absolute path): an output must not replace an input or another output

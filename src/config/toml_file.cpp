@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/input_file.h"
 
 namespace spritetorch::config {
 
@@ -108,16 +109,19 @@ std::vector<Entry> parse_flat_toml(const std::string& text, const std::string& s
 }
 
 std::vector<Entry> read_flat_toml_file(const std::string& path) {
-  std::error_code ec;
-  // An ifstream opens a folder and reads nothing from it: an empty config, silently.
-  if (std::filesystem::is_directory(path, ec))
-    throw DataError(path, "a TOML config file", "a folder", "check the path given to --config");
+  // A folder would read as an empty config, silently; /dev/zero until memory runs out.
+  check_input_file(path, "a TOML config file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error("cannot read config file " + path, "check the path given to --config");
-  std::ostringstream text;
-  text << in.rdbuf();
+  // A pipe that never ends (`--config <(yes)`) is cut off too: no config of options is this long.
+  constexpr std::streamsize kMaxBytes = 1 << 20;
+  std::string text(static_cast<size_t>(kMaxBytes) + 1, '\0');
+  in.read(text.data(), kMaxBytes + 1);
   if (in.bad()) throw Error("cannot read config file " + path);
-  return parse_flat_toml(text.str(), path);
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (static_cast<std::streamsize>(text.size()) > kMaxBytes)
+    throw DataError(path, "a TOML config file of at most 1 MiB", "more than that");
+  return parse_flat_toml(text, path);
 }
 
 std::string toml_string_literal(const std::string& text) {

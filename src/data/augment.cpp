@@ -33,7 +33,9 @@ AugmentOptions parse_augment(const std::string& text) {
     } else if (item == "shift") {
       out.shift = 2;
     } else if (item.rfind("shift:", 0) == 0 && item.size() > 6 &&
-               item.find_first_not_of("0123456789", 6) == std::string::npos && item.size() <= 8) {
+               item.find_first_not_of("0123456789", 6) == std::string::npos) {
+      if (item.size() > 8)  // more than two digits
+        throw Error("'" + item + "' in '" + text + "': expected a shift of at most 99 pixels");
       out.shift = std::stoi(item.substr(6));
     } else {
       throw Error("unknown augmentation '" + item + "' in '" + text +

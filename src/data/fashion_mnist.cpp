@@ -11,6 +11,12 @@ namespace {
 
 std::string find_idx_file(const std::string& dir, const std::string& stem) {
   namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw DataError(dir, "a folder holding the four Fashion-MNIST IDX files (--data)",
+                    fs::exists(dir, ec) ? "a file" : "no such folder",
+                    "install Debian's dataset-fashion-mnist, or point --data at a folder holding "
+                    "the four Fashion-MNIST files");
   for (const auto& candidate : {stem, stem + ".gz"}) {
     const fs::path p = fs::path(dir) / candidate;
     if (fs::exists(p)) return p.string();
@@ -24,8 +30,8 @@ std::string find_idx_file(const std::string& dir, const std::string& stem) {
 }  // namespace
 
 const std::vector<std::string>& fashion_mnist_classes() {
-  static const std::vector<std::string> kNames = {"T-shirt/top", "Trouser", "Pullover", "Dress",
-                                                  "Coat",        "Sandal",  "Shirt",    "Sneaker",
+  static const std::vector<std::string> kNames = {"T-shirt/top", "Trouser",   "Pullover", "Dress",
+                                                  "Coat",        "Sandal",    "Shirt",    "Sneaker",
                                                   "Bag",         "Ankle boot"};
   return kNames;
 }
@@ -42,9 +48,10 @@ Dataset load_fashion_mnist(const std::string& dir, Split split, const IdxCache& 
   if (labels.dim() != 1)
     throw DataError(labels_path, "1 dimension (N)", std::to_string(labels.dim()));
   if (images.size(0) != labels.size(0))
-    throw DataError(labels_path, std::to_string(images.size(0)) + " labels (as many as images in " +
-                                     images_path + ")",
-                    std::to_string(labels.size(0)));
+    throw DataError(
+        labels_path,
+        std::to_string(images.size(0)) + " labels (as many as images in " + images_path + ")",
+        std::to_string(labels.size(0)));
   const int64_t max_label = labels.max().item<uint8_t>();
   if (max_label >= static_cast<int64_t>(fashion_mnist_classes().size()))
     throw DataError(labels_path, "labels 0..9", "label " + std::to_string(max_label));

@@ -214,10 +214,13 @@ Dataset read_sprite_folder(const std::string& path, int64_t size, const std::str
   check_size(size);
   std::error_code ec;
   if (!fs::is_directory(path, ec))
-    throw DataError(path, "a folder with one subfolder of PNG files per class", "no such folder");
+    throw DataError(path, "a folder with one subfolder of PNG files per class",
+                    fs::exists(path, ec) ? "a file" : "no such folder");
+  // Hidden entries (.git, macOS's ._name.png) are not classes or sprites.
+  auto hidden = [](const fs::path& p) { return p.filename().string().rfind('.', 0) == 0; };
   std::vector<fs::path> class_dirs;
   for (const auto& entry : fs::directory_iterator(path))
-    if (entry.is_directory()) class_dirs.push_back(entry.path());
+    if (entry.is_directory() && !hidden(entry.path())) class_dirs.push_back(entry.path());
   std::sort(class_dirs.begin(), class_dirs.end());
   std::vector<torch::Tensor> images;
   std::vector<int64_t> labels;
@@ -227,7 +230,8 @@ Dataset read_sprite_folder(const std::string& path, int64_t size, const std::str
     for (const auto& entry : fs::directory_iterator(dir)) {
       std::string ext = entry.path().extension().string();
       std::transform(ext.begin(), ext.end(), ext.begin(), ::tolower);
-      if (entry.is_regular_file() && ext == ".png") files.push_back(entry.path());
+      if (entry.is_regular_file() && ext == ".png" && !hidden(entry.path()))
+        files.push_back(entry.path());
     }
     if (files.empty()) continue;
     std::sort(files.begin(), files.end());

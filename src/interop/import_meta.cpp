@@ -1,8 +1,13 @@
 #include "interop/import_meta.h"
 
+#include <c10/util/StringUtil.h>
+
+#include <algorithm>
+
 #include "common/error.h"
 #include "common/json_field.h"
 #include "data/sprite_sources.h"
+#include "models/classifier.h"
 #include "train/trainer.h"
 
 namespace spritetorch::interop {
@@ -45,13 +50,33 @@ ImportMeta import_meta(const TensorFile& state, const std::string& source,
       }
     }
   }
-  if (config.model.empty())
+  if (config.model.empty()) {
     config.model = json_field(exported, "model", std::string(), where, "model");
+    const auto names = models::model_names();
+    if (!config.model.empty() && std::find(names.begin(), names.end(), config.model) == names.end())
+      throw DataError(where, "'model' as one of " + c10::Join(", ", names),
+                      "'" + config.model + "'", "pass --model with the Python class it holds");
+  }
   if (config.model.empty()) config.model = train::default_model(config);
+  // Test-time flips change a classifier's answers: the weights keep the setting they were
+  // exported with.
+  const std::string flips =
+      json_field(exported, "test_time_augment", std::string("none"), where, "test_time_augment");
+  if (flips != "none" && flips != "flip")
+    throw DataError(where, "'test_time_augment' as none or flip", "'" + flips + "'");
 
   // The dataset decides the input shape and the classes, exactly as training would.
   config.train_limit = config.test_limit = 1;
-  const auto sets = train::load_datasets(config);
+  const bool recorded = !recorded_dataset.empty() && config.dataset == recorded_dataset;
+  const auto sets = [&] {
+    try {
+      return train::load_datasets(config);
+    } catch (const Error& e) {
+      if (!recorded || given.count("--dataset")) throw;
+      throw Error("the dataset that " + where + " records, " + recorded_dataset + ": " + e.what(),
+                  e.hint().empty() ? "pass --dataset with where that data is now" : e.hint());
+    }
+  }();
   auto shape = sets.test.inputs.sizes().vec();
   shape.erase(shape.begin());
   ImportMeta out;
@@ -62,6 +87,7 @@ ImportMeta import_meta(const TensorFile& state, const std::string& source,
               {"seed", config.seed},
               {"imported_from", source},
               {"spritetorch_version", SPRITETORCH_VERSION}};
+  if (flips != "none") out.meta["test_time_augment"] = flips;
   if (data::is_sprite_dataset(config.dataset))
     out.meta["sprites"] = data::sprite_options_json(config.sprites);
   out.config = std::move(config);

@@ -44,7 +44,7 @@ std::string our_name(const std::string& model, const std::string& python) {
 
 TensorFile python_state_dict(const train::Checkpoint& checkpoint, const std::string& source) {
   if (json_field(checkpoint.meta, "task", std::string(), source, "task") == "generate")
-    throw DataError(source, "a classifier checkpoint (ann, simplenn, cnn)",
+    throw DataError(source, "a classifier checkpoint (ann, cnn, fastcnn, simplenn)",
                     "a sprite generator checkpoint",
                     "export covers the classifiers; the generator's UNet has no Python twin in "
                     "docs/interop.md");

@@ -185,7 +185,12 @@ TensorFile read_safetensors_bytes(const std::string& bytes, const std::string& s
   try {
     header = nlohmann::json::parse(json_begin, json_end, note_repeats);
   } catch (const nlohmann::json::exception& e) {
-    throw DataError(source, "a JSON header", std::string("invalid JSON (") + e.what() + ")");
+    // nlohmann's text starts "[json.exception.parse_error.101] ": an id that means nothing here.
+    std::string what = e.what();
+    if (const auto id_end = what.find("] ");
+        what.rfind("[json.exception.", 0) == 0 && id_end != std::string::npos)
+      what = what.substr(id_end + 2);
+    throw DataError(source, "a JSON header", "invalid JSON (" + what + ")");
   }
   if (!header.is_object())
     throw DataError(source, "a JSON object as header", std::string("a JSON ") + header.type_name());

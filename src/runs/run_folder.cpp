@@ -254,21 +254,27 @@ RunRecorder::Finished RunRecorder::finish(const train::TrainReport& report,
   Finished finished;
   const int64_t epochs = report.start_epoch + static_cast<int64_t>(report.epochs.size());
   curves_.accuracy = report.has_accuracy;
-  std::vector<PlotScript> scripts = {
-      write_curves_plot(folder_, curves_, fs::path(folder_).filename().string())};
   std::string why_not;
   const bool classes = report.has_accuracy && report.has_test;  // a confusion matrix to draw
-  if (classes) {
-    const auto misclassified =
-        write_misclassified_plot(folder_, report.misclassified, report.class_names, &why_not);
-    scripts.push_back(write_confusion_plot(folder_, report.test.confusion, report.class_names));
-    scripts.push_back(misclassified);
-    if (misclassified.script.empty())
-      why_not = "no misclassified.png: " + why_not;
-    else
-      why_not.clear();
+  // The pictures are extras: a disk that fills up or a folder that goes away now must not cost
+  // the run its summary.json (which is small, and written next).
+  try {
+    std::vector<PlotScript> scripts = {
+        write_curves_plot(folder_, curves_, fs::path(folder_).filename().string())};
+    if (classes) {
+      const auto misclassified =
+          write_misclassified_plot(folder_, report.misclassified, report.class_names, &why_not);
+      scripts.push_back(write_confusion_plot(folder_, report.test.confusion, report.class_names));
+      scripts.push_back(misclassified);
+      if (misclassified.script.empty())
+        why_not = "no misclassified.png: " + why_not;
+      else
+        why_not.clear();
+    }
+    draw(scripts, gnuplot_path, finished);
+  } catch (const Error& e) {
+    why_not = std::string("the pictures were not drawn: ") + e.what();
   }
-  draw(scripts, gnuplot_path, finished);
   if (!why_not.empty()) finished.notices.push_back(why_not);
 
   nlohmann::json summary = summary_base(checkpoint, finished);

@@ -43,6 +43,18 @@ Optimization optimization_of(const TrainConfig& config) {
 
 void check_resumed_optimizer(const Checkpoint& checkpoint, const std::string& path,
                              const TrainConfig& config) {
+  // `import` writes weights only: nothing a run could continue from.
+  if (checkpoint.optimizer.empty()) {
+    const auto& meta = checkpoint.meta;
+    const bool imported = meta.contains("imported_from") && meta.at("imported_from").is_string();
+    throw DataError(
+        path, "a checkpoint written by train, with the optimizer state a run continues from",
+        imported ? "weights imported from " + meta.at("imported_from").get<std::string>() +
+                       " (spritetorch import), with no optimizer state"
+                 : "a checkpoint with no optimizer state",
+        "eval, classify and export take these weights; --resume needs a checkpoint of train "
+        "(--save, --checkpoint-every or one written when a run was stopped)");
+  }
   const auto saved = checkpoint.meta.value("optimizer", std::string("adam"));
   if (saved != config.optimizer)
     throw Error("--resume " + path + " was trained with --optimizer " + saved +

@@ -285,12 +285,47 @@ void check_resumed_data(const TrainConfig& config, const std::string& task,
                 "pass" + was_text + " (or train a new model)");
 }
 
+namespace {
+// "a, b, c" (the first 8, then "and N more").
+std::string names_text(const std::vector<std::string>& names) {
+  std::string out;
+  for (size_t i = 0; i < names.size() && i < 8; ++i) out += (i ? ", " : "") + names[i];
+  if (names.size() > 8) out += " and " + std::to_string(names.size() - 8) + " more";
+  return out;
+}
+}  // namespace
+
+void check_resumed_classes(const TrainConfig& config, const Checkpoint& checkpoint,
+                           const std::vector<std::string>& class_names) {
+  const auto it = checkpoint.meta.find("class_names");
+  if (it == checkpoint.meta.end() || !it->is_array() || it->empty() || class_names.empty()) return;
+  std::vector<std::string> saved;
+  for (const auto& name : *it) {
+    if (!name.is_string()) return;  // model_from_checkpoint names the bad field
+    saved.push_back(name.get<std::string>());
+  }
+  if (saved == class_names) return;
+  throw Error("--resume " + config.resume + " was trained on the classes " + names_text(saved) +
+                  "; the data of this run (--dataset " + config.dataset + ") has " +
+                  names_text(class_names),
+              "pass the --dataset it was trained on, or train a new model on this data");
+}
+
 void check_mid_run_resume(const TrainConfig& config, const Checkpoint& checkpoint,
-                          const RunState& state) {
+                          const RunState& state, int64_t train_samples) {
   const auto& meta = checkpoint.meta;
   auto differs = [&](const char* key, const nlohmann::json& now) {
     return meta.contains(key) && meta.at(key) != now;
   };
+  // --train-limit (or other data) would reorder the epoch: the batches left would not be the ones
+  // the stopped run had left.
+  if (differs("train_samples", train_samples))
+    throw Error("--resume " + config.resume + " stopped inside epoch " +
+                    std::to_string(state.epoch + 1) + " (step " + std::to_string(state.step) +
+                    ") of a training set of " + meta.at("train_samples").dump() +
+                    " samples; this run's has " + std::to_string(train_samples),
+                "resume with the same data and --train-limit (the printed resume command has "
+                "them), or from a checkpoint at an epoch's end");
   // A checkpoint from before --class-sampling was drawn in natural order.
   const std::string sampling = meta.value("class_sampling", std::string("natural"));
   if (differs("batch_size", config.batch_size) || differs("seed", config.seed) ||

@@ -79,9 +79,15 @@ void check_run_outputs(const TrainConfig& config, const std::string& base);
 // Error naming the checkpoint and the options to pass; checkpoints without the fields pass.
 void check_resumed_data(const TrainConfig& config, const std::string& task,
                         const Checkpoint& checkpoint);
-// A mid-epoch resume must see the same batches: same --batch-size, --seed and --drop-last.
+// A resumed classifier's output units keep their meaning: the data's class names must be those
+// the checkpoint was trained on (a folder of other classes, in the same number, would relabel
+// them silently). Checkpoints or data without names pass.
+void check_resumed_classes(const TrainConfig& config, const Checkpoint& checkpoint,
+                           const std::vector<std::string>& class_names);
+// A mid-epoch resume must see the same batches: same --batch-size, --seed, --drop-last,
+// --class-sampling and training set size (`train_samples`: --train-limit).
 void check_mid_run_resume(const TrainConfig& config, const Checkpoint& checkpoint,
-                          const RunState& state);
+                          const RunState& state, int64_t train_samples);
 // The error for a CUDA out-of-memory in step `step` (0-based) of epoch `epoch` (0-based), after
 // `save` has tried to write the run state (it returns the checkpoint's path).
 Error out_of_memory(const std::exception& oom, const TrainConfig& config, int64_t epoch,

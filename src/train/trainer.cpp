@@ -221,6 +221,7 @@ TrainingRun::TrainingRun(const TrainConfig& config, Task& task, const Datasets& 
   if (!config_.resume.empty()) {
     resumed_ = load_checkpoint(config_.resume);
     check_resumed_data(config_, task_.name(), *resumed_);
+    check_resumed_classes(config_, *resumed_, data_.train.class_names);
     check_resumed_optimizer(*resumed_, config_.resume, config_);
   }
   parallel_.connect(device_);
@@ -230,6 +231,14 @@ TrainingRun::TrainingRun(const TrainConfig& config, Task& task, const Datasets& 
   use_graphs_ = decide_cuda_graphs();
   torch::manual_seed(config_.seed);
   set_up_model();
+  // A checkpoint holds the parameters and at least one optimizer moment of each: with less room
+  // than that, --save would fail after the training (periodic checkpoints go beside it).
+  if (parallel_.is_main() && (!config_.save.empty() || config_.checkpoint_every > 0)) {
+    uint64_t bytes = 0;
+    for (const auto& p : task_.module().parameters())
+      bytes += 2 * static_cast<uint64_t>(p.numel()) * p.element_size();
+    check_room_for(run_base_, bytes, config_.save.empty() ? "--checkpoint-every" : "--save");
+  }
   set_up_step();
   // CPU threads, once the model and the step are known (common/cpu_threads.h: conv nets want
   // LibTorch's pool, MLPs BLAS's). The fused CPU step splits each step over the cores itself, so
@@ -248,6 +257,9 @@ void TrainingRun::check_task_options() const {
   if (config_.target_accuracy > 0 && !traits_.has_accuracy)
     throw Error("--target-accuracy needs a task with an accuracy; " + task + " has none",
                 "drop --target-accuracy");
+  if (config_.target_accuracy > 0 && data_.test.size() == 0)
+    throw Error("--target-accuracy is checked on the test set; this run has none",
+                "drop --target-accuracy, or hold out a test set (--holdout for sprite sets)");
   if (parallel_.kind() == StrategyKind::kDataParallel && !traits_.data_parallel)
     throw Error("--strategy dp replicates our built-in classifiers only; " + task +
                     " cannot be split that way",
@@ -325,7 +337,8 @@ void TrainingRun::set_up_model() {
     }
     run_state_ = load_run_state(*resumed_, device_, config_.resume);
     // Mid-epoch only: an epoch boundary may change --batch-size (its state carries just the RNG).
-    if (run_state_ && run_state_->step > 0) check_mid_run_resume(config_, *resumed_, *run_state_);
+    if (run_state_ && run_state_->step > 0)
+      check_mid_run_resume(config_, *resumed_, *run_state_, data_.train.size());
     if (start_epoch_ >= epochs_ && !(run_state_ && run_state_->step > 0))
       throw Error("nothing to train: " + config_.resume + " has " + std::to_string(start_epoch_) +
                       " epochs done, and the run has " + std::to_string(epochs_),
@@ -495,6 +508,7 @@ Checkpoint TrainingRun::make_checkpoint(int64_t epochs_done, int64_t steps) cons
       {"batch_size", config_.batch_size},
       {"drop_last", config_.drop_last},
       {"class_sampling", choice_name(config_.class_sampling)},
+      {"train_samples", data_.train.size()},
       {"spritetorch_version", SPRITETORCH_VERSION},
       {"precision", precision::to_string(plan_.precision)},
   };
@@ -843,7 +857,22 @@ TrainReport TrainingRun::run() {
     RunState at_end = stopped_within_ ? *stopped_within_ : epoch_start(epochs_done, device_);
     capture_rng(at_end, device_);
     store_run_state(at_end, checkpoint);
-    save_checkpoint(config_.save, checkpoint);
+    try {
+      save_checkpoint(config_.save, checkpoint);
+    } catch (const Error& e) {
+      // The run is done: a disk that filled up or a folder removed meanwhile must not lose it.
+      const std::string rescue = rescue_path(config_.save);
+      try {
+        save_checkpoint(rescue, checkpoint);
+      } catch (const Error&) {
+        throw IncompleteRun(std::string(e.what()) + "; the trained model could not be saved to " +
+                                rescue + " either",
+                            "free some space and train again");
+      }
+      throw IncompleteRun(
+          std::string(e.what()) + "; the trained model was saved to " + rescue + " instead",
+          "move it where it belongs: mv " + rescue + " " + config_.save);
+    }
   }
   return report;
 }

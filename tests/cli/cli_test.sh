@@ -46,7 +46,7 @@ expect 2 "available: cpu" -- train --device cuda:3 --dataset dummy --model simpl
 expect 2 "MPS" -- train --device mps --dataset dummy --model simplenn
 expect 2 "--nonsense" -- train --nonsense
 expect 2 "not in" -- train --model resnet
-expect 2 "train-images-idx3-ubyte" -- train --data "$tmp/nowhere"
+expect 2 "nowhere: expected a folder holding the four Fashion-MNIST IDX files \(--data\), found no such folder" -- train --data "$tmp/nowhere"
 expect 2 "needs image inputs" -- train --dataset dummy --model cnn
 expect 2 "fp16 is not supported on the CPU" -- train --device cpu --precision fp16 --dataset dummy --model simplenn
 expect 2 "needs a CUDA device" -- train --device cpu --cuda-graphs --dataset dummy --model simplenn
@@ -344,7 +344,7 @@ expect 2 "$tmp/none.png: expected a readable PNG file" -- generate --checkpoint 
 expect 2 "--steps 5000: this generator's noise schedule has [0-9]+ timesteps, the most ddim can take" -- generate --checkpoint "$tmp/g.pt" --steps 5000 --out "$tmp/p.png"
 expect 2 "--guidance: '-1' is not a number >= 0" -- generate --checkpoint "$tmp/g.pt" --guidance -1 --out "$tmp/p.png"
 # A count no run could sample is refused by its value (800 GB of labels were an allocation error).
-expect 2 "--count: '100000000000' is not a number from 1 to 1e\+06" -- generate --checkpoint "$tmp/g.pt" --count 100000000000 --out-dir "$tmp/huge"
+expect 2 "--count: '100000000000' is not a number from 1 to 1000000" -- generate --checkpoint "$tmp/g.pt" --count 100000000000 --out-dir "$tmp/huge"
 expect 2 "--class robot: --guidance 0 with --guidance-interval 0:1 samples every step unconditionally" -- generate --checkpoint "$tmp/g.pt" --class robot --guidance 0 --guidance-interval 0:1 --out "$tmp/p.png"
 expect 0 "Wrote $tmp/p0.png" -- generate --checkpoint "$tmp/g.pt" --class robot --count 2 --steps 2 --guidance 0 --out "$tmp/p0.png"
 expect 2 "refusing to overwrite $tmp/once.png \(given as --out\)" -- data preview --dataset sprites --out "$tmp/once.png"
@@ -448,6 +448,13 @@ expect 2 "--dataset sheet:$tmp/sheet.png: $tmp/fold.pt was trained on folder:fol
 mkdir -p "$tmp/renamed"
 i=0; for d in "$tmp"/folder/*/; do i=$((i + 1)); cp -r "$d" "$tmp/renamed/class$i"; done
 expect 2 "expected the classes $tmp/fold.pt was trained on \(.*\), found classes class1, class2, class3, class4" -- eval --checkpoint "$tmp/fold.pt" --dataset "folder:$tmp/renamed"
+# ... and so is resuming it there (its outputs would be relabelled), and --dataset names where
+# the data came from.
+expect 2 "--resume $tmp/fold.pt was trained on the classes .*; the data of this run \(--dataset folder:$tmp/renamed\) has class1, class2, class3, class4" -- train --dataset "folder:$tmp/renamed" --size 32 --epochs 3 --resume "$tmp/fold.pt" --no-run-dir
+# Hidden folders and files are no classes or sprites.
+mkdir -p "$tmp/folder/.git" && cp "$tmp"/gen/*.png "$tmp/folder/.git/"
+expect 0 "folder:folder/train \(7 train, 1 test, 4 classes\)" -- train --task classify --dataset "folder:$tmp/folder" --size 32 --epochs 1 --no-run-dir
+rm -r "$tmp/folder/.git"
 
 # Run folders, progress output and `runs` (docs/runs.md).
 small=(train --dataset dummy --model simplenn --epochs 2 --log-every 20)
@@ -570,7 +577,9 @@ expect 0 "complete" -- runs --dir "$tmp/listing"
 check "runs --json: one object per folder" python3 -c "
 import json, subprocess; r = json.loads(subprocess.run(['$bin', 'runs', '--dir', '$tmp/listing', '--json'], capture_output=True, text=True).stdout)
 assert len(r) == 3 and {x['status'] for x in r} == {'complete', 'corrupt'}, r"
-expect 0 "No runs in" -- runs --dir "$tmp/nothing-here"
+mkdir -p "$tmp/no-runs-yet"
+expect 0 "No runs in" -- runs --dir "$tmp/no-runs-yet"
+expect 2 "nothing-here: expected a folder of run folders \(--dir\), found no such folder" -- runs --dir "$tmp/nothing-here"
 expect 2 "expected a folder of run folders \(--dir\), found a file" -- runs --dir "$tmp/listing/broken/summary.json"
 expect 2 "expected a folder of run folders \(--dir\), found a run folder itself" -- runs --dir "$tmp/listing/g1"
 # A hand-edited metrics line of the wrong type is a damaged line, not the end of the listing.
@@ -595,7 +604,7 @@ expect 2 "launch starts the ranks of a training run: its command is train, not '
 # A rank count far past any machine's GPUs or cores is refused before anything starts.
 expect 2 "error: --nproc-per-node 100000: at most 256 ranks on one machine" -- launch --nproc-per-node 100000 -- train --dataset dummy --model simplenn
 # A UNet width past any sprite model is refused before it is built (it would exhaust memory).
-expect 2 "--unet-base: '100000' is not a number from 1 to 512" -- train --task generate --dataset sprites --unet-base 100000 --epochs 1 --no-run-dir
+expect 2 "--unet-base: '100000' is not a multiple of 8 from 8 to 512" -- train --task generate --dataset sprites --unet-base 100000 --epochs 1 --no-run-dir
 RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29999 \
   expect 2 "--strategy single runs one process, but this is one of 2 ranks" -- "${tiny[@]}" --strategy single
 RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29999 \
@@ -642,7 +651,7 @@ if [ -d /proc/self ]; then  # root's permission bits pass /proc; the check makes
 fi
 expect 2 "nowhere.pt: expected a checkpoint file, found no such file" -- eval --checkpoint "$tmp/nowhere.pt"
 "$bin" export --checkpoint "$tmp/s.pt" "$tmp/s_in.safetensors" >/dev/null 2>&1
-expect 2 "OUT $tmp/s_in.safetensors is the input file IN itself" -- import "$tmp/s_in.safetensors" "$tmp/s_in.safetensors" --overwrite
+expect 2 "OUT $tmp/s_in.safetensors is the IN itself" -- import "$tmp/s_in.safetensors" "$tmp/s_in.safetensors" --overwrite
 expect 0 "" -- import "$tmp/s_in.safetensors" "$tmp/s_back.pt" --model simplenn --dataset dummy
 expect 2 "--reference-count requires --reference" -- export --checkpoint "$tmp/s.pt" "$tmp/s2.safetensors" --reference-count 5
 "$bin" "${tiny[@]}" --save "$tmp/one.pt" >/dev/null 2>&1
@@ -652,7 +661,7 @@ expect 2 "--python $tmp/no-python: expected a Python interpreter with torch and 
   bench --vs-python --python "$tmp/no-python" --out "$tmp/peer_missing"
 expect 2 "--recipe fast is a classifier recipe; it does not apply to --task generate" -- train --task generate --dataset sprites --recipe fast
 expect 2 "--out: an empty path" -- bench --dataset dummy --model simplenn --out ""
-expect 2 "--count: '99999999999' is not a number from 1 to 1e\+06" -- generate --checkpoint "$tmp/g.pt" --count 99999999999 --out "$tmp/big.png"
+expect 2 "--count: '99999999999' is not a number from 1 to 1000000" -- generate --checkpoint "$tmp/g.pt" --count 99999999999 --out "$tmp/big.png"
 expect 2 "--class: an empty class name" -- generate --checkpoint "$tmp/g.pt" --class "" --out "$tmp/none.png"
 expect 2 "--augment flip,flip: .*names flip twice|'flip,flip' names flip twice" -- "${tiny[@]}" --augment flip,flip
 # Refused when the options are read, so --print-config never writes out a value training refuses.
@@ -685,6 +694,38 @@ pushd "$tmp/stray" >/dev/null
 expect 0 "Test Accuracy" -- "${tiny[@]}"
 expect 2 "refusing to overwrite the checkpoints of another run: spritetorch-run.step4.pt exists" -- "${tiny[@]}" --checkpoint-every 1
 popd >/dev/null
+
+# An output never replaces an input, --overwrite or not; a config file is refused by what it is.
+expect 2 "^error: /dev/zero: expected a TOML config file, found a device, not a file" -- train --config /dev/zero --print-config
+printf 'epochs = 1\n' > "$tmp/c_in.toml"
+expect 2 "^error: --save $tmp/c_in.toml is the --config itself: writing it would replace an input" -- "${tiny[@]}" --config "$tmp/c_in.toml" --save "$tmp/c_in.toml" --overwrite
+cp "$tmp/g.pt" "$tmp/g_in.pt"
+expect 2 "^error: --out $tmp/g_in.pt is the --checkpoint itself" -- generate --checkpoint "$tmp/g_in.pt" --count 2 --steps 2 --out "$tmp/g_in.pt" --overwrite
+check "generate --out over its own --checkpoint: the checkpoint is untouched" cmp -s "$tmp/g.pt" "$tmp/g_in.pt"
+# Where an option the command line did not give came from; CLI11's words in this tool's.
+SPRITETORCH_DEVICE=gpu expect 2 "note: --device came from SPRITETORCH_DEVICE=gpu" -- train --dataset dummy --model simplenn --epochs 1 --no-run-dir
+printf 'count = 5\n' > "$tmp/count.toml"
+expect 2 "note: --count 5 came from $tmp/count.toml:1" -- eval --checkpoint "$tmp/s.pt" --config "$tmp/count.toml"
+expect 2 "^error: unknown command 'trian'" -- trian
+expect 2 "^hint: did you mean 'train'\?" -- trian
+expect 2 "^error: --epochs is given more than once" -- "${tiny[@]}" --epochs 2
+expect 2 "^error: unknown option --epoch for spritetorch train" -- train --epoch 1
+expect 2 "^hint: did you mean --epochs\?" -- train --epoch 1
+expect 2 "^error: --resume: $tmp/nonexist.pt: expected a file, found no such file" -- train --resume "$tmp/nonexist.pt"
+expect 2 "^error: --resume: $tmp: expected a file, found a folder" -- train --resume "$tmp"
+expect 2 "'shift:100' in 'shift:100': expected a shift of at most 99 pixels" -- "${tiny[@]}" --augment shift:100
+expect 2 "cannot write $tmp/s.pt/x.pt \(given as --save\): $tmp/s.pt is a file, not a folder" -- "${tiny[@]}" --save "$tmp/s.pt/x.pt"
+expect 2 "$tmp/s.pt: expected a folder with one subfolder of PNG files per class, found a file" -- data preview --dataset "folder:$tmp/s.pt" --out "$tmp/p.png"
+expect 2 "$tmp/s.pt: expected a folder holding the four Fashion-MNIST IDX files \(--data\), found a file" -- train --data "$tmp/s.pt" --no-run-dir
+# Options that would do nothing are refused, not ignored: a generator option at its default value
+# on a classifier, --columns without a sheet, a target accuracy without a test set.
+expect 2 "--unet-base does not apply to --task classify" -- "${tiny[@]}" --unet-base 16
+expect 2 "--columns lays out the --out sheet; this command writes no sheet" -- generate --checkpoint "$tmp/g.pt" --count 2 --steps 2 --out-dir "$tmp/cols" --columns 3
+expect 2 "--target-accuracy is checked on the test set; this run has none" -- train --dataset sprites --sprite-count 50 --holdout 0 --epochs 1 --no-run-dir --target-accuracy 0.9
+# Weights from import have no optimizer state to resume; their test-time flips survive the trip.
+"$bin" export --checkpoint "$tmp/s.pt" "$tmp/s_x.safetensors" --overwrite >/dev/null 2>&1
+"$bin" import "$tmp/s_x.safetensors" "$tmp/s_imported.pt" --overwrite >/dev/null 2>&1
+expect 2 "s_imported.pt: expected a checkpoint written by train, with the optimizer state a run continues from, found weights imported from $tmp/s_x.safetensors" -- train --dataset dummy --model simplenn --epochs 3 --resume "$tmp/s_imported.pt" --no-run-dir
 
 echo "cli: $passes passed, $fails failed"
 [ "$fails" -eq 0 ]

@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <random>
 
 #include "common/error.h"
+#include "test_util.h"
 
 namespace spritetorch::config {
 namespace {
@@ -75,6 +77,40 @@ TEST(TomlFileTest, MissingFileIsAnErrorNamingIt) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent/run.toml"), std::string::npos);
   }
+}
+
+// A device or an endless pipe would be read until memory runs out: a device is refused by what it
+// is, and no file past 1 MiB (no config of options is that long) is read further.
+TEST(TomlFileTest, DevicesAndFilesPastOneMebibyteAreRefused) {
+  try {
+    read_flat_toml_file("/dev/zero");
+    FAIL() << "/dev/zero read as a config";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("/dev/zero: expected a TOML config file, found a device"),
+              std::string::npos)
+        << e.what();
+  }
+  spritetorch::testing::ScratchDir dir;
+  const std::string big = dir.file("big.toml");
+  {
+    std::ofstream out(big);
+    out << "epochs = 1\n# " << std::string(1 << 20, 'x') << "\n";
+  }
+  try {
+    read_flat_toml_file(big);
+    FAIL() << "a config past 1 MiB was read";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("a TOML config file of at most 1 MiB"), std::string::npos)
+        << e.what();
+  }
+  const std::string small = dir.file("small.toml");
+  {
+    std::ofstream out(small);
+    out << "epochs = 2\n";
+  }
+  const auto entries = read_flat_toml_file(small);
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_EQ(entries[0].key, "epochs");
 }
 
 TEST(TomlFileTest, FloatLiteralsAreShortAndReadBackExactly) {

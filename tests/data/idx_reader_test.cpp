@@ -1,6 +1,7 @@
 #include "data/idx_reader.h"
 
 #include <gtest/gtest.h>
+#include <filesystem>
 
 #include "common/error.h"
 #include "data/fashion_mnist.h"
@@ -90,14 +91,17 @@ TEST(IdxReader, RejectsZeroDimensionsAndCorruptGzip) {
   write_bytes(dir.file("zero"), idx_bytes({0, 28}, {}));
   EXPECT_NE(error_of(dir.file("zero")).find("non-zero dimensions"), std::string::npos);
   // A gzip header followed by garbage.
-  write_bytes(dir.file("bad.gz"), {0x1f, 0x8b, 0x08, 0x00, 0, 0, 0, 0, 0, 0x03, 0xde, 0xad, 0xbe, 0xef, 1, 2, 3});
+  write_bytes(dir.file("bad.gz"),
+              {0x1f, 0x8b, 0x08, 0x00, 0, 0, 0, 0, 0, 0x03, 0xde, 0xad, 0xbe, 0xef, 1, 2, 3});
   EXPECT_FALSE(error_of(dir.file("bad.gz")).empty());
 }
 
 class FashionMnistFolder : public ::testing::Test {
  protected:
-  void write_split(const std::string& prefix, uint32_t images, uint32_t labels, uint8_t max_label = 9) {
-    write_gz(dir_.file(prefix + "-images-idx3-ubyte.gz"), idx_bytes({images, 28, 28}, ramp(images * 784)));
+  void write_split(const std::string& prefix, uint32_t images, uint32_t labels,
+                   uint8_t max_label = 9) {
+    write_gz(dir_.file(prefix + "-images-idx3-ubyte.gz"),
+             idx_bytes({images, 28, 28}, ramp(images * 784)));
     std::vector<uint8_t> l(labels);
     for (uint32_t i = 0; i < labels; ++i) l[i] = static_cast<uint8_t>(i % (max_label + 1));
     write_gz(dir_.file(prefix + "-labels-idx1-ubyte.gz"), idx_bytes({labels}, l));
@@ -134,8 +138,18 @@ TEST_F(FashionMnistFolder, CountMismatchBadLabelAndMissingFileAreClearErrors) {
     load_fashion_mnist(dir_.file("nowhere"), Split::kTest);
     FAIL() << "missing folder accepted";
   } catch (const DataError& e) {
-    EXPECT_NE(std::string(e.what()).find("t10k-images-idx3-ubyte"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("nowhere: expected a folder holding the four"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("found no such folder"), std::string::npos) << e.what();
     EXPECT_NE(e.hint().find("dataset-fashion-mnist"), std::string::npos);
+  }
+  std::filesystem::create_directory(dir_.file("empty"));
+  try {  // a folder without the files names the first one missing
+    load_fashion_mnist(dir_.file("empty"), Split::kTest);
+    FAIL() << "a folder without the test files accepted";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("t10k-images-idx3-ubyte"), std::string::npos) << e.what();
   }
 }
 

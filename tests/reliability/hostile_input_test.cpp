@@ -10,6 +10,7 @@
 #include <functional>
 
 #include "common/error.h"
+#include "common/json_field.h"
 #include "data/idx_reader.h"
 #include "data/picture.h"
 #include "io/png.h"
@@ -155,6 +156,23 @@ int replay(const std::string& folder, const std::function<void(const std::string
 }
 
 const std::string kSource = SPRITETORCH_TEST_DIR "/..";
+
+// An unsigned field given a negative number (an imported file's "seed": -5) is refused, not
+// wrapped to 2^64 - 5; a string is refused as before.
+TEST(HostileCheckpoint, ANegativeNumberForAnUnsignedFieldIsRefused) {
+  const nlohmann::json good = {{"seed", 5}}, negative = {{"seed", -5}}, text = {{"seed", "5"}};
+  EXPECT_EQ(json_field(good, "seed", uint64_t{0}, "m.pt", "seed"), 5u);
+  try {
+    json_field(negative, "seed", uint64_t{0}, "m.pt", "seed");
+    ADD_FAILURE() << "-5 read as an unsigned seed";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("'seed' as an integer >= 0, found a JSON number (-5)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(json_field(text, "seed", uint64_t{0}, "m.pt", "seed"), DataError);
+  EXPECT_EQ(json_field(negative, "seed", int64_t{0}, "m.pt", "seed"), -5);
+}
 
 TEST(FuzzInputs, IdxCorpusAndRegressionsReadCleanly) {
   for (const char* target : {"idx_fuzzer", "idx_gz_fuzzer"}) {

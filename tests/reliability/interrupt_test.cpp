@@ -151,9 +151,10 @@ int exit_code(pid_t pid) {
 }
 
 std::vector<std::string> cnn_command(const ScratchDir& dir, const std::string& save) {
-  return {SPRITETORCH_CLI_PATH, "train", "--device", "cpu", "--model", "cnn", "--train-limit", "960",
-          "--test-limit", "64", "--epochs", "2", "--batch-size", "32", "--seed", "5",
-          "--log-every", "1", "--verbose", "--save", dir.file(save)};
+  return {SPRITETORCH_CLI_PATH, "train",  "--device",     "cpu", "--model",     "cnn",
+          "--train-limit",      "960",    "--test-limit", "64",  "--epochs",    "2",
+          "--batch-size",       "32",     "--seed",       "5",   "--log-every", "1",
+          "--verbose",          "--save", dir.file(save)};
 }
 
 TEST(InterruptProcess, SigtermedTrainExits143AndItsResumeCommandReproducesTheWeights) {
@@ -189,10 +190,10 @@ TEST(InterruptProcess, SigintExits130WithACheckpoint) {
   ScratchDir dir;
   int fd = -1;
   // Far more epochs than it will live through.
-  const pid_t pid = spawn({SPRITETORCH_CLI_PATH, "train", "--device", "cpu", "--model", "simplenn",
-                           "--dataset", "dummy", "--epochs", "100000", "--log-every", "1",
-                           "--verbose", "--save", dir.file("s.pt")},
-                          fd);
+  const pid_t pid = spawn(
+      {SPRITETORCH_CLI_PATH, "train", "--device", "cpu", "--model", "simplenn", "--dataset",
+       "dummy", "--epochs", "100000", "--log-every", "1", "--verbose", "--save", dir.file("s.pt")},
+      fd);
   ASSERT_GT(pid, 0);
   const std::string out = read_and_signal(fd, pid, "epoch 1 step 2/", SIGINT);
   ASSERT_EQ(exit_code(pid), 130) << out;
@@ -217,19 +218,67 @@ TEST(MidEpochResume, RefusesOtherClassSampling) {
   config.seed = 7;
   config.resume = "gen.pt";
   config.class_sampling = data::ClassSampling::kBalanced;
-  EXPECT_NO_THROW(check_mid_run_resume(config, checkpoint, state));
+  EXPECT_NO_THROW(check_mid_run_resume(config, checkpoint, state, 1000));
   config.class_sampling = data::ClassSampling::kNatural;
   try {
-    check_mid_run_resume(config, checkpoint, state);
+    check_mid_run_resume(config, checkpoint, state, 1000);
     ADD_FAILURE() << "natural sampling resumed a balanced run";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--class-sampling balanced"), std::string::npos)
         << e.what();
   }
   checkpoint.meta.erase("class_sampling");
-  EXPECT_NO_THROW(check_mid_run_resume(config, checkpoint, state));
+  EXPECT_NO_THROW(check_mid_run_resume(config, checkpoint, state, 1000));
   config.class_sampling = data::ClassSampling::kBalanced;
-  EXPECT_THROW(check_mid_run_resume(config, checkpoint, state), Error);
+  EXPECT_THROW(check_mid_run_resume(config, checkpoint, state, 1000), Error);
+}
+
+// Another training set size (--train-limit) reorders the epoch: refused mid-epoch; a checkpoint
+// from before the field passes.
+TEST(MidEpochResume, RefusesAnotherTrainingSetSize) {
+  Checkpoint checkpoint;
+  checkpoint.meta = {{"batch_size", 64}, {"seed", 7}, {"drop_last", false}};
+  RunState state;
+  state.epoch = 0;
+  state.step = 248;
+  TrainConfig config;
+  config.batch_size = 64;
+  config.seed = 7;
+  config.resume = "run.step248.pt";
+  EXPECT_NO_THROW(check_mid_run_resume(config, checkpoint, state, 19000));
+  checkpoint.meta["train_samples"] = 20000;
+  EXPECT_NO_THROW(check_mid_run_resume(config, checkpoint, state, 20000));
+  try {
+    check_mid_run_resume(config, checkpoint, state, 19000);
+    ADD_FAILURE() << "a smaller training set resumed mid-epoch";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("a training set of 20000 samples; this run's has 19000"), std::string::npos)
+        << what;
+    EXPECT_NE(e.hint().find("--train-limit"), std::string::npos) << e.hint();
+  }
+}
+
+// A classifier resumed on data of other classes (same count) would relabel its outputs: refused,
+// naming both lists; the same names, or a checkpoint or data without names, pass.
+TEST(ResumedClasses, OtherClassNamesAreRefused) {
+  Checkpoint checkpoint;
+  checkpoint.meta = {{"class_names", {"amulet", "book", "gem"}}};
+  TrainConfig config;
+  config.resume = "dc3.pt";
+  config.dataset = "folder:dcx";
+  EXPECT_NO_THROW(check_resumed_classes(config, checkpoint, {"amulet", "book", "gem"}));
+  EXPECT_NO_THROW(check_resumed_classes(config, checkpoint, {}));
+  try {
+    check_resumed_classes(config, checkpoint, {"ring", "staff", "wand"});
+    ADD_FAILURE() << "other classes accepted";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("trained on the classes amulet, book, gem"), std::string::npos) << what;
+    EXPECT_NE(what.find("(--dataset folder:dcx) has ring, staff, wand"), std::string::npos) << what;
+  }
+  checkpoint.meta.erase("class_names");
+  EXPECT_NO_THROW(check_resumed_classes(config, checkpoint, {"ring", "staff", "wand"}));
 }
 
 }  // namespace
