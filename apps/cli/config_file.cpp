@@ -461,9 +461,13 @@ std::string origin_note(const CLI::App& sub, const std::string& message) {
     if (!from_file && !set_by_environment(option)) continue;
     const std::string flag = "--" + long_name(*option);
     const auto& values = option->results();
-    const bool named = names_flag(message, flag) ||
-                       (values.size() == 1 && !values.front().empty() &&
-                        message.find("'" + values.front() + "'") != std::string::npos);
+    // Its value in quotes ("unknown device 'gpu'") counts too, unless it is a number: '1' in a
+    // message is too likely to be about something else.
+    const bool quoted_value =
+        values.size() == 1 && !values.front().empty() &&
+        values.front().find_first_not_of("0123456789.+-e") != std::string::npos &&
+        message.find("'" + values.front() + "'") != std::string::npos;
+    const bool named = names_flag(message, flag) || quoted_value;
     if (!named) continue;
     std::string value;
     for (const auto& v : values) value += (value.empty() ? "" : ",") + v;

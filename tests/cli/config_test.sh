@@ -121,12 +121,12 @@ expect 2 "self.toml:1: 'config' cannot be set in a config file" -- train --confi
 printf 'run-dir = "somewhere"\n' >"$tmp/rundir.toml"
 expect 2 "rundir.toml:1: 'run-dir' cannot be set in a config file" -- train --config "$tmp/rundir.toml" --print-config
 expect 2 "hint: pass --run-dir on the command line" -- train --config "$tmp/rundir.toml" --print-config
-expect 2 "cannot read config file" -- train --config "$tmp/missing.toml" --print-config
+expect 2 "missing.toml: expected a TOML config file, found no such file" -- train --config "$tmp/missing.toml" --print-config
 out=$(SPRITETORCH_THREADS=many "$bin" train --print-config 2>&1); rc=$?
 [ "$rc" -eq 2 ] && grep -q "environment variable SPRITETORCH_THREADS=many (it sets --threads): 'many' is not a thread count" <<<"$out"
 check "a bad environment value is a usage error naming the variable" $? "$out"
 out=$(SPRITETORCH_PRECISION=fp64 "$bin" train --precision fp32 --threads many --print-config 2>&1); rc=$?
-[ "$rc" -eq 2 ] && grep -q "^--threads: 'many' is not a thread count" <<<"$out" && ! grep -q "SPRITETORCH" <<<"$out"
+[ "$rc" -eq 2 ] && grep -q "^error: --threads: 'many' is not a thread count" <<<"$out" && ! grep -q "SPRITETORCH" <<<"$out"
 check "a bad command-line value is not blamed on the environment" $? "$out"
 out=$(SPRITETORCH_THREADS=many "$bin" train --threads 1 --print-config 2>&1); rc=$?
 [ "$rc" -eq 0 ] && grep -q "^threads = 1$" <<<"$out"
