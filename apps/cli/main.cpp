@@ -9,7 +9,9 @@
 #include <cstdlib>
 #include <iostream>
 #include <sstream>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "checks.h"
 #include "commands.h"
