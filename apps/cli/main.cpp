@@ -192,8 +192,8 @@ int run(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ConversionError& e) {
-    const std::string readable = conversion_message(app, e.what());
-    if (readable.empty()) return app.exit(e) == 0 ? 0 : 2;
+    std::string readable = conversion_message(app, e.what());
+    if (readable.empty()) readable = parse_error_message(app, argc, argv, e).first;
     std::cerr << "error: " << readable << "\n";
     return 2;
   } catch (const CLI::CallForHelp& e) {

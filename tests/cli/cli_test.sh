@@ -725,6 +725,16 @@ expect 2 "--target-accuracy is checked on the test set; this run has none" -- tr
 # Weights from import have no optimizer state to resume; their test-time flips survive the trip.
 "$bin" export --checkpoint "$tmp/s.pt" "$tmp/s_x.safetensors" --overwrite >/dev/null 2>&1
 "$bin" import "$tmp/s_x.safetensors" "$tmp/s_imported.pt" --overwrite >/dev/null 2>&1
+"$bin" train --dataset sprites --sprite-count 64 --size 16 --model cnn --epochs 1 --test-time-augment flip --no-run-dir --save "$tmp/tta.pt" >/dev/null 2>&1
+"$bin" export --checkpoint "$tmp/tta.pt" "$tmp/tta.safetensors" >/dev/null 2>&1
+"$bin" import "$tmp/tta.safetensors" "$tmp/tta_back.pt" >/dev/null 2>&1
+"$bin" export --checkpoint "$tmp/tta_back.pt" "$tmp/tta_again.safetensors" >/dev/null 2>&1
+check "export -> import -> export keeps test_time_augment" python3 -c "
+import json, struct
+b = open('$tmp/tta_again.safetensors', 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]
+meta = json.loads(json.loads(b[8:8 + n])['__metadata__']['spritetorch'])
+assert meta.get('test_time_augment') == 'flip', meta"
 expect 2 "s_imported.pt: expected a checkpoint written by train, with the optimizer state a run continues from, found weights imported from $tmp/s_x.safetensors" -- train --dataset dummy --model simplenn --epochs 3 --resume "$tmp/s_imported.pt" --no-run-dir
 
 echo "cli: $passes passed, $fails failed"

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -36,6 +37,31 @@ TEST(OutputFile, SameFileSeesThroughSpellingsAndLinksWhetherTheFileExistsOrNot) 
 }
 
 using spritetorch::testing::error_of;
+
+// Room is measured on the file system the output goes to: what it has passes, more than any disk
+// has is refused before any work, naming the path, the size and what is free; a rescue path is
+// in the temp folder, keeps the name's stem and extension, and is not taken.
+TEST(OutputFile, AnOutputThatCannotFitIsRefusedAndARescuePathIsFree) {
+  ScratchDir dir;
+  const std::string target = dir.file("model.pt");
+  const uint64_t free = free_bytes_for(target);
+  ASSERT_GT(free, 0u);
+  EXPECT_NO_THROW(check_room_for(target, 1, "--save"));
+  const std::string message = error_of([&] { check_room_for(target, UINT64_MAX / 2, "--save"); });
+  EXPECT_NE(message.find("no room for " + target + " (given as --save): it takes at least"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("free"), std::string::npos) << message;
+  const std::string rescue = rescue_path(target);
+  const auto path = std::filesystem::path(rescue);
+  EXPECT_EQ(path.parent_path(), std::filesystem::temp_directory_path());
+  EXPECT_EQ(path.extension(), ".pt");
+  EXPECT_EQ(path.filename().string().rfind("spritetorch-model-", 0), 0u) << rescue;
+  EXPECT_FALSE(std::filesystem::exists(path));
+  std::ofstream(rescue) << "x";  // taken now: the next one is another name
+  EXPECT_NE(rescue_path(target), rescue);
+  std::filesystem::remove(path);
+}
 
 // A folder that takes no new files fails at the check, before any work, naming the target; a
 // write that fails anyway names the target too, not the temporary file it goes through.
