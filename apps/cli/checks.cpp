@@ -6,12 +6,13 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
-#include <filesystem>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "common/input_file.h"
 #include "common/output_file.h"
+#include "data/sprite_sources.h"
 
 namespace spritetorch::cli {
 
@@ -88,14 +89,12 @@ CLI::Validator multiple_of_8_up_to(int64_t max) {
 
 const CLI::Validator kExistingFile(
     [](std::string& text) -> std::string {
-      namespace fs = std::filesystem;
-      std::error_code ec;
-      const auto type = fs::status(text, ec).type();
-      if (type == fs::file_type::regular || type == fs::file_type::fifo) return std::string();
-      const std::string found = type == fs::file_type::not_found   ? "no such file"
-                                : type == fs::file_type::directory ? "a folder"
-                                                                   : "something that is not a file";
-      return text + ": expected a file, found " + found;
+      try {
+        check_input_file(text, "a file");
+        return std::string();
+      } catch (const DataError& e) {
+        return e.what();
+      }
     },
     "FILE");
 
@@ -157,16 +156,6 @@ std::string option_label(const CLI::Option& option) {
   return name;
 }
 
-// The files a --dataset value names: sheet:FILE, npy:FILE[,LABELS]; none for the others.
-std::vector<std::string> dataset_files(const std::string& spec) {
-  if (spec.rfind("sheet:", 0) == 0) return {spec.substr(6)};
-  if (spec.rfind("npy:", 0) != 0) return {};
-  const std::string files = spec.substr(4);
-  const auto comma = files.find(',');
-  if (comma == std::string::npos) return {files};
-  return {files.substr(0, comma), files.substr(comma + 1)};
-}
-
 // (label, path) of every file `command`'s options read (`inputs`) or write (`outputs`).
 void collect_files(const CLI::App& command,
                    std::vector<std::pair<std::string, std::string>>& inputs,
@@ -182,7 +171,7 @@ void collect_files(const CLI::App& command,
     for (const std::string& value : option->results()) {
       if (value.empty()) continue;
       if (label == "--dataset") {
-        for (const auto& file : dataset_files(value)) inputs.emplace_back(label, file);
+        for (const auto& file : data::sprite_dataset_files(value)) inputs.emplace_back(label, file);
       } else if (std::find(kReads.begin(), kReads.end(), label) != kReads.end()) {
         if (!(label == "--palette" && value == "auto")) inputs.emplace_back(label, value);
       } else if (std::find(kWrites.begin(), kWrites.end(), label) != kWrites.end()) {

@@ -137,17 +137,24 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
+std::string nearest_name(const std::string& word, const std::vector<std::string>& names) {
+  std::string best;
+  size_t best_distance = 3;  // farther than this is no suggestion
+  for (const auto& name : names) {
+    const size_t d = edit_distance(word, name);
+    if (d < best_distance && d < word.size()) best_distance = d, best = name;
+  }
+  return best;
+}
+
 namespace {
 
 std::string unknown_key_hint(const CLI::App& sub, const std::string& key) {
-  std::string best;
-  size_t best_distance = 3;  // farther than this is no suggestion
-  for (const CLI::Option* option : sub.get_options()) {
-    const std::string name = long_name(*option);
-    if (name.empty() || !option->get_configurable()) continue;
-    const size_t d = edit_distance(key, name);
-    if (d < best_distance && d < key.size()) best_distance = d, best = name;
-  }
+  std::vector<std::string> keys;
+  for (const CLI::Option* option : sub.get_options())
+    if (!long_name(*option).empty() && option->get_configurable())
+      keys.push_back(long_name(*option));
+  const std::string best = nearest_name(key, keys);
   std::string hint = best.empty() ? std::string() : "did you mean '" + best + "'? ";
   return hint + "keys are the long options of `spritetorch " + sub.get_name() +
          " --help` without the dashes";

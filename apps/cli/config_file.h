@@ -59,6 +59,9 @@ bool resolve_config(CLI::App& sub, std::ostream& out);
 
 // Levenshtein distance, for "did you mean" on unknown keys, options and commands.
 size_t edit_distance(const std::string& a, const std::string& b);
+// The name in `names` that `word` most likely misspells (at most 2 edits away, and fewer edits
+// than `word` has letters), or "" for none.
+std::string nearest_name(const std::string& word, const std::vector<std::string>& names);
 
 // For an error `message` about an option that an environment variable or a config file set (the
 // message names its flag, or its value in quotes): where it came from, one line per option

@@ -15,6 +15,7 @@
 
 #include "checks.h"
 #include "commands.h"
+#include "common/byte_size.h"
 #include "common/error.h"
 #include "common/malloc_tuning.h"
 #include "config_file.h"
@@ -91,17 +92,6 @@ const CLI::App& named_command(const CLI::App& app) {
   return app;
 }
 
-// What the user most likely meant by `word` among `names` (at most 2 edits away), or "".
-std::string nearest(const std::string& word, const std::vector<std::string>& names) {
-  std::string best;
-  size_t best_distance = 3;
-  for (const auto& name : names) {
-    const size_t d = spritetorch::cli::edit_distance(word, name);
-    if (d < best_distance && d < word.size()) best_distance = d, best = name;
-  }
-  return best;
-}
-
 // CLI11's parse errors in this tool's words, with a hint: a misspelled command or option gets a
 // "did you mean", a repeated option says so.
 std::pair<std::string, std::string> parse_error_message(const CLI::App& app, int argc, char** argv,
@@ -115,7 +105,7 @@ std::pair<std::string, std::string> parse_error_message(const CLI::App& app, int
   if (&command == &app && argc > 1 && argv[1][0] != '-') {
     std::vector<std::string> names;
     for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());
-    const std::string guess = nearest(argv[1], names);
+    const std::string guess = spritetorch::cli::nearest_name(argv[1], names);
     return {"unknown command '" + std::string(argv[1]) + "'",
             (guess.empty() ? std::string() : "did you mean '" + guess + "'? ") +
                 "spritetorch --help lists the commands"};
@@ -132,7 +122,7 @@ std::pair<std::string, std::string> parse_error_message(const CLI::App& app, int
       std::string word = argv[i];
       word = word.substr(0, word.find('='));
       if (word.rfind("--", 0) != 0 || command.get_option_no_throw(word) != nullptr) continue;
-      const std::string guess = nearest(word, options);
+      const std::string guess = spritetorch::cli::nearest_name(word, options);
       return {"unknown option " + word + " for spritetorch " + command.get_name(),
               (guess.empty() ? std::string() : "did you mean " + guess + "? ") + help};
     }
@@ -160,12 +150,7 @@ std::string allocation_size(const std::string& message) {
   for (const char* c = end + (*end == ' '); std::isalpha(static_cast<unsigned char>(*c)); ++c)
     unit += *c;
   if (unit != "bytes") return "an allocation of " + number + (unit.empty() ? "" : " " + unit);
-  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  int u = 0;
-  while (value >= 1024 && u < 6) value /= 1024, ++u;
-  char text[64];
-  std::snprintf(text, sizeof text, u == 0 ? "%.0f %s" : "%.1f %s", value, units[u]);
-  return std::string("an allocation of ") + text;
+  return "an allocation of " + spritetorch::byte_size_text(value);
 }
 
 int run(int argc, char** argv) {

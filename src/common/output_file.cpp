@@ -5,10 +5,10 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
+#include "common/byte_size.h"
 #include "common/error.h"
 
 namespace spritetorch {
@@ -63,25 +63,14 @@ uint64_t free_bytes_for(const std::string& path) {
   return static_cast<uint64_t>(fs.f_bavail) * static_cast<uint64_t>(fs.f_frsize);
 }
 
-namespace {
-std::string size_text(uint64_t bytes) {
-  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
-  double value = static_cast<double>(bytes);
-  int u = 0;
-  while (value >= 1024 && u < 4) value /= 1024, ++u;
-  char text[32];
-  std::snprintf(text, sizeof text, u == 0 ? "%.0f %s" : "%.1f %s", value, units[u]);
-  return text;
-}
-}  // namespace
-
 void check_room_for(const std::string& path, uint64_t bytes, const std::string& flag) {
   const uint64_t free = free_bytes_for(path);
   if (free >= bytes) return;
   const auto folder = std::filesystem::path(path).parent_path();
   throw Error("no room for " + path + " (given as " + flag + "): it takes at least " +
-                  size_text(bytes) + ", and " + (folder.empty() ? "." : folder.string()) + " has " +
-                  size_text(free) + " free",
+                  byte_size_text(static_cast<double>(bytes)) + ", and " +
+                  (folder.empty() ? "." : folder.string()) + " has " +
+                  byte_size_text(static_cast<double>(free)) + " free",
               "free some space, or choose another path");
 }
 

@@ -54,6 +54,15 @@ bool is_sprite_dataset(const std::string& spec) {
          starts_with(spec, "npy:");
 }
 
+std::vector<std::string> sprite_dataset_files(const std::string& spec) {
+  if (starts_with(spec, "sheet:")) return {spec.substr(6)};
+  if (!starts_with(spec, "npy:")) return {};
+  const std::string files = spec.substr(4);
+  const auto comma = files.find(',');
+  if (comma == std::string::npos) return {files};
+  return {files.substr(0, comma), files.substr(comma + 1)};
+}
+
 namespace {
 
 // One sprite option: its flag, the datasets that read it, and how to put it back to its default
@@ -179,9 +188,8 @@ Dataset load_sprite_dataset(const std::string& spec, const SpriteOptions& option
   if (kind == "folder") return read_sprite_folder(arg, options.size, options.resize);
   if (kind == "sheet") return read_sprite_sheet(arg, options);
   if (kind == "npy") {
-    const auto comma = arg.find(',');
-    return read_npy_sprites(arg.substr(0, comma),
-                            comma == std::string::npos ? "" : arg.substr(comma + 1), options.size,
+    const auto files = sprite_dataset_files(spec);
+    return read_npy_sprites(files[0], files.size() > 1 ? files[1] : "", options.size,
                             options.resize);
   }
   throw Error("unknown sprite dataset '" + spec + "'",

@@ -39,6 +39,9 @@ struct SpriteOptions {
 
 // True for "sprites", "folder:...", "sheet:...", "npy:...".
 bool is_sprite_dataset(const std::string& spec);
+// The files a dataset spec reads whole: sheet:FILE -> {FILE}; npy:FILE[,LABELS] -> {FILE[,
+// LABELS]}; none for the others (a folder's PNGs are found when it is read).
+std::vector<std::string> sprite_dataset_files(const std::string& spec);
 
 // Throws Error when `options` sets, to other than its default, a field that `dataset` does not
 // read (so it would be ignored without a word): any of them on fashion-mnist or dummy, the sheet
