@@ -196,10 +196,13 @@ void check_outputs_are_not_inputs(const CLI::App& command) {
     for (const auto& [in_label, in] : inputs) {
       // train --save of the checkpoint it resumes from: the run continues in place.
       if (out_label == "--save" && in_label == "--resume") continue;
-      if (same_file(out, in))
-        throw Error(out_label + " " + out + " is the " + in_label + " itself: writing it would " +
-                        "replace an input, --overwrite or not",
-                    "write into another file; " + in + " is kept as it is");
+      if (!same_file(out, in)) continue;
+      // A sheet:/npy: dataset names several files: say which role the output would overwrite.
+      const std::string what =
+          in_label == "--dataset" ? "a file the --dataset reads" : "the " + in_label + " itself";
+      throw Error(out_label + " " + out + " is " + what + ": writing it would " +
+                      "replace an input, --overwrite or not",
+                  "write into another file; " + in + " is kept as it is");
     }
 }
 

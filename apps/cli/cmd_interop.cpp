@@ -14,6 +14,7 @@
 #include "interop/python_state.h"
 #include "interop/torch_file.h"
 #include "models/classifier.h"
+#include "train/model_state.h"
 #include "train/trainer.h"
 
 namespace spritetorch::cli {
@@ -40,7 +41,7 @@ Subcommand add_export_command(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "export",
       "Write a classifier checkpoint's weights for Python PyTorch (load_state_dict) as "
-      "safetensors or a torch.load-able dict");
+      "safetensors or a torch.load-able dict (a module of your own program's: as it named them)");
   struct Flags {
     std::string checkpoint, format = "auto", out, reference;
     int64_t reference_count = 16;
@@ -79,16 +80,23 @@ Subcommand add_export_command(CLI::App& app) {
             const std::string format =
                 f->format == "auto" ? format_from_extension(f->out) : f->format;
             const auto checkpoint = train::load_checkpoint(f->checkpoint);
+            const std::string own = train::own_module_description(checkpoint, f->checkpoint);
+            if (!own.empty() && !f->reference.empty())
+              throw Error("--reference needs spritetorch to run the model, and " + f->checkpoint +
+                              " holds " + own + ", a module of the program that trained it",
+                          "leave --reference out; that program can compute logits to check the "
+                          "Python side against");
             const auto state = interop::python_state_dict(checkpoint, f->checkpoint);
             if (format == "safetensors") {
               interop::write_safetensors(f->out, state);
             } else {
               interop::write_torch_state_dict(f->out, state);
             }
-            std::cout << "Wrote " << f->out << " (" << format << "): model "
-                      << checkpoint.meta.value("model", std::string("?")) << ", "
-                      << state.tensors.size() << " tensors, " << parameter_count(state)
-                      << " parameters\n";
+            std::cout << "Wrote " << f->out << " (" << format << "): "
+                      << (own.empty() ? "model " + checkpoint.meta.value("model", std::string("?"))
+                                      : own)
+                      << ", " << state.tensors.size() << " tensors, " << parameter_count(state)
+                      << " values\n";
             for (const auto& [name, t] : state.tensors)
               std::cout << "  " << name << "  " << t.sizes() << "\n";
             if (!f->reference.empty()) {
@@ -98,8 +106,13 @@ Subcommand add_export_command(CLI::App& app) {
               std::cout << "Wrote " << f->reference << ": " << f->reference_count
                         << " reference inputs and logits\n";
             }
-            std::cout << "Python: model.load_state_dict(state_dict); the model classes are in "
-                         "docs/interop.md\n";
+            if (own.empty())
+              std::cout << "Python: model.load_state_dict(state_dict); the model classes are in "
+                           "docs/interop.md\n";
+            else
+              std::cout << "Python: model.load_state_dict(state_dict), the model being the same "
+                           "module written in Python (the names are the ones its C++ "
+                           "register_module calls gave)\n";
             return 0;
           }};
 }

@@ -93,12 +93,6 @@ RunSession::RunSession(const RunFlags& flags, train::TrainConfig& config, const 
                        bool json)
     : human_(json ? std::cerr : std::cout), quiet_(flags.quiet) {
   if (flags.quiet && flags.verbose) throw Error("--quiet and --verbose contradict each other");
-  runs::ProgressOptions options;
-  options.style = runs::detect_terminal(json ? 2 : 1);
-  options.verbosity = flags.quiet     ? runs::Verbosity::kQuiet
-                      : flags.verbose ? runs::Verbosity::kVerbose
-                                      : runs::Verbosity::kNormal;
-  printer_ = std::make_unique<runs::ProgressPrinter>(human_, options);
 
   const bool keep = !flags.no_run_dir && main_rank();
   if (flags.no_run_dir && !flags.run_dir.empty())
@@ -126,8 +120,14 @@ RunSession::RunSession(const RunFlags& flags, train::TrainConfig& config, const 
     recorder_ = std::make_unique<runs::RunRecorder>(
         folder, runs::RunIdentity{choice_name(config.task), model_for_name(config), config.dataset},
         config_toml);
-    if (!quiet_) human_ << "Run folder: " << folder << "\n";
   }
+  runs::ProgressOptions options;
+  options.style = runs::detect_terminal(json ? 2 : 1);
+  options.verbosity = flags.quiet     ? runs::Verbosity::kQuiet
+                      : flags.verbose ? runs::Verbosity::kVerbose
+                                      : runs::Verbosity::kNormal;
+  options.run_folder = recorder_ ? recorder_->folder() : std::string();
+  printer_ = std::make_unique<runs::ProgressPrinter>(human_, options);
   observers_ = std::make_unique<runs::ObserverList>(
       std::vector<train::TrainObserver*>{printer_.get(), recorder_.get()});
 }

@@ -36,7 +36,8 @@ class RunSession {
  public:
   // Picks the output style and, unless --no-run-dir or on a ddp rank other than 0, makes the run
   // folder: config.toml from `sub`'s effective flags; config.save defaults to its checkpoint.pt
-  // and config.sample_every is applied. json: human output goes to stderr.
+  // and config.sample_every is applied. json: human output goes to stderr. "Run folder: X" is
+  // printed when training starts, so a run refused before then names no folder.
   RunSession(const RunFlags& flags, train::TrainConfig& config, const CLI::App& sub, bool json);
   // Clears a progress line left on the terminal (an error message follows on the same screen);
   // a run that never started (bad flags or data) leaves no folder behind.

@@ -103,10 +103,14 @@ AlphaMode alpha_mode_of(const torch::Tensor& sprites) {
 }
 
 void check_generator_checkpoint(const train::Checkpoint& c, const std::string& source) {
-  if (json_field(c.meta, "task", std::string(), source, "task") != "generate")
-    throw DataError(source, "a generator checkpoint (train --task generate)",
-                    "a '" + json_field(c.meta, "model", std::string("?"), source, "model") +
-                        "' classifier checkpoint");
+  const auto task = json_field(c.meta, "task", std::string(), source, "task");
+  if (task == "generate") return;
+  const std::string own = train::own_module_description(c, source);
+  throw DataError(source, "a generator checkpoint (train --task generate)",
+                  !own.empty()
+                      ? own + ", from a program of its own (the library's Trainer)"
+                      : "a '" + json_field(c.meta, "model", std::string("?"), source, "model") +
+                            "' classifier checkpoint");
 }
 
 namespace {

@@ -48,10 +48,22 @@ TensorFile python_state_dict(const train::Checkpoint& checkpoint, const std::str
                     "a sprite generator checkpoint",
                     "export covers the classifiers; the generator's UNet has no Python twin in "
                     "docs/interop.md");
+  nlohmann::json meta = checkpoint.meta;
+  meta.erase("run");  // mid-run state belongs to resuming, not to the weights
+  meta.erase("grad_scaler");
+  TensorFile out;
+  out.metadata["format"] = "pt";  // what Hugging Face's loaders expect of a PyTorch state dict
+  out.metadata["spritetorch"] = meta.dump();
+  if (!train::own_module_description(checkpoint, source).empty()) {
+    // A module of the user's program: no class of ours to check against, so its tensors go out
+    // as the module registered them (LibTorch names a module's tensors as PyTorch names the same
+    // module's), in name order, dtypes kept. load_state_dict matches by name, not order.
+    for (const auto& [name, t] : checkpoint.model) out.tensors.emplace_back(name, t.contiguous());
+    return out;
+  }
   // Building the model checks the checkpoint's tensors against it and gives Python's order.
   auto model = train::model_from_checkpoint(checkpoint, source, torch::kCPU);
   const std::string model_name = checkpoint.meta.at("model").get<std::string>();
-  TensorFile out;
   // Python's state_dict order: module by module, each one's parameters, then its buffers
   // (BatchNorm's running statistics follow its weight and bias).
   for (const auto& m : model->named_modules("", /*include_self=*/true)) {
@@ -62,11 +74,6 @@ TensorFile python_state_dict(const train::Checkpoint& checkpoint, const std::str
     for (const auto& b : m.value()->named_buffers(/*recurse=*/false))
       out.tensors.emplace_back(python_name(model_name, prefix + b.key()), b.value().contiguous());
   }
-  nlohmann::json meta = checkpoint.meta;
-  meta.erase("run");  // mid-run state belongs to resuming, not to the weights
-  meta.erase("grad_scaler");
-  out.metadata["format"] = "pt";  // what Hugging Face's loaders expect of a PyTorch state dict
-  out.metadata["spritetorch"] = meta.dump();
   return out;
 }
 

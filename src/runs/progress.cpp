@@ -33,6 +33,7 @@ std::string ProgressPrinter::paint(const std::string& text, const char* code) co
 
 void ProgressPrinter::on_start(const std::string& device, const train::Settings& settings) {
   if (options_.verbosity == Verbosity::kQuiet) return;
+  if (!options_.run_folder.empty()) out_ << "Run folder: " << options_.run_folder << "\n";
   out_ << "Using device: " << device << "\n";
   size_t width = 0;
   for (const auto& [key, value] : settings) width = std::max(width, key.size());

@@ -24,6 +24,9 @@ struct ProgressOptions {
   Verbosity verbosity = Verbosity::kNormal;
   double min_redraw_s = 0.1;      // at most 10 redraws a second
   std::function<double()> clock;  // monotonic seconds; default: steady_clock (tests inject one)
+  // Printed as "Run folder: X" when training starts (empty: none). Not before: a run refused
+  // before it starts leaves no folder, and no line naming one.
+  std::string run_folder;
 };
 
 class ProgressPrinter : public train::TrainObserver {

@@ -145,11 +145,12 @@ void save_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
   payload += meta;
   put_le<uint32_t>(payload,
                    static_cast<uint32_t>(checkpoint.model.size() + checkpoint.optimizer.size() +
-                                         checkpoint.run.size()));
+                                         checkpoint.run.size() + checkpoint.task.size()));
   for (const auto& [name, tensor] : checkpoint.model) put_tensor(payload, "model." + name, tensor);
   for (const auto& [name, tensor] : checkpoint.optimizer)
     put_tensor(payload, "optimizer." + name, tensor);
   for (const auto& [name, tensor] : checkpoint.run) put_tensor(payload, "run." + name, tensor);
+  for (const auto& [name, tensor] : checkpoint.task) put_tensor(payload, "task." + name, tensor);
 
   std::string file(kMagic, sizeof kMagic);
   put_le<uint32_t>(file, kCheckpointVersion);
@@ -240,14 +241,14 @@ Checkpoint load_checkpoint_bytes(const std::string& bytes, const std::string& pa
     std::string key;
     for (auto [prefix, map] :
          {std::pair{"model.", &out.model}, std::pair{"optimizer.", &out.optimizer},
-          std::pair{"run.", &out.run}}) {
+          std::pair{"run.", &out.run}, std::pair{"task.", &out.task}}) {
       if (name.rfind(prefix, 0) == 0) {
         target = map;
         key = name.substr(std::strlen(prefix));
       }
     }
     if (!target || key.empty())
-      throw DataError(path, "tensor names model.*, optimizer.* or run.*", "'" + name + "'");
+      throw DataError(path, "tensor names model.*, optimizer.*, run.* or task.*", "'" + name + "'");
     if (target->count(key)) throw DataError(path, "unique tensor names", "'" + name + "' twice");
     (*target)[key] = get_tensor(in, name, path);
   }

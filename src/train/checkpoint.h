@@ -7,10 +7,10 @@
 //   u32       CRC-32 of the payload
 //   payload   (version 2)
 //     u32 meta length, the meta JSON
-//     u32 tensor count, then per tensor: u16 name length, name ("model.<name>", "optimizer.<name>"
-//     or "run.<name>"), u8 dtype (the c10::ScalarType value: uint8, int8, int16, int32, int64,
-//     float16, float32, float64, bool, bfloat16), u8 ndim (0..8), ndim x u64 sizes, then the
-//     elements, contiguous, little-endian.
+//     u32 tensor count, then per tensor: u16 name length, name ("model.<name>", "optimizer.<name>",
+//     "run.<name>" or "task.<name>"), u8 dtype (the c10::ScalarType value: uint8, int8, int16,
+//     int32, int64, float16, float32, float64, bool, bfloat16), u8 ndim (0..8), ndim x u64 sizes,
+//     then the elements, contiguous, little-endian.
 // Version 1 payloads were LibTorch archives; loading those runs LibTorch's TorchScript importer,
 // which crashes on hostile input (found by fuzz/checkpoint_payload_fuzzer), so version 2 is a
 // format whose every length is checked against the bytes present before anything is allocated.
@@ -35,6 +35,9 @@ struct Checkpoint {
   std::map<std::string, torch::Tensor> model;      // parameter and buffer name -> tensor (CPU)
   std::map<std::string, torch::Tensor> optimizer;  // optimizer state name -> tensor (CPU)
   std::map<std::string, torch::Tensor> run;  // mid-run state (train/run_state.h); may be empty
+  // The task's own state beside its module's (Task::save adds, Task::load reads: a user's EMA
+  // copy, say); may be empty. Names are the task's.
+  std::map<std::string, torch::Tensor> task;
 };
 
 void save_checkpoint(const std::string& path, const Checkpoint& checkpoint);

@@ -1,5 +1,7 @@
 #include "train/model_state.h"
 
+#include <algorithm>
+
 #include "common/error.h"
 #include "common/json_field.h"
 #include "train/run_state.h"
@@ -33,6 +35,16 @@ void load_model_state(torch::nn::Module& model, const std::map<std::string, torc
                     std::to_string(state.size()) + " (tensors this model does not have)");
 }
 
+std::string own_module_description(const Checkpoint& checkpoint, const std::string& source) {
+  const auto task = json_field(checkpoint.meta, "task", std::string("classify"), source, "task");
+  if (task == "generate") return "";
+  if (task != "classify") return "task '" + task + "'";
+  const auto model = json_field(checkpoint.meta, "model", std::string(), source, "model");
+  const auto& ours = models::model_names();
+  if (model.empty() || std::find(ours.begin(), ours.end(), model) != ours.end()) return "";
+  return "model '" + model + "'";
+}
+
 models::Classifier model_from_checkpoint(const Checkpoint& checkpoint, const std::string& source,
                                          torch::Device device) {
   // What the file is, before what it holds: a generator's metadata lacks input_shape, and "found no
@@ -41,8 +53,15 @@ models::Classifier model_from_checkpoint(const Checkpoint& checkpoint, const std
   if (task == "generate")
     throw DataError(source, "a classifier checkpoint (train --task classify)",
                     "a sprite generator checkpoint (task 'generate')");
-  if (task != "classify")
-    throw DataError(source, "metadata 'task' as classify or generate", "'" + task + "'");
+  const std::string own = own_module_description(checkpoint, source);
+  if (!own.empty()) {
+    std::string ours;
+    for (const auto& name : models::model_names()) ours += (ours.empty() ? "" : ", ") + name;
+    throw DataError(source, "a classifier spritetorch can build (" + ours + ")",
+                    own + ", from a program of its own (the library's Trainer)",
+                    "run it in the program that trained it; `spritetorch export --checkpoint " +
+                        source + " OUT.safetensors` writes its weights for Python");
+  }
   models::ModelSpec spec;
   for (const char* key : {"model", "input_shape", "classes"})
     if (!checkpoint.meta.contains(key))

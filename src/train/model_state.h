@@ -18,6 +18,11 @@ std::map<std::string, torch::Tensor> model_state(const torch::nn::Module& model)
 // and shape and names `source` in its errors.
 void load_model_state(torch::nn::Module& model, const std::map<std::string, torch::Tensor>& state,
                       const std::string& source);
+// What a checkpoint holds when no command of spritetorch's can build it: "model 'tinynet'" (a
+// ClassifierTask over a module of the user's program) or "task 'denoise'" (a task of the user's
+// own); empty for the built-in classifiers and the generator. Export writes such weights as they
+// are; eval, classify and generate refuse them with this description.
+std::string own_module_description(const Checkpoint& checkpoint, const std::string& source);
 // Builds the built-in classifier a checkpoint describes and loads its weights, on `device`.
 models::Classifier model_from_checkpoint(const Checkpoint& checkpoint, const std::string& source,
                                          torch::Device device);

@@ -234,6 +234,8 @@ expect 0 "Test Accuracy: " -- train --task classify --dataset sprites --sprite-c
 mkdir -p "$tmp/sheetdir"
 expect 0 "rows:" -- data preview --dataset sprites --sprite-count 80 --per-class 4 --out "$tmp/preview.png"
 expect 0 "sprite \(" -- data preview --dataset "sheet:$(dirname "$0")/../fixtures/kenney_1bit_colored_packed.png" --out "$tmp/kenney.png"
+cp "$tmp/kenney.png" "$tmp/kenney_in.png"
+expect 2 "^error: --out $tmp/kenney_in.png is a file the --dataset reads: writing it would replace an input" -- data preview --dataset "sheet:$tmp/kenney_in.png" --out "$tmp/kenney_in.png" --overwrite
 # Sprites of another size: area means down by default, nearest neighbour on request, nothing else.
 expect 0 "rows:" -- data preview --dataset sprites --sprite-count 80 --per-class 4 --size 32 --resize nearest --out "$tmp/preview32.png"
 expect 2 "--resize: bicubic not in \{area,nearest\}" -- data preview --dataset sprites --sprite-count 80 --resize bicubic --out "$tmp/x.png"
@@ -459,6 +461,9 @@ rm -r "$tmp/folder/.git"
 # Run folders, progress output and `runs` (docs/runs.md).
 small=(train --dataset dummy --model simplenn --epochs 2 --log-every 20)
 expect 0 "Run folder: $tmp/r1" -- "${small[@]}" --run-dir "$tmp/r1"
+touch "$tmp/r_taken.pt"
+check "a run refused before it starts names no run folder (and leaves none)" \
+  bash -c '! "$1" train --epochs 1 --train-limit 64 --run-dir "$2/r_refused" --save "$2/r_taken.pt" 2>&1 | grep -q "Run folder" && [ ! -e "$2/r_refused" ]' _ "$bin" "$tmp"
 for f in config.toml metrics.jsonl summary.json checkpoint.pt; do check "run folder has $f" test -s "$tmp/r1/$f"; done
 check "metrics.jsonl: every line an object with kind, step, epoch, wall_s, values; log, epoch and eval lines" \
   python3 - "$tmp/r1/metrics.jsonl" <<'PY'

@@ -29,5 +29,14 @@ cmake --build "$work/examples" > "$work/build.log" 2>&1 || { cat "$work/build.lo
 "$work/examples/train_and_export" "$work/simplenn.safetensors"
 [ -s "$work/simplenn.safetensors" ]
 # The user's own module through the trainer: accuracy, bf16 autocast, stop + resume = one run.
-"$work/examples/custom_model"
+TMPDIR="$work" "$work/examples/custom_model"  # writes $work/custom_model_example/tiny.pt
+# Its module's weights through the installed CLI's export, into the same module written in Python
+# (load_state_dict strict, and it must classify as it did in C++); skipped without python3-torch.
+"$prefix/bin/spritetorch" export --checkpoint "$work/custom_model_example/tiny.pt" "$work/tiny.safetensors" \
+  | grep -q "model 'tinynet', 4 tensors"
+python=/usr/bin/python3
+[ -x "$python" ] || python=$(command -v python3 || true)
+if [ -n "$python" ] && "$python" -c 'import torch' 2> /dev/null; then
+  "$python" "$source_dir/tests/install/custom_model_in_python.py" "$work/tiny.safetensors"
+fi
 echo "PASS: installed to $prefix, examples/ built with find_package(spritetorch) and ran"

@@ -1,0 +1,257 @@
+// A task of the user's own, written against train/task.h alone, as README's "Use it as a library"
+// invites: a denoising autoencoder (no classes, no accuracy) that draws its noise from the global
+// RNG and keeps state of its own (an EMA of the weights) in checkpoints. The Trainer must train
+// it, evaluate it, checkpoint it, and resume it mid-epoch to the same weights and the same EMA as
+// a run that never stopped; what it cannot do for such a task is an error that says why.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <csignal>
+#include <filesystem>
+
+#include "common/error.h"
+#include "diffusion/generator.h"
+#include "interop/python_state.h"
+#include "test_util.h"
+#include "train/checkpoint.h"
+#include "train/classifier_task.h"
+#include "train/interrupt.h"
+#include "train/model_state.h"
+#include "train/task.h"
+#include "train/trainer.h"
+
+namespace spritetorch::train {
+namespace {
+
+using spritetorch::testing::error_of;
+
+// (B, 1, 8, 8) float32 in [0, 1] -> the same shape.
+struct AutoEncoderImpl : torch::nn::Module {
+  AutoEncoderImpl() {
+    encode = register_module("encode", torch::nn::Linear(64, 16));
+    decode = register_module("decode", torch::nn::Linear(16, 64));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return torch::sigmoid(decode(torch::relu(encode(x.flatten(1))))).view_as(x);
+  }
+  torch::nn::Linear encode{nullptr}, decode{nullptr};
+};
+TORCH_MODULE(AutoEncoder);
+
+class DenoiseTask : public Task {
+ public:
+  std::string name() const override { return "denoise"; }
+  TaskTraits traits() const override {
+    TaskTraits t;
+    t.has_accuracy = false;
+    t.cuda_graphs = false;
+    t.no_cuda_graphs = "its noise is drawn on the host's RNG each step";
+    return t;
+  }
+  void build(const TaskSetup& /*setup*/) override {
+    net_ = AutoEncoder();
+    ema_.clear();
+    for (const auto& p : net_->parameters()) ema_.push_back(p.detach().clone());
+  }
+  torch::nn::Module& module() override { return *net_; }
+  void to_device(torch::Device device) override {
+    for (auto& e : ema_) e = e.to(device);
+  }
+  StepLoss training_step(const data::Batch& batch) override {
+    const auto noisy = batch.inputs + 0.3 * torch::randn_like(batch.inputs);
+    return {torch::mse_loss(net_->forward(noisy).to(torch::kFloat32), batch.inputs), {}};
+  }
+  void after_optimizer_step() override {
+    torch::NoGradGuard no_grad;
+    const auto params = net_->parameters();
+    for (size_t i = 0; i < params.size(); ++i) ema_[i].mul_(0.9).add_(params[i].detach(), 0.1);
+  }
+  EvalReport evaluate(data::Loader& test, bool /*keep_predictions*/) override {
+    EvalReport report;
+    report.has_accuracy = false;
+    double sum = 0;
+    test.start_epoch(0);
+    data::Batch batch;
+    while (test.next(batch)) {
+      sum += torch::mse_loss(net_->forward(batch.inputs), batch.inputs, at::Reduction::Sum)
+                 .item<double>() /
+             64.0;
+      report.samples += batch.inputs.size(0);
+    }
+    report.loss = report.samples > 0 ? sum / static_cast<double>(report.samples) : 0;
+    return report;
+  }
+  void save(Checkpoint& checkpoint) const override {
+    for (size_t i = 0; i < ema_.size(); ++i)
+      checkpoint.task["ema." + std::to_string(i)] = ema_[i].detach().cpu();
+  }
+  void load(const Checkpoint& checkpoint, const std::string& source) override {
+    Task::load(checkpoint, source);
+    for (size_t i = 0; i < ema_.size(); ++i) {
+      const auto it = checkpoint.task.find("ema." + std::to_string(i));
+      if (it == checkpoint.task.end()) throw DataError(source, "the EMA weights", "none");
+      ema_[i].copy_(it->second);
+    }
+  }
+  Settings settings() const override { return {{"model", "autoencoder 64-16-64"}}; }
+  const std::vector<torch::Tensor>& ema() const { return ema_; }
+
+ private:
+  AutoEncoder net_{nullptr};
+  std::vector<torch::Tensor> ema_;  // one per parameter, on the module's device
+};
+
+// Blobs: 8x8 images of one bright square on a dark ground, labelled by nothing in particular.
+data::Dataset blobs(int64_t n, uint64_t seed) {
+  torch::manual_seed(seed);
+  data::Dataset d;
+  d.inputs = torch::zeros({n, 1, 8, 8}, torch::kUInt8);
+  const auto at = torch::randint(6, {n, 2}, torch::kInt64);
+  auto a = at.accessor<int64_t, 2>();
+  for (int64_t i = 0; i < n; ++i)
+    d.inputs[i].slice(1, a[i][0], a[i][0] + 3).slice(2, a[i][1], a[i][1] + 3).fill_(220);
+  d.labels = torch::zeros({n}, torch::kInt64);
+  d.class_names = {"blob"};
+  d.name = "blobs";
+  return d;
+}
+
+class UserTask : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ =
+        std::filesystem::temp_directory_path() / ("user_task_test_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  TrainConfig config(const std::string& save) const {
+    TrainConfig c;
+    c.device = "cpu";
+    c.epochs = 2;
+    c.batch_size = 32;
+    c.lr = 0.01;
+    c.save = (dir_ / save).string();
+    return c;
+  }
+  std::filesystem::path dir_;
+  Datasets data_{blobs(256, 1), blobs(64, 2)};
+};
+
+TEST_F(UserTask, TrainsEvaluatesAndSaysWhatItIs) {
+  DenoiseTask task;
+  const TrainReport report = Trainer(config("denoise.pt")).fit(task, data_);
+  EXPECT_EQ(report.task, "denoise");
+  EXPECT_FALSE(report.has_accuracy);
+  ASSERT_EQ(report.epochs.size(), 2u);
+  EXPECT_LT(report.epochs[1].loss, report.epochs[0].loss);
+  ASSERT_TRUE(report.has_test);
+  EXPECT_EQ(report.test.samples, 64);
+  EXPECT_FALSE(report.test.has_accuracy);
+  EXPECT_LT(report.test.loss, 0.1);  // an untrained net's sigmoid(0) = 0.5 gives ~0.2
+  const Checkpoint saved = load_checkpoint(config("denoise.pt").save);
+  EXPECT_EQ(saved.meta.value("task", ""), "denoise");
+  EXPECT_EQ(saved.task.size(), 4u);  // two weights, two biases
+  // The EMA lags the weights it follows, so it is not a copy of them.
+  EXPECT_FALSE(torch::equal(saved.task.at("ema.0"), saved.model.at("encode.weight")));
+  EXPECT_TRUE(torch::equal(saved.task.at("ema.0"), task.ema()[0]));
+}
+
+// The noise comes from the global RNG and the EMA from every step: a run stopped mid-epoch and
+// resumed ends exactly where one that never stopped ends.
+TEST_F(UserTask, AResumedRunEndsWithTheSameWeightsAndTheSameState) {
+  DenoiseTask straight;
+  Trainer(config("straight.pt")).fit(straight, data_);
+
+  struct StopAt : TrainObserver {
+    void on_step(const StepTick& t) override {
+      if (t.epoch == 1 && t.step == 5) request_interrupt(SIGTERM);
+    }
+  } stop;
+  TrainConfig again = config("again.pt");
+  std::string stopped_at;
+  try {
+    DenoiseTask stopped;
+    Trainer(again).fit(stopped, data_, &stop);
+  } catch (const Interrupted& e) {
+    stopped_at = e.checkpoint();
+  }
+  ASSERT_FALSE(stopped_at.empty());
+  again.resume = stopped_at;
+  DenoiseTask resumed;
+  const TrainReport report = Trainer(again).fit(resumed, data_);
+  EXPECT_EQ(report.epochs.size(), 2u);
+
+  const Checkpoint a = load_checkpoint(config("straight.pt").save);
+  const Checkpoint b = load_checkpoint(again.save);
+  ASSERT_EQ(a.model.size(), b.model.size());
+  for (const auto& [name, t] : a.model) EXPECT_TRUE(torch::equal(t, b.model.at(name))) << name;
+  ASSERT_EQ(a.task.size(), b.task.size());
+  for (const auto& [name, t] : a.task) EXPECT_TRUE(torch::equal(t, b.task.at(name))) << name;
+}
+
+TEST_F(UserTask, WhatTheTrainerCannotDoForItIsRefusedWithTheReason) {
+  TrainConfig c = config("x.pt");
+  c.cuda_graphs = CudaGraphs::kOn;
+  DenoiseTask graphs;
+  EXPECT_NE(error_of([&] {
+              Trainer(c).fit(graphs, data_);
+            }).find("its noise is drawn on the host's RNG each step"),
+            std::string::npos);
+  c = config("x.pt");
+  c.target_accuracy = 0.9;
+  DenoiseTask target;
+  EXPECT_NE(error_of([&] {
+              Trainer(c).fit(target, data_);
+            }).find("--target-accuracy needs a task with an accuracy; task 'denoise' has none"),
+            std::string::npos);
+}
+
+// Its checkpoint resumes its own task only: a classifier of the same module would read the
+// weights and lose the EMA.
+TEST_F(UserTask, ItsCheckpointDoesNotResumeAnotherTask) {
+  DenoiseTask task;
+  Trainer(config("own.pt")).fit(task, data_);
+  TrainConfig c = config("other.pt");
+  c.resume = config("own.pt").save;
+  ClassifierTask classifier(AutoEncoder(), "autoencoder");
+  const std::string error = error_of([&] { Trainer(c).fit(classifier, data_); });
+  EXPECT_NE(error.find("denoise"), std::string::npos) << error;
+}
+
+// What spritetorch's own commands do with it: export writes the weights under the module's own
+// names (what PyTorch calls the same module's), the rest say what the file holds instead of
+// failing on a model they do not know.
+TEST_F(UserTask, ItsWeightsExportUnderItsOwnNamesAndTheCommandsSayWhatItIs) {
+  DenoiseTask task;
+  Trainer(config("own.pt")).fit(task, data_);
+  const std::string path = config("own.pt").save;
+  const Checkpoint saved = load_checkpoint(path);
+  EXPECT_EQ(own_module_description(saved, path), "task 'denoise'");
+
+  const interop::TensorFile state = interop::python_state_dict(saved, path);
+  std::vector<std::string> names;
+  for (const auto& [name, t] : state.tensors) {
+    names.push_back(name);
+    EXPECT_TRUE(torch::equal(t, saved.model.at(name))) << name;
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"decode.bias", "decode.weight", "encode.bias",
+                                             "encode.weight"}));
+
+  const std::string not_ours = "found task 'denoise', from a program of its own";
+  EXPECT_NE(error_of([&] { model_from_checkpoint(saved, path, torch::kCPU); }).find(not_ours),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { diffusion::check_generator_checkpoint(saved, path); }).find(not_ours),
+            std::string::npos);
+
+  // A ClassifierTask over a module of the user's: the task is ours, the model is not.
+  Checkpoint classifier = saved;
+  classifier.meta["task"] = "classify";
+  classifier.meta["model"] = "autoencoder";
+  EXPECT_EQ(own_module_description(classifier, path), "model 'autoencoder'");
+  classifier.meta["model"] = "cnn";
+  EXPECT_EQ(own_module_description(classifier, path), "");
+}
+
+}  // namespace
+}  // namespace spritetorch::train
