@@ -2,6 +2,7 @@
 //   Train your own module:  train::ClassifierTask + train::Trainer (or a train::Task of your own)
 //   Train from a config:    spritetorch::run_training(config) (what `spritetorch train` runs)
 //   Weights for Python:     interop::python_state_dict, interop::write_safetensors
+//   Weights from Python:    interop::read_safetensors, interop::load_state_dict (your module)
 //   Stop a run with a checkpoint: train::request_interrupt (train/interrupt.h)
 #pragma once
 

@@ -77,6 +77,13 @@ TensorFile python_state_dict(const train::Checkpoint& checkpoint, const std::str
   return out;
 }
 
+void load_state_dict(torch::nn::Module& module, const TensorFile& state,
+                     const std::string& source) {
+  std::map<std::string, torch::Tensor> by_name;
+  for (const auto& [name, t] : state.tensors) by_name[name] = t;
+  train::load_model_state(module, by_name, source);
+}
+
 train::Checkpoint checkpoint_from_python(const TensorFile& state, const models::ModelSpec& spec,
                                          nlohmann::json meta, const std::string& source) {
   auto model = models::make_model(spec);

@@ -30,6 +30,13 @@ std::string our_name(const std::string& model, const std::string& python);
 // name order, its dtypes.
 TensorFile python_state_dict(const train::Checkpoint& checkpoint, const std::string& source);
 
+// The other way, for a module of the caller's own: a Python state dict (`safetensors.torch.
+// save_file(model.state_dict(), ...)`, or an export of the caller's checkpoint) into `module`'s
+// parameters and buffers, by name, as PyTorch's load_state_dict(strict=True) does: every tensor of
+// the module present with its shape, no other (DataError naming `source` and the key); dtypes
+// converted to the module's, as load_state_dict converts them.
+void load_state_dict(torch::nn::Module& module, const TensorFile& state, const std::string& source);
+
 // A spritetorch checkpoint (weights + `meta`, no optimizer state) from a Python state dict for
 // the model `spec`. Every tensor of the model must be present, float32 and of the model's shape,
 // and nothing else may be: otherwise DataError naming `source` and the key. `meta` must describe

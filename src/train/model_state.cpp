@@ -1,6 +1,7 @@
 #include "train/model_state.h"
 
 #include <algorithm>
+#include <set>
 
 #include "common/error.h"
 #include "common/json_field.h"
@@ -30,9 +31,21 @@ void load_model_state(torch::nn::Module& model, const std::map<std::string, torc
   };
   for (auto& p : model.named_parameters()) load(p.key(), p.value());
   for (auto& b : model.named_buffers()) load(b.key(), b.value());
-  if (used != state.size())
+  if (used != state.size()) {
+    // Name one: a state dict of another model says at once which.
+    std::set<std::string> ours;
+    for (const auto& p : model.named_parameters()) ours.insert(p.key());
+    for (const auto& b : model.named_buffers()) ours.insert(b.key());
+    std::string extra;
+    for (const auto& [name, t] : state)
+      if (!ours.count(name)) {
+        extra = name;
+        break;
+      }
     throw DataError(source, std::to_string(used) + " model tensors",
-                    std::to_string(state.size()) + " (tensors this model does not have)");
+                    std::to_string(state.size()) + ", among them '" + extra +
+                        "', which this model does not have");
+  }
 }
 
 std::string own_module_description(const Checkpoint& checkpoint, const std::string& source) {

@@ -253,5 +253,36 @@ TEST_F(UserTask, ItsWeightsExportUnderItsOwnNamesAndTheCommandsSayWhatItIs) {
   EXPECT_EQ(own_module_description(classifier, path), "");
 }
 
+// The other way: a state dict from Python (here the export above, through a safetensors file)
+// into a fresh module of the user's, by name, with load_state_dict(strict=True)'s checks.
+TEST_F(UserTask, AStateDictLoadsIntoTheUsersModuleByNameAndStrictly) {
+  DenoiseTask task;
+  Trainer(config("own.pt")).fit(task, data_);
+  const std::string file = (dir_ / "own.safetensors").string();
+  interop::write_safetensors(
+      file, interop::python_state_dict(load_checkpoint(config("own.pt").save), "own.pt"));
+  const interop::TensorFile state = interop::read_safetensors(file);
+
+  AutoEncoder fresh;
+  interop::load_state_dict(*fresh, state, file);
+  const auto trained = task.module().named_parameters();
+  for (const auto& p : fresh->named_parameters())
+    EXPECT_TRUE(torch::equal(p.value(), trained[p.key()])) << p.key();
+
+  interop::TensorFile missing = state;
+  missing.tensors.erase(missing.tensors.begin());  // decode.bias
+  EXPECT_EQ(error_of([&] { interop::load_state_dict(*fresh, missing, file); }),
+            file + ": expected a tensor 'decode.bias', found none");
+  interop::TensorFile extra = state;
+  extra.tensors.emplace_back("head.weight", torch::zeros({2}));
+  EXPECT_EQ(error_of([&] { interop::load_state_dict(*fresh, extra, file); }),
+            file + ": expected 4 model tensors, found 5, among them 'head.weight', which this " +
+                "model does not have");
+  interop::TensorFile reshaped = state;
+  reshaped.tensors[0].second = torch::zeros({65});
+  EXPECT_EQ(error_of([&] { interop::load_state_dict(*fresh, reshaped, file); }),
+            file + ": expected 'decode.bias' of shape [64], found shape [65]");
+}
+
 }  // namespace
 }  // namespace spritetorch::train
