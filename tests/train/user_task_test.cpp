@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "device/device.h"
 #include "diffusion/generator.h"
 #include "interop/python_state.h"
 #include "test_util.h"
@@ -134,6 +135,41 @@ class UserTask : public ::testing::Test {
     c.save = (dir_ / save).string();
     return c;
   }
+  // A run stopped mid-epoch and resumed on `device` must end where one that never stopped ends.
+  void expect_resume_matches_a_straight_run(const std::string& device) {
+    TrainConfig straight_config = config("straight.pt");
+    straight_config.device = device;
+    DenoiseTask straight;
+    Trainer(straight_config).fit(straight, data_);
+
+    struct StopAt : TrainObserver {
+      void on_step(const StepTick& t) override {
+        if (t.epoch == 1 && t.step == 5) request_interrupt(SIGTERM);
+      }
+    } stop;
+    TrainConfig again = config("again.pt");
+    again.device = device;
+    std::string stopped_at;
+    try {
+      DenoiseTask stopped;
+      Trainer(again).fit(stopped, data_, &stop);
+    } catch (const Interrupted& e) {
+      stopped_at = e.checkpoint();
+    }
+    ASSERT_FALSE(stopped_at.empty());
+    again.resume = stopped_at;
+    DenoiseTask resumed;
+    const TrainReport report = Trainer(again).fit(resumed, data_);
+    EXPECT_EQ(report.epochs.size(), 2u);
+
+    const Checkpoint a = load_checkpoint(straight_config.save);
+    const Checkpoint b = load_checkpoint(again.save);
+    ASSERT_EQ(a.model.size(), b.model.size());
+    for (const auto& [name, t] : a.model) EXPECT_TRUE(torch::equal(t, b.model.at(name))) << name;
+    ASSERT_EQ(a.task.size(), 4u);
+    ASSERT_EQ(a.task.size(), b.task.size());
+    for (const auto& [name, t] : a.task) EXPECT_TRUE(torch::equal(t, b.task.at(name))) << name;
+  }
   std::filesystem::path dir_;
   Datasets data_{blobs(256, 1), blobs(64, 2)};
 };
@@ -160,34 +196,15 @@ TEST_F(UserTask, TrainsEvaluatesAndSaysWhatItIs) {
 // The noise comes from the global RNG and the EMA from every step: a run stopped mid-epoch and
 // resumed ends exactly where one that never stopped ends.
 TEST_F(UserTask, AResumedRunEndsWithTheSameWeightsAndTheSameState) {
-  DenoiseTask straight;
-  Trainer(config("straight.pt")).fit(straight, data_);
+  expect_resume_matches_a_straight_run("cpu");
+}
 
-  struct StopAt : TrainObserver {
-    void on_step(const StepTick& t) override {
-      if (t.epoch == 1 && t.step == 5) request_interrupt(SIGTERM);
-    }
-  } stop;
-  TrainConfig again = config("again.pt");
-  std::string stopped_at;
-  try {
-    DenoiseTask stopped;
-    Trainer(again).fit(stopped, data_, &stop);
-  } catch (const Interrupted& e) {
-    stopped_at = e.checkpoint();
-  }
-  ASSERT_FALSE(stopped_at.empty());
-  again.resume = stopped_at;
-  DenoiseTask resumed;
-  const TrainReport report = Trainer(again).fit(resumed, data_);
-  EXPECT_EQ(report.epochs.size(), 2u);
-
-  const Checkpoint a = load_checkpoint(config("straight.pt").save);
-  const Checkpoint b = load_checkpoint(again.save);
-  ASSERT_EQ(a.model.size(), b.model.size());
-  for (const auto& [name, t] : a.model) EXPECT_TRUE(torch::equal(t, b.model.at(name))) << name;
-  ASSERT_EQ(a.task.size(), b.task.size());
-  for (const auto& [name, t] : a.task) EXPECT_TRUE(torch::equal(t, b.task.at(name))) << name;
+// The same on a GPU: the EMA moved by to_device, the CUDA RNG's state in the checkpoint, and the
+// eager step the Trainer falls back to for a task without CUDA graphs.
+class UserTaskCuda : public UserTask {};
+TEST_F(UserTaskCuda, AResumedRunEndsWithTheSameWeightsAndTheSameState) {
+  if (device::probe_availability().cuda_devices == 0) GTEST_SKIP() << "no CUDA device";
+  expect_resume_matches_a_straight_run("cuda");
 }
 
 TEST_F(UserTask, WhatTheTrainerCannotDoForItIsRefusedWithTheReason) {
