@@ -37,8 +37,10 @@ p124=$("$bin" "${gen[@]}" --unet-mult 1,2,4 | sed -n 's/.*"model":"unet base 8 x
 if [[ -z "$p111" || -z "$p124" || "$p124" -le "$p111" ]]; then
   echo "FAIL: --unet-mult 1,2,4 ($p124 parameters) should hold more than 1,1,1 ($p111)"; fails=$((fails + 1))
 fi
-expect 2 "--unet-mult '1,2': expected three whole numbers" -- "${gen[@]}" --unet-mult 1,2
-expect 2 "--unet-mult '1,0,2': expected three whole numbers" -- "${gen[@]}" --unet-mult 1,0,2
+expect 2 "--unet-mult: '1,2': expected three whole numbers" -- "${gen[@]}" --unet-mult 1,2
+expect 2 "--unet-mult: '1,0,2': expected three whole numbers" -- "${gen[@]}" --unet-mult 1,0,2
+# Checked while parsing: --print-config does not write a value the run would refuse.
+expect 2 "--unet-mult: 'a': expected three whole numbers" -- train --task generate --unet-mult a --print-config
 expect 0 '"task":"generate \(predicts eps, min-SNR gamma off' -- "${gen[@]}" --prediction eps --min-snr-gamma 0
 expect 0 '"task":"generate \(predicts x0, min-SNR gamma 5' -- "${gen[@]}" --prediction x0
 expect 0 '"schedule":"linear betas' -- "${gen[@]}" --noise-schedule linear
