@@ -1,6 +1,7 @@
-// Fuzzes what lies behind a checkpoint's CRC: the input is the payload (a LibTorch archive), wrapped
-// in a valid header with the right length and CRC-32, so mutations reach the archive reader, the
-// metadata checks and model_from_checkpoint instead of stopping at the checksum. A hostile file can
+// Fuzzes what lies behind a checkpoint's CRC: the input is the payload (format 2: the metadata JSON
+// and the named tensors, train/checkpoint.h), wrapped in a valid header with the right length and
+// CRC-32, so mutations reach the payload reader, the metadata checks and model_from_checkpoint
+// instead of stopping at the checksum. A hostile file can
 // carry a correct CRC, so this is the path that matters for untrusted checkpoints.
 #include <zlib.h>
 
