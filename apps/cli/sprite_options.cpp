@@ -88,18 +88,8 @@ void add_sprite_data_options(CLI::App* sub, train::TrainConfig& config, bool tra
                     "--task generate: the UNet's widths at the sprite size S, S/2 and S/4, as "
                     "multiples of --unet-base")
         // Checked while parsing, so --print-config never writes a value the run would refuse.
-        ->check(CLI::Validator(
-            [](std::string& text) -> std::string {
-              try {
-                diffusion::parse_unet_mult(text);
-              } catch (const Error& e) {
-                const std::string message = e.what();  // "--unet-mult 'a': expected ..."
-                const std::string flag = "--unet-mult ";
-                return message.rfind(flag, 0) == 0 ? message.substr(flag.size()) : message;
-              }
-              return std::string();
-            },
-            "S,S/2,S/4", "unet-mult"))
+        ->check(CLI::Validator([](std::string& text) { return diffusion::unet_mult_problem(text); },
+                               "S,S/2,S/4", "unet-mult"))
         ->capture_default_str();
     sub->add_option("--prediction", config.prediction,
                     "--task generate: what the UNet predicts: v, eps (the noise) or x0")

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 
 #include "common/compat.h"
 #include "common/error.h"
@@ -231,24 +232,38 @@ std::string unet_mult_text(const std::array<int64_t, 3>& mult) {
   return std::to_string(mult[0]) + "," + std::to_string(mult[1]) + "," + std::to_string(mult[2]);
 }
 
-std::array<int64_t, 3> parse_unet_mult(const std::string& text) {
+namespace {
+
+// The multipliers, or nullopt unless `text` is three whole numbers from 1 to 16 between commas.
+std::optional<std::array<int64_t, 3>> read_unet_mult(const std::string& text) {
   std::array<int64_t, 3> mult{};
   size_t at = 0;
-  bool ok = true;
-  for (size_t i = 0; i < mult.size() && ok; ++i) {
+  for (size_t i = 0; i < mult.size(); ++i) {
     const size_t end = i + 1 < mult.size() ? text.find(',', at) : text.size();
     const std::string part = end == std::string::npos ? "" : text.substr(at, end - at);
-    ok = !part.empty() && part.size() <= 2 &&
-         std::all_of(part.begin(), part.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
-    if (ok) mult[i] = std::stoll(part);
-    ok = ok && mult[i] >= 1 && mult[i] <= 16;
+    if (part.empty() || part.size() > 2 ||
+        !std::all_of(part.begin(), part.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
+      return std::nullopt;
+    mult[i] = std::stoll(part);
+    if (mult[i] < 1 || mult[i] > 16) return std::nullopt;
     at = end + 1;
   }
-  if (!ok)
-    throw Error("--unet-mult '" + text +
-                "': expected three whole numbers from 1 to 16 separated by commas, the channel "
-                "multipliers at S, S/2 and S/4 (e.g. 1,2,4)");
   return mult;
+}
+
+}  // namespace
+
+std::string unet_mult_problem(const std::string& text) {
+  if (read_unet_mult(text)) return "";
+  return "'" + text +
+         "': expected three whole numbers from 1 to 16 separated by commas, the channel "
+         "multipliers at S, S/2 and S/4 (e.g. 1,2,4)";
+}
+
+std::array<int64_t, 3> parse_unet_mult(const std::string& text) {
+  const auto mult = read_unet_mult(text);
+  if (!mult) throw Error("--unet-mult " + unet_mult_problem(text));
+  return *mult;
 }
 
 }  // namespace spritetorch::diffusion

@@ -97,9 +97,11 @@ torch::Tensor checkpointed_block(ResBlockImpl& block, const torch::Tensor& x,
                                  const torch::Tensor& emb);
 
 // "1,2,4" <-> {1, 2, 4}. parse_unet_mult throws Error unless the text is three positive integers
-// (each at most 16) separated by commas.
+// (each at most 16) separated by commas; unet_mult_problem says what is wrong with it ("'a':
+// expected three whole numbers ...", empty when nothing), for a parser's own error line.
 std::string unet_mult_text(const std::array<int64_t, 3>& mult);
 std::array<int64_t, 3> parse_unet_mult(const std::string& text);
+std::string unet_mult_problem(const std::string& text);
 
 // x2 nearest-neighbour upsampling, (B, C, H, W) -> (B, C, 2H, 2W): upsample_nearest2d through the
 // functional API, whose signature is the same in LibTorch 1.13 and 2.x. It replaced

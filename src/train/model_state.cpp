@@ -19,7 +19,7 @@ std::map<std::string, torch::Tensor> model_state(const torch::nn::Module& model)
 void load_model_state(torch::nn::Module& model, const std::map<std::string, torch::Tensor>& state,
                       const std::string& source) {
   torch::NoGradGuard no_grad;
-  size_t used = 0;
+  std::set<std::string> used;
   auto load = [&](const std::string& name, torch::Tensor target) {
     auto it = state.find(name);
     if (it == state.end()) throw DataError(source, "a tensor '" + name + "'", "none");
@@ -27,22 +27,19 @@ void load_model_state(torch::nn::Module& model, const std::map<std::string, torc
       throw DataError(source, "'" + name + "' of shape " + c10::str(target.sizes()),
                       "shape " + c10::str(it->second.sizes()));
     target.copy_(it->second);  // copy_ keeps target's storage (flat optimizer views stay valid)
-    ++used;
+    used.insert(name);
   };
   for (auto& p : model.named_parameters()) load(p.key(), p.value());
   for (auto& b : model.named_buffers()) load(b.key(), b.value());
-  if (used != state.size()) {
+  if (used.size() != state.size()) {
     // Name one: a state dict of another model says at once which.
-    std::set<std::string> ours;
-    for (const auto& p : model.named_parameters()) ours.insert(p.key());
-    for (const auto& b : model.named_buffers()) ours.insert(b.key());
     std::string extra;
     for (const auto& [name, t] : state)
-      if (!ours.count(name)) {
+      if (!used.count(name)) {
         extra = name;
         break;
       }
-    throw DataError(source, std::to_string(used) + " model tensors",
+    throw DataError(source, std::to_string(used.size()) + " model tensors",
                     std::to_string(state.size()) + ", among them '" + extra +
                         "', which this model does not have");
   }
