@@ -13,6 +13,7 @@
 #include "common/input_file.h"
 #include "common/output_file.h"
 #include "data/sprite_sources.h"
+#include "models/script_model.h"
 
 namespace spritetorch::cli {
 
@@ -97,6 +98,26 @@ const CLI::Validator kExistingFile(
       }
     },
     "FILE");
+
+CLI::Validator model_validator() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        const auto& names = models::model_names();
+        if (std::find(names.begin(), names.end(), text) != names.end()) return std::string();
+        if (text.rfind("script:", 0) == 0) {
+          try {
+            check_input_file(models::script_model_file(text), "a TorchScript file");
+            return std::string();
+          } catch (const DataError& e) {
+            return e.what();
+          }
+        }
+        std::string list;
+        for (const auto& n : names) list += n + ", ";
+        return "'" + text + "': expected one of " + list + "or script:FILE (a TorchScript module)";
+      },
+      "MODEL");
+}
 
 const CLI::Validator kNonNegative = number_at_least(0, false, "NONNEGATIVE");
 const CLI::Validator kPath(

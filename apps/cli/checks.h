@@ -17,6 +17,8 @@ extern const CLI::Validator kPositive;     // a number > 0 (help: POSITIVE)
 extern const CLI::Validator kPath;         // not empty ("" would read as not given)
 // A file that is there (or a pipe): "x.pt: expected a file, found no such file" / "a folder".
 extern const CLI::Validator kExistingFile;
+// --model: one of models::model_names(), or script:FILE with FILE there (a TorchScript module).
+CLI::Validator model_validator();
 extern const CLI::Validator kSeed;  // a whole number 0 .. 2^63-1 (a TOML integer)
 // A thread count: a whole number from 0 (the default) to max_thread_count(). A typo such as 99999
 // would otherwise start that many threads and hang the command.

@@ -7,6 +7,7 @@
 
 #include "checks.h"
 #include "commands.h"
+#include "common/atomic_file.h"
 #include "common/error.h"
 #include "common/output_file.h"
 #include "config_file.h"
@@ -14,6 +15,7 @@
 #include "interop/python_state.h"
 #include "interop/torch_file.h"
 #include "models/classifier.h"
+#include "models/script_model.h"
 #include "train/model_state.h"
 #include "train/trainer.h"
 
@@ -52,9 +54,10 @@ Subcommand add_export_command(CLI::App& app) {
       ->required()
       ->check(kExistingFile);
   sub->add_option("--format", f->format,
-                  "safetensors | torch (torch.save's zip dict) | auto: from OUT's "
-                  "extension (.safetensors; .pt .pth .bin)")
-      ->check(CLI::IsMember({"auto", "safetensors", "torch"}))
+                  "safetensors | torch (torch.save's zip dict) | torchscript (a model trained "
+                  "with --model script:FILE, its weights now trained: torch.jit.load) | auto: "
+                  "from OUT's extension (.safetensors; .pt .pth .bin)")
+      ->check(CLI::IsMember({"auto", "safetensors", "torch", "torchscript"}))
       ->capture_default_str();
   sub->add_option("out", f->out, "Output file")->required();
   auto* reference =
@@ -86,6 +89,25 @@ Subcommand add_export_command(CLI::App& app) {
                               " holds " + own + ", a module of the program that trained it",
                           "leave --reference out; that program can compute logits to check the "
                           "Python side against");
+            if (format == "torchscript") {
+              const std::string model = checkpoint.meta.value("model", std::string());
+              if (model != "script")
+                throw Error("--format torchscript writes a model trained from a TorchScript file "
+                                "(--model script:FILE); " +
+                                f->checkpoint + " holds " +
+                                (own.empty() ? "model '" + model + "'" : own),
+                            "use --format safetensors or torch: load_state_dict takes them");
+              auto trained = std::dynamic_pointer_cast<models::ScriptClassifierImpl>(
+                  train::model_from_checkpoint(checkpoint, f->checkpoint, torch::kCPU));
+              write_file_atomically(f->out, trained->archive());
+              int64_t values = 0;
+              for (const auto& p : trained->parameters()) values += p.numel();
+              std::cout << "Wrote " << f->out << " (torchscript): the model of "
+                        << checkpoint.meta.value("script_file", std::string("its checkpoint"))
+                        << " with its trained weights, " << values << " parameters\n"
+                        << "Python: model = torch.jit.load(\"" << f->out << "\")\n";
+              return 0;
+            }
             const auto state = interop::python_state_dict(checkpoint, f->checkpoint);
             if (format == "safetensors") {
               interop::write_safetensors(f->out, state);
@@ -106,7 +128,11 @@ Subcommand add_export_command(CLI::App& app) {
               std::cout << "Wrote " << f->reference << ": " << f->reference_count
                         << " reference inputs and logits\n";
             }
-            if (own.empty())
+            if (checkpoint.meta.value("model", std::string()) == "script")
+              std::cout << "Python: model.load_state_dict(state_dict), the model being the "
+                           "module that was saved as TorchScript (or torch.jit.load of it); "
+                           "--format torchscript writes the whole trained module\n";
+            else if (own.empty())
               std::cout << "Python: model.load_state_dict(state_dict); the model classes are in "
                            "docs/interop.md\n";
             else

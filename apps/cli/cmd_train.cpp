@@ -104,9 +104,10 @@ Subcommand add_train_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--model", config->model,
                   "ann (seed MLP 784-128-64-10) | cnn | fastcnn | fastcnn-2x | fastcnn-wide (the "
-                  "recipes' BatchNorm CNNs) | simplenn (seed 003, 3-10-2) [default: ann; cnn for "
-                  "sprite datasets]")
-      ->check(CLI::IsMember(models::model_names()));
+                  "recipes' BatchNorm CNNs) | simplenn (seed 003, 3-10-2) | script:FILE (your "
+                  "own, from Python: torch.jit.script(model).save(FILE); docs/interop.md) "
+                  "[default: ann; cnn for sprite datasets]")
+      ->check(model_validator());
   sub->add_option("--dataset", config->dataset,
                   "fashion-mnist | dummy (random learnable data for simplenn) | "
                   "sprites | folder:PATH | sheet:FILE | npy:FILE[,LABELS.npy] (docs/sprites.md)")

@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "models/bn_relu_pool.h"
 #include "models/conv3x3.h"
+#include "models/script_model.h"
 
 namespace spritetorch::models {
 
@@ -145,6 +146,12 @@ Classifier make_model_of_kind(const ModelSpec& spec) {
   if (spec.classes < 2)
     throw Error("a classifier needs at least 2 classes, got " + std::to_string(spec.classes));
   const int64_t features = product(spec.input_shape);
+  if (spec.name == "script") {
+    if (!spec.script) throw Error("model 'script' needs its TorchScript file (--model script:FILE)");
+    auto model = std::make_shared<ScriptClassifierImpl>(*spec.script, spec.script_source);
+    check_script_logits(*model, spec.input_shape, spec.classes, spec.script_source);
+    return model;
+  }
   if (spec.name == "ann") return std::make_shared<AnnImpl>(features, spec.classes);
   if (spec.name == "simplenn") return std::make_shared<SimpleNnImpl>(features, spec.classes);
   if (spec.name == "cnn") {

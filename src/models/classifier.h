@@ -13,9 +13,13 @@
 namespace spritetorch::models {
 
 struct ModelSpec {
-  std::string name;                  // "ann", "simplenn", "cnn"
+  std::string name;                  // "ann", "simplenn", "cnn"; "script" (models/script_model.h)
   std::vector<int64_t> input_shape;  // per sample: {C, H, W} or {F}
   int64_t classes = 10;
+  // "script" only: the TorchScript file's bytes, and what to name in errors (its file, or the
+  // checkpoint that carries it).
+  std::shared_ptr<const std::string> script = nullptr;
+  std::string script_source = {};
 };
 
 class ClassifierImpl : public torch::nn::Module {
@@ -43,8 +47,10 @@ class ClassifierImpl : public torch::nn::Module {
 };
 using Classifier = std::shared_ptr<ClassifierImpl>;
 
-// Throws spritetorch::Error for an unknown name or an input shape the model cannot take.
+// Throws spritetorch::Error for an unknown name or an input shape the model cannot take (a
+// DataError naming spec.script_source for a TorchScript model that does not fit the data).
 Classifier make_model(const ModelSpec& spec);
+// The models made by name (not "script", which needs its file).
 const std::vector<std::string>& model_names();
 
 // The seed's network: flatten, 784-128-64-10 with ReLU (seeds/004, section 8).

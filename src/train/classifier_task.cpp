@@ -2,8 +2,10 @@
 
 #include "common/error.h"
 #include "common/json_field.h"
+#include "models/script_model.h"
 #include "train/amp_step.h"
 #include "train/data_parallel.h"
+#include "train/model_state.h"
 
 namespace spritetorch::train {
 
@@ -149,14 +151,33 @@ void ClassifierTask::build(const TaskSetup& setup) {
     return;
   }
   model_name_ = requested_.empty() ? fallback_ : requested_;
+  models::ModelSpec spec{model_name_, input_shape_, classes_};
+  const std::string script_file = models::script_model_file(model_name_);
+  if (!script_file.empty()) {  // --model script:FILE
+    spec = {"script", input_shape_, classes_, models::read_script_archive(script_file),
+            script_file};
+    script_file_ = script_file;
+  }
   if (setup.resumed) {  // the checkpoint decides; a conflicting request is an error, not a surprise
     const auto saved = setup.resumed->meta.value("model", std::string());
-    if (!requested_.empty() && requested_ != saved)
+    if (saved == "script" && spec.name == "script") {
+      if (*spec.script != *script_archive(*setup.resumed, setup.resume_source))
+        throw Error("--resume " + setup.resume_source + " holds another TorchScript model than " +
+                        script_file,
+                    "drop --model: the checkpoint carries its model");
+    } else if (!requested_.empty() && requested_ != saved) {
       throw Error("--resume " + setup.resume_source + " holds model '" + saved + "' but --model " +
                   requested_ + " was given");
-    model_name_ = saved;
+    }
+    if (saved == "script" && spec.name != "script") {
+      spec = {"script", input_shape_, classes_, script_archive(*setup.resumed, setup.resume_source),
+              setup.resume_source};
+      script_file_ = setup.resumed->meta.value("script_file", std::string());
+    }
+    spec.name = saved;
   }
-  builtin_ = models::make_model({model_name_, input_shape_, classes_});
+  model_name_ = spec.name;
+  builtin_ = models::make_model(spec);
   module_ = builtin_;
   step_model_ = builtin_;
   forward_ = [model = builtin_](const torch::Tensor& x) { return model->forward(x); };
@@ -194,6 +215,14 @@ EvalReport ClassifierTask::evaluate(data::Loader& test, bool keep_predictions) {
 
 void ClassifierTask::save(Checkpoint& checkpoint) const {
   checkpoint.meta["model"] = model_name_;
+  if (model_name_ == "script") {  // the model itself travels with its weights
+    const std::string& bytes = *builtin_->spec().script;
+    checkpoint.task[kScriptArchive] =
+        torch::from_blob(const_cast<char*>(bytes.data()), {static_cast<int64_t>(bytes.size())},
+                         torch::kUInt8)
+            .clone();
+    checkpoint.meta["script_file"] = script_file_;
+  }
   checkpoint.meta["input_shape"] = input_shape_;
   checkpoint.meta["classes"] = classes_;
   checkpoint.meta["label_smoothing"] = options_.label_smoothing;
@@ -203,7 +232,8 @@ void ClassifierTask::save(Checkpoint& checkpoint) const {
 Settings ClassifierTask::settings() const {
   int64_t parameters = 0;
   for (const auto& p : module_->parameters()) parameters += p.numel();
-  Settings out = {{"model", model_name_ + " (" + std::to_string(parameters) + " parameters)"}};
+  const std::string shown = model_name_ == "script" ? "TorchScript " + script_file_ : model_name_;
+  Settings out = {{"model", shown + " (" + std::to_string(parameters) + " parameters)"}};
   if (options_.label_smoothing > 0)
     out.emplace_back("loss",
                      "cross-entropy, labels smoothed by " + c10::str(options_.label_smoothing));

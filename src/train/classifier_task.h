@@ -86,6 +86,7 @@ class ClassifierTask : public Task {
 
   std::string requested_, fallback_;  // ours: --model as given, and the default
   std::string model_name_;
+  std::string script_file_;  // model "script": the file it came from (shown, and kept in the meta)
   models::Classifier builtin_;
   std::shared_ptr<torch::nn::Module> module_;
   ForwardFn forward_;  // on module_ (evaluation always uses it)

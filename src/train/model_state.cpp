@@ -51,8 +51,21 @@ std::string own_module_description(const Checkpoint& checkpoint, const std::stri
   if (task != "classify") return "task '" + task + "'";
   const auto model = json_field(checkpoint.meta, "model", std::string(), source, "model");
   const auto& ours = models::model_names();
-  if (model.empty() || std::find(ours.begin(), ours.end(), model) != ours.end()) return "";
+  if (model.empty() || model == "script" || std::find(ours.begin(), ours.end(), model) != ours.end())
+    return "";
   return "model '" + model + "'";
+}
+
+std::shared_ptr<const std::string> script_archive(const Checkpoint& checkpoint,
+                                                  const std::string& source) {
+  const auto it = checkpoint.task.find(kScriptArchive);
+  if (it == checkpoint.task.end() || it->second.scalar_type() != torch::kUInt8 ||
+      it->second.dim() != 1)
+    throw DataError(source, "the TorchScript archive of its model 'script' (task.script, uint8)",
+                    it == checkpoint.task.end() ? "none" : "a tensor of another kind");
+  const torch::Tensor bytes = it->second.contiguous();
+  return std::make_shared<const std::string>(reinterpret_cast<const char*>(bytes.data_ptr()),
+                                             static_cast<size_t>(bytes.numel()));
 }
 
 models::Classifier model_from_checkpoint(const Checkpoint& checkpoint, const std::string& source,
@@ -83,6 +96,13 @@ models::Classifier model_from_checkpoint(const Checkpoint& checkpoint, const std
   spec.classes = json_field(checkpoint.meta, "classes", int64_t{0}, source, "classes");
   int64_t file_values = 0;
   for (const auto& [name, t] : checkpoint.model) file_values += t.numel();
+  if (spec.name == "script") {
+    spec.script = script_archive(checkpoint, source);
+    spec.script_source = source;
+    // A TorchScript model may pool: its weights do not bound its input. The probe make_model runs
+    // is a batch of 2, so the input still has to stay plausible.
+    file_values = std::max<int64_t>(file_values, int64_t{1} << 24);
+  }
   check_model_spec(spec, file_values, source);  // a hostile file must not size our allocations
   // Names are optional (a dataset without them predicts class numbers), but when present there is
   // one per output: classify and eval would otherwise print a wrong name, or none, for a class.

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <map>
+#include <memory>
 #include <string>
 
 #include "models/classifier.h"
@@ -23,6 +24,11 @@ void load_model_state(torch::nn::Module& model, const std::map<std::string, torc
 // own); empty for the built-in classifiers and the generator. Export writes such weights as they
 // are; eval, classify and generate refuse them with this description.
 std::string own_module_description(const Checkpoint& checkpoint, const std::string& source);
+// A TorchScript model's checkpoint (model "script") carries the archive in its task section under
+// this name; script_archive reads it back (a DataError naming `source` when it is missing).
+inline constexpr char kScriptArchive[] = "script";
+std::shared_ptr<const std::string> script_archive(const Checkpoint& checkpoint,
+                                                  const std::string& source);
 // Builds the built-in classifier a checkpoint describes and loads its weights, on `device`.
 models::Classifier model_from_checkpoint(const Checkpoint& checkpoint, const std::string& source,
                                          torch::Device device);

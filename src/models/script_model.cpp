@@ -1,0 +1,186 @@
+#include "models/script_model.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "common/error.h"
+#include "common/input_file.h"
+
+namespace spritetorch::models {
+
+namespace {
+
+constexpr char kPrefix[] = "script:";
+constexpr char kWhat[] =
+    "a TorchScript module (torch.jit.script(model).save(FILE), or torch.jit.trace)";
+
+// What went wrong, in one line: the interpreter's messages are two tracebacks (serialized code,
+// then the Python source) ending in "RuntimeError: <the error>"; others have it on the first line.
+std::string first_line(const std::string& text) {
+  const std::string marker = "RuntimeError: ";
+  const size_t last = text.rfind(marker);
+  const std::string tail = last == std::string::npos ? text : text.substr(last + marker.size());
+  std::string line = tail.substr(0, tail.find('\n'));
+  if (line.size() > 300) line = line.substr(0, 300) + "...";
+  return line.empty() ? "an error without a message" : line;
+}
+
+torch::jit::Module load_archive(const std::string& archive) {
+  std::istringstream in(archive);
+  return torch::jit::load(in, torch::kCPU);
+}
+
+// LibTorch's TorchScript reader can crash on a damaged archive (its parser, found by fuzzing the
+// archives checkpoints once were: docs/reliability.md). The first load runs in a child process, so
+// that a crash there is a clear error here. A child that does not answer within a minute (a lock
+// held across fork) is given up on, and the file is loaded unguarded.
+void load_in_child(const std::string& archive, const std::string& source) {
+  const pid_t pid = fork();
+  if (pid < 0) return;
+  if (pid == 0) {
+    int code = 0;
+    try {
+      load_archive(archive);
+    } catch (...) {
+      code = 3;  // an error the parent's own load reports with LibTorch's message
+    }
+    _exit(code);
+  }
+  int status = 0;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (;;) {
+    const pid_t done = waitpid(pid, &status, WNOHANG);
+    if (done == pid) break;
+    if (done < 0) return;
+    if (std::chrono::steady_clock::now() > give_up) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  if (WIFSIGNALED(status))
+    throw DataError(source, kWhat,
+                    "an archive whose loading crashed LibTorch's TorchScript reader (signal " +
+                        std::to_string(WTERMSIG(status)) + ")",
+                    "save the model again from Python");
+}
+
+// Registers `from`'s parameters and buffers on `to`, recursively, as the same tensors.
+void mirror(const torch::jit::Module& from, torch::nn::Module& to) {
+  for (const auto& p : from.named_parameters(/*recurse=*/false))
+    to.register_parameter(p.name, p.value, p.value.requires_grad());
+  for (const auto& b : from.named_buffers(/*recurse=*/false)) to.register_buffer(b.name, b.value);
+  for (const auto& c : from.named_children()) {
+    auto child = std::make_shared<torch::nn::Module>(c.name);
+    mirror(c.value, *child);
+    to.register_module(c.name, child);
+  }
+}
+
+}  // namespace
+
+std::string script_model_file(const std::string& model) {
+  return model.rfind(kPrefix, 0) == 0 ? model.substr(sizeof(kPrefix) - 1) : std::string();
+}
+
+std::shared_ptr<const std::string> read_script_archive(const std::string& file) {
+  check_input_file(file, "a TorchScript file");
+  std::ifstream in(file, std::ios::binary);
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  if (!in.good() && !in.eof()) throw DataError(file, kWhat, "a file that could not be read");
+  return std::make_shared<const std::string>(bytes.str());
+}
+
+ScriptClassifierImpl::ScriptClassifierImpl(const std::string& archive, const std::string& source)
+    : source_(source) {
+  load_in_child(archive, source);
+  try {
+    script_ = load_archive(archive);
+  } catch (const c10::Error& e) {
+    throw DataError(source, kWhat, first_line(e.what_without_backtrace()));
+  } catch (const std::exception& e) {  // the reader throws more than c10::Error (jit::ErrorReport)
+    throw DataError(source, kWhat, first_line(e.what()));
+  }
+  if (!script_.find_method("forward"))
+    throw DataError(source, "a TorchScript module with a forward method", "none");
+  for (const auto& p : script_.named_parameters())
+    if (!p.value.is_floating_point())
+      throw DataError(source, "floating-point parameters",
+                      "'" + p.name + "' of " + std::string(c10::toString(p.value.scalar_type())));
+  mirror(script_, *this);
+  train(true);
+}
+
+torch::Tensor ScriptClassifierImpl::forward(torch::Tensor x) {
+  torch::jit::IValue out;
+  try {
+    out = script_.forward({std::move(x)});
+  } catch (const c10::Error&) {
+    throw;
+  } catch (const std::runtime_error& e) {  // the interpreter's: its tracebacks, then the error
+    throw Error(source_ + ": its forward failed: " + first_line(e.what()),
+                "the whole message: run the model on such a batch in Python");
+  }
+  if (!out.isTensor())
+    throw DataError(source_, "a forward that returns a tensor of logits",
+                    "one that returns " + out.tagKind());
+  return out.toTensor();
+}
+
+std::string ScriptClassifierImpl::archive() const {
+  std::ostringstream out;
+  // jit::Module::save is not const in LibTorch 1.13, but only reads the module.
+  const_cast<torch::jit::Module&>(script_).save(out);
+  return out.str();
+}
+
+void ScriptClassifierImpl::train(bool on) {
+  ClassifierImpl::train(on);
+  script_.train(on);
+}
+
+void check_script_logits(ScriptClassifierImpl& model, const std::vector<int64_t>& input_shape,
+                         int64_t classes, const std::string& source) {
+  std::vector<int64_t> batch = {2};
+  batch.insert(batch.end(), input_shape.begin(), input_shape.end());
+  std::string shape = "(B";
+  for (int64_t d : input_shape) shape += ", " + std::to_string(d);
+  shape += ")";
+  const std::string wanted =
+      "a forward that maps this dataset's " + shape + " float32 inputs to (B, " +
+      std::to_string(classes) + ") logits";
+  const bool was_training = model.is_training();
+  model.eval();
+  torch::Tensor logits;
+  try {
+    torch::NoGradGuard no_grad;
+    logits = model.forward(torch::zeros(batch));
+  } catch (const DataError&) {
+    model.train(was_training);
+    throw;
+  } catch (const std::exception& e) {
+    model.train(was_training);
+    std::string what = e.what();
+    const std::string failed = source + ": its forward failed: ";
+    if (what.rfind(failed, 0) == 0) what = what.substr(failed.size());
+    throw DataError(source, wanted, "one that fails on them: " + first_line(what),
+                    "check the model against the dataset (--dataset, its --size)");
+  }
+  model.train(was_training);
+  if (logits.dim() != 2 || logits.size(0) != 2 || logits.size(1) != classes ||
+      !logits.is_floating_point())
+    throw DataError(source, wanted,
+                    "one that gives " + c10::str(logits.sizes()) + " " +
+                        std::string(c10::toString(logits.scalar_type())) + " for a batch of 2",
+                    "the dataset has " + std::to_string(classes) + " classes");
+}
+
+}  // namespace spritetorch::models
