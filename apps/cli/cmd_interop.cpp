@@ -92,11 +92,11 @@ Subcommand add_export_command(CLI::App& app) {
             if (format == "torchscript") {
               const std::string model = checkpoint.meta.value("model", std::string());
               if (model != "script")
-                throw Error("--format torchscript writes a model trained from a TorchScript file "
-                                "(--model script:FILE); " +
-                                f->checkpoint + " holds " +
-                                (own.empty() ? "model '" + model + "'" : own),
-                            "use --format safetensors or torch: load_state_dict takes them");
+                throw Error(
+                    "--format torchscript writes a model trained from a TorchScript file "
+                    "(--model script:FILE); " +
+                        f->checkpoint + " holds " + (own.empty() ? "model '" + model + "'" : own),
+                    "use --format safetensors or torch: load_state_dict takes them");
               auto trained = std::dynamic_pointer_cast<models::ScriptClassifierImpl>(
                   train::model_from_checkpoint(checkpoint, f->checkpoint, torch::kCPU));
               write_file_atomically(f->out, trained->archive());

@@ -147,7 +147,8 @@ Classifier make_model_of_kind(const ModelSpec& spec) {
     throw Error("a classifier needs at least 2 classes, got " + std::to_string(spec.classes));
   const int64_t features = product(spec.input_shape);
   if (spec.name == "script") {
-    if (!spec.script) throw Error("model 'script' needs its TorchScript file (--model script:FILE)");
+    if (!spec.script)
+      throw Error("model 'script' needs its TorchScript file (--model script:FILE)");
     auto model = std::make_shared<ScriptClassifierImpl>(*spec.script, spec.script_source);
     check_script_logits(*model, spec.input_shape, spec.classes, spec.script_source);
     return model;

@@ -1,14 +1,9 @@
 #include "models/script_model.h"
 
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <chrono>
 #include <fstream>
 #include <sstream>
-#include <thread>
 
+#include "common/crash_guard.h"
 #include "common/error.h"
 #include "common/input_file.h"
 
@@ -25,51 +20,16 @@ constexpr char kWhat[] =
 std::string first_line(const std::string& text) {
   const std::string marker = "RuntimeError: ";
   const size_t last = text.rfind(marker);
-  const std::string tail = last == std::string::npos ? text : text.substr(last + marker.size());
+  std::string tail = last == std::string::npos ? text : text.substr(last + marker.size());
+  tail.erase(0, tail.find_first_not_of(" \n"));  // (some start with a newline)
   std::string line = tail.substr(0, tail.find('\n'));
   if (line.size() > 300) line = line.substr(0, 300) + "...";
-  return line.empty() ? "an error without a message" : line;
+  return line.empty() ? "(it gave no reason)" : line;
 }
 
 torch::jit::Module load_archive(const std::string& archive) {
   std::istringstream in(archive);
   return torch::jit::load(in, torch::kCPU);
-}
-
-// LibTorch's TorchScript reader can crash on a damaged archive (its parser, found by fuzzing the
-// archives checkpoints once were: docs/reliability.md). The first load runs in a child process, so
-// that a crash there is a clear error here. A child that does not answer within a minute (a lock
-// held across fork) is given up on, and the file is loaded unguarded.
-void load_in_child(const std::string& archive, const std::string& source) {
-  const pid_t pid = fork();
-  if (pid < 0) return;
-  if (pid == 0) {
-    int code = 0;
-    try {
-      load_archive(archive);
-    } catch (...) {
-      code = 3;  // an error the parent's own load reports with LibTorch's message
-    }
-    _exit(code);
-  }
-  int status = 0;
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  for (;;) {
-    const pid_t done = waitpid(pid, &status, WNOHANG);
-    if (done == pid) break;
-    if (done < 0) return;
-    if (std::chrono::steady_clock::now() > give_up) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      return;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  if (WIFSIGNALED(status))
-    throw DataError(source, kWhat,
-                    "an archive whose loading crashed LibTorch's TorchScript reader (signal " +
-                        std::to_string(WTERMSIG(status)) + ")",
-                    "save the model again from Python");
 }
 
 // Registers `from`'s parameters and buffers on `to`, recursively, as the same tensors.
@@ -101,13 +61,16 @@ std::shared_ptr<const std::string> read_script_archive(const std::string& file) 
 
 ScriptClassifierImpl::ScriptClassifierImpl(const std::string& archive, const std::string& source)
     : source_(source) {
-  load_in_child(archive, source);
+  // LibTorch's TorchScript reader can crash on a damaged archive (its parser did, fuzzed, when
+  // checkpoints were such archives: docs/reliability.md).
+  try_in_child_process([&archive] { load_archive(archive); }, source, kWhat);
+  const std::string refused = "an archive LibTorch's TorchScript reader refuses: ";
   try {
     script_ = load_archive(archive);
   } catch (const c10::Error& e) {
-    throw DataError(source, kWhat, first_line(e.what_without_backtrace()));
+    throw DataError(source, kWhat, refused + first_line(e.what_without_backtrace()));
   } catch (const std::exception& e) {  // the reader throws more than c10::Error (jit::ErrorReport)
-    throw DataError(source, kWhat, first_line(e.what()));
+    throw DataError(source, kWhat, refused + first_line(e.what()));
   }
   if (!script_.find_method("forward"))
     throw DataError(source, "a TorchScript module with a forward method", "none");
@@ -154,9 +117,8 @@ void check_script_logits(ScriptClassifierImpl& model, const std::vector<int64_t>
   std::string shape = "(B";
   for (int64_t d : input_shape) shape += ", " + std::to_string(d);
   shape += ")";
-  const std::string wanted =
-      "a forward that maps this dataset's " + shape + " float32 inputs to (B, " +
-      std::to_string(classes) + ") logits";
+  const std::string wanted = "a forward that maps this dataset's " + shape +
+                             " float32 inputs to (B, " + std::to_string(classes) + ") logits";
   const bool was_training = model.is_training();
   model.eval();
   torch::Tensor logits;

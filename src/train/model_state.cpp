@@ -51,7 +51,8 @@ std::string own_module_description(const Checkpoint& checkpoint, const std::stri
   if (task != "classify") return "task '" + task + "'";
   const auto model = json_field(checkpoint.meta, "model", std::string(), source, "model");
   const auto& ours = models::model_names();
-  if (model.empty() || model == "script" || std::find(ours.begin(), ours.end(), model) != ours.end())
+  if (model.empty() || model == "script" ||
+      std::find(ours.begin(), ours.end(), model) != ours.end())
     return "";
   return "model '" + model + "'";
 }
