@@ -3,6 +3,8 @@
 //   Train from a config:    spritetorch::run_training(config) (what `spritetorch train` runs)
 //   Weights for Python:     interop::python_state_dict, interop::write_safetensors
 //   Weights from Python:    interop::read_safetensors, interop::load_state_dict (your module)
+//   A model from Python:    TorchScript, ClassifierTask::builtin("script:FILE", ...)
+//                           (models/script_model.h)
 //   Stop a run with a checkpoint: train::request_interrupt (train/interrupt.h)
 #pragma once
 
@@ -15,6 +17,7 @@
 #include "interop/python_state.h"
 #include "interop/safetensors.h"
 #include "models/classifier.h"
+#include "models/script_model.h"
 #include "precision/precision.h"
 #include "tasks/make_task.h"
 #include "train/checkpoint.h"

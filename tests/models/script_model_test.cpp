@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "device/device.h"
 #include "interop/python_state.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
@@ -180,6 +181,28 @@ TEST_F(ScriptModel, AResumedRunEndsWithTheSameWeights) {
               train::Trainer(other).fit(*wrong, data_);
             }).find("holds another TorchScript model than " + different),
             std::string::npos);
+}
+
+// On a GPU the interpreter's kernels are captured as a CUDA graph (the default there) after the
+// warm-up steps, in which its profiling executor settles on a graph: the captured and the eager
+// run must train alike, and the checkpoint must come back to the CPU.
+class ScriptModelCuda : public ScriptModel {};
+TEST_F(ScriptModelCuda, TrainsWithAndWithoutCudaGraphs) {
+  if (device::probe_availability().cuda_devices == 0) GTEST_SKIP() << "no CUDA device";
+  std::vector<torch::Tensor> weights;
+  for (const auto graphs : {train::CudaGraphs::kOn, train::CudaGraphs::kOff}) {
+    train::TrainConfig c = config(graphs == train::CudaGraphs::kOn ? "graphs.pt" : "eager.pt");
+    c.device = "cuda";
+    c.cuda_graphs = graphs;
+    c.drop_last = true;  // one batch shape, as a graph replays
+    auto t = task("script:" + net_);
+    const train::TrainReport report = train::Trainer(c).fit(*t, data_);
+    EXPECT_GT(report.test.accuracy, 0.9);
+    const train::Checkpoint saved = train::load_checkpoint(c.save);
+    auto model = train::model_from_checkpoint(saved, c.save, torch::kCPU);
+    weights.push_back(model->named_parameters()["fc.weight"].detach().clone());
+  }
+  EXPECT_TRUE(torch::allclose(weights[0], weights[1], 1e-4, 1e-5));
 }
 
 TEST_F(ScriptModel, DamagedOrUnfittingModelsAreDataErrorsThatSayWhy) {
