@@ -45,7 +45,9 @@ expect 2 "unknown device 'gpu'" -- train --device gpu --dataset dummy --model si
 expect 2 "available: cpu" -- train --device cuda:3 --dataset dummy --model simplenn
 expect 2 "MPS" -- train --device mps --dataset dummy --model simplenn
 expect 2 "--nonsense" -- train --nonsense
-expect 2 "not in" -- train --model resnet
+expect 2 "--model: 'resnet': expected one of ann, cnn, .*simplenn, or script:FILE \(a TorchScript module\)" -- train --model resnet
+expect 2 "--model: nope.pt: expected a TorchScript file, found no such file" -- train --model script:nope.pt
+expect 2 "expected a TorchScript module \(torch.jit.script\(model\).save\(FILE\), or torch.jit.trace\), found an archive LibTorch's TorchScript reader refuses" -- train --model "script:$0" --dataset dummy
 expect 2 "nowhere: expected a folder holding the four Fashion-MNIST IDX files \(--data\), found no such folder" -- train --data "$tmp/nowhere"
 expect 2 "needs image inputs" -- train --dataset dummy --model cnn
 expect 2 "fp16 is not supported on the CPU" -- train --device cpu --precision fp16 --dataset dummy --model simplenn
