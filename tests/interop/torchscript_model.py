@@ -123,6 +123,12 @@ with tempfile.TemporaryDirectory() as tmp:
     got = accuracy(torch.jit.load("trained.pt"))
     check(abs(got - evaluated) <= 5e-4, f"torch.jit.load of the export: {got:.4f} (eval {evaluated:.4f})")
 
+    # A module trained elsewhere (here: the export) is evaluated and checkpointed by --epochs 0.
+    again = run("train", "--model", "script:trained.pt", "--epochs", "0", "--device", "cpu",
+                "--save", "as_is.pt", "--no-run-dir", "--json")
+    got = json.loads(again.stdout)["test"]["accuracy"]
+    check(abs(got - evaluated) < 1e-9, f"train --epochs 0 of the export: {got:.4f}")
+
     run("export", "--checkpoint", "run.pt", "weights.safetensors")
     net = Net()
     net.load_state_dict(read_safetensors("weights.safetensors"), strict=True)
