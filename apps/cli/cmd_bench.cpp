@@ -412,8 +412,10 @@ Subcommand add_bench_command(CLI::App& app) {
   auto f = std::make_shared<BenchFlags>();
   auto& w = f->bench.workload;
   w.model.clear();
-  sub->add_option("--model", w.model, "As train --model [default: ann]")
-      ->check(CLI::IsMember(models::model_names()));
+  sub->add_option("--model", w.model,
+                  "As train --model, script:FILE too (your own model, timed on every device) "
+                  "[default: ann]")
+      ->check(model_validator());
   sub->add_option("--dataset", w.dataset, "fashion-mnist | dummy")->capture_default_str();
   sub->add_option("--data", w.data_dir, "Fashion-MNIST folder")->capture_default_str();
   sub->add_option("--epochs", w.epochs, "Epochs per timed run")

@@ -13,6 +13,7 @@
 #include "data/loader.h"
 #include "device/device.h"
 #include "models/classifier.h"
+#include "models/script_model.h"
 #include "train/classifier_task.h"
 #include "train/lr_schedule.h"
 #include "train/trainer.h"
@@ -173,8 +174,11 @@ BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer) {
   const TrainConfig& w = config.workload;  // every run's train() sets its CPU threads itself
   check_workload_data(w, data);
 
-  // The compute floor, for the models whose FLOPs we can count exactly.
-  {
+  // The compute floor, for the models whose FLOPs we can count exactly (ReLU MLPs; a TorchScript
+  // model is none of them, and building it here would load its file once more).
+  if (!models::script_model_file(w.model).empty()) {
+    check_step_threads(w, false);
+  } else {
     auto model = models::make_model({w.model.empty() ? default_model(w) : w.model,
                                      [&] {
                                        auto s = data.train.inputs.sizes().vec();

@@ -157,6 +157,14 @@ with tempfile.TemporaryDirectory() as tmp:
                   "--device", "cpu", "--no-run-dir", "--json")
     check(json.loads(resumed.stdout)["test"]["accuracy"] > 0.6, "the traced MLP resumed to epoch 2")
 
+    # bench times it (CPU against GPU where there is one); the Python peer runs its own models only.
+    run("bench", "--model", "script:mlp.pt", "--train-limit", "1024", "--epochs", "1", "--repeats",
+        "1", "--devices", "cpu", "--no-streaming", "--out", "bench")
+    rows = json.load(open("bench.json"))["rows"]
+    check(len(rows) == 1 and rows[0]["accuracy"] > 0.3, f"bench --model script:mlp.pt: {len(rows)} row(s)")
+    bad = run("bench", "--model", "script:mlp.pt", "--vs-python", "--out", "bench2", expect=2)
+    check("this bench differs: --model script:mlp.pt" in bad.stderr, "bench --vs-python is refused")
+
     # Bad input: the file named, exit 2, no trace.
     open("notes.txt", "w").write("not a model\n")
     bad = run("train", "--model", "script:notes.txt", "--no-run-dir", expect=2)
