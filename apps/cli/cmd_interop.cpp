@@ -89,6 +89,14 @@ Subcommand add_export_command(CLI::App& app) {
                               " holds " + own + ", a module of the program that trained it",
                           "leave --reference out; that program can compute logits to check the "
                           "Python side against");
+            auto write_reference = [&] {
+              if (f->reference.empty()) return;
+              interop::write_safetensors(
+                  f->reference,
+                  interop::reference_outputs(checkpoint, f->checkpoint, f->reference_count));
+              std::cout << "Wrote " << f->reference << ": " << f->reference_count
+                        << " reference inputs and logits\n";
+            };
             if (format == "torchscript") {
               const std::string model = checkpoint.meta.value("model", std::string());
               if (model != "script")
@@ -106,6 +114,7 @@ Subcommand add_export_command(CLI::App& app) {
                         << checkpoint.meta.value("script_file", std::string("its checkpoint"))
                         << " with its trained weights, " << values << " parameters\n"
                         << "Python: model = torch.jit.load(\"" << f->out << "\")\n";
+              write_reference();
               return 0;
             }
             const auto state = interop::python_state_dict(checkpoint, f->checkpoint);
@@ -121,13 +130,7 @@ Subcommand add_export_command(CLI::App& app) {
                       << " values\n";
             for (const auto& [name, t] : state.tensors)
               std::cout << "  " << name << "  " << t.sizes() << "\n";
-            if (!f->reference.empty()) {
-              interop::write_safetensors(
-                  f->reference,
-                  interop::reference_outputs(checkpoint, f->checkpoint, f->reference_count));
-              std::cout << "Wrote " << f->reference << ": " << f->reference_count
-                        << " reference inputs and logits\n";
-            }
+            write_reference();
             if (checkpoint.meta.value("model", std::string()) == "script")
               std::cout << "Python: model.load_state_dict(state_dict), the model being the "
                            "module that was saved as TorchScript (or torch.jit.load of it); "

@@ -74,7 +74,7 @@ def read_safetensors(path):
     raw = open(path, "rb").read()
     n = struct.unpack("<Q", raw[:8])[0]
     header = json.loads(raw[8:8 + n])
-    dtypes = {"F32": torch.float32, "I64": torch.int64}
+    dtypes = {"F32": torch.float32, "I64": torch.int64, "U8": torch.uint8}
     out = {}
     for key, v in header.items():
         if key == "__metadata__":
@@ -119,9 +119,14 @@ with tempfile.TemporaryDirectory() as tmp:
     evaluated = json.loads(run("eval", "--checkpoint", "run.pt", "--json").stdout)["accuracy"]
     check(abs(evaluated - trained) < 1e-9, f"eval without net.pt: {evaluated:.4f}")
 
-    run("export", "--checkpoint", "run.pt", "--format", "torchscript", "trained.pt")
+    run("export", "--checkpoint", "run.pt", "--format", "torchscript", "trained.pt", "--reference",
+        "ref.safetensors")
     got = accuracy(torch.jit.load("trained.pt"))
     check(abs(got - evaluated) <= 5e-4, f"torch.jit.load of the export: {got:.4f} (eval {evaluated:.4f})")
+    ref = read_safetensors("ref.safetensors")
+    with torch.no_grad():
+        gap = (torch.jit.load("trained.pt").eval()(ref["inputs"].float() / 255) - ref["logits"]).abs().max().item()
+    check(gap < 1e-5, f"--reference logits against torch.jit.load's: max difference {gap:.2e}")
 
     # A module trained elsewhere (here: the export) is evaluated and checkpointed by --epochs 0.
     again = run("train", "--model", "script:trained.pt", "--epochs", "0", "--device", "cpu",
