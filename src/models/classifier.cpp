@@ -150,7 +150,7 @@ Classifier make_model_of_kind(const ModelSpec& spec) {
     if (!spec.script)
       throw Error("model 'script' needs its TorchScript file (--model script:FILE)");
     auto model = std::make_shared<ScriptClassifierImpl>(*spec.script, spec.script_source);
-    check_script_logits(*model, spec.input_shape, spec.classes, spec.script_source);
+    model->check_logits(spec.input_shape, spec.classes);
     return model;
   }
   if (spec.name == "ann") return std::make_shared<AnnImpl>(features, spec.classes);

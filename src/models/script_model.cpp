@@ -83,15 +83,18 @@ ScriptClassifierImpl::ScriptClassifierImpl(const std::string& archive, const std
 }
 
 torch::Tensor ScriptClassifierImpl::forward(torch::Tensor x) {
-  torch::jit::IValue out;
   try {
-    out = script_.forward({std::move(x)});
+    return run(std::move(x));
   } catch (const c10::Error&) {
     throw;
   } catch (const std::runtime_error& e) {  // the interpreter's: its tracebacks, then the error
     throw Error(source_ + ": its forward failed: " + first_line(e.what()),
                 "the whole message: run the model on such a batch in Python");
   }
+}
+
+torch::Tensor ScriptClassifierImpl::run(torch::Tensor x) {
+  const torch::jit::IValue out = script_.forward({std::move(x)});
   if (!out.isTensor())
     throw DataError(source_, "a forward that returns a tensor of logits",
                     "one that returns " + out.tagKind());
@@ -110,8 +113,8 @@ void ScriptClassifierImpl::train(bool on) {
   script_.train(on);
 }
 
-void check_script_logits(ScriptClassifierImpl& model, const std::vector<int64_t>& input_shape,
-                         int64_t classes, const std::string& source) {
+void ScriptClassifierImpl::check_logits(const std::vector<int64_t>& input_shape, int64_t classes) {
+  const std::string& source = source_;
   std::vector<int64_t> batch = {2};
   batch.insert(batch.end(), input_shape.begin(), input_shape.end());
   std::string shape = "(B";
@@ -119,24 +122,21 @@ void check_script_logits(ScriptClassifierImpl& model, const std::vector<int64_t>
   shape += ")";
   const std::string wanted = "a forward that maps this dataset's " + shape +
                              " float32 inputs to (B, " + std::to_string(classes) + ") logits";
-  const bool was_training = model.is_training();
-  model.eval();
+  const bool was_training = is_training();
+  eval();
   torch::Tensor logits;
   try {
     torch::NoGradGuard no_grad;
-    logits = model.forward(torch::zeros(batch));
+    logits = run(torch::zeros(batch));
   } catch (const DataError&) {
-    model.train(was_training);
+    train(was_training);
     throw;
   } catch (const std::exception& e) {
-    model.train(was_training);
-    std::string what = e.what();
-    const std::string failed = source + ": its forward failed: ";
-    if (what.rfind(failed, 0) == 0) what = what.substr(failed.size());
-    throw DataError(source, wanted, "one that fails on them: " + first_line(what),
+    train(was_training);
+    throw DataError(source, wanted, "one that fails on them: " + first_line(e.what()),
                     "check the model against the dataset (--dataset, its --size)");
   }
-  model.train(was_training);
+  train(was_training);
   if (logits.dim() != 2 || logits.size(0) != 2 || logits.size(1) != classes ||
       !logits.is_floating_point())
     throw DataError(source, wanted,

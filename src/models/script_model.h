@@ -32,15 +32,16 @@ class ScriptClassifierImpl : public ClassifierImpl {
   void train(bool on = true) override;              // the interpreter reads its own flags
   // The TorchScript archive with this model's current weights (torch.jit.load reads it).
   std::string archive() const;
+  // Checks that the model maps a batch of `input_shape` to (B, classes) logits, with a probe batch
+  // of 2 zeros in eval mode (its mode restored); a DataError naming its source otherwise.
+  void check_logits(const std::vector<int64_t>& input_shape, int64_t classes);
 
  private:
+  // The interpreter's forward as LibTorch throws its errors (forward() shortens them to a line).
+  torch::Tensor run(torch::Tensor x);
+
   torch::jit::Module script_;
   std::string source_;
 };
-
-// Checks that the model maps a batch of `input_shape` to (B, classes) logits, with a probe batch of
-// 2 zeros in eval mode (its mode restored); a DataError naming `source` otherwise.
-void check_script_logits(ScriptClassifierImpl& model, const std::vector<int64_t>& input_shape,
-                         int64_t classes, const std::string& source);
 
 }  // namespace spritetorch::models
