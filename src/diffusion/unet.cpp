@@ -5,11 +5,10 @@
 #include <cstdint>
 #include <optional>
 
-#include "common/compat.h"
 #include "common/error.h"
 #include "diffusion/group_norm_silu.h"
+#include "models/activation_checkpoint.h"
 #include "models/conv3x3.h"
-#include "precision/autocast_guard.h"
 
 namespace spritetorch::diffusion {
 
@@ -31,78 +30,14 @@ torch::Tensor normalise_silu(torch::nn::GroupNorm& norm, const torch::Tensor& x,
 }
 }  // namespace
 
-namespace {
-
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
-
-constexpr c10::DeviceType kAutocastTypes[] = {c10::DeviceType::CPU, c10::DeviceType::CUDA};
-
-struct CheckpointedBlock : torch::autograd::Function<CheckpointedBlock> {
-  // params: the block's parameters, inputs here only so that their gradients come back through
-  // backward (the forward reads them from the block). Runs without grad (Function::apply).
-  static torch::Tensor forward(AutogradContext* ctx, ResBlockImpl* block, const torch::Tensor& x,
-                               const torch::Tensor& emb, torch::TensorList /*params*/) {
-    ctx->saved_data["block"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(block));
-    for (const auto type : kAutocastTypes) {
-      const std::string key = c10::DeviceTypeName(type, /*lower_case=*/true);
-      ctx->saved_data["autocast_" + key] = compat::autocast_enabled(type);
-      ctx->saved_data["dtype_" + key] = static_cast<int64_t>(compat::autocast_dtype(type));
-    }
-    ctx->save_for_backward({x, emb});
-    return block->forward(x, emb);
-  }
-
-  static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
-    auto* block =
-        reinterpret_cast<ResBlockImpl*>(static_cast<intptr_t>(ctx->saved_data["block"].toInt()));
-    const auto saved = ctx->get_saved_variables();
-    std::vector<torch::Tensor> inputs = {
-        saved[0].detach().requires_grad_(saved[0].requires_grad()),
-        saved[1].detach().requires_grad_(saved[1].requires_grad())};
-    const auto params = block->parameters();
-    torch::Tensor out;
-    {
-      // The forward's autocast state (the backward may run on another thread, or outside it).
-      std::vector<std::unique_ptr<precision::AutocastGuard>> autocast;
-      for (const auto type : kAutocastTypes) {
-        const std::string key = c10::DeviceTypeName(type, /*lower_case=*/true);
-        const bool on = ctx->saved_data["autocast_" + key].toBool();
-        if (on || compat::autocast_enabled(type))
-          autocast.push_back(std::make_unique<precision::AutocastGuard>(
-              type, static_cast<torch::ScalarType>(ctx->saved_data["dtype_" + key].toInt()), on));
-      }
-      torch::AutoGradMode grad_on(true);
-      out = block->forward(inputs[0], inputs[1]);
-    }
-    // Differentiate with respect to whatever needs a gradient; the rest gets none.
-    std::vector<torch::Tensor> wrt;
-    std::vector<size_t> where;  // position in [x, emb, params...]
-    auto consider = [&](const torch::Tensor& t, size_t position) {
-      if (!t.requires_grad()) return;
-      wrt.push_back(t);
-      where.push_back(position);
-    };
-    for (size_t i = 0; i < inputs.size(); ++i) consider(inputs[i], i);
-    for (size_t i = 0; i < params.size(); ++i) consider(params[i], 2 + i);
-    std::vector<torch::Tensor> grads(2 + params.size());
-    if (!wrt.empty()) {
-      const auto g = torch::autograd::grad({out}, wrt, {grad_out[0]}, /*retain_graph=*/false,
-                                           /*create_graph=*/false, /*allow_unused=*/true);
-      for (size_t i = 0; i < g.size(); ++i) grads[where[i]] = g[i];
-    }
-    variable_list result = {torch::Tensor()};  // the block pointer
-    result.insert(result.end(), grads.begin(), grads.end());
-    return result;
-  }
-};
-
-}  // namespace
-
 torch::Tensor checkpointed_block(ResBlockImpl& block, const torch::Tensor& x,
                                  const torch::Tensor& emb) {
-  const auto params = block.parameters();
-  return CheckpointedBlock::apply(&block, x, emb, torch::TensorList(params));
+  models::CheckpointOptions options;
+  options.preserve_rng = false;  // a ResBlock draws no random numbers
+  auto run = [&block](const std::vector<torch::Tensor>& in) {
+    return std::vector<torch::Tensor>{block.forward(in[0], in[1])};
+  };
+  return models::checkpointed(block, run, {x, emb}, options).at(0);
 }
 
 torch::Tensor upsample_nearest_x2(const torch::Tensor& x) {

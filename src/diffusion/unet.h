@@ -89,10 +89,9 @@ class UNetImpl : public torch::nn::Module {
 };
 TORCH_MODULE(UNet);
 
-// block(x, emb) with activation checkpointing: the forward keeps x and emb only (and the autocast
-// state it ran under), the backward runs the block again with grad on and differentiates it. The
-// block's parameters get their gradients through this node, as in a plain forward. ResBlocks draw
-// no random numbers, so the recomputation needs no RNG state.
+// block(x, emb) with activation checkpointing (models/activation_checkpoint.h): the forward keeps
+// x and emb only, the backward runs the block again and differentiates it. ResBlocks draw no
+// random numbers, so no generator state is kept.
 torch::Tensor checkpointed_block(ResBlockImpl& block, const torch::Tensor& x,
                                  const torch::Tensor& emb);
 

@@ -71,7 +71,7 @@ Pass forward_backward(UNet& net, bool bf16) {
 
 bool has_checkpoint_node(const Pass& p) {
   for (const auto& name : p.nodes)
-    if (name.find("CheckpointedBlock") != std::string::npos) return true;
+    if (name.find("ActivationCheckpoint") != std::string::npos) return true;
   return false;
 }
 
