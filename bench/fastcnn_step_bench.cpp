@@ -2,7 +2,8 @@
 // max-pool (models/bn_relu_pool.h), in the same process: the op alone at each of fastcnn's three
 // stages, forward and backward; a stage's convolution alone, for scale; the first stage with its
 // convolution (first_conv_bn_relu_pool); and the whole step
-// (forward, backward, AdamW) at the recipe's batch of 256, in fp32 and under bf16 autocast.
+// (forward, backward, AdamW) at the recipe's batch of 256, in fp32 and under bf16 autocast; and
+// what a step holds from forward to backward with and without activation checkpointing (`held`).
 //
 //   build/bench/fastcnn_step_bench                              # everything, LibTorch's threads
 //   build/bench/fastcnn_step_bench --benchmark_filter=step --benchmark_repetitions=5
@@ -17,6 +18,7 @@
 
 #include <array>
 
+#include "common/malloc_tuning.h"
 #include "conv_bench_main.h"
 #include "models/bn_relu_pool.h"
 #include "models/classifier.h"
@@ -149,8 +151,43 @@ void step(benchmark::State& state) {
   models::set_conv3x3_kernel(true);
 }
 
+// What one training step keeps from the end of its forward to its backward, with and without
+// --activation-checkpointing (each stage but the last keeps only its input), on one thread (the
+// heap statistics count the main arena's blocks): fp32, the layout of the run's default.
+// Arguments: the model (0 fastcnn, 1 fastcnn-2x, 2 fastcnn-wide), 1 for checkpointing.
+void held(benchmark::State& state) {
+  if (heap_in_use_bytes() < 0) {
+    state.SkipWithError("needs glibc 2.33 or later (mallinfo2), and no AddressSanitizer");
+    return;
+  }
+  const char* names[] = {"fastcnn", "fastcnn-2x", "fastcnn-wide"};
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
+  torch::manual_seed(1);
+  auto model = models::make_model({names[state.range(0)], {1, 28, 28}, 10});
+  model->train();
+  model->set_activation_checkpointing(state.range(1) != 0);
+  const auto x = torch::rand({kBatch, 1, 28, 28});
+  const auto y = torch::randint(10, {kBatch}, torch::kInt64);
+  double held_mb = 0;
+  for (auto _ : state) {
+    model->zero_grad();
+    const double before = static_cast<double>(heap_in_use_bytes());
+    const auto loss = torch::nn::functional::cross_entropy(model->forward(x), y);
+    held_mb = (static_cast<double>(heap_in_use_bytes()) - before) / (1 << 20);
+    loss.backward();
+  }
+  state.counters["MB held"] = held_mb;
+  at::set_num_threads(threads);
+}
+
 }  // namespace
 
+BENCHMARK(held)
+    ->ArgsProduct({{0, 1, 2}, {0, 1}})
+    ->ArgNames({"model", "checkpointing"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK(op)
     ->ArgsProduct({{0, 1, 2}, {0, 1}, {0, 1}, {0, 1}})
     ->ArgNames({"stage", "bf16", "fused", "channels_last"})

@@ -15,9 +15,9 @@
 //     --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true  (one
 //     line)
 #include <benchmark/benchmark.h>
-#include <malloc.h>
 #include <torch/torch.h>
 
+#include "common/malloc_tuning.h"
 #include "conv_bench_main.h"
 #include "diffusion/group_norm_silu.h"
 #include "diffusion/unet.h"
@@ -135,32 +135,17 @@ void conv(benchmark::State& state) {
   spritetorch::models::set_conv3x3_kernel(true);
 }
 
-// Bytes of the C heap in use: the main arena and the chunks it mmapped. The bench's `held` runs on
-// one thread, so every tensor of its step comes from there (glibc's other arenas serve other
-// threads). Only glibc 2.33 and later tell; elsewhere `held` is skipped.
-#if defined(__GLIBC__)
-#define SPRITETORCH_HAVE_MALLINFO2 __GLIBC_PREREQ(2, 33)
-#else
-#define SPRITETORCH_HAVE_MALLINFO2 0  // __GLIBC_PREREQ(...) would not parse off glibc
-#endif
-#if SPRITETORCH_HAVE_MALLINFO2
-constexpr bool kHeapInUse = true;
 double heap_in_use_mb() {
-  const struct mallinfo2 m = mallinfo2();
-  return static_cast<double>(m.uordblks + m.hblkhd) / (1 << 20);
+  return static_cast<double>(spritetorch::heap_in_use_bytes()) / (1 << 20);
 }
-#else
-constexpr bool kHeapInUse = false;
-double heap_in_use_mb() { return 0; }
-#endif
 
 // What one training step of the default UNet keeps alive from its forward to its backward (the
 // tensors autograd saves, and the output), at S x S, with and without activation checkpointing:
 // the memory checkpointing exists to save, without the allocator's retained blocks that peak RSS
 // also counts. Arguments: the batch, S, 1 for checkpointing.
 void held(benchmark::State& state) {
-  if (!kHeapInUse) {
-    state.SkipWithError("needs glibc 2.33 or later (mallinfo2)");
+  if (spritetorch::heap_in_use_bytes() < 0) {
+    state.SkipWithError("needs glibc 2.33 or later (mallinfo2), and no AddressSanitizer");
     return;
   }
   const int64_t batch = state.range(0), side = state.range(1);

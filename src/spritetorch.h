@@ -6,6 +6,8 @@
 //   A model from Python:    TorchScript, ClassifierTask::builtin("script:FILE", ...)
 //                           (models/script_model.h)
 //   Stop a run with a checkpoint: train::request_interrupt (train/interrupt.h)
+//   Activation checkpointing:    models::checkpointed, models::checkpointed_sequential
+//                                (models/activation_checkpoint.h)
 #pragma once
 
 #include "common/error.h"
@@ -16,6 +18,7 @@
 #include "diffusion/generator_task.h"
 #include "interop/python_state.h"
 #include "interop/safetensors.h"
+#include "models/activation_checkpoint.h"
 #include "models/classifier.h"
 #include "models/script_model.h"
 #include "precision/precision.h"

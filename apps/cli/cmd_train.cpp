@@ -342,8 +342,7 @@ Subcommand add_train_command(CLI::App& app) {
         if (config->task == train::TaskKind::kClassify)
           for (const char* name :
                {"--unet-base", "--unet-mult", "--unet-attention", "--unet-scale-shift",
-                "--prediction", "--noise-schedule", "--min-snr-gamma", "--sample-every",
-                "--activation-checkpointing"}) {
+                "--prediction", "--noise-schedule", "--min-snr-gamma", "--sample-every"}) {
             const CLI::Option* option = sub->get_option_no_throw(name);
             if (option != nullptr && given_on_command_line(option))
               throw train::not_for_task(name, "classify", "it is one of the generator's options");

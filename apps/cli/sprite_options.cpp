@@ -73,8 +73,9 @@ void add_sprite_data_options(CLI::App* sub, train::TrainConfig& config, bool tra
         ->check(multiple_of_8_up_to(diffusion::kMaxUNetBase))
         ->capture_default_str();
     sub->add_flag("--activation-checkpointing", config.activation_checkpointing,
-                  "--task generate: recompute each UNet block's activations in backward (less "
-                  "memory, about one more forward per step)");
+                  "recompute activations in backward instead of keeping them (less memory, "
+                  "about one more forward per step): each UNet block of a generator, each "
+                  "convolution stage but the last of --model cnn and fastcnn*");
     sub->add_option(
            "--unet-attention", config.unet_attention,
            "--task generate: self-attention at a quarter of the sprite size (1), there and at "

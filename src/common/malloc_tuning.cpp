@@ -28,4 +28,14 @@ bool keep_freed_memory_for_reuse() {
 #endif
 }
 
+int64_t heap_in_use_bytes() {
+#if defined(__GLIBC__) && !defined(SPRITETORCH_OWN_MALLOC)
+#if __GLIBC_PREREQ(2, 33)
+  const struct mallinfo2 m = mallinfo2();
+  return static_cast<int64_t>(m.uordblks + m.hblkhd);
+#endif
+#endif
+  return -1;
+}
+
 }  // namespace spritetorch

@@ -6,11 +6,20 @@
 // got to. Whether it had got there depended on the command line. The CLI calls this first thing.
 #pragma once
 
+#include <cstdint>
+
 namespace spritetorch {
 
 // Keeps freed blocks of up to 256 MiB in the process for reuse (fixed mmap threshold 256 MiB, trim
-// threshold 512 MiB). Does nothing off glibc's malloc (AddressSanitizer builds have their own), or when the user set MALLOC_MMAP_THRESHOLD_ or
-// MALLOC_TRIM_THRESHOLD_ (their choice wins). Returns whether it changed anything.
+// threshold 512 MiB). Does nothing off glibc's malloc (AddressSanitizer builds have their own), or
+// when the user set MALLOC_MMAP_THRESHOLD_ or MALLOC_TRIM_THRESHOLD_ (their choice wins). Returns
+// whether it changed anything.
 bool keep_freed_memory_for_reuse();
+
+// Bytes of the C heap in use (glibc's mallinfo2: the arenas and the chunks mmapped for large
+// blocks), or -1 where it cannot tell (before glibc 2.33, off glibc, AddressSanitizer's heap).
+// What a step holds between two readings on one thread, whose tensors come from the main arena:
+// bench/unet_step_bench's and fastcnn_step_bench's `held`.
+int64_t heap_in_use_bytes();
 
 }  // namespace spritetorch

@@ -80,7 +80,9 @@ class ForkedRng {
   std::vector<std::pair<at::Generator, torch::Tensor>> restore_;
 };
 
-// The buffers' values before the recomputation, written back after it (also when it throws).
+// The buffers' values before the recomputation, written back after it (also when it throws). As
+// BatchNorm updates its running statistics, without a new version: a backward node outside the
+// segment that saved a buffer (a BatchNorm before it) must find it at the version it saved.
 class KeptBuffers {
  public:
   explicit KeptBuffers(const std::vector<torch::Tensor>& buffers) : buffers_(buffers) {
@@ -89,7 +91,7 @@ class KeptBuffers {
   }
   ~KeptBuffers() {
     torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < buffers_.size(); ++i) buffers_[i].copy_(values_[i]);
+    for (size_t i = 0; i < buffers_.size(); ++i) buffers_[i].variable_data().copy_(values_[i]);
   }
   KeptBuffers(const KeptBuffers&) = delete;
   KeptBuffers& operator=(const KeptBuffers&) = delete;
@@ -149,8 +151,7 @@ struct ActivationCheckpoint : torch::autograd::Function<ActivationCheckpoint> {
     for (const auto& saved : ctx->get_saved_variables())
       inputs.push_back(saved.detach().requires_grad_(saved.requires_grad()));
 
-    // Buffers updated once a step, by the forward: put back once the recomputed graph is used
-    // up (BatchNorm's backward reads the running statistics it saved, at their version then).
+    // Buffers updated once a step, by the forward: put back after the recomputation.
     KeptBuffers kept(record->buffers);
     std::vector<torch::Tensor> out;
     {

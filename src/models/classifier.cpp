@@ -3,6 +3,7 @@
 #include <numeric>
 
 #include "common/error.h"
+#include "models/activation_checkpoint.h"
 #include "models/bn_relu_pool.h"
 #include "models/conv3x3.h"
 #include "models/script_model.h"
@@ -23,7 +24,25 @@ std::string shape_string(const std::vector<int64_t>& dims) {
 
 Classifier make_model_of_kind(const ModelSpec& spec);  // below: one constructor call per name
 
+// One convolution stage: checkpointed when the model asks for it and autograd records (the
+// stages draw no random numbers: no generator state to keep).
+torch::Tensor run_stage(ClassifierImpl& model,
+                        const std::function<torch::Tensor(const torch::Tensor&)>& stage,
+                        const torch::Tensor& x) {
+  if (!model.activation_checkpointing() || !torch::GradMode::is_enabled()) return stage(x);
+  CheckpointOptions options;
+  options.preserve_rng = false;
+  return checkpointed(model, stage, x, options);
+}
+
 }  // namespace
+
+void ClassifierImpl::set_activation_checkpointing(bool on) {
+  if (on && !has_conv_stages())
+    throw Error("activation checkpointing recomputes a CNN's convolution stages; model '" +
+                (spec_.name.empty() ? std::string("this") : spec_.name) + "' has none");
+  checkpointing_ = on;
+}
 
 AnnImpl::AnnImpl(int64_t in_features, int64_t classes) {
   fc1 = register_module("fc1", torch::nn::Linear(in_features, 128));
@@ -66,8 +85,14 @@ CnnImpl::CnnImpl(int64_t channels, int64_t height, int64_t width, int64_t classe
 torch::Tensor CnnImpl::features(torch::Tensor x) {
   // relu(max_pool(x)) is max_pool(relu(x)), gradients included (the same element wins each
   // window or none gets a gradient), with the ReLU on a quarter of the values.
-  x = torch::relu(torch::max_pool2d(conv1(x), 2));            // (B, 32, H/2, W/2)
-  x = torch::relu(torch::max_pool2d(conv3x3(*conv2, x), 2));  // (B, 64, H/4, W/4)
+  auto stage1 = [this](const torch::Tensor& in) {
+    return torch::relu(torch::max_pool2d(conv1(in), 2));  // (B, 32, H/2, W/2)
+  };
+  auto stage2 = [this](const torch::Tensor& in) {
+    return torch::relu(torch::max_pool2d(conv3x3(*conv2, in), 2));  // (B, 64, H/4, W/4)
+  };
+  x = run_stage(*this, stage1, x);
+  x = run_stage(*this, stage2, x);
   return torch::relu(fc1(x.flatten(1)));
 }
 
@@ -92,11 +117,18 @@ namespace {
 // Each stage's norm, ReLU and pool as one op on the CPU (in training, and in eval mode with
 // AVX-512), the first stage in training with its convolution (models/bn_relu_pool.h).
 torch::Tensor fast_cnn_map(FastCnnImpl& m, torch::Tensor x) {
-  // In the layout of the next convolution's weights (channels_last where the trainer runs so).
-  x = first_conv_bn_relu_pool(*m.conv1, *m.bn1, x, gemm::best_kernel(),
-                              m.conv2->weight.suggest_memory_format());  // (B, w0, H/2, W/2)
-  x = bn_relu_pool(*m.bn2, conv3x3(*m.conv2, x));                        // (B, w1, H/4, W/4)
-  return bn_relu_pool(*m.bn3, conv3x3(*m.conv3, x));                     // (B, w2, H/8, W/8)
+  auto stage1 = [&m](const torch::Tensor& in) {
+    // In the layout of the next convolution's weights (channels_last where the trainer runs so).
+    return first_conv_bn_relu_pool(*m.conv1, *m.bn1, in, gemm::best_kernel(),
+                                   m.conv2->weight.suggest_memory_format());  // (B, w0, H/2, W/2)
+  };
+  auto stage2 = [&m](const torch::Tensor& in) {
+    return bn_relu_pool(*m.bn2, conv3x3(*m.conv2, in));  // (B, w1, H/4, W/4)
+  };
+  x = run_stage(m, stage1, x);
+  x = run_stage(m, stage2, x);
+  // The last stage plainly: backward needs its activations first, so keeping them costs nothing.
+  return bn_relu_pool(*m.bn3, conv3x3(*m.conv3, x));  // (B, w2, H/8, W/8)
 }
 }  // namespace
 
@@ -137,6 +169,7 @@ std::shared_ptr<torch::nn::Module> ClassifierImpl::clone(
   const auto copy_buffers = copy->named_buffers(/*recurse=*/true);
   for (const auto& b : buffers) copy_into(b.value(), copy_buffers[b.key()]);
   copy->train(is_training());
+  copy->checkpointing_ = checkpointing_;
   return copy;
 }
 

@@ -32,6 +32,13 @@ class ClassifierImpl : public torch::nn::Module {
   // Non-empty when the model is exactly Linear, ReLU, Linear, ..., Linear on flattened inputs:
   // then the trainer may use its fused step (train/train_step.h).
   virtual std::vector<torch::nn::Linear> relu_mlp_layers() { return {}; }
+  // Activation checkpointing (models/activation_checkpoint.h) of the convolution stages before
+  // the classifier head: each keeps only its input from forward to backward and runs again in
+  // backward. Only models with such stages take it (cnn, fastcnn*: has_conv_stages()); set_...
+  // throws spritetorch::Error for the others. The same gradients and BatchNorm statistics.
+  virtual bool has_conv_stages() const { return false; }
+  void set_activation_checkpointing(bool on);
+  bool activation_checkpointing() const { return checkpointing_; }
 
   // What make_model built this from (empty name for models made otherwise).
   const ModelSpec& spec() const { return spec_; }
@@ -44,6 +51,7 @@ class ClassifierImpl : public torch::nn::Module {
  private:
   friend std::shared_ptr<ClassifierImpl> make_model(const ModelSpec& spec);
   ModelSpec spec_;
+  bool checkpointing_ = false;
 };
 using Classifier = std::shared_ptr<ClassifierImpl>;
 
@@ -80,6 +88,7 @@ class CnnImpl : public ClassifierImpl {
   CnnImpl(int64_t channels, int64_t height, int64_t width, int64_t classes);
   torch::Tensor forward(torch::Tensor x) override;
   torch::Tensor features(torch::Tensor x) override;  // (B, 128): the hidden units fc2 sees
+  bool has_conv_stages() const override { return true; }
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
   torch::nn::Dropout dropout{nullptr};
@@ -100,6 +109,7 @@ class FastCnnImpl : public ClassifierImpl {
   // (w2 H W / 64 values: 4,096 for fastcnn-wide at 32 x 32), too many dimensions to estimate a
   // covariance from a few hundred images.
   torch::Tensor features(torch::Tensor x) override;
+  bool has_conv_stages() const override { return true; }
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr};
   torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr}, bn3{nullptr};
   torch::nn::Linear fc{nullptr};

@@ -18,9 +18,6 @@ void refuse_generator_options(const TrainConfig& config) {
   const TrainConfig defaults;
   if (config.unet_base != defaults.unet_base)
     throw not_for_task("--unet-base", "classify", "it sizes the generator's UNet");
-  if (config.activation_checkpointing)
-    throw not_for_task("--activation-checkpointing", "classify",
-                       "it recomputes the generator's UNet blocks");
   if (config.unet_attention != defaults.unet_attention)
     throw not_for_task("--unet-attention", "classify", "it shapes the generator's UNet");
   if (config.unet_scale_shift != defaults.unet_scale_shift)
@@ -126,6 +123,7 @@ void ClassifierTask::configure(const TrainConfig& config) {
     throw Error("--label-smoothing " + c10::str(config.label_smoothing) + ": expected 0 <= S < 1");
   if (config.label_smoothing != 0) options_.label_smoothing = config.label_smoothing;
   if (config.test_time_augment == "flip") options_.flip_at_test = true;
+  activation_checkpointing_ = config.activation_checkpointing;
 }
 
 void ClassifierTask::build(const TaskSetup& setup) {
@@ -146,6 +144,12 @@ void ClassifierTask::build(const TaskSetup& setup) {
     throw Error("--test-time-augment flip mirrors images; " + train.name +
                 " holds feature vectors");
   if (module_) {  // the user's module, as given
+    if (activation_checkpointing_)
+      throw Error(
+          "--activation-checkpointing recomputes the built-in CNNs' stages; it cannot split "
+          "a module of your own into segments",
+          "checkpoint its segments in its forward: models::checkpointed "
+          "(models/activation_checkpoint.h)");
     check_logits(*module_, forward_, train, classes_);
     loss_ = classifier_loss(forward_, options_.label_smoothing);
     return;
@@ -178,6 +182,14 @@ void ClassifierTask::build(const TaskSetup& setup) {
   }
   model_name_ = spec.name;
   builtin_ = models::make_model(spec);
+  if (activation_checkpointing_) {
+    if (!builtin_->has_conv_stages())
+      throw Error("--activation-checkpointing recomputes a CNN's convolution stages in backward; " +
+                      (model_name_ == "script" ? "a TorchScript model's forward is one piece"
+                                               : "--model " + model_name_ + " has none"),
+                  "use it with --model cnn, fastcnn, fastcnn-2x or fastcnn-wide");
+    builtin_->set_activation_checkpointing(true);
+  }
   module_ = builtin_;
   step_model_ = builtin_;
   forward_ = [model = builtin_](const torch::Tensor& x) { return model->forward(x); };
@@ -233,7 +245,9 @@ Settings ClassifierTask::settings() const {
   int64_t parameters = 0;
   for (const auto& p : module_->parameters()) parameters += p.numel();
   const std::string shown = model_name_ == "script" ? "TorchScript " + script_file_ : model_name_;
-  Settings out = {{"model", shown + " (" + std::to_string(parameters) + " parameters)"}};
+  Settings out = {{"model", shown + " (" + std::to_string(parameters) + " parameters" +
+                                (activation_checkpointing_ ? ", activation checkpointing" : "") +
+                                ")"}};
   if (options_.label_smoothing > 0)
     out.emplace_back("loss",
                      "cross-entropy, labels smoothed by " + c10::str(options_.label_smoothing));

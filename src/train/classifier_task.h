@@ -92,7 +92,8 @@ class ClassifierTask : public Task {
   ForwardFn forward_;  // on module_ (evaluation always uses it)
   LossFn loss_;        // on forward_, or on the DataParallel wrapper under --strategy dp
   bool ours_ = false;  // made by builtin(): one of models::make_model's
-  models::Classifier step_model_;  // ours: builtin_, or its DataParallel wrapper
+  bool activation_checkpointing_ = false;  // --activation-checkpointing: the CNNs' stages
+  models::Classifier step_model_;          // ours: builtin_, or its DataParallel wrapper
   std::vector<int64_t> input_shape_;
   int64_t classes_ = 0;
   ClassifierOptions options_;

@@ -100,7 +100,7 @@ struct TrainConfig {
   TaskKind task = TaskKind::kClassify;    // tasks/make_task.h
   data::SpriteOptions sprites;            // sprites | folder: | sheet: | npy: datasets
   int64_t unet_base = 16;                 // --task generate: UNet channels at full resolution
-  bool activation_checkpointing = false;  // --task generate: recompute UNet blocks in backward
+  bool activation_checkpointing = false;  // recompute UNet blocks / CNN stages in backward
   // --task generate: the design (diffusion/generator_task.h GeneratorDesign; docs/sprites.md).
   int unet_attention = 1;                 // self-attention at S/4 (1), also at S/2 (2), none (0)
   bool unet_scale_shift = true;           // the embedding scales and shifts the blocks' norms

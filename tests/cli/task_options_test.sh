@@ -71,10 +71,11 @@ expect 0 "\"precision\":\"$native\"" -- generate --checkpoint "$tmp/g.pt" --coun
 expect 0 "Generated 4 sprites .*, $native \(auto\)" -- generate --checkpoint "$tmp/g.pt" --count 4 --steps 2 --device cpu --out "$tmp/auto.png" --overwrite
 expect 2 "--precision: fp16 not in" -- generate --checkpoint "$tmp/g.pt" --precision fp16 --out "$tmp/x.png"
 
-# --- the classifier refuses the generator's options ----------------------------------------------
+# --- the classifier refuses the generator's options (and checkpoints only a CNN's stages) ----------
 expect 2 "--sample-every does not apply to --task classify" -- "${cls[@]}" --sample-every 1
 expect 2 "--unet-base does not apply to --task classify" -- "${cls[@]}" --unet-base 32
-expect 2 "--activation-checkpointing does not apply to --task classify" -- "${cls[@]}" --activation-checkpointing
+expect 2 "--activation-checkpointing recomputes a CNN's convolution stages in backward; --model simplenn has none" -- "${cls[@]}" --activation-checkpointing
+expect 0 '"model":"fastcnn \([0-9]+ parameters, activation checkpointing\)"' -- train --task classify --dataset sprites --sprite-count 48 --model fastcnn --epochs 1 --device cpu --no-run-dir --json --activation-checkpointing
 expect 2 "--unet-attention does not apply to --task classify" -- "${cls[@]}" --unet-attention 0
 expect 2 "--unet-scale-shift does not apply to --task classify" -- "${cls[@]}" --unet-scale-shift 0
 expect 2 "--unet-mult does not apply to --task classify" -- "${cls[@]}" --unet-mult 1,2,4

@@ -137,18 +137,6 @@ TEST(ActivationCheckpointing, ThroughTheTrainerGivesTheSameWeights) {
   ASSERT_EQ(a.model.size(), b.model.size());
   for (const auto& [name, t] : a.model)
     EXPECT_TRUE(torch::allclose(t, b.model.at(name), 1e-4, 1e-6)) << name;
-  // Classifiers refuse it (the task would ignore it).
-  train::TrainConfig classify;
-  classify.dataset = "dummy";
-  classify.activation_checkpointing = true;
-  try {
-    make_task(classify);
-    ADD_FAILURE() << "a classifier run took --activation-checkpointing";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--activation-checkpointing does not apply"),
-              std::string::npos)
-        << e.what();
-  }
 }
 
 }  // namespace

@@ -1,0 +1,88 @@
+// --activation-checkpointing for classifiers: the built-in CNNs recompute their convolution stages
+// in backward and train to the weights and BatchNorm statistics of the plain run; models without
+// such stages, and modules of one's own, refuse it with what to do instead.
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "test_util.h"
+#include "train/checkpoint.h"
+#include "train/classifier_task.h"
+#include "train/trainer.h"
+
+namespace spritetorch::train {
+namespace {
+
+using spritetorch::testing::error_of;
+using spritetorch::testing::ScratchDir;
+
+// (n, 1, 16, 16) noise with a bright square in one of four corners: the corner is the class.
+data::Dataset corners(int64_t n, uint64_t seed) {
+  torch::manual_seed(seed);
+  data::Dataset d;
+  d.inputs = torch::randint(0, 100, {n, 1, 16, 16}, torch::kUInt8);
+  d.labels = torch::randint(4, {n}, torch::kInt64);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t label = d.labels[i].item<int64_t>(), y = (label / 2) * 10, x = (label % 2) * 10;
+    d.inputs[i][0].narrow(0, y, 6).narrow(1, x, 6).fill_(255);
+  }
+  d.class_names = {"nw", "ne", "sw", "se"};
+  d.name = "corners";
+  return d;
+}
+
+TrainConfig config(const ScratchDir& dir, const std::string& save, bool checkpointing) {
+  TrainConfig c;
+  c.device = "cpu";
+  c.epochs = 2;
+  c.batch_size = 32;
+  c.lr = 0.003;
+  c.activation_checkpointing = checkpointing;
+  c.save = dir.file(save);
+  return c;
+}
+
+TEST(ClassifierCheckpointing, CnnsTrainToThePlainRunsWeightsAndStatistics) {
+  ScratchDir dir;
+  const Datasets data{corners(256, 1), corners(64, 2)};
+  for (const std::string model : {"cnn", "fastcnn"}) {
+    SCOPED_TRACE(model);
+    auto plain_task = ClassifierTask::builtin(model, "ann");
+    const auto plain = Trainer(config(dir, model + "_plain.pt", false)).fit(*plain_task, data);
+    auto task = ClassifierTask::builtin(model, "ann");
+    const auto checkpointed = Trainer(config(dir, model + "_ckpt.pt", true)).fit(*task, data);
+    ASSERT_EQ(plain.steps, checkpointed.steps);
+    EXPECT_GT(checkpointed.test.accuracy, 0.9);  // chance is 0.25
+    EXPECT_NEAR(plain.epochs.back().loss, checkpointed.epochs.back().loss, 1e-5);
+    const auto settings = task->settings();
+    EXPECT_NE(settings.at(0).second.find("activation checkpointing"), std::string::npos)
+        << settings.at(0).second;
+    // Weights and BatchNorm's running statistics (updated once a step, not again when a stage
+    // runs a second time in backward).
+    const auto a = load_checkpoint(dir.file(model + "_plain.pt")),
+               b = load_checkpoint(dir.file(model + "_ckpt.pt"));
+    ASSERT_EQ(a.model.size(), b.model.size());
+    for (const auto& [name, t] : a.model)
+      EXPECT_TRUE(torch::allclose(t, b.model.at(name), 1e-4, 1e-6))
+          << name << ": max difference " << (t - b.model.at(name)).abs().max().item<double>();
+  }
+}
+
+TEST(ClassifierCheckpointing, RefusedWithoutConvolutionStages) {
+  ScratchDir dir;
+  const Datasets data{corners(64, 1), corners(16, 2)};
+  auto ann = ClassifierTask::builtin("ann", "ann");
+  EXPECT_NE(error_of([&] { Trainer(config(dir, "ann.pt", true)).fit(*ann, data); })
+                .find("--activation-checkpointing recomputes a CNN's convolution stages in "
+                      "backward; --model ann has none"),
+            std::string::npos);
+  torch::nn::Sequential own(torch::nn::Flatten(), torch::nn::Linear(256, 4));
+  ClassifierTask mine(
+      own.ptr(), [own](const torch::Tensor& x) mutable { return own->forward(x); }, "mine");
+  EXPECT_NE(error_of([&] {
+              Trainer(config(dir, "mine.pt", true)).fit(mine, data);
+            }).find("it cannot split a module of your own into segments"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace spritetorch::train
