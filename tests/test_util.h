@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,21 @@
 #include "data/fashion_mnist.h"
 
 namespace spritetorch::testing {
+
+// Whether the backward graph that produced `out` has a node whose name contains `name_part`
+// (a custom Function's node is named after its C++ type).
+inline bool backward_graph_has(const torch::Tensor& out, const std::string& name_part) {
+  std::vector<torch::autograd::Node*> todo = {out.grad_fn().get()};
+  std::set<torch::autograd::Node*> seen;
+  while (!todo.empty()) {
+    auto* node = todo.back();
+    todo.pop_back();
+    if (!node || !seen.insert(node).second) continue;
+    if (node->name().find(name_part) != std::string::npos) return true;
+    for (const auto& edge : node->next_edges()) todo.push_back(edge.function.get());
+  }
+  return false;
+}
 
 // The AddressSanitizer build (scripts/sanitize) runs a training step ~10x slower than Release:
 // the tests that train for a while to see something size their work by this.

@@ -3,9 +3,6 @@
 // runs it), the recomputing node really in the graph, and the option through the Trainer.
 #include <gtest/gtest.h>
 
-#include <deque>
-#include <set>
-
 #include "common/error.h"
 #include "diffusion/generator_task.h"
 #include "diffusion/unet.h"
@@ -37,7 +34,7 @@ UNet make_net(bool checkpointing) {
 struct Pass {
   torch::Tensor out;
   std::vector<torch::Tensor> grads;  // registration order
-  std::set<std::string> nodes;       // names of the backward graph's nodes
+  bool checkpoint_node = false;      // the backward graph has the recomputing node
 };
 
 Pass forward_backward(UNet& net, bool bf16) {
@@ -55,24 +52,10 @@ Pass forward_backward(UNet& net, bool bf16) {
     p.out = net->forward(x, t, c);
     loss = torch::mse_loss(p.out.to(torch::kFloat32), target);
   }
-  std::deque<torch::autograd::Node*> todo = {loss.grad_fn().get()};
-  std::set<torch::autograd::Node*> seen;
-  while (!todo.empty()) {
-    auto* node = todo.front();
-    todo.pop_front();
-    if (!node || !seen.insert(node).second) continue;
-    p.nodes.insert(node->name());
-    for (const auto& edge : node->next_edges()) todo.push_back(edge.function.get());
-  }
+  p.checkpoint_node = spritetorch::testing::backward_graph_has(loss, "ActivationCheckpoint");
   loss.backward();  // outside the autocast scope, as in the Trainer
   for (const auto& param : net->parameters()) p.grads.push_back(param.grad().clone());
   return p;
-}
-
-bool has_checkpoint_node(const Pass& p) {
-  for (const auto& name : p.nodes)
-    if (name.find("ActivationCheckpoint") != std::string::npos) return true;
-  return false;
 }
 
 void expect_same(const Pass& plain, const Pass& checkpointed, double rtol, double atol) {
@@ -90,8 +73,8 @@ TEST(ActivationCheckpointing, SameGradientsAsThePlainForward) {
   auto plain_net = make_net(false), checkpointed_net = make_net(true);
   const auto plain = forward_backward(plain_net, false);
   const auto checkpointed = forward_backward(checkpointed_net, false);
-  EXPECT_FALSE(has_checkpoint_node(plain));
-  EXPECT_TRUE(has_checkpoint_node(checkpointed));
+  EXPECT_FALSE(plain.checkpoint_node);
+  EXPECT_TRUE(checkpointed.checkpoint_node);
   // Only the order in which the shared embedding's gradients are summed may differ.
   expect_same(plain, checkpointed, 1e-5, 1e-7);
   // Without grad mode (sampling) the blocks run plainly.
@@ -106,7 +89,7 @@ TEST(ActivationCheckpointing, RecomputesUnderTheForwardsAutocast) {
   auto plain_net = make_net(false), checkpointed_net = make_net(true);
   const auto plain = forward_backward(plain_net, true);
   const auto checkpointed = forward_backward(checkpointed_net, true);
-  EXPECT_TRUE(has_checkpoint_node(checkpointed));
+  EXPECT_TRUE(checkpointed.checkpoint_node);
   EXPECT_EQ(checkpointed.out.scalar_type(), torch::kBFloat16);
   // A recomputation in fp32 would differ from the bf16 forward by bf16's rounding (~1e-2).
   expect_same(plain, checkpointed, 1e-4, 1e-6);

@@ -3,12 +3,10 @@
 // forward to the backward; the refusals.
 #include <gtest/gtest.h>
 
-#include <deque>
-#include <set>
-
 #include "common/error.h"
 #include "common/malloc_tuning.h"
 #include "models/activation_checkpoint.h"
+#include "test_util.h"
 
 namespace spritetorch::models {
 namespace {
@@ -22,19 +20,6 @@ nn::Sequential make_net() {
                         nn::ReLU(), nn::Dropout(0.3),
                         nn::Conv2d(nn::Conv2dOptions(6, 6, 3).padding(1)), nn::BatchNorm2d(6),
                         nn::ReLU(), nn::Dropout(0.3), nn::Flatten(), nn::Linear(6 * 8 * 8, 3));
-}
-
-bool has_checkpoint_node(const torch::Tensor& out) {
-  std::deque<torch::autograd::Node*> todo = {out.grad_fn().get()};
-  std::set<torch::autograd::Node*> seen;
-  while (!todo.empty()) {
-    auto* node = todo.front();
-    todo.pop_front();
-    if (!node || !seen.insert(node).second) continue;
-    if (node->name().find("ActivationCheckpoint") != std::string::npos) return true;
-    for (const auto& edge : node->next_edges()) todo.push_back(edge.function.get());
-  }
-  return false;
 }
 
 struct Step {
@@ -55,7 +40,7 @@ Step step(nn::Sequential& net,
   net->zero_grad();
   Step s;
   s.out = forward(net, x);
-  s.checkpoint_node = has_checkpoint_node(s.out);
+  s.checkpoint_node = spritetorch::testing::backward_graph_has(s.out, "ActivationCheckpoint");
   torch::nn::functional::cross_entropy(s.out, target).backward();
   s.next_draw = torch::rand({4});
   for (const auto& p : net->parameters()) s.grads.push_back(p.grad().clone());
