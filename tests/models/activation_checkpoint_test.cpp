@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "common/malloc_tuning.h"
+#include "device/device.h"
 #include "models/activation_checkpoint.h"
 #include "test_util.h"
 
@@ -30,21 +31,23 @@ struct Step {
 };
 
 // One forward and backward of `net` on a fixed batch (which needs no gradient itself), forward
-// given as plain or checkpointed.
+// given as plain or checkpointed, on the device the net is on. What it returns is on the CPU.
 Step step(nn::Sequential& net,
           const std::function<torch::Tensor(nn::Sequential&, const torch::Tensor&)>& forward) {
-  torch::manual_seed(11);
-  const auto x = torch::rand({5, 1, 8, 8});
-  const auto target = torch::tensor({0, 1, 2, 1, 0}, torch::kInt64);
+  const auto device = net->parameters().front().device();
+  torch::manual_seed(11);  // every device's generator
+  const auto x = torch::rand({5, 1, 8, 8}, device);
+  const auto target = torch::tensor({0, 1, 2, 1, 0}, torch::kInt64).to(device);
   net->train();
   net->zero_grad();
   Step s;
   s.out = forward(net, x);
   s.checkpoint_node = spritetorch::testing::backward_graph_has(s.out, "ActivationCheckpoint");
   torch::nn::functional::cross_entropy(s.out, target).backward();
-  s.next_draw = torch::rand({4});
-  for (const auto& p : net->parameters()) s.grads.push_back(p.grad().clone());
-  for (const auto& b : net->buffers()) s.buffers.push_back(b.clone());
+  s.next_draw = torch::rand({4}, device).cpu();
+  s.out = s.out.detach().cpu();
+  for (const auto& p : net->parameters()) s.grads.push_back(p.grad().cpu());
+  for (const auto& b : net->buffers()) s.buffers.push_back(b.cpu());
   return s;
 }
 
@@ -80,6 +83,21 @@ TEST(ActivationCheckpoint, SequentialSegmentsStepLikeThePlainForward) {
     // plain step left it.
     expect_equal(reference, result);
   }
+}
+
+// On a GPU the CUDA generator's state is kept too: the same dropout masks, the generator where
+// the plain step left it.
+TEST(ActivationCheckpointCuda, SequentialSegmentsStepLikeThePlainForward) {
+  if (device::probe_availability().cuda_devices == 0) GTEST_SKIP() << "no CUDA device";
+  auto a = make_net(), b = make_net();
+  a->to(torch::kCUDA);
+  b->to(torch::kCUDA);
+  const Step reference = step(a, plain);
+  const Step result = step(b, [](nn::Sequential& net, const torch::Tensor& x) {
+    return checkpointed_sequential(net, 3, x);
+  });
+  EXPECT_TRUE(result.checkpoint_node);
+  expect_equal(reference, result);
 }
 
 // The segment is the net's second half, its module the whole net: the buffers of the first

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "device/device.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/classifier_task.h"
@@ -82,6 +83,35 @@ TEST(ClassifierCheckpointing, RefusedWithoutConvolutionStages) {
               Trainer(config(dir, "mine.pt", true)).fit(mine, data);
             }).find("it cannot split a module of your own into segments"),
             std::string::npos);
+}
+
+// On a GPU the recomputation runs inside the captured step (CUDA graphs, the default there): it
+// must train as the eager checkpointed run and the plain one do.
+TEST(ClassifierCheckpointingCuda, TrainsWithAndWithoutCudaGraphs) {
+  if (device::probe_availability().cuda_devices == 0) GTEST_SKIP() << "no CUDA device";
+  ScratchDir dir;
+  const Datasets data{corners(256, 1), corners(64, 2)};
+  std::vector<Checkpoint> saved;
+  const std::vector<std::pair<bool, CudaGraphs>> runs = {
+      {true, CudaGraphs::kOn}, {true, CudaGraphs::kOff}, {false, CudaGraphs::kOff}};
+  for (const auto& [checkpointing, graphs] : runs) {
+    const std::string name = std::string(checkpointing ? "ckpt" : "plain") +
+                             (graphs == CudaGraphs::kOn ? "_graphs.pt" : "_eager.pt");
+    TrainConfig c = config(dir, name, checkpointing);
+    c.device = "cuda";
+    c.cuda_graphs = graphs;
+    c.drop_last = true;  // one batch shape, as a graph replays
+    c.precision = precision::Precision::kFp32;  // fewer roundings between the runs to tell apart
+    auto task = ClassifierTask::builtin("fastcnn", "ann");
+    const auto report = Trainer(c).fit(*task, data);
+    EXPECT_GT(report.test.accuracy, 0.9) << name;
+    saved.push_back(load_checkpoint(dir.file(name)));
+  }
+  for (size_t i = 1; i < saved.size(); ++i)
+    for (const auto& [name, t] : saved[0].model)
+      EXPECT_TRUE(torch::allclose(t, saved[i].model.at(name), 1e-3, 1e-4))
+          << "run " << i << ", " << name << ": max difference "
+          << (t - saved[i].model.at(name)).abs().max().item<double>();
 }
 
 }  // namespace
