@@ -221,6 +221,12 @@ Subcommand add_train_command(CLI::App& app) {
              "sprites repeated: for generators asked for every class alike)");
   add_choice(sub, "--step", config->step,
              "auto | autograd | fused (fused: hand-written forward/backward for ReLU MLPs)");
+  sub->add_option("--micro-batches", config->micro_batches,
+                  "Each batch's forward and backward in this many chunks, one optimizer step "
+                  "after them: the memory of a chunk, the gradient of the whole batch (BatchNorm "
+                  "sees each chunk's statistics). The autograd step")
+      ->check(kPositive)
+      ->capture_default_str();
   sub->add_option(
          "--step-threads,--step-shards", config->step_threads,
          "Fused step on the CPU: threads that split each step (0: one per core, or cores / "

@@ -75,6 +75,10 @@ struct TrainConfig {
   std::string augment = "none";     // none | flip | shift[:N] | flip,shift[:N] (data/augment.h)
   data::ClassSampling class_sampling = data::ClassSampling::kNatural;  // data/loader.h
   StepKind step = StepKind::kAuto;
+  // Each batch's forward and backward in this many chunks, one optimizer step after them: the
+  // memory of a chunk, the gradient of the whole batch (models with batch statistics, BatchNorm,
+  // see each chunk's). The autograd step only.
+  int64_t micro_batches = 1;
   int step_threads = 0;  // fused step on the CPU: threads splitting each step (0: see trainer)
   // Given counts (threads, blas_threads, step_threads) are kept whatever this says.
   ThreadGovernorMode thread_governor = ThreadGovernorMode::kAuto;

@@ -71,7 +71,9 @@ ParallelRun::ParallelRun(const TrainConfig& config, const distributed::EnvLookup
     throw Error("--dist-timeout must be positive, got " + std::to_string(config.dist_timeout_s));
   dist_shard_ = config.dist_shard;
   reducer_options_.bucket_mb = config.bucket_mb;
-  reducer_options_.overlap = config.overlap;
+  // Micro-batches run backward once per chunk: a bucket is complete only after the last one.
+  reducer_options_.overlap = config.overlap && config.micro_batches == 1;
+  overlap_off_for_micro_batches_ = config.overlap && config.micro_batches > 1;
   if (!(reducer_options_.bucket_mb > 0))
     throw Error("--bucket-mb must be positive, got " + std::to_string(config.bucket_mb));
   // The process group's options mean nothing to one process: given, they are refused rather
@@ -223,7 +225,10 @@ std::string ParallelRun::describe() const {
     << (comm_ ? comm_->backend() : comm_options_.backend);
   if (reducer_)
     s << ", " << reducer_->buckets().size() << " bucket(s) <= " << reducer_options_.bucket_mb
-      << " MB, " << (reducer_options_.overlap ? "overlapped with backward" : "after backward");
+      << " MB, "
+      << (reducer_options_.overlap         ? "overlapped with backward"
+          : overlap_off_for_micro_batches_ ? "after backward (the last micro-batch's)"
+                                           : "after backward");
   s << ", " << (local_shards_ ? "local data shards" : "global data shards") << ", timeout "
     << comm_options_.timeout_s << " s";
   return s.str();

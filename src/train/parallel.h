@@ -87,6 +87,7 @@ class ParallelRun {
   distributed::DistEnv env_;
   distributed::CommOptions comm_options_;
   distributed::ReducerOptions reducer_options_;
+  bool overlap_off_for_micro_batches_ = false;  // --micro-batches: all-reduce after the last
   torch::Device device_ = torch::kCPU;
   std::vector<torch::Device> dp_devices_;
   DistShard dist_shard_ = DistShard::kAuto;

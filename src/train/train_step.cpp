@@ -1,5 +1,6 @@
 #include "train/train_step.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "common/compat.h"
@@ -16,7 +17,25 @@ AutogradStep::AutogradStep(LossFn loss, StepPrecision precision, bool needs_corr
     throw Error("internal: fp16 step without a grad scaler");
 }
 
+bool AutogradStep::set_micro_batches(int64_t count) {
+  if (count < 1) throw Error("--micro-batches must be at least 1, got " + std::to_string(count));
+  micro_batches_ = count;
+  return true;
+}
+
 void AutogradStep::run(const data::Batch& batch, torch::Tensor& loss_sum, torch::Tensor& correct) {
+  const int64_t n = batch.inputs.size(0);
+  if (micro_batches_ == 1 || n <= 1) return run_chunk(batch, 1.0, loss_sum, correct);
+  const int64_t chunk = (n + micro_batches_ - 1) / micro_batches_;  // ceil: at most the count
+  for (int64_t begin = 0; begin < n; begin += chunk) {
+    const int64_t size = std::min(chunk, n - begin);
+    run_chunk({batch.inputs.narrow(0, begin, size), batch.labels.narrow(0, begin, size)},
+              static_cast<double>(size) / static_cast<double>(n), loss_sum, correct);
+  }
+}
+
+void AutogradStep::run_chunk(const data::Batch& batch, double weight, torch::Tensor& loss_sum,
+                             torch::Tensor& correct) {
   const auto& plan = precision_.plan;
   StepLoss out;
   {
@@ -55,10 +74,12 @@ void AutogradStep::run(const data::Batch& batch, torch::Tensor& loss_sum, torch:
     throw Error("the task's training_step returned a floating-point `correct`",
                 "count the correct predictions as an integer tensor (or leave it undefined, with "
                 "TaskTraits::has_accuracy = false)");
+  // A chunk's mean loss, weighted by its share of the batch: the gradients add up to the batch's.
+  const torch::Tensor weighted = weight == 1.0 ? out.loss : out.loss * weight;
   if (precision_.scaler)
-    precision_.scaler->scale(out.loss).backward();
+    precision_.scaler->scale(weighted).backward();
   else
-    out.loss.backward();
+    weighted.backward();
   torch::NoGradGuard no_grad;
   loss_sum.add_(out.loss.detach(), static_cast<double>(batch.inputs.size(0)));
   if (out.correct.defined()) correct.add_(out.correct);

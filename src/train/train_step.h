@@ -59,6 +59,10 @@ class TrainStep {
   virtual std::shared_ptr<ShardPool> thread_pool() const { return nullptr; }
   // The matrix kernel of a step that runs its own (gemm::kernel_name), else null.
   virtual const char* kernel() const { return nullptr; }
+  // Each batch in up to `count` chunks (TrainConfig::micro_batches). False for a step that cannot
+  // split its batches (the fused MLP step: its buffers and kernels take the whole batch).
+  virtual bool set_micro_batches(int64_t count) { return count == 1; }
+  virtual int64_t micro_batches() const { return 1; }
 
   // Called with each parameter whose gradient run() has finished writing, during the backward
   // pass, so a distributed gradient reducer can start its all-reduce early. The fused step calls
@@ -81,11 +85,19 @@ class AutogradStep : public TrainStep {
   void run(const data::Batch& batch, torch::Tensor& loss_sum, torch::Tensor& correct) override;
   const char* name() const override { return "autograd"; }
   bool overwrites_grads() const override { return false; }
+  // Chunks of ceil(B / count) samples (the last smaller); each chunk's mean loss is weighted by
+  // its share of the batch before its backward, so the gradients add up to the batch's mean.
+  bool set_micro_batches(int64_t count) override;
+  int64_t micro_batches() const override { return micro_batches_; }
 
  private:
+  // Forward and backward of one chunk; `weight`: its share of the batch.
+  void run_chunk(const data::Batch& chunk, double weight, torch::Tensor& loss_sum,
+                 torch::Tensor& correct);
   LossFn loss_;
   StepPrecision precision_;
   bool needs_correct_;
+  int64_t micro_batches_ = 1;
 };
 
 // A classifier's loss: cross-entropy of forward(inputs) against the labels, computed in fp32

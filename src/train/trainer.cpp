@@ -76,6 +76,8 @@ std::string describe_step(const TrainStep& step) {
   std::vector<std::string> parts;
   if (step.threads() > 1) parts.push_back(std::to_string(step.threads()) + " threads");
   if (step.kernel()) parts.push_back(std::string(step.kernel()) + " kernel");
+  if (step.micro_batches() > 1)
+    parts.push_back(std::to_string(step.micro_batches()) + " micro-batches a batch");
   std::string out = step.name();
   for (size_t i = 0; i < parts.size(); ++i) out += (i ? ", " : " (") + parts[i];
   return parts.empty() ? out : out + ")";
@@ -378,12 +380,19 @@ void TrainingRun::set_up_step() {
   // --precision auto on a CPU with native bf16: where the model has the fused fp32 CPU step, that
   // step beats bf16 autocast (autograd) by ~2x on Zen 5 and Sapphire Rapids (docs/benchmarks.md),
   // so auto keeps fp32 there; other models (conv nets: bf16 1.27x faster on Zen 5) keep bf16.
+  // --micro-batches splits the autograd step's batches; auto then picks it over the fused one.
+  if (config_.micro_batches < 1 || config_.micro_batches > config_.batch_size)
+    throw Error("--micro-batches " + std::to_string(config_.micro_batches) +
+                ": expected 1 to the batch size, " + std::to_string(config_.batch_size));
+  const bool split = config_.micro_batches > 1;
+  const StepKind step_kind =
+      split && config_.step == StepKind::kAuto ? StepKind::kAutograd : config_.step;
   if (config_.precision == precision::Precision::kAuto && device_.is_cpu() && plan_.autocast &&
-      config_.step != StepKind::kAutograd) {
+      step_kind != StepKind::kAutograd) {
     auto fp32 =
         precision::resolve_precision(precision::Precision::kFp32, device::describe_device(device_));
     const StepPrecision plain{fp32, nullptr, channels_last_, !use_graphs_};
-    auto fused = task_.fast_step({largest_batch, config_.step, plain, cpu_threads});
+    auto fused = task_.fast_step({largest_batch, step_kind, plain, cpu_threads});
     if (fused && fused->kernel()) {
       fp32.description += " (auto: this model's fused fp32 CPU step is faster than bf16 here)";
       plan_ = fp32;
@@ -392,11 +401,16 @@ void TrainingRun::set_up_step() {
   }
   const StepPrecision precision{plan_, scaler_.get(), channels_last_,
                                 /*autocast_cache=*/!use_graphs_};
-  if (!step_) step_ = task_.fast_step({largest_batch, config_.step, precision, cpu_threads});
+  if (!step_) step_ = task_.fast_step({largest_batch, step_kind, precision, cpu_threads});
   if (!step_)
     step_ = std::make_unique<AutogradStep>(
         [this](const data::Batch& batch) { return task_.training_step(batch); }, precision,
         traits_.has_accuracy);
+  if (!step_->set_micro_batches(config_.micro_batches))
+    throw Error(std::string("--micro-batches splits the autograd step's batches; this run's step "
+                            "is ") +
+                    step_->name() + ", which takes each batch whole",
+                "use --step autograd (or auto), or drop --micro-batches");
   // --step-threads splits the fused CPU step (the kernel-backed one); another step would drop it.
   if (config_.step_threads > 0 && device_.is_cpu() && !step_->kernel())
     throw Error(

@@ -26,6 +26,7 @@ expect 0 '"threads":"1 intra-op' -- "${gen[@]}" --threads 1
 expect 0 '"steps":2,' -- "${gen[@]}" --train-limit 32
 expect 0 '"test":\{"loss":[0-9.e-]+,"samples":3\}' -- "${gen[@]}" --test-limit 3
 expect 0 '"step":"autograd"' -- "${gen[@]}" --step autograd
+expect 0 '"step":"autograd \(4 micro-batches a batch\)"' -- "${gen[@]}" --micro-batches 4
 expect 0 '"model":"unet base 8 x [0-9,]+ \([0-9]+ parameters, attention, scale-shift norms, activation checkpointing\)"' -- "${gen[@]}" --activation-checkpointing
 expect 0 '"model":"unet base 8 x [0-9,]+ \([0-9]+ parameters, scale-shift norms\)"' -- "${gen[@]}" --unet-attention 0
 expect 0 '"model":"unet base 8 x [0-9,]+ \([0-9]+ parameters\)"' -- "${gen[@]}" --unet-attention 0 --unet-scale-shift 0
@@ -73,6 +74,7 @@ expect 2 "--precision: fp16 not in" -- generate --checkpoint "$tmp/g.pt" --preci
 
 # --- the classifier refuses the generator's options (and checkpoints only a CNN's stages) ----------
 expect 2 "--sample-every does not apply to --task classify" -- "${cls[@]}" --sample-every 1
+expect 2 "--micro-batches splits the autograd step's batches; this run's step is fused-mlp" -- "${cls[@]}" --step fused --micro-batches 2
 expect 2 "--unet-base does not apply to --task classify" -- "${cls[@]}" --unet-base 32
 expect 2 "--activation-checkpointing recomputes a CNN's convolution stages in backward; --model simplenn has none" -- "${cls[@]}" --activation-checkpointing
 expect 0 '"model":"fastcnn \([0-9]+ parameters, activation checkpointing\)"' -- train --task classify --dataset sprites --sprite-count 48 --model fastcnn --epochs 1 --device cpu --no-run-dir --json --activation-checkpointing

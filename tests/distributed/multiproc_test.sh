@@ -55,6 +55,13 @@ no_overlap=$("$bin" launch --nproc-per-node 2 -- train "${common[@]}" --epochs 2
 overlap=$("$bin" launch --nproc-per-node 2 -- train "${common[@]}" --epochs 2 --batch-size 32 --step autograd --json 2>/dev/null)
 if [ -n "$overlap" ] && [ "$(json_get "$overlap" '["test"]["loss"]')" = "$(json_get "$no_overlap" '["test"]["loss"]')" ]; then pass; else
   fail "overlap / no-overlap differ: $overlap vs $no_overlap"; fi
+# --micro-batches: each rank's backward runs once per chunk, so the buckets are all-reduced after
+# the last one (an overlapped bucket would go out with the first chunk's gradients only).
+micro=$("$bin" launch --nproc-per-node 2 -- train "${common[@]}" --epochs 2 --batch-size 32 --step autograd --micro-batches 4 --json 2>"$tmp/micro.err")
+if [ -n "$micro" ] && python3 -c "import sys; sys.exit(0 if abs($(json_get "$micro" '["test"]["loss"]')-$(json_get "$no_overlap" '["test"]["loss"]')) < 1e-5 else 1)"; then pass; else
+  fail "micro-batches vs whole batches under ddp: $micro vs $no_overlap $(tail -3 "$tmp/micro.err")"; fi
+[ -n "$micro" ] && grep -q "after backward (the last micro-batch's)" <<<"$(json_get "$micro" '["settings"]["strategy"]')" && pass ||
+  fail "strategy row with micro-batches: $micro"
 
 # Real torchrun (Debian's python3-torch), --no-python: its agent hosts the TCPStore itself, so the
 # ranks must join it as clients. Debian's torchrun 1.13 crashes on Python 3.11 with its default
