@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -22,6 +23,19 @@
 #include "data/fashion_mnist.h"
 
 namespace spritetorch::testing {
+
+// Every tensor of `b` (a checkpoint's model: name -> tensor) close to `a`'s of the same name, the
+// same names in both; a failure names the tensor and the largest difference.
+inline void expect_close_tensors(const std::map<std::string, torch::Tensor>& a,
+                                 const std::map<std::string, torch::Tensor>& b, double rtol,
+                                 double atol) {
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [name, t] : a) {
+    ASSERT_EQ(b.count(name), 1u) << name;
+    EXPECT_TRUE(torch::allclose(t, b.at(name), rtol, atol))
+        << name << ": max difference " << (t - b.at(name)).abs().max().item<double>();
+  }
+}
 
 // Whether the backward graph that produced `out` has a node whose name contains `name_part`
 // (a custom Function's node is named after its C++ type).

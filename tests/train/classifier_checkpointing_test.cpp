@@ -61,10 +61,7 @@ TEST(ClassifierCheckpointing, CnnsTrainToThePlainRunsWeightsAndStatistics) {
     // runs a second time in backward).
     const auto a = load_checkpoint(dir.file(model + "_plain.pt")),
                b = load_checkpoint(dir.file(model + "_ckpt.pt"));
-    ASSERT_EQ(a.model.size(), b.model.size());
-    for (const auto& [name, t] : a.model)
-      EXPECT_TRUE(torch::allclose(t, b.model.at(name), 1e-4, 1e-6))
-          << name << ": max difference " << (t - b.model.at(name)).abs().max().item<double>();
+    spritetorch::testing::expect_close_tensors(a.model, b.model, 1e-4, 1e-6);
   }
 }
 
@@ -100,18 +97,17 @@ TEST(ClassifierCheckpointingCuda, TrainsWithAndWithoutCudaGraphs) {
     TrainConfig c = config(dir, name, checkpointing);
     c.device = "cuda";
     c.cuda_graphs = graphs;
-    c.drop_last = true;  // one batch shape, as a graph replays
+    c.drop_last = true;                         // one batch shape, as a graph replays
     c.precision = precision::Precision::kFp32;  // fewer roundings between the runs to tell apart
     auto task = ClassifierTask::builtin("fastcnn", "ann");
     const auto report = Trainer(c).fit(*task, data);
     EXPECT_GT(report.test.accuracy, 0.9) << name;
     saved.push_back(load_checkpoint(dir.file(name)));
   }
-  for (size_t i = 1; i < saved.size(); ++i)
-    for (const auto& [name, t] : saved[0].model)
-      EXPECT_TRUE(torch::allclose(t, saved[i].model.at(name), 1e-3, 1e-4))
-          << "run " << i << ", " << name << ": max difference "
-          << (t - saved[i].model.at(name)).abs().max().item<double>();
+  for (size_t i = 1; i < saved.size(); ++i) {
+    SCOPED_TRACE("run " + std::to_string(i));
+    spritetorch::testing::expect_close_tensors(saved[0].model, saved[i].model, 1e-3, 1e-4);
+  }
 }
 
 }  // namespace

@@ -42,10 +42,7 @@ TEST(MicroBatches, TrainToTheWeightsOfTheWholeBatch) {
     if (key == "step") step = value;
   EXPECT_EQ(step, "autograd (3 micro-batches a batch)");
   const auto a = load_checkpoint(dir.file("whole.pt")), b = load_checkpoint(dir.file("split.pt"));
-  ASSERT_EQ(a.model.size(), b.model.size());
-  for (const auto& [name, t] : a.model)
-    EXPECT_TRUE(torch::allclose(t, b.model.at(name), 1e-4, 1e-6))
-        << name << ": max difference " << (t - b.model.at(name)).abs().max().item<double>();
+  spritetorch::testing::expect_close_tensors(a.model, b.model, 1e-4, 1e-6);
 }
 
 TEST(MicroBatches, RefusedByTheFusedStepAndOverTheBatchSize) {
@@ -83,11 +80,10 @@ TEST(MicroBatchesCuda, CapturedAsOneGraphTrainLikeTheWholeBatch) {
     run_training(c);
     saved.push_back(load_checkpoint(dir.file(name)));
   }
-  for (size_t i = 1; i < saved.size(); ++i)
-    for (const auto& [name, t] : saved[0].model)
-      EXPECT_TRUE(torch::allclose(t, saved[i].model.at(name), 1e-3, 1e-5))
-          << "run " << i << ", " << name << ": max difference "
-          << (t - saved[i].model.at(name)).abs().max().item<double>();
+  for (size_t i = 1; i < saved.size(); ++i) {
+    SCOPED_TRACE("run " + std::to_string(i));
+    spritetorch::testing::expect_close_tensors(saved[0].model, saved[i].model, 1e-3, 1e-5);
+  }
 }
 
 }  // namespace
