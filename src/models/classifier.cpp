@@ -39,8 +39,12 @@ torch::Tensor run_stage(ClassifierImpl& model,
 
 void ClassifierImpl::set_activation_checkpointing(bool on) {
   if (on && !has_conv_stages())
-    throw Error("activation checkpointing recomputes a CNN's convolution stages; model '" +
-                (spec_.name.empty() ? std::string("this") : spec_.name) + "' has none");
+    throw Error(
+        "--activation-checkpointing recomputes a CNN's convolution stages in backward; " +
+            (spec_.name == "script" ? std::string("a TorchScript model's forward is one piece")
+             : spec_.name.empty()   ? std::string("this model has none")
+                                    : "--model " + spec_.name + " has none"),
+        "use it with --model cnn, fastcnn, fastcnn-2x or fastcnn-wide");
   checkpointing_ = on;
 }
 

@@ -35,7 +35,8 @@ class ClassifierImpl : public torch::nn::Module {
   // Activation checkpointing (models/activation_checkpoint.h) of the convolution stages before
   // the classifier head: each keeps only its input from forward to backward and runs again in
   // backward. Only models with such stages take it (cnn, fastcnn*: has_conv_stages()); set_...
-  // throws spritetorch::Error for the others. The same gradients and BatchNorm statistics.
+  // throws spritetorch::Error naming the model for the others (--activation-checkpointing's
+  // refusal). The same gradients and BatchNorm statistics.
   virtual bool has_conv_stages() const { return false; }
   void set_activation_checkpointing(bool on);
   bool activation_checkpointing() const { return checkpointing_; }

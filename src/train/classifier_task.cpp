@@ -182,14 +182,7 @@ void ClassifierTask::build(const TaskSetup& setup) {
   }
   model_name_ = spec.name;
   builtin_ = models::make_model(spec);
-  if (activation_checkpointing_) {
-    if (!builtin_->has_conv_stages())
-      throw Error("--activation-checkpointing recomputes a CNN's convolution stages in backward; " +
-                      (model_name_ == "script" ? "a TorchScript model's forward is one piece"
-                                               : "--model " + model_name_ + " has none"),
-                  "use it with --model cnn, fastcnn, fastcnn-2x or fastcnn-wide");
-    builtin_->set_activation_checkpointing(true);
-  }
+  if (activation_checkpointing_) builtin_->set_activation_checkpointing(true);
   module_ = builtin_;
   step_model_ = builtin_;
   forward_ = [model = builtin_](const torch::Tensor& x) { return model->forward(x); };
