@@ -7,7 +7,7 @@
 #           in .gpu-deps/old-src/build-gpu, for before/after rows in the same call (a later call
 #           that carries .gpu-deps again replaces that build: run `sample` in the build's call)
 #   ctest   the whole ctest on CUDA (summary and failures; CTEST_TIMEOUT seconds at most)
-#   tta     time to accuracy, --recipe fast, 3 seeds, 92% (and 93% / 94% with longer schedules),
+#   tta     time to accuracy, 3 seeds: 92% (--recipe fast), 93% (mid, wide) and 94% (long),
 #           against the same recipe in Python on the same GPU (TTA_ROWS="fast 0.92 40": that row
 #           alone; rows are "RECIPE TARGET EVAL_EVERY_STEPS [BENCH FLAGS]", separated by ';',
 #           e.g. "fast 0.92 20 --batch-size 512 --lr 0.02 --lr-warmup-steps 50": the peer takes
@@ -72,9 +72,9 @@ for section in "${sections[@]}"; do
     keep "$out/ctest.log"
     ;;
   tta)
-    # fast: 92% (eval every 40 steps); wide: 93% and 94% (eval every 100 steps). Each against the
+    # fast: 92% (eval every 40 steps); mid and wide: 93%, long: 94% (every 100). Each against the
     # same recipe in Python on the same GPU, same seeds.
-    IFS=';' read -ra tta_rows <<<"${TTA_ROWS:-fast 0.92 40;wide 0.93 100;wide 0.94 100}"
+    IFS=';' read -ra tta_rows <<<"${TTA_ROWS:-fast 0.92 40;mid 0.93 100;wide 0.93 100;long 0.94 100}"
     for run in "${tta_rows[@]}"; do
       set -- $run
       recipe=$1 target=$2 every=$3

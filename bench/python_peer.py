@@ -11,7 +11,8 @@ images only (a Subset), as spritetorch's --train-limit does.
 
 --recipe mid is the same with FastCNN at 2x the channels (32/64/128), as `spritetorch train
 --recipe mid`; --recipe wide at 4x (64/128/256) with random 2-pixel shifts besides the flips, as
-`spritetorch train --recipe wide`.
+`spritetorch train --recipe wide`; --recipe long is wide's loop (spritetorch's 24 epochs arrive as
+--epochs, as every recipe's do).
 
 --recipe fast is `spritetorch train --recipe fast` written the way a PyTorch user who wants speed
 writes it (tensors resident on the device, torch.randperm batches, channels_last): the same
@@ -131,8 +132,10 @@ def shift_batch(x, s):
 
 
 # FastCNN's channels and spritetorch's model name for each recipe (src/train/recipe.cpp).
-RECIPE_WIDTHS = {"fast": (16, 32, 64), "mid": (32, 64, 128), "wide": (64, 128, 256)}
-RECIPE_MODELS = {"fast": "fastcnn", "mid": "fastcnn-2x", "wide": "fastcnn-wide"}
+RECIPE_WIDTHS = {"fast": (16, 32, 64), "mid": (32, 64, 128), "wide": (64, 128, 256),
+                 "long": (64, 128, 256)}
+RECIPE_MODELS = {"fast": "fastcnn", "mid": "fastcnn-2x", "wide": "fastcnn-wide",
+                 "long": "fastcnn-wide"}
 
 
 def run_fast(args, device, start):
@@ -146,7 +149,7 @@ def run_fast(args, device, start):
     if args.train_limit > 0:
         x_train, y_train = x_train[:args.train_limit], y_train[:args.train_limit]
     memory = torch.channels_last
-    wide = args.recipe == "wide"
+    wide = args.recipe in ("wide", "long")  # 2-pixel shifts besides the flips
     widths = RECIPE_WIDTHS[args.recipe]
     model = FastCNN(widths).to(device, memory_format=memory)
     batch, epochs, lr = args.batch_size or 256, args.epochs, args.lr or 0.01
@@ -237,7 +240,7 @@ def main():
     parser.add_argument("--device", default="auto")
     parser.add_argument("--model", choices=["ann", "cnn"], default="ann")
     parser.add_argument("--train-limit", type=int, default=0, help="first N training images (0: all)")
-    parser.add_argument("--recipe", choices=["seed", "fast", "mid", "wide"], default="seed")
+    parser.add_argument("--recipe", choices=["seed", "fast", "mid", "wide", "long"], default="seed")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: all cores)")
     parser.add_argument("--target-accuracy", type=float, default=0)

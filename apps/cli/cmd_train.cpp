@@ -212,8 +212,11 @@ Subcommand add_train_command(CLI::App& app) {
                   "auto: resident when the data needs at most this share of free device memory")
       ->check(number_between(0.0, 1.0))
       ->capture_default_str();
-  sub->add_option("--augment", config->augment,
-                  "On-device batch augmentation: none | flip | shift[:N] | flip,shift[:N]")
+  sub->add_option(
+         "--augment", config->augment,
+         "On-device batch augmentation: none, or flip, shift[:N] (up to N pixels each way, "
+         "default 2) and cutout:N (an N x N square set to 0), joined by commas, e.g. "
+         "flip,shift:2,cutout:8")
       ->check(parsed_by([](const std::string& text) { data::parse_augment(text); }, "AUGMENT"))
       ->capture_default_str();
   add_choice(sub, "--class-sampling", config->class_sampling,

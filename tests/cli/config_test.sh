@@ -210,6 +210,10 @@ out=$("$bin" train --recipe wide --print-config 2>&1)
 [ "$(value model <<<"$out")" = '"fastcnn-wide"' ] && [ "$(value epochs <<<"$out")" = 16 ] &&
   [ "$(value augment <<<"$out")" = '"flip,shift:2"' ]
 check "--recipe wide sets its values" $? "$out"
+out=$("$bin" train --recipe long --print-config 2>&1)
+[ "$(value model <<<"$out")" = '"fastcnn-wide"' ] && [ "$(value epochs <<<"$out")" = 24 ] &&
+  [ "$(value augment <<<"$out")" = '"flip,shift:2"' ] && [ "$(value lr <<<"$out")" = 0.01 ]
+check "--recipe long is wide's loop over 24 epochs" $? "$out"
 out=$("$bin" train --recipe mid --print-config 2>&1)
 [ "$(value model <<<"$out")" = '"fastcnn-2x"' ] && [ "$(value epochs <<<"$out")" = 8 ] &&
   [ "$(value augment <<<"$out")" = '"flip"' ]
