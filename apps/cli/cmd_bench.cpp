@@ -14,6 +14,7 @@
 #include "checks.h"
 #include "commands.h"
 #include "common/atomic_file.h"
+#include "common/choice.h"
 #include "common/error.h"
 #include "common/input_file.h"
 #include "common/output_file.h"
@@ -273,14 +274,9 @@ int run_target_bench(BenchFlags& f) {
                 "pass one --devices value (or none: the best device here)");
   if (!f.bench.devices.empty()) w.device = f.bench.devices.front();
   w.precision = precision::parse_precision(f.bench.precisions.front());
-  if (f.vs_python && w.recipe.empty()) {
-    const std::vector<std::string> known = train::recipe_names();
-    std::string names;  // "fast, mid, wide or long"
-    for (size_t i = 0; i < known.size(); ++i)
-      names += (i == 0 ? "" : i + 1 == known.size() ? " or " : ", ") + known[i];
+  if (f.vs_python && w.recipe.empty())
     throw Error("--vs-python with --target-accuracy runs the peer's version of a recipe",
-                "add --recipe " + names);
-  }
+                "add --recipe " + listed(train::recipe_names()));
   if (f.vs_python) {
     check_peer_recipe(w);
     find_peer(f);

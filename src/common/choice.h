@@ -15,6 +15,14 @@
 
 namespace spritetorch {
 
+// "a, b or c"
+inline std::string listed(const std::vector<std::string>& names) {
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return out;
+}
+
 template <class E>
 struct Choices {
   std::vector<std::pair<E, std::string>> entries;
@@ -31,12 +39,7 @@ struct Choices {
     return out;
   }
   // "a, b or c"
-  std::string listed() const {
-    std::string out;
-    for (size_t i = 0; i < entries.size(); ++i)
-      out += (i == 0 ? "" : i + 1 == entries.size() ? " or " : ", ") + entries[i].second;
-    return out;
-  }
+  std::string listed() const { return spritetorch::listed(names()); }
   // Throws Error "unknown <what> 'text': expected a, b or c".
   E parse(const std::string& text, const std::string& what) const {
     for (const auto& [v, n] : entries)
