@@ -7,8 +7,8 @@
 #           in .gpu-deps/old-src/build-gpu, for before/after rows in the same call (a later call
 #           that carries .gpu-deps again replaces that build: run `sample` in the build's call)
 #   ctest   the whole ctest on CUDA (summary and failures; CTEST_TIMEOUT seconds at most)
-#   tta     time to accuracy, 3 seeds: 92% (--recipe fast), 93% (mid, wide) and 94% (long),
-#           against the same recipe in Python on the same GPU (TTA_ROWS="fast 0.92 40": that row
+#   tta     time to accuracy, 3 seeds: 92% (--recipe fast; mid --epochs 4), 93% (mid --epochs 7,
+#           wide) and 94% (long), against the same recipe in Python on the same GPU (TTA_ROWS="fast 0.92 40": that row
 #           alone; rows are "RECIPE TARGET EVAL_EVERY_STEPS [BENCH FLAGS]", separated by ';',
 #           e.g. "fast 0.92 20 --batch-size 512 --lr 0.02 --lr-warmup-steps 50": the peer takes
 #           the same batch size, lr and warm-up)
@@ -72,9 +72,10 @@ for section in "${sections[@]}"; do
     keep "$out/ctest.log"
     ;;
   tta)
-    # fast: 92% (eval every 40 steps); mid and wide: 93%, long: 94% (every 100). Each against the
-    # same recipe in Python on the same GPU, same seeds.
-    IFS=';' read -ra tta_rows <<<"${TTA_ROWS:-fast 0.92 40;mid 0.93 100;wide 0.93 100;long 0.94 100}"
+    # fast and mid over 4 epochs: 92% (eval every 40 / 20 steps); mid over 7 epochs and wide: 93%,
+    # long: 94% (every 40 / 100). Each against the same recipe in Python on the same GPU, same
+    # seeds (the peer takes the row's --epochs).
+    IFS=';' read -ra tta_rows <<<"${TTA_ROWS:-fast 0.92 40;mid 0.92 20 --epochs 4;mid 0.93 40 --epochs 7;wide 0.93 100;long 0.94 100}"
     for run in "${tta_rows[@]}"; do
       set -- $run
       recipe=$1 target=$2 every=$3
