@@ -8,10 +8,10 @@
 #           that carries .gpu-deps again replaces that build: run `sample` in the build's call)
 #   ctest   the whole ctest on CUDA (summary and failures; CTEST_TIMEOUT seconds at most)
 #   tta     time to accuracy, 3 seeds: 92% (--recipe fast; mid --epochs 4), 93% (mid --epochs 7,
-#           wide) and 94% (long), against the same recipe in Python on the same GPU (TTA_ROWS="fast 0.92 40": that row
-#           alone; rows are "RECIPE TARGET EVAL_EVERY_STEPS [BENCH FLAGS]", separated by ';',
-#           e.g. "fast 0.92 20 --batch-size 512 --lr 0.02 --lr-warmup-steps 50": the peer takes
-#           the same batch size, lr and warm-up)
+#           wide) and 94% (long), against the same recipe in Python on the same GPU
+#           (TTA_ROWS="fast 0.92 40": that row alone; rows are "RECIPE TARGET EVAL_EVERY_STEPS
+#           [BENCH FLAGS]", separated by ';', e.g. "fast 0.92 20 --batch-size 512 --lr 0.02
+#           --lr-warmup-steps 50": the peer takes the same batch size, lr, warm-up and epochs)
 #   default the seed workload with no flag beyond --device cuda, against the Python peer
 #   sample  sprite sampling: generate at 32x32, 8,192 sprites in batches of 1,024, 25 DDIM steps,
 #           guidance 2 (the generator in .gpu-deps/gen32.pt when carried, else one trained for an
@@ -72,9 +72,9 @@ for section in "${sections[@]}"; do
     keep "$out/ctest.log"
     ;;
   tta)
-    # fast and mid over 4 epochs: 92% (eval every 40 / 20 steps); mid over 7 epochs and wide: 93%,
-    # long: 94% (every 40 / 100). Each against the same recipe in Python on the same GPU, same
-    # seeds (the peer takes the row's --epochs).
+    # 92%: fast (eval every 40 steps), mid over 4 epochs (every 20); 93%: mid over 7 epochs
+    # (every 40), wide (every 100); 94%: long (every 100). Each against the same recipe in Python
+    # on the same GPU, same seeds (the peer takes the row's --epochs).
     IFS=';' read -ra tta_rows <<<"${TTA_ROWS:-fast 0.92 40;mid 0.92 20 --epochs 4;mid 0.93 40 --epochs 7;wide 0.93 100;long 0.94 100}"
     for run in "${tta_rows[@]}"; do
       set -- $run
