@@ -16,6 +16,8 @@
 #   sample  sprite sampling: generate at 32x32, 8,192 sprites in batches of 1,024, 25 DDIM steps,
 #           guidance 2 (the generator in .gpu-deps/gen32.pt when carried, else one trained for an
 #           epoch on the procedural sprites); the old CLI's rows too when it was built
+#   gnsilu  the fused GroupNorm + SiLU kernel against LibTorch's ops (SPRITETORCH_GROUP_NORM_SILU=0)
+#           in that sampling run, fp32 and bf16, alternated twice; and how many sheet pixels differ
 #   probe   bench/sampler_probe.py: the same UNet pass in PyTorch, per variant, with kernel tables
 #   layout  the generator's training step at --size 64, channels_last against NCHW
 #   gen64   the generator on a real sprite set at --size 64 (.gpu-deps/dcss-items when carried)
@@ -40,6 +42,17 @@ if [ ! -e /usr/share/datasets/fashion-mnist ] && [ -w /usr/share ]; then
   mkdir -p /usr/share/datasets && ln -s "$(realpath "$data")" /usr/share/datasets/fashion-mnist
 fi
 # (SPRITETORCH_RUNS_ROOT is left alone: the ctest scripts expect runs/ under their own folder)
+
+# The 32x32 generator the sampling rows run: .gpu-deps/gen32.pt when carried, else one trained for
+# an epoch on the procedural sprites (the sampler's speed depends on the net's shape, not its art).
+generator32() {
+  g32=.gpu-deps/gen32.pt
+  if [ ! -f "$g32" ]; then
+    g32=$out/g32.pt
+    [ -f "$g32" ] || "$bin" train --task generate --dataset sprites --size 32 --device cuda \
+      --epochs 1 --no-run-dir --save "$g32" >"$out/g32.log" 2>&1 || tail -3 "$out/g32.log"
+  fi
+}
 
 json_field() {  # json_field FILE python-expression-on-r
   python3 -c "import json,sys; r=json.loads([l for l in open(sys.argv[1]) if l.startswith('{')][-1]); print($2)" "$1"
@@ -88,18 +101,36 @@ for section in "${sections[@]}"; do
       keep "$out/$name.json"
     done
     ;;
+  gnsilu)
+    generator32
+    for precision in fp32 bf16; do
+      for pass in 1 2; do
+        for fused in 1 0; do
+          SPRITETORCH_GROUP_NORM_SILU=$fused "$bin" generate --checkpoint "$g32" --count 8192 \
+            --batch-size 1024 --steps 25 --seed 3 --guidance 2 --guidance-interval 0:1 --eta 0 \
+            --precision $precision --device cuda --json --out "$out/gn$fused.png" \
+            2>"$out/gen.err" >"$out/gen.json" && json_field "$out/gen.json" \
+            '"%s fused=%s pass %s: %.3f s, %6.0f sprites/s" % ("'$precision'", '$fused', '$pass', r["seconds"], r["sprites_per_second"])' ||
+            tail -3 "$out/gen.err"
+        done
+      done
+      python3 - "$out" "$precision" <<'PY'
+import sys, numpy as np
+from PIL import Image
+a, b = (np.asarray(Image.open(f"{sys.argv[1]}/gn{f}.png").convert("RGBA")) for f in (1, 0))
+print(f"{sys.argv[2]}, fused against LibTorch's ops, 8,192 sprites, seed 3: "
+      f"{100 * (a == b).all(-1).mean():.2f}% of pixels identical, "
+      f"mean |diff| {np.abs(a.astype(int) - b.astype(int)).mean():.3f} of 255")
+PY
+    done
+    ;;
   default)
     "$bin" bench --data "$data" --devices cuda --no-streaming --epochs 5 --repeats 3 --vs-python \
       --out "$out/default" --overwrite 2>&1 | grep -v "^  "
     keep "$out/default.json"
     ;;
   sample)
-    g32=.gpu-deps/gen32.pt
-    if [ ! -f "$g32" ]; then
-      g32=$out/g32.pt
-      "$bin" train --task generate --dataset sprites --size 32 --device cuda --epochs 1 \
-        --no-run-dir --save "$g32" >"$out/g32.log" 2>&1 || tail -3 "$out/g32.log"
-    fi
+    generator32
     old_bin=.gpu-deps/old-src/build-gpu/spritetorch
     # DDIM eta 0 (its loop as a CUDA graph) in fp32 and bf16, without the colour reduction, without
     # the graph; DDIM eta 1 (per-step noise from the host, eager); the default guidance (4 on

@@ -2,19 +2,23 @@
 # One device-tool call (10 minutes; a session's device time is 15 minutes with the start): the
 # build, the CUDA tests that no GPU has run yet, the seed workload's default path against the Python
 # peer (RUN_DEFAULT=1), time-to-accuracy rows against the peer, then the rest of the CUDA-relevant
-# tests in what is left, ending near 560 s. Now (the defaults): the tests of activation
-# checkpointing and micro-batches; 92% with --recipe mid --epochs 4 and 93% with --epochs 7 (fewer
-# steps of fastcnn-2x than of fastcnn or fastcnn-wide: docs/benchmarks.md, "Fewer steps of a wider
-# net"; ~40 and ~60 s with their peer), then 94% with --recipe long (~130 s).
+# tests in what is left, ending near 560 s. Now (the defaults): the tests of the fused GroupNorm +
+# SiLU kernel, activation checkpointing and micro-batches; the kernel's sampling rows
+# (RUN_GNSILU=1: `gpu_round2.sh gnsilu`, ~60-90 s); 92% with --recipe mid --epochs 4 and 93% with
+# --epochs 7 (fewer steps of fastcnn-2x than of fastcnn or fastcnn-wide: docs/benchmarks.md, "Fewer
+# steps of a wider net"; ~40 and ~60 s with their peer), then 94% with --recipe long (~130 s) in
+# what the call has left (the rows run in order; a cut row prints what it reached).
 # On 2026-11-26 (docs/benchmarks.md, H200) it ran with
 # FIRST_TESTS="FlatOptimizer|StepOnDevice|AdamKernels" RUN_DEFAULT=1 TTA_ROWS="fast 0.92 40;mid 0.93 100".
-# Order: build (~175-250 s), the first tests (~20-30 s), default (~60 s), the rows.
+# Order: build (~175-250 s), the first tests (~20-30 s), default (~60 s), gnsilu, the rows.
 #   device tool: bash bench/gpu_tta_call.sh   (carry .gpu-deps: scripts/gpu-build --pack)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$(mktemp -d)}
-FIRST_TESTS=${FIRST_TESTS:-ActivationCheckpoint|ClassifierCheckpointing|MicroBatches|AugmentCuda}
+first_tests="GroupNormSilu|GraphSampling|ActivationCheckpoint|ClassifierCheckpointing"
+FIRST_TESTS=${FIRST_TESTS:-$first_tests|MicroBatches|AugmentCuda}
 RUN_DEFAULT=${RUN_DEFAULT:-0}
+RUN_GNSILU=${RUN_GNSILU:-1}
 TTA_ROWS=${TTA_ROWS:-mid 0.92 20 --epochs 4;mid 0.93 40 --epochs 7;long 0.94 100}
 t0=$SECONDS
 {
@@ -26,7 +30,14 @@ t0=$SECONDS
     timeout 120 bash bench/gpu_round2.sh default
     echo "after default: $((SECONDS - t0)) s"
   fi
-  TTA_ROWS="$TTA_ROWS" timeout 300 bash bench/gpu_round2.sh tta
+  if [ "$RUN_GNSILU" = 1 ]; then
+    timeout 150 bash bench/gpu_round2.sh gnsilu
+    echo "after gnsilu: $((SECONDS - t0)) s"
+  fi
+  tta_left=$((540 - (SECONDS - t0)))
+  [ "$tta_left" -gt 300 ] && tta_left=300
+  [ "$tta_left" -lt 30 ] && tta_left=30
+  TTA_ROWS="$TTA_ROWS" timeout "$tta_left" bash bench/gpu_round2.sh tta
   left=$((560 - (SECONDS - t0)))
   [ "$left" -lt 30 ] && left=30
   echo "after tta: $((SECONDS - t0)) s; $left s left for the tests"

@@ -8,6 +8,7 @@
 #include "common/cpu_threads.h"
 #include "common/small_gemm.h"
 #include "device/device.h"
+#include "diffusion/group_norm_silu.h"
 #include "distributed/communicator.h"
 #include "models/bn_relu_pool.h"
 #include "models/conv3x3.h"
@@ -51,6 +52,7 @@ Subcommand add_devices_command(CLI::App& app) {
              {gemm::Kernel::avx512, gemm::Kernel::avx2, gemm::Kernel::blas, gemm::Kernel::loops})
           if (gemm::available(k)) gemm_kernels.push_back(gemm::kernel_name(k));
         const std::string bn_relu_pool = models::bn_relu_pool_code();  // "off" or its code path
+        const std::string group_norm_silu = diffusion::group_norm_silu_fusion() ? "fused" : "off";
         // The fused ops (the norm's, the convolutions) in a build whose loops use one thread.
         const std::string one_thread_note =
             models::bn_relu_pool_threaded() ? ""
@@ -81,6 +83,9 @@ Subcommand add_devices_command(CLI::App& app) {
                                       {"cpu_bn_relu_pool_channels_last",
                                        models::bn_relu_pool_channels_last()},
                                       {"cpu_conv3x3", models::conv3x3_code()},
+                                      {"group_norm_silu", group_norm_silu},
+                                      {"cuda_group_norm_silu_kernel",
+                                       diffusion::group_norm_silu_cuda_kernel_built()},
                                       {"intra_op_threads", threads.intra_op},
                                       {"blas_threads", threads.blas}}
                            .dump(2)
@@ -120,6 +125,16 @@ Subcommand add_devices_command(CLI::App& app) {
                           ? "avx2 kernels" + one_thread_note
                           : std::string("LibTorch's (oneDNN)") +
                                 (models::conv3x3_kernel() ? "" : " (SPRITETORCH_CONV3X3=0)"))
+                  << "\n"
+                  << "the UNet's GroupNorm + SiLU: "
+                  << (group_norm_silu == "off"
+                          ? std::string("LibTorch's ops (SPRITETORCH_GROUP_NORM_SILU=0)")
+                          : std::string("fused on the CPU (fp32)") +
+                                (diffusion::group_norm_silu_cuda_kernel_built()
+                                     ? "; sampling on CUDA (fp32, bf16): spritetorch's kernel"
+                                 : SPRITETORCH_WITH_CUDA
+                                     ? "; on CUDA LibTorch's ops (kernel not built)"
+                                     : ""))
                   << "\n"
                   << "CPU threads: " << describe_cpu_threads(threads) << "\n";
         return 0;

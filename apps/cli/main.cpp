@@ -20,6 +20,7 @@
 #include "common/malloc_tuning.h"
 #include "config_file.h"
 #include "data/idx_cache.h"
+#include "diffusion/group_norm_silu.h"
 #include "distributed/dist_env.h"
 #include "models/bn_relu_pool.h"
 #include "models/conv3x3.h"
@@ -197,6 +198,7 @@ int run(int argc, char** argv) {
     // The machine variables without an option, checked before any work (docs/config.md).
     spritetorch::models::bn_relu_pool_fusion();
     spritetorch::models::conv3x3_kernel();
+    spritetorch::diffusion::group_norm_silu_fusion();
     spritetorch::data::dataset_cache_on();
     for (const auto& command : commands) {
       if (!command.app->parsed()) continue;

@@ -11,7 +11,22 @@
 #include <cmath>
 #include <vector>
 
+#include "common/environment_switch.h"
 #include "common/error.h"
+
+// 1 where CMake built the CUDA kernels (cmake/SpritetorchCudaKernels.cmake defines it for this
+// file).
+#ifndef SPRITETORCH_WITH_CUDA_KERNELS
+#define SPRITETORCH_WITH_CUDA_KERNELS 0
+#endif
+#if SPRITETORCH_WITH_CUDA_KERNELS
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <cstdio>
+
+#include "diffusion/group_norm_silu_cuda.h"
+#endif
 
 namespace spritetorch::diffusion {
 
@@ -337,12 +352,35 @@ struct GroupNormSiluFunction : torch::autograd::Function<GroupNormSiluFunction> 
   }
 };
 
-std::atomic<bool> fusion_on{true};
+// -1 until SPRITETORCH_GROUP_NORM_SILU is read (on first use, so that a bad value is an Error the
+// CLI reports, not a throw during static initialisation); then 0 or 1.
+std::atomic<int> fusion_on{-1};
+// Set when a launch of the CUDA kernel failed (e.g. no code for this GPU): LibTorch's ops from
+// then.
+std::atomic<bool> cuda_kernel_failed{false};
 
 }  // namespace
 
-void set_group_norm_silu_fusion(bool on) { fusion_on = on; }
-bool group_norm_silu_fusion() { return fusion_on; }
+void set_group_norm_silu_fusion(bool on) { fusion_on = on ? 1 : 0; }
+bool group_norm_silu_fusion() {
+  if (fusion_on < 0)
+    fusion_on = environment_switch("SPRITETORCH_GROUP_NORM_SILU", "LibTorch's ops",
+                                   "spritetorch's fused kernels")
+                    ? 1
+                    : 0;
+  return fusion_on == 1;
+}
+
+bool group_norm_silu_cuda_kernel_built() { return SPRITETORCH_WITH_CUDA_KERNELS != 0; }
+
+bool group_norm_silu_cuda_kernel(const torch::Tensor& x, const torch::Tensor& weight) {
+  if (!group_norm_silu_cuda_kernel_built() || cuda_kernel_failed || !x.is_cuda() ||
+      torch::GradMode::is_enabled() || !group_norm_silu_fusion())
+    return false;
+  const auto dtype = x.scalar_type();
+  return (dtype == torch::kFloat32 || dtype == torch::kBFloat16) && x.dim() == 4 &&
+         x.is_contiguous() && weight.scalar_type() == dtype && weight.device() == x.device();
+}
 
 // Without OpenMP at::parallel_for runs on one thread, where LibTorch's ops use all of them.
 static bool can_use_every_thread() {
@@ -354,7 +392,7 @@ static bool can_use_every_thread() {
 }
 
 bool group_norm_silu_fused(const torch::Tensor& x, const torch::Tensor& weight) {
-  return fusion_on && can_use_every_thread() && x.device().is_cpu() &&
+  return group_norm_silu_fusion() && can_use_every_thread() && x.device().is_cpu() &&
          x.scalar_type() == torch::kFloat32 && x.dim() == 4 && x.is_contiguous() &&
          weight.scalar_type() == torch::kFloat32;
 }
@@ -372,9 +410,58 @@ torch::Tensor group_norm_silu_reference(const torch::Tensor& x, int64_t groups,
   return torch::silu(h);
 }
 
+#if SPRITETORCH_WITH_CUDA_KERNELS
+namespace {
+
+// The forward kernel on x's device and current stream (so a CUDA graph's capture takes it in), or
+// an undefined tensor when the inputs fall outside it or its launch failed (then LibTorch's ops).
+torch::Tensor group_norm_silu_on_cuda(const torch::Tensor& x, int64_t groups,
+                                      const torch::Tensor& weight, const torch::Tensor& bias,
+                                      double eps, const torch::Tensor& scale,
+                                      const torch::Tensor& shift) {
+  const int64_t batch = x.size(0), channels = x.size(1), hw = x.size(2) * x.size(3);
+  if (!cuda_kernels::group_norm_silu_fits(batch, channels, hw, groups) ||
+      weight.numel() != channels || !bias.defined() || bias.numel() != channels)
+    return {};
+  // (C) and (B, C) operands in x's dtype on x's device; a (B, C) row may be a view into a wider
+  // one.
+  const auto vector_of = [&](const torch::Tensor& t) { return t.to(x.options()).contiguous(); };
+  const auto rows_of = [&](const torch::Tensor& t) -> torch::Tensor {
+    if (!t.defined()) return {};
+    auto rows = t.reshape({batch, channels}).to(x.options());
+    return rows.stride(1) == 1 ? rows : rows.contiguous();
+  };
+  const auto w = vector_of(weight), b = vector_of(bias);
+  const auto s = rows_of(scale), h = rows_of(shift);
+  auto y = torch::empty_like(x);
+  const c10::cuda::CUDAGuard device(x.device());
+  const char* failure = cuda_kernels::group_norm_silu_forward(
+      x.scalar_type() == torch::kBFloat16 ? cuda_kernels::Dtype::bf16 : cuda_kernels::Dtype::f32,
+      x.data_ptr(), w.data_ptr(), b.data_ptr(), s.defined() ? s.data_ptr() : nullptr,
+      s.defined() ? s.stride(0) : 0, h.defined() ? h.data_ptr() : nullptr,
+      h.defined() ? h.stride(0) : 0, y.data_ptr(), batch, channels, hw, groups,
+      static_cast<float>(eps), c10::cuda::getCurrentCUDAStream().stream());
+  if (!failure) return y;
+  if (!cuda_kernel_failed.exchange(true))
+    std::fprintf(stderr,
+                 "spritetorch: the fused CUDA GroupNorm + SiLU kernel did not launch (%s); "
+                 "LibTorch's ops from here on\n",
+                 failure);
+  return {};
+}
+
+}  // namespace
+#endif
+
 torch::Tensor group_norm_silu(const torch::Tensor& x, int64_t groups, const torch::Tensor& weight,
                               const torch::Tensor& bias, double eps, const torch::Tensor& scale,
                               const torch::Tensor& shift, gemm::Kernel kernel) {
+#if SPRITETORCH_WITH_CUDA_KERNELS
+  if (group_norm_silu_cuda_kernel(x, weight)) {
+    auto y = group_norm_silu_on_cuda(x, groups, weight, bias, eps, scale, shift);
+    if (y.defined()) return y;
+  }
+#endif
   if (!group_norm_silu_fused(x, weight))
     return group_norm_silu_reference(x, groups, weight, bias, eps, scale, shift);
   if (groups < 1 || x.size(1) % groups != 0 || weight.numel() != x.size(1) ||

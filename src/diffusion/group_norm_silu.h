@@ -5,7 +5,9 @@
 // fifth of a CPU training step at 32 x 32 (torch 1.13 profile, 2 threads). On the CPU in fp32 the
 // fused kernel reads x twice in forward (each group's statistics, then the output) and dy and x
 // once each, then the stored dz and x once more, in backward; it keeps x and two numbers per group.
-// Elsewhere (CUDA, bf16, a layout other than contiguous NCHW) it is the LibTorch ops.
+// On CUDA without gradients (sampling, evaluation) in fp32 or bf16 NCHW it is one kernel of ours
+// where the build has it (diffusion/group_norm_silu_cuda.h). Elsewhere (training on CUDA, bf16 on
+// the CPU, a layout other than contiguous NCHW) it is the LibTorch ops.
 #pragma once
 
 #include <torch/torch.h>
@@ -36,8 +38,19 @@ torch::Tensor group_norm_silu_reference(const torch::Tensor& x, int64_t groups,
 // CMakeLists.txt, or one thread).
 bool group_norm_silu_fused(const torch::Tensor& x, const torch::Tensor& weight);
 
-// The fused kernel on or off for the whole process (on by default): for comparing a step or a
-// net's gradients with and without it (the tests, bench/unet_step_bench).
+// Whether group_norm_silu takes the CUDA kernel (forward only) for these inputs: a build with it,
+// the fusion on, x on a CUDA device in fp32 or bf16, contiguous NCHW, weight in x's dtype on x's
+// device, and gradients off (GradMode: the sampler and eval run under NoGradGuard or
+// InferenceMode). After a failed launch (e.g. a GPU the build has no code for) false for good.
+bool group_norm_silu_cuda_kernel(const torch::Tensor& x, const torch::Tensor& weight);
+// Whether this build compiled the CUDA kernel (CMakeLists.txt: a CUDA build whose nvcc compiles
+// it).
+bool group_norm_silu_cuda_kernel_built();
+
+// The fused kernels (CPU and CUDA) on or off for the whole process: on unless
+// SPRITETORCH_GROUP_NORM_SILU=0, for comparing a step, a pass or a net's gradients with and
+// without them (the tests, bench/unet_step_bench, `generate` on a GPU). A value other than 0 or 1
+// is an Error naming the variable.
 void set_group_norm_silu_fusion(bool on);
 bool group_norm_silu_fusion();
 

@@ -39,6 +39,11 @@ fi
 SPRITETORCH_GEMM_KERNEL=loops expect 0 "the UNet's ResBlocks \(CPU, fp32\): LibTorch's \(oneDNN\)$" -- devices
 SPRITETORCH_CONV3X3=0 expect 0 "the UNet's ResBlocks \(CPU, fp32\): LibTorch's \(oneDNN\) \(SPRITETORCH_CONV3X3=0\)" -- devices
 SPRITETORCH_CONV3X3=0 expect 0 '"cpu_conv3x3": "off"' -- devices --json
+# The UNet's fused GroupNorm + SiLU (SPRITETORCH_GROUP_NORM_SILU, read like the switches above).
+expect 0 "the UNet's GroupNorm \+ SiLU: fused on the CPU \(fp32\)" -- devices
+SPRITETORCH_GROUP_NORM_SILU=0 expect 0 "GroupNorm \+ SiLU: LibTorch's ops \(SPRITETORCH_GROUP_NORM_SILU=0\)" -- devices
+SPRITETORCH_GROUP_NORM_SILU=0 expect 0 '"group_norm_silu": "off"' -- devices --json
+SPRITETORCH_GROUP_NORM_SILU=yes expect 2 "SPRITETORCH_GROUP_NORM_SILU=yes: expected 0 \(LibTorch's ops\) or 1" -- devices
 SPRITETORCH_CONV3X3=on expect 2 "SPRITETORCH_CONV3X3=on: expected 0 \(LibTorch's 3x3 convolutions\) or 1" -- train --dataset dummy --model fastcnn
 SPRITETORCH_FUSED_BN_POOL=yes expect 2 "SPRITETORCH_FUSED_BN_POOL=yes: expected 0" -- train --dataset dummy --model fastcnn
 expect 2 "unknown device 'gpu'" -- train --device gpu --dataset dummy --model simplenn

@@ -1,0 +1,214 @@
+// silu(GroupNorm(x) (1 + scale) + shift) in one CUDA kernel, forward only (group_norm_silu_cuda.h).
+//
+// One block of 256 threads per (sample, group): the group's channels lie together in NCHW, so the
+// block reads one contiguous span, 16 bytes a thread at a time where the rows allow it (4 fp32 or
+// 8 bf16 values: one 128-bit load), sums it and its squares in fp32 about the span's first value
+// (so a mean far from zero does not cancel the variance away), reduces over warps, works out a =
+// weight rstd (1 + scale) and d = bias (1 + scale) + shift per channel into shared memory, and
+// writes y = silu(a (x - mean) + d) from a second read of the span (which is still in L2: a 32 x 32
+// group of 4 channels is 8 KB in bf16).
+#include "diffusion/group_norm_silu_cuda.h"
+
+#ifndef SPRITETORCH_CUDA_SYNTAX_CHECK  // tests/cuda/device_code_test.sh compiles without CUDA
+#include <cuda_runtime.h>
+#endif
+
+#include <cstdint>
+
+namespace spritetorch::diffusion::cuda_kernels {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+
+// bf16 as its 16 bits: the kernel needs only the two conversions.
+struct Bf16 {
+  uint16_t bits;
+};
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(Bf16 v) {
+  return __uint_as_float(static_cast<unsigned>(v.bits) << 16);
+}
+// Rounded to nearest even, as LibTorch rounds fp32 to bf16; a NaN stays a NaN.
+__device__ __forceinline__ unsigned bf16_bits(float v) {
+  const unsigned u = __float_as_uint(v);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;
+  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+
+// 16 bytes, moved as one 128-bit load or store (two bf16 share a word, the first in its low half).
+struct alignas(16) Words {
+  unsigned w[4];
+};
+
+// kLanes consecutive values of T at p as floats: one value, or 16 bytes (4 fp32 or 8 bf16).
+template <typename T, int kLanes>
+__device__ __forceinline__ void load(const T* p, float (&v)[kLanes]) {
+  if constexpr (kLanes == 1) {
+    v[0] = to_float(*p);
+  } else {
+    const Words words = *reinterpret_cast<const Words*>(p);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if constexpr (kLanes == 4) {
+        v[i] = __uint_as_float(words.w[i]);
+      } else {
+        v[2 * i] = __uint_as_float(words.w[i] << 16);
+        v[2 * i + 1] = __uint_as_float(words.w[i] & 0xffff0000u);
+      }
+    }
+  }
+}
+
+template <typename T, int kLanes>
+__device__ __forceinline__ void store(T* p, const float (&v)[kLanes]) {
+  if constexpr (kLanes == 1) {
+    if constexpr (sizeof(T) == 4)
+      *reinterpret_cast<float*>(p) = v[0];
+    else
+      reinterpret_cast<Bf16*>(p)->bits = static_cast<uint16_t>(bf16_bits(v[0]));
+  } else {
+    Words words;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if constexpr (kLanes == 4)
+        words.w[i] = __float_as_uint(v[i]);
+      else
+        words.w[i] = bf16_bits(v[2 * i]) | (bf16_bits(v[2 * i + 1]) << 16);
+    }
+    *reinterpret_cast<Words*>(p) = words;
+  }
+}
+
+// grid: batch x groups blocks of kThreads; dynamic shared memory: 2 x group_channels floats.
+template <typename T, int kLanes>
+__global__ void __launch_bounds__(kThreads)
+    group_norm_silu_kernel(const T* __restrict__ x, const T* __restrict__ weight,
+                           const T* __restrict__ bias, const T* __restrict__ scale,
+                           int64_t scale_stride, const T* __restrict__ shift, int64_t shift_stride,
+                           T* __restrict__ y, int channels, int hw, int group_channels, float eps) {
+  extern __shared__ float per_channel[];  // a: [0, group_channels), d: [group_channels, 2x)
+  __shared__ float warp_sums[2][kWarps];
+  __shared__ float stats[2];  // mean, rstd
+  const int groups = channels / group_channels;
+  const int n = static_cast<int>(blockIdx.x) / groups;
+  const int g = static_cast<int>(blockIdx.x) % groups;
+  const int64_t first =
+      (static_cast<int64_t>(n) * channels + static_cast<int64_t>(g) * group_channels) * hw;
+  const int64_t count = static_cast<int64_t>(group_channels) * hw;
+  const int64_t packs = count / kLanes;
+  const T* in = x + first;
+  T* out = y + first;
+
+  const float origin = to_float(x[first]);
+  float sum = 0.f, squares = 0.f;
+  for (int64_t p = threadIdx.x; p < packs; p += kThreads) {
+    float v[kLanes];
+    load<T, kLanes>(in + p * kLanes, v);
+#pragma unroll
+    for (int l = 0; l < kLanes; ++l) {
+      const float centred = v[l] - origin;
+      sum += centred;
+      squares += centred * centred;
+    }
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    squares += __shfl_xor_sync(0xffffffffu, squares, offset);
+  }
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  if (threadIdx.x % 32 == 0) {
+    warp_sums[0][warp] = sum;
+    warp_sums[1][warp] = squares;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float s = 0.f, q = 0.f;
+    for (int w = 0; w < kWarps; ++w) {
+      s += warp_sums[0][w];
+      q += warp_sums[1][w];
+    }
+    const float shifted_mean = s / static_cast<float>(count);
+    const float variance = fmaxf(q / static_cast<float>(count) - shifted_mean * shifted_mean, 0.f);
+    stats[0] = origin + shifted_mean;
+    stats[1] = rsqrtf(variance + eps);
+  }
+  __syncthreads();
+  const float mean = stats[0], rstd = stats[1];
+  for (int c = threadIdx.x; c < group_channels; c += kThreads) {
+    const int channel = g * group_channels + c;
+    const float times = scale ? 1.f + to_float(scale[n * scale_stride + channel]) : 1.f;
+    const float plus = shift ? to_float(shift[n * shift_stride + channel]) : 0.f;
+    per_channel[c] = to_float(weight[channel]) * rstd * times;
+    per_channel[group_channels + c] = to_float(bias[channel]) * times + plus;
+  }
+  __syncthreads();
+
+  const int packs_per_channel = hw / kLanes;
+  for (int64_t p = threadIdx.x; p < packs; p += kThreads) {
+    const int c = static_cast<int>(p / packs_per_channel);
+    const float a = per_channel[c], d = per_channel[group_channels + c];
+    float v[kLanes];
+    load<T, kLanes>(in + p * kLanes, v);
+#pragma unroll
+    for (int l = 0; l < kLanes; ++l) {
+      const float z = a * (v[l] - mean) + d;
+      // silu(z) = z / (1 + e^-z); for z << 0 the quotient's reciprocal of inf is 0, so y = -0.
+      v[l] = __fdividef(z, 1.f + __expf(-z));
+    }
+    store<T, kLanes>(out + p * kLanes, v);
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+template <typename T>
+const char* launch(const void* x, const void* weight, const void* bias, const void* scale,
+                   int64_t scale_stride, const void* shift, int64_t shift_stride, void* y,
+                   int64_t batch, int64_t channels, int64_t hw, int64_t groups, float eps,
+                   void* stream_handle) {
+  constexpr int kWide = 16 / static_cast<int>(sizeof(T));
+  const dim3 grid(static_cast<unsigned>(batch * groups));
+  const int group_channels = static_cast<int>(channels / groups);
+  const size_t shared = 2 * static_cast<size_t>(group_channels) * sizeof(float);
+  const auto stream = static_cast<cudaStream_t>(stream_handle);
+  const auto* xt = static_cast<const T*>(x);
+  const auto* wt = static_cast<const T*>(weight);
+  const auto* bt = static_cast<const T*>(bias);
+  const auto* st = static_cast<const T*>(scale);
+  const auto* ht = static_cast<const T*>(shift);
+  auto* yt = static_cast<T*>(y);
+  // Every group starts at a multiple of hw values, so 16-byte packs stay aligned when hw is a
+  // multiple of a pack and both tensors start aligned (LibTorch's allocations do).
+  if (hw % kWide == 0 && aligned16(x) && aligned16(y))
+    group_norm_silu_kernel<T, kWide><<<grid, kThreads, shared, stream>>>(
+        xt, wt, bt, st, scale_stride, ht, shift_stride, yt, static_cast<int>(channels),
+        static_cast<int>(hw), group_channels, eps);
+  else
+    group_norm_silu_kernel<T, 1><<<grid, kThreads, shared, stream>>>(
+        xt, wt, bt, st, scale_stride, ht, shift_stride, yt, static_cast<int>(channels),
+        static_cast<int>(hw), group_channels, eps);
+  const cudaError_t status = cudaGetLastError();
+  return status == cudaSuccess ? nullptr : cudaGetErrorString(status);
+}
+
+}  // namespace
+
+const char* group_norm_silu_forward(Dtype dtype, const void* x, const void* weight,
+                                    const void* bias, const void* scale, int64_t scale_stride,
+                                    const void* shift, int64_t shift_stride, void* y, int64_t batch,
+                                    int64_t channels, int64_t hw, int64_t groups, float eps,
+                                    void* stream) {
+  if (!group_norm_silu_fits(batch, channels, hw, groups))
+    return "the tensor's sizes are outside what the kernel indexes";
+  if (dtype == Dtype::bf16)
+    return launch<Bf16>(x, weight, bias, scale, scale_stride, shift, shift_stride, y, batch,
+                        channels, hw, groups, eps, stream);
+  return launch<float>(x, weight, bias, scale, scale_stride, shift, shift_stride, y, batch,
+                       channels, hw, groups, eps, stream);
+}
+
+}  // namespace spritetorch::diffusion::cuda_kernels

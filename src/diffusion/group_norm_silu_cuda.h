@@ -1,0 +1,46 @@
+// The sampler's GroupNorm + scale-shift + SiLU as one CUDA kernel, forward only (no autograd).
+//
+// LibTorch runs silu(GroupNorm(x) (1 + scale) + shift) on CUDA as five or six kernels, each a full
+// pass over the activations (the norm's statistics and its affine, the scale, the shift, SiLU); a
+// profile of the generator's sampling pass put 58-62% of its GPU time in such elementwise kernels
+// (docs/sprites.md). This one reads each (sample, group) block of x twice (its statistics, then
+// the output; the second read mostly from L2) and writes y once.
+//
+// Plain CUDA with a C-like interface: no LibTorch headers, so nvcc compiles it on its own and the
+// build can leave it out when nvcc cannot (CMakeLists.txt); diffusion/group_norm_silu.cpp is the
+// caller. Built only where SPRITETORCH_WITH_CUDA_KERNELS is 1.
+#pragma once
+
+#include <cstdint>
+
+namespace spritetorch::diffusion::cuda_kernels {
+
+enum class Dtype : int { f32 = 0, bf16 = 1 };
+
+// What the kernel indexes: a block per (sample, group) in a 1-D grid, a group's per-channel
+// factors in shared memory (2 floats a channel), channel and pixel indices in 32 bits.
+constexpr int64_t kMaxBlocks = 2147483647;
+constexpr int64_t kMaxGroupChannels = 4096;
+constexpr int64_t kMaxSampleValues = 2147483647;
+
+inline bool group_norm_silu_fits(int64_t batch, int64_t channels, int64_t hw, int64_t groups) {
+  return batch >= 1 && channels >= 1 && hw >= 1 && groups >= 1 && channels % groups == 0 &&
+         channels / groups <= kMaxGroupChannels && batch <= kMaxBlocks / groups &&
+         hw <= kMaxSampleValues / channels;
+}
+
+// x, y: (batch, channels, hw) contiguous, of `dtype`; weight, bias: (channels); scale, shift:
+// (batch, channels) with rows scale_stride and shift_stride values apart (a chunk of the UNet's
+// embedding projection is a view with rows 2 channels apart), or null. All of `dtype` (bf16 as raw
+// 16-bit values), on the current device.
+// y = silu(((x - mean_g) rstd_g weight_c + bias_c) (1 + scale_nc) + shift_nc), statistics in fp32.
+// Enqueued on `stream` (a cudaStream_t; null: the legacy default stream); nothing waits for it.
+// Returns null, or CUDA's message when the launch failed (e.g. no kernel for this GPU's
+// architecture), for the caller to fall back on LibTorch's ops.
+const char* group_norm_silu_forward(Dtype dtype, const void* x, const void* weight,
+                                    const void* bias, const void* scale, int64_t scale_stride,
+                                    const void* shift, int64_t shift_stride, void* y, int64_t batch,
+                                    int64_t channels, int64_t hw, int64_t groups, float eps,
+                                    void* stream);
+
+}  // namespace spritetorch::diffusion::cuda_kernels
