@@ -9,7 +9,9 @@
 // group of 4 channels is 8 KB in bf16).
 #include "diffusion/group_norm_silu_cuda.h"
 
-#ifndef SPRITETORCH_CUDA_SYNTAX_CHECK  // tests/cuda/device_code_test.sh compiles without CUDA
+// SPRITETORCH_CUDA_STAND_IN: compiled against tests/cuda's stand-ins for CUDA's headers, by clang
+// (device_code_test.sh) or by the C++ compiler for the CPU emulator of the tests.
+#ifndef SPRITETORCH_CUDA_STAND_IN
 #include <cuda_runtime.h>
 #endif
 
@@ -82,14 +84,14 @@ __device__ __forceinline__ void store(T* p, const float (&v)[kLanes]) {
   }
 }
 
-// grid: batch x groups blocks of kThreads; dynamic shared memory: 2 x group_channels floats.
+// grid: batch x groups blocks of kThreads.
 template <typename T, int kLanes>
 __global__ void __launch_bounds__(kThreads)
     group_norm_silu_kernel(const T* __restrict__ x, const T* __restrict__ weight,
                            const T* __restrict__ bias, const T* __restrict__ scale,
                            int64_t scale_stride, const T* __restrict__ shift, int64_t shift_stride,
                            T* __restrict__ y, int channels, int hw, int group_channels, float eps) {
-  extern __shared__ float per_channel[];  // a: [0, group_channels), d: [group_channels, 2x)
+  __shared__ float per_channel[2 * kMaxGroupChannels];  // a: [0, group_channels), d: after them
   __shared__ float warp_sums[2][kWarps];
   __shared__ float stats[2];  // mean, rstd
   const int groups = channels / group_channels;
@@ -165,32 +167,36 @@ __global__ void __launch_bounds__(kThreads)
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// kernel<<<grid, kThreads, 0, stream>>>(args...), or its blocks' threads on the CPU in the tests'
+// emulator (tests/cuda/cuda_emulator.h), which runs this same code.
+template <typename... Params, typename... Args>
+void start(void (*kernel)(Params...), dim3 grid, cudaStream_t stream, Args... args) {
+#ifdef SPRITETORCH_CUDA_EMULATOR
+  (void)stream;
+  cuda_emulator::launch(kernel, grid, dim3(kThreads), args...);
+#else
+  // (clang-format would split the launch's >>> apart.)
+  // clang-format off
+  kernel<<<grid, kThreads, 0, stream>>>(args...);
+  // clang-format on
+#endif
+}
+
 template <typename T>
 const char* launch(const void* x, const void* weight, const void* bias, const void* scale,
                    int64_t scale_stride, const void* shift, int64_t shift_stride, void* y,
                    int64_t batch, int64_t channels, int64_t hw, int64_t groups, float eps,
                    void* stream_handle) {
   constexpr int kWide = 16 / static_cast<int>(sizeof(T));
-  const dim3 grid(static_cast<unsigned>(batch * groups));
-  const int group_channels = static_cast<int>(channels / groups);
-  const size_t shared = 2 * static_cast<size_t>(group_channels) * sizeof(float);
-  const auto stream = static_cast<cudaStream_t>(stream_handle);
-  const auto* xt = static_cast<const T*>(x);
-  const auto* wt = static_cast<const T*>(weight);
-  const auto* bt = static_cast<const T*>(bias);
-  const auto* st = static_cast<const T*>(scale);
-  const auto* ht = static_cast<const T*>(shift);
-  auto* yt = static_cast<T*>(y);
   // Every group starts at a multiple of hw values, so 16-byte packs stay aligned when hw is a
   // multiple of a pack and both tensors start aligned (LibTorch's allocations do).
-  if (hw % kWide == 0 && aligned16(x) && aligned16(y))
-    group_norm_silu_kernel<T, kWide><<<grid, kThreads, shared, stream>>>(
-        xt, wt, bt, st, scale_stride, ht, shift_stride, yt, static_cast<int>(channels),
-        static_cast<int>(hw), group_channels, eps);
-  else
-    group_norm_silu_kernel<T, 1><<<grid, kThreads, shared, stream>>>(
-        xt, wt, bt, st, scale_stride, ht, shift_stride, yt, static_cast<int>(channels),
-        static_cast<int>(hw), group_channels, eps);
+  const bool wide = hw % kWide == 0 && aligned16(x) && aligned16(y);
+  start(wide ? group_norm_silu_kernel<T, kWide> : group_norm_silu_kernel<T, 1>,
+        dim3(static_cast<unsigned>(batch * groups)), static_cast<cudaStream_t>(stream_handle),
+        static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias),
+        static_cast<const T*>(scale), scale_stride, static_cast<const T*>(shift), shift_stride,
+        static_cast<T*>(y), static_cast<int>(channels), static_cast<int>(hw),
+        static_cast<int>(channels / groups), eps);
   const cudaError_t status = cudaGetLastError();
   return status == cudaSuccess ? nullptr : cudaGetErrorString(status);
 }

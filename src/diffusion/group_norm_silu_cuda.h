@@ -18,9 +18,9 @@ namespace spritetorch::diffusion::cuda_kernels {
 enum class Dtype : int { f32 = 0, bf16 = 1 };
 
 // What the kernel indexes: a block per (sample, group) in a 1-D grid, a group's per-channel
-// factors in shared memory (2 floats a channel), channel and pixel indices in 32 bits.
+// factors in 8 KB of shared memory (2 floats a channel), channel and pixel indices in 32 bits.
 constexpr int64_t kMaxBlocks = 2147483647;
-constexpr int64_t kMaxGroupChannels = 4096;
+constexpr int kMaxGroupChannels = 1024;
 constexpr int64_t kMaxSampleValues = 2147483647;
 
 inline bool group_norm_silu_fits(int64_t batch, int64_t channels, int64_t hw, int64_t groups) {

@@ -16,7 +16,7 @@ fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 common=(-x cuda -nocudainc -nocudalib --cuda-gpu-arch=sm_80 -std=c++17 -O2 -Wall -Wextra -Werror
-        -Wno-unknown-cuda-version -DSPRITETORCH_CUDA_SYNTAX_CHECK
+        -Wno-unknown-cuda-version -DSPRITETORCH_CUDA_STAND_IN
         -include "$root/tests/cuda/cuda_stand_in.h" -I "$root/src")
 mapfile -t sources < <(find "$root/src" -name '*.cu' | sort)
 [ "${#sources[@]}" -gt 0 ] || { echo "no .cu files under $root/src"; exit 1; }
