@@ -1,0 +1,84 @@
+// The inputs on which the CUDA GroupNorm + SiLU kernel is held to LibTorch's ops, on a GPU
+// (GroupNormSiluCuda) and in the CPU emulator (GroupNormSiluKernelEmulated).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "diffusion/group_norm_silu.h"
+
+namespace spritetorch::testing {
+
+struct KernelCase {
+  int64_t batch, channels, groups, h, w;
+  bool scale_shift, chunked, misaligned;
+  double offset;  // the mean of x (its std is 3)
+};
+
+// Rows that take 16-byte packs (4 x 4, 8 x 8: 4 fp32 or 8 bf16 values) and rows that do not (5 x 7,
+// 1 x 1, 2 x 2 in bf16), a start off the 16-byte grid, scale and shift as a chunk of a wider tensor
+// (rows 2 C apart, as in the UNet) and on their own, one group, 32 channels a group, groups
+// larger than a block's 256 threads x 4 values, and means of 300 and -40. Few blocks each (the
+// emulator runs a block's 256 threads as fibers).
+inline std::vector<KernelCase> kernel_cases() {
+  return {{2, 16, 4, 5, 7, true, true, false, 1.5},  {1, 16, 8, 5, 7, false, false, false, 1.5},
+          {2, 16, 2, 4, 4, true, false, false, 1.5}, {2, 16, 2, 4, 4, true, true, true, 1.5},
+          {2, 12, 1, 4, 4, true, true, false, 1.5},  {1, 8, 8, 1, 1, false, false, false, 1.5},
+          {1, 64, 2, 8, 8, true, true, false, 1.5},  {1, 8, 4, 2, 2, true, true, false, 1.5},
+          {1, 8, 2, 24, 24, true, true, false, 300}, {1, 8, 1, 24, 24, false, false, true, -40}};
+}
+
+inline std::string describe(torch::ScalarType dtype, const KernelCase& c) {
+  return std::string(dtype == torch::kFloat32 ? "fp32" : "bf16") + " B" + std::to_string(c.batch) +
+         " C" + std::to_string(c.channels) + " G" + std::to_string(c.groups) + " " +
+         std::to_string(c.h) + "x" + std::to_string(c.w) + (c.scale_shift ? " scale-shift" : "") +
+         (c.chunked ? " chunked" : "") + (c.misaligned ? " misaligned" : "") + " offset " +
+         std::to_string(c.offset);
+}
+
+// x: (B, C, H, W); weight, bias: (C); scale, shift: (B, C, 1, 1) or undefined.
+struct KernelInputs {
+  torch::Tensor x, weight, bias, scale, shift;
+};
+
+inline KernelInputs make_kernel_inputs(const KernelCase& c, const torch::TensorOptions& on) {
+  torch::manual_seed(17);
+  KernelInputs in;
+  const int64_t values = c.batch * c.channels * c.h * c.w;
+  // Misaligned: a view one value into a larger buffer, contiguous but off the 16-byte grid.
+  const auto buffer = (torch::randn({values + 1}) * 3 + c.offset).to(on);
+  in.x = buffer.narrow(0, c.misaligned ? 1 : 0, values).view({c.batch, c.channels, c.h, c.w});
+  in.weight = (1 + 0.3 * torch::randn({c.channels})).to(on);
+  in.bias = (0.2 * torch::randn({c.channels})).to(on);
+  if (c.scale_shift && c.chunked) {
+    const auto parts = torch::randn({c.batch, 2 * c.channels, 1, 1}).to(on).chunk(2, 1);
+    in.scale = parts[0];  // views with rows 2 C values apart
+    in.shift = parts[1];
+  } else if (c.scale_shift) {
+    in.scale = (0.5 * torch::randn({c.batch, c.channels, 1, 1})).to(on);
+    in.shift = torch::randn({c.batch, c.channels, 1, 1}).to(on);
+  }
+  return in;
+}
+
+// LibTorch's ops in float64 on the same values, on the CPU. (The fp32 ops round a x + d with
+// a = rstd weight, so a group of one value, rstd ~ 316, leaves them 5e-5 off where the kernel is
+// exact.)
+inline torch::Tensor reference_in_float64(const KernelInputs& in, int64_t groups) {
+  const auto f64 = [](const torch::Tensor& t) {
+    return t.defined() ? t.cpu().to(torch::kFloat64) : t;
+  };
+  return diffusion::group_norm_silu_reference(f64(in.x), groups, f64(in.weight), f64(in.bias), 1e-5,
+                                              f64(in.scale), f64(in.shift));
+}
+
+// The largest difference of `got` from `want` over 1 + want's largest magnitude.
+inline double relative_error(const torch::Tensor& got, const torch::Tensor& want) {
+  const double largest = want.abs().max().item<double>();
+  return (got.cpu().to(torch::kFloat64) - want).abs().max().item<double>() / (1 + largest);
+}
+
+}  // namespace spritetorch::testing
