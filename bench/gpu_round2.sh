@@ -54,6 +54,17 @@ generator32() {
   fi
 }
 
+# sheet_difference A.png B.png LABEL: how many pixels of two sheets of the same seed are identical.
+sheet_difference() {
+  python3 - "$@" <<'PY'
+import sys, numpy as np
+from PIL import Image
+a, b = (np.asarray(Image.open(f).convert("RGBA")) for f in sys.argv[1:3])
+print(f"{sys.argv[3]}: {100 * (a == b).all(-1).mean():.2f}% of pixels identical, "
+      f"mean |diff| {np.abs(a.astype(int) - b.astype(int)).mean():.3f} of 255")
+PY
+}
+
 json_field() {  # json_field FILE python-expression-on-r
   python3 -c "import json,sys; r=json.loads([l for l in open(sys.argv[1]) if l.startswith('{')][-1]); print($2)" "$1"
 }
@@ -114,14 +125,8 @@ for section in "${sections[@]}"; do
             tail -3 "$out/gen.err"
         done
       done
-      python3 - "$out" "$precision" <<'PY'
-import sys, numpy as np
-from PIL import Image
-a, b = (np.asarray(Image.open(f"{sys.argv[1]}/gn{f}.png").convert("RGBA")) for f in (1, 0))
-print(f"{sys.argv[2]}, fused against LibTorch's ops, 8,192 sprites, seed 3: "
-      f"{100 * (a == b).all(-1).mean():.2f}% of pixels identical, "
-      f"mean |diff| {np.abs(a.astype(int) - b.astype(int)).mean():.3f} of 255")
-PY
+      sheet_difference "$out/gn1.png" "$out/gn0.png" \
+        "$precision, fused against LibTorch's ops, 8,192 sprites, seed 3"
     done
     ;;
   default)
@@ -157,14 +162,7 @@ PY
       "$bin" generate --checkpoint "$g32" --count 64 --steps 50 --seed 7 --device cuda --precision $p \
         --out "$out/look_$p.png" --scale 2 >/dev/null 2>&1
     done
-    python3 - "$out" <<'PY'
-import sys, numpy as np
-from PIL import Image
-a, b = (np.asarray(Image.open(f"{sys.argv[1]}/sheet_{p}.png").convert("RGBA")) for p in ("fp32", "bf16"))
-same_px = (a == b).all(-1).mean()
-print(f"bf16 against fp32, 1,024 sprites, seed 5: {100 * same_px:.2f}% of pixels identical, "
-      f"mean |diff| {np.abs(a.astype(int) - b.astype(int)).mean():.3f} of 255")
-PY
+    sheet_difference "$out/sheet_bf16.png" "$out/sheet_fp32.png" "bf16 against fp32, 1,024 sprites, seed 5"
     keep "$out/look_fp32.png" "$out/look_bf16.png"
     ;;
   probe)

@@ -59,7 +59,7 @@ TEST(GroupNormSiluKernelEmulated, KernelMatchesTheLibTorchOps) {
           c.batch, c.channels, c.h * c.w, c.groups, 1e-5f, nullptr);
       ASSERT_EQ(failure, nullptr) << what;
       const auto want = testing::reference_in_float64(in, c.groups);
-      EXPECT_LE(testing::relative_error(y, want), dtype == torch::kFloat32 ? 1e-5 : 4e-3) << what;
+      testing::expect_close(y, want, dtype == torch::kFloat32 ? 1e-5 : 4e-3, what);
       if (dtype == torch::kBFloat16) {
         // Rounded to nearest: at most half a bf16 unit (2^-8 relative) from the exact result.
         const auto exact = want.to(torch::kBFloat16).to(torch::kFloat64);

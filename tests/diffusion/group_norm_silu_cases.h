@@ -1,7 +1,9 @@
 // The inputs on which the CUDA GroupNorm + SiLU kernel is held to LibTorch's ops, on a GPU
-// (GroupNormSiluCuda) and in the CPU emulator (GroupNormSiluKernelEmulated).
+// (GroupNormSiluCuda) and in the CPU emulator (GroupNormSiluKernelEmulated), and the comparison
+// every GroupNorm + SiLU test makes.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <cstdint>
@@ -75,10 +77,16 @@ inline torch::Tensor reference_in_float64(const KernelInputs& in, int64_t groups
                                               f64(in.scale), f64(in.shift));
 }
 
-// The largest difference of `got` from `want` over 1 + want's largest magnitude.
-inline double relative_error(const torch::Tensor& got, const torch::Tensor& want) {
-  const double largest = want.abs().max().item<double>();
-  return (got.cpu().to(torch::kFloat64) - want).abs().max().item<double>() / (1 + largest);
+// got within tolerance x (1 + want's largest magnitude) of want, everywhere; got is compared in
+// want's dtype on want's device.
+inline void expect_close(const torch::Tensor& got, const torch::Tensor& want, double tolerance,
+                         const std::string& what) {
+  ASSERT_EQ(got.sizes(), want.sizes()) << what;
+  const double scale = want.abs().max().item<double>();
+  const double error =
+      (got.to(want.device(), want.scalar_type()) - want).abs().max().item<double>();
+  EXPECT_LE(error, tolerance * (1 + scale))
+      << what << ": largest difference " << error << " against values up to " << scale;
 }
 
 }  // namespace spritetorch::testing

@@ -50,14 +50,7 @@ std::vector<torch::Tensor> leaves(const Inputs& in) {
   return out;
 }
 
-void expect_close(const torch::Tensor& got, const torch::Tensor& want, double tolerance,
-                  const std::string& what) {
-  ASSERT_EQ(got.sizes(), want.sizes()) << what;
-  const double scale = want.abs().max().item<double>();
-  const double error = (got - want).abs().max().item<double>();
-  EXPECT_LE(error, tolerance * (1 + scale))
-      << what << ": largest difference " << error << " against values up to " << scale;
-}
+using testing::expect_close;
 
 // Output and every gradient of the fused kernel against LibTorch's group_norm, mul, add and silu,
 // for every kernel here: widths that leave a tail after the 8-lane loop (5 x 7 = 35 pixels) and
@@ -217,9 +210,8 @@ TEST(GroupNormSiluCuda, KernelMatchesTheLibTorchOps) {
           group_norm_silu(in.x, c.groups, in.weight, in.bias, 1e-5, in.scale, in.shift);
       ASSERT_EQ(got.scalar_type(), dtype) << what;
       // bf16 output: half a unit in its 8th bit (2^-9 relative); fp32: the fast exp's ~1e-6.
-      EXPECT_LE(testing::relative_error(got, testing::reference_in_float64(in, c.groups)),
-                dtype == torch::kFloat32 ? 2e-5 : 4e-3)
-          << what;
+      expect_close(got, testing::reference_in_float64(in, c.groups),
+                   dtype == torch::kFloat32 ? 2e-5 : 4e-3, what);
     }
 }
 
