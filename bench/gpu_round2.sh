@@ -17,7 +17,9 @@
 #           guidance 2 (the generator in .gpu-deps/gen32.pt when carried, else one trained for an
 #           epoch on the procedural sprites); the old CLI's rows too when it was built
 #   gnsilu  the fused GroupNorm + SiLU kernel against LibTorch's ops (SPRITETORCH_GROUP_NORM_SILU=0)
-#           in that sampling run, fp32 and bf16, alternated twice; and how many sheet pixels differ
+#           in that sampling run, bf16 and fp32, NCHW and channels_last (--channels-last true:
+#           cuDNN's NHWC convolutions, the kernel's NHWC form), once (GNSILU_PASSES=2: twice);
+#           and how many sheet pixels differ
 #   probe   bench/sampler_probe.py: the same UNet pass in PyTorch, per variant, with kernel tables
 #   layout  the generator's training step at --size 64, channels_last against NCHW
 #   gen64   the generator on a real sprite set at --size 64 (.gpu-deps/dcss-items when carried)
@@ -113,20 +115,28 @@ for section in "${sections[@]}"; do
     done
     ;;
   gnsilu)
+    # bf16 first (the faster form, the rows that matter most if the call is cut short), each
+    # layout with the kernel on and off; GNSILU_PASSES=2 alternates the whole set twice.
     generator32
-    for precision in fp32 bf16; do
-      for pass in 1 2; do
-        for fused in 1 0; do
-          SPRITETORCH_GROUP_NORM_SILU=$fused "$bin" generate --checkpoint "$g32" --count 8192 \
-            --batch-size 1024 --steps 25 --seed 3 --guidance 2 --guidance-interval 0:1 --eta 0 \
-            --precision $precision --device cuda --json --out "$out/gn$fused.png" \
-            2>"$out/gen.err" >"$out/gen.json" && json_field "$out/gen.json" \
-            '"%s fused=%s pass %s: %.3f s, %6.0f sprites/s" % ("'$precision'", '$fused', '$pass', r["seconds"], r["sprites_per_second"])' ||
-            tail -3 "$out/gen.err"
+    for pass in $(seq "${GNSILU_PASSES:-1}"); do
+      for precision in bf16 fp32; do
+        for layout in false true; do
+          for fused in 1 0; do
+            name=$out/gn-$precision-$layout-$fused.png
+            SPRITETORCH_GROUP_NORM_SILU=$fused "$bin" generate --checkpoint "$g32" --count 8192 \
+              --batch-size 1024 --steps 25 --seed 3 --guidance 2 --guidance-interval 0:1 --eta 0 \
+              --precision $precision --channels-last $layout --device cuda --json --out "$name" \
+              --overwrite 2>"$out/gen.err" >"$out/gen.json" && json_field "$out/gen.json" \
+              '"%s channels_last=%s fused=%s pass %s: %.3f s, %6.0f sprites/s" % ("'$precision'", "'$layout'", '$fused', '$pass', r["seconds"], r["sprites_per_second"])' ||
+              tail -3 "$out/gen.err"
+          done
         done
+        [ "$pass" = 1 ] || continue
+        sheet_difference "$out/gn-$precision-false-1.png" "$out/gn-$precision-false-0.png" \
+          "$precision NCHW, fused against LibTorch's ops, 8,192 sprites, seed 3"
+        sheet_difference "$out/gn-$precision-true-1.png" "$out/gn-$precision-false-0.png" \
+          "$precision channels_last fused against NCHW on LibTorch's ops, 8,192 sprites, seed 3"
       done
-      sheet_difference "$out/gn1.png" "$out/gn0.png" \
-        "$precision, fused against LibTorch's ops, 8,192 sprites, seed 3"
     done
     ;;
   default)

@@ -3,8 +3,9 @@
 # build, the CUDA tests that no GPU has run yet, the seed workload's default path against the Python
 # peer (RUN_DEFAULT=1), time-to-accuracy rows against the peer, then the rest of the CUDA-relevant
 # tests in what is left, ending near 560 s. Now (the defaults): the tests of the fused GroupNorm +
-# SiLU kernel, activation checkpointing and micro-batches; the kernel's sampling rows
-# (RUN_GNSILU=1: `gpu_round2.sh gnsilu`, ~60-90 s); 92% with --recipe mid --epochs 4 and 93% with
+# SiLU kernel (NCHW and NHWC), activation checkpointing and micro-batches; the kernel's sampling
+# rows (RUN_GNSILU=1: `gpu_round2.sh gnsilu`, 8 runs: bf16 and fp32, NCHW and channels_last, the
+# kernel on and off, ~80-120 s); 92% with --recipe mid --epochs 4 and 93% with
 # --epochs 7 (fewer steps of fastcnn-2x than of fastcnn or fastcnn-wide: docs/benchmarks.md, "Fewer
 # steps of a wider net"; ~40 and ~60 s with their peer), then 94% with --recipe long (~130 s) in
 # what the call has left (the rows run in order; a cut row prints what it reached).

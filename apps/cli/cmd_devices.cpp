@@ -131,7 +131,8 @@ Subcommand add_devices_command(CLI::App& app) {
                           ? std::string("LibTorch's ops (SPRITETORCH_GROUP_NORM_SILU=0)")
                           : std::string("fused on the CPU (fp32)") +
                                 (diffusion::group_norm_silu_cuda_kernel_built()
-                                     ? "; sampling on CUDA (fp32, bf16): spritetorch's kernel"
+                                     ? "; sampling on CUDA (fp32, bf16; NCHW, channels_last): "
+                                       "spritetorch's kernel"
                                  : SPRITETORCH_WITH_CUDA
                                      ? "; on CUDA LibTorch's ops (kernel not built)"
                                      : ""))

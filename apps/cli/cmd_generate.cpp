@@ -151,6 +151,13 @@ Subcommand add_generate_command(CLI::App& app) {
                 "CUDA: sample every batch eagerly (default: deterministic sampling, DDIM with "
                 "--eta 0 or dpm++2m, replays the whole "
                 "sampling loop as one CUDA graph from the second batch of --batch-size on)");
+  sub->add_option("--channels-last", f->sample.channels_last,
+                  "The UNet's activations channels_last (NHWC) while sampling (true|false): on "
+                  "CUDA cuDNN's convolutions take them without transposing, and spritetorch's "
+                  "GroupNorm + SiLU kernel runs NHWC where the build has it (devices); on the "
+                  "CPU LibTorch's ops in either layout, within 10% of NCHW on a Zen 5 "
+                  "(docs/sprites.md)")
+      ->capture_default_str();
   sub->add_flag("--overwrite", f->overwrite,
                 "Replace an existing --out sheet and existing --out-dir PNGs (default: refuse, "
                 "before any sampling)");
@@ -256,6 +263,7 @@ Subcommand add_generate_command(CLI::App& app) {
                                     {"threads", threads},
                                     {"precision", f->sample.precision},
                                     {"cuda_graphs", graphed},
+                                    {"channels_last", f->sample.channels_last},
                                     {"out", f->out},
                                     {"alpha", diffusion::alpha_mode_name(alpha)}};
           out.update(diffusion::sampler_json(f->sample, generator.schedule.steps()));
@@ -266,7 +274,8 @@ Subcommand add_generate_command(CLI::App& app) {
                     << std::setprecision(1) << rate << " sprites/s, "
                     << diffusion::describe_sampler(f->sample, generator.schedule.steps()) << ", "
                     << f->sample.precision << (f->precision == "auto" ? " (auto)" : "")
-                    << (graphed ? ", CUDA graph" : "") << ", alpha "
+                    << (graphed ? ", CUDA graph" : "")
+                    << (f->sample.channels_last ? ", channels_last" : "") << ", alpha "
                     << diffusion::alpha_mode_name(alpha) << (f->alpha == "auto" ? " (auto)" : "")
                     << "; CPU threads: " << threads << ")\n"
                     << std::defaultfloat;

@@ -207,7 +207,8 @@ Generator load_generator(const std::string& path, torch::Device device) {
   g.net->to(device);
   // NCHW on every device. channels_last made a guided 32x32 UNet pass 1.26x slower on an H200
   // (23.4 against 18.6 ms at batch 2,048, bench/sampler_probe.py): CUDA's GroupNorm converts it
-  // back to NCHW around every norm.
+  // back to NCHW around every norm. SampleOptions::channels_last samples on a channels_last copy
+  // (with the GroupNorm + SiLU kernel's NHWC form on CUDA).
   g.net->eval();
   g.schedule.to(device);
   return g;
@@ -514,14 +515,20 @@ torch::Tensor ddpm_sample(UNet& net, const NoiseSchedule& schedule, torch::Tenso
                       ddpm_plan(schedule, prediction), gen);
 }
 
-UNet bf16_copy(const UNetImpl& net) {
+UNet sampling_copy(const UNetImpl& net, torch::ScalarType dtype, bool channels_last) {
   UNet copy(net.options());
   torch::NoGradGuard no_grad;
   const auto from = net.named_parameters();
-  for (auto& p : copy->named_parameters()) p.value().set_data(from[p.key()].to(torch::kBFloat16));
+  for (auto& p : copy->named_parameters()) {
+    auto value = from[p.key()].to(dtype);
+    if (channels_last && value.dim() == 4) value = value.contiguous(at::MemoryFormat::ChannelsLast);
+    p.value().set_data(value);
+  }
   copy->eval();
   return copy;
 }
+
+UNet bf16_copy(const UNetImpl& net) { return sampling_copy(net, torch::kBFloat16, false); }
 
 std::string resolve_sampling_precision(const std::string& requested, const torch::Device& device) {
   if (requested == "bf16" && !device.is_cuda() && !device.is_cpu())
@@ -556,7 +563,11 @@ torch::Tensor sample(Generator& g, const torch::Tensor& labels, const SampleOpti
   // around each layer. On the CPU autocast: with LibTorch 1.13 it sampled 1.6x faster than fp32
   // on a Zen 4 core, the copy 1.2x slower (bf16 GroupNorm and elementwise kernels).
   const bool bf16 = precision == "bf16";
-  UNet net = bf16 && device.is_cuda() ? bf16_copy(*g.net) : g.net;
+  const bool copy_in_bf16 = bf16 && device.is_cuda();
+  UNet net = copy_in_bf16 || options.channels_last
+                 ? sampling_copy(*g.net, copy_in_bf16 ? torch::kBFloat16 : torch::kFloat32,
+                                 options.channels_last)
+                 : g.net;
   const BatchSampler eager = [&](const torch::Tensor& x, const torch::Tensor& c) {
     std::optional<precision::AutocastGuard> autocast;
     if (bf16 && !device.is_cuda())
@@ -580,6 +591,7 @@ torch::Tensor sample(Generator& g, const torch::Tensor& labels, const SampleOpti
     const int64_t b = std::min(batch, n - start);
     auto x =
         at::randn({b, g.net->options().channels, g.size, g.size}, gen, torch::kFloat32).to(device);
+    if (options.channels_last) x = x.contiguous(at::MemoryFormat::ChannelsLast);
     const auto c = labels.narrow(0, start, b).to(device);
     out.push_back(graphed ? graphed->run(x, c) : eager(x, c));
   }

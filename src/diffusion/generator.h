@@ -153,6 +153,11 @@ struct SampleOptions {
   // guidance and the updates stay fp32.
   std::string precision = "fp32";
   bool cuda_graphs = true;  // CUDA, DDIM eta 0: replay batches as one graph (cuda_graph_sampler.h)
+  // The passes on a copy of the UNet with channels_last convolution weights and channels_last
+  // noise, so the activations stay NHWC from the first convolution on (cuDNN's tensor-core
+  // convolutions take NHWC as it is; with NCHW they transpose in and out). Off: NCHW, the layout
+  // LibTorch's CUDA GroupNorm takes (it converts channels_last back, docs/sprites.md).
+  bool channels_last = false;
   // Sprites out (generate, eval): each sprite's opaque colours reduced to at most this many by
   // k-means (reduce_colours; 0: the model's own colours). Not applied by sample().
   int64_t colours = kSpriteColours;
@@ -182,6 +187,9 @@ std::string resolve_sampling_precision(const std::string& requested, const torch
 // A copy of `net` held wholly in bf16, on its device, in eval mode: what sample() runs for
 // precision "bf16" on CUDA. Its forward takes fp32 x and returns bf16.
 UNet bf16_copy(const UNetImpl& net);
+// A copy of `net` in `dtype`, on its device, in eval mode, its 4-D (convolution) weights
+// channels_last when `channels_last`: what sample() runs for SampleOptions::channels_last.
+UNet sampling_copy(const UNetImpl& net, torch::ScalarType dtype, bool channels_last);
 
 // DDIM (Song et al. 2021, eq. 12) from x_T along ddim_timesteps(T, steps), then to abar = 1.
 // x: (B, 4, S, S), c: (B). Each step clips the predicted x0 to [-1, 1] and re-derives eps from it.

@@ -379,7 +379,8 @@ bool group_norm_silu_cuda_kernel(const torch::Tensor& x, const torch::Tensor& we
     return false;
   const auto dtype = x.scalar_type();
   return (dtype == torch::kFloat32 || dtype == torch::kBFloat16) && x.dim() == 4 &&
-         x.is_contiguous() && weight.scalar_type() == dtype && weight.device() == x.device();
+         (x.is_contiguous() || x.is_contiguous(at::MemoryFormat::ChannelsLast)) &&
+         weight.scalar_type() == dtype && weight.device() == x.device();
 }
 
 // Without OpenMP at::parallel_for runs on one thread, where LibTorch's ops use all of them.
@@ -420,7 +421,9 @@ torch::Tensor group_norm_silu_on_cuda(const torch::Tensor& x, int64_t groups,
                                       double eps, const torch::Tensor& scale,
                                       const torch::Tensor& shift) {
   const int64_t batch = x.size(0), channels = x.size(1), hw = x.size(2) * x.size(3);
-  if (!cuda_kernels::group_norm_silu_fits(batch, channels, hw, groups) ||
+  // NCHW where x is both (one channel, or one pixel: the same memory either way).
+  const auto layout = x.is_contiguous() ? cuda_kernels::Layout::nchw : cuda_kernels::Layout::nhwc;
+  if (!cuda_kernels::group_norm_silu_fits(layout, batch, channels, hw, groups, x.data_ptr()) ||
       weight.numel() != channels || !bias.defined() || bias.numel() != channels)
     return {};
   // (C) and (B, C) operands in x's dtype on x's device; a (B, C) row may be a view into a wider
@@ -433,11 +436,11 @@ torch::Tensor group_norm_silu_on_cuda(const torch::Tensor& x, int64_t groups,
   };
   const auto w = vector_of(weight), b = vector_of(bias);
   const auto s = rows_of(scale), h = rows_of(shift);
-  auto y = torch::empty_like(x);
+  auto y = torch::empty_like(x);  // in x's layout
   const c10::cuda::CUDAGuard device(x.device());
   const char* failure = cuda_kernels::group_norm_silu_forward(
       x.scalar_type() == torch::kBFloat16 ? cuda_kernels::Dtype::bf16 : cuda_kernels::Dtype::f32,
-      x.data_ptr(), w.data_ptr(), b.data_ptr(), s.defined() ? s.data_ptr() : nullptr,
+      layout, x.data_ptr(), w.data_ptr(), b.data_ptr(), s.defined() ? s.data_ptr() : nullptr,
       s.defined() ? s.stride(0) : 0, h.defined() ? h.data_ptr() : nullptr,
       h.defined() ? h.stride(0) : 0, y.data_ptr(), batch, channels, hw, groups,
       static_cast<float>(eps), c10::cuda::getCurrentCUDAStream().stream());

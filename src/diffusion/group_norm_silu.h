@@ -5,9 +5,9 @@
 // fifth of a CPU training step at 32 x 32 (torch 1.13 profile, 2 threads). On the CPU in fp32 the
 // fused kernel reads x twice in forward (each group's statistics, then the output) and dy and x
 // once each, then the stored dz and x once more, in backward; it keeps x and two numbers per group.
-// On CUDA without gradients (sampling, evaluation) in fp32 or bf16 NCHW it is one kernel of ours
-// where the build has it (diffusion/group_norm_silu_cuda.h). Elsewhere (training on CUDA, bf16 on
-// the CPU, a layout other than contiguous NCHW) it is the LibTorch ops.
+// On CUDA without gradients (sampling, evaluation) in fp32 or bf16, NCHW or channels_last, it is
+// one kernel of ours where the build has it (diffusion/group_norm_silu_cuda.h). Elsewhere
+// (training on CUDA, bf16 or channels_last on the CPU, other layouts) it is the LibTorch ops.
 #pragma once
 
 #include <torch/torch.h>
@@ -39,7 +39,8 @@ torch::Tensor group_norm_silu_reference(const torch::Tensor& x, int64_t groups,
 bool group_norm_silu_fused(const torch::Tensor& x, const torch::Tensor& weight);
 
 // Whether group_norm_silu takes the CUDA kernel (forward only) for these inputs: a build with it,
-// the fusion on, x on a CUDA device in fp32 or bf16, contiguous NCHW, weight in x's dtype on x's
+// the fusion on, x on a CUDA device in fp32 or bf16, contiguous NCHW or channels_last (NHWC),
+// weight in x's dtype on x's
 // device, and gradients off (GradMode: the sampler and eval run under NoGradGuard or
 // InferenceMode). After a failed launch (e.g. a GPU the build has no code for) false for good.
 bool group_norm_silu_cuda_kernel(const torch::Tensor& x, const torch::Tensor& weight);

@@ -7,6 +7,11 @@
 // weight rstd (1 + scale) and d = bias (1 + scale) + shift per channel into shared memory, and
 // writes y = silu(a (x - mean) + d) from a second read of the span (which is still in L2: a 32 x 32
 // group of 4 channels is 8 KB in bf16).
+//
+// channels_last (NHWC) puts a pixel's channels together, so a group's values are short runs
+// (group_channels of them) one pixel row apart: one block per sample reads the whole sample in
+// coalesced 16-byte packs instead, each thread keeping to one pack of channels over the pixels it
+// takes; the threads' per-channel sums meet in shared memory, then per group.
 #include "diffusion/group_norm_silu_cuda.h"
 
 // SPRITETORCH_CUDA_STAND_IN: compiled against tests/cuda's stand-ins for CUDA's headers, by clang
@@ -165,6 +170,107 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// grid: one block of kThreads per sample, NHWC. Thread t takes the pack of kLanes channels from
+// c0 = (t mod packs_per_pixel) kLanes at every (kThreads / packs_per_pixel)-th pixel, so its lanes
+// keep their channels; threads past the last whole pixel of a pass only join the reductions.
+template <typename T, int kLanes>
+__global__ void __launch_bounds__(kThreads)
+    group_norm_silu_nhwc_kernel(const T* __restrict__ x, const T* __restrict__ weight,
+                                const T* __restrict__ bias, const T* __restrict__ scale,
+                                int64_t scale_stride, const T* __restrict__ shift,
+                                int64_t shift_stride, T* __restrict__ y, int channels, int hw,
+                                int group_channels, float eps) {
+  // Per channel: the sums of x and x^2 about the group's origin; then a and d.
+  __shared__ float per_channel[2][kMaxNhwcChannels];
+  __shared__ float group_stats[2][kMaxNhwcChannels];  // mean, rstd per group
+  const int n = static_cast<int>(blockIdx.x);
+  const int t = static_cast<int>(threadIdx.x);
+  const int packs_per_pixel = channels / kLanes;
+  const int pixels_per_pass = kThreads / packs_per_pixel;
+  const bool working = t < pixels_per_pass * packs_per_pixel;
+  const int c0 = t % packs_per_pixel * kLanes;
+  const int64_t first = static_cast<int64_t>(n) * hw * channels;
+  const T* in = x + first;
+  T* out = y + first;
+  for (int c = t; c < channels; c += kThreads) per_channel[0][c] = per_channel[1][c] = 0.f;
+
+  // Each lane's values about its group's first value (pixel 0), as the NCHW kernel sums.
+  float origin[kLanes], sum[kLanes], squares[kLanes];
+#pragma unroll
+  for (int l = 0; l < kLanes; ++l) {
+    origin[l] = to_float(in[(c0 + l) / group_channels * group_channels]);
+    sum[l] = squares[l] = 0.f;
+  }
+  if (working)
+    for (int p = t / packs_per_pixel; p < hw; p += pixels_per_pass) {
+      float v[kLanes];
+      load<T, kLanes>(in + static_cast<int64_t>(p) * channels + c0, v);
+#pragma unroll
+      for (int l = 0; l < kLanes; ++l) {
+        const float centred = v[l] - origin[l];
+        sum[l] += centred;
+        squares[l] += centred * centred;
+      }
+    }
+  // Lanes packs_per_pixel apart hold the same channels: where that divides the warp, its shuffles
+  // gather them into its first packs_per_pixel lanes, which alone post to shared memory.
+  const bool shuffled = packs_per_pixel < 32 && (packs_per_pixel & (packs_per_pixel - 1)) == 0;
+  if (shuffled)
+    for (int offset = 16; offset >= packs_per_pixel; offset /= 2)
+#pragma unroll
+      for (int l = 0; l < kLanes; ++l) {
+        sum[l] += __shfl_xor_sync(0xffffffffu, sum[l], offset);
+        squares[l] += __shfl_xor_sync(0xffffffffu, squares[l], offset);
+      }
+  __syncthreads();  // the sums are zeroed
+  if (working && (!shuffled || t % 32 < packs_per_pixel))
+#pragma unroll
+    for (int l = 0; l < kLanes; ++l) {
+      atomicAdd(&per_channel[0][c0 + l], sum[l]);
+      atomicAdd(&per_channel[1][c0 + l], squares[l]);
+    }
+  __syncthreads();
+  const int groups = channels / group_channels;
+  const float count = static_cast<float>(group_channels) * static_cast<float>(hw);
+  for (int g = t; g < groups; g += kThreads) {
+    float s = 0.f, q = 0.f;
+    for (int c = g * group_channels; c < (g + 1) * group_channels; ++c) {
+      s += per_channel[0][c];
+      q += per_channel[1][c];
+    }
+    const float shifted_mean = s / count;
+    group_stats[0][g] = to_float(in[g * group_channels]) + shifted_mean;
+    group_stats[1][g] = rsqrtf(fmaxf(q / count - shifted_mean * shifted_mean, 0.f) + eps);
+  }
+  __syncthreads();  // every group's statistics are in; the sums are read
+  for (int c = t; c < channels; c += kThreads) {
+    const float rstd = group_stats[1][c / group_channels];
+    const float times = scale ? 1.f + to_float(scale[n * scale_stride + c]) : 1.f;
+    const float plus = shift ? to_float(shift[n * shift_stride + c]) : 0.f;
+    per_channel[0][c] = to_float(weight[c]) * rstd * times;
+    per_channel[1][c] = to_float(bias[c]) * times + plus;
+  }
+  __syncthreads();
+  if (!working) return;
+  float a[kLanes], d[kLanes], mean[kLanes];
+#pragma unroll
+  for (int l = 0; l < kLanes; ++l) {
+    a[l] = per_channel[0][c0 + l];
+    d[l] = per_channel[1][c0 + l];
+    mean[l] = group_stats[0][(c0 + l) / group_channels];
+  }
+  for (int p = t / packs_per_pixel; p < hw; p += pixels_per_pass) {
+    float v[kLanes];
+    load<T, kLanes>(in + static_cast<int64_t>(p) * channels + c0, v);
+#pragma unroll
+    for (int l = 0; l < kLanes; ++l) {
+      const float z = a[l] * (v[l] - mean[l]) + d[l];
+      v[l] = __fdividef(z, 1.f + __expf(-z));
+    }
+    store<T, kLanes>(out + static_cast<int64_t>(p) * channels + c0, v);
+  }
+}
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // kernel<<<grid, kThreads, 0, stream>>>(args...), or its blocks' threads on the CPU in the tests'
@@ -183,16 +289,27 @@ void start(void (*kernel)(Params...), dim3 grid, cudaStream_t stream, Args... ar
 }
 
 template <typename T>
-const char* launch(const void* x, const void* weight, const void* bias, const void* scale,
-                   int64_t scale_stride, const void* shift, int64_t shift_stride, void* y,
-                   int64_t batch, int64_t channels, int64_t hw, int64_t groups, float eps,
-                   void* stream_handle) {
+const char* launch(Layout layout, const void* x, const void* weight, const void* bias,
+                   const void* scale, int64_t scale_stride, const void* shift,
+                   int64_t shift_stride, void* y, int64_t batch, int64_t channels, int64_t hw,
+                   int64_t groups, float eps, void* stream_handle) {
   constexpr int kWide = 16 / static_cast<int>(sizeof(T));
-  // Every group starts at a multiple of hw values, so 16-byte packs stay aligned when hw is a
-  // multiple of a pack and both tensors start aligned (LibTorch's allocations do).
-  const bool wide = hw % kWide == 0 && aligned16(x) && aligned16(y);
-  start(wide ? group_norm_silu_kernel<T, kWide> : group_norm_silu_kernel<T, 1>,
-        dim3(static_cast<unsigned>(batch * groups)), static_cast<cudaStream_t>(stream_handle),
+  // A group (NCHW) or a pixel (NHWC) starts at a multiple of hw or channels values, so 16-byte
+  // packs stay aligned when that is a multiple of a pack and both tensors start aligned
+  // (LibTorch's allocations do).
+  const int64_t run = layout == Layout::nchw ? hw : channels;
+  const bool wide = run % kWide == 0 && aligned16(x) && aligned16(y);
+  if (layout == Layout::nhwc && !wide && channels > kNhwcScalarChannels)
+    return "the tensor's channels are outside what the kernel indexes without 16-byte packs";
+  using Kernel = void (*)(const T*, const T*, const T*, const T*, int64_t, const T*, int64_t, T*,
+                          int, int, int, float);
+  Kernel kernel = nullptr;
+  if (layout == Layout::nchw)
+    kernel = wide ? group_norm_silu_kernel<T, kWide> : group_norm_silu_kernel<T, 1>;
+  else
+    kernel = wide ? group_norm_silu_nhwc_kernel<T, kWide> : group_norm_silu_nhwc_kernel<T, 1>;
+  const int64_t blocks = layout == Layout::nchw ? batch * groups : batch;
+  start(kernel, dim3(static_cast<unsigned>(blocks)), static_cast<cudaStream_t>(stream_handle),
         static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias),
         static_cast<const T*>(scale), scale_stride, static_cast<const T*>(shift), shift_stride,
         static_cast<T*>(y), static_cast<int>(channels), static_cast<int>(hw),
@@ -203,17 +320,17 @@ const char* launch(const void* x, const void* weight, const void* bias, const vo
 
 }  // namespace
 
-const char* group_norm_silu_forward(Dtype dtype, const void* x, const void* weight,
+const char* group_norm_silu_forward(Dtype dtype, Layout layout, const void* x, const void* weight,
                                     const void* bias, const void* scale, int64_t scale_stride,
                                     const void* shift, int64_t shift_stride, void* y, int64_t batch,
                                     int64_t channels, int64_t hw, int64_t groups, float eps,
                                     void* stream) {
-  if (!group_norm_silu_fits(batch, channels, hw, groups))
+  if (!group_norm_silu_fits(layout, batch, channels, hw, groups, x))
     return "the tensor's sizes are outside what the kernel indexes";
   if (dtype == Dtype::bf16)
-    return launch<Bf16>(x, weight, bias, scale, scale_stride, shift, shift_stride, y, batch,
-                        channels, hw, groups, eps, stream);
-  return launch<float>(x, weight, bias, scale, scale_stride, shift, shift_stride, y, batch,
+    return launch<Bf16>(layout, x, weight, bias, scale, scale_stride, shift, shift_stride, y,
+                        batch, channels, hw, groups, eps, stream);
+  return launch<float>(layout, x, weight, bias, scale, scale_stride, shift, shift_stride, y, batch,
                        channels, hw, groups, eps, stream);
 }
 

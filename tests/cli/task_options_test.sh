@@ -71,6 +71,15 @@ native=fp32
 expect 0 "\"precision\":\"$native\"" -- generate --checkpoint "$tmp/g.pt" --count 4 --steps 2 --device cpu --json --out "$tmp/auto.png"
 expect 0 "Generated 4 sprites .*, $native \(auto\)" -- generate --checkpoint "$tmp/g.pt" --count 4 --steps 2 --device cpu --out "$tmp/auto.png" --overwrite
 expect 2 "--precision: fp16 not in" -- generate --checkpoint "$tmp/g.pt" --precision fp16 --out "$tmp/x.png"
+# channels_last sampling: said in the JSON and in the text, and a value that is not a bool refused.
+expect 0 '"channels_last":true' -- generate --checkpoint "$tmp/g.pt" --count 4 --steps 2 --device cpu \
+  --precision fp32 --channels-last true --json --out "$tmp/nhwc.png"
+expect 0 '"channels_last":false' -- generate --checkpoint "$tmp/g.pt" --count 4 --steps 2 --device cpu \
+  --precision fp32 --json --out "$tmp/nchw.png"
+expect 0 "Generated 4 sprites .*, channels_last, alpha" -- generate --checkpoint "$tmp/g.pt" --count 4 \
+  --steps 2 --device cpu --channels-last true --out "$tmp/nhwc.png" --overwrite
+expect 2 "Could not convert: --channels-last = maybe" -- generate --checkpoint "$tmp/g.pt" \
+  --channels-last maybe --out "$tmp/x.png"
 
 # --- the classifier refuses the generator's options (and checkpoints only a CNN's stages) ----------
 expect 2 "--sample-every does not apply to --task classify" -- "${cls[@]}" --sample-every 1

@@ -596,6 +596,40 @@ TEST(Sampler, Bf16RunsACopyOfTheNetInBf16) {
   EXPECT_EQ(g.net->out_conv->weight.scalar_type(), torch::kFloat32);
 }
 
+// Sampling channels_last runs a copy of the UNet whose convolution weights are channels_last: the
+// activations stay NHWC through the whole net (its output too), the values are the NCHW pass's up
+// to the kernels' rounding, and the generator's own net keeps its NCHW weights.
+TEST(Sampler, ChannelsLastRunsAnNhwcCopyOfTheNet) {
+  auto g = tiny_generator();
+  const auto x = torch::randn({3, 4, 16, 16}).contiguous(at::MemoryFormat::ChannelsLast);
+  const auto t = torch::tensor({5, 20, 40}), c = torch::tensor({0, 1, 3});
+  auto copy = sampling_copy(*g.net, torch::kFloat32, /*channels_last=*/true);
+  EXPECT_FALSE(copy->is_training());
+  for (const auto& p : copy->parameters()) {
+    if (p.dim() == 4) {
+      EXPECT_TRUE(p.is_contiguous(at::MemoryFormat::ChannelsLast));
+    }
+  }
+  torch::NoGradGuard no_grad;
+  const auto want = g.net->forward(x.contiguous(), t, c), got = copy->forward(x, t, c);
+  EXPECT_TRUE(got.is_contiguous(at::MemoryFormat::ChannelsLast)) << got.strides();
+  const double scale = want.abs().max().item<double>();
+  EXPECT_GT(scale, 0.01);
+  EXPECT_LT((got - want).abs().max().item<double>(), 1e-4 * scale);
+
+  SampleOptions o;
+  o.steps = 3;
+  o.eta = 0;
+  o.precision = "fp32";
+  const auto labels = torch::tensor({0, 1, 2}, torch::kInt64);
+  const auto nchw = sample(g, labels, o);
+  o.channels_last = true;
+  const auto nhwc = sample(g, labels, o);
+  EXPECT_LT((nhwc - nchw).abs().max().item<double>(), 1e-4);
+  EXPECT_TRUE(g.net->out_conv->weight.is_contiguous());
+  EXPECT_FALSE(g.net->out_conv->weight.is_contiguous(at::MemoryFormat::ChannelsLast));
+}
+
 // --precision auto (generate's and eval's default) samples in bf16 only on a CPU with native bf16,
 // and what it samples is exactly what the precision it resolves to samples.
 TEST(Sampler, AutoPrecisionIsBf16OnlyOnACpuWithNativeBf16) {

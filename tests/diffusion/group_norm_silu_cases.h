@@ -17,7 +17,8 @@ namespace spritetorch::testing {
 struct KernelCase {
   int64_t batch, channels, groups, h, w;
   bool scale_shift, chunked, misaligned;
-  double offset;  // the mean of x (its std is 3)
+  double offset;      // the mean of x (its std is 3)
+  bool nhwc = false;  // x channels_last (the NHWC kernel)
 };
 
 // Rows that take 16-byte packs (4 x 4, 8 x 8: 4 fp32 or 8 bf16 values) and rows that do not (5 x 7,
@@ -25,12 +26,30 @@ struct KernelCase {
 // (rows 2 C apart, as in the UNet) and on their own, one group, 32 channels a group, groups
 // larger than a block's 256 threads x 4 values, and means of 300 and -40. Few blocks each (the
 // emulator runs a block's 256 threads as fibers).
+// channels_last (NHWC), where a thread keeps to one pack of a pixel's channels: packs per pixel
+// that divide a warp (shuffled: 32 channels, 16 in scalar code) and that do not (24 and 96
+// channels: 6 or 3, 24 or 12; 12 channels: 3 packs of fp32, 12 bf16 values in scalar code), packs
+// that straddle two groups (bf16 packs of 8 over groups of 4 or 12 channels), a start off the
+// 16-byte grid (scalar code), one group of 64 channels over more pixels than a pass takes, and 512
+// channels (packs only).
 inline std::vector<KernelCase> kernel_cases() {
-  return {{2, 16, 4, 5, 7, true, true, false, 1.5},  {1, 16, 8, 5, 7, false, false, false, 1.5},
-          {2, 16, 2, 4, 4, true, false, false, 1.5}, {2, 16, 2, 4, 4, true, true, true, 1.5},
-          {2, 12, 1, 4, 4, true, true, false, 1.5},  {1, 8, 8, 1, 1, false, false, false, 1.5},
-          {1, 64, 2, 8, 8, true, true, false, 1.5},  {1, 8, 4, 2, 2, true, true, false, 1.5},
-          {1, 8, 2, 24, 24, true, true, false, 300}, {1, 8, 1, 24, 24, false, false, true, -40}};
+  return {{2, 16, 4, 5, 7, true, true, false, 1.5},
+          {1, 16, 8, 5, 7, false, false, false, 1.5},
+          {2, 16, 2, 4, 4, true, false, false, 1.5},
+          {2, 16, 2, 4, 4, true, true, true, 1.5},
+          {2, 12, 1, 4, 4, true, true, false, 1.5},
+          {1, 8, 8, 1, 1, false, false, false, 1.5},
+          {1, 64, 2, 8, 8, true, true, false, 1.5},
+          {1, 8, 4, 2, 2, true, true, false, 1.5},
+          {1, 8, 2, 24, 24, true, true, false, 300},
+          {1, 8, 1, 24, 24, false, false, true, -40},
+          {2, 32, 8, 4, 4, true, true, false, 1.5, true},
+          {2, 24, 2, 5, 7, true, false, false, 1.5, true},
+          {1, 12, 3, 6, 6, false, false, false, 1.5, true},
+          {2, 16, 8, 3, 3, true, true, true, 1.5, true},
+          {1, 64, 1, 24, 24, true, true, false, 300, true},
+          {1, 512, 8, 2, 3, true, true, false, -40, true},
+          {2, 96, 8, 8, 8, true, true, false, 1.5, true}};
 }
 
 inline std::string describe(torch::ScalarType dtype, const KernelCase& c) {
@@ -38,10 +57,11 @@ inline std::string describe(torch::ScalarType dtype, const KernelCase& c) {
          " C" + std::to_string(c.channels) + " G" + std::to_string(c.groups) + " " +
          std::to_string(c.h) + "x" + std::to_string(c.w) + (c.scale_shift ? " scale-shift" : "") +
          (c.chunked ? " chunked" : "") + (c.misaligned ? " misaligned" : "") + " offset " +
-         std::to_string(c.offset);
+         std::to_string(c.offset) + (c.nhwc ? " NHWC" : "");
 }
 
-// x: (B, C, H, W); weight, bias: (C); scale, shift: (B, C, 1, 1) or undefined.
+// x: (B, C, H, W), NCHW or channels_last as the case says; weight, bias: (C); scale, shift:
+// (B, C, 1, 1) or undefined.
 struct KernelInputs {
   torch::Tensor x, weight, bias, scale, shift;
 };
@@ -52,7 +72,9 @@ inline KernelInputs make_kernel_inputs(const KernelCase& c, const torch::TensorO
   const int64_t values = c.batch * c.channels * c.h * c.w;
   // Misaligned: a view one value into a larger buffer, contiguous but off the 16-byte grid.
   const auto buffer = (torch::randn({values + 1}) * 3 + c.offset).to(on);
-  in.x = buffer.narrow(0, c.misaligned ? 1 : 0, values).view({c.batch, c.channels, c.h, c.w});
+  const auto span = buffer.narrow(0, c.misaligned ? 1 : 0, values);
+  in.x = c.nhwc ? span.view({c.batch, c.h, c.w, c.channels}).permute({0, 3, 1, 2})
+                : span.view({c.batch, c.channels, c.h, c.w});
   in.weight = (1 + 0.3 * torch::randn({c.channels})).to(on);
   in.bias = (0.2 * torch::randn({c.channels})).to(on);
   if (c.scale_shift && c.chunked) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "diffusion/generator.h"
 #include "diffusion/unet.h"
 #include "group_norm_silu_cases.h"
 #include "test_util.h"
@@ -215,7 +216,10 @@ TEST(GroupNormSiluCuda, KernelMatchesTheLibTorchOps) {
     }
 }
 
-// A whole UNet pass on CUDA, as sampling runs it (no gradients), with the kernel on and off.
+// A whole UNet pass on CUDA, as sampling runs it (no gradients), with the kernel on and off; and
+// channels_last, as `generate --channels-last true` samples: a copy of the UNet whose convolutions
+// write NHWC, with the kernel's NHWC form (fp32 and the bf16 copy), against the NCHW pass on
+// LibTorch's ops.
 TEST(GroupNormSiluCuda, UNetPassEqualsTheUnfusedOne) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   if (!cuda_kernel_here()) return;
@@ -231,6 +235,15 @@ TEST(GroupNormSiluCuda, UNetPassEqualsTheUnfusedOne) {
   const auto unfused = net->forward(x, t, c);
   set_group_norm_silu_fusion(true);
   expect_close(fused, unfused, 1e-4, "fp32 UNet pass");
+  const auto x_nhwc = x.contiguous(at::MemoryFormat::ChannelsLast);
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    auto copy = sampling_copy(*net, dtype, /*channels_last=*/true);
+    const auto got = copy->forward(x_nhwc, t, c);
+    EXPECT_TRUE(got.is_contiguous(at::MemoryFormat::ChannelsLast)) << got.strides();
+    // bf16: the weights and activations rounded to 8 bits (Sampler.Bf16RunsACopyOfTheNetInBf16).
+    expect_close(got, unfused, dtype == torch::kFloat32 ? 1e-4 : 5e-2,
+                 dtype == torch::kFloat32 ? "fp32 NHWC UNet pass" : "bf16 NHWC UNet pass");
+  }
 }
 
 }  // namespace
