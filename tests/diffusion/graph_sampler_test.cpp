@@ -79,26 +79,29 @@ TEST(GraphSampling, Bf16SamplingStaysCloseToFp32) {
 
 // A graph replays what eager sampling computes: same seed, same sprites, batch for batch (the
 // first batch is the eager warm-up, the second the capture, the third a plain replay, the last a
-// partial batch run eagerly).
+// partial batch run eagerly), in NCHW and channels_last.
 TEST(GraphSamplingCuda, ReplayedBatchesEqualEagerOnes) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const torch::Device cuda(torch::kCUDA, 0);
   auto g = small_generator(cuda);
   const auto labels = torch::arange(27, torch::kInt64).remainder(3);
-  for (const std::string precision : {"fp32", "bf16"}) {
-    SampleOptions o;
-    o.eta = 0;  // deterministic: what a graph replays
-    o.steps = 6;
-    o.batch = 8;
-    o.precision = precision;
-    ASSERT_TRUE(graph_sampling_applies(cuda, o, labels.size(0)));
-    const auto graphed = sample(g, labels, o).cpu();
-    o.cuda_graphs = false;
-    const auto eager = sample(g, labels, o).cpu();
-    ASSERT_EQ(graphed.sizes(), eager.sizes());
-    const double tolerance = precision == "fp32" ? 1e-3 : 2e-2;
-    EXPECT_LT((graphed - eager).abs().max().item<double>(), tolerance) << precision;
-  }
+  for (const bool channels_last : {false, true})
+    for (const std::string precision : {"fp32", "bf16"}) {
+      SampleOptions o;
+      o.eta = 0;  // deterministic: what a graph replays
+      o.steps = 6;
+      o.batch = 8;
+      o.precision = precision;
+      o.channels_last = channels_last;
+      ASSERT_TRUE(graph_sampling_applies(cuda, o, labels.size(0)));
+      const auto graphed = sample(g, labels, o).cpu();
+      o.cuda_graphs = false;
+      const auto eager = sample(g, labels, o).cpu();
+      ASSERT_EQ(graphed.sizes(), eager.sizes());
+      const double tolerance = precision == "fp32" ? 1e-3 : 2e-2;
+      EXPECT_LT((graphed - eager).abs().max().item<double>(), tolerance)
+          << precision << (channels_last ? " channels_last" : " NCHW");
+    }
 }
 
 }  // namespace
