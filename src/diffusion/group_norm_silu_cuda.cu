@@ -11,7 +11,7 @@
 // channels_last (NHWC) puts a pixel's channels together, so a group's values are short runs
 // (group_channels of them) one pixel row apart: one block per sample reads the whole sample in
 // coalesced 16-byte packs instead, each thread keeping to one pack of channels over the pixels it
-// takes; the threads' per-channel sums meet in shared memory, then per group.
+// takes; the threads' sums meet per channel in shared memory, in a fixed order, then per group.
 #include "diffusion/group_norm_silu_cuda.h"
 
 // SPRITETORCH_CUDA_STAND_IN: compiled against tests/cuda's stand-ins for CUDA's headers, by clang
@@ -172,7 +172,8 @@ __global__ void __launch_bounds__(kThreads)
 
 // grid: one block of kThreads per sample, NHWC. Thread t takes the pack of kLanes channels from
 // c0 = (t mod packs_per_pixel) kLanes at every (kThreads / packs_per_pixel)-th pixel, so its lanes
-// keep their channels; threads past the last whole pixel of a pass only join the reductions.
+// keep their channels; threads past the last whole pixel of a pass only help with the per-channel
+// and per-group sums.
 template <typename T, int kLanes>
 __global__ void __launch_bounds__(kThreads)
     group_norm_silu_nhwc_kernel(const T* __restrict__ x, const T* __restrict__ weight,
@@ -180,7 +181,9 @@ __global__ void __launch_bounds__(kThreads)
                                 int64_t scale_stride, const T* __restrict__ shift,
                                 int64_t shift_stride, T* __restrict__ y, int channels, int hw,
                                 int group_channels, float eps) {
-  // Per channel: the sums of x and x^2 about the group's origin; then a and d.
+  // Each working thread's sums (lane l at [t kLanes + l] = [r channels + c] for its row r of the
+  // pass and its channel c), then per channel: the sums, then a and d.
+  __shared__ float partial[2][kThreads * kLanes];
   __shared__ float per_channel[2][kMaxNhwcChannels];
   __shared__ float group_stats[2][kMaxNhwcChannels];  // mean, rstd per group
   const int n = static_cast<int>(blockIdx.x);
@@ -192,16 +195,15 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t first = static_cast<int64_t>(n) * hw * channels;
   const T* in = x + first;
   T* out = y + first;
-  for (int c = t; c < channels; c += kThreads) per_channel[0][c] = per_channel[1][c] = 0.f;
 
   // Each lane's values about its group's first value (pixel 0), as the NCHW kernel sums.
-  float origin[kLanes], sum[kLanes], squares[kLanes];
+  if (working) {
+    float origin[kLanes], sum[kLanes], squares[kLanes];
 #pragma unroll
-  for (int l = 0; l < kLanes; ++l) {
-    origin[l] = to_float(in[(c0 + l) / group_channels * group_channels]);
-    sum[l] = squares[l] = 0.f;
-  }
-  if (working)
+    for (int l = 0; l < kLanes; ++l) {
+      origin[l] = to_float(in[(c0 + l) / group_channels * group_channels]);
+      sum[l] = squares[l] = 0.f;
+    }
     for (int p = t / packs_per_pixel; p < hw; p += pixels_per_pass) {
       float v[kLanes];
       load<T, kLanes>(in + static_cast<int64_t>(p) * channels + c0, v);
@@ -212,23 +214,23 @@ __global__ void __launch_bounds__(kThreads)
         squares[l] += centred * centred;
       }
     }
-  // Lanes packs_per_pixel apart hold the same channels: where that divides the warp, its shuffles
-  // gather them into its first packs_per_pixel lanes, which alone post to shared memory.
-  const bool shuffled = packs_per_pixel < 32 && (packs_per_pixel & (packs_per_pixel - 1)) == 0;
-  if (shuffled)
-    for (int offset = 16; offset >= packs_per_pixel; offset /= 2)
-#pragma unroll
-      for (int l = 0; l < kLanes; ++l) {
-        sum[l] += __shfl_xor_sync(0xffffffffu, sum[l], offset);
-        squares[l] += __shfl_xor_sync(0xffffffffu, squares[l], offset);
-      }
-  __syncthreads();  // the sums are zeroed
-  if (working && (!shuffled || t % 32 < packs_per_pixel))
 #pragma unroll
     for (int l = 0; l < kLanes; ++l) {
-      atomicAdd(&per_channel[0][c0 + l], sum[l]);
-      atomicAdd(&per_channel[1][c0 + l], squares[l]);
+      partial[0][t * kLanes + l] = sum[l];
+      partial[1][t * kLanes + l] = squares[l];
     }
+  }
+  __syncthreads();
+  // Per channel over the pass's rows in a fixed order (no atomics: the same sums every run).
+  for (int c = t; c < channels; c += kThreads) {
+    float s = 0.f, q = 0.f;
+    for (int r = 0; r < pixels_per_pass; ++r) {
+      s += partial[0][r * channels + c];
+      q += partial[1][r * channels + c];
+    }
+    per_channel[0][c] = s;
+    per_channel[1][c] = q;
+  }
   __syncthreads();
   const int groups = channels / group_channels;
   const float count = static_cast<float>(group_channels) * static_cast<float>(hw);

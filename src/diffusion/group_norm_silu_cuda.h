@@ -21,11 +21,11 @@ enum class Dtype : int { f32 = 0, bf16 = 1 };
 enum class Layout : int { nchw = 0, nhwc = 1 };
 
 // What the kernels index: NCHW, a block per (sample, group) in a 1-D grid and a group's
-// per-channel factors in 8 KB of shared memory (2 floats a channel); NHWC, a block per sample and
-// every channel's sums and factors in shared memory (8 KB), each of its 256 threads keeping to one
-// pack of a pixel's channels, so a pixel's channels in scalar code (a start off the 16-byte grid,
-// or a channel count no 16-byte pack divides: fp32 by 4, bf16 by 8) must not outnumber the
-// threads. Channel and pixel indices in 32 bits.
+// per-channel factors in 8 KB of shared memory (2 floats a channel); NHWC, a block per sample, its
+// threads' sums and every channel's factors in shared memory (24-32 KB), each of its 256 threads
+// keeping to one pack of a pixel's channels, so a pixel's channels in scalar code (a start off the
+// 16-byte grid, or a channel count no 16-byte pack divides: fp32 by 4, bf16 by 8) must not
+// outnumber the threads. Channel and pixel indices in 32 bits.
 constexpr int64_t kMaxBlocks = 2147483647;
 constexpr int kMaxGroupChannels = 1024;
 constexpr int kMaxNhwcChannels = 1024;

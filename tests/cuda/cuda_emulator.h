@@ -182,12 +182,6 @@ inline unsigned __float_as_uint(float f) {
   std::memcpy(&u, &f, sizeof u);
   return u;
 }
-// Fibers switch only at barriers, so an add is atomic here as it stands.
-inline float atomicAdd(float* address, float value) {
-  const float old = *address;
-  *address = old + value;
-  return old;
-}
 inline float __expf(float x) { return std::exp(x); }
 inline float __fdividef(float a, float b) { return a / b; }
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }

@@ -44,9 +44,6 @@ __device__ inline unsigned __float_as_uint(float f) { return __builtin_bit_cast(
 __device__ inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask, int width = 32) {
   return __nvvm_shfl_sync_bfly_f32(mask, v, lane_mask, ((32 - width) << 8) | 0x1f);
 }
-__device__ inline float atomicAdd(float* address, float value) {
-  return __nvvm_atom_add_gen_f(address, value);
-}
 __device__ inline float __expf(float x) { return __nvvm_ex2_approx_f(x * 1.4426950408889634f); }
 __device__ inline float __fdividef(float a, float b) { return __nvvm_div_approx_f(a, b); }
 __device__ inline float rsqrtf(float x) { return __nvvm_rsqrt_approx_f(x); }
