@@ -188,7 +188,8 @@ std::string resolve_sampling_precision(const std::string& requested, const torch
 // precision "bf16" on CUDA. Its forward takes fp32 x and returns bf16.
 UNet bf16_copy(const UNetImpl& net);
 // A copy of `net` in `dtype`, on its device, in eval mode, its 4-D (convolution) weights
-// channels_last when `channels_last`: what sample() runs for SampleOptions::channels_last.
+// channels_last when `channels_last`: what sample() runs for SampleOptions::channels_last. A
+// parameter already in that dtype and layout is shared with `net`, not copied (sampling reads it).
 UNet sampling_copy(const UNetImpl& net, torch::ScalarType dtype, bool channels_last);
 
 // DDIM (Song et al. 2021, eq. 12) from x_T along ddim_timesteps(T, steps), then to abar = 1.
