@@ -89,6 +89,34 @@ __device__ __forceinline__ void store(T* p, const float (&v)[kLanes]) {
   }
 }
 
+// A group's mean and 1 / std from the sums of its `count` values and their squares, both taken
+// about `origin` (one of its values).
+struct GroupStats {
+  float mean, rstd;
+};
+__device__ __forceinline__ GroupStats group_stats_from_sums(float sum, float squares, float count,
+                                                            float origin, float eps) {
+  const float shifted_mean = sum / count;
+  const float variance = fmaxf(squares / count - shifted_mean * shifted_mean, 0.f);
+  return {origin + shifted_mean, rsqrtf(variance + eps)};
+}
+
+// Channel c of sample n: y = silu(a (x - mean) + d), a = weight rstd (1 + scale),
+// d = bias (1 + scale) + shift (scale, shift: null for none).
+template <typename T>
+__device__ __forceinline__ void channel_factors(const T* weight, const T* bias, const T* scale,
+                                                int64_t scale_stride, const T* shift,
+                                                int64_t shift_stride, int n, int c, float rstd,
+                                                float& a, float& d) {
+  const float times = scale ? 1.f + to_float(scale[n * scale_stride + c]) : 1.f;
+  const float plus = shift ? to_float(shift[n * shift_stride + c]) : 0.f;
+  a = to_float(weight[c]) * rstd * times;
+  d = to_float(bias[c]) * times + plus;
+}
+
+// silu(z) = z / (1 + e^-z); for z << 0 the quotient's reciprocal of inf is 0, so y = -0.
+__device__ __forceinline__ float silu(float z) { return __fdividef(z, 1.f + __expf(-z)); }
+
 // grid: batch x groups blocks of kThreads.
 template <typename T, int kLanes>
 __global__ void __launch_bounds__(kThreads)
@@ -138,19 +166,15 @@ __global__ void __launch_bounds__(kThreads)
       s += warp_sums[0][w];
       q += warp_sums[1][w];
     }
-    const float shifted_mean = s / static_cast<float>(count);
-    const float variance = fmaxf(q / static_cast<float>(count) - shifted_mean * shifted_mean, 0.f);
-    stats[0] = origin + shifted_mean;
-    stats[1] = rsqrtf(variance + eps);
+    const GroupStats group = group_stats_from_sums(s, q, static_cast<float>(count), origin, eps);
+    stats[0] = group.mean;
+    stats[1] = group.rstd;
   }
   __syncthreads();
   const float mean = stats[0], rstd = stats[1];
   for (int c = threadIdx.x; c < group_channels; c += kThreads) {
-    const int channel = g * group_channels + c;
-    const float times = scale ? 1.f + to_float(scale[n * scale_stride + channel]) : 1.f;
-    const float plus = shift ? to_float(shift[n * shift_stride + channel]) : 0.f;
-    per_channel[c] = to_float(weight[channel]) * rstd * times;
-    per_channel[group_channels + c] = to_float(bias[channel]) * times + plus;
+    channel_factors(weight, bias, scale, scale_stride, shift, shift_stride, n,
+                    g * group_channels + c, rstd, per_channel[c], per_channel[group_channels + c]);
   }
   __syncthreads();
 
@@ -161,11 +185,7 @@ __global__ void __launch_bounds__(kThreads)
     float v[kLanes];
     load<T, kLanes>(in + p * kLanes, v);
 #pragma unroll
-    for (int l = 0; l < kLanes; ++l) {
-      const float z = a * (v[l] - mean) + d;
-      // silu(z) = z / (1 + e^-z); for z << 0 the quotient's reciprocal of inf is 0, so y = -0.
-      v[l] = __fdividef(z, 1.f + __expf(-z));
-    }
+    for (int l = 0; l < kLanes; ++l) v[l] = silu(a * (v[l] - mean) + d);
     store<T, kLanes>(out + p * kLanes, v);
   }
 }
@@ -233,24 +253,22 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   const int groups = channels / group_channels;
-  const float count = static_cast<float>(group_channels) * static_cast<float>(hw);
+  const float count = static_cast<float>(static_cast<int64_t>(group_channels) * hw);
   for (int g = t; g < groups; g += kThreads) {
     float s = 0.f, q = 0.f;
     for (int c = g * group_channels; c < (g + 1) * group_channels; ++c) {
       s += per_channel[0][c];
       q += per_channel[1][c];
     }
-    const float shifted_mean = s / count;
-    group_stats[0][g] = to_float(in[g * group_channels]) + shifted_mean;
-    group_stats[1][g] = rsqrtf(fmaxf(q / count - shifted_mean * shifted_mean, 0.f) + eps);
+    const GroupStats group =
+        group_stats_from_sums(s, q, count, to_float(in[g * group_channels]), eps);
+    group_stats[0][g] = group.mean;
+    group_stats[1][g] = group.rstd;
   }
   __syncthreads();  // every group's statistics are in; the sums are read
   for (int c = t; c < channels; c += kThreads) {
-    const float rstd = group_stats[1][c / group_channels];
-    const float times = scale ? 1.f + to_float(scale[n * scale_stride + c]) : 1.f;
-    const float plus = shift ? to_float(shift[n * shift_stride + c]) : 0.f;
-    per_channel[0][c] = to_float(weight[c]) * rstd * times;
-    per_channel[1][c] = to_float(bias[c]) * times + plus;
+    channel_factors(weight, bias, scale, scale_stride, shift, shift_stride, n, c,
+                    group_stats[1][c / group_channels], per_channel[0][c], per_channel[1][c]);
   }
   __syncthreads();
   if (!working) return;
@@ -265,10 +283,7 @@ __global__ void __launch_bounds__(kThreads)
     float v[kLanes];
     load<T, kLanes>(in + static_cast<int64_t>(p) * channels + c0, v);
 #pragma unroll
-    for (int l = 0; l < kLanes; ++l) {
-      const float z = a[l] * (v[l] - mean[l]) + d[l];
-      v[l] = __fdividef(z, 1.f + __expf(-z));
-    }
+    for (int l = 0; l < kLanes; ++l) v[l] = silu(a[l] * (v[l] - mean[l]) + d[l]);
     store<T, kLanes>(out + static_cast<int64_t>(p) * channels + c0, v);
   }
 }

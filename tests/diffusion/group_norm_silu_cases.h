@@ -27,7 +27,7 @@ struct KernelCase {
 // larger than a block's 256 threads x 4 values, and means of 300 and -40. Few blocks each (the
 // emulator runs a block's 256 threads as fibers).
 // channels_last (NHWC), where a thread keeps to one pack of a pixel's channels: packs per pixel
-// that divide a warp (shuffled: 32 channels, 16 in scalar code) and that do not (24 and 96
+// that divide the block's 256 threads (32 channels; 16 in scalar code) and that do not (24 and 96
 // channels: 6 or 3, 24 or 12; 12 channels: 3 packs of fp32, 12 bf16 values in scalar code), packs
 // that straddle two groups (bf16 packs of 8 over groups of 4 or 12 channels), a start off the
 // 16-byte grid (scalar code), one group of 64 channels over more pixels than a pass takes, and 512
