@@ -23,7 +23,8 @@ recipe's 256, 0.01 and 100 as spritetorch's flags of those names do. --target-ac
 --eval-every-steps steps) outside the timed training and reports time_to_target_s; the schedule
 runs to its end unless --stop-at-target.
 
-Needs Python PyTorch + torchvision (Debian: apt-get install python3-torch python3-torchvision).
+Needs Python PyTorch, and torchvision for the seed's loop (Debian: apt-get install python3-torch
+python3-torchvision).
 Last line: {"train_s": ..., "total_s": ..., "accuracy": ..., "device": ..., "torch": ...}
 """
 import argparse, gzip, json, math, os, shutil, tempfile, time
@@ -33,7 +34,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.optim as optim
 from torch.utils.data import DataLoader, Subset
-from torchvision import datasets, transforms
 
 RAW = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte",
        "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
@@ -136,6 +136,35 @@ RECIPE_WIDTHS = {"fast": (16, 32, 64), "mid": (32, 64, 128), "wide": (64, 128, 2
 RECIPE_MODELS = {"fast": "fastcnn", "mid": "fastcnn-2x", "wide": "fastcnn-wide"}
 # long is wide's loop; its 24 epochs arrive as --epochs.
 RECIPE_WIDTHS["long"], RECIPE_MODELS["long"] = RECIPE_WIDTHS["wide"], RECIPE_MODELS["wide"]
+# The recipes whose first convolution is whitened and frozen (spritetorch's --first-conv whitened).
+RECIPE_WHITENED = {"fast"}
+
+
+def whitening_filters(images, out, eps=5e-4):
+    """spritetorch's models/patch_whitening.cpp: filters (out, C, 3, 3) whitening the 3x3 patches
+    (zero padding 1) of images (N, C, H, W): the out/2 directions of largest variance v, largest
+    first, each with its largest component positive and divided by sqrt(v + eps), then their
+    negatives."""
+    c = images.shape[1]
+    dims = c * 9
+    total = torch.zeros(dims, dtype=torch.float64)
+    products = torch.zeros(dims, dims, dtype=torch.float64)
+    count = 0
+    for i in range(0, len(images), 500):
+        p = F.unfold(images[i:i + 500].float().cpu(), 3, padding=1).transpose(1, 2).reshape(-1, dims)
+        total += p.sum(0).double()
+        products += (p.t() @ p).double()
+        count += len(p)
+    mean = total / count
+    cov = products / count - mean[:, None] * mean[None, :]
+    values, vectors = torch.linalg.eigh(cov)
+    half = out // 2
+    top = vectors[:, dims - half:].flip(1).t()
+    top_values = values[dims - half:].flip(0).clamp_min(0)
+    largest = top.abs().argmax(1, keepdim=True)
+    top = top * top.gather(1, largest).sign()
+    top = top / (top_values + eps).sqrt()[:, None]
+    return torch.cat([top, -top]).float().reshape(out, c, 3, 3)
 
 
 def run_fast(args, device, start):
@@ -152,11 +181,16 @@ def run_fast(args, device, start):
     wide = args.recipe in ("wide", "long")  # 2-pixel shifts besides the flips
     widths = RECIPE_WIDTHS[args.recipe]
     model = FastCNN(widths).to(device, memory_format=memory)
+    if args.recipe in RECIPE_WHITENED:  # from the first 5,000 training images, then frozen
+        with torch.no_grad():
+            model.conv1.weight.copy_(whitening_filters(x_train[:5000], widths[0]))
+        model.conv1.weight.requires_grad_(False)
     batch, epochs, lr = args.batch_size or 256, args.epochs, args.lr or 0.01
     steps_per_epoch = (len(x_train) + batch - 1) // batch
     total = epochs * steps_per_epoch
     warmup = 100 if args.warmup_steps is None else args.warmup_steps
-    optimizer = optim.AdamW(model.parameters(), lr=lr, weight_decay=0.05)
+    optimizer = optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr,
+                            weight_decay=0.05)
     schedule = optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: (s + 1) / warmup if s < warmup
         else 0.5 * (1 + math.cos(math.pi * min(1.0, (s - warmup) / max(total - warmup, 1)))))
@@ -271,6 +305,7 @@ def main():
         print(json.dumps(run_fast(args, device, start)))
         return
 
+    from torchvision import datasets, transforms  # the seed's loop only: the recipes read IDX
     root = unpacked_root(args.data)
     to_tensor = transforms.ToTensor()
     train_set = datasets.FashionMNIST(root=root, train=True, transform=to_tensor, download=False)

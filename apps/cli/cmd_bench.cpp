@@ -107,7 +107,7 @@ void check_peer_workload(const train::BenchConfig& bench) {
   if (w.lr != 1e-3) differs += " --lr (not 0.001)";
   if (!w.recipe.empty()) differs += " --recipe " + w.recipe;
   if (w.label_smoothing > 0 || w.test_time_augment != "none" || w.augment != "none" ||
-      w.lr_schedule != "constant" || w.warmup_steps > 0)
+      w.first_conv != "learned" || w.lr_schedule != "constant" || w.warmup_steps > 0)
     differs += " (a schedule, augmentation or label smoothing)";
   if (!differs.empty())
     throw Error(
@@ -127,7 +127,8 @@ void check_peer_recipe(const train::TrainConfig& w) {
       {"optimizer", w.optimizer},
       {"lr-schedule", w.lr_schedule},
       {"augment", w.augment},
-      {"test-time-augment", w.test_time_augment}};
+      {"test-time-augment", w.test_time_augment},
+      {"first-conv", w.first_conv}};
   const std::map<std::string, double> number_values = {{"weight-decay", w.weight_decay},
                                                        {"label-smoothing", w.label_smoothing}};
   std::string differs;
@@ -502,6 +503,9 @@ Subcommand add_bench_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--test-time-augment", w.test_time_augment, "As train --test-time-augment")
       ->check(CLI::IsMember({"none", "flip"}))
+      ->capture_default_str();
+  sub->add_option("--first-conv", w.first_conv, "As train --first-conv")
+      ->check(CLI::IsMember({"learned", "whitened"}))
       ->capture_default_str();
   sub->add_option("--augment", w.augment, "As train --augment")
       ->check(parsed_by([](const std::string& text) { data::parse_augment(text); }, "AUGMENT"))

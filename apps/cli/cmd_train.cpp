@@ -329,6 +329,13 @@ Subcommand add_train_command(CLI::App& app) {
                   "mirror's probabilities; kept in the checkpoint for eval and classify)")
       ->check(CLI::IsMember({"none", "flip"}))
       ->capture_default_str();
+  sub->add_option("--first-conv", config->first_conv,
+                  "Classifiers: learned | whitened (the first convolution fixed before training "
+                  "to whiten the 3x3 patches of the first 5,000 training images, each direction "
+                  "beside its negative, and frozen: the rest learns on decorrelated inputs from "
+                  "the first step; at most 2 x 9 x channels filters)")
+      ->check(CLI::IsMember({"learned", "whitened"}))
+      ->capture_default_str();
   sub->add_flag("--json", *json, "Print a JSON summary on stdout (progress goes to stderr)");
   auto run_flags = add_run_options(sub, *config);
   auto tensorboard = std::make_shared<bool>(false);

@@ -26,6 +26,9 @@ std::unique_ptr<train::Task> make_task(const train::TrainConfig& config) {
     if (config.test_time_augment != "none")
       throw not_for_task("--test-time-augment " + config.test_time_augment, "generate",
                          "it averages a classifier's predictions");
+    if (config.first_conv != "learned")
+      throw not_for_task("--first-conv " + config.first_conv, "generate",
+                         "it fixes a classifier's first convolution");
     if (config.step_threads > 0)
       throw not_for_task("--step-threads", "generate",
                          "it splits the fused MLP step; the UNet's convolutions use --threads");

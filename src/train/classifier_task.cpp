@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "common/json_field.h"
+#include "models/patch_whitening.h"
 #include "models/script_model.h"
 #include "train/amp_step.h"
 #include "train/data_parallel.h"
@@ -123,6 +124,9 @@ void ClassifierTask::configure(const TrainConfig& config) {
     throw Error("--label-smoothing " + c10::str(config.label_smoothing) + ": expected 0 <= S < 1");
   if (config.label_smoothing != 0) options_.label_smoothing = config.label_smoothing;
   if (config.test_time_augment == "flip") options_.flip_at_test = true;
+  if (config.first_conv != "learned" && config.first_conv != "whitened")
+    throw Error("--first-conv " + config.first_conv + ": expected learned or whitened");
+  if (config.first_conv == "whitened") options_.whiten_first_conv = true;
   activation_checkpointing_ = config.activation_checkpointing;
 }
 
@@ -151,6 +155,7 @@ void ClassifierTask::build(const TaskSetup& setup) {
           "checkpoint its segments in its forward: models::checkpointed "
           "(models/activation_checkpoint.h)");
     check_logits(*module_, forward_, train, classes_);
+    prepare_first_conv(setup);
     loss_ = classifier_loss(forward_, options_.label_smoothing);
     return;
   }
@@ -186,7 +191,28 @@ void ClassifierTask::build(const TaskSetup& setup) {
   module_ = builtin_;
   step_model_ = builtin_;
   forward_ = [model = builtin_](const torch::Tensor& x) { return model->forward(x); };
+  prepare_first_conv(setup);
   loss_ = classifier_loss(forward_, options_.label_smoothing);
+}
+
+void ClassifierTask::prepare_first_conv(const TaskSetup& setup) {
+  const std::string shown = model_name_ == "script" ? "script:" + script_file_ : model_name_;
+  if (setup.resumed) {  // frozen or not as the run began: the optimizer state was built so
+    const bool whitened =
+        setup.resumed->meta.value("first_conv", std::string("learned")) == std::string("whitened");
+    if (whitened != options_.whiten_first_conv)
+      throw Error("--resume " + setup.resume_source + " was trained with --first-conv " +
+                      (whitened ? "whitened" : "learned") + "; this run asks for " +
+                      (options_.whiten_first_conv ? "whitened" : "learned"),
+                  std::string("pass --first-conv ") + (whitened ? "whitened" : "learned"));
+    if (whitened) {
+      models::freeze_first_conv(*module_, shown);
+      first_conv_note_ = "whitened, frozen (from " + setup.resume_source + ")";
+    }
+    return;
+  }
+  if (options_.whiten_first_conv)
+    first_conv_note_ = models::whiten_first_conv(*module_, setup.train.inputs, shown);
 }
 
 // Our models: the step the rest of the library picks for a classifier (fused MLP where it applies,
@@ -232,6 +258,7 @@ void ClassifierTask::save(Checkpoint& checkpoint) const {
   checkpoint.meta["classes"] = classes_;
   checkpoint.meta["label_smoothing"] = options_.label_smoothing;
   checkpoint.meta["test_time_augment"] = options_.flip_at_test ? "flip" : "none";
+  checkpoint.meta["first_conv"] = options_.whiten_first_conv ? "whitened" : "learned";
 }
 
 Settings ClassifierTask::settings() const {
@@ -246,6 +273,7 @@ Settings ClassifierTask::settings() const {
                      "cross-entropy, labels smoothed by " + c10::str(options_.label_smoothing));
   if (options_.flip_at_test)
     out.emplace_back("test-time augment", "flip (mean of the image's and its mirror's softmax)");
+  if (!first_conv_note_.empty()) out.emplace_back("first convolution", first_conv_note_);
   return out;
 }
 

@@ -22,11 +22,14 @@
 namespace spritetorch::train {
 
 // How a classifier is trained and judged beyond its module (--label-smoothing,
-// --test-time-augment); recorded in its checkpoints so that eval and classify judge it the same
-// way.
+// --test-time-augment, --first-conv); recorded in its checkpoints so that eval and classify judge
+// it the same way.
 struct ClassifierOptions {
   double label_smoothing = 0;  // 0: plain cross-entropy
   bool flip_at_test = false;   // evaluate on the mean of the image's and its mirror's softmax
+  // The first convolution fixed to whiten the training images' patches, and frozen
+  // (models/patch_whitening.h; --first-conv whitened).
+  bool whiten_first_conv = false;
 };
 
 // Test-time flip on any forward: log of the mean softmax of x and of x mirrored left-right (its
@@ -83,6 +86,9 @@ class ClassifierTask : public Task {
 
  private:
   ClassifierTask() = default;
+  // --first-conv whitened: the filters from the training images (a resumed run: its checkpoint's,
+  // frozen the same way).
+  void prepare_first_conv(const TaskSetup& setup);
 
   std::string requested_, fallback_;  // ours: --model as given, and the default
   std::string model_name_;
@@ -98,6 +104,7 @@ class ClassifierTask : public Task {
   int64_t classes_ = 0;
   ClassifierOptions options_;
   std::shared_ptr<ShardPool> eval_pool_;  // the fused step's threads, which evaluation borrows
+  std::string first_conv_note_;           // the settings row of --first-conv whitened
 };
 
 }  // namespace spritetorch::train

@@ -66,6 +66,9 @@ struct TrainConfig {
   // and the test-time augmentation the evaluations (and the checkpoint's users) apply.
   double label_smoothing = 0;
   std::string test_time_augment = "none";  // none | flip (mean of the image's and its mirror's)
+  // learned | whitened (the first convolution fixed to whiten the training images' patches and
+  // frozen: models/patch_whitening.h)
+  std::string first_conv = "learned";
   std::string recipe;        // the --recipe the CLI filled defaults from (train/recipe.h); a record
   int64_t sample_every = 0;  // --task generate: epochs between sample sheets (0 = none)
   int threads = 0;           // CPU intra-op threads (0 = by model: common/cpu_threads.h)

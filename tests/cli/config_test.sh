@@ -191,7 +191,7 @@ fi
 out=$("$bin" train --recipe fast --print-config 2>&1)
 [ "$(value model <<<"$out")" = '"fastcnn"' ] && [ "$(value batch-size <<<"$out")" = 256 ] &&
   [ "$(value label-smoothing <<<"$out")" = 0.1 ] && [ "$(value test-time-augment <<<"$out")" = '"flip"' ] &&
-  [ "$(value recipe <<<"$out")" = '"fast"' ]
+  [ "$(value first-conv <<<"$out")" = '"whitened"' ] && [ "$(value recipe <<<"$out")" = '"fast"' ]
 check "--recipe fast sets its values" $? "$out"
 printf 'batch-size = 128\nrecipe = "fast"\n' >"$tmp/recipe.toml"
 out=$(SPRITETORCH_PRECISION=bf16 "$bin" train --config "$tmp/recipe.toml" --epochs 2 --print-config 2>&1)
@@ -208,7 +208,7 @@ out=$("$bin" bench --recipe fast --print-config 2>&1)
 check "bench takes the recipe (lr warm-up as --lr-warmup-steps, --warmup-steps stays bench's; precision as --precisions)" $? "$out"
 out=$("$bin" train --recipe wide --print-config 2>&1)
 [ "$(value model <<<"$out")" = '"fastcnn-wide"' ] && [ "$(value epochs <<<"$out")" = 16 ] &&
-  [ "$(value augment <<<"$out")" = '"flip,shift:2"' ]
+  [ "$(value augment <<<"$out")" = '"flip,shift:2"' ] && [ "$(value first-conv <<<"$out")" = '"learned"' ]
 check "--recipe wide sets its values" $? "$out"
 out=$("$bin" train --recipe long --print-config 2>&1)
 [ "$(value model <<<"$out")" = '"fastcnn-wide"' ] && [ "$(value epochs <<<"$out")" = 24 ] &&
@@ -216,7 +216,7 @@ out=$("$bin" train --recipe long --print-config 2>&1)
 check "--recipe long is wide's loop over 24 epochs" $? "$out"
 out=$("$bin" train --recipe mid --print-config 2>&1)
 [ "$(value model <<<"$out")" = '"fastcnn-2x"' ] && [ "$(value epochs <<<"$out")" = 8 ] &&
-  [ "$(value augment <<<"$out")" = '"flip"' ]
+  [ "$(value augment <<<"$out")" = '"flip"' ] && [ "$(value first-conv <<<"$out")" = '"learned"' ]
 check "--recipe mid sets its values" $? "$out"
 expect 2 "recipe" -- train --recipe slow --print-config
 

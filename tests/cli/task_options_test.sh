@@ -55,6 +55,7 @@ expect 2 "dp" -- "${gen[@]}" --strategy dp
 expect 2 "--target-accuracy needs a task with an accuracy" -- "${gen[@]}" --target-accuracy 0.5
 expect 2 "--label-smoothing does not apply to --task generate" -- "${gen[@]}" --label-smoothing 0.1
 expect 2 "--test-time-augment flip does not apply to --task generate" -- "${gen[@]}" --test-time-augment flip
+expect 2 "--first-conv whitened does not apply to --task generate" -- "${gen[@]}" --first-conv whitened
 expect 2 "fp16 is not supported on the CPU" -- "${gen[@]}" --precision fp16
 
 # --- generate's own options: bf16 sampling, and graphs that the CPU never uses ----------------------

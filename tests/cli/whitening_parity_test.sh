@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# --first-conv whitened is the same in spritetorch and in the Python peer (bench/python_peer.py
+# `whitening_filters`), so that `bench --recipe fast --vs-python` times the same recipe; and the
+# filters stay frozen through training: the exported conv1.weight of a trained run equals the
+# Python filters of its training images. Needs a python3 with torch (no torchvision); skips (77)
+# without one, and without the Fashion-MNIST files.
+set -u
+bin=$1
+source_dir=$(cd "$(dirname "$0")/../.." && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export SPRITETORCH_RUNS_ROOT="$tmp/runs" XDG_CACHE_HOME="$tmp/cache"
+data=/usr/share/datasets/fashion-mnist
+
+python=""
+for candidate in python3 /usr/bin/python3; do
+  if "$candidate" -c "import torch" 2>/dev/null; then python=$candidate; break; fi
+done
+if [ -z "$python" ] || [ ! -e "$data/train-images-idx3-ubyte.gz" ]; then
+  echo "skipped: no python3 with torch, or no $data"
+  exit 77
+fi
+
+# 300 images: fewer than the 5,000 the filters take, so the limit decides what they see.
+if ! "$bin" train --recipe fast --epochs 1 --train-limit 300 --test-limit 100 --device cpu \
+     --no-run-dir --save "$tmp/w.pt" >"$tmp/train.log" 2>&1; then
+  echo "FAIL: train --recipe fast"; cat "$tmp/train.log"; exit 1
+fi
+grep -q "first convolution  whitened 3x3 patches of the first 300 training images, frozen" "$tmp/train.log" ||
+  { echo "FAIL: the settings table does not name the whitened first convolution"; cat "$tmp/train.log"; exit 1; }
+"$bin" export --checkpoint "$tmp/w.pt" --format torch "$tmp/w.pth" >/dev/null 2>&1 ||
+  { echo "FAIL: export"; exit 1; }
+PYTHONPATH="$source_dir/bench" "$python" - "$tmp/w.pth" "$data" <<'PY' || exit 1
+import sys
+import torch
+import python_peer as peer
+
+state = torch.load(sys.argv[1])
+images = peer.idx_tensor(sys.argv[2], peer.RAW[0], 16).view(-1, 1, 28, 28)[:300].float() / 255
+expected = peer.whitening_filters(images, 16)
+got = state["conv1.weight"]
+diff = (got - expected).abs().max().item()
+scale = expected.abs().max().item()
+print(f"conv1.weight against the peer's filters: max difference {diff:.3g} (largest weight {scale:.3g})")
+if not diff <= 1e-4 * scale:
+    sys.exit("FAIL: spritetorch's whitened first convolution differs from the peer's")
+PY
+echo "whitening parity: ok"
