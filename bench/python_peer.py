@@ -9,10 +9,10 @@ channels, fc 128, dropout 0.25: the same layers as `spritetorch train --model cn
 way a PyTorch tutorial writes it; the loop stays the seed's. --train-limit N trains on the first N
 images only (a Subset), as spritetorch's --train-limit does.
 
---recipe mid is the same with FastCNN at 2x the channels (32/64/128), as `spritetorch train
---recipe mid`; --recipe wide at 4x (64/128/256) with random 2-pixel shifts besides the flips, as
-`spritetorch train --recipe wide`; --recipe long is wide's loop (spritetorch's 24 epochs arrive as
---epochs, as every recipe's do).
+--recipe mid is the same with FastCNN at 2x the channels (32/64/128) and a learned first
+convolution, as `spritetorch train --recipe mid`; --recipe wide at 4x (64/128/256) with random
+2-pixel shifts besides the flips, as `spritetorch train --recipe wide`; --recipe long is wide's
+loop (spritetorch's 24 epochs arrive as --epochs, as every recipe's do).
 
 --recipe fast is `spritetorch train --recipe fast` written the way a PyTorch user who wants speed
 writes it (tensors resident on the device, torch.randperm batches, channels_last): the same

@@ -67,27 +67,28 @@ std::string find_peer_script(const std::string& given) {
               "pass --python-peer PATH");
 }
 
-// The first interpreter that has torch: PATH's python3, then Debian's.
-std::string find_python(const std::string& given) {
+// The first interpreter that has torch (and torchvision, which the seed's loop reads its data
+// with; the recipes read the IDX files themselves): PATH's python3, then Debian's.
+std::string find_python(const std::string& given, bool torchvision) {
+  const std::string needs = torchvision ? "torch and torchvision" : "torch";
+  const std::string import = torchvision ? "import torch, torchvision" : "import torch";
+  const std::string install = torchvision ? "python3-torch python3-torchvision" : "python3-torch";
   if (!given.empty()) {  // checked before any row runs, not found failing after them
-    const auto probe = run_process({given, "-c", "import torch, torchvision"}, /*quiet=*/true);
+    const auto probe = run_process({given, "-c", import}, /*quiet=*/true);
     if (probe.exit_code != 0)
-      throw Error("--python " + given +
-                      ": expected a Python interpreter with torch and "
-                      "torchvision, found one that " +
+      throw Error("--python " + given + ": expected a Python interpreter with " + needs +
+                      ", found one that " +
                       (probe.exit_code == 127 || probe.exit_code < 0
                            ? std::string("cannot be run")
-                           : "exits " + std::to_string(probe.exit_code) +
-                                 " on `import torch, torchvision`"),
-                  "Debian: apt-get install python3-torch python3-torchvision, or drop --python");
+                           : "exits " + std::to_string(probe.exit_code) + " on `" + import + "`"),
+                  "Debian: apt-get install " + install + ", or drop --python");
     return given;
   }
   for (const std::string candidate : {"python3", "/usr/bin/python3"})
-    if (run_process({candidate, "-c", "import torch, torchvision"}, /*quiet=*/true).exit_code == 0)
-      return candidate;
-  throw Error("no python3 with torch and torchvision found for --vs-python",
-              "Debian: apt-get install python3-torch python3-torchvision (scripts/setup --peer), "
-              "or pass --python EXE");
+    if (run_process({candidate, "-c", import}, /*quiet=*/true).exit_code == 0) return candidate;
+  throw Error(
+      "no python3 with " + needs + " found for --vs-python",
+      "Debian: apt-get install " + install + " (scripts/setup --peer), or pass --python EXE");
 }
 
 // The peer trains the seed's loop on Fashion-MNIST (Adam 1e-3, batch 64) with the seed's ANN or
@@ -249,8 +250,8 @@ void check_unused_options(const CLI::App& sub, const BenchFlags& f, bool target)
 
 // --vs-python's interpreter and script, found before any work: a missing one must not cost the
 // bench's results.
-void find_peer(BenchFlags& f) {
-  f.python_found = find_python(f.python);
+void find_peer(BenchFlags& f, bool torchvision) {
+  f.python_found = find_python(f.python, torchvision);
   f.peer_found = find_peer_script(f.peer);
 }
 
@@ -280,7 +281,7 @@ int run_target_bench(BenchFlags& f) {
                 "add --recipe " + listed(train::recipe_names()));
   if (f.vs_python) {
     check_peer_recipe(w);
-    find_peer(f);
+    find_peer(f, /*torchvision=*/false);  // the recipes read the IDX files themselves
   }
   const std::string model = w.model.empty() ? train::default_model(w) : w.model;
   // The peer runs at the precision ours resolves to on this device.
@@ -550,7 +551,7 @@ Subcommand add_bench_command(CLI::App& app) {
             for (const std::string ext : {".json", ".csv"})
               if (ext == ".json" || !target) check_output_path(f->out + ext, f->overwrite, "--out");
             if (target) return run_target_bench(*f);
-            if (f->vs_python) find_peer(*f);
+            if (f->vs_python) find_peer(*f, /*torchvision=*/true);
             RowPrinter printer;
             const auto report = train::run_benchmark(f->bench, &printer);
             std::cout << "spritetorch bench, " << report.date << ": model "
