@@ -9,8 +9,8 @@ channels, fc 128, dropout 0.25: the same layers as `spritetorch train --model cn
 way a PyTorch tutorial writes it; the loop stays the seed's. --train-limit N trains on the first N
 images only (a Subset), as spritetorch's --train-limit does.
 
---recipe mid is the same with FastCNN at 2x the channels (32/64/128) and a learned first
-convolution, as `spritetorch train --recipe mid`; --recipe wide at 4x (64/128/256) with random
+--recipe mid is the same with FastCNN at 2x the channels (32/64/128), as `spritetorch train
+--recipe mid`; --recipe wide at 4x (64/128/256) with a learned first convolution and random
 2-pixel shifts besides the flips, as `spritetorch train --recipe wide`; --recipe long is wide's
 loop (spritetorch's 24 epochs arrive as --epochs, as every recipe's do).
 
@@ -137,14 +137,14 @@ RECIPE_MODELS = {"fast": "fastcnn", "mid": "fastcnn-2x", "wide": "fastcnn-wide"}
 # long is wide's loop; its 24 epochs arrive as --epochs.
 RECIPE_WIDTHS["long"], RECIPE_MODELS["long"] = RECIPE_WIDTHS["wide"], RECIPE_MODELS["wide"]
 # The recipes whose first convolution is whitened and frozen (spritetorch's --first-conv whitened).
-RECIPE_WHITENED = {"fast"}
+RECIPE_WHITENED = {"fast", "mid"}
 
 
 def whitening_filters(images, out, eps=5e-4):
     """spritetorch's models/patch_whitening.cpp: filters (out, C, 3, 3) whitening the 3x3 patches
     (zero padding 1) of images (N, C, H, W): the out/2 directions of largest variance v, largest
-    first, each with its largest component positive and divided by sqrt(v + eps), then their
-    negatives."""
+    first (repeating in order when out/2 exceeds their number), each with its largest component
+    positive and divided by sqrt(v + eps), then their negatives."""
     c = images.shape[1]
     dims = c * 9
     total = torch.zeros(dims, dtype=torch.float64)
@@ -159,8 +159,12 @@ def whitening_filters(images, out, eps=5e-4):
     cov = products / count - mean[:, None] * mean[None, :]
     values, vectors = torch.linalg.eigh(cov)
     half = out // 2
-    top = vectors[:, dims - half:].flip(1).t()
-    top_values = values[dims - half:].flip(0).clamp_min(0)
+    kept = min(half, dims)
+    top = vectors[:, dims - kept:].flip(1).t()
+    top_values = values[dims - kept:].flip(0).clamp_min(0)
+    if kept < half:  # more channels than directions: they repeat in order (i mod dims)
+        repeat = torch.arange(half) % kept
+        top, top_values = top[repeat], top_values[repeat]
     largest = top.abs().argmax(1, keepdim=True)
     top = top * top.gather(1, largest).sign()
     top = top / (top_values + eps).sqrt()[:, None]

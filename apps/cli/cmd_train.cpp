@@ -330,10 +330,11 @@ Subcommand add_train_command(CLI::App& app) {
       ->check(CLI::IsMember({"none", "flip"}))
       ->capture_default_str();
   sub->add_option("--first-conv", config->first_conv,
-                  "Classifiers: learned | whitened (the first convolution fixed before training "
-                  "to whiten the 3x3 patches of the first 5,000 training images, each direction "
-                  "beside its negative, and frozen: the rest learns on decorrelated inputs from "
-                  "the first step; at most 2 x 9 x channels filters)")
+                  "Classifiers: learned | whitened (the model's first convolution fixed before "
+                  "training to whiten its patches of the first 5,000 training images, each "
+                  "principal direction beside its negative, repeated when it has more channels "
+                  "than directions, and frozen: the rest learns on decorrelated inputs from the "
+                  "first step)")
       ->check(CLI::IsMember({"learned", "whitened"}))
       ->capture_default_str();
   sub->add_flag("--json", *json, "Print a JSON summary on stdout (progress goes to stderr)");

@@ -35,11 +35,11 @@ torch::Tensor patch_whitening_filters(const torch::Tensor& images, int64_t out, 
               "patch_whitening_filters: images (N, C, H, W) float32");
   if (padding < 0) padding = kernel / 2;
   const int64_t dims = images.size(1) * kernel * kernel;  // one patch, flattened
-  if (out % 2 != 0 || out < 2 || out > 2 * dims)
-    throw Error("whitening fills a convolution's output channels with pairs of filters, at most " +
-                std::to_string(2 * dims) + " for " + std::to_string(kernel) + "x" +
-                std::to_string(kernel) + " patches of " + std::to_string(images.size(1)) +
-                " channel(s); this one has " + std::to_string(out));
+  if (out % 2 != 0 || out < 2)
+    throw Error(
+        "whitening fills a convolution's output channels with pairs of filters; this one "
+        "has " +
+        std::to_string(out));
   // The patches' covariance, summed in float64 over chunks of images: (dims, dims).
   auto sum = torch::zeros({dims}, torch::kFloat64);
   auto products = torch::zeros({dims, dims}, torch::kFloat64);
@@ -60,9 +60,15 @@ torch::Tensor patch_whitening_filters(const torch::Tensor& images, int64_t out, 
   const auto cov = products / static_cast<double>(count) - mean.unsqueeze(1) * mean.unsqueeze(0);
   auto [values, vectors] = torch::linalg::eigh(cov, "L");  // ascending; vectors in columns
   const int64_t half = out / 2;
-  // The `half` largest, largest first: (half, dims) rows.
-  auto top = vectors.narrow(1, dims - half, half).flip({1}).t().contiguous();
-  const auto top_values = values.narrow(0, dims - half, half).flip({0}).clamp_min(0);
+  const int64_t kept = std::min(half, dims);
+  // The `kept` largest, largest first: (kept, dims) rows.
+  auto top = vectors.narrow(1, dims - kept, kept).flip({1}).t().contiguous();
+  auto top_values = values.narrow(0, dims - kept, kept).flip({0}).clamp_min(0);
+  if (kept < half) {  // more channels than directions: they repeat in order (i mod dims)
+    const auto repeat = torch::arange(half, torch::kLong).remainder(kept);
+    top = top.index_select(0, repeat);
+    top_values = top_values.index_select(0, repeat);
+  }
   // A direction's sign is LAPACK's choice: make its largest component positive, so that every
   // build (and the Python peer) gets the same filters.
   const auto largest = top.abs().argmax(1, /*keepdim=*/true);
@@ -104,8 +110,7 @@ std::string whiten_first_conv(torch::nn::Module& module, const torch::Tensor& im
     filters = patch_whitening_filters(x, o.out_channels(), k, (*padding)->at(0), o.stride()->at(0));
   } catch (const Error& e) {
     throw Error("--first-conv whitened: model " + model + "'s first convolution: " + e.what(),
-                "use --first-conv learned, or a model whose first convolution has fewer channels "
-                "(fastcnn)");
+                "use --first-conv learned");
   }
   {
     torch::NoGradGuard no_grad;
@@ -113,9 +118,13 @@ std::string whiten_first_conv(torch::nn::Module& module, const torch::Tensor& im
     if (conv.bias.defined()) conv.bias.zero_();
   }
   freeze_first_conv(module, model);
+  const int64_t pairs = o.out_channels() / 2, directions = o.in_channels() * k * k;
   return "whitened " + std::to_string(k) + "x" + std::to_string(k) + " patches of the first " +
-         std::to_string(n) + " training images, frozen (" + std::to_string(o.out_channels() / 2) +
-         " directions and their negatives)";
+         std::to_string(n) + " training images, frozen (" +
+         (pairs <= directions ? std::to_string(pairs) + " directions"
+                              : "their " + std::to_string(directions) + " directions repeated to " +
+                                    std::to_string(pairs)) +
+         ", and their negatives)";
 }
 
 void freeze_first_conv(torch::nn::Module& module, const std::string& model) {

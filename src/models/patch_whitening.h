@@ -20,7 +20,9 @@ constexpr double kWhiteningEps = 5e-4;  // added to each variance (images scaled
 // (out, C, k, k) float32 filters whitening the k x k patches of `images` as a convolution with
 // `padding` and `stride` sees them. images: (N, C, H, W) float32 on the CPU. Row i < out/2 is the
 // direction of the i-th largest variance v_i divided by sqrt(v_i + eps), its largest component
-// positive; row out/2 + i is its negative. Throws Error unless out is even and at most 2 C k^2.
+// positive; row out/2 + i is its negative. With more than D = C k^2 pairs the directions repeat in
+// order (row i takes direction i mod D): after the norm each copy gets a scale and shift of its
+// own, so a ReLU cuts the same direction at other levels. Throws Error unless out is even.
 torch::Tensor patch_whitening_filters(const torch::Tensor& images, int64_t out, int64_t kernel,
                                       int64_t padding = -1, int64_t stride = 1,
                                       double eps = kWhiteningEps);
