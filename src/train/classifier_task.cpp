@@ -198,8 +198,12 @@ void ClassifierTask::build(const TaskSetup& setup) {
 void ClassifierTask::prepare_first_conv(const TaskSetup& setup) {
   const std::string shown = model_name_ == "script" ? "script:" + script_file_ : model_name_;
   if (setup.resumed) {  // frozen or not as the run began: the optimizer state was built so
-    const bool whitened =
-        setup.resumed->meta.value("first_conv", std::string("learned")) == std::string("whitened");
+    const auto saved = json_field(setup.resumed->meta, "first_conv", std::string("learned"),
+                                  setup.resume_source, "first_conv");
+    if (saved != "learned" && saved != "whitened")
+      throw DataError(setup.resume_source, "metadata 'first_conv' as learned or whitened",
+                      "'" + saved + "'");
+    const bool whitened = saved == "whitened";
     if (whitened != options_.whiten_first_conv)
       throw Error("--resume " + setup.resume_source + " was trained with --first-conv " +
                       (whitened ? "whitened" : "learned") + "; this run asks for " +

@@ -152,6 +152,21 @@ TEST(PatchWhitening, StaysFrozenThroughTrainingAndResume) {
               std::string::npos)
         << e.what();
   }
+  // A checkpoint whose record of it is not one of the two: refused naming the file and the field.
+  for (const nlohmann::json& value : {nlohmann::json("sideways"), nlohmann::json(7)}) {
+    auto edited = train::load_checkpoint(dir.file("w.pt"));
+    edited.meta["first_conv"] = value;
+    train::save_checkpoint(dir.file("edited.pt"), edited);
+    c.resume = dir.file("edited.pt");
+    c.first_conv = "whitened";
+    try {
+      spritetorch::run_training(c, data);
+      ADD_FAILURE() << "resumed from first_conv " << value.dump();
+    } catch (const DataError& e) {
+      EXPECT_NE(std::string(e.what()).find("edited.pt"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("first_conv"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace
