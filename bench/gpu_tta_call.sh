@@ -7,7 +7,7 @@
 # rows (RUN_GNSILU=1: `gpu_round2.sh gnsilu`, 8 runs: bf16 and fp32, NCHW and channels_last, the
 # kernel on and off, ~80-120 s); 92% with --recipe fast (4 epochs, the whitened first
 # convolution: 760 steps on a CPU, docs/benchmarks.md "A whitened first convolution"), 93% with
-# --recipe mid --epochs 5 (whitened too: 940 steps on a CPU, against ~2,700 for wide on the H100)
+# --recipe mid --epochs 5 (whitened too: 950 steps on a CPU, against ~2,700 for wide on the H100)
 # (~30 and ~40 s with their peer), then 94% with --recipe long (~130 s) in what the call has left
 # (the rows run in order; a cut row prints what it reached).
 # On 2026-11-26 (docs/benchmarks.md, H200) it ran with
