@@ -138,6 +138,7 @@ RECIPE_MODELS = {"fast": "fastcnn", "mid": "fastcnn-2x", "wide": "fastcnn-wide"}
 RECIPE_WIDTHS["long"], RECIPE_MODELS["long"] = RECIPE_WIDTHS["wide"], RECIPE_MODELS["wide"]
 # The recipes whose first convolution is whitened and frozen (spritetorch's --first-conv whitened).
 RECIPE_WHITENED = {"fast", "mid"}
+WHITENING_IMAGES = 5000  # the first this many training images (spritetorch's kWhiteningImages)
 
 
 def whitening_filters(images, out, eps=5e-4):
@@ -147,14 +148,19 @@ def whitening_filters(images, out, eps=5e-4):
     positive and divided by sqrt(v + eps), then their negatives."""
     c = images.shape[1]
     dims = c * 9
-    total = torch.zeros(dims, dtype=torch.float64)
-    products = torch.zeros(dims, dims, dtype=torch.float64)
-    count = 0
-    for i in range(0, len(images), 500):
-        p = F.unfold(images[i:i + 500].float().cpu(), 3, padding=1).transpose(1, 2).reshape(-1, dims)
-        total += p.sum(0).double()
-        products += (p.t() @ p).double()
-        count += len(p)
+    total = torch.zeros(dims, dtype=torch.float64, device=images.device)
+    products = torch.zeros(dims, dims, dtype=torch.float64, device=images.device)
+    h, w = images.shape[2], images.shape[3]
+    chunk = len(images) if images.is_cuda else max(1, 80000 // (h * w))
+    for i in range(0, len(images), chunk):
+        padded = F.pad(images[i:i + chunk].float().transpose(0, 1), (1, 1, 1, 1))  # (C, n, H+2, W+2)
+        n = padded.shape[1]
+        shifted = [padded[:, :, dy:dy + h, dx:dx + w] for dy in range(3) for dx in range(3)]
+        p = torch.stack(shifted, 1).reshape(dims, n, h * w).transpose(0, 1)  # (n, dims, patches)
+        total += p.sum(2).double().sum(0)
+        products += torch.bmm(p, p.transpose(1, 2)).double().sum(0)
+    count = len(images) * h * w
+    total, products = total.cpu(), products.cpu()
     mean = total / count
     cov = products / count - mean[:, None] * mean[None, :]
     values, vectors = torch.linalg.eigh(cov)
@@ -185,10 +191,15 @@ def run_fast(args, device, start):
     wide = args.recipe in ("wide", "long")  # 2-pixel shifts besides the flips
     widths = RECIPE_WIDTHS[args.recipe]
     model = FastCNN(widths).to(device, memory_format=memory)
+    whiten_s = 0.0
     if args.recipe in RECIPE_WHITENED:  # from the first 5,000 training images, then frozen
+        sync(device)  # timed, as spritetorch counts it: part of the training time
+        clock = time.time()
         with torch.no_grad():
-            model.conv1.weight.copy_(whitening_filters(x_train[:5000], widths[0]))
+            model.conv1.weight.copy_(whitening_filters(x_train[:WHITENING_IMAGES], widths[0]))
         model.conv1.weight.requires_grad_(False)
+        sync(device)
+        whiten_s = time.time() - clock
     batch, epochs, lr = args.batch_size or 256, args.epochs, args.lr or 0.01
     steps_per_epoch = (len(x_train) + batch - 1) // batch
     total = epochs * steps_per_epoch
@@ -224,7 +235,7 @@ def run_fast(args, device, start):
         spare_optimizer.step()
     del spare, spare_optimizer
 
-    train_s, reached, evals, step = 0.0, None, [], 0
+    train_s, reached, evals, step = whiten_s, None, [], 0
     sync(device)
     clock = time.time()
     for epoch in range(epochs):

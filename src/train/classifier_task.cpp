@@ -1,7 +1,10 @@
 #include "train/classifier_task.h"
 
+#include <cstdio>
+
 #include "common/error.h"
 #include "common/json_field.h"
+#include "common/timer.h"
 #include "models/patch_whitening.h"
 #include "models/script_model.h"
 #include "train/amp_step.h"
@@ -215,8 +218,14 @@ void ClassifierTask::prepare_first_conv(const TaskSetup& setup) {
     }
     return;
   }
-  if (options_.whiten_first_conv)
-    first_conv_note_ = models::whiten_first_conv(*module_, setup.train.inputs, shown);
+  if (!options_.whiten_first_conv) return;
+  DeviceTimer timer(setup.device);
+  first_conv_note_ = models::whiten_first_conv(*module_, setup.train.inputs, shown, setup.device);
+  first_conv_seconds_ = timer.seconds();
+  char seconds[64];
+  std::snprintf(seconds, sizeof seconds, "; computed in %.3f s, counted as training time",
+                first_conv_seconds_);
+  first_conv_note_ += seconds;
 }
 
 // Our models: the step the rest of the library picks for a classifier (fused MLP where it applies,

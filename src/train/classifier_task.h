@@ -79,6 +79,7 @@ class ClassifierTask : public Task {
   EvalReport evaluate(data::Loader& test, bool keep_predictions) override;
   void save(Checkpoint& checkpoint) const override;
   Settings settings() const override;
+  double setup_train_seconds() const override { return first_conv_seconds_; }
 
   const std::string& model_name() const { return model_name_; }
   // The built-in model (null for the user's own).
@@ -105,6 +106,7 @@ class ClassifierTask : public Task {
   ClassifierOptions options_;
   std::shared_ptr<ShardPool> eval_pool_;  // the fused step's threads, which evaluation borrows
   std::string first_conv_note_;           // the settings row of --first-conv whitened
+  double first_conv_seconds_ = 0;         // computing its filters (counted as training time)
 };
 
 }  // namespace spritetorch::train

@@ -44,6 +44,8 @@ struct TaskSetup {
   const Checkpoint* resumed = nullptr;  // --resume, else null
   std::string resume_source;            // its path, for errors
   uint64_t seed = 0;
+  torch::Device device =
+      torch::kCPU;  // where the run trains: work build() does on the data goes there
 };
 
 // What fast_step() gets to build a step of its own.
@@ -71,6 +73,10 @@ class Task {
   // label_smoothing, test_time_augment) and refuses values it cannot honour.
   virtual void configure(const TrainConfig& /*options*/) {}
   virtual void build(const TaskSetup& setup) = 0;
+  // Seconds build() spent learning from the training data (ClassifierTask: the whitened first
+  // convolution's filters), device-synchronised. The run's training time counts them, as a
+  // time-to-accuracy run must: they are part of what it takes to reach the accuracy.
+  virtual double setup_train_seconds() const { return 0; }
   virtual torch::nn::Module& module() = 0;
   // After the module moved to `device`: state of the task's own on that device (EMA copies, ...).
   virtual void to_device(torch::Device /*device*/) {}

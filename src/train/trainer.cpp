@@ -308,7 +308,8 @@ bool TrainingRun::decide_cuda_graphs() {
 }
 
 void TrainingRun::set_up_model() {
-  task_.build({data_.train, resumed_ ? &*resumed_ : nullptr, config_.resume, config_.seed});
+  task_.build(
+      {data_.train, resumed_ ? &*resumed_ : nullptr, config_.resume, config_.seed, device_});
   torch::nn::Module& module = task_.module();
   module.to(device_);  // once, before the loop
   task_.to_device(device_);
@@ -618,7 +619,7 @@ void TrainingRun::set_up_thread_governor() {
 }
 
 double TrainingRun::train_seconds_now() const {
-  return run_timer_->seconds() - eval_seconds_ - sample_seconds_;
+  return task_.setup_train_seconds() + run_timer_->seconds() - eval_seconds_ - sample_seconds_;
 }
 
 bool TrainingRun::evaluate_point(int64_t epoch, int64_t step, bool keep_predictions) {

@@ -76,7 +76,9 @@ struct TrainReport {
   bool has_accuracy = true;  // the task's traits
   int64_t start_epoch = 0;   // epochs already done by a resumed checkpoint
   std::vector<EpochReport> epochs;
-  double train_seconds = 0;   // the epoch loop only, device-synchronised, without its evaluations
+  // The epoch loop, device-synchronised, without its evaluations, plus what build() learned from
+  // the data (Task::setup_train_seconds: the whitened first convolution's filters).
+  double train_seconds = 0;
   double eval_seconds = 0;    // the per-epoch test evaluations (--eval-every)
   double sample_seconds = 0;  // the task's end-of-epoch work (a generator's sample sheets)
   int64_t steps = 0;          // optimizer steps since the run's first epoch (resumed ones included)

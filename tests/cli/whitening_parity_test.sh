@@ -21,25 +21,28 @@ if [ -z "$python" ] || [ ! -e "$data/train-images-idx3-ubyte.gz" ]; then
   exit 77
 fi
 
-# 300 images: fewer than the 5,000 the filters take, so the limit decides what they see. fast's
-# fastcnn has 16 channels (8 of the 9 directions); fastcnn-2x 32 (the 9 repeated to 16).
-for run in "fast 16" "mid 32"; do
+# fast on 6,000 images: the filters take the first 5,000 (models::kWhiteningImages, the peer's
+# WHITENING_IMAGES), so a count changed on one side only fails here. mid on 300: fewer than that,
+# so the limit decides what they see. fast's fastcnn has 16 channels (8 of the 9 directions);
+# fastcnn-2x 32 (the 9 repeated to 16).
+for run in "fast 16 6000 5000" "mid 32 300 300"; do
   set -- $run
-  if ! "$bin" train --recipe "$1" --first-conv whitened --epochs 1 --train-limit 300 --test-limit 100 \
+  if ! "$bin" train --recipe "$1" --first-conv whitened --epochs 1 --train-limit "$3" --test-limit 100 \
        --device cpu --no-run-dir --save "$tmp/$1.pt" >"$tmp/$1.log" 2>&1; then
     echo "FAIL: train --recipe $1 --first-conv whitened"; cat "$tmp/$1.log"; exit 1
   fi
-  grep -q "first convolution  whitened 3x3 patches of the first 300 training images, frozen" "$tmp/$1.log" ||
+  grep -q "first convolution  whitened 3x3 patches of the first $4 training images, frozen" "$tmp/$1.log" ||
     { echo "FAIL: the settings table does not name the whitened first convolution"; cat "$tmp/$1.log"; exit 1; }
   "$bin" export --checkpoint "$tmp/$1.pt" --format torch "$tmp/$1.pth" >/dev/null 2>&1 ||
     { echo "FAIL: export"; exit 1; }
-  PYTHONPATH="$source_dir/bench" "$python" - "$tmp/$1.pth" "$data" "$2" <<'PY' || exit 1
+  PYTHONPATH="$source_dir/bench" "$python" - "$tmp/$1.pth" "$data" "$2" "$3" <<'PY' || exit 1
 import sys
 import torch
 import python_peer as peer
 
 state = torch.load(sys.argv[1])
-images = peer.idx_tensor(sys.argv[2], peer.RAW[0], 16).view(-1, 1, 28, 28)[:300].float() / 255
+trained = peer.idx_tensor(sys.argv[2], peer.RAW[0], 16).view(-1, 1, 28, 28)[:int(sys.argv[4])]
+images = trained[:peer.WHITENING_IMAGES].float() / 255
 expected = peer.whitening_filters(images, int(sys.argv[3]))
 got = state["conv1.weight"]
 diff = (got - expected).abs().max().item()

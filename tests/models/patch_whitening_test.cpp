@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "data/dataset.h"
+#include "device/device.h"
 #include "models/classifier.h"
 #include "tasks/make_task.h"
 #include "test_util.h"
@@ -28,10 +29,12 @@ torch::Tensor smooth_images(int64_t n, int64_t channels) {
   return F::avg_pool2d(noise, F::AvgPool2dFuncOptions(2).stride(1)) * 0.8 + 0.1;
 }
 
-// The centred patches' covariance as a padding-1 3x3 convolution sees them: (D, D) float64.
-torch::Tensor patch_covariance(const torch::Tensor& images) {
-  const int64_t dims = images.size(1) * 9;
-  auto p = F::unfold(images, F::UnfoldFuncOptions(3).padding(1))
+// The centred patches' covariance as a k x k convolution with that padding and stride sees them
+// (LibTorch's unfold, not the function's own patches): (D, D) float64.
+torch::Tensor patch_covariance(const torch::Tensor& images, int64_t kernel = 3, int64_t padding = 1,
+                               int64_t stride = 1) {
+  const int64_t dims = images.size(1) * kernel * kernel;
+  auto p = F::unfold(images, F::UnfoldFuncOptions(kernel).padding(padding).stride(stride))
                .transpose(1, 2)
                .reshape({-1, dims})
                .to(torch::kFloat64);
@@ -54,6 +57,43 @@ TEST(PatchWhitening, TheFiltersDecorrelateThePatchesAndScaleThemToUnitVariance) 
     const auto row = half[i];
     EXPECT_GT(row[row.abs().argmax()].item<double>(), 0) << "row " << i;
   }
+}
+
+// Other kernels, paddings and strides, several channels: the patches are the ones the convolution
+// sees, in its weight's order (channel, row, column). Stored uint8 images are scaled as batches.
+TEST(PatchWhitening, OtherKernelsPaddingsAndStridesWhitenWhatTheConvolutionSees) {
+  struct Case {
+    int64_t channels, kernel, padding, stride;
+  };
+  for (const Case k : {Case{2, 2, 0, 2}, Case{1, 5, 2, 1}, Case{3, 3, 0, 3}}) {
+    const auto images = smooth_images(300, k.channels);
+    const int64_t dims = k.channels * k.kernel * k.kernel;
+    const auto w = patch_whitening_filters(images, 2 * dims, k.kernel, k.padding, k.stride, 0.0)
+                       .reshape({2 * dims, dims})
+                       .narrow(0, 0, dims)
+                       .to(torch::kFloat64);
+    const auto whitened = w.mm(patch_covariance(images, k.kernel, k.padding, k.stride)).mm(w.t());
+    EXPECT_TRUE(torch::allclose(whitened, torch::eye(dims, torch::kFloat64), 1e-3, 1e-3))
+        << k.channels << " channels, kernel " << k.kernel << ", padding " << k.padding
+        << ", stride " << k.stride << "\n"
+        << whitened;
+  }
+  const auto stored = (smooth_images(40, 1) * 255).round().to(torch::kUInt8);
+  EXPECT_TRUE(torch::allclose(patch_whitening_filters(stored, 18, 3),
+                              patch_whitening_filters(data::to_model_input(stored), 18, 3), 1e-5,
+                              1e-6));
+  EXPECT_THROW(patch_whitening_filters(torch::rand({2, 1, 2, 2}), 18, 5, 0), Error)
+      << "2x2 images hold no 5x5 patches";
+}
+
+// On CUDA the products are summed there, in one chunk: the same filters as on the CPU.
+TEST(PatchWhitening, OnCudaTheSameFilters) {
+  if (device::probe_availability().cuda_devices == 0) GTEST_SKIP() << "no CUDA device";
+  const auto stored = (torch::rand({500, 1, 28, 28}) * 255).to(torch::kUInt8);
+  const auto cpu = patch_whitening_filters(stored, 32, 3);
+  const auto cuda = patch_whitening_filters(stored.to(torch::kCUDA), 32, 3);
+  EXPECT_TRUE(cuda.device().is_cpu());
+  EXPECT_TRUE(torch::allclose(cuda, cpu, 1e-4, 1e-5)) << (cuda - cpu).abs().max();
 }
 
 TEST(PatchWhitening, FewerFiltersKeepTheDirectionsOfLargestVarianceFirst) {
@@ -126,9 +166,11 @@ TEST(PatchWhitening, StaysFrozenThroughTrainingAndResume) {
                                   0, 0, std::min<int64_t>(kWhiteningImages, data.train.size()))),
                               16, 3);
   const auto report = spritetorch::run_training(c, data);
-  bool listed = false;
-  for (const auto& [key, value] : report.settings) listed |= key == "first convolution";
-  EXPECT_TRUE(listed) << "the settings table says so";
+  std::string row;
+  for (const auto& [key, value] : report.settings)
+    if (key == "first convolution") row = value;
+  EXPECT_NE(row.find("whitened 3x3 patches"), std::string::npos) << "the settings table says so";
+  EXPECT_NE(row.find("counted as training time"), std::string::npos) << row;
   const auto checkpoint = train::load_checkpoint(c.save);
   EXPECT_EQ(checkpoint.meta.at("first_conv"), "whitened");
   EXPECT_TRUE(torch::allclose(checkpoint.model.at("conv1.weight"), expected, 1e-6, 1e-7));

@@ -193,6 +193,26 @@ TEST_F(UserTask, TrainsEvaluatesAndSaysWhatItIs) {
   EXPECT_TRUE(torch::equal(saved.task.at("ema.0"), task.ema()[0]));
 }
 
+// Work build() does on the training data (ClassifierTask's whitened filters) is part of reaching
+// an accuracy: the run's training time and every evaluation's count it.
+TEST_F(UserTask, WhatBuildLearnsFromTheDataCountsAsTrainingTime) {
+  struct SlowSetUp : DenoiseTask {
+    double setup_train_seconds() const override { return 1000; }
+  };
+  DenoiseTask plain;
+  SlowSetUp slow;
+  TrainConfig c = config("plain.pt");
+  c.eval_every_steps = 2;
+  const TrainReport plain_report = Trainer(c).fit(plain, data_);
+  c.save = (dir_ / "slow.pt").string();
+  const TrainReport slow_report = Trainer(c).fit(slow, data_);
+  EXPECT_LT(plain_report.train_seconds, 1000);
+  EXPECT_GE(slow_report.train_seconds, 1000);
+  EXPECT_LT(slow_report.train_seconds, 1000 + 600);
+  ASSERT_FALSE(slow_report.evals.empty());
+  EXPECT_GE(slow_report.evals.front().train_seconds, 1000);
+}
+
 // The noise comes from the global RNG and the EMA from every step: a run stopped mid-epoch and
 // resumed ends exactly where one that never stopped ends.
 TEST_F(UserTask, AResumedRunEndsWithTheSameWeightsAndTheSameState) {
