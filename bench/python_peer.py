@@ -151,7 +151,7 @@ def whitening_filters(images, out, eps=5e-4):
     total = torch.zeros(dims, dtype=torch.float64, device=images.device)
     products = torch.zeros(dims, dims, dtype=torch.float64, device=images.device)
     h, w = images.shape[2], images.shape[3]
-    chunk = len(images) if images.is_cuda else max(1, 80000 // (h * w))
+    chunk = max(1, (4_000_000 if images.is_cuda else 80_000) // (h * w))
     for i in range(0, len(images), chunk):
         padded = F.pad(images[i:i + chunk].float().transpose(0, 1), (1, 1, 1, 1))  # (C, n, H+2, W+2)
         n = padded.shape[1]
