@@ -3,7 +3,8 @@
 # build, the CUDA tests that no GPU has run yet, the seed workload's default path against the Python
 # peer (RUN_DEFAULT=1), time-to-accuracy rows against the peer, then the rest of the CUDA-relevant
 # tests in what is left, ending near 560 s. Now (the defaults): the tests of the fused GroupNorm +
-# SiLU kernel (NCHW and NHWC), activation checkpointing and micro-batches; the kernel's sampling
+# SiLU kernel (NCHW and NHWC), activation checkpointing, micro-batches and the whitened first
+# convolution computed on CUDA (PatchWhitening.OnCudaTheSameFilters); the kernel's sampling
 # rows (RUN_GNSILU=1: `gpu_round2.sh gnsilu`, 8 runs: bf16 and fp32, NCHW and channels_last, the
 # kernel on and off, ~80-120 s); 92% with --recipe fast (4 epochs, the whitened first
 # convolution: 760 steps on a CPU, docs/benchmarks.md "A whitened first convolution"), 93% with
@@ -18,7 +19,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$(mktemp -d)}
 first_tests="GroupNormSilu|GraphSampling|ActivationCheckpoint|ClassifierCheckpointing"
-FIRST_TESTS=${FIRST_TESTS:-$first_tests|MicroBatches|AugmentCuda}
+FIRST_TESTS=${FIRST_TESTS:-$first_tests|MicroBatches|AugmentCuda|PatchWhitening}
 RUN_DEFAULT=${RUN_DEFAULT:-0}
 RUN_GNSILU=${RUN_GNSILU:-1}
 TTA_ROWS=${TTA_ROWS:-fast 0.92 20;mid 0.93 20 --epochs 5;long 0.94 100}
