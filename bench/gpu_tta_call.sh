@@ -9,8 +9,8 @@
 # kernel on and off, ~80-120 s); 92% with --recipe fast (4 epochs, the whitened first
 # convolution: 760 steps on a CPU, docs/benchmarks.md "A whitened first convolution"), 93% with
 # --recipe mid --epochs 5 (whitened too: 950 steps on a CPU, against ~2,700 for wide on the H100)
-# (~30 and ~40 s with their peer), then 94% with --recipe long (~130 s) in what the call has left
-# (the rows run in order; a cut row prints what it reached).
+# (~30 and ~40 s with their peer), then 94% with --recipe long (whitened too: epochs 20-21 on a
+# CPU; ~130 s) in what the call has left (the rows run in order; a cut row prints what it reached).
 # On 2026-11-26 (docs/benchmarks.md, H200) it ran with
 # FIRST_TESTS="FlatOptimizer|StepOnDevice|AdamKernels" RUN_DEFAULT=1 TTA_ROWS="fast 0.92 40;mid 0.93 100".
 # Order: build (~175-250 s), the first tests (~20-30 s), default (~60 s), gnsilu, the rows.

@@ -12,7 +12,8 @@ images only (a Subset), as spritetorch's --train-limit does.
 --recipe mid is the same with FastCNN at 2x the channels (32/64/128), as `spritetorch train
 --recipe mid`; --recipe wide at 4x (64/128/256) with a learned first convolution and random
 2-pixel shifts besides the flips, as `spritetorch train --recipe wide`; --recipe long is wide's
-loop (spritetorch's 24 epochs arrive as --epochs, as every recipe's do).
+loop with the whitened first convolution (spritetorch's 24 epochs arrive as --epochs, as every
+recipe's do).
 
 --recipe fast is `spritetorch train --recipe fast` written the way a PyTorch user who wants speed
 writes it (tensors resident on the device, torch.randperm batches, channels_last): the same
@@ -134,10 +135,10 @@ def shift_batch(x, s):
 # FastCNN's channels and spritetorch's model name for each recipe (src/train/recipe.cpp).
 RECIPE_WIDTHS = {"fast": (16, 32, 64), "mid": (32, 64, 128), "wide": (64, 128, 256)}
 RECIPE_MODELS = {"fast": "fastcnn", "mid": "fastcnn-2x", "wide": "fastcnn-wide"}
-# long is wide's loop; its 24 epochs arrive as --epochs.
+# long is wide's loop (whitened); its 24 epochs arrive as --epochs.
 RECIPE_WIDTHS["long"], RECIPE_MODELS["long"] = RECIPE_WIDTHS["wide"], RECIPE_MODELS["wide"]
 # The recipes whose first convolution is whitened and frozen (spritetorch's --first-conv whitened).
-RECIPE_WHITENED = {"fast", "mid"}
+RECIPE_WHITENED = {"fast", "mid", "long"}
 WHITENING_IMAGES = 5000  # the first this many training images (spritetorch's kWhiteningImages)
 
 

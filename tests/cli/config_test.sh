@@ -212,8 +212,9 @@ out=$("$bin" train --recipe wide --print-config 2>&1)
 check "--recipe wide sets its values" $? "$out"
 out=$("$bin" train --recipe long --print-config 2>&1)
 [ "$(value model <<<"$out")" = '"fastcnn-wide"' ] && [ "$(value epochs <<<"$out")" = 24 ] &&
-  [ "$(value augment <<<"$out")" = '"flip,shift:2"' ] && [ "$(value lr <<<"$out")" = 0.01 ]
-check "--recipe long is wide's loop over 24 epochs" $? "$out"
+  [ "$(value augment <<<"$out")" = '"flip,shift:2"' ] && [ "$(value lr <<<"$out")" = 0.01 ] &&
+  [ "$(value first-conv <<<"$out")" = '"whitened"' ]
+check "--recipe long is wide's loop over 24 epochs, its first convolution whitened" $? "$out"
 out=$("$bin" train --recipe mid --print-config 2>&1)
 [ "$(value model <<<"$out")" = '"fastcnn-2x"' ] && [ "$(value epochs <<<"$out")" = 8 ] &&
   [ "$(value augment <<<"$out")" = '"flip"' ] && [ "$(value first-conv <<<"$out")" = '"whitened"' ]
