@@ -44,8 +44,8 @@ struct TaskSetup {
   const Checkpoint* resumed = nullptr;  // --resume, else null
   std::string resume_source;            // its path, for errors
   uint64_t seed = 0;
-  torch::Device device =
-      torch::kCPU;  // where the run trains: work build() does on the data goes there
+  // Where the run trains: work build() does on the data runs there (the module stays on the CPU).
+  torch::Device device = torch::kCPU;
 };
 
 // What fast_step() gets to build a step of its own.
