@@ -90,12 +90,15 @@ void conv(benchmark::State& state) {
 }
 
 // The first stage whole: the 1-channel images' convolution, norm, ReLU and pool, forward and
-// backward; fused, or LibTorch's convolution (under bf16 autocast for bf16) and the other three.
+// backward; fused, or LibTorch's convolution (under bf16 autocast for bf16) and the other three;
+// the convolution learned, or frozen as `--first-conv whitened` leaves it (no weight gradient);
+// the output NCHW, or channels_last as the trainer asks for on CPUs with AVX2 or AVX-512.
 void first(benchmark::State& state) {
   const bool bf16 = state.range(0) != 0;
   models::set_bn_relu_pool_fusion(state.range(1) != 0);
   torch::manual_seed(1);
   torch::nn::Conv2d conv(torch::nn::Conv2dOptions(1, 16, 3).padding(1).bias(false));
+  conv->weight.set_requires_grad(state.range(2) == 0);
   torch::nn::BatchNorm2d bn(16);
   const auto x = torch::rand({kBatch, 1, 28, 28});
   const auto upstream = torch::randn({kBatch, 16, 14, 14});
@@ -103,10 +106,11 @@ void first(benchmark::State& state) {
     torch::Tensor y;
     {
       precision::AutocastGuard autocast(c10::DeviceType::CPU, torch::kBFloat16, bf16);
-      y = models::first_conv_bn_relu_pool(*conv, *bn, x);
+      y = models::first_conv_bn_relu_pool(*conv, *bn, x, gemm::best_kernel(),
+                                          layout_of(state.range(3)));
     }
     y.backward(upstream.to(y.scalar_type()));
-    benchmark::DoNotOptimize(conv->weight.grad().data_ptr());
+    benchmark::DoNotOptimize(bn->weight.grad().data_ptr());
   }
   models::set_bn_relu_pool_fusion(true);
 }
@@ -199,8 +203,8 @@ BENCHMARK(conv)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 BENCHMARK(first)
-    ->ArgsProduct({{0, 1}, {0, 1}})
-    ->ArgNames({"bf16", "fused"})
+    ->ArgsProduct({{0, 1}, {0, 1}, {0, 1}, {0, 1}})
+    ->ArgNames({"bf16", "fused", "frozen", "channels_last"})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 BENCHMARK(step)

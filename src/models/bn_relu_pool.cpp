@@ -671,6 +671,119 @@ SPRITETORCH_BN_AVX512 void avx512_to_bf16(const float* in, int64_t n, uint16_t* 
     Avx512<Bf16>::store(out + i, m, _mm512_maskz_loadu_ps(m, in + i));
   }
 }
+
+// in (rows, cols) to out (cols, rows), 16 x 16 blocks in registers (masked at the edges): the
+// NHWC <-> planes copies of the first stage's output, its gradient and its kept winners.
+SPRITETORCH_BN_AVX512 void avx512_transpose(const float* in, int64_t rows, int64_t cols,
+                                            float* out) {
+  for (int64_t r0 = 0; r0 < rows; r0 += 16)
+    for (int64_t c0 = 0; c0 < cols; c0 += 16) {
+      const int nr = static_cast<int>(std::min<int64_t>(16, rows - r0));
+      const int nc = static_cast<int>(std::min<int64_t>(16, cols - c0));
+      __m512 r[16], t[16];
+      for (int i = 0; i < 16; ++i)
+        r[i] = i < nr ? _mm512_maskz_loadu_ps(lanes(nc), in + (r0 + i) * cols + c0)
+                      : _mm512_setzero_ps();
+      // Within each 128-bit lane: pairs of rows' 32-bit elements, then four rows' column m.
+      for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+      }
+      for (int i = 0; i < 16; i += 4) {
+        const __m512d a = _mm512_castps_pd(t[i]), b = _mm512_castps_pd(t[i + 2]);
+        const __m512d c = _mm512_castps_pd(t[i + 1]), d = _mm512_castps_pd(t[i + 3]);
+        r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));      // lane L: column 4 L of rows i..i+3
+        r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));  // column 4 L + 1
+        r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));  // column 4 L + 2
+        r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));  // column 4 L + 3
+      }
+      // Column 4 L + m is lane L of r[m], r[4 + m], r[8 + m] and r[12 + m].
+      for (int m = 0; m < 4; ++m) {
+        const __m512 low_ab = _mm512_shuffle_f32x4(r[m], r[4 + m], 0x44);   // a0 a1 b0 b1
+        const __m512 high_ab = _mm512_shuffle_f32x4(r[m], r[4 + m], 0xEE);  // a2 a3 b2 b3
+        const __m512 low_cd = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0x44);
+        const __m512 high_cd = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0xEE);
+        t[m] = _mm512_shuffle_f32x4(low_ab, low_cd, 0x88);         // L = 0: a0 b0 c0 d0
+        t[4 + m] = _mm512_shuffle_f32x4(low_ab, low_cd, 0xDD);     // L = 1
+        t[8 + m] = _mm512_shuffle_f32x4(high_ab, high_cd, 0x88);   // L = 2
+        t[12 + m] = _mm512_shuffle_f32x4(high_ab, high_cd, 0xDD);  // L = 3
+      }
+      for (int j = 0; j < nc; ++j)
+        _mm512_mask_storeu_ps(out + (c0 + j) * rows + r0, lanes(nr), t[j]);
+    }
+}
+
+// The first stage with its convolution frozen (`--first-conv whitened`): backward needs no
+// neighbourhood products. Forward keeps each window winner's normalised value x_hat = (z - mean)
+// / std, NaN where ReLU cut the window, and backward makes the norm's two gradients from it:
+// dgamma = sum g x_hat and dbeta = sum g over the winners that passed. AVX-512 only (gathers and
+// masks); elsewhere the frozen weight takes the general backward, whose weight gradient is dropped.
+
+// One channel: its (H, W) plane z to the pooled plane's x_hat at the winners `won` picked, 16
+// windows at a time: each corner of the windows (their pairs, as the forward pass loads them),
+// then the winner's picked by its two bits.
+SPRITETORCH_BN_AVX512 void avx512_keep_winners(const float* z, const uint8_t* won, const Plane& p,
+                                               float mean, float inv_std, float* kept) {
+  const __m512 cut = _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN());
+  const __m512 m = _mm512_set1_ps(mean), s = _mm512_set1_ps(inv_std);
+  const __m512i one = _mm512_set1_epi32(1), two = _mm512_set1_epi32(2);
+  for (int64_t r = 0; r < p.out_height; ++r) {
+    const float* top = z + 2 * r * p.width;
+    for (int64_t k = 0; k < p.out_width; k += 16) {
+      const int count = static_cast<int>(std::min<int64_t>(16, p.out_width - k));
+      const __mmask16 n = lanes(count);
+      const __m512i which =
+          _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(n, won + r * p.out_width + k));
+      __m512 tl, tr, bl, br;
+      Avx512<Fp32>::load_pairs(top + 2 * k, count, tl, tr);
+      Avx512<Fp32>::load_pairs(top + p.width + 2 * k, count, bl, br);
+      const __mmask16 right = _mm512_test_epi32_mask(which, one);
+      const __mmask16 bottom = _mm512_test_epi32_mask(which, two);
+      const __m512 v = _mm512_mask_blend_ps(bottom, _mm512_mask_blend_ps(right, tl, tr),
+                                            _mm512_mask_blend_ps(right, bl, br));
+      const __mmask16 passed = _mm512_mask_cmpneq_epi32_mask(n, which, _mm512_set1_epi32(kCut));
+      _mm512_mask_storeu_ps(kept + r * p.out_width + k, n,
+                            _mm512_mask_mul_ps(cut, passed, _mm512_sub_ps(v, m), s));
+    }
+  }
+}
+
+// One image's sums over the winners that passed, per channel, added to sum_g and sum_gx (Cout
+// each): g (fp32 or bf16) and kept as (Cout, P) planes, or (P, Cout) rows with channels_last.
+template <class E>
+SPRITETORCH_BN_AVX512 void avx512_kept_sums(const typename E::Stored* g, const float* kept,
+                                            int64_t cout, int64_t pixels, bool channels_last,
+                                            float* sum_g, float* sum_gx) {
+  auto add = [](__m512 gv, __m512 kv, __m512& s, __m512& q) SPRITETORCH_BN_AVX512 {
+    const __mmask16 passed = _mm512_cmp_ps_mask(kv, kv, _CMP_ORD_Q);  // NaN where ReLU cut
+    s = _mm512_mask_add_ps(s, passed, s, gv);
+    q = _mm512_mask3_fmadd_ps(gv, kv, q, passed);
+  };
+  if (channels_last) {  // the channels in the lanes
+    for (int64_t c = 0; c < cout; c += 16) {
+      const __mmask16 n = lanes(static_cast<int>(std::min<int64_t>(16, cout - c)));
+      __m512 s = _mm512_setzero_ps(), q = _mm512_setzero_ps();
+      for (int64_t i = 0; i < pixels; ++i)
+        add(Avx512<E>::load(g + i * cout + c, n), _mm512_maskz_loadu_ps(n, kept + i * cout + c), s,
+            q);
+      _mm512_mask_storeu_ps(sum_g + c, n, _mm512_add_ps(_mm512_maskz_loadu_ps(n, sum_g + c), s));
+      _mm512_mask_storeu_ps(sum_gx + c, n, _mm512_add_ps(_mm512_maskz_loadu_ps(n, sum_gx + c), q));
+    }
+    return;
+  }
+  for (int64_t c = 0; c < cout; ++c) {
+    __m512 s = _mm512_setzero_ps(), q = _mm512_setzero_ps();
+    for (int64_t i = 0; i < pixels; i += 16) {
+      const __mmask16 n = lanes(static_cast<int>(std::min<int64_t>(16, pixels - i)));
+      // Lanes past the plane load as 0, not NaN: mark them cut.
+      const __m512 kv = _mm512_mask_loadu_ps(
+          _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()), n, kept + c * pixels + i);
+      add(Avx512<E>::load(g + c * pixels + i, n), kv, s, q);
+    }
+    sum_g[c] += _mm512_reduce_add_ps(s);
+    sum_gx[c] += _mm512_reduce_add_ps(q);
+  }
+}
 #pragma GCC diagnostic pop
 #endif
 
@@ -1085,6 +1198,16 @@ const ImagePasses& image_passes_for(gemm::Kernel kernel, bool bf16) {
 }
 #endif
 
+// Whether the first stage's frozen-weight passes (avx512_keep_winners) run here.
+bool frozen_code(gemm::Kernel kernel) {
+#ifdef SPRITETORCH_BN_POOL_X86
+  return kernel == gemm::Kernel::avx512 && gemm::available(kernel);
+#else
+  (void)kernel;
+  return false;
+#endif
+}
+
 // ---- The operation ------------------------------------------------------------------------------
 
 // As BatchNormImplBase::forward before the norm: counts the batch and returns the running
@@ -1493,6 +1616,9 @@ double float_sum(const float* x, int64_t n) {
 // out (cols, rows) = in (rows, cols) transposed: an image's planes to its channels_last pixels
 // and back.
 void transpose(const float* in, int64_t rows, int64_t cols, float* out) {
+#ifdef SPRITETORCH_BN_POOL_X86
+  if (gemm::available(gemm::Kernel::avx512)) return avx512_transpose(in, rows, cols, out);
+#endif
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
 }
@@ -1549,11 +1675,12 @@ struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
   // x: (B, Cin, H, W) contiguous fp32, no gradient; weight: (Cout, Cin, 3, 3) fp32; gamma, beta,
   // running_mean, running_var: (Cout) fp32. Returns (B, Cout, H / 2, W / 2), channels_last and
   // bf16 if asked (each image's pooled planes transposed and rounded in cache: OutputForm).
+  // frozen: the weight takes no gradient, so forward keeps the winners' x_hat for backward.
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x,
                                const torch::Tensor& weight, const torch::Tensor& gamma_t,
                                const torch::Tensor& beta_t, torch::Tensor running_mean,
                                torch::Tensor running_var, double factor, double eps,
-                               int64_t kernel_index, bool channels_last, bool bf16) {
+                               int64_t kernel_index, bool channels_last, bool bf16, bool frozen) {
     const gemm::Kernel kernel = reentrant(static_cast<gemm::Kernel>(kernel_index));
     const Passes& passes = passes_for(kernel, /*bf16=*/false);
     const FirstStage s = first_stage_of(x, weight.size(0));
@@ -1613,6 +1740,13 @@ struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
                               .memory_format(channels_last ? torch::MemoryFormat::ChannelsLast
                                                            : torch::MemoryFormat::Contiguous));
     auto won = torch::empty(y.sizes(), x.options().dtype(torch::kUInt8));  // NCHW either way
+    // The winners' x_hat (NaN where ReLU cut), fp32 in y's layout; only for a frozen weight.
+    const auto kept =
+        frozen ? torch::empty(y.sizes(), x.options().memory_format(
+                                             channels_last ? torch::MemoryFormat::ChannelsLast
+                                                           : torch::MemoryFormat::Contiguous))
+               : torch::Tensor();
+    float* keptp = frozen ? kept.data_ptr<float>() : nullptr;
     auto* yp = static_cast<char*>(y.data_ptr());
     const int64_t y_image = cout * out_plane * y.element_size();
     uint8_t* wonp = won.data_ptr<uint8_t>();
@@ -1620,7 +1754,11 @@ struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
     at::parallel_for(0, s.batch, 1, [&](int64_t begin, int64_t end) {
       std::vector<float> v(static_cast<size_t>(k * hw)), z(static_cast<size_t>(cout * hw));
       std::vector<float> pooled(form.planes() ? 0 : static_cast<size_t>(2 * cout * out_plane));
+      std::vector<float> kept_planes(keptp && channels_last ? cout * out_plane : 0);
       for (int64_t b = begin; b < end; ++b) {
+        float* kept_image = !keptp          ? nullptr
+                            : channels_last ? kept_planes.data()
+                                            : keptp + b * cout * out_plane;
         neighbourhoods(xp + b * s.in_channels * hw, s, v.data());
         gemm::nn(static_cast<int>(cout), static_cast<int>(hw), static_cast<int>(k), wp,
                  static_cast<int>(k), 1, v.data(), static_cast<int>(hw), z.data(),
@@ -1631,17 +1769,27 @@ struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
           float* out = planes + c * out_plane;
           if (norms[c].finite()) {
             passes.forward(z.data() + c * hw, out, wonp + at, one_plane, norms[c].a, norms[c].d);
+#ifdef SPRITETORCH_BN_POOL_X86
+            if (kept_image)
+              avx512_keep_winners(z.data() + c * hw, wonp + at, s.plane, st[2 * c], st[2 * c + 1],
+                                  kept_image + c * out_plane);
+#endif
           } else {  // as bn_relu_pool: a non-finite statistic or weight shows as NaN
             std::fill(out, out + out_plane, std::numeric_limits<float>::quiet_NaN());
             std::fill(wonp + at, wonp + at + out_plane, kCut);
+            if (kept_image)
+              std::fill(kept_image + c * out_plane, kept_image + (c + 1) * out_plane,
+                        std::numeric_limits<float>::quiet_NaN());
           }
         }
         if (!form.planes())
           store_image(pooled.data(), cout, out_plane, form, yp + b * y_image,
                       pooled.data() + cout * out_plane);
+        if (kept_image && channels_last)
+          transpose(kept_image, cout, out_plane, keptp + b * cout * out_plane);
       }
     });
-    ctx->save_for_backward({x, w, gamma_t, stats, sm, won});
+    ctx->save_for_backward({x, w, gamma_t, stats, sm, won, kept});
     ctx->saved_data["channels_last"] = channels_last;
     ctx->saved_data["bf16"] = bf16;
     ctx->saved_data["kernel"] = kernel_index;
@@ -1651,7 +1799,7 @@ struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
     const auto saved = ctx->get_saved_variables();
     const auto &x = saved[0], &w = saved[1], &gamma_t = saved[2], &stats = saved[3], &sm = saved[4],
-               &won = saved[5];
+               &won = saved[5], &kept = saved[6];
     const gemm::Kernel kernel =
         reentrant(static_cast<gemm::Kernel>(ctx->saved_data["kernel"].toInt()));
     const Passes& passes = passes_for(kernel, /*bf16=*/false);
@@ -1671,6 +1819,7 @@ struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
     const uint8_t* wonp = won.data_ptr<uint8_t>();
     const double* smp = sm.data_ptr<double>();
     const Channel one_plane = {1, hw, out_plane, s.plane};
+    if (kept.defined()) return frozen_backward(s, form, g, kept);
 
     // Per image and channel: sum of g and G_c (K values) at the winners. The norm's other sum,
     // sum_w g (z - mean) = w_c . G_c - mean sum_g (z at a winner is w_c . v_p), is made from them
@@ -1735,7 +1884,53 @@ struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
     }
     return {torch::Tensor(), dweight,         dgamma,          dbeta,
             torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
-            torch::Tensor(), torch::Tensor(), torch::Tensor()};
+            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+
+  // The norm's gradients from the winners' kept x_hat, g read in its own layout; the weight and
+  // the images get none.
+  static variable_list frozen_backward(const FirstStage& s, OutputForm form, const torch::Tensor& g,
+                                       const torch::Tensor& kept) {
+    const int64_t cout = s.out_channels, out_plane = s.plane.outputs();
+    const auto* gp = static_cast<const char*>(g.data_ptr());
+    const int64_t g_image = cout * out_plane * g.element_size();
+    const float* keptp = kept.data_ptr<float>();
+    std::vector<double> partial(static_cast<size_t>(s.batch * cout * 2));  // sum g, sum g x_hat
+#ifdef SPRITETORCH_BN_POOL_X86
+    at::parallel_for(0, s.batch, 1, [&](int64_t begin, int64_t end) {
+      std::vector<float> image_sums(static_cast<size_t>(2 * cout));
+      for (int64_t b = begin; b < end; ++b) {
+        std::fill(image_sums.begin(), image_sums.end(), 0.0f);
+        const void* gb = gp + b * g_image;
+        const float* kb = keptp + b * cout * out_plane;
+        float *sum_g = image_sums.data(), *sum_gx = sum_g + cout;
+        if (form.bf16)
+          avx512_kept_sums<Bf16>(static_cast<const uint16_t*>(gb), kb, cout, out_plane,
+                                 form.channels_last, sum_g, sum_gx);
+        else
+          avx512_kept_sums<Fp32>(static_cast<const float*>(gb), kb, cout, out_plane,
+                                 form.channels_last, sum_g, sum_gx);
+        std::copy(image_sums.begin(), image_sums.end(), partial.begin() + b * cout * 2);
+      }
+    });
+#else
+    (void)gp, (void)g_image, (void)keptp;
+#endif
+    auto dgamma = torch::empty({cout}, kept.options()),
+         dbeta = torch::empty({cout}, kept.options());
+    float *dg = dgamma.data_ptr<float>(), *db = dbeta.data_ptr<float>();
+    for (int64_t c = 0; c < cout; ++c) {
+      double sum_g = 0, sum_gx = 0;
+      for (int64_t b = 0; b < s.batch; ++b) {
+        sum_g += partial[b * cout * 2 + c];
+        sum_gx += partial[b * cout * 2 + cout + c];
+      }
+      dg[c] = static_cast<float>(sum_gx);
+      db[c] = static_cast<float>(sum_g);
+    }
+    return {torch::Tensor(), torch::Tensor(), dgamma,          dbeta,
+            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
+            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -1872,7 +2067,8 @@ torch::Tensor first_conv_bn_relu_pool(torch::nn::Conv2dImpl& conv, torch::nn::Ba
       x, conv.weight, bn.weight, bn.bias, bn.running_mean, bn.running_var, factor, bn.options.eps(),
       static_cast<int64_t>(kernel), layout == torch::MemoryFormat::ChannelsLast,
       compat::autocast_enabled(c10::DeviceType::CPU) &&
-          compat::autocast_dtype(c10::DeviceType::CPU) == torch::kBFloat16);
+          compat::autocast_dtype(c10::DeviceType::CPU) == torch::kBFloat16,
+      !conv.weight.requires_grad() && frozen_code(kernel));
 }
 
 }  // namespace spritetorch::models

@@ -311,15 +311,17 @@ struct FirstStageResult {
 };
 
 // The first stage (3x3 convolution, norm, ReLU, pool) on images that need no gradient, fused with
-// `kernel` or as LibTorch's ops, from the same weights.
+// `kernel` or as LibTorch's ops, from the same weights; `frozen`: the convolution's weight takes
+// no gradient (`--first-conv whitened`).
 FirstStageResult run_first_stage(bool fused, gemm::Kernel kernel, const torch::Tensor& x,
                                  int64_t out_channels, const torch::Tensor& upstream,
                                  torch::MemoryFormat layout = torch::MemoryFormat::Contiguous,
-                                 bool bf16_autocast = false) {
+                                 bool bf16_autocast = false, bool frozen = false) {
   auto bn = make_norm(out_channels, 9);
   torch::manual_seed(10);
   torch::nn::Conv2d conv(
       torch::nn::Conv2dOptions(x.size(1), out_channels, 3).padding(1).bias(false));
+  conv->weight.set_requires_grad(!frozen);
   set_bn_relu_pool_fusion(fused);
   EXPECT_EQ(first_conv_bn_relu_pool_fused(*conv, *bn, x), fused);
   torch::Tensor y;
@@ -364,6 +366,44 @@ TEST(BnReluPool, FirstStageMatchesTheLibTorchOps) {
         expect_close(got.running_mean, want.running_mean, 1e-5, what + " running mean");
         expect_close(got.running_var, want.running_var, 1e-5, what + " running var");
       }
+}
+
+// With the convolution's weight frozen, backward makes the norm's gradients from the winners'
+// values kept in forward (AVX-512; elsewhere the general backward) and none for the weight: the
+// same as LibTorch's ops, in both layouts and under bf16 autocast, with channel counts that do not
+// fill the 16 lanes, rows of more than 16 windows, odd sizes, and windows ReLU cuts (the norm's
+// bias is not 0: make_norm).
+TEST(BnReluPool, FirstStageWithAFrozenWeightMatchesTheLibTorchOps) {
+  const testing::OneThreadUnless threads(fused_with_these_threads());
+  const std::vector<std::pair<std::vector<int64_t>, int64_t>> cases = {
+      {{6, 1, 28, 28}, 16}, {{3, 2, 7, 9}, 20}, {{2, 4, 12, 40}, 8}, {{5, 1, 36, 34}, 33}};
+  for (const auto& [shape, out_channels] : cases)
+    for (gemm::Kernel kernel : kernels_here())
+      for (auto layout : {torch::MemoryFormat::Contiguous, torch::MemoryFormat::ChannelsLast})
+        for (bool bf16 : {false, true}) {
+          torch::manual_seed(shape[1] + out_channels);
+          const auto x = torch::rand(shape);
+          const auto upstream = torch::randn({shape[0], out_channels, shape[2] / 2, shape[3] / 2});
+          const std::string what = std::string(gemm::kernel_name(kernel)) + " " +
+                                   c10::str(torch::IntArrayRef(shape)) + " to " +
+                                   std::to_string(out_channels) + " " + c10::toString(layout) +
+                                   (bf16 ? " bf16" : " fp32");
+          const auto got = run_first_stage(true, kernel, x, out_channels,
+                                           upstream.to(bf16 ? torch::kBFloat16 : torch::kFloat32),
+                                           layout, bf16, /*frozen=*/true);
+          // The learned weight's fused run from the same bf16-rounded gradient: its norm gradients
+          // are the reference under autocast, LibTorch's ops in fp32.
+          const auto want = bf16 ? run_first_stage(true, kernel, x, out_channels,
+                                                   upstream.to(torch::kBFloat16), layout, true)
+                                 : run_first_stage(false, kernel, x, out_channels, upstream);
+          EXPECT_FALSE(got.dweight.defined()) << what;
+          expect_close(got.y.to(torch::kFloat32), want.y.to(torch::kFloat32), 1e-4,
+                       what + " output");
+          expect_close(got.dgamma, want.dgamma, 1e-4, what + " norm weight gradient");
+          expect_close(got.dbeta, want.dbeta, 1e-4, what + " norm bias gradient");
+          expect_close(got.running_mean, want.running_mean, 1e-5, what + " running mean");
+          expect_close(got.running_var, want.running_var, 1e-5, what + " running var");
+        }
 }
 
 // Under bf16 autocast the first stage returns bf16: its fp32 output rounded to nearest, what
