@@ -11,8 +11,10 @@
 // Arguments: 1 for bf16 (autocast in the step), then 1 for the fused op, 0 for LibTorch's ops;
 // the op and the convolution take the stage (0, 1, 2) first; the op and the step then 1 for
 // channels_last (the fused op's NHWC form with the avx512 and avx2 code; elsewhere LibTorch's ops
-// either way); the convolution and the step last take 1 for models/conv3x3.h's AVX2 kernels where
-// they apply (fp32 channels_last on a CPU whose matrix kernel is avx2), 0 for LibTorch's.
+// either way); the convolution and the step then take 1 for models/conv3x3.h's AVX2 kernels where
+// they apply (fp32 channels_last on a CPU whose matrix kernel is avx2), 0 for LibTorch's; the first
+// stage and the step take 1 for a frozen first convolution (`--first-conv whitened`, as the
+// recipes train), the first stage then 1 for channels_last.
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
 
@@ -123,6 +125,14 @@ void step(benchmark::State& state) {
   torch::manual_seed(1);
   auto model = models::make_model({"fastcnn", {1, 28, 28}, 10});
   model->train();
+  // The first convolution frozen, as `--first-conv whitened` leaves it (its values do not matter
+  // to the step's cost): AdamW then holds the other parameters only.
+  const bool frozen = state.range(4) != 0;
+  std::vector<torch::Tensor> trained;
+  for (auto& item : model->named_parameters()) {
+    if (frozen && item.key() == "conv1.weight") item.value().set_requires_grad(false);
+    if (item.value().requires_grad()) trained.push_back(item.value());
+  }
   // channels_last weights and batch, as the trainer runs conv nets on CPUs with AVX2 or AVX-512
   // (where the fused op has its NHWC form).
   const bool channels_last = state.range(2) != 0;
@@ -132,8 +142,7 @@ void step(benchmark::State& state) {
     for (auto& p : model->parameters())
       if (p.dim() == 4) p.set_data(p.contiguous(layout));
   }
-  torch::optim::AdamW adamw(model->parameters(),
-                            torch::optim::AdamWOptions(0.01).weight_decay(0.05));
+  torch::optim::AdamW adamw(trained, torch::optim::AdamWOptions(0.01).weight_decay(0.05));
   const auto x = torch::rand({kBatch, 1, 28, 28}).contiguous(layout);
   const auto y = torch::randint(10, {kBatch}, torch::kInt64);
   for (auto _ : state) {
@@ -208,8 +217,8 @@ BENCHMARK(first)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 BENCHMARK(step)
-    ->ArgsProduct({{0, 1}, {0, 1}, {0, 1}, {0, 1}})
-    ->ArgNames({"bf16", "fused", "channels_last", "own_conv"})
+    ->ArgsProduct({{0, 1}, {0, 1}, {0, 1}, {0, 1}, {0, 1}})
+    ->ArgNames({"bf16", "fused", "channels_last", "own_conv", "frozen"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
