@@ -334,7 +334,7 @@ Subcommand add_train_command(CLI::App& app) {
                   "training to whiten its patches of the first 5,000 training images, each "
                   "principal direction beside its negative, repeated when it has more channels "
                   "than directions, and frozen: the rest learns on decorrelated inputs from the "
-                  "first step)")
+                  "first step; computing them counts as training time)")
       ->check(CLI::IsMember({"learned", "whitened"}))
       ->capture_default_str();
   sub->add_flag("--json", *json, "Print a JSON summary on stdout (progress goes to stderr)");

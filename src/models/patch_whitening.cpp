@@ -59,7 +59,7 @@ torch::Tensor patch_whitening_filters(const torch::Tensor& images, int64_t out, 
   // one go; 64x64 RGB sprites ~1,000 a chunk, 0.4 GB).
   const int64_t per_image = rows * cols;
   const int64_t chunk = std::max<int64_t>(
-      1, (images.is_cuda() ? 4'000'000 : 80'000) / std::max<int64_t>(per_image, 1));
+      1, (images.is_cuda() ? 4'000'000 : 80'000) / per_image);  // per_image >= 1: checked above
   const auto totals = images.options().dtype(torch::kFloat64);
   auto sum = torch::zeros({dims}, totals);
   auto products = torch::zeros({dims, dims}, totals);
