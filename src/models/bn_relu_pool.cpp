@@ -716,8 +716,9 @@ SPRITETORCH_BN_AVX512 void avx512_transpose(const float* in, int64_t rows, int64
 // The first stage with its convolution frozen (`--first-conv whitened`): backward needs no
 // neighbourhood products. Forward keeps each window winner's normalised value x_hat = (z - mean)
 // / std, NaN where ReLU cut the window, and backward makes the norm's two gradients from it:
-// dgamma = sum g x_hat and dbeta = sum g over the winners that passed. AVX-512 only (gathers and
-// masks); elsewhere the frozen weight takes the general backward, whose weight gradient is dropped.
+// dgamma = sum g x_hat and dbeta = sum g over the winners that passed. AVX-512 and AVX2
+// (frozen_passes_for); elsewhere the frozen weight takes the learned one's backward, whose weight
+// gradient is dropped.
 
 // One channel: its (H, W) plane z to the pooled plane's x_hat at the winners `won` picked, 16
 // windows at a time: each corner of the windows (their pairs, as the forward pass loads them),
@@ -1170,6 +1171,63 @@ SPRITETORCH_BN_AVX2 void avx2_nhwc_dx_image(const typename E::Stored* x,
 
 SPRITETORCH_IMAGE_PASSES(nhwc_avx2_fp32, Fp32, avx2)
 SPRITETORCH_IMAGE_PASSES(nhwc_avx2_bf16, Bf16, avx2)
+
+// The frozen first stage's two passes (avx512_keep_winners, avx512_kept_sums) in 8 lanes.
+SPRITETORCH_BN_AVX2 void avx2_keep_winners(const float* z, const uint8_t* won, const Plane& p,
+                                           float mean_, float inv_std_, float* kept) {
+  const __m256 cut = _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN());
+  const __m256 mean = _mm256_set1_ps(mean_), inv_std = _mm256_set1_ps(inv_std_);
+  for (int64_t r = 0; r < p.out_height; ++r) {
+    const float* top = z + 2 * r * p.width;
+    for (int64_t k = 0; k < p.out_width; k += 8) {
+      const int n = static_cast<int>(std::min<int64_t>(8, p.out_width - k));
+      const __m256i which = load_winners(won + r * p.out_width + k, n);
+      __m256 tl, tr, bl, br;
+      Avx2<Fp32>::load_pairs(top + 2 * k, n, tl, tr);
+      Avx2<Fp32>::load_pairs(top + p.width + 2 * k, n, bl, br);
+      const __m256 v =
+          _mm256_mul_ps(_mm256_sub_ps(winner_avx2(which, tl, tr, bl, br), mean), inv_std);
+      Avx2<Fp32>::store(kept + r * p.out_width + k, n, select(lanes_equal(which, kCut), v, cut));
+    }
+  }
+}
+
+template <class E>
+SPRITETORCH_BN_AVX2 void avx2_kept_sums(const typename E::Stored* g, const float* kept,
+                                        int64_t cout, int64_t pixels, bool channels_last,
+                                        float* sum_g, float* sum_gx) {
+  // Lanes past n load as 0 for both: they add nothing.
+  auto add = [](__m256 gv, __m256 kv, __m256& s, __m256& q) SPRITETORCH_BN_AVX2 {
+    const __m256 passed = _mm256_cmp_ps(kv, kv, _CMP_ORD_Q);  // NaN where ReLU cut
+    s = _mm256_add_ps(s, _mm256_and_ps(passed, gv));
+    q = _mm256_add_ps(q, _mm256_and_ps(passed, _mm256_mul_ps(gv, kv)));
+  };
+  if (channels_last) {
+    for (int64_t c = 0; c < cout; c += 8) {
+      const int n = static_cast<int>(std::min<int64_t>(8, cout - c));
+      __m256 s = _mm256_setzero_ps(), q = _mm256_setzero_ps();
+      for (int64_t i = 0; i < pixels; ++i)
+        add(Avx2<E>::load(g + i * cout + c, n), Avx2<Fp32>::load(kept + i * cout + c, n), s, q);
+      alignas(32) float s_lanes[8], q_lanes[8];
+      _mm256_store_ps(s_lanes, s);
+      _mm256_store_ps(q_lanes, q);
+      for (int l = 0; l < n; ++l) {
+        sum_g[c + l] += s_lanes[l];
+        sum_gx[c + l] += q_lanes[l];
+      }
+    }
+    return;
+  }
+  for (int64_t c = 0; c < cout; ++c) {
+    __m256 s = _mm256_setzero_ps(), q = _mm256_setzero_ps();
+    for (int64_t i = 0; i < pixels; i += 8) {
+      const int n = static_cast<int>(std::min<int64_t>(8, pixels - i));
+      add(Avx2<E>::load(g + c * pixels + i, n), Avx2<Fp32>::load(kept + c * pixels + i, n), s, q);
+    }
+    sum_g[c] += static_cast<float>(sum_lanes(s));
+    sum_gx[c] += static_cast<float>(sum_lanes(q));
+  }
+}
 #endif
 
 const Passes& passes_for(gemm::Kernel kernel, bool bf16) {
@@ -1198,13 +1256,28 @@ const ImagePasses& image_passes_for(gemm::Kernel kernel, bool bf16) {
 }
 #endif
 
-// Whether the first stage's frozen-weight passes (avx512_keep_winners) run here.
-bool frozen_code(gemm::Kernel kernel) {
+// The frozen first stage's passes of one code path: keep the winners' x_hat (forward), and sum
+// g and g x_hat over them, g fp32 or bf16 (backward).
+struct FrozenPasses {
+  void (*keep)(const float* z, const uint8_t* won, const Plane& p, float mean, float inv_std,
+               float* kept);
+  void (*sums_fp32)(const float* g, const float* kept, int64_t cout, int64_t pixels,
+                    bool channels_last, float* sum_g, float* sum_gx);
+  void (*sums_bf16)(const uint16_t* g, const float* kept, int64_t cout, int64_t pixels,
+                    bool channels_last, float* sum_g, float* sum_gx);
+};
+
+// The frozen passes `kernel` has here, or nullptr (no vector code: the learned weight's backward).
+const FrozenPasses* frozen_passes_for(gemm::Kernel kernel) {
 #ifdef SPRITETORCH_BN_POOL_X86
-  return kernel == gemm::Kernel::avx512 && gemm::available(kernel);
+  static const FrozenPasses avx512 = {avx512_keep_winners, avx512_kept_sums<Fp32>,
+                                      avx512_kept_sums<Bf16>};
+  static const FrozenPasses avx2 = {avx2_keep_winners, avx2_kept_sums<Fp32>, avx2_kept_sums<Bf16>};
+  if (!vector_code(kernel)) return nullptr;
+  return kernel == gemm::Kernel::avx512 ? &avx512 : &avx2;
 #else
   (void)kernel;
-  return false;
+  return nullptr;
 #endif
 }
 
@@ -1747,6 +1820,7 @@ struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
                                                            : torch::MemoryFormat::Contiguous))
                : torch::Tensor();
     float* keptp = frozen ? kept.data_ptr<float>() : nullptr;
+    const FrozenPasses* frozen_passes = frozen ? frozen_passes_for(kernel) : nullptr;
     auto* yp = static_cast<char*>(y.data_ptr());
     const int64_t y_image = cout * out_plane * y.element_size();
     uint8_t* wonp = won.data_ptr<uint8_t>();
@@ -1769,11 +1843,9 @@ struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
           float* out = planes + c * out_plane;
           if (norms[c].finite()) {
             passes.forward(z.data() + c * hw, out, wonp + at, one_plane, norms[c].a, norms[c].d);
-#ifdef SPRITETORCH_BN_POOL_X86
             if (kept_image)
-              avx512_keep_winners(z.data() + c * hw, wonp + at, s.plane, st[2 * c], st[2 * c + 1],
+              frozen_passes->keep(z.data() + c * hw, wonp + at, s.plane, st[2 * c], st[2 * c + 1],
                                   kept_image + c * out_plane);
-#endif
           } else {  // as bn_relu_pool: a non-finite statistic or weight shows as NaN
             std::fill(out, out + out_plane, std::numeric_limits<float>::quiet_NaN());
             std::fill(wonp + at, wonp + at + out_plane, kCut);
@@ -1819,7 +1891,7 @@ struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
     const uint8_t* wonp = won.data_ptr<uint8_t>();
     const double* smp = sm.data_ptr<double>();
     const Channel one_plane = {1, hw, out_plane, s.plane};
-    if (kept.defined()) return frozen_backward(s, form, g, kept);
+    if (kept.defined()) return frozen_backward(s, form, g, kept, *frozen_passes_for(kernel));
 
     // Per image and channel: sum of g and G_c (K values) at the winners. The norm's other sum,
     // sum_w g (z - mean) = w_c . G_c - mean sum_g (z at a winner is w_c . v_p), is made from them
@@ -1890,13 +1962,12 @@ struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
   // The norm's gradients from the winners' kept x_hat, g read in its own layout; the weight and
   // the images get none.
   static variable_list frozen_backward(const FirstStage& s, OutputForm form, const torch::Tensor& g,
-                                       const torch::Tensor& kept) {
+                                       const torch::Tensor& kept, const FrozenPasses& passes) {
     const int64_t cout = s.out_channels, out_plane = s.plane.outputs();
     const auto* gp = static_cast<const char*>(g.data_ptr());
     const int64_t g_image = cout * out_plane * g.element_size();
     const float* keptp = kept.data_ptr<float>();
     std::vector<double> partial(static_cast<size_t>(s.batch * cout * 2));  // sum g, sum g x_hat
-#ifdef SPRITETORCH_BN_POOL_X86
     at::parallel_for(0, s.batch, 1, [&](int64_t begin, int64_t end) {
       std::vector<float> image_sums(static_cast<size_t>(2 * cout));
       for (int64_t b = begin; b < end; ++b) {
@@ -1905,17 +1976,14 @@ struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
         const float* kb = keptp + b * cout * out_plane;
         float *sum_g = image_sums.data(), *sum_gx = sum_g + cout;
         if (form.bf16)
-          avx512_kept_sums<Bf16>(static_cast<const uint16_t*>(gb), kb, cout, out_plane,
-                                 form.channels_last, sum_g, sum_gx);
+          passes.sums_bf16(static_cast<const uint16_t*>(gb), kb, cout, out_plane,
+                           form.channels_last, sum_g, sum_gx);
         else
-          avx512_kept_sums<Fp32>(static_cast<const float*>(gb), kb, cout, out_plane,
-                                 form.channels_last, sum_g, sum_gx);
+          passes.sums_fp32(static_cast<const float*>(gb), kb, cout, out_plane, form.channels_last,
+                           sum_g, sum_gx);
         std::copy(image_sums.begin(), image_sums.end(), partial.begin() + b * cout * 2);
       }
     });
-#else
-    (void)gp, (void)g_image, (void)keptp;
-#endif
     auto dgamma = torch::empty({cout}, kept.options()),
          dbeta = torch::empty({cout}, kept.options());
     float *dg = dgamma.data_ptr<float>(), *db = dbeta.data_ptr<float>();
@@ -2068,7 +2136,7 @@ torch::Tensor first_conv_bn_relu_pool(torch::nn::Conv2dImpl& conv, torch::nn::Ba
       static_cast<int64_t>(kernel), layout == torch::MemoryFormat::ChannelsLast,
       compat::autocast_enabled(c10::DeviceType::CPU) &&
           compat::autocast_dtype(c10::DeviceType::CPU) == torch::kBFloat16,
-      !conv.weight.requires_grad() && frozen_code(kernel));
+      !conv.weight.requires_grad() && frozen_passes_for(kernel));
 }
 
 }  // namespace spritetorch::models

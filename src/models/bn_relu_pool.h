@@ -40,8 +40,9 @@ torch::Tensor bn_relu_pool(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& 
 // at most 8 channels) it never stores the convolution's output: the norm's statistics and the
 // weight gradient come from sums over the batch's 3x3 neighbourhoods (bn_relu_pool.cpp), and each
 // image's output is made, normalised and pooled in a buffer that stays in cache. With the weight
-// frozen (no requires_grad: `--first-conv whitened`), forward keeps each pool winner's normalised
-// value and backward makes only the norm's two gradients from them. Returns fp32, or
+// frozen (no requires_grad: `--first-conv whitened`) and AVX-512 or AVX2 code, forward keeps each
+// pool winner's normalised value and backward makes only the norm's two gradients from them.
+// Returns fp32, or
 // bf16 under bf16 autocast (the values autocast's cast for the next convolution would make), in
 // `layout` (NCHW or channels_last: the next convolution's, which then needs no copy). Elsewhere
 // bn_relu_pool(bn, conv(x)).
