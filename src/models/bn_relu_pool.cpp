@@ -1172,6 +1172,34 @@ SPRITETORCH_BN_AVX2 void avx2_nhwc_dx_image(const typename E::Stored* x,
 SPRITETORCH_IMAGE_PASSES(nhwc_avx2_fp32, Fp32, avx2)
 SPRITETORCH_IMAGE_PASSES(nhwc_avx2_bf16, Bf16, avx2)
 
+// avx512_transpose in 8 x 8 blocks.
+SPRITETORCH_BN_AVX2 void avx2_transpose(const float* in, int64_t rows, int64_t cols, float* out) {
+  for (int64_t r0 = 0; r0 < rows; r0 += 8)
+    for (int64_t c0 = 0; c0 < cols; c0 += 8) {
+      const int nr = static_cast<int>(std::min<int64_t>(8, rows - r0));
+      const int nc = static_cast<int>(std::min<int64_t>(8, cols - c0));
+      __m256 r[8], t[8];
+      for (int i = 0; i < 8; ++i)
+        r[i] = i < nr ? Avx2<Fp32>::load(in + (r0 + i) * cols + c0, nc) : _mm256_setzero_ps();
+      for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+      }
+      // Per 128-bit half h: r[m] and r[4 + m] hold column 4 h + m of rows 0..3 and 4..7.
+      for (int i = 0; i < 8; i += 4) {
+        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+      }
+      for (int m = 0; m < 4; ++m) {
+        t[m] = _mm256_permute2f128_ps(r[m], r[4 + m], 0x20);
+        t[4 + m] = _mm256_permute2f128_ps(r[m], r[4 + m], 0x31);
+      }
+      for (int j = 0; j < nc; ++j) Avx2<Fp32>::store(out + (c0 + j) * rows + r0, nr, t[j]);
+    }
+}
+
 // The frozen first stage's two passes (avx512_keep_winners, avx512_kept_sums) in 8 lanes.
 SPRITETORCH_BN_AVX2 void avx2_keep_winners(const float* z, const uint8_t* won, const Plane& p,
                                            float mean_, float inv_std_, float* kept) {
@@ -1687,10 +1715,15 @@ double float_sum(const float* x, int64_t n) {
 }
 
 // out (cols, rows) = in (rows, cols) transposed: an image's planes to its channels_last pixels
-// and back.
-void transpose(const float* in, int64_t rows, int64_t cols, float* out) {
+// and back, with `kernel`'s code path.
+void transpose(const float* in, int64_t rows, int64_t cols, float* out, gemm::Kernel kernel) {
 #ifdef SPRITETORCH_BN_POOL_X86
-  if (gemm::available(gemm::Kernel::avx512)) return avx512_transpose(in, rows, cols, out);
+  if (kernel == gemm::Kernel::avx512 && gemm::available(kernel))
+    return avx512_transpose(in, rows, cols, out);
+  if (kernel == gemm::Kernel::avx2 && gemm::available(kernel))
+    return avx2_transpose(in, rows, cols, out);
+#else
+  (void)kernel;
 #endif
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
@@ -1717,11 +1750,11 @@ struct OutputForm {
 
 // One image's pooled planes (Cout, P) fp32 into y's image `out` in `form`; scratch: Cout P floats.
 void store_image(const float* planes, int64_t cout, int64_t pixels, OutputForm form, void* out,
-                 float* scratch) {
+                 float* scratch, gemm::Kernel kernel) {
   const float* from = planes;
   if (form.channels_last) {
     float* to = form.bf16 ? scratch : static_cast<float*>(out);
-    transpose(planes, cout, pixels, to);
+    transpose(planes, cout, pixels, to, kernel);
     from = to;
   }
   if (form.bf16) to_bf16(from, cout * pixels, static_cast<uint16_t*>(out));
@@ -1729,14 +1762,14 @@ void store_image(const float* planes, int64_t cout, int64_t pixels, OutputForm f
 
 // The reverse, for the gradient: one image of g in `form` to (Cout, P) fp32 planes.
 void load_image(const void* in, int64_t cout, int64_t pixels, OutputForm form, float* planes,
-                float* scratch) {
+                float* scratch, gemm::Kernel kernel) {
   const float* from = static_cast<const float*>(in);
   if (form.bf16) {
     float* to = form.channels_last ? scratch : planes;
     from_bf16(static_cast<const uint16_t*>(in), cout * pixels, to);
     from = to;
   }
-  if (form.channels_last) transpose(from, pixels, cout, planes);
+  if (form.channels_last) transpose(from, pixels, cout, planes, kernel);
 }
 
 gemm::Kernel reentrant(gemm::Kernel kernel) {
@@ -1856,9 +1889,9 @@ struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
         }
         if (!form.planes())
           store_image(pooled.data(), cout, out_plane, form, yp + b * y_image,
-                      pooled.data() + cout * out_plane);
+                      pooled.data() + cout * out_plane, kernel);
         if (kept_image && channels_last)
-          transpose(kept_image, cout, out_plane, keptp + b * cout * out_plane);
+          transpose(kept_image, cout, out_plane, keptp + b * cout * out_plane, kernel);
       }
     });
     ctx->save_for_backward({x, w, gamma_t, stats, sm, won, kept});
@@ -1908,7 +1941,7 @@ struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
         const float* gb = reinterpret_cast<const float*>(gp + b * g_image);
         if (!form.planes()) {
           load_image(gp + b * g_image, cout, out_plane, form, planes.data(),
-                     planes.data() + cout * out_plane);
+                     planes.data() + cout * out_plane, kernel);
           gb = planes.data();
         }
         neighbourhoods(xp + b * s.in_channels * hw, s, v.data());
