@@ -1374,7 +1374,6 @@ Channel channel_of(const torch::Tensor& x) {
   return {x.size(0), x.size(1) * h * w, x.size(1) * (h / 2) * (w / 2), {h, w, h / 2, w / 2}};
 }
 
-#ifdef SPRITETORCH_BN_POOL_X86
 // Channel c's two sums over the images, in image order, from per-image partials (B, 2, C).
 std::pair<double, double> over_images(const std::vector<double>& partial, int64_t batch,
                                       int64_t channels, int64_t c) {
@@ -1386,6 +1385,7 @@ std::pair<double, double> over_images(const std::vector<double>& partial, int64_
   return {first, second};
 }
 
+#ifdef SPRITETORCH_BN_POOL_X86
 Image image_of(const torch::Tensor& x) { return {channel_of(x).plane, x.size(1)}; }
 #endif
 
@@ -2000,7 +2000,8 @@ struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
     const auto* gp = static_cast<const char*>(g.data_ptr());
     const int64_t g_image = cout * out_plane * g.element_size();
     const float* keptp = kept.data_ptr<float>();
-    std::vector<double> partial(static_cast<size_t>(s.batch * cout * 2));  // sum g, sum g x_hat
+    // (B, 2, Cout): sum g, then sum g x_hat, per image.
+    std::vector<double> partial(static_cast<size_t>(s.batch * cout * 2));
     at::parallel_for(0, s.batch, 1, [&](int64_t begin, int64_t end) {
       std::vector<float> image_sums(static_cast<size_t>(2 * cout));
       for (int64_t b = begin; b < end; ++b) {
@@ -2021,11 +2022,7 @@ struct FirstStageFunction : torch::autograd::Function<FirstStageFunction> {
          dbeta = torch::empty({cout}, kept.options());
     float *dg = dgamma.data_ptr<float>(), *db = dbeta.data_ptr<float>();
     for (int64_t c = 0; c < cout; ++c) {
-      double sum_g = 0, sum_gx = 0;
-      for (int64_t b = 0; b < s.batch; ++b) {
-        sum_g += partial[b * cout * 2 + c];
-        sum_gx += partial[b * cout * 2 + cout + c];
-      }
+      const auto [sum_g, sum_gx] = over_images(partial, s.batch, cout, c);
       dg[c] = static_cast<float>(sum_gx);
       db[c] = static_cast<float>(sum_g);
     }

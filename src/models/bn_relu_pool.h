@@ -42,10 +42,9 @@ torch::Tensor bn_relu_pool(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& 
 // image's output is made, normalised and pooled in a buffer that stays in cache. With the weight
 // frozen (no requires_grad: `--first-conv whitened`) and AVX-512 or AVX2 code, forward keeps each
 // pool winner's normalised value and backward makes only the norm's two gradients from them.
-// Returns fp32, or
-// bf16 under bf16 autocast (the values autocast's cast for the next convolution would make), in
-// `layout` (NCHW or channels_last: the next convolution's, which then needs no copy). Elsewhere
-// bn_relu_pool(bn, conv(x)).
+// Returns fp32, or bf16 under bf16 autocast (the values autocast's cast for the next convolution
+// would make), in `layout` (NCHW or channels_last: the next convolution's, which then needs no
+// copy). Elsewhere bn_relu_pool(bn, conv(x)).
 torch::Tensor first_conv_bn_relu_pool(torch::nn::Conv2dImpl& conv, torch::nn::BatchNorm2dImpl& bn,
                                       const torch::Tensor& x,
                                       gemm::Kernel kernel = gemm::best_kernel(),
