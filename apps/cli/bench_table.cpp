@@ -50,6 +50,10 @@ std::string bench_table(const train::BenchReport& report) {
       out << "; best cpu row " << best->train_seconds
           << " s = " << best->train_seconds / report.floor->seconds << "x the floor";
     out << "\n";
+    if (!report.floor->blas_warning.empty())
+      out << "warning: " << report.floor->blas_warning
+          << "; the floor above was measured with those kernels, so it is too high and the ratio "
+             "flatters the rows\n";
   }
   // Whether the machine was idle: every figure above is only as good as that.
   double most = -1;
@@ -114,7 +118,8 @@ nlohmann::json bench_json(const train::BenchReport& report) {
     out["compute_floor"] = {{"gflop", report.floor->gflop},
                             {"sgemm_gflops", report.floor->sgemm_gflops},
                             {"seconds", report.floor->seconds},
-                            {"sgemm_gflops_samples", report.floor->samples}};
+                            {"sgemm_gflops_samples", report.floor->samples},
+                            {"blas_warning", report.floor->blas_warning}};
   return out;
 }
 

@@ -39,6 +39,8 @@ Subcommand add_devices_command(CLI::App& app) {
         const auto devices = device::list_devices();
         const torch::Device picked = device::pick_device("auto");
         const CpuThreads threads = current_cpu_threads();
+        const std::string blas_core = openblas_core();
+        const std::string blas_warning = openblas_core_warning();
         // What --dist-backend accepts in this build (gloo: c10d's Gloo headers were found;
         // nccl: a CUDA build that found <nccl.h>).
         const std::vector<std::string> backends = distributed::backends();
@@ -76,6 +78,8 @@ Subcommand add_devices_command(CLI::App& app) {
                                       {"mps_available", compat::mps_available()},
                                       {"distributed_backends", backends},
                                       {"blas", threads.blas_name},
+                                      {"blas_core", blas_core},
+                                      {"blas_warning", blas_warning},
                                       {"cpu_gemm_kernel", gemm_kernel},
                                       {"cpu_gemm_kernels", gemm_kernels},
                                       {"cpu_adam_kernel", train::adam_kernel_name()},
@@ -107,6 +111,7 @@ Subcommand add_devices_command(CLI::App& app) {
                   << "; MPS: " << (compat::mps_available() ? "yes" : "no")
                   << "; distributed (c10d) backends: " << dist_backends << "\n"
                   << "BLAS: " << threads.blas_name << "\n"
+                  << (blas_warning.empty() ? "" : "warning: " + blas_warning + "\n")
                   << "fused MLP step's matrix kernels (CPU): " << gemm_kernel
                   << " (this CPU runs: " << gemm_list
                   << "); its Adam update: " << train::adam_kernel_name() << "\n"

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 
 namespace spritetorch {
@@ -17,6 +18,7 @@ namespace {
 using SetThreadsFn = void (*)(int);
 using GetThreadsFn = int (*)();
 using GetConfigFn = char* (*)();
+using GetCoreNameFn = char* (*)();
 
 template <typename Fn>
 Fn find_symbol(const char* name) {
@@ -42,6 +44,42 @@ std::string describe_blas(const char* openblas_config, bool libtorch_has_mkl) {
   if (openblas_config)
     return openblas_config;  // "OpenBLAS 0.3.21 DYNAMIC_ARCH ... Zen MAX_THREADS=64"
   return "BLAS without OpenBLAS symbols (reference BLAS? install libopenblas0-pthread)";
+}
+
+std::string openblas_core_advice(const char* core, bool cpu_avx2_fma, bool cpu_avx512,
+                                 bool user_set) {
+  if (core == nullptr || user_set || !cpu_avx2_fma) return "";
+  // OpenBLAS 0.3.21's x86-64 core names (driver/others/dynamic.c) whose kernels stop short of
+  // AVX2 and FMA; an AMD core it knows keeps its own choice (Zen runs the Haswell kernels).
+  static const char* const kBelowAvx2[] = {"Katmai",     "Coppermine", "Northwood",  "Prescott",
+                                           "Banias",     "Atom",       "Core2",      "Penryn",
+                                           "Dunnington", "Nehalem",    "Sandybridge"};
+  for (const char* name : kBelowAvx2)
+    if (std::strcmp(core, name) == 0) return cpu_avx512 ? "SkylakeX" : "Haswell";
+  return "";
+}
+
+std::string openblas_core() {
+  auto get = find_symbol<GetCoreNameFn>("openblas_get_corename");
+  const char* name = get ? get() : nullptr;
+  return name ? name : "";
+}
+
+std::string openblas_core_warning() {
+  if (at::hasMKL()) return "";  // LibTorch multiplies with its own MKL, whatever else is loaded
+  const std::string core = openblas_core();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
+                      __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  const char* set = std::getenv("OPENBLAS_CORETYPE");
+  const std::string advice = openblas_core_advice(core.empty() ? nullptr : core.c_str(), avx2,
+                                                  avx512, set != nullptr && *set != 0);
+  if (advice.empty()) return "";
+  return "OpenBLAS runs its " + core + " kernels on this " + (avx512 ? "AVX-512" : "AVX2") +
+         " CPU (it does not know the CPU's model), so LibTorch's matrix products run at a fraction "
+         "of the CPU's speed: run with OPENBLAS_CORETYPE=" +
+         advice + " in the environment";
 }
 
 CpuWork cpu_work_of(const torch::nn::Module& model) {

@@ -46,6 +46,26 @@ CpuThreads current_cpu_threads();
 // pip torch), else OpenBLAS's own description when its symbols are there (openblas_config
 // non-null), else a hint that the reference BLAS is probably in use.
 std::string describe_blas(const char* openblas_config, bool libtorch_has_mkl);
+
+// OpenBLAS built for every x86 (DYNAMIC_ARCH, as Debian's is) picks its kernels at load by the
+// CPU's model number, and a release older than the CPU falls back to its oldest x86-64 kernels:
+// Debian 12's 0.3.21 takes an Intel Xeon of family 6 model 207 (5th generation, AVX-512) for a
+// "Prescott" and multiplies with SSE3, 4.4x slower than with its own AVX-512 kernels there
+// (docs/benchmarks.md, "Intel Xeon"). It reads OPENBLAS_CORETYPE before the process's own code
+// runs, so spritetorch cannot change the choice; it says so, with the setting that fixes it.
+//
+// The OPENBLAS_CORETYPE to advise when `core` (openblas_get_corename()) is one of OpenBLAS's x86
+// cores without AVX2 kernels while the CPU runs AVX2 and FMA: "SkylakeX" where it also runs
+// AVX-512 (F, CD, BW, DQ, VL), else "Haswell". Empty when the choice is right, when core is null
+// (not OpenBLAS) or when the user already set OPENBLAS_CORETYPE (`user_set`: their choice stands).
+std::string openblas_core_advice(const char* core, bool cpu_avx2_fma, bool cpu_avx512,
+                                 bool user_set);
+// The kernels OpenBLAS runs in this process (openblas_get_corename()), or "" when it is not
+// OpenBLAS.
+std::string openblas_core();
+// A sentence for devices, bench and train's settings when openblas_core_advice() advises for this
+// process and CPU; empty otherwise.
+std::string openblas_core_warning();
 // "2 intra-op, 1 BLAS" ("?" BLAS when it is not OpenBLAS): the settings tables' and devices' text.
 std::string describe_cpu_threads(const CpuThreads& threads);
 

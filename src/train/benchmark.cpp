@@ -197,6 +197,7 @@ BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer) {
       floor.samples.push_back(measure_sgemm_gflops());
       floor.sgemm_gflops = floor.samples.back();
       floor.seconds = floor.gflop / floor.sgemm_gflops;
+      floor.blas_warning = openblas_core_warning();
       report.floor = floor;
     }
   }

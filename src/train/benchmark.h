@@ -53,6 +53,9 @@ struct ComputeFloor {
   double sgemm_gflops = 0;  // measured rate of a 2048^3 sgemm on this CPU (median of all samples)
   double seconds = 0;       // gflop / rate
   std::vector<double> samples;  // every measurement: before the rows, then before each CPU repeat
+  // openblas_core_warning() when OpenBLAS runs kernels below this CPU's (common/cpu_threads.h):
+  // then the rate above is that of the wrong kernels and the floor is too high.
+  std::string blas_warning;
 };
 
 struct BenchReport {

@@ -475,6 +475,9 @@ Settings TrainingRun::describe() const {
   };
   settings.insert(settings.end(), common.begin(), common.end());
   if (!governor_note_.empty()) settings.emplace_back("thread governor", governor_note_);
+  if (device_.is_cpu())
+    if (const std::string blas = openblas_core_warning(); !blas.empty())
+      settings.emplace_back("blas", blas);
   if (config_.time_budget_s > 0)
     settings.emplace_back(
         "time budget",

@@ -30,7 +30,7 @@ TEST(BenchTable, EveryRowAndTheComputeFloorReachTheTableJsonAndCsv) {
   report.rows = {ran_row("cpu", "resident", 2.0), ran_row("cpu", "streaming, 0 workers", 2.5),
                  ran_row("cpu", "streaming, 2 workers", 3.0)};
   report.rows[0].speedup_over_cpu = 1.0;
-  report.floor = train::ComputeFloor{1.0, 100.0, 0.01, {100.0}};
+  report.floor = train::ComputeFloor{1.0, 100.0, 0.01, {100.0}, ""};
 
   const auto json = bench_json(report);
   EXPECT_EQ(json.at("rows").size(), 3u);
@@ -60,7 +60,8 @@ TEST(BenchTable, TheBestRowIsTakenAgainstTheFloorMeasuredBesideItsRepeats) {
   report.rows[0].floor_ratio = 1.25;
   report.rows[1].floor_sgemm_gflops = {100.0, 120.0};
   report.rows[1].floor_ratio = 1.4;
-  report.floor = train::ComputeFloor{1.6, 100.0, 0.016, {100.0, 90.0, 110.0, 100.0, 120.0}};
+  report.floor = train::ComputeFloor{1.6, 100.0, 0.016, {100.0, 90.0, 110.0, 100.0, 120.0},
+                                     "OpenBLAS runs its Prescott kernels"};
   const auto table = bench_table(report);
   EXPECT_NE(table.find("at 100 GFLOP/s (2048^3 sgemm, all cores; median of 5, 90-120, one before "
                        "each repeat) = 0.02 s; best cpu row 2.00 s = 1.25x the floor (median of "
@@ -71,6 +72,12 @@ TEST(BenchTable, TheBestRowIsTakenAgainstTheFloorMeasuredBesideItsRepeats) {
   EXPECT_DOUBLE_EQ(json.at("rows")[1].at("floor_ratio").get<double>(), 1.4);
   EXPECT_EQ(json.at("rows")[1].at("floor_sgemm_gflops").size(), 2u);
   EXPECT_EQ(json.at("compute_floor").at("sgemm_gflops_samples").size(), 5u);
+  // A floor measured with OpenBLAS's wrong kernels says so under itself and in the JSON.
+  EXPECT_NE(table.find("\nwarning: OpenBLAS runs its Prescott kernels; the floor above was "
+                       "measured with those kernels"),
+            std::string::npos)
+      << table;
+  EXPECT_EQ(json.at("compute_floor").at("blas_warning"), "OpenBLAS runs its Prescott kernels");
 }
 
 // The load other processes put on the CPUs during the timed runs: per row in the JSON (null where

@@ -63,6 +63,19 @@ TEST(CpuThreads, TheBlasIsNamedWithWhatItsThreadsFollow) {
   EXPECT_EQ(describe_blas("OpenBLAS 0.3.21", true), mkl);
 }
 
+TEST(CpuThreads, OpenBlasCoresBelowTheCpuAreCalledOutWithTheSettingThatFixesThem) {
+  // Debian 12's OpenBLAS on an Intel Xeon it does not know: SSE3 kernels on an AVX-512 CPU.
+  EXPECT_EQ(openblas_core_advice("Prescott", true, true, false), "SkylakeX");
+  EXPECT_EQ(openblas_core_advice("Sandybridge", true, false, false), "Haswell");
+  EXPECT_EQ(openblas_core_advice("Nehalem", true, true, false), "SkylakeX");
+  // Right choices, and the cases where there is nothing to say.
+  for (const char* core : {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids"})
+    EXPECT_EQ(openblas_core_advice(core, true, true, false), "") << core;
+  EXPECT_EQ(openblas_core_advice("Prescott", false, false, false), "");  // an SSE-only CPU
+  EXPECT_EQ(openblas_core_advice("Prescott", true, true, true), "");     // the user chose it
+  EXPECT_EQ(openblas_core_advice(nullptr, true, true, false), "");       // not OpenBLAS
+}
+
 TEST(CpuThreads, ModelsWithConvolutionsAreConvolutional) {
   EXPECT_EQ(cpu_work_of(*models::make_model({"cnn", {1, 28, 28}, 10})), CpuWork::kConvolutions);
   EXPECT_EQ(cpu_work_of(*models::make_model({"ann", {1, 28, 28}, 10})), CpuWork::kMatmuls);
