@@ -70,6 +70,7 @@ Subcommand add_devices_command(CLI::App& app) {
                             {"free_memory", d.free_memory},
                             {"compute_capability", d.compute_capability},
                             {"bf16", d.bf16},
+                            {"bf16_auto", d.bf16_auto},
                             {"fp16", d.fp16}});
           std::cout << nlohmann::json{{"devices", list},
                                       {"auto", picked.str()},

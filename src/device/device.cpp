@@ -46,6 +46,19 @@ std::string read_cpu_model_name() {
   return "CPU";
 }
 
+std::string read_cpu_vendor() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("vendor_id", 0) == 0) {
+      std::istringstream words(line.substr(line.find(':') + 1));
+      std::string vendor;
+      words >> vendor;
+      return vendor;
+    }
+  return "";
+}
+
 bool cpu_has_flag(const std::string& flag) {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -160,6 +173,12 @@ DeviceInfo describe_device(const torch::Device& device) {
     info.free_memory = meminfo_bytes("MemAvailable");
     // bf16 autocast runs on any x86 CPU but is only worth it with native bf16 instructions.
     info.bf16 = cpu_has_flag("avx512_bf16") || cpu_has_flag("amx_bf16");
+    // Native is not enough for auto: bf16 autocast pays on AMD's AVX512-BF16 (Zen 5: the cnn
+    // 1.27x, sampling 1.9-2.0x on a Zen 4) but not on an Intel Xeon's (family 6 model 207, AMX
+    // not enabled: --recipe fast 0.79x, the cnn 0.89x, sampling 0.73-0.82x), whose vdpbf16ps
+    // issues on one port where fp32 FMAs take two (docs/precision.md). Intel with AMX tiles is
+    // unmeasured, so auto keeps fp32 there too.
+    info.bf16_auto = info.bf16 && read_cpu_vendor() == "AuthenticAMD";
     info.fp16 = false;  // LibTorch's CPU fp16 kernels are too sparse to train with
     return info;
   }
@@ -174,6 +193,7 @@ DeviceInfo describe_device(const torch::Device& device) {
       info.free_memory = static_cast<int64_t>(free_bytes);
     info.compute_capability = std::to_string(props->major) + "." + std::to_string(props->minor);
     info.bf16 = props->major >= 8;
+    info.bf16_auto = info.bf16;
     info.fp16 = true;
     return info;
   }

@@ -47,6 +47,9 @@ struct DeviceInfo {
   int64_t free_memory = -1;        // bytes; -1 = unknown
   std::string compute_capability;  // "9.0" on CUDA, empty elsewhere
   bool bf16 = false;               // bf16 arithmetic is supported (natively or emulated fast)
+  // --precision auto's choice: bf16 where it is native and was measured faster than fp32 on this
+  // kind of device (describe_device says which); bf16_auto implies bf16.
+  bool bf16_auto = false;
   bool fp16 = false;
 };
 std::vector<DeviceInfo> list_devices();

@@ -537,7 +537,7 @@ std::string resolve_sampling_precision(const std::string& requested, const torch
   if (requested == "fp32" || requested == "bf16") return requested;
   if (requested != "auto")
     throw Error("unknown sampling precision '" + requested + "': expected auto, fp32 or bf16");
-  return device.is_cpu() && device::describe_device(device).bf16 ? "bf16" : "fp32";
+  return device.is_cpu() && device::describe_device(device).bf16_auto ? "bf16" : "fp32";
 }
 
 torch::Tensor sample(Generator& g, const torch::Tensor& labels, const SampleOptions& options) {

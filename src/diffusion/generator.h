@@ -177,11 +177,13 @@ std::string describe_sampler(const SampleOptions& options, int64_t schedule_step
 torch::Tensor sample(Generator& generator, const torch::Tensor& labels,
                      const SampleOptions& options);
 
-// "auto" -> "bf16" on a CPU with native bf16 (avx512_bf16 or AMX), else "fp32"; "fp32" and "bf16"
-// as they are, except "bf16" on a device other than CUDA and the CPU (MPS), which is an Error, as
-// is any other text. On the DCSS items (Zen 4, one thread) bf16 autocast sampled 1.9-2.0x faster
-// with the same class agreement and two-sample accuracy within their noise (docs/sprites.md); on
-// CUDA the bf16 copy gained 10-15% on an H200, so auto stays fp32 there.
+// "auto" -> "bf16" on a CPU whose native bf16 pays (DeviceInfo::bf16_auto: AMD's avx512_bf16), else
+// "fp32"; "fp32" and "bf16" as they are, except "bf16" on a device other than CUDA and the CPU
+// (MPS), which is an Error, as is any other text. On the DCSS items (Zen 4, one thread) bf16
+// autocast sampled 1.9-2.0x faster with the same class agreement and two-sample accuracy within
+// their noise (docs/sprites.md); on an Intel Xeon with AVX512-BF16 it sampled 0.73-0.82x as fast
+// as fp32 (docs/precision.md); on CUDA the bf16 copy gained 10-15% on an H200, so auto stays fp32
+// there.
 std::string resolve_sampling_precision(const std::string& requested, const torch::Device& device);
 
 // A copy of `net` held wholly in bf16, on its device, in eval mode: what sample() runs for

@@ -40,7 +40,7 @@ const std::vector<Recipe>& recipes() {
        "a good Fashion-MNIST model in the least training time: BatchNorm CNN whose first "
        "convolution whitens the images' 3x3 patches (frozen), batch 256, 4 epochs of AdamW with "
        "warm-up and cosine decay, label smoothing, flip augmentation, flip test-time averaging, "
-       "bf16 where the device has it natively: 92% after 705-800 steps (6 of 6 seeds)",
+       "bf16 where the device's native bf16 pays: 92% after 705-800 steps (6 of 6 seeds)",
        kFast},
       {"mid",
        "the fast recipe's loop with 2x the channels (fastcnn-2x: 32/64/128) and 8 epochs: 93% "
@@ -63,7 +63,7 @@ const std::vector<Recipe>& recipes() {
 const Recipe& generator_defaults() {
   static const Recipe kGenerator = {
       "generator defaults",
-      "UNet base 32, bf16 where the device has it natively, Adam at lr 0.002 with cosine decay "
+      "UNet base 32, bf16 where the device's native bf16 pays, Adam at lr 0.002 with cosine decay "
       "after 100 warm-up steps, every class drawn equally often, NCHW on CUDA (its GroupNorms "
       "run NCHW)",
       {{"unet-base", "32"},

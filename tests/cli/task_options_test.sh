@@ -66,9 +66,9 @@ expect 0 '"precision":"fp32"' -- generate --checkpoint "$tmp/g.pt" --count 4 --s
   --no-cuda-graphs --device cpu --precision fp32 --json --out "$tmp/eager.png"
 expect 0 'note: --no-cuda-graphs has no effect on .*: CUDA graphs replay sampling on CUDA devices only' -- \
   generate --checkpoint "$tmp/g.pt" --count 4 --steps 2 --no-cuda-graphs --device cpu --out "$tmp/eager2.png"
-# The default, auto: bf16 where `devices` says the CPU has native bf16, else fp32.
+# The default, auto: bf16 where `devices` says the CPU's native bf16 pays (bf16_auto), else fp32.
 native=fp32
-"$bin" devices --json | python3 -c 'import json,sys; d=json.load(sys.stdin); sys.exit(0 if any(x.get("bf16") for x in d["devices"] if x["device"].startswith("cpu")) else 1)' && native=bf16
+"$bin" devices --json | python3 -c 'import json,sys; d=json.load(sys.stdin); sys.exit(0 if any(x.get("bf16_auto") for x in d["devices"] if x["device"].startswith("cpu")) else 1)' && native=bf16
 expect 0 "\"precision\":\"$native\"" -- generate --checkpoint "$tmp/g.pt" --count 4 --steps 2 --device cpu --json --out "$tmp/auto.png"
 expect 0 "Generated 4 sprites .*, $native \(auto\)" -- generate --checkpoint "$tmp/g.pt" --count 4 --steps 2 --device cpu --out "$tmp/auto.png" --overwrite
 expect 2 "--precision: fp16 not in" -- generate --checkpoint "$tmp/g.pt" --precision fp16 --out "$tmp/x.png"

@@ -630,11 +630,12 @@ TEST(Sampler, ChannelsLastRunsAnNhwcCopyOfTheNet) {
   EXPECT_FALSE(g.net->out_conv->weight.is_contiguous(at::MemoryFormat::ChannelsLast));
 }
 
-// --precision auto (generate's and eval's default) samples in bf16 only on a CPU with native bf16,
-// and what it samples is exactly what the precision it resolves to samples.
-TEST(Sampler, AutoPrecisionIsBf16OnlyOnACpuWithNativeBf16) {
+// --precision auto (generate's and eval's default) samples in bf16 only on a CPU whose native bf16
+// pays (DeviceInfo::bf16_auto), and what it samples is exactly what the precision it resolves to
+// samples.
+TEST(Sampler, AutoPrecisionIsBf16OnlyOnACpuWhoseNativeBf16Pays) {
   const torch::Device cpu(torch::kCPU);
-  const std::string native = device::describe_device(cpu).bf16 ? "bf16" : "fp32";
+  const std::string native = device::describe_device(cpu).bf16_auto ? "bf16" : "fp32";
   EXPECT_EQ(resolve_sampling_precision("auto", cpu), native);
   EXPECT_EQ(resolve_sampling_precision("auto", torch::Device("cuda:0")), "fp32");
   EXPECT_EQ(resolve_sampling_precision("fp32", cpu), "fp32");

@@ -7,10 +7,12 @@
 namespace spritetorch::precision {
 namespace {
 
-device::DeviceInfo cpu_info(bool bf16) {
+// bf16_auto: whether the CPU's native bf16 is one auto takes (AMD's) or not (Intel's).
+device::DeviceInfo cpu_info(bool bf16, bool bf16_auto = true) {
   device::DeviceInfo info;
   info.device = torch::kCPU;
   info.bf16 = bf16;
+  info.bf16_auto = bf16 && bf16_auto;
   return info;
 }
 
@@ -18,6 +20,7 @@ device::DeviceInfo cuda_info(bool bf16) {
   device::DeviceInfo info;
   info.device = torch::Device(torch::kCUDA, 0);
   info.bf16 = bf16;
+  info.bf16_auto = bf16;
   info.fp16 = true;
   return info;
 }
@@ -66,6 +69,15 @@ TEST(Precision, AutoFollowsTheDevicesBf16Support) {
   EXPECT_EQ(resolve_precision(Precision::kAuto, cpu_info(false)).precision, Precision::kFp32);
   EXPECT_EQ(resolve_precision(Precision::kAuto, cuda_info(true)).precision, Precision::kBf16);
   EXPECT_EQ(resolve_precision(Precision::kAuto, cuda_info(false)).precision, Precision::kFp32);
+  // Native bf16 that was measured slower than fp32 (an Intel Xeon's): auto keeps fp32, says why,
+  // and an explicit bf16 is still taken without the "no native bf16" warning.
+  const auto intel = resolve_precision(Precision::kAuto, cpu_info(true, false));
+  EXPECT_EQ(intel.precision, Precision::kFp32);
+  EXPECT_NE(intel.description.find("trains slower than fp32"), std::string::npos)
+      << intel.description;
+  const auto asked = resolve_precision(Precision::kBf16, cpu_info(true, false));
+  EXPECT_EQ(asked.precision, Precision::kBf16);
+  EXPECT_EQ(asked.description.find("no native bf16"), std::string::npos) << asked.description;
 }
 
 TEST(Precision, MixedPrecisionOnMpsIsRefusedAndAutoFallsBackToFp32) {
