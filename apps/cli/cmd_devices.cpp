@@ -12,6 +12,7 @@
 #include "distributed/communicator.h"
 #include "models/bn_relu_pool.h"
 #include "models/conv3x3.h"
+#include "precision/precision.h"
 #include "train/adam_kernels.h"
 
 namespace spritetorch::cli {
@@ -106,7 +107,12 @@ Subcommand add_devices_command(CLI::App& app) {
                     << std::setw(12) << gib(d.total_memory) << std::setw(12) << gib(d.free_memory)
                     << std::setw(6) << (d.compute_capability.empty() ? "-" : d.compute_capability)
                     << std::setw(6) << (d.bf16 ? "yes" : "no") << (d.fp16 ? "yes" : "no") << "\n";
-        std::cout << "\nauto picks: " << device::display_name(picked) << "\n"
+        std::cout << "\nauto picks: " << device::display_name(picked)
+                  << "; --precision auto there: "
+                  << precision::resolve_precision(precision::Precision::kAuto,
+                                                  device::describe_device(picked))
+                         .description
+                  << "\n"
                   << "LibTorch " << compat::torch_version()
                   << "; built with CUDA: " << (SPRITETORCH_WITH_CUDA ? "yes" : "no")
                   << "; MPS: " << (compat::mps_available() ? "yes" : "no")

@@ -16,6 +16,8 @@ check() {  # check DESCRIPTION COMMAND...: a shell condition that must hold
 expect 0 "Subcommands:" -- --help
 expect 0 "^spritetorch [0-9]+\.[0-9]+\.[0-9]+" -- --version
 expect 0 "auto picks: " -- devices
+# ... and what --precision auto resolves to there, with its reason.
+expect 0 "auto picks: .*; --precision auto there: (bf16 autocast, fp32 weights|fp32) \(auto: " -- devices
 expect 0 '"auto":' -- devices --json
 # The fused CPU step's matrix kernel: `devices` names it; SPRITETORCH_GEMM_KERNEL picks another one
 # this CPU runs, or is a usage error.
