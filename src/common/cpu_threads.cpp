@@ -66,6 +66,7 @@ std::string openblas_core() {
 }
 
 std::string openblas_core_warning() {
+#if defined(__x86_64__)
   if (at::hasMKL()) return "";  // LibTorch multiplies with its own MKL, whatever else is loaded
   const std::string core = openblas_core();
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -80,6 +81,9 @@ std::string openblas_core_warning() {
          " CPU (it does not know the CPU's model), so LibTorch's matrix products run at a fraction "
          "of the CPU's speed: run with OPENBLAS_CORETYPE=" +
          advice + " in the environment";
+#else
+  return "";  // the fallback to pre-AVX2 kernels is an x86 one
+#endif
 }
 
 CpuWork cpu_work_of(const torch::nn::Module& model) {
