@@ -176,7 +176,7 @@ DeviceInfo describe_device(const torch::Device& device) {
     // Native is not enough for auto: bf16 autocast pays on AMD's AVX512-BF16 (Zen 5: the cnn
     // 1.27x, sampling 1.9-2.0x on a Zen 4) but not on an Intel Xeon's (family 6 model 207, AMX
     // not enabled: --recipe fast 0.79x, the cnn 0.89x, sampling 0.73-0.82x), whose vdpbf16ps
-    // issues on one port where fp32 FMAs take two (docs/precision.md). Intel with AMX tiles is
+    // does no more work a cycle than fp32 FMAs there (docs/precision.md). Intel with AMX tiles is
     // unmeasured, so auto keeps fp32 there too.
     info.bf16_auto = info.bf16 && read_cpu_vendor() == "AuthenticAMD";
     info.fp16 = false;  // LibTorch's CPU fp16 kernels are too sparse to train with
