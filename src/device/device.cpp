@@ -30,47 +30,30 @@ std::string available_list(const Availability& a) {
   return out;
 }
 
-std::string read_cpu_model_name() {
+// The value of /proc/cpuinfo's first line that starts with `key` (its first CPU's), without the
+// spaces after the colon; empty when there is no such line (not Linux, or not x86).
+std::string cpuinfo_field(const std::string& key) {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      auto colon = line.find(':');
-      if (colon != std::string::npos) {
-        auto name = line.substr(colon + 1);
-        name.erase(0, name.find_first_not_of(' '));
-        return name;
-      }
-    }
+    const auto colon = line.find(':');
+    if (line.rfind(key, 0) != 0 || colon == std::string::npos) continue;
+    const auto value = line.find_first_not_of(' ', colon + 1);
+    return value == std::string::npos ? std::string() : line.substr(value);
   }
-  return "CPU";
-}
-
-std::string read_cpu_vendor() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("vendor_id", 0) == 0) {
-      std::istringstream words(line.substr(line.find(':') + 1));
-      std::string vendor;
-      words >> vendor;
-      return vendor;
-    }
   return "";
 }
 
+std::string read_cpu_model_name() {
+  const std::string name = cpuinfo_field("model name");
+  return name.empty() ? "CPU" : name;
+}
+
 bool cpu_has_flag(const std::string& flag) {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("flags", 0) == 0) {
-      std::istringstream words(line.substr(line.find(':') + 1));
-      std::string word;
-      while (words >> word)
-        if (word == flag) return true;
-      return false;
-    }
-  }
+  std::istringstream words(cpuinfo_field("flags"));
+  std::string word;
+  while (words >> word)
+    if (word == flag) return true;
   return false;
 }
 
@@ -178,7 +161,7 @@ DeviceInfo describe_device(const torch::Device& device) {
     // not enabled: --recipe fast 0.79x, the cnn 0.89x, sampling 0.73-0.82x), whose vdpbf16ps
     // does no more work a cycle than fp32 FMAs there (docs/precision.md). Intel with AMX tiles is
     // unmeasured, so auto keeps fp32 there too.
-    info.bf16_auto = info.bf16 && read_cpu_vendor() == "AuthenticAMD";
+    info.bf16_auto = info.bf16 && cpuinfo_field("vendor_id") == "AuthenticAMD";
     info.fp16 = false;  // LibTorch's CPU fp16 kernels are too sparse to train with
     return info;
   }

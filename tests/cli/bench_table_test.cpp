@@ -60,8 +60,8 @@ TEST(BenchTable, TheBestRowIsTakenAgainstTheFloorMeasuredBesideItsRepeats) {
   report.rows[0].floor_ratio = 1.25;
   report.rows[1].floor_sgemm_gflops = {100.0, 120.0};
   report.rows[1].floor_ratio = 1.4;
-  report.floor = train::ComputeFloor{1.6, 100.0, 0.016, {100.0, 90.0, 110.0, 100.0, 120.0},
-                                     "OpenBLAS runs its Prescott kernels"};
+  report.floor = train::ComputeFloor{
+      1.6, 100.0, 0.016, {100.0, 90.0, 110.0, 100.0, 120.0}, "OpenBLAS runs its Prescott kernels"};
   const auto table = bench_table(report);
   EXPECT_NE(table.find("at 100 GFLOP/s (2048^3 sgemm, all cores; median of 5, 90-120, one before "
                        "each repeat) = 0.02 s; best cpu row 2.00 s = 1.25x the floor (median of "
