@@ -245,7 +245,8 @@ Subcommand add_train_command(CLI::App& app) {
   sub->add_flag("--drop-last", config->drop_last, "Drop the last partial batch of each epoch");
   add_choice(sub, "--precision", config->precision,
              "fp32 | bf16 | fp16 | auto (bf16/fp16: autocast with fp32 weights; fp16 is CUDA "
-             "only and adds dynamic loss scaling; auto: bf16 where the device has native bf16)");
+             "only and adds dynamic loss scaling; auto: bf16 where the device's native bf16 was "
+             "measured faster: CUDA, AMD CPUs; devices says what auto picks)");
   sub->add_option("--clip-grad-norm", config->clip_grad_norm,
                   "Clip the gradients' L2 norm to this, after loss unscaling (0: off)")
       ->check(kNonNegative)

@@ -30,8 +30,9 @@ void check_sampler_options(const CLI::App& sub, const diffusion::SampleOptions& 
 // generate's and eval's --precision.
 inline constexpr const char* kSamplingPrecisionHelp =
     "auto | fp32 | bf16: the UNet's passes in bf16 (on CUDA a bf16 copy of it, on the CPU "
-    "autocast; the updates between passes stay fp32). auto: bf16 on a CPU with native bf16 "
-    "(twice as fast, the same quality), else fp32";
+    "autocast; the updates between passes stay fp32). auto: bf16 on an AMD CPU with native "
+    "bf16 (twice as fast, the same quality), else fp32 (Intel's bf16 CPUs too: slower there; "
+    "devices --json: bf16_auto)";
 // generate and eval: --guidance W and --guidance-interval FROM:TO (text into `interval`, parsed by
 // diffusion::parse_guidance_interval when the command runs). `prefix` starts each help text.
 void add_guidance_options(CLI::App* sub, diffusion::SampleOptions& options, std::string& interval,

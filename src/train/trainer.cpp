@@ -378,9 +378,10 @@ void TrainingRun::set_up_step() {
       config_.class_sampling == data::ClassSampling::kNatural
           ? std::min(config_.batch_size, std::max<int64_t>(1, data_.train.size()))
           : config_.batch_size;
-  // --precision auto on a CPU with native bf16: where the model has the fused fp32 CPU step, that
-  // step beats bf16 autocast (autograd) by ~2x on Zen 5 and Sapphire Rapids (docs/benchmarks.md),
-  // so auto keeps fp32 there; other models (conv nets: bf16 1.27x faster on Zen 5) keep bf16.
+  // --precision auto on a CPU whose native bf16 auto takes (DeviceInfo::bf16_auto): where the model
+  // has the fused fp32 CPU step, that step beats bf16 autocast (autograd) by ~2x on Zen 5 and
+  // Sapphire Rapids (docs/benchmarks.md), so auto keeps fp32 there; other models (conv nets:
+  // bf16 1.27x faster on Zen 5) keep bf16.
   // --micro-batches splits the autograd step's batches; auto then picks it over the fused one.
   if (config_.micro_batches < 1 || config_.micro_batches > config_.batch_size)
     throw Error("--micro-batches " + std::to_string(config_.micro_batches) +
