@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <cfloat>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -94,6 +95,48 @@ TEST(AdamKernels, EveryKernelMatchesTheLoop) {
             EXPECT_FALSE(torch::equal(got.p, start.p)) << where;
           }
         }
+}
+
+// A parameter whose gradient stays 0 has its first moment decay into float's subnormal range, where
+// Intel cores slow every vector op ~5x; the update flushes subnormals to 0 (adam_kernels.cpp).
+// Every kernel, the loop included, gives 0 for such a moment, leaves its weight exactly where the
+// exact arithmetic would, and hands the caller's floating-point mode back as it was.
+TEST(AdamKernels, SubnormalMomentsAreFlushedWithoutMovingAWeight) {
+#if !defined(__x86_64__)
+  GTEST_SKIP() << "the update flushes subnormals on x86 only";
+#endif
+  const float subnormal = FLT_MIN / 64;  // 1.8e-40
+  ASSERT_EQ(std::fpclassify(subnormal), FP_SUBNORMAL);
+  // Adam at step 1000, lr 1e-3: the moments of parameters with g = 0 for a long while.
+  const AdamScalars k{
+      0.9f,  0.999f, 0.1f, 0.001f, 1.0f / std::sqrt(1.0f - std::pow(0.999f, 1000.0f)),
+      1e-8f, -1e-3f, 0.0f, 1.0f};
+  const int64_t n = 37;  // a vector or two and a tail for every kernel
+  for (Kernel kernel : {Kernel::loops, Kernel::avx2, Kernel::avx512}) {
+    if (kernel != Kernel::loops && !gemm::available(kernel)) continue;
+    const std::string where = gemm::kernel_name(kernel);
+    auto p = torch::linspace(-1.0, 1.0, n) + 0.01;  // no weight near 0
+    auto g = torch::zeros({n});
+    auto m = torch::full({n}, subnormal), v = torch::full({n}, subnormal);
+    m.narrow(0, 0, n / 2).fill_(-subnormal);
+    const auto p0 = p.clone();
+    adam_update(p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(),
+                0, n, k, kernel);
+    EXPECT_TRUE(torch::equal(m, torch::zeros({n}))) << where;
+    EXPECT_TRUE(torch::equal(v, torch::zeros({n}))) << where;
+    // The exact update of each weight, in double: smaller than half its ulp, so the weight stays.
+    for (int64_t i = 0; i < n; ++i) {
+      const double m1 = 0.9 * (i < n / 2 ? -subnormal : subnormal);
+      const double exact =
+          p0[i].item<double>() +
+          k.neg_step * m1 / (std::sqrt(0.999 * subnormal) * k.inv_bias2_sqrt + k.eps);
+      EXPECT_EQ(p[i].item<float>(), static_cast<float>(exact)) << where << " element " << i;
+      EXPECT_EQ(p[i].item<float>(), p0[i].item<float>()) << where << " element " << i;
+    }
+    // The caller's mode is back: a subnormal result is still a subnormal here.
+    volatile float tiny = FLT_MIN;
+    EXPECT_EQ(std::fpclassify(tiny / 4), FP_SUBNORMAL) << where;
+  }
 }
 
 // `devices` names the update that runs: the matrix kernel's width where the CPU has it.
