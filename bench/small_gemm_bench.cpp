@@ -5,7 +5,7 @@
 //
 //   build/bench/small_gemm_bench                      # all shapes, all kernels
 //   build/bench/small_gemm_bench --benchmark_filter=layer1
-//   build/bench/small_gemm_bench --benchmark_filter=adam
+//   build/bench/small_gemm_bench --benchmark_filter=adam   # adam_subnormal: with subnormal moments
 //   build/bench/small_gemm_bench --benchmark_filter=step   # the whole step, Adam after it
 //
 // Counters: GFLOP/s of the product (2 m n k per call); for Adam, parameters updated per second.
@@ -76,7 +76,11 @@ void run_shape(benchmark::State& state, const Shape& s, Kernel kernel) {
                          benchmark::Counter::kIs1000);
 }
 
-void run_adam(benchmark::State& state, Kernel kernel) {
+// subnormal: an eighth of the gradients are subnormal (1e-39), as the update sees them once
+// parameters whose gradients stay 0 have their moments decayed below FLT_MIN. The update flushes
+// subnormals (train/adam_kernels.cpp), so this row should run at the plain row's rate; without
+// the flush, Intel cores took ~5x as long (docs/benchmarks.md).
+void run_adam(benchmark::State& state, Kernel kernel, bool subnormal) {
   if (!spritetorch::gemm::available(kernel)) {
     state.SkipWithError(
         (std::string(spritetorch::gemm::kernel_name(kernel)) + " cannot run here").c_str());
@@ -84,6 +88,8 @@ void run_adam(benchmark::State& state, Kernel kernel) {
   }
   const int64_t n = 109386 / 2;
   std::vector<float> p(n, 0.5f), g(n, 0.01f), m(n, 0.0f), v(n, 0.0f);
+  if (subnormal)
+    for (int64_t i = 0; i < n; i += 8) g[i] = 1e-39f;  // m converges to it, v to 0
   spritetorch::train::AdamScalars k{0.9f, 0.999f, 0.1f, 0.001f, 1.0f, 1e-8f, -1e-3f, 0.0f, 1.0f};
   for (auto _ : state) {
     spritetorch::train::adam_update(p.data(), g.data(), m.data(), v.data(), 0, n, k, kernel);
@@ -118,10 +124,13 @@ void run_step(benchmark::State& state) {
 
 const bool kRegistered = [] {
   spritetorch::set_blas_threads(1);  // as in the step, whose threads each call BLAS
-  for (Kernel kernel : {Kernel::avx2, Kernel::avx512, Kernel::loops})
-    benchmark::RegisterBenchmark(
-        (std::string("adam/") + spritetorch::gemm::kernel_name(kernel)).c_str(),
-        [kernel](benchmark::State& state) { run_adam(state, kernel); });
+  for (bool subnormal : {false, true})
+    for (Kernel kernel : {Kernel::avx2, Kernel::avx512, Kernel::loops})
+      benchmark::RegisterBenchmark(
+          (std::string(subnormal ? "adam_subnormal/" : "adam/") +
+           spritetorch::gemm::kernel_name(kernel))
+              .c_str(),
+          [kernel, subnormal](benchmark::State& state) { run_adam(state, kernel, subnormal); });
   for (const Shape& s : kShapes)
     for (Kernel kernel : {Kernel::avx2, Kernel::avx512, Kernel::blas})
       benchmark::RegisterBenchmark(
