@@ -7,6 +7,8 @@
 #include <immintrin.h>
 #endif
 
+#include "common/flush_subnormals.h"
+
 namespace spritetorch::train {
 
 namespace {
@@ -123,41 +125,13 @@ AdamKernel adam_kernel_for(gemm::Kernel kernel) {
   return AdamKernel::loops;
 }
 
-// Subnormal floats through the update: a parameter whose gradient stays 0 (a dead ReLU unit, the
-// weights of a pixel that is black in every image) has its first moment multiplied by b1 every
-// step, and from 1e-5 it is subnormal after ~800 steps. Intel cores take a microcode assist for
-// every vector instruction with a subnormal operand or result: on a Xeon (family 6, model 207) 12%
-// of the seed MLP's first moments were subnormal by step 2,000, and each step thread's half of the
-// update took 116 us instead of 24 (docs/benchmarks.md). So the update runs with the MXCSR's
-// flush-to-zero and denormals-are-zero bits set (what torch.set_flush_denormal(True) sets) and
-// restores the caller's: a subnormal p, g, m or v counts as 0, and a subnormal result is stored
-// as 0. The weights do not notice: the step a subnormal moment would have made is at most
-// |neg_step| FLT_MIN / eps (1.2e-32 at lr 1e-3, eps 1e-8, the first step's bias correction), below
-// half an ulp of any weight larger than ~1e-24.
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-class FlushSubnormals {
- public:
-  FlushSubnormals() : saved_(_mm_getcsr()) {
-    _mm_setcsr(saved_ | kFlushToZero | kDenormalsAreZero);
-  }
-  ~FlushSubnormals() { _mm_setcsr(saved_); }
-  FlushSubnormals(const FlushSubnormals&) = delete;
-  FlushSubnormals& operator=(const FlushSubnormals&) = delete;
-
- private:
-  static constexpr unsigned kFlushToZero = 0x8000, kDenormalsAreZero = 0x0040;
-  unsigned saved_;
-};
-#else
-// Other CPUs run the plain loop, unflushed: whether their subnormals cost is unmeasured.
-struct FlushSubnormals {};
-#endif
-
 }  // namespace
 
 void adam_update(float* p, const float* g, float* m, float* v, int64_t begin, int64_t end,
                  const AdamScalars& k, gemm::Kernel kernel) {
-  const FlushSubnormals flush;  // every kernel, the loop included: they agree on subnormals too
+  // Subnormal moments cost Intel cores ~5x (common/flush_subnormals.h). Every kernel, the loop
+  // included, so they agree on subnormals too.
+  const FlushSubnormals flush;
   switch (adam_kernel_for(kernel)) {
 #ifdef SPRITETORCH_ADAM_SIMD
     case AdamKernel::avx512:

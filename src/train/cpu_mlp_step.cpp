@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "common/flush_subnormals.h"
 #include "common/small_gemm.h"
 
 namespace spritetorch::train {
@@ -258,14 +259,26 @@ void CpuMlpStep::run(const data::Batch& batch, torch::Tensor& loss_sum, torch::T
   }
   const float* xp = x.data_ptr<float>();
   const int rows = static_cast<int>(b);
+  // Subnormals flushed on every thread (common/flush_subnormals.h): a confident model's softmax
+  // puts probabilities below FLT_MIN into dz, and the products carry them on.
   if (threads_ == 1) {
+    const FlushSubnormals flush;
     forward_first_layer(0, xp, rows);
     rows_forward_backward(0, label, rows);
     backward_first_layer(0, xp, rows);
   } else {
-    pool_->run([&](int t) { forward_first_layer(t, xp, rows); });
-    pool_->run([&](int t) { rows_forward_backward(t, label, rows); });
-    pool_->run([&](int t) { backward_first_layer(t, xp, rows); });
+    pool_->run([&](int t) {
+      const FlushSubnormals flush;
+      forward_first_layer(t, xp, rows);
+    });
+    pool_->run([&](int t) {
+      const FlushSubnormals flush;
+      rows_forward_backward(t, label, rows);
+    });
+    pool_->run([&](int t) {
+      const FlushSubnormals flush;
+      backward_first_layer(t, xp, rows);
+    });
   }
   // All gradients are final now; a distributed reducer may start, last layer first.
   if (grad_ready_)

@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "train/adam_kernels.h"
+#include "train/sgd_kernel.h"
 
 namespace spritetorch::train {
 
@@ -218,6 +219,18 @@ void FlatOptimizer::step_on_device(const torch::Tensor& found_inf) {
   }
 }
 
+void FlatOptimizer::over_threads(const std::function<void(int64_t, int64_t)>& update) const {
+  const int64_t n = values_.numel();
+  if (!pool_ || pool_->size() == 1) return update(0, n);
+  const int parts = pool_->size();
+  pool_->run([&](int t) {
+    // Ranges on 64-byte boundaries, so no two threads write one cache line.
+    const int64_t begin = n * t / parts / 16 * 16;
+    const int64_t end = t + 1 == parts ? n : n * (t + 1) / parts / 16 * 16;
+    update(begin, end);
+  });
+}
+
 void FlatOptimizer::adam_step() {
   const double b1 = options_.beta1, b2 = options_.beta2;
   const double bias1 = 1.0 - std::pow(b1, static_cast<double>(steps_));
@@ -241,18 +254,7 @@ void FlatOptimizer::adam_step() {
     const float* g = grads_.data_ptr<float>();
     float* m = exp_avg_.data_ptr<float>();
     float* v = exp_avg_sq_.data_ptr<float>();
-    const int64_t n = values_.numel();
-    if (!pool_ || pool_->size() == 1) {
-      adam_update(p, g, m, v, 0, n, k);
-      return;
-    }
-    const int parts = pool_->size();
-    pool_->run([&](int t) {
-      // Ranges on 64-byte boundaries, so no two threads write one cache line.
-      const int64_t begin = n * t / parts / 16 * 16;
-      const int64_t end = t + 1 == parts ? n : n * (t + 1) / parts / 16 * 16;
-      adam_update(p, g, m, v, begin, end, k);
-    });
+    over_threads([&](int64_t begin, int64_t end) { adam_update(p, g, m, v, begin, end, k); });
     return;
   }
   // Any other device: five whole-buffer kernels, the same arithmetic.
@@ -266,6 +268,16 @@ void FlatOptimizer::adam_step() {
 
 void FlatOptimizer::sgd_step() {
   const double wd = options_.weight_decay;
+  if (values_.is_cpu() && values_.scalar_type() == torch::kFloat32) {
+    const SgdScalars k{static_cast<float>(options_.lr), static_cast<float>(options_.momentum),
+                       static_cast<float>(wd), steps_ == 1};
+    float* p = values_.data_ptr<float>();
+    const float* g = grads_.data_ptr<float>();
+    float* buf = options_.momentum != 0.0 ? exp_avg_.data_ptr<float>() : nullptr;
+    over_threads([&](int64_t begin, int64_t end) { sgd_update(p, g, buf, begin, end, k); });
+    return;
+  }
+  // Any other device: whole-buffer ops, the same arithmetic.
   const torch::Tensor grads = wd != 0.0 ? grads_.add(values_, wd) : grads_;  // L2, as PyTorch's SGD
   if (options_.momentum == 0.0) {
     values_.add_(grads, -options_.lr);

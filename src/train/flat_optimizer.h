@@ -10,6 +10,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/torch.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -70,6 +71,9 @@ class FlatOptimizer {
   void load_state(const std::map<std::string, torch::Tensor>& state);
 
  private:
+  // The CPU update over all elements: update(begin, end) on each of the pool's threads over its
+  // share (or once over all of them without a pool).
+  void over_threads(const std::function<void(int64_t begin, int64_t end)>& update) const;
   void adam_step();
   void sgd_step();
 
