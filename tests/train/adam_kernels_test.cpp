@@ -98,7 +98,8 @@ TEST(AdamKernels, EveryKernelMatchesTheLoop) {
 }
 
 // A parameter whose gradient stays 0 has its first moment decay into float's subnormal range, where
-// Intel cores slow every vector op ~5x; the update flushes subnormals to 0 (adam_kernels.cpp).
+// Intel cores take a microcode assist on every vector op that touches one (the update ran 5x
+// slower); the update flushes subnormals to 0 (common/flush_subnormals.h).
 // Every kernel, the loop included, gives 0 for such a moment, leaves its weight exactly where the
 // exact arithmetic would, and hands the caller's floating-point mode back as it was.
 TEST(AdamKernels, SubnormalMomentsAreFlushedWithoutMovingAWeight) {
