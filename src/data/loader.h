@@ -85,10 +85,12 @@ class ResidentLoader : public Loader {
  private:
   int64_t epoch_size() const;  // samples this loader serves per epoch (this rank's shard)
   // CPU, uint8 inputs: rows[0..b) (or [start, start + b) when rows is null) as float32 / 255,
-  // and a prefetch of next_rows[0..next_count), the next batch's.
+  // and a prefetch of next_rows[0..next_count), the next batch's. Written into `reuse` where that
+  // can be done unseen (see reusable), else into a new tensor.
   torch::Tensor gather_cpu_uint8(const int64_t* rows, int64_t start, int64_t b,
-                                 const int64_t* next_rows, int64_t next_count);
-  torch::Tensor gather_cpu_labels(const int64_t* rows, int64_t b) const;  // (b) int64
+                                 const int64_t* next_rows, int64_t next_count, torch::Tensor reuse);
+  // (b) int64, into `reuse` where it can be.
+  torch::Tensor gather_cpu_labels(const int64_t* rows, int64_t b, torch::Tensor reuse) const;
   // CPU, uint8 inputs: start fetching the dataset rows rows[begin..end).
   void prefetch_rows(const int64_t* rows, int64_t begin, int64_t end) const;
   torch::Tensor inputs_;       // the dataset's inputs, on device_

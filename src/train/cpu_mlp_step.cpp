@@ -227,13 +227,21 @@ void CpuMlpStep::run(const data::Batch& batch, torch::Tensor& loss_sum, torch::T
     throw Error("CPU MLP step: batch of " + std::to_string(b) + " is larger than its buffers (" +
                 std::to_string(max_batch_) + ")");
   Layer& first = *layers_[0];
-  // x: (B, in) float32, contiguous (a no-op for the loaders' batches).
-  const auto x = batch.inputs.reshape({b, -1}).contiguous();
-  if (!x.is_cpu() || x.scalar_type() != torch::kFloat32 || x.size(1) != first.in)
+  // x: (B, in) float32, contiguous. The loaders' batches are already, and are read in place: a
+  // reshape and its checks cost a few us of dispatch a step, while the step's other thread waits.
+  const torch::Tensor& in = batch.inputs;
+  const bool in_place = in.defined() && in.is_cpu() && in.scalar_type() == torch::kFloat32 &&
+                        in.dim() >= 1 && in.size(0) == b && in.is_contiguous() &&
+                        in.numel() == b * first.in;
+  const auto x = in_place ? in : in.reshape({b, -1}).contiguous();
+  if (!in_place && (!x.is_cpu() || x.scalar_type() != torch::kFloat32 || x.size(1) != first.in))
     throw Error("CPU MLP step: expected float32 CPU inputs of " + std::to_string(first.in) +
                 " features, got " + std::string(c10::toString(x.scalar_type())) + " on " +
                 x.device().str() + " with " + std::to_string(x.size(1)));
-  const auto labels = batch.labels.to(torch::kInt64).contiguous();
+  const torch::Tensor& y = batch.labels;
+  const auto labels = y.is_cpu() && y.scalar_type() == torch::kInt64 && y.is_contiguous()
+                          ? y
+                          : y.to(torch::kCPU).to(torch::kInt64).contiguous();
   const int64_t classes = layers_.back()->out;
   const int64_t* label = labels.data_ptr<int64_t>();
   for (int64_t r = 0; r < b; ++r)

@@ -167,6 +167,35 @@ TEST(ResidentLoader, HeldBatchesStayIntactAndEqualTheGeneralConversion) {
   }
 }
 
+// A batch only the caller's Batch holds is written over by the next (no allocation a step); one
+// that anything else still reaches, a view of it included, is left alone.
+TEST(ResidentLoader, ReusesABatchNothingElseHoldsAndNoOtherOne) {
+  const int64_t n = 40;
+  Dataset d = indexed_dataset(n);
+  d.inputs = torch::randint(0, 256, {n, 1, 4, 3}, torch::kUInt8);
+  ResidentLoader loader(d, torch::kCPU, {8, true, false, 5});
+  loader.start_epoch(0);
+  Batch b;
+  ASSERT_TRUE(loader.next(b));
+  const void* inputs = b.inputs.data_ptr();
+  const void* labels = b.labels.data_ptr();
+  ASSERT_TRUE(loader.next(b));
+  EXPECT_EQ(b.inputs.data_ptr(), inputs) << "the dropped batch's memory, written again";
+  EXPECT_EQ(b.labels.data_ptr(), labels);
+  EXPECT_TRUE(torch::equal(b.inputs, to_model_input(d.inputs.index_select(0, b.labels))));
+
+  const torch::Tensor view = b.inputs.view({8, 12});  // another reference to the same memory
+  const torch::Tensor kept = view.clone();
+  const torch::Tensor kept_labels = b.labels;
+  const torch::Tensor labels_copy = b.labels.clone();
+  ASSERT_TRUE(loader.next(b));
+  EXPECT_NE(b.inputs.data_ptr(), inputs);
+  EXPECT_NE(b.labels.data_ptr(), labels);
+  EXPECT_TRUE(torch::equal(view, kept)) << "a view of the last batch is not overwritten";
+  EXPECT_TRUE(torch::equal(kept_labels, labels_copy));
+  EXPECT_TRUE(torch::equal(b.inputs, to_model_input(d.inputs.index_select(0, b.labels))));
+}
+
 TEST(DummyData, DeterministicLearnableAndBothClasses) {
   const auto a = make_dummy_dataset(500, 9), b = make_dummy_dataset(500, 9);
   EXPECT_TRUE(torch::equal(a.inputs, b.inputs));
