@@ -128,7 +128,7 @@ namespace {
 bool reusable(const torch::Tensor& t, at::IntArrayRef shape, torch::ScalarType type) {
   return t.defined() && t.is_cpu() && t.scalar_type() == type && t.sizes() == shape &&
          t.is_contiguous() && t.storage_offset() == 0 && t.use_count() == 1 &&
-         t.storage().use_count() == 1 && !t.requires_grad() && t.is_non_overlapping_and_dense();
+         t.storage().use_count() == 1 && !t.requires_grad();
 }
 }  // namespace
 
@@ -178,7 +178,7 @@ torch::Tensor ResidentLoader::gather_cpu_labels(const int64_t* rows, int64_t b,
   // labels_.index_select, without its microseconds of dispatch.
   const int64_t shape[] = {b};
   auto out =
-      reusable(reuse, shape, torch::kInt64) ? std::move(reuse) : torch::empty({b}, torch::kInt64);
+      reusable(reuse, shape, torch::kInt64) ? std::move(reuse) : torch::empty(shape, torch::kInt64);
   const int64_t* from = labels_.data_ptr<int64_t>();
   int64_t* to = out.data_ptr<int64_t>();
   for (int64_t i = 0; i < b; ++i) to[i] = from[rows[i]];
