@@ -46,17 +46,22 @@ std::string describe_blas(const char* openblas_config, bool libtorch_has_mkl) {
   return "BLAS without OpenBLAS symbols (reference BLAS? install libopenblas0-pthread)";
 }
 
-std::string openblas_core_advice(const char* core, bool cpu_avx2_fma, bool cpu_avx512,
-                                 bool user_set) {
-  if (core == nullptr || user_set || !cpu_avx2_fma) return "";
-  // OpenBLAS 0.3.21's x86-64 core names (driver/others/dynamic.c) whose kernels stop short of
-  // AVX2 and FMA; an AMD core it knows keeps its own choice (Zen runs the Haswell kernels).
+std::string openblas_core_advice(const char* core, bool cpu_avx2_fma, bool cpu_avx512) {
+  if (core == nullptr || !cpu_avx2_fma) return "";
+  // OpenBLAS 0.3.21's x86-64 core names (driver/others/dynamic.c) with AVX-512 sgemm kernels.
+  static const char* const kAvx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
+  // Those whose kernels stop short of AVX2 and FMA (an AMD core it knows, "Zen", runs the Haswell
+  // kernels: AVX2).
   static const char* const kBelowAvx2[] = {"Katmai",     "Coppermine", "Northwood",  "Prescott",
                                            "Banias",     "Atom",       "Core2",      "Penryn",
                                            "Dunnington", "Nehalem",    "Sandybridge"};
-  for (const char* name : kBelowAvx2)
-    if (std::strcmp(core, name) == 0) return cpu_avx512 ? "SkylakeX" : "Haswell";
-  return "";
+  auto one_of = [core](const auto& names) {
+    for (const char* name : names)
+      if (std::strcmp(core, name) == 0) return true;
+    return false;
+  };
+  if (cpu_avx512) return one_of(kAvx512) ? "" : "SkylakeX";
+  return one_of(kBelowAvx2) ? "Haswell" : "";
 }
 
 std::string openblas_core() {
@@ -73,13 +78,20 @@ std::string openblas_core_warning() {
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
                       __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-  const char* set = std::getenv("OPENBLAS_CORETYPE");
-  const std::string advice = openblas_core_advice(core.empty() ? nullptr : core.c_str(), avx2,
-                                                  avx512, set != nullptr && *set != 0);
+  const std::string advice =
+      openblas_core_advice(core.empty() ? nullptr : core.c_str(), avx2, avx512);
   if (advice.empty()) return "";
-  return "OpenBLAS runs its " + core + " kernels on this " + (avx512 ? "AVX-512" : "AVX2") +
-         " CPU (it does not know the CPU's model), so LibTorch's matrix products run at a fraction "
-         "of the CPU's speed: run with OPENBLAS_CORETYPE=" +
+  const char* set = std::getenv("OPENBLAS_CORETYPE");
+  const std::string cpu = avx512 ? "AVX-512" : "AVX2";
+  const std::string why = set != nullptr && *set != 0
+                              ? "OPENBLAS_CORETYPE=" + std::string(set) +
+                                    " in the environment runs OpenBLAS's " + core +
+                                    " kernels on this " + cpu + " CPU"
+                              : "OpenBLAS runs its " + core + " kernels on this " + cpu +
+                                    " CPU (it does not know the CPU's model)";
+  return why +
+         ", so LibTorch's matrix products run at a fraction of the CPU's speed: run with "
+         "OPENBLAS_CORETYPE=" +
          advice + " in the environment";
 #else
   return "";  // the fallback to pre-AVX2 kernels is an x86 one

@@ -51,20 +51,23 @@ std::string describe_blas(const char* openblas_config, bool libtorch_has_mkl);
 // CPU's model number, and a release older than the CPU falls back to its oldest x86-64 kernels:
 // Debian 12's 0.3.21 takes an Intel Xeon of family 6 model 207 (5th generation, AVX-512) for a
 // "Prescott" and multiplies with SSE3, 4.4x slower than with its own AVX-512 kernels there
-// (docs/benchmarks.md, "Intel Xeon"). It reads OPENBLAS_CORETYPE before the process's own code
-// runs, so spritetorch cannot change the choice; it says so, with the setting that fixes it.
+// (docs/benchmarks.md, "Intel Xeon"). The environment can narrow them too: with
+// OPENBLAS_CORETYPE=Haswell on a Zen 5, whose own pick is Cooperlake, a 2048^3 sgemm runs at 131
+// GFLOP/s instead of 185, and `bench`'s floor with it (docs/benchmarks.md, "Zen 5"). OpenBLAS reads
+// OPENBLAS_CORETYPE before the process's own code runs, so spritetorch cannot change the choice; it
+// says so, with the setting that fixes it.
 //
-// The OPENBLAS_CORETYPE to advise when `core` (openblas_get_corename()) is one of OpenBLAS's x86
-// cores without AVX2 kernels while the CPU runs AVX2 and FMA: "SkylakeX" where it also runs
-// AVX-512 (F, CD, BW, DQ, VL), else "Haswell". Empty when the choice is right, when core is null
-// (not OpenBLAS) or when the user already set OPENBLAS_CORETYPE (`user_set`: their choice stands).
-std::string openblas_core_advice(const char* core, bool cpu_avx2_fma, bool cpu_avx512,
-                                 bool user_set);
+// The OPENBLAS_CORETYPE to advise when `core` (openblas_get_corename()) runs narrower vectors than
+// the CPU: "SkylakeX" on a CPU with AVX-512 (F, CD, BW, DQ, VL) whose core is not one of
+// OpenBLAS's AVX-512 ones, "Haswell" on an AVX2 + FMA CPU whose core stops short of AVX2. Empty
+// when the choice is right or when core is null (not OpenBLAS). Whoever chose the core (OpenBLAS
+// or OPENBLAS_CORETYPE), the products run below the CPU's speed; the warning's words differ.
+std::string openblas_core_advice(const char* core, bool cpu_avx2_fma, bool cpu_avx512);
 // The kernels OpenBLAS runs in this process (openblas_get_corename()), or "" when it is not
 // OpenBLAS.
 std::string openblas_core();
 // A sentence for devices, bench and train's settings when openblas_core_advice() advises for this
-// process and CPU; empty otherwise.
+// process and CPU (naming OPENBLAS_CORETYPE when the environment set it); empty otherwise.
 std::string openblas_core_warning();
 // "2 intra-op, 1 BLAS" ("?" BLAS when it is not OpenBLAS): the settings tables' and devices' text.
 std::string describe_cpu_threads(const CpuThreads& threads);
