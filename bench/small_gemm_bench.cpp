@@ -121,6 +121,7 @@ void run_step(benchmark::State& state) {
   spritetorch::train::CpuMlpStep step(model->relu_mlp_layers(), 64,
                                       static_cast<int>(state.range(0)));
   optimizer.use_thread_pool(step.thread_pool());
+  optimizer.use_thread_shares(step.update_shares());  // as the trainer does
   // 16 batches, as a resident loader hands them over: (64, 1, 28, 28) float32, labels int64.
   std::vector<spritetorch::data::Batch> batches;
   for (int i = 0; i < 16; ++i)

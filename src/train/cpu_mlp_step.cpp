@@ -20,6 +20,11 @@ struct Range {
 Range split(int64_t n, int t, int parts) {
   return {static_cast<int>(n * t / parts), static_cast<int>(n * (t + 1) / parts)};
 }
+// The same on 16-float (64-byte) boundaries, so that no two threads write one cache line.
+Range split_by_lines(int64_t n, int t, int parts) {
+  return {static_cast<int>(n * t / parts / 16 * 16),
+          static_cast<int>(t + 1 == parts ? n : n * (t + 1) / parts / 16 * 16)};
+}
 
 // Through the ReLU: grad = 0 where the activation is not positive (torch's threshold_backward).
 void relu_backward(float* grad, const float* activation, int rows, int cols, int ld) {
@@ -210,7 +215,8 @@ void CpuMlpStep::backward_first_layer(int t, const float* x, int batch) {
   for (size_t l = 1; l < layers_.size(); ++l) {
     Layer& layer = *layers_[l];
     const int64_t weights = int64_t{layer.out} * layer.in;
-    const Range w = split(weights, t, threads_), b = split(layer.out, t, threads_);
+    const Range w = split_by_lines(weights, t, threads_);
+    const Range b = split_by_lines(layer.out, t, threads_);
     for (int s = 1; s < threads_; ++s) {
       const float* pw = layer.partial_weight(s);
       const float* pb = layer.partial_bias(s);
@@ -218,6 +224,25 @@ void CpuMlpStep::backward_first_layer(int t, const float* x, int batch) {
       for (int i = b.begin; i < b.end; ++i) layer.bias_grad[i] += pb[i];
     }
   }
+}
+
+ParameterShares CpuMlpStep::update_shares() const {
+  if (!pool_) return {};
+  ParameterShares shares(threads_);
+  for (int t = 0; t < threads_; ++t) {
+    const Range units = split(layers_[0]->out, t, threads_);
+    const int64_t in = layers_[0]->in;
+    shares[t].push_back({modules_[0]->weight, units.begin * in, units.end * in});
+    shares[t].push_back({modules_[0]->bias, units.begin, units.end});
+    for (size_t l = 1; l < layers_.size(); ++l) {
+      const Layer& layer = *layers_[l];
+      const Range w = split_by_lines(int64_t{layer.out} * layer.in, t, threads_);
+      const Range b = split_by_lines(layer.out, t, threads_);
+      shares[t].push_back({modules_[l]->weight, w.begin, w.end});
+      shares[t].push_back({modules_[l]->bias, b.begin, b.end});
+    }
+  }
+  return shares;
 }
 
 void CpuMlpStep::run(const data::Batch& batch, torch::Tensor& loss_sum, torch::Tensor& correct) {

@@ -224,11 +224,48 @@ void FlatOptimizer::over_threads(const std::function<void(int64_t, int64_t)>& up
   if (!pool_ || pool_->size() == 1) return update(0, n);
   const int parts = pool_->size();
   pool_->run([&](int t) {
+    if (!ranges_.empty()) {
+      for (const auto& [begin, end] : ranges_[t]) update(begin, end);
+      return;
+    }
     // Ranges on 64-byte boundaries, so no two threads write one cache line.
     const int64_t begin = n * t / parts / 16 * 16;
     const int64_t end = t + 1 == parts ? n : n * (t + 1) / parts / 16 * 16;
     update(begin, end);
   });
+}
+
+bool FlatOptimizer::use_thread_shares(const ParameterShares& shares) {
+  ranges_.clear();
+  if (!pool_ || static_cast<int>(shares.size()) != pool_->size() || !values_.is_cpu() ||
+      values_.scalar_type() != torch::kFloat32)
+    return false;
+  const float* base = values_.data_ptr<float>();
+  const int64_t n = values_.numel();
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> ranges(shares.size());
+  std::vector<std::pair<int64_t, int64_t>> all;
+  for (size_t t = 0; t < shares.size(); ++t)
+    for (const auto& share : shares[t]) {
+      const auto& p = share.parameter;
+      if (!p.defined() || !p.is_cpu() || p.scalar_type() != torch::kFloat32 || !p.is_contiguous() ||
+          share.begin < 0 || share.begin > share.end || share.end > p.numel())
+        return false;
+      const int64_t offset = p.data_ptr<float>() - base;  // where the parameter's view starts
+      if (offset < 0 || offset + p.numel() > n) return false;
+      if (share.begin == share.end) continue;
+      ranges[t].emplace_back(offset + share.begin, offset + share.end);
+      all.emplace_back(offset + share.begin, offset + share.end);
+    }
+  // Every element exactly once: sorted, the ranges must tile [0, n).
+  std::sort(all.begin(), all.end());
+  int64_t covered = 0;
+  for (const auto& [begin, end] : all) {
+    if (begin != covered) return false;
+    covered = end;
+  }
+  if (covered != n) return false;
+  ranges_ = std::move(ranges);
+  return true;
 }
 
 void FlatOptimizer::adam_step() {

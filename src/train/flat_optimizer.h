@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/shard_pool.h"
+#include "train/parameter_share.h"
 
 namespace spritetorch::train {
 
@@ -48,7 +49,17 @@ class FlatOptimizer {
   void set_lr(double lr);
   void step();
   // CPU: split step()'s Adam loop over these threads (the fused step's, train_step.h); null: one.
-  void use_thread_pool(std::shared_ptr<ShardPool> pool) { pool_ = std::move(pool); }
+  void use_thread_pool(std::shared_ptr<ShardPool> pool) {
+    pool_ = std::move(pool);
+    ranges_.clear();
+  }
+  // CPU: shard t of step()'s loop updates shares[t] instead of an even t-th of the flat buffer:
+  // the parameters whose gradients that thread of the fused step wrote (CpuMlpStep::update_shares),
+  // so the update finds them in its own core's cache. A share split with the other thread cost
+  // that thread 1.7x its update on a Zen 5 (docs/benchmarks.md). Needs the pool first, one list
+  // per shard, parameters inside this optimizer's buffer, and every element in exactly one share;
+  // otherwise false and the even split stays.
+  bool use_thread_shares(const ParameterShares& shares);
   // The same update with nothing read from or decided on the host, for CUDA graph capture and for
   // fp16 loss scaling without a per-step synchronisation (precision/grad_scaler.h): the step count
   // lives on the device and the bias corrections are computed there. found_inf: (1) or () float on
@@ -74,6 +85,8 @@ class FlatOptimizer {
   // The CPU update over all elements: update(begin, end) on each of the pool's threads over its
   // share (or once over all of them without a pool).
   void over_threads(const std::function<void(int64_t begin, int64_t end)>& update) const;
+  // use_thread_shares' plan as ranges of the flat buffer, per shard; empty: the even split.
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> ranges_;
   void adam_step();
   void sgd_step();
 

@@ -23,6 +23,7 @@
 #include "models/classifier.h"
 #include "precision/precision.h"
 #include "train/config.h"
+#include "train/parameter_share.h"
 
 namespace spritetorch::precision {
 class GradScaler;
@@ -57,6 +58,9 @@ class TrainStep {
   virtual int threads() const { return 1; }
   // Those threads, for the optimizer's step to use as well (null when the step has none).
   virtual std::shared_ptr<ShardPool> thread_pool() const { return nullptr; }
+  // For the optimizer's step on those threads: what each one should update (the parameters whose
+  // gradients it wrote; FlatOptimizer::use_thread_shares). Empty: no preference.
+  virtual ParameterShares update_shares() const { return {}; }
   // The matrix kernel of a step that runs its own (gemm::kernel_name), else null.
   virtual const char* kernel() const { return nullptr; }
   // Each batch in up to `count` chunks (TrainConfig::micro_batches). False for a step that cannot

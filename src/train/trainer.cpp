@@ -420,6 +420,8 @@ void TrainingRun::set_up_step() {
             step_->name(),
         "drop --step-threads (--threads sets LibTorch's threads for it)");
   optimizer_->use_thread_pool(step_->thread_pool());  // the optimizer step splits over them too
+  // Each thread over what it wrote: refused (the even split) where the plan does not fit.
+  optimizer_->use_thread_shares(step_->update_shares());
   parallel_.attach(*step_, *optimizer_, trainable_parameters(task_.module()));
   if (use_graphs_)
     graph_step_ = std::make_unique<CudaGraphStep>(

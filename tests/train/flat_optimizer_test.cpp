@@ -62,6 +62,36 @@ TEST(FlatOptimizer, AdamOverThreadsMatchesLibTorchAdam) {
   EXPECT_LT(max_difference("adam", 0, 20, std::make_shared<ShardPool>(3)), 1e-5);
 }
 
+// Shares of the update per thread: a plan that tiles the parameters runs (the same values as the
+// even split), one that misses, repeats or names a tensor outside the buffer is refused and the
+// even split stays.
+TEST(FlatOptimizer, ThreadSharesMustTileTheParametersOnce) {
+  auto a = torch::rand({10, 4}), b = torch::rand({6});
+  auto pa = a.clone(), pb = b.clone();  // become views of `shared`'s buffer
+  const auto initial = torch::cat({a.flatten(), b});
+  FlatOptimizer even({a, b}, {"adam", 0.1, 0.9, 0.999, 1e-8, 0});
+  FlatOptimizer shared({pa, pb}, {"adam", 0.1, 0.9, 0.999, 1e-8, 0});
+  even.use_thread_pool(std::make_shared<ShardPool>(2));
+  shared.use_thread_pool(std::make_shared<ShardPool>(2));
+  auto outside = torch::rand({6});
+  EXPECT_FALSE(shared.use_thread_shares({{{pa, 0, 40}}, {{pb, 0, 5}}}));                // a gap
+  EXPECT_FALSE(shared.use_thread_shares({{{pa, 0, 40}}, {{pb, 0, 6}, {pa, 39, 40}}}));  // twice
+  EXPECT_FALSE(shared.use_thread_shares({{{pa, 0, 40}}, {{outside, 0, 6}}}));  // not its buffer
+  EXPECT_FALSE(shared.use_thread_shares({{{pa, 0, 40}, {pb, 0, 6}}}));         // one list, 2 shards
+  EXPECT_FALSE(shared.use_thread_shares({{{pa, 0, 41}}, {{pb, 0, 6}}}));       // past the end
+  // Thread 0 takes the end of the buffer, thread 1 the start: still every element once.
+  ASSERT_TRUE(shared.use_thread_shares({{{pa, 20, 40}, {pb, 0, 6}}, {{pa, 0, 20}}}));
+  for (int s = 0; s < 3; ++s) {
+    const auto g = torch::rand({46});
+    even.grads().copy_(g);
+    shared.grads().copy_(g);
+    even.step();
+    shared.step();
+  }
+  EXPECT_TRUE(torch::equal(even.values(), shared.values()));
+  EXPECT_FALSE(torch::equal(shared.values(), initial));  // the steps moved the parameters
+}
+
 TEST(FlatOptimizer, AdamStaysExactWhereTheSecondMomentIsZero) {
   // A parameter whose gradient is always zero has v = 0: the fast square root must give 0 there
   // (not NaN), so the parameter does not move.

@@ -34,6 +34,10 @@ void expect_matches_autograd(const models::ModelSpec& spec, int64_t batch, const
   auto fused = make(b, batch);
   ASSERT_STREQ(fused->name(), "fused-mlp");
   ob.use_thread_pool(fused->thread_pool());
+  // The fused CPU step's threads each update what they wrote, as in the trainer.
+  if (fused->thread_pool()) {
+    EXPECT_TRUE(ob.use_thread_shares(fused->update_shares()));
+  }
   auto shape = spec.input_shape;
   auto la = torch::zeros({}), lb = torch::zeros({});
   auto ca = torch::zeros({}, torch::kInt64), cb = torch::zeros({}, torch::kInt64);
@@ -102,6 +106,44 @@ TEST(CpuMlpStep, MatchesAutogradOnSimpleNn) {
                    " threads");
       expect_matches_autograd(kSimpleNn, 32, cpu_step(threads, kernel), {32, 17, 3});
     }
+}
+
+// The optimizer's update split as the step wrote the gradients, against the even split: the same
+// weights to the last bit (each element's update does not depend on the thread that runs it), and
+// every parameter element in exactly one thread's share (use_thread_shares checks that).
+TEST(CpuMlpStep, UpdateSharesTileTheParametersAndTrainAsTheEvenSplit) {
+  for (int threads : {2, 3}) {
+    SCOPED_TRACE(std::to_string(threads) + " threads");
+    torch::manual_seed(5);
+    auto a = models::make_model(kSeedNetwork), b = models::make_model(kSeedNetwork);
+    {
+      torch::NoGradGuard no_grad;
+      auto pa = a->parameters(), pb = b->parameters();
+      for (size_t i = 0; i < pa.size(); ++i) pb[i].copy_(pa[i]);
+    }
+    FlatOptimizer oa(a->parameters(), {}), ob(b->parameters(), {});
+    CpuMlpStep sa(a->relu_mlp_layers(), 64, threads), sb(b->relu_mlp_layers(), 64, threads);
+    oa.use_thread_pool(sa.thread_pool());
+    ob.use_thread_pool(sb.thread_pool());
+    const auto shares = sb.update_shares();
+    ASSERT_EQ(static_cast<int>(shares.size()), threads);
+    // Thread t's first share is its units' rows of W_1, as phase 3 wrote them.
+    EXPECT_EQ(shares[0][0].begin, 0);
+    EXPECT_EQ(shares[threads - 1][0].end, 128 * 784);
+    ASSERT_TRUE(ob.use_thread_shares(shares));
+    const auto initial = ob.values().clone();
+    auto loss = torch::zeros({});
+    auto correct = torch::zeros({}, torch::kInt64);
+    for (int64_t rows : {64, 64, 37}) {
+      data::Batch x{torch::rand({rows, 1, 28, 28}), torch::randint(0, 10, {rows}, torch::kInt64)};
+      sa.run(x, loss, correct);
+      oa.step();
+      sb.run(x, loss, correct);
+      ob.step();
+    }
+    EXPECT_TRUE(torch::equal(oa.values(), ob.values()));
+    EXPECT_FALSE(torch::equal(ob.values(), initial));  // the steps moved the weights
+  }
 }
 
 TEST(CpuMlpStep, ReportsEachGradientOnceWhenFinal) {
