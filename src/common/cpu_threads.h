@@ -52,10 +52,10 @@ std::string describe_blas(const char* openblas_config, bool libtorch_has_mkl);
 // Debian 12's 0.3.21 takes an Intel Xeon of family 6 model 207 (5th generation, AVX-512) for a
 // "Prescott" and multiplies with SSE3, 4.4x slower than with its own AVX-512 kernels there
 // (docs/benchmarks.md, "Intel Xeon"). The environment can narrow them too: with
-// OPENBLAS_CORETYPE=Haswell on a Zen 5, whose own pick is Cooperlake, a 2048^3 sgemm runs at 131
-// GFLOP/s instead of 185, and `bench`'s floor with it (docs/benchmarks.md, "Zen 5"). OpenBLAS reads
-// OPENBLAS_CORETYPE before the process's own code runs, so spritetorch cannot change the choice; it
-// says so, with the setting that fixes it.
+// OPENBLAS_CORETYPE=Haswell on a Zen 5, whose own pick is Cooperlake, `bench`'s floor (a 2048^3
+// sgemm on both cores) measured 205-207 GFLOP/s instead of 371-396 (docs/benchmarks.md, "Zen 5").
+// OpenBLAS reads OPENBLAS_CORETYPE before the process's own code runs, so spritetorch cannot change
+// the choice; it says so, with the setting that fixes it.
 //
 // The OPENBLAS_CORETYPE to advise when `core` (openblas_get_corename()) runs narrower vectors than
 // the CPU: "SkylakeX" on a CPU with AVX-512 (F, CD, BW, DQ, VL) whose core is not one of

@@ -12,12 +12,23 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 namespace spritetorch {
+
+// [begin, end) of shard `shard`'s nearly equal part of `n` floats, cut on 16-float (64-byte)
+// boundaries so that no two shards write one cache line; the last shard takes the rest.
+struct FloatRange {
+  int64_t begin, end;
+};
+inline FloatRange shard_floats_by_lines(int64_t n, int shard, int shards) {
+  return {n * shard / shards / 16 * 16,
+          shard + 1 == shards ? n : n * (shard + 1) / shards / 16 * 16};
+}
 
 class ShardPool {
  public:

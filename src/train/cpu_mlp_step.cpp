@@ -22,8 +22,8 @@ Range split(int64_t n, int t, int parts) {
 }
 // The same on 16-float (64-byte) boundaries, so that no two threads write one cache line.
 Range split_by_lines(int64_t n, int t, int parts) {
-  return {static_cast<int>(n * t / parts / 16 * 16),
-          static_cast<int>(t + 1 == parts ? n : n * (t + 1) / parts / 16 * 16)};
+  const FloatRange r = shard_floats_by_lines(n, t, parts);
+  return {static_cast<int>(r.begin), static_cast<int>(r.end)};
 }
 
 // Through the ReLU: grad = 0 where the activation is not positive (torch's threshold_backward).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -228,10 +229,8 @@ void FlatOptimizer::over_threads(const std::function<void(int64_t, int64_t)>& up
       for (const auto& [begin, end] : ranges_[t]) update(begin, end);
       return;
     }
-    // Ranges on 64-byte boundaries, so no two threads write one cache line.
-    const int64_t begin = n * t / parts / 16 * 16;
-    const int64_t end = t + 1 == parts ? n : n * (t + 1) / parts / 16 * 16;
-    update(begin, end);
+    const FloatRange range = shard_floats_by_lines(n, t, parts);
+    update(range.begin, range.end);
   });
 }
 
@@ -250,8 +249,13 @@ bool FlatOptimizer::use_thread_shares(const ParameterShares& shares) {
       if (!p.defined() || !p.is_cpu() || p.scalar_type() != torch::kFloat32 || !p.is_contiguous() ||
           share.begin < 0 || share.begin > share.end || share.end > p.numel())
         return false;
-      const int64_t offset = p.data_ptr<float>() - base;  // where the parameter's view starts
-      if (offset < 0 || offset + p.numel() > n) return false;
+      // Where the parameter's view starts in the buffer, compared as addresses: a tensor outside
+      // it is a different allocation, which pointer arithmetic may not reach.
+      const auto at = reinterpret_cast<std::uintptr_t>(p.data_ptr<float>());
+      const auto from = reinterpret_cast<std::uintptr_t>(base);
+      if (at < from || (at - from) % sizeof(float) != 0) return false;
+      const auto offset = static_cast<int64_t>((at - from) / sizeof(float));
+      if (offset + p.numel() > n) return false;
       if (share.begin == share.end) continue;
       ranges[t].emplace_back(offset + share.begin, offset + share.end);
       all.emplace_back(offset + share.begin, offset + share.end);

@@ -68,7 +68,7 @@ TEST(CpuThreads, OpenBlasCoresBelowTheCpuAreCalledOutWithTheSettingThatFixesThem
   EXPECT_EQ(openblas_core_advice("Prescott", true, true), "SkylakeX");
   EXPECT_EQ(openblas_core_advice("Sandybridge", true, false), "Haswell");
   EXPECT_EQ(openblas_core_advice("Nehalem", true, true), "SkylakeX");
-  // AVX2 kernels on an AVX-512 CPU (OPENBLAS_CORETYPE=Haswell on a Zen 5: 131 GFLOP/s, not 185).
+  // AVX2 kernels on an AVX-512 CPU (OPENBLAS_CORETYPE=Haswell on a Zen 5: half the sgemm rate).
   EXPECT_EQ(openblas_core_advice("Haswell", true, true), "SkylakeX");
   EXPECT_EQ(openblas_core_advice("Zen", true, true), "SkylakeX");
   // Right choices, and the cases where there is nothing to say.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <utility>
 
 #include "common/compat.h"
 #include "common/error.h"
@@ -18,17 +19,21 @@ namespace {
 using StepMaker =
     std::function<std::unique_ptr<TrainStep>(const models::Classifier&, int64_t batch)>;
 
+// Two models of one spec with the same weights (the first's).
+std::pair<models::Classifier, models::Classifier> twin_models(const models::ModelSpec& spec) {
+  auto a = models::make_model(spec), b = models::make_model(spec);
+  torch::NoGradGuard no_grad;
+  auto pa = a->parameters(), pb = b->parameters();
+  for (size_t i = 0; i < pa.size(); ++i) pb[i].copy_(pa[i]);
+  return {a, b};
+}
+
 // Trains two copies of one model for a few steps, autograd's and the given step's, with batches of
 // the given sizes, and compares losses, correct counts and weights.
 void expect_matches_autograd(const models::ModelSpec& spec, int64_t batch, const StepMaker& make,
                              const std::vector<int64_t>& batches) {
   torch::manual_seed(11);
-  auto a = models::make_model(spec), b = models::make_model(spec);
-  {
-    torch::NoGradGuard no_grad;
-    auto pa = a->parameters(), pb = b->parameters();
-    for (size_t i = 0; i < pa.size(); ++i) pb[i].copy_(pa[i]);
-  }
+  auto [a, b] = twin_models(spec);
   FlatOptimizer oa(a->parameters(), {}), ob(b->parameters(), {});
   auto autograd = make_train_step(a, batch, train::StepKind::kAutograd);
   auto fused = make(b, batch);
@@ -115,12 +120,7 @@ TEST(CpuMlpStep, UpdateSharesTileTheParametersAndTrainAsTheEvenSplit) {
   for (int threads : {2, 3}) {
     SCOPED_TRACE(std::to_string(threads) + " threads");
     torch::manual_seed(5);
-    auto a = models::make_model(kSeedNetwork), b = models::make_model(kSeedNetwork);
-    {
-      torch::NoGradGuard no_grad;
-      auto pa = a->parameters(), pb = b->parameters();
-      for (size_t i = 0; i < pa.size(); ++i) pb[i].copy_(pa[i]);
-    }
+    auto [a, b] = twin_models(kSeedNetwork);
     FlatOptimizer oa(a->parameters(), {}), ob(b->parameters(), {});
     CpuMlpStep sa(a->relu_mlp_layers(), 64, threads), sb(b->relu_mlp_layers(), 64, threads);
     oa.use_thread_pool(sa.thread_pool());
