@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "common/choice.h"
 #include "common/shard_pool.h"
@@ -18,7 +19,18 @@ namespace spritetorch::data {
 struct Batch {
   torch::Tensor inputs;  // (B, C, H, W) or (B, F) float32, on the loader's device
   torch::Tensor labels;  // (B) int64, on the loader's device
+  // Optional, CPU only: one copy of `inputs` per step thread, each written by that thread, so a
+  // step split by output units (train/cpu_mlp_step.h) reads its whole batch from its own core's
+  // cache. thread_inputs[0] is `inputs` itself (the same storage); the copies hold the same values.
+  // Empty unless the loader was asked for them (Loader::use_thread_pool). A step uses them only
+  // while thread_inputs[0] is still `inputs`: replacing `inputs` (augmentation) retires them, and
+  // code that changes `inputs` in place must clear them.
+  std::vector<torch::Tensor> thread_inputs = {};
 };
+
+// out[j] = in[j] / 255 as float32 for j < n, the values to_model_input gives, with the CPU's
+// widest vectors (AVX-512, AVX2 or a loop).
+void uint8_to_unit_floats(const uint8_t* in, float* out, int64_t n);
 
 // Steps in an epoch of `samples` samples: the last partial batch counts unless drop_last.
 int64_t count_batches(int64_t samples, int64_t batch_size, bool drop_last);
@@ -64,9 +76,10 @@ class Loader {
   // Fills `batch` and returns true, or returns false at the end of the epoch.
   virtual bool next(Batch& batch) = 0;
   virtual torch::Device device() const = 0;
-  // CPU: assemble each batch on these threads (the fused step's, which are idle meanwhile).
+  // CPU: assemble each batch on these threads (the fused step's, which are idle meanwhile), and
+  // with copy_per_thread give each thread its own copy of the inputs (Batch::thread_inputs).
   // Loaders that do their work elsewhere ignore it.
-  virtual void use_thread_pool(std::shared_ptr<ShardPool> /*pool*/) {}
+  virtual void use_thread_pool(std::shared_ptr<ShardPool> /*pool*/, bool /*copy_per_thread*/) {}
 };
 
 // "Prepare data on the GPU if possible": the whole dataset is uploaded once, as uint8, and each
@@ -80,15 +93,19 @@ class ResidentLoader : public Loader {
   void start_epoch(int64_t epoch) override;
   bool next(Batch& batch) override;
   torch::Device device() const override { return device_; }
-  void use_thread_pool(std::shared_ptr<ShardPool> pool) override { pool_ = std::move(pool); }
+  void use_thread_pool(std::shared_ptr<ShardPool> pool, bool copy_per_thread) override {
+    pool_ = std::move(pool);
+    copy_per_thread_ = copy_per_thread;
+  }
 
  private:
   int64_t epoch_size() const;  // samples this loader serves per epoch (this rank's shard)
-  // CPU, uint8 inputs: rows[0..b) (or [start, start + b) when rows is null) as float32 / 255,
-  // and a prefetch of next_rows[0..next_count), the next batch's. Written into `reuse` where that
-  // can be done unseen (see reusable), else into a new tensor.
-  torch::Tensor gather_cpu_uint8(const int64_t* rows, int64_t start, int64_t b,
-                                 const int64_t* next_rows, int64_t next_count, torch::Tensor reuse);
+  // CPU, uint8 inputs: rows[0..b) (or [start, start + b) when rows is null) as float32 / 255
+  // into batch.inputs (and, with copy_per_thread_, every thread its own batch.thread_inputs[t]),
+  // and a prefetch of next_rows[0..next_count), the next batch's. Written into the tensors the
+  // batch held where that can be done unseen (see reusable), else into new ones.
+  void gather_cpu_uint8(const int64_t* rows, int64_t start, int64_t b, const int64_t* next_rows,
+                        int64_t next_count, Batch& batch);
   // (b) int64, into `reuse` where it can be.
   torch::Tensor gather_cpu_labels(const int64_t* rows, int64_t b, torch::Tensor reuse) const;
   // CPU, uint8 inputs: start fetching the dataset rows rows[begin..end).
@@ -101,6 +118,7 @@ class ResidentLoader : public Loader {
   LoaderOptions options_;
   int64_t cursor_ = 0;
   std::shared_ptr<ShardPool> pool_;  // null: one thread
+  bool copy_per_thread_ = false;
 };
 
 }  // namespace spritetorch::data

@@ -106,6 +106,7 @@ CpuMlpStep::CpuMlpStep(std::vector<torch::nn::Linear> layers, int64_t max_batch,
           torch::empty({threads_ - 1, int64_t{layer->out} * layer->in + layer->out}, options);
     layers_.push_back(std::move(layer));
   }
+  thread_x_.assign(threads_, nullptr);
   thread_loss_.assign(threads_, 0.0);
   thread_correct_.assign(threads_, 0);
   if (threads_ > 1) pool_ = std::make_shared<ShardPool>(threads_);
@@ -291,18 +292,30 @@ void CpuMlpStep::run(const data::Batch& batch, torch::Tensor& loss_sum, torch::T
     layer.bias_grad = m->bias.mutable_grad().data_ptr<float>();
   }
   const float* xp = x.data_ptr<float>();
+  // Each thread's own copy of x where the loader made them and they still copy x (a batch whose
+  // inputs were replaced, by augmentation say, has stale ones): the same values, read from the
+  // core that wrote them.
+  const auto& copies = batch.thread_inputs;
+  bool own_copies = in_place && static_cast<int>(copies.size()) == threads_ &&
+                    copies[0].defined() && copies[0].is_same(in);
+  for (int t = 1; own_copies && t < threads_; ++t) {
+    const auto& c = copies[t];
+    own_copies = c.defined() && c.is_cpu() && c.scalar_type() == torch::kFloat32 &&
+                 c.is_contiguous() && c.numel() == in.numel();
+  }
+  for (int t = 0; t < threads_; ++t) thread_x_[t] = own_copies ? copies[t].data_ptr<float>() : xp;
   const int rows = static_cast<int>(b);
   // Subnormals flushed on every thread (common/flush_subnormals.h): a confident model's softmax
   // puts probabilities below FLT_MIN into dz, and the products carry them on.
   if (threads_ == 1) {
     const FlushSubnormals flush;
-    forward_first_layer(0, xp, rows);
+    forward_first_layer(0, thread_x_[0], rows);
     rows_forward_backward(0, label, rows);
-    backward_first_layer(0, xp, rows);
+    backward_first_layer(0, thread_x_[0], rows);
   } else {
     pool_->run([&](int t) {
       const FlushSubnormals flush;
-      forward_first_layer(t, xp, rows);
+      forward_first_layer(t, thread_x_[t], rows);
     });
     pool_->run([&](int t) {
       const FlushSubnormals flush;
@@ -310,7 +323,7 @@ void CpuMlpStep::run(const data::Batch& batch, torch::Tensor& loss_sum, torch::T
     });
     pool_->run([&](int t) {
       const FlushSubnormals flush;
-      backward_first_layer(t, xp, rows);
+      backward_first_layer(t, thread_x_[t], rows);
     });
   }
   // All gradients are final now; a distributed reducer may start, last layer first.

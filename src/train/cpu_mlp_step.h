@@ -55,6 +55,10 @@ class CpuMlpStep : public TrainStep {
   // Thread t: layer 1's rows [u_t, u_t+1) of W_1 and b_1 (phase 3 wrote their gradients) and its
   // share of the later layers' elements (phase 3 summed their partial gradients there).
   ParameterShares update_shares() const override;
+  // Phases 1 and 3 of thread t read the batch from thread_inputs[t] when it has them: x is the
+  // largest operand every thread reads whole, and a copy another core wrote crosses between the
+  // cores' caches each step.
+  bool reads_thread_inputs() const override { return pool_ != nullptr; }
   const char* kernel() const override { return gemm::kernel_name(kernel_); }
 
  private:
@@ -69,7 +73,8 @@ class CpuMlpStep : public TrainStep {
   int threads_;
   gemm::Kernel kernel_;
   std::shared_ptr<ShardPool> pool_;
-  std::vector<double> thread_loss_;  // per thread: this step's loss sum over its rows
+  std::vector<const float*> thread_x_;  // per thread: the batch it reads in phases 1 and 3
+  std::vector<double> thread_loss_;     // per thread: this step's loss sum over its rows
   std::vector<int64_t> thread_correct_;
 };
 

@@ -61,6 +61,9 @@ class TrainStep {
   // For the optimizer's step on those threads: what each one should update (the parameters whose
   // gradients it wrote; FlatOptimizer::use_thread_shares). Empty: no preference.
   virtual ParameterShares update_shares() const { return {}; }
+  // Whether run() reads data::Batch::thread_inputs (a copy of the inputs per pool thread), so the
+  // loader should make them.
+  virtual bool reads_thread_inputs() const { return false; }
   // The matrix kernel of a step that runs its own (gemm::kernel_name), else null.
   virtual const char* kernel() const { return nullptr; }
   // Each batch in up to `count` chunks (TrainConfig::micro_batches). False for a step that cannot

@@ -435,7 +435,7 @@ void TrainingRun::set_up_data_paths() {
   // ddp: this rank's share (parallel_ may keep it, so it lives as long as the run).
   const data::Dataset& train_data = parallel_.shard(data_.train, train_options);
   train_path_ = data::make_data_path(train_data, device_, train_options, config_.data_path);
-  train_path_.loader->use_thread_pool(step_->thread_pool());
+  train_path_.loader->use_thread_pool(step_->thread_pool(), step_->reads_thread_inputs());
   steps_ = train_path_.loader->batches_per_epoch();
   if (steps_ == 0 && epochs_ > start_epoch_)
     throw Error("the training data (" + std::to_string(train_data.size()) +

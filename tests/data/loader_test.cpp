@@ -207,3 +207,69 @@ TEST(DummyData, DeterministicLearnableAndBothClasses) {
 
 }  // namespace
 }  // namespace spritetorch::data
+
+namespace spritetorch::data {
+namespace {
+
+// Every byte value, at lengths that leave every tail of 16- and 8-float vectors: the values
+// to_model_input gives, to the bit.
+TEST(Uint8ToUnitFloats, GivesToModelInputsValuesAtEveryLength) {
+  const auto bytes = torch::arange(300, torch::kInt64).remainder(256).to(torch::kUInt8);
+  const auto expected = to_model_input(bytes);
+  for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 31, 33, 255, 256, 300}) {
+    auto out = torch::full({300}, -1.0f);
+    uint8_to_unit_floats(bytes.data_ptr<uint8_t>(), out.data_ptr<float>(), n);
+    EXPECT_TRUE(torch::equal(out.narrow(0, 0, n), expected.narrow(0, 0, n))) << n;
+    EXPECT_TRUE(out.narrow(0, n, 300 - n).eq(-1.0f).all().item<bool>()) << n << ": wrote past n";
+  }
+}
+
+// With the step's pool and copy_per_thread: every batch carries one copy per thread, the first
+// being the inputs, all equal to what the loader serves without them; without copies, or with the
+// pool down to one thread (the thread governor), none.
+TEST(ResidentLoader, ThreadCopiesHoldTheBatchForEachThread) {
+  torch::manual_seed(3);
+  Dataset d = indexed_dataset(150);  // its labels, and images of 1 x 37 x 1 random bytes
+  d.inputs = torch::randint(0, 256, {150, 1, 37, 1}, torch::kInt64).to(torch::kUInt8);
+  auto pool = std::make_shared<ShardPool>(2);
+  LoaderOptions options;
+  options.batch_size = 64;
+  ResidentLoader reference(d, torch::kCPU, options), copying(d, torch::kCPU, options),
+      pooled(d, torch::kCPU, options);
+  copying.use_thread_pool(pool, /*copy_per_thread=*/true);
+  pooled.use_thread_pool(pool, /*copy_per_thread=*/false);
+  reference.start_epoch(2);
+  copying.start_epoch(2);
+  pooled.start_epoch(2);
+  Batch r, c, p;
+  int batches = 0;
+  const float* first_copy_1 = nullptr;
+  while (reference.next(r)) {
+    ASSERT_TRUE(copying.next(c));
+    ASSERT_TRUE(pooled.next(p));
+    ++batches;
+    ASSERT_EQ(c.thread_inputs.size(), 2u);
+    EXPECT_TRUE(c.thread_inputs[0].is_same(c.inputs));
+    EXPECT_FALSE(c.thread_inputs[1].is_same(c.inputs));
+    EXPECT_TRUE(torch::equal(c.inputs, r.inputs));
+    EXPECT_TRUE(torch::equal(c.thread_inputs[1], r.inputs));
+    EXPECT_TRUE(torch::equal(c.labels, r.labels));
+    EXPECT_TRUE(p.thread_inputs.empty());
+    EXPECT_TRUE(torch::equal(p.inputs, r.inputs));
+    // Full batches reuse the copies' memory from one batch to the next.
+    if (batches == 1) first_copy_1 = c.thread_inputs[1].data_ptr<float>();
+    if (batches == 2) {
+      EXPECT_EQ(c.thread_inputs[1].data_ptr<float>(), first_copy_1);
+    }
+  }
+  EXPECT_EQ(batches, 3);
+  EXPECT_FALSE(copying.next(c));
+  pool->set_threads(1);
+  copying.start_epoch(3);
+  ASSERT_TRUE(copying.next(c));
+  EXPECT_TRUE(c.thread_inputs.empty());
+  pool->set_threads(2);
+}
+
+}  // namespace
+}  // namespace spritetorch::data

@@ -146,6 +146,51 @@ TEST(CpuMlpStep, UpdateSharesTileTheParametersAndTrainAsTheEvenSplit) {
   }
 }
 
+// Each thread's own copy of the batch (data::Batch::thread_inputs, as the resident loader makes
+// them): the same weights to the last bit as the batch alone; copies that no longer copy the
+// inputs (the inputs replaced) are left unread; and thread 1's copy is what thread 1 reads.
+TEST(CpuMlpStep, ReadsEachThreadsCopyOfTheBatchWhileTheyCopyIt) {
+  torch::manual_seed(6);
+  auto [a, b] = twin_models(kSeedNetwork);
+  auto [c, d] = twin_models(kSeedNetwork);
+  {  // c, d: a's weights too
+    torch::NoGradGuard no_grad;
+    for (auto& m : {c, d}) {
+      auto pa = a->parameters(), pm = m->parameters();
+      for (size_t i = 0; i < pa.size(); ++i) pm[i].copy_(pa[i]);
+    }
+  }
+  FlatOptimizer oa(a->parameters(), {}), ob(b->parameters(), {}), oc(c->parameters(), {}),
+      od(d->parameters(), {});  // (allocates the gradients the steps write)
+  CpuMlpStep plain(a->relu_mlp_layers(), 64, 2), copied(b->relu_mlp_layers(), 64, 2),
+      stale(c->relu_mlp_layers(), 64, 2), wrong(d->relu_mlp_layers(), 64, 2);
+  EXPECT_TRUE(copied.reads_thread_inputs());
+  EXPECT_FALSE(CpuMlpStep(d->relu_mlp_layers(), 64, 1).reads_thread_inputs());
+  auto loss = torch::zeros({});
+  auto correct = torch::zeros({}, torch::kInt64);
+  for (int64_t rows : {64, 37}) {
+    const auto x = torch::rand({rows, 1, 28, 28});
+    const auto y = torch::randint(0, 10, {rows}, torch::kInt64);
+    data::Batch alone{x, y};
+    data::Batch with_copies{x, y, {x, x.clone()}};
+    // Inputs replaced after the copies were made: the copies hold zeros, the inputs x.
+    data::Batch replaced{x, y, {torch::zeros_like(x), torch::zeros_like(x)}};
+    // Copy 0 is the inputs but copy 1 differs: thread 1 reading it changes the result.
+    data::Batch other{x, y, {x, torch::zeros_like(x)}};
+    plain.run(alone, loss, correct);
+    oa.step();
+    copied.run(with_copies, loss, correct);
+    ob.step();
+    stale.run(replaced, loss, correct);
+    oc.step();
+    wrong.run(other, loss, correct);
+    od.step();
+  }
+  EXPECT_TRUE(torch::equal(oa.values(), ob.values()));
+  EXPECT_TRUE(torch::equal(oa.values(), oc.values()));
+  EXPECT_FALSE(torch::equal(oa.values(), od.values()));
+}
+
 TEST(CpuMlpStep, ReportsEachGradientOnceWhenFinal) {
   auto model = models::make_model(kSeedNetwork);
   FlatOptimizer o(model->parameters(), {});
