@@ -201,39 +201,37 @@ void ResidentLoader::gather_cpu_uint8(const int64_t* rows, int64_t start, int64_
   // Copies only while every shard has its own thread: with fewer (the thread governor), one
   // thread would convert the batch twice for nothing.
   const int copies = copy_per_thread_ && parts > 1 && pool_->threads() == parts ? parts : 1;
-  // The caller's last batch tensors, moved out of `batch`, so that only they can hold them.
-  std::vector<torch::Tensor> last = std::move(batch.thread_inputs);
-  if (last.empty()) last.push_back(std::move(batch.inputs));
-  last.resize(copies);
-  if (last[0].defined() && batch.inputs.defined()) last[0] = std::move(batch.inputs);
+  // The caller's last batch tensors, moved out of `batch`, so that only `out` can hold them
+  // (copy 0 is `inputs` itself, or whatever replaced it).
+  std::vector<torch::Tensor> out = std::move(batch.thread_inputs);
   batch.thread_inputs.clear();
-  std::vector<float*> to(copies);
-  for (int c = 0; c < copies; ++c) {
-    if (!reusable(last[c], shape, torch::kFloat32)) last[c] = torch::empty(shape, torch::kFloat32);
-    to[c] = last[c].data_ptr<float>();
-  }
+  out.resize(copies);
+  out[0] = std::move(batch.inputs);
+  for (auto& copy : out)
+    if (!reusable(copy, shape, torch::kFloat32)) copy = torch::empty(shape, torch::kFloat32);
   const int64_t row = inputs_.numel() / inputs_.size(0);
   const uint8_t* from = inputs_.data_ptr<uint8_t>();
-  auto convert = [&](float* out, int64_t begin, int64_t end) {
+  auto convert = [&](int copy, int64_t begin, int64_t end) {
+    float* to = out[copy].data_ptr<float>();
     for (int64_t i = begin; i < end; ++i)
-      uint8_to_unit_floats(from + (rows ? rows[i] : start + i) * row, out + i * row, row);
+      uint8_to_unit_floats(from + (rows ? rows[i] : start + i) * row, to + i * row, row);
   };
   if (copies > 1) {  // every thread the whole batch, into its own copy; and all the next rows
     pool_->run([&](int t) {
-      convert(to[t], 0, b);
+      convert(t, 0, b);
       prefetch_rows(next_rows, 0, next_count);
     });
   } else if (parts > 1 && b >= parts) {  // rows split over the threads (seed batch: ~25 -> ~15 us)
     pool_->run([&](int t) {
-      convert(to[0], b * t / parts, b * (t + 1) / parts);
+      convert(0, b * t / parts, b * (t + 1) / parts);
       prefetch_rows(next_rows, next_count * t / parts, next_count * (t + 1) / parts);
     });
   } else {
-    convert(to[0], 0, b);
+    convert(0, 0, b);
     prefetch_rows(next_rows, 0, next_count);
   }
-  batch.inputs = last[0];
-  if (copies > 1) batch.thread_inputs = std::move(last);
+  batch.inputs = out[0];
+  if (copies > 1) batch.thread_inputs = std::move(out);
 }
 
 void ResidentLoader::prefetch_rows(const int64_t* rows, int64_t begin, int64_t end) const {
