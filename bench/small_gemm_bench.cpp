@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "common/bf16_gemm.h"
 #include "common/cpu_threads.h"
 #include "common/small_gemm.h"
 #include "models/classifier.h"
@@ -114,12 +115,13 @@ void run_adam(benchmark::State& state, Kernel kernel, bool subnormal) {
 
 // The whole seed step (batch 64, Adam after it) on state.range(0) step threads: against one thread,
 // what the fork-join of two gains on this machine.
-void run_step(benchmark::State& state) {
+void run_step(benchmark::State& state, spritetorch::train::MlpCompute compute) {
   torch::manual_seed(1);
   auto model = spritetorch::models::make_model({"ann", {1, 28, 28}, 10});
   spritetorch::train::FlatOptimizer optimizer(model->parameters(), {});
   spritetorch::train::CpuMlpStep step(model->relu_mlp_layers(), 64,
-                                      static_cast<int>(state.range(0)));
+                                      static_cast<int>(state.range(0)),
+                                      spritetorch::gemm::best_kernel(), compute);
   optimizer.use_thread_pool(step.thread_pool());
   optimizer.use_thread_shares(step.update_shares());  // as the trainer does
   // 16 batches, as a resident loader hands them over: (64, 1, 28, 28) float32, labels int64.
@@ -149,7 +151,18 @@ const bool kRegistered = [] {
       benchmark::RegisterBenchmark(
           (std::string(s.name) + "/" + spritetorch::gemm::kernel_name(kernel)).c_str(),
           [s, kernel](benchmark::State& state) { run_shape(state, s, kernel); });
-  benchmark::RegisterBenchmark("step", run_step)->Arg(1)->Arg(2)->UseRealTime();
+  using spritetorch::train::MlpCompute;
+  benchmark::RegisterBenchmark("step",
+                               [](benchmark::State& state) { run_step(state, MlpCompute::fp32); })
+      ->Arg(1)
+      ->Arg(2)
+      ->UseRealTime();
+  if (spritetorch::bf16::available())  // layer 1 in bf16, as --precision bf16 runs it
+    benchmark::RegisterBenchmark("step_bf16",
+                                 [](benchmark::State& state) { run_step(state, MlpCompute::bf16); })
+        ->Arg(1)
+        ->Arg(2)
+        ->UseRealTime();
   return true;
 }();
 

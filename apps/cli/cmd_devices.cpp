@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "common/bf16_gemm.h"
 #include "common/compat.h"
 #include "common/cpu_threads.h"
 #include "common/small_gemm.h"
@@ -84,6 +85,7 @@ Subcommand add_devices_command(CLI::App& app) {
                                       {"blas_warning", blas_warning},
                                       {"cpu_gemm_kernel", gemm_kernel},
                                       {"cpu_gemm_kernels", gemm_kernels},
+                                      {"cpu_gemm_bf16", bf16::available()},
                                       {"cpu_adam_kernel", train::adam_kernel_name()},
                                       {"cpu_bn_relu_pool", bn_relu_pool},
                                       {"cpu_bn_relu_pool_channels_last",
@@ -121,7 +123,10 @@ Subcommand add_devices_command(CLI::App& app) {
                   << (blas_warning.empty() ? "" : "warning: " + blas_warning + "\n")
                   << "fused MLP step's matrix kernels (CPU): " << gemm_kernel
                   << " (this CPU runs: " << gemm_list
-                  << "); its Adam update: " << train::adam_kernel_name() << "\n"
+                  << "); its Adam update: " << train::adam_kernel_name() << "; under bf16: "
+                  << (bf16::available() ? "layer 1 in avx512_bf16"
+                                        : "none (needs AVX512_BF16; autograd under autocast)")
+                  << "\n"
                   << "CNNs' BatchNorm + ReLU + max-pool in training (CPU): "
                   << (bn_relu_pool == "off"
                           ? std::string("LibTorch's ops (SPRITETORCH_FUSED_BN_POOL=0)")

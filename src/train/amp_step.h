@@ -17,10 +17,10 @@
 namespace spritetorch::train {
 
 // fp32 without loss scaling or channels_last: make_train_step(model, max_batch, kind) unchanged.
-// Otherwise AutogradStep over the classifier's loss with `precision`. The fused MLP step computes
-// in fp32 only: with bf16/fp16, kind "auto" falls back to autograd + autocast (at the seed's sizes
-// autocast's per-op casts cost more than the bf16 matmuls save: docs/precision.md) and kind "fused"
-// is an error.
+// Otherwise, for a ReLU MLP in bf16 on a CPU with AVX512_BF16 (bf16::available), the fused CPU
+// step with layer 1 in bf16 (CpuMlpStep, MlpCompute::bf16) unless kind is "autograd"; else
+// AutogradStep over the classifier's loss with `precision`, and kind "fused" is an error (at the
+// seed's sizes autocast's per-op casts cost more than the bf16 matmuls save: docs/precision.md).
 std::unique_ptr<TrainStep> make_precision_train_step(const models::Classifier& model,
                                                      int64_t max_batch, StepKind kind,
                                                      const StepPrecision& precision,

@@ -78,15 +78,18 @@ bool CpuMlpStep::applies_to(const std::vector<torch::nn::Linear>& layers) {
 }
 
 CpuMlpStep::CpuMlpStep(std::vector<torch::nn::Linear> layers, int64_t max_batch, int threads,
-                       gemm::Kernel kernel)
+                       gemm::Kernel kernel, MlpCompute compute)
     : modules_(std::move(layers)),
       max_batch_(max_batch),
       threads_(std::max(1, threads)),
-      kernel_(kernel) {
+      kernel_(kernel),
+      compute_(compute) {
   if (!layers_fit(modules_)) throw Error("CPU MLP step: needs >= 2 float32 CPU Linear layers");
   if (!gemm::available(kernel_))
     throw Error(std::string("CPU MLP step: the ") + gemm::kernel_name(kernel_) +
                 " kernel cannot run here");
+  if (compute_ == MlpCompute::bf16 && !bf16::available())
+    throw Error("CPU MLP step: bf16 needs a CPU with AVX512_BF16");
   if (max_batch_ <= 0 || max_batch_ > (1 << 30)) throw Error("CPU MLP step: bad batch size");
   const auto options = torch::TensorOptions().dtype(torch::kFloat32);
   for (size_t l = 0; l < modules_.size(); ++l) {
@@ -106,6 +109,19 @@ CpuMlpStep::CpuMlpStep(std::vector<torch::nn::Linear> layers, int64_t max_batch,
           torch::empty({threads_ - 1, int64_t{layer->out} * layer->in + layer->out}, options);
     layers_.push_back(std::move(layer));
   }
+  if (compute_ == MlpCompute::bf16) {
+    const Layer& first = *layers_[0];
+    const int64_t in = first.in, pair_rows = (max_batch_ + 1) / 2;
+    w1_bf16_.resize(first.out * in);
+    x_bf16_.resize(threads_);
+    x_pairs_.resize(threads_);
+    dz_pairs_.resize(threads_);
+    for (int t = 0; t < threads_; ++t) {
+      x_bf16_[t].resize(max_batch_ * in);
+      x_pairs_[t].resize(pair_rows * in * 2);
+      dz_pairs_[t].resize(pair_rows * split(first.out, t, threads_).size() * 2);
+    }
+  }
   thread_x_.assign(threads_, nullptr);
   thread_loss_.assign(threads_, 0.0);
   thread_correct_.assign(threads_, 0);
@@ -120,6 +136,16 @@ void CpuMlpStep::forward_first_layer(int t, const float* x, int batch) {
   const Range units = split(first.out, t, threads_);
   if (units.size() == 0) return;
   float* a = first.activations.data_ptr<float>() + units.begin;
+  if (compute_ == MlpCompute::bf16) {
+    const int64_t in = first.in;
+    uint16_t* w = w1_bf16_.data() + units.begin * in;
+    bf16::round_floats(first.weight + units.begin * in, w, units.size() * in);
+    // x in both layouts in one pass: rows for this product, pairs for phase 3's dW_1.
+    bf16::pack_row_pairs(x, batch, first.in, first.in, x_pairs_[t].data(), x_bf16_[t].data());
+    bf16::nt(batch, units.size(), first.in, x_bf16_[t].data(), first.in, w, first.in, a, first.out,
+             first.bias + units.begin, /*relu=*/true);
+    return;
+  }
   gemm::nt(batch, units.size(), first.in, x, first.in,
            first.weight + int64_t{units.begin} * first.in, first.in, a, first.out,
            first.bias + units.begin, /*relu=*/true, kernel_);
@@ -209,8 +235,14 @@ void CpuMlpStep::backward_first_layer(int t, const float* x, int batch) {
     relu_backward(dz, first.activations.data_ptr<float>() + units.begin, batch, units.size(),
                   first.out);
     // dW_1[units] (n, in) = dz[:, units]^T (n, B) x (B, in)
-    gemm::nn(units.size(), first.in, batch, dz, 1, first.out, x, first.in,
-             first.weight_grad + int64_t{units.begin} * first.in, first.in, kernel_);
+    float* dw = first.weight_grad + int64_t{units.begin} * first.in;
+    if (compute_ == MlpCompute::bf16) {
+      bf16::pack_row_pairs(dz, batch, units.size(), first.out, dz_pairs_[t].data());
+      bf16::tn(units.size(), first.in, (batch + 1) / 2, dz_pairs_[t].data(), units.size(),
+               x_pairs_[t].data(), first.in, dw, first.in);
+    } else {
+      gemm::nn(units.size(), first.in, batch, dz, 1, first.out, x, first.in, dw, first.in, kernel_);
+    }
     column_sums(dz, batch, units.size(), first.out, first.bias_grad + units.begin);
   }
   for (size_t l = 1; l < layers_.size(); ++l) {

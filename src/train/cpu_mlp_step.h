@@ -28,19 +28,26 @@
 #include <memory>
 #include <vector>
 
+#include "common/bf16_gemm.h"
 #include "common/shard_pool.h"
 #include "common/small_gemm.h"
 #include "train/train_step.h"
 
 namespace spritetorch::train {
 
+// How the step computes layer 1, the products that hold ~90% of its FLOPs: in float32, or from
+// bf16 copies of x, W_1 and dL/dz_1 with float32 sums (common/bf16_gemm.h), as bf16 autocast
+// computes a Linear layer; the weights, the later layers, the loss and the update stay float32.
+enum class MlpCompute { fp32, bf16 };
+
 class CpuMlpStep : public TrainStep {
  public:
   // layers: the model's Linear layers in order, ReLU between them, float32 on the CPU, gradients
   // allocated (the flat optimizer does that). threads >= 1. kernel: which code runs the matrix
   // products (tests run each; the loops are always there but slow).
+  // compute: bf16 needs bf16::available() (throws Error otherwise).
   CpuMlpStep(std::vector<torch::nn::Linear> layers, int64_t max_batch, int threads,
-             gemm::Kernel kernel = gemm::best_kernel());
+             gemm::Kernel kernel = gemm::best_kernel(), MlpCompute compute = MlpCompute::fp32);
   ~CpuMlpStep() override;
 
   // Whether this step should run the given layers here (CPU float32, >= 2 layers, and AVX-512,
@@ -59,7 +66,10 @@ class CpuMlpStep : public TrainStep {
   // largest operand every thread reads whole, and a copy another core wrote crosses between the
   // cores' caches each step.
   bool reads_thread_inputs() const override { return pool_ != nullptr; }
-  const char* kernel() const override { return gemm::kernel_name(kernel_); }
+  const char* kernel() const override {
+    return compute_ == MlpCompute::bf16 ? "avx512_bf16" : gemm::kernel_name(kernel_);
+  }
+  MlpCompute compute() const { return compute_; }
 
  private:
   struct Layer;
@@ -72,7 +82,12 @@ class CpuMlpStep : public TrainStep {
   int64_t max_batch_;
   int threads_;
   gemm::Kernel kernel_;
+  MlpCompute compute_;
   std::shared_ptr<ShardPool> pool_;
+  // bf16 only. W_1 rounded (out, in): thread t rounds its units' rows each step. Per thread: x
+  // rounded (B, in) for the forward, x and its units' dL/dz_1 in bf16's pair layout for dW_1.
+  std::vector<uint16_t> w1_bf16_;
+  std::vector<std::vector<uint16_t>> x_bf16_, x_pairs_, dz_pairs_;
   std::vector<const float*> thread_x_;  // per thread: the batch it reads in phases 1 and 3
   std::vector<double> thread_loss_;     // per thread: this step's loss sum over its rows
   std::vector<int64_t> thread_correct_;

@@ -14,6 +14,7 @@
 #include "precision/grad_scaler.h"
 #include "precision/precision.h"
 #include "train/amp_step.h"
+#include "train/cpu_mlp_step.h"
 #include "train/cuda_graph_step.h"
 #include "train/flat_optimizer.h"
 #include "train/interrupt.h"
@@ -379,9 +380,11 @@ void TrainingRun::set_up_step() {
           ? std::min(config_.batch_size, std::max<int64_t>(1, data_.train.size()))
           : config_.batch_size;
   // --precision auto on a CPU whose native bf16 auto takes (DeviceInfo::bf16_auto): where the model
-  // has the fused fp32 CPU step, that step beats bf16 autocast (autograd) by ~2x on Zen 5 and
-  // Sapphire Rapids (docs/benchmarks.md), so auto keeps fp32 there; other models (conv nets:
-  // bf16 1.27x faster on Zen 5) keep bf16.
+  // has the fused CPU step, its bf16 form (layer 1 in bf16, common/bf16_gemm.h) is ~13% faster
+  // than its fp32 form on Zen 5 at the same accuracy, and both beat bf16 autocast (autograd) by
+  // ~2x (docs/precision.md), so auto takes the fused bf16 step where the CPU runs its kernels and
+  // the fused fp32 step where it does not; other models (conv nets: bf16 1.27x faster on Zen 5)
+  // keep bf16 autocast.
   // --micro-batches splits the autograd step's batches; auto then picks it over the fused one.
   if (config_.micro_batches < 1 || config_.micro_batches > config_.batch_size)
     throw Error("--micro-batches " + std::to_string(config_.micro_batches) +
@@ -391,6 +394,12 @@ void TrainingRun::set_up_step() {
       split && config_.step == StepKind::kAuto ? StepKind::kAutograd : config_.step;
   if (config_.precision == precision::Precision::kAuto && device_.is_cpu() && plan_.autocast &&
       step_kind != StepKind::kAutograd) {
+    const StepPrecision native{plan_, nullptr, channels_last_, !use_graphs_};
+    auto fused_bf16 = task_.fast_step({largest_batch, step_kind, native, cpu_threads});
+    if (fused_bf16 && fused_bf16->kernel()) step_ = std::move(fused_bf16);
+  }
+  if (!step_ && config_.precision == precision::Precision::kAuto && device_.is_cpu() &&
+      plan_.autocast && step_kind != StepKind::kAutograd) {
     auto fp32 =
         precision::resolve_precision(precision::Precision::kFp32, device::describe_device(device_));
     const StepPrecision plain{fp32, nullptr, channels_last_, !use_graphs_};
@@ -408,6 +417,14 @@ void TrainingRun::set_up_step() {
     step_ = std::make_unique<AutogradStep>(
         [this](const data::Batch& batch) { return task_.training_step(batch); }, precision,
         traits_.has_accuracy);
+  // The fused step in bf16 rounds only layer 1's operands: the row says so, not "autocast".
+  if (const auto* mlp = dynamic_cast<const CpuMlpStep*>(step_.get());
+      mlp && mlp->compute() == MlpCompute::bf16)
+    plan_.description =
+        std::string("bf16 in layer 1's products (fused step), fp32 weights and later layers") +
+        (config_.precision == precision::Precision::kAuto
+             ? " (auto: faster than fp32 here, same accuracy)"
+             : "");
   if (!step_->set_micro_batches(config_.micro_batches))
     throw Error(std::string("--micro-batches splits the autograd step's batches; this run's step "
                             "is ") +

@@ -4,6 +4,7 @@
 
 #include <limits>
 
+#include "common/bf16_gemm.h"
 #include "common/error.h"
 #include "tasks/make_task.h"
 #include "test_util.h"
@@ -132,9 +133,9 @@ TEST(AmpStep, Bf16StepLeavesFp32GradientsCloseToTheFp32Step) {
   }
   FlatOptimizer oa(a->parameters(), {}), ob(b->parameters(), {});
   auto fp32 = make_train_step(a, 64, train::StepKind::kAutograd);
-  auto bf16 = make_precision_train_step(b, 64, train::StepKind::kAuto,
+  auto bf16 = make_precision_train_step(b, 64, train::StepKind::kAutograd,
                                         {cpu_plan(precision::Precision::kBf16)});
-  ASSERT_STREQ(bf16->name(), "autograd") << "bf16 falls back from the fused step to autograd";
+  ASSERT_STREQ(bf16->name(), "autograd");
   const auto batch = random_batch(64);
   auto la = torch::zeros({}), lb = torch::zeros({});
   auto ca = torch::zeros({}, torch::kInt64), cb = torch::zeros({}, torch::kInt64);
@@ -178,21 +179,33 @@ TEST(AmpStep, Bf16CnnStepRunsConvolutionsInBf16WithFp32Gradients) {
   EXPECT_LT(rel, 0.25);  // bf16's 8-bit mantissa through four layers of random data
 }
 
-TEST(AmpStep, FusedStepWithBf16IsAnErrorWithAHint) {
+// bf16 with the fused step: its bf16 form where the CPU has AVX512_BF16 (for kind auto too), else
+// an error with a hint for kind fused and autograd under autocast for kind auto.
+TEST(AmpStep, FusedStepWithBf16RunsLayerOneInBf16OrIsAnErrorWithAHint) {
   auto model = seed_mlp();
   FlatOptimizer opt(model->parameters(), {});
-  try {
-    make_precision_train_step(model, 64, train::StepKind::kFused,
-                              {cpu_plan(precision::Precision::kBf16)});
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("fp32 only"), std::string::npos);
-    EXPECT_NE(e.hint().find("--step auto"), std::string::npos);
+  const StepPrecision bf16{cpu_plan(precision::Precision::kBf16)};
+  auto chosen = make_precision_train_step(model, 64, train::StepKind::kAuto, bf16);
+  if (bf16::available()) {
+    EXPECT_STREQ(chosen->name(), "fused-mlp");
+    EXPECT_STREQ(chosen->kernel(), "avx512_bf16");
+    EXPECT_STREQ(make_precision_train_step(model, 64, train::StepKind::kFused, bf16)->kernel(),
+                 "avx512_bf16");
+  } else {
+    EXPECT_STREQ(chosen->name(), "autograd");
+    try {
+      make_precision_train_step(model, 64, train::StepKind::kFused, bf16);
+      FAIL();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("in bf16 on a CPU with AVX512_BF16"), std::string::npos);
+      EXPECT_NE(e.hint().find("--step auto"), std::string::npos);
+    }
   }
-  // fp32 keeps the fused step.
+  // fp32 keeps the fused step in fp32.
   auto step = make_precision_train_step(model, 64, train::StepKind::kAuto,
                                         {cpu_plan(precision::Precision::kFp32)});
   EXPECT_STREQ(step->name(), "fused-mlp");
+  EXPECT_STRNE(step->kernel(), "avx512_bf16");
 }
 
 TEST(AmpStep, ChannelsLastCnnKeepsItsStridesInTheFlatBufferAndTrainsTheSame) {

@@ -6,6 +6,7 @@
 #include <functional>
 #include <utility>
 
+#include "common/bf16_gemm.h"
 #include "common/compat.h"
 #include "common/error.h"
 #include "common/small_gemm.h"
@@ -189,6 +190,78 @@ TEST(CpuMlpStep, ReadsEachThreadsCopyOfTheBatchWhileTheyCopyIt) {
   EXPECT_TRUE(torch::equal(oa.values(), ob.values()));
   EXPECT_TRUE(torch::equal(oa.values(), oc.values()));
   EXPECT_FALSE(torch::equal(oa.values(), od.values()));
+}
+
+// Layer 1 in bf16: the step's gradients and loss against autograd on the same arithmetic (x and
+// W_1 rounded to bf16 for the forward, dL/dz_1 and x rounded for dW_1, float32 elsewhere), on one
+// thread and on uneven splits, with an odd batch (a row paired with zero); and further from the
+// float32 step's than from that reference.
+TEST(CpuMlpStep, Bf16LayerOneMatchesAutogradOnRoundedOperands) {
+  if (!bf16::available()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  const auto round = [](const torch::Tensor& t) {
+    return t.to(torch::kBFloat16).to(torch::kFloat32);
+  };
+  for (int threads : {1, 2, 3})
+    for (int64_t rows : {64, 33}) {
+      SCOPED_TRACE(std::to_string(threads) + " threads, " + std::to_string(rows) + " rows");
+      torch::manual_seed(21);
+      auto [a, b] = twin_models(kSeedNetwork);
+      auto [c, unused] = twin_models(kSeedNetwork);
+      {
+        torch::NoGradGuard no_grad;
+        auto pa = a->parameters(), pc = c->parameters();
+        for (size_t i = 0; i < pa.size(); ++i) pc[i].copy_(pa[i]);
+      }
+      FlatOptimizer ob(b->parameters(), {}), oc(c->parameters(), {});
+      CpuMlpStep half(b->relu_mlp_layers(), 64, threads, gemm::best_kernel(), MlpCompute::bf16);
+      CpuMlpStep full(c->relu_mlp_layers(), 64, threads);
+      EXPECT_STREQ(half.kernel(), "avx512_bf16");
+      const auto x = torch::rand({rows, 1, 28, 28});
+      const auto y = torch::randint(0, 10, {rows}, torch::kInt64);
+      auto loss = torch::zeros({}), loss_full = torch::zeros({});
+      auto correct = torch::zeros({}, torch::kInt64), correct_full = correct.clone();
+      half.run({x, y}, loss, correct);
+      full.run({x, y}, loss_full, correct_full);
+
+      // The reference: autograd on a's float32 weights with layer 1's operands rounded.
+      auto layers = a->relu_mlp_layers();
+      const auto xr = round(x.reshape({rows, -1}));
+      const auto w1 = round(layers[0]->weight.detach()).requires_grad_();
+      auto z1 = torch::addmm(layers[0]->bias, xr, w1.t());
+      z1.retain_grad();
+      auto h = torch::relu(z1);
+      for (size_t l = 1; l < layers.size(); ++l) {
+        h = layers[l]->forward(h);
+        if (l + 1 < layers.size()) h = torch::relu(h);
+      }
+      const auto ref_loss = torch::nn::functional::cross_entropy(h, y);
+      ref_loss.backward();
+      const auto dw1 = round(z1.grad()).t().mm(xr);
+      const auto db1 = z1.grad().sum(0);
+      EXPECT_NEAR(loss.item<double>(), ref_loss.item<double>() * rows, 1e-3);
+
+      std::vector<torch::Tensor> want{dw1, db1};
+      for (size_t l = 1; l < layers.size(); ++l) {
+        want.push_back(layers[l]->weight.grad());
+        want.push_back(layers[l]->bias.grad());
+      }
+      const auto got = b->relu_mlp_layers();
+      const auto plain = c->relu_mlp_layers();
+      for (size_t l = 0; l < got.size(); ++l)
+        for (int which = 0; which < 2; ++which) {
+          const auto& g = which == 0 ? got[l]->weight.grad() : got[l]->bias.grad();
+          const auto& f = which == 0 ? plain[l]->weight.grad() : plain[l]->bias.grad();
+          const auto& w = want[2 * l + which];
+          const double scale = w.abs().max().item<double>();
+          const double off = (g - w).abs().max().item<double>() / scale;
+          const double off_fp32 = (g - f).abs().max().item<double>() / scale;
+          SCOPED_TRACE("layer " + std::to_string(l + 1) + (which == 0 ? " weight" : " bias"));
+          EXPECT_LT(off, 2e-3);
+          if (l == 0 && which == 0) {
+            EXPECT_GT(off_fp32, 5 * off) << "bf16 changed nothing";
+          }
+        }
+    }
 }
 
 TEST(CpuMlpStep, ReportsEachGradientOnceWhenFinal) {
