@@ -26,6 +26,7 @@
 #include <unistd.h>
 #endif
 
+#include "common/bf16_gemm.h"
 #include "common/small_gemm.h"
 
 namespace {
@@ -275,11 +276,52 @@ void convert_to_bf16(benchmark::State& state) {
   set_rate(state, n);
 }
 
+// The library's kernels as the fused bf16 step calls them (common/bf16_gemm.h), per step thread:
+// the forward from x's rows and W1's pairs of columns, dW1 from the pairs of rows, and the packing.
+void library_bf16(benchmark::State& state) {
+  namespace bf = spritetorch::bf16;
+  if (!bf::available()) return state.SkipWithError("no AVX512_BF16");
+  const int what = static_cast<int>(state.range(0));
+  std::vector<float> x(kM * kK, 0.5f), w(kN * kK, 0.25f), dz(kM * kN, 0.01f), c(kN * kK),
+      bias(kN, 0.1f);
+  std::vector<uint16_t> x_rows(kM * kK), x_pairs(kM * kK), w_pairs(kN * kK), dz_pairs(kM * kN);
+  bf::pack_row_pairs(x.data(), kM, kK, kK, x_pairs.data(), x_rows.data());
+  bf::pack_col_pairs(w.data(), kN, kK, kK, w_pairs.data());
+  bf::pack_row_pairs(dz.data(), kM, kN, kN, dz_pairs.data());
+  for (auto _ : state) {
+    switch (what) {
+      case 0:
+        bf::nt_pairs(kM, kN, kK, x_rows.data(), kK, w_pairs.data(), kN, c.data(), kN, bias.data(),
+                     true);
+        break;
+      case 1:
+        bf::tn(kN, kK, kM / 2, dz_pairs.data(), kN, x_pairs.data(), kK, c.data(), kK);
+        break;
+      case 2:
+        spritetorch::gemm::nn(kN, kK, kM, dz.data(), 1, kN, x.data(), kK, c.data(), kK);
+        break;
+      case 3:
+        bf::pack_col_pairs(w.data(), kN, kK, kK, w_pairs.data());
+        break;
+      case 4:
+        bf::pack_row_pairs(x.data(), kM, kK, kK, x_pairs.data(), x_rows.data());
+        break;
+    }
+    benchmark::DoNotOptimize(c.data());
+    benchmark::DoNotOptimize(w_pairs.data());
+    benchmark::DoNotOptimize(x_pairs.data());
+  }
+  if (what <= 2) set_rate(state, 2.0 * kM * kN * kK);
+}
+
 BENCHMARK(layer1_forward_fp32_avx512);
 BENCHMARK(layer1_forward_bf16);
 BENCHMARK(layer1_forward_amx);
 BENCHMARK(pack_w1_pairs);
 BENCHMARK(convert_to_bf16)->Arg(kM* kK);
+// 0 nt_pairs (the forward), 1 tn (dW1), 2 the fp32 dW1 (gemm::nn), 3 pack_col_pairs (W1's half),
+// 4 pack_row_pairs with rows (x).
+BENCHMARK(library_bf16)->DenseRange(0, 4);
 
 }  // namespace
 

@@ -48,53 +48,20 @@ inline __mmask16 lanes16(int count) {
 SPRITETORCH_BF16 inline __m512bh as_bh(__m512i v) { return reinterpret_cast<__m512bh>(v); }
 SPRITETORCH_BF16 inline __m512i as_si(__m512bh v) { return reinterpret_cast<__m512i>(v); }
 
-// The layer's epilogue on one value, as small_gemm's: + bias, then ReLU (NaN stays NaN).
-inline float finish(float v, const float* bias, int j, bool relu) {
-  if (bias) v += bias[j];
-  return relu && v < 0.0f ? 0.0f : v;
-}
-
-// An R x S block of C = A B^T: one 16-lane sum per output, 32 products of pairs along k a step,
-// the k tail by masked loads (zeros beyond k), then each sum reduced across its lanes.
-template <int R, int S>
-SPRITETORCH_BF16 void nt_block(int k, const uint16_t* a, int lda, const uint16_t* b, int ldb,
-                               float* c, int ldc, const float* bias, bool relu) {
-  __m512 acc[R][S];
-  SPRITETORCH_UNROLL
-  for (int r = 0; r < R; ++r) SPRITETORCH_UNROLL
-  for (int s = 0; s < S; ++s) acc[r][s] = _mm512_setzero_ps();
-  for (int p = 0; p < k; p += 32) {
-    const __mmask32 mask =
-        k - p >= 32 ? static_cast<__mmask32>(~0u) : static_cast<__mmask32>((1u << (k - p)) - 1);
-    __m512bh av[R];
-    SPRITETORCH_UNROLL
-    for (int r = 0; r < R; ++r)
-      av[r] = as_bh(_mm512_maskz_loadu_epi16(mask, a + int64_t{r} * lda + p));
-    SPRITETORCH_UNROLL
-    for (int s = 0; s < S; ++s) {
-      const __m512bh bv = as_bh(_mm512_maskz_loadu_epi16(mask, b + int64_t{s} * ldb + p));
-      SPRITETORCH_UNROLL
-      for (int r = 0; r < R; ++r) acc[r][s] = _mm512_dpbf16_ps(acc[r][s], av[r], bv);
-    }
-  }
-  SPRITETORCH_UNROLL
-  for (int r = 0; r < R; ++r) SPRITETORCH_UNROLL
-  for (int s = 0; s < S; ++s)
-    c[int64_t{r} * ldc + s] = finish(_mm512_reduce_add_ps(acc[r][s]), bias, s, relu);
-}
-
-// An R x (16 V) block of C = A^T B over the pair layout: each step broadcasts one pair of A per
-// row and multiplies it into V vectors of 16 pairs of B; `last` masks the last vector's columns.
+// An R x (16 V) block of a product summed over pairs: each step broadcasts one pair of A per row
+// (row i's pair q at a + 2 (q a_q + i a_i)) and multiplies it into V vectors of 16 pairs of B
+// (b + 2 (q ldb + j)); `last` masks the last vector's columns; then + bias, ReLU.
 template <int R, int V>
-SPRITETORCH_BF16 void tn_block(int pairs, const uint16_t* a, int lda, const uint16_t* b, int ldb,
-                               float* c, int ldc, __mmask16 last) {
+SPRITETORCH_BF16 void pair_block(int pairs, const uint16_t* a, int64_t a_q, int64_t a_i,
+                                 const uint16_t* b, int ldb, float* c, int ldc, __mmask16 last,
+                                 const float* bias, bool relu) {
   __m512 acc[R][V];
   SPRITETORCH_UNROLL
   for (int r = 0; r < R; ++r) SPRITETORCH_UNROLL
   for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
   for (int q = 0; q < pairs; ++q) {
     const uint16_t* bq = b + int64_t{q} * ldb * 2;
-    const uint16_t* aq = a + int64_t{q} * lda * 2;
+    const uint16_t* aq = a + q * a_q * 2;
     __m512bh bv[V];
     SPRITETORCH_UNROLL
     for (int v = 0; v < V; ++v)
@@ -103,32 +70,53 @@ SPRITETORCH_BF16 void tn_block(int pairs, const uint16_t* a, int lda, const uint
     SPRITETORCH_UNROLL
     for (int r = 0; r < R; ++r) {
       int32_t pair;
-      std::memcpy(&pair, aq + 2 * r, 4);
+      std::memcpy(&pair, aq + r * a_i * 2, 4);
       const __m512bh av = as_bh(_mm512_set1_epi32(pair));
       SPRITETORCH_UNROLL
       for (int v = 0; v < V; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, bv[v]);
     }
   }
+  const __m512 zero = _mm512_setzero_ps();
   SPRITETORCH_UNROLL
-  for (int r = 0; r < R; ++r) SPRITETORCH_UNROLL
-  for (int v = 0; v < V; ++v)
-    _mm512_mask_storeu_ps(c + int64_t{r} * ldc + 16 * v,
-                          v + 1 < V ? static_cast<__mmask16>(0xffff) : last, acc[r][v]);
+  for (int v = 0; v < V; ++v) {
+    const __mmask16 mask = v + 1 < V ? static_cast<__mmask16>(0xffff) : last;
+    const __m512 bias_v = bias ? _mm512_maskz_loadu_ps(mask, bias + 16 * v) : zero;
+    SPRITETORCH_UNROLL
+    for (int r = 0; r < R; ++r) {
+      __m512 out = _mm512_add_ps(acc[r][v], bias_v);
+      // ReLU as torch's clamp_min(0): lanes below 0 become 0, NaN stays.
+      if (relu) out = _mm512_mask_mov_ps(out, _mm512_cmp_ps_mask(out, zero, _CMP_LT_OQ), zero);
+      _mm512_mask_storeu_ps(c + int64_t{r} * ldc + 16 * v, mask, out);
+    }
+  }
 }
 
-using NtBlock = void (*)(int, const uint16_t*, int, const uint16_t*, int, float*, int, const float*,
-                         bool);
-using TnBlock = void (*)(int, const uint16_t*, int, const uint16_t*, int, float*, int, __mmask16);
+using PairBlock = void (*)(int, const uint16_t*, int64_t, int64_t, const uint16_t*, int, float*,
+                           int, __mmask16, const float*, bool);
 
-// [R - 1][S - 1] (nt) and [R - 1][V - 1] (tn): the block kernels for every edge size.
-const NtBlock kNt[4][4] = {{nt_block<1, 1>, nt_block<1, 2>, nt_block<1, 3>, nt_block<1, 4>},
-                           {nt_block<2, 1>, nt_block<2, 2>, nt_block<2, 3>, nt_block<2, 4>},
-                           {nt_block<3, 1>, nt_block<3, 2>, nt_block<3, 3>, nt_block<3, 4>},
-                           {nt_block<4, 1>, nt_block<4, 2>, nt_block<4, 3>, nt_block<4, 4>}};
-const TnBlock kTn[4][4] = {{tn_block<1, 1>, tn_block<1, 2>, tn_block<1, 3>, tn_block<1, 4>},
-                           {tn_block<2, 1>, tn_block<2, 2>, tn_block<2, 3>, tn_block<2, 4>},
-                           {tn_block<3, 1>, tn_block<3, 2>, tn_block<3, 3>, tn_block<3, 4>},
-                           {tn_block<4, 1>, tn_block<4, 2>, tn_block<4, 3>, tn_block<4, 4>}};
+// [R - 1][V - 1]: the block kernels for every edge size.
+const PairBlock kPair[4][4] = {
+    {pair_block<1, 1>, pair_block<1, 2>, pair_block<1, 3>, pair_block<1, 4>},
+    {pair_block<2, 1>, pair_block<2, 2>, pair_block<2, 3>, pair_block<2, 4>},
+    {pair_block<3, 1>, pair_block<3, 2>, pair_block<3, 3>, pair_block<3, 4>},
+    {pair_block<4, 1>, pair_block<4, 2>, pair_block<4, 3>, pair_block<4, 4>}};
+
+// C (m x n) over `pairs` pairs: A's pair (q, i) at a + 2 (q a_q + i a_i), B's (q, j) at
+// b + 2 (q ldb + j); blocks of 4 rows x 64 columns.
+SPRITETORCH_BF16 void pair_product(int m, int n, int pairs, const uint16_t* a, int64_t a_q,
+                                   int64_t a_i, const uint16_t* b, int ldb, float* c, int ldc,
+                                   const float* bias, bool relu) {
+  for (int j = 0; j < n; j += 64) {
+    const int cols = n - j < 64 ? n - j : 64;
+    const int v = (cols + 15) / 16;
+    const __mmask16 last = lanes16(cols - 16 * (v - 1));
+    for (int i = 0; i < m; i += 4) {
+      const int r = m - i < 4 ? m - i : 4;
+      kPair[r - 1][v - 1](pairs, a + i * a_i * 2, a_q, a_i, b + int64_t{j} * 2, ldb,
+                          c + int64_t{i} * ldc + j, ldc, last, bias ? bias + j : nullptr, relu);
+    }
+  }
+}
 
 SPRITETORCH_BF16 void round_floats_avx512(const float* in, uint16_t* out, int64_t n) {
   int64_t i = 0;
@@ -153,6 +141,7 @@ alignas(64) constexpr uint16_t kInterleave[32] = {0,  16, 1,  17, 2,  18, 3,  19
 SPRITETORCH_BF16 void pack_row_pairs_avx512(const float* src, int rows, int cols, int ld,
                                             uint16_t* out, uint16_t* rows_out) {
   const __m512i interleave = _mm512_load_si512(kInterleave);
+  const int row_ld = cols + (cols & 1);  // rows_out's rows: even, for nt_pairs's pairs
   for (int q = 0; q < (rows + 1) / 2; ++q) {
     const float* r0 = src + int64_t{2 * q} * ld;
     const float* r1 = 2 * q + 1 < rows ? r0 + ld : nullptr;
@@ -168,10 +157,68 @@ SPRITETORCH_BF16 void pack_row_pairs_avx512(const float* src, int rows, int cols
           count == 16 ? static_cast<__mmask32>(~0u) : static_cast<__mmask32>((1u << 2 * count) - 1);
       _mm512_mask_storeu_epi16(o + int64_t{j} * 2, out_mask, pairs);
       if (rows_out) {
-        uint16_t* row0 = rows_out + int64_t{2 * q} * cols + j;
+        uint16_t* row0 = rows_out + int64_t{2 * q} * row_ld + j;
         _mm256_mask_storeu_epi16(row0, mask, _mm512_castsi512_si256(both));
-        if (r1) _mm256_mask_storeu_epi16(row0 + cols, mask, _mm512_extracti64x4_epi64(both, 1));
+        if (r1) _mm256_mask_storeu_epi16(row0 + row_ld, mask, _mm512_extracti64x4_epi64(both, 1));
       }
+    }
+    if (rows_out && row_ld != cols) {
+      rows_out[int64_t{2 * q} * row_ld + cols] = 0;
+      if (r1) rows_out[int64_t{2 * q + 1} * row_ld + cols] = 0;
+    }
+  }
+}
+
+// 16 x 16 32-bit transpose in registers: rows[i] lane l -> rows[l] lane i.
+SPRITETORCH_BF16 void transpose16(__m512i rows[16]) {
+  __m512i t[16], u[16];
+  for (int k = 0; k < 8; ++k) {
+    t[2 * k] = _mm512_unpacklo_epi32(rows[2 * k], rows[2 * k + 1]);
+    t[2 * k + 1] = _mm512_unpackhi_epi32(rows[2 * k], rows[2 * k + 1]);
+  }
+  for (int k = 0; k < 16; k += 4) {
+    u[k] = _mm512_unpacklo_epi64(t[k], t[k + 2]);
+    u[k + 1] = _mm512_unpackhi_epi64(t[k], t[k + 2]);
+    u[k + 2] = _mm512_unpacklo_epi64(t[k + 1], t[k + 3]);
+    u[k + 3] = _mm512_unpackhi_epi64(t[k + 1], t[k + 3]);
+  }
+  for (int k = 0; k < 16; k += 8)
+    for (int c = 0; c < 4; ++c) {
+      t[k + c] = _mm512_shuffle_i32x4(u[k + c], u[k + 4 + c], 0x88);
+      t[k + 4 + c] = _mm512_shuffle_i32x4(u[k + c], u[k + 4 + c], 0xdd);
+    }
+  for (int c = 0; c < 8; ++c) {
+    rows[c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0x88);
+    rows[8 + c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0xdd);
+  }
+}
+
+// Pairs of neighbouring columns: each row's 32 columns become 16 pairs (one 32-bit lane each),
+// and a 16 x 16 transpose of those lanes puts 16 rows of one pair side by side.
+SPRITETORCH_BF16 void pack_col_pairs_avx512(const float* src, int rows, int cols, int ld,
+                                            uint16_t* out) {
+  const int pairs = (cols + 1) / 2;
+  for (int r0 = 0; r0 < rows; r0 += 16) {
+    const int row_count = rows - r0 < 16 ? rows - r0 : 16;
+    for (int q0 = 0; q0 < pairs; q0 += 16) {
+      const int col0 = 2 * q0;
+      const int col_count = cols - col0 < 32 ? cols - col0 : 32;
+      const __mmask16 lo = lanes16(col_count), hi = lanes16(col_count > 16 ? col_count - 16 : 0);
+      __m512i block[16];
+      for (int r = 0; r < 16; ++r) {
+        if (r >= row_count) {
+          block[r] = _mm512_setzero_si512();
+          continue;
+        }
+        const float* row = src + int64_t{r0 + r} * ld + col0;
+        block[r] = as_si(_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, row + 16),
+                                             _mm512_maskz_loadu_ps(lo, row)));
+      }
+      transpose16(block);
+      const int pair_count = pairs - q0 < 16 ? pairs - q0 : 16;
+      for (int l = 0; l < pair_count; ++l)
+        _mm512_mask_storeu_epi32(out + (int64_t{q0 + l} * rows + r0) * 2, lanes16(row_count),
+                                 block[l]);
     }
   }
 }
@@ -209,35 +256,27 @@ void pack_row_pairs(const float* src, int rows, int cols, int ld, uint16_t* out,
 #endif
 }
 
-void nt(int m, int n, int k, const uint16_t* a, int lda, const uint16_t* b, int ldb, float* c,
-        int ldc, const float* bias, bool relu) {
-  check();
-#ifdef SPRITETORCH_BF16_KERNELS
-  for (int j = 0; j < n; j += 4) {
-    const int s = n - j < 4 ? n - j : 4;
-    for (int i = 0; i < m; i += 4) {
-      const int r = m - i < 4 ? m - i : 4;
-      kNt[r - 1][s - 1](k, a + int64_t{i} * lda, lda, b + int64_t{j} * ldb, ldb,
-                        c + int64_t{i} * ldc + j, ldc, bias ? bias + j : nullptr, relu);
-    }
-  }
-#endif
-}
-
 void tn(int m, int n, int pairs, const uint16_t* a, int lda, const uint16_t* b, int ldb, float* c,
         int ldc) {
   check();
 #ifdef SPRITETORCH_BF16_KERNELS
-  for (int j = 0; j < n; j += 64) {
-    const int cols = n - j < 64 ? n - j : 64;
-    const int v = (cols + 15) / 16;
-    const __mmask16 last = lanes16(cols - 16 * (v - 1));
-    for (int i = 0; i < m; i += 4) {
-      const int r = m - i < 4 ? m - i : 4;
-      kTn[r - 1][v - 1](pairs, a + int64_t{i} * 2, lda, b + int64_t{j} * 2, ldb,
-                        c + int64_t{i} * ldc + j, ldc, last);
-    }
-  }
+  pair_product(m, n, pairs, a, lda, 1, b, ldb, c, ldc, nullptr, false);
+#endif
+}
+
+void nt_pairs(int m, int n, int k, const uint16_t* a, int lda, const uint16_t* b_pairs, int ldb,
+              float* c, int ldc, const float* bias, bool relu) {
+  check();
+  if (lda % 2 != 0 || lda < k) throw Error("bf16::nt_pairs: A's row stride must be even and >= k");
+#ifdef SPRITETORCH_BF16_KERNELS
+  pair_product(m, n, (k + 1) / 2, a, 1, lda / 2, b_pairs, ldb, c, ldc, bias, relu);
+#endif
+}
+
+void pack_col_pairs(const float* src, int rows, int cols, int ld, uint16_t* out) {
+  check();
+#ifdef SPRITETORCH_BF16_KERNELS
+  pack_col_pairs_avx512(src, rows, cols, ld, out);
 #endif
 }
 

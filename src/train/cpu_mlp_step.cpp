@@ -111,15 +111,17 @@ CpuMlpStep::CpuMlpStep(std::vector<torch::nn::Linear> layers, int64_t max_batch,
   }
   if (compute_ == MlpCompute::bf16) {
     const Layer& first = *layers_[0];
-    const int64_t in = first.in, pair_rows = (max_batch_ + 1) / 2;
-    w1_bf16_.resize(first.out * in);
+    const int64_t in_pairs = (first.in + 1) / 2, pair_rows = (max_batch_ + 1) / 2;
     x_bf16_.resize(threads_);
     x_pairs_.resize(threads_);
+    w1_pairs_.resize(threads_);
     dz_pairs_.resize(threads_);
     for (int t = 0; t < threads_; ++t) {
-      x_bf16_[t].resize(max_batch_ * in);
-      x_pairs_[t].resize(pair_rows * in * 2);
-      dz_pairs_[t].resize(pair_rows * split(first.out, t, threads_).size() * 2);
+      const int64_t units = split(first.out, t, threads_).size();
+      x_bf16_[t].resize(max_batch_ * in_pairs * 2);
+      x_pairs_[t].resize(pair_rows * first.in * 2);
+      w1_pairs_[t].resize(in_pairs * units * 2);
+      dz_pairs_[t].resize(pair_rows * units * 2);
     }
   }
   thread_x_.assign(threads_, nullptr);
@@ -137,13 +139,14 @@ void CpuMlpStep::forward_first_layer(int t, const float* x, int batch) {
   if (units.size() == 0) return;
   float* a = first.activations.data_ptr<float>() + units.begin;
   if (compute_ == MlpCompute::bf16) {
-    const int64_t in = first.in;
-    uint16_t* w = w1_bf16_.data() + units.begin * in;
-    bf16::round_floats(first.weight + units.begin * in, w, units.size() * in);
-    // x in both layouts in one pass: rows for this product, pairs for phase 3's dW_1.
+    // W_1's rows of these units in pairs of columns, x in both layouts in one pass (rows for this
+    // product, pairs of rows for phase 3's dW_1).
+    const int in_even = first.in + (first.in & 1);
+    bf16::pack_col_pairs(first.weight + int64_t{units.begin} * first.in, units.size(), first.in,
+                         first.in, w1_pairs_[t].data());
     bf16::pack_row_pairs(x, batch, first.in, first.in, x_pairs_[t].data(), x_bf16_[t].data());
-    bf16::nt(batch, units.size(), first.in, x_bf16_[t].data(), first.in, w, first.in, a, first.out,
-             first.bias + units.begin, /*relu=*/true);
+    bf16::nt_pairs(batch, units.size(), first.in, x_bf16_[t].data(), in_even, w1_pairs_[t].data(),
+                   units.size(), a, first.out, first.bias + units.begin, /*relu=*/true);
     return;
   }
   gemm::nt(batch, units.size(), first.in, x, first.in,

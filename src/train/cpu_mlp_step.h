@@ -84,10 +84,9 @@ class CpuMlpStep : public TrainStep {
   gemm::Kernel kernel_;
   MlpCompute compute_;
   std::shared_ptr<ShardPool> pool_;
-  // bf16 only. W_1 rounded (out, in): thread t rounds its units' rows each step. Per thread: x
-  // rounded (B, in) for the forward, x and its units' dL/dz_1 in bf16's pair layout for dW_1.
-  std::vector<uint16_t> w1_bf16_;
-  std::vector<std::vector<uint16_t>> x_bf16_, x_pairs_, dz_pairs_;
+  // bf16 only, per thread: x rounded (B, in rounded up to even) for the forward, W_1's rows of its
+  // units in pairs of columns, and x and its units' dL/dz_1 in pairs of rows for dW_1.
+  std::vector<std::vector<uint16_t>> x_bf16_, w1_pairs_, x_pairs_, dz_pairs_;
   std::vector<const float*> thread_x_;  // per thread: the batch it reads in phases 1 and 3
   std::vector<double> thread_loss_;     // per thread: this step's loss sum over its rows
   std::vector<int64_t> thread_correct_;

@@ -26,12 +26,6 @@ std::vector<float> random_floats(int64_t n, unsigned seed) {
   return v;
 }
 
-std::vector<uint16_t> rounded(const std::vector<float>& v) {
-  std::vector<uint16_t> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = bf16::to_bf16(v[i]);
-  return out;
-}
-
 float bits_to_float(uint32_t bits) {
   float f;
   std::memcpy(&f, &bits, 4);
@@ -58,7 +52,8 @@ TEST(Bf16, EveryEntryPointRefusesWithoutTheInstructions) {
   uint16_t b = 0;
   EXPECT_THROW(bf16::round_floats(&x, &b, 1), Error);
   EXPECT_THROW(bf16::pack_row_pairs(&x, 1, 1, 1, &b), Error);
-  EXPECT_THROW(bf16::nt(1, 1, 1, &b, 1, &b, 1, &c, 1, nullptr, false), Error);
+  EXPECT_THROW(bf16::pack_col_pairs(&x, 1, 1, 1, &b), Error);
+  EXPECT_THROW(bf16::nt_pairs(1, 1, 1, &b, 2, &b, 1, &c, 1, nullptr, false), Error);
   EXPECT_THROW(bf16::tn(1, 1, 1, &b, 1, &b, 1, &c, 1), Error);
 }
 
@@ -89,7 +84,8 @@ TEST(Bf16, PackRowPairsInterleavesRowsAndCopiesThemRowMajor) {
       const int ld = cols + 3;
       const auto src = random_floats(int64_t{rows} * ld, rows * 100 + cols);
       const int pairs = (rows + 1) / 2;
-      std::vector<uint16_t> out(pairs * cols * 2 + 1, 0xabcd), row_major(rows * cols + 1, 0xabcd);
+      const int even = cols + cols % 2;  // rows_out's row length, the pad 0
+      std::vector<uint16_t> out(pairs * cols * 2 + 1, 0xabcd), row_major(rows * even + 1, 0xabcd);
       bf16::pack_row_pairs(src.data(), rows, cols, ld, out.data(), row_major.data());
       for (int q = 0; q < pairs; ++q)
         for (int j = 0; j < cols; ++j)
@@ -100,10 +96,32 @@ TEST(Bf16, PackRowPairsInterleavesRowsAndCopiesThemRowMajor) {
                 << rows << "x" << cols << " q " << q << " j " << j << " e " << e;
           }
       for (int r = 0; r < rows; ++r)
-        for (int j = 0; j < cols; ++j)
-          ASSERT_EQ(row_major[r * cols + j], bf16::to_bf16(src[r * ld + j])) << r << ", " << j;
+        for (int j = 0; j < even; ++j)
+          ASSERT_EQ(row_major[r * even + j], j < cols ? bf16::to_bf16(src[r * ld + j]) : 0)
+              << r << ", " << j;
       EXPECT_EQ(out.back(), 0xabcd);
       EXPECT_EQ(row_major.back(), 0xabcd);
+    }
+}
+
+TEST(Bf16, PackColPairsInterleavesColumnsForEveryTransposeEdge) {
+  REQUIRE_BF16();
+  for (int rows : {1, 15, 16, 17, 64})
+    for (int cols : {1, 2, 31, 32, 33, 784}) {
+      const int ld = cols + 1;
+      const auto src = random_floats(int64_t{rows} * ld, rows * 1000 + cols);
+      const int pairs = (cols + 1) / 2;
+      std::vector<uint16_t> out(int64_t{pairs} * rows * 2 + 1, 0xabcd);
+      bf16::pack_col_pairs(src.data(), rows, cols, ld, out.data());
+      for (int q = 0; q < pairs; ++q)
+        for (int r = 0; r < rows; ++r)
+          for (int e = 0; e < 2; ++e) {
+            const int j = 2 * q + e;
+            const uint16_t want = j < cols ? bf16::to_bf16(src[r * ld + j]) : uint16_t{0};
+            ASSERT_EQ(out[(int64_t{q} * rows + r) * 2 + e], want)
+                << rows << "x" << cols << " q " << q << " r " << r << " e " << e;
+          }
+      EXPECT_EQ(out.back(), 0xabcd);
     }
 }
 
@@ -112,37 +130,49 @@ void expect_close(float got, double want, double scale, const char* what) {
   EXPECT_NEAR(got, want, 1e-5 * scale + 1e-6) << what;
 }
 
-TEST(Bf16, NtMatchesLoopsForEveryBlockEdge) {
+// The forward's form: A's rows as pack_row_pairs leaves them (even stride, zero pad), B in pairs
+// of columns.
+TEST(Bf16, NtPairsMatchesLoopsForEveryBlockEdge) {
   REQUIRE_BF16();
   for (int m : {1, 3, 4, 7, 64})
-    for (int n : {1, 2, 5, 8, 13})
-      for (int k : {1, 16, 31, 32, 33, 784}) {
-        const int lda = k + 5, ldb = k + 2, ldc = n + 4;
-        const auto a = rounded(random_floats(int64_t{m} * lda, m + n + k));
-        const auto b = rounded(random_floats(int64_t{n} * ldb, m * n + k));
+    for (int n : {1, 15, 16, 17, 64, 70})
+      for (int k : {1, 2, 3, 32, 784}) {
+        const int lda = k + k % 2, ldc = n + 2;
+        const auto fa = random_floats(int64_t{m} * k, m + n + k);
+        const auto fb = random_floats(int64_t{n} * k, m * n + k);
         const auto bias = random_floats(n, k);
+        std::vector<uint16_t> a(int64_t{(m + 1) / 2} * k * 2), a_rows(int64_t{m} * lda),
+            b(int64_t{(k + 1) / 2} * n * 2);
+        bf16::pack_row_pairs(fa.data(), m, k, k, a.data(), a_rows.data());
+        bf16::pack_col_pairs(fb.data(), n, k, k, b.data());
         for (bool relu : {false, true}) {
           std::vector<float> c(int64_t{m} * ldc, -7.0f);
-          bf16::nt(m, n, k, a.data(), lda, b.data(), ldb, c.data(), ldc, bias.data(), relu);
+          bf16::nt_pairs(m, n, k, a_rows.data(), lda, b.data(), n, c.data(), ldc, bias.data(),
+                         relu);
           for (int i = 0; i < m; ++i)
             for (int j = 0; j < n; ++j) {
               double sum = bias[j];
               for (int p = 0; p < k; ++p)
-                sum += double{bf16::to_float(a[i * lda + p])} * bf16::to_float(b[j * ldb + p]);
+                sum += double{bf16::to_float(bf16::to_bf16(fa[i * k + p]))} *
+                       bf16::to_float(bf16::to_bf16(fb[j * k + p]));
               if (relu && sum < 0) sum = 0;
-              expect_close(c[i * ldc + j], sum, k, "nt");
+              expect_close(c[i * ldc + j], sum, k, "nt_pairs");
             }
-          for (int i = 0; i < m; ++i)  // the stride's gap is left alone
+          for (int i = 0; i < m; ++i)
             for (int j = n; j < ldc; ++j) ASSERT_EQ(c[i * ldc + j], -7.0f);
         }
       }
+  std::vector<uint16_t> any(8);
+  float c = 0;
+  EXPECT_THROW(bf16::nt_pairs(1, 1, 3, any.data(), 3, any.data(), 1, &c, 1, nullptr, false), Error)
+      << "an odd row stride cannot hold pairs";
 }
 
-TEST(Bf16, NtReluKeepsNaN) {
+TEST(Bf16, NtPairsReluKeepsNaN) {
   REQUIRE_BF16();
   const uint16_t a[2] = {bf16::to_bf16(std::nanf("")), 0}, b[2] = {bf16::to_bf16(1.0f), 0};
   float c = 0.0f;
-  bf16::nt(1, 1, 2, a, 2, b, 2, &c, 1, nullptr, /*relu=*/true);
+  bf16::nt_pairs(1, 1, 2, a, 2, b, 1, &c, 1, nullptr, /*relu=*/true);
   EXPECT_TRUE(std::isnan(c));
 }
 
