@@ -2,7 +2,9 @@
 // before writing one: the seed step's largest product (layer 1 forward, 64 x 64 x 784 per step
 // thread) as an fp32 AVX-512 kernel (common/small_gemm.h) against a bf16 dot-product kernel of the
 // same blocking and an AMX tile kernel, and the fp32 -> bf16 conversions and the packing of W1 into
-// AMX's pair layout that such a step would add each step (W1 changes every step).
+// AMX's pair layout that such a step would add each step (W1 changes every step); and
+// `library_bf16`, the kernels the fused bf16 step now runs (common/bf16_gemm.h), at the same
+// shapes beside the fp32 dW1.
 //
 //   build/bench/bf16_gemm_probe        # skips the cases this CPU cannot run, saying why
 //
