@@ -80,9 +80,10 @@ constexpr int64_t kClaimAhead = 256;  // floats: 16 cache lines
 #if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-__attribute__((target("avx512f,prfchw"))) void adam_update_avx512(float* p, const float* g, float* m,
-                                                           float* v, int64_t begin, int64_t end,
-                                                           const AdamScalars& k) {
+__attribute__((target("avx512f,prfchw"))) void adam_update_avx512(float* p, const float* g,
+                                                                  float* m, float* v, int64_t begin,
+                                                                  int64_t end,
+                                                                  const AdamScalars& k) {
   const __m512 b1 = _mm512_set1_ps(k.b1), b2 = _mm512_set1_ps(k.b2);
   const __m512 c1 = _mm512_set1_ps(k.one_minus_b1), c2 = _mm512_set1_ps(k.one_minus_b2);
   const __m512 scale = _mm512_set1_ps(k.inv_bias2_sqrt), eps = _mm512_set1_ps(k.eps);
@@ -94,7 +95,7 @@ __attribute__((target("avx512f,prfchw"))) void adam_update_avx512(float* p, cons
   for (int64_t i = begin; i < end; i += 16) {
     const int64_t left = end - i;
     const __mmask16 lanes = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1u);
-    if (left > kClaimAhead) _m_prefetchw(p + i + kClaimAhead);
+    if (left > kClaimAhead) __builtin_prefetch(p + i + kClaimAhead, /*rw=*/1, 3);
     const __m512 pi = _mm512_maskz_loadu_ps(lanes, p + i);
     const __m512 graw = _mm512_maskz_loadu_ps(lanes, g + i);
     const __m512 gi = with_l2 ? _mm512_fmadd_ps(l2, pi, graw) : graw;
