@@ -15,8 +15,8 @@ std::unique_ptr<TrainStep> make_precision_train_step(const models::Classifier& m
   // fused for it names the reason, the precision does not.
   if (plain || (kind == StepKind::kFused && model->relu_mlp_layers().empty()))
     return make_train_step(model, max_batch, kind, cpu_threads);
-  // bf16 on a CPU with AVX512_BF16: the fused step with layer 1 in bf16 (cpu_mlp_step.h), 1.3-1.5x
-  // the fused fp32 step's speed on Zen 5 where autocast's autograd step is half its speed.
+  // bf16 on a CPU with AVX512_BF16: the fused step with layer 1 in bf16 (cpu_mlp_step.h), 1.09x
+  // the fused fp32 step's speed on Zen 5, where autocast's autograd step is half its speed.
   const auto layers = model->relu_mlp_layers();
   const bool bf16_fused = precision.plan.autocast &&
                           precision.plan.compute_dtype == torch::kBFloat16 && !precision.scaler &&

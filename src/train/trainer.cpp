@@ -380,7 +380,7 @@ void TrainingRun::set_up_step() {
           ? std::min(config_.batch_size, std::max<int64_t>(1, data_.train.size()))
           : config_.batch_size;
   // --precision auto on a CPU whose native bf16 auto takes (DeviceInfo::bf16_auto): where the model
-  // has the fused CPU step, its bf16 form (layer 1 in bf16, common/bf16_gemm.h) is ~13% faster
+  // has the fused CPU step, its bf16 form (layer 1 in bf16, common/bf16_gemm.h) is ~9% faster
   // than its fp32 form on Zen 5 at the same accuracy, and both beat bf16 autocast (autograd) by
   // ~2x (docs/precision.md), so auto takes the fused bf16 step where the CPU runs its kernels and
   // the fused fp32 step where it does not; other models (conv nets: bf16 1.27x faster on Zen 5)
