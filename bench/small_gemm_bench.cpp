@@ -6,6 +6,7 @@
 //   build/bench/small_gemm_bench                      # all shapes, all kernels
 //   build/bench/small_gemm_bench --benchmark_filter=layer1
 //   build/bench/small_gemm_bench --benchmark_filter=adam   # adam_subnormal: with subnormal moments
+//   build/bench/small_gemm_bench --benchmark_filter=adam_shared  # lines the other core has read
 //   build/bench/small_gemm_bench --benchmark_filter=step   # the whole step, Adam after it
 //
 // Counters: GFLOP/s of the product (2 m n k per call); for Adam, parameters updated per second.
@@ -16,11 +17,13 @@
 // step runs one per core.
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
 #include "common/bf16_gemm.h"
 #include "common/cpu_threads.h"
+#include "common/shard_pool.h"
 #include "common/small_gemm.h"
 #include "models/classifier.h"
 #include "train/adam_kernels.h"
@@ -113,6 +116,39 @@ void run_adam(benchmark::State& state, Kernel kernel, bool subnormal) {
       benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The update of parameters that another core has just read, as the fused step's later layers are
+// (both threads read all of W_2 in its rows phase): state.range(0) floats, by default a step
+// thread's half of W_2 (4,096, 256 lines), on the calling thread right after a pool thread read
+// each of their lines. Each store then needs the other core's copy invalidated; the kernels claim
+// the lines ahead (prefetchw) so those wait together, not one at a time. Only the update is timed.
+void run_adam_shared(benchmark::State& state, Kernel kernel) {
+  if (!spritetorch::gemm::available(kernel)) {
+    state.SkipWithError(
+        (std::string(spritetorch::gemm::kernel_name(kernel)) + " cannot run here").c_str());
+    return;
+  }
+  const int64_t n = state.range(0);
+  AlignedFloats p(n, 0.5f), g(n, 0.01f), m(n, 0.0f), v(n, 0.0f);
+  spritetorch::train::AdamScalars k{0.9f, 0.999f, 0.1f, 0.001f, 1.0f, 1e-8f, -1e-3f, 0.0f, 1.0f};
+  spritetorch::ShardPool pool(2);
+  float sink = 0.0f;
+  for (auto _ : state) {
+    pool.run([&](int t) {
+      if (t != 1) return;
+      float sum = 0.0f;
+      for (int64_t i = 0; i < n; i += 16) sum += p[i];  // one read of every line
+      sink += sum;
+    });
+    const auto start = std::chrono::steady_clock::now();
+    spritetorch::train::adam_update(p.data(), g.data(), m.data(), v.data(), 0, n, k, kernel);
+    state.SetIterationTime(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  benchmark::DoNotOptimize(sink);
+  state.counters["params/s"] =
+      benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
+}
+
 // The whole seed step (batch 64, Adam after it) on state.range(0) step threads: against one thread,
 // what the fork-join of two gains on this machine.
 void run_step(benchmark::State& state, spritetorch::train::MlpCompute compute) {
@@ -146,6 +182,12 @@ const bool kRegistered = [] {
            spritetorch::gemm::kernel_name(kernel))
               .c_str(),
           [kernel, subnormal](benchmark::State& state) { run_adam(state, kernel, subnormal); });
+  for (Kernel kernel : {Kernel::avx2, Kernel::avx512})
+    benchmark::RegisterBenchmark(
+        (std::string("adam_shared/") + spritetorch::gemm::kernel_name(kernel)).c_str(),
+        [kernel](benchmark::State& state) { run_adam_shared(state, kernel); })
+        ->Arg(4096)
+        ->UseManualTime();
   for (const Shape& s : kShapes)
     for (Kernel kernel : {Kernel::avx2, Kernel::avx512, Kernel::blas})
       benchmark::RegisterBenchmark(

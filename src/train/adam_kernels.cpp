@@ -4,6 +4,7 @@
 #include <cmath>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -28,13 +29,30 @@ void adam_update_loop(float* p, const float* g, float* m, float* v, int64_t begi
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define SPRITETORCH_ADAM_SIMD 1
+// How far ahead the kernels claim the parameters' lines for writing (prefetchw): the fused step's
+// later layers are read by every thread, and a store to a line the other core holds waits for its
+// copy to be invalidated, one line at a time unless claimed ahead. `small_gemm_bench
+// --benchmark_filter=adam_shared` times it (a step thread's half of the seed's W_2, 256 lines, on
+// the Zen 5 VM: AVX-512 9.7 us without the claim, 2.9-3.5 us with it).
+constexpr int64_t kClaimAhead = 256;  // floats: 16 cache lines
+
+// Whether the CPU has PREFETCHW (CPUID 0x80000001, ECX bit 8): every AVX-512 CPU does; of the
+// AVX2 ones, AMD's and Intel's from Broadwell on, not Haswell's.
+bool cpu_has_prefetchw() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(0x80000001u, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 8)) != 0;
+}
+
 // The same update, 8 lanes at a time. The square root and the division were the loop's whole
 // cost (on Zen 2 each takes ~14 cycles per 8 lanes); the hardware estimates of 1/sqrt and 1/x,
 // refined by one Newton step each, are within a few float ulps of them (tests compare every kernel
-// with the loop, and the optimizer with torch.optim.Adam's arithmetic).
-__attribute__((target("avx2,fma"))) void adam_update_avx2(float* p, const float* g, float* m,
-                                                          float* v, int64_t begin, int64_t end,
-                                                          const AdamScalars& k) {
+// with the loop, and the optimizer with torch.optim.Adam's arithmetic). kClaim: with prefetchw,
+// only for a CPU that has it.
+template <bool kClaim>
+__attribute__((target("avx2,fma,prfchw"))) void adam_update_avx2(float* p, const float* g, float* m,
+                                                                 float* v, int64_t begin,
+                                                                 int64_t end,
+                                                                 const AdamScalars& k) {
   const __m256 b1 = _mm256_set1_ps(k.b1), b2 = _mm256_set1_ps(k.b2);
   const __m256 c1 = _mm256_set1_ps(k.one_minus_b1), c2 = _mm256_set1_ps(k.one_minus_b2);
   const __m256 scale = _mm256_set1_ps(k.inv_bias2_sqrt), eps = _mm256_set1_ps(k.eps);
@@ -44,6 +62,9 @@ __attribute__((target("avx2,fma"))) void adam_update_avx2(float* p, const float*
   const __m256 l2 = _mm256_set1_ps(k.l2), decay = _mm256_set1_ps(k.decay);
   int64_t i = begin;
   for (; i + 8 <= end; i += 8) {
+    // One claim per line: every other 8 floats (a 64-byte line holds 16).
+    if (kClaim && ((i - begin) & 8) == 0 && end - i > kClaimAhead)
+      __builtin_prefetch(p + i + kClaimAhead, /*rw=*/1, 3);
     const __m256 pi = _mm256_loadu_ps(p + i);
     const __m256 gi =
         k.l2 != 0.0f ? _mm256_fmadd_ps(l2, pi, _mm256_loadu_ps(g + i)) : _mm256_loadu_ps(g + i);
@@ -68,13 +89,9 @@ __attribute__((target("avx2,fma"))) void adam_update_avx2(float* p, const float*
 }
 
 // 16 lanes, the tail under a mask. AVX-512's estimates are good to 14 bits (AVX's to 12), so one
-// Newton step brings them to float precision as well. The parameters are claimed for writing 16
-// lines ahead (prefetchw, which every AVX-512 CPU has): the fused step's later layers are read by
-// every thread, and a store to a line the other core holds waits for its copy to be invalidated,
-// one line at a time without it (a thread's half of the seed's W_2, 256 lines: 9.7 us, 2.9-3.5
-// with it, on the Zen 5 VM). (GCC 12 reports its own AVX-512 headers'
-// _mm512_undefined_ps() merge sources as uninitialised once inlined: GCC bug 105593, fixed in 13.)
-constexpr int64_t kClaimAhead = 256;  // floats: 16 cache lines
+// Newton step brings them to float precision as well. The lines are always claimed ahead: every
+// AVX-512 CPU has prefetchw. (GCC 12 reports its own AVX-512 headers' _mm512_undefined_ps() merge
+// sources as uninitialised once inlined: GCC bug 105593, fixed in 13.)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #if !defined(__clang__)
@@ -143,8 +160,11 @@ void adam_update(float* p, const float* g, float* m, float* v, int64_t begin, in
 #ifdef SPRITETORCH_ADAM_SIMD
     case AdamKernel::avx512:
       return adam_update_avx512(p, g, m, v, begin, end, k);
-    case AdamKernel::avx2:
-      return adam_update_avx2(p, g, m, v, begin, end, k);
+    case AdamKernel::avx2: {
+      static const bool claim = cpu_has_prefetchw();
+      return claim ? adam_update_avx2<true>(p, g, m, v, begin, end, k)
+                   : adam_update_avx2<false>(p, g, m, v, begin, end, k);
+    }
 #endif
     default:
       return adam_update_loop(p, g, m, v, begin, end, k);
