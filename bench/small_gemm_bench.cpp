@@ -7,6 +7,7 @@
 //   build/bench/small_gemm_bench --benchmark_filter=layer1
 //   build/bench/small_gemm_bench --benchmark_filter=adam   # adam_subnormal: with subnormal moments
 //   build/bench/small_gemm_bench --benchmark_filter=adam_shared  # lines the other core has read
+//   build/bench/small_gemm_bench --benchmark_filter=softmax_loss  # the loss of a thread's rows
 //   build/bench/small_gemm_bench --benchmark_filter=step   # the whole step, Adam after it
 //
 // Counters: GFLOP/s of the product (2 m n k per call); for Adam, parameters updated per second.
@@ -29,6 +30,7 @@
 #include "train/adam_kernels.h"
 #include "train/cpu_mlp_step.h"
 #include "train/flat_optimizer.h"
+#include "train/softmax_loss.h"
 
 namespace {
 
@@ -116,6 +118,22 @@ void run_adam(benchmark::State& state, Kernel kernel, bool subnormal) {
       benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The loss of one step thread's rows (train/softmax_loss.h): 32 rows of the seed's 10 classes.
+void run_softmax_loss(benchmark::State& state, Kernel kernel) {
+  const int rows = 32, classes = 10;
+  torch::manual_seed(1);
+  const auto logits = torch::randn({rows, classes}) * 4.0;
+  const auto labels = torch::randint(0, classes, {rows}, torch::kInt64);
+  AlignedFloats dz(rows * classes);
+  for (auto _ : state) {
+    const auto sums = spritetorch::train::softmax_cross_entropy(
+        logits.data_ptr<float>(), labels.data_ptr<int64_t>(), rows, classes, 1.0f / 64.0f,
+        dz.data(), kernel);
+    benchmark::DoNotOptimize(sums);
+    benchmark::ClobberMemory();
+  }
+}
+
 // The update of parameters that another core has just read, as the fused step's later layers are
 // (both threads read all of W_2 in its rows phase): state.range(0) floats, by default a step
 // thread's half of W_2 (4,096, 256 lines), on the calling thread right after a pool thread read
@@ -169,7 +187,7 @@ void run_step(benchmark::State& state, spritetorch::train::MlpCompute compute) {
   size_t next = 0;
   for (auto _ : state) {
     step.run(batches[next++ % batches.size()], loss, correct);
-    optimizer.step();
+    if (!getenv("NOADAM")) optimizer.step();
   }
 }
 
@@ -182,6 +200,10 @@ const bool kRegistered = [] {
            spritetorch::gemm::kernel_name(kernel))
               .c_str(),
           [kernel, subnormal](benchmark::State& state) { run_adam(state, kernel, subnormal); });
+  for (Kernel kernel : {Kernel::loops, Kernel::avx512})
+    benchmark::RegisterBenchmark(
+        (std::string("softmax_loss/") + spritetorch::gemm::kernel_name(kernel)).c_str(),
+        [kernel](benchmark::State& state) { run_softmax_loss(state, kernel); });
   for (Kernel kernel : {Kernel::avx2, Kernel::avx512})
     benchmark::RegisterBenchmark(
         (std::string("adam_shared/") + spritetorch::gemm::kernel_name(kernel)).c_str(),

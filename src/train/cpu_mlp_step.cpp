@@ -1,12 +1,12 @@
 #include "train/cpu_mlp_step.h"
 
 #include <algorithm>
-#include <cmath>
 #include <string>
 
 #include "common/error.h"
 #include "common/flush_subnormals.h"
 #include "common/small_gemm.h"
+#include "train/softmax_loss.h"
 
 namespace spritetorch::train {
 
@@ -188,28 +188,11 @@ void CpuMlpStep::rows_forward_backward(int t, const int64_t* labels, int batch) 
   // Mean cross-entropy over the WHOLE batch: dz_L = (softmax - onehot) / batch, so the rows'
   // contributions add up to the full batch's gradient.
   Layer& last = *layers_[count - 1];
-  const int classes = last.out;
-  const float inv_batch = 1.0f / static_cast<float>(batch);
-  double loss = 0.0;
-  int64_t correct = 0;
-  for (int r = rows.begin; r < rows.end; ++r) {
-    const float* logits = last.activations.data_ptr<float>() + int64_t{r} * classes;
-    float* dz = last.grad.data_ptr<float>() + int64_t{r} * classes;
-    int best = 0;
-    for (int k = 1; k < classes; ++k)
-      if (logits[k] > logits[best]) best = k;  // the first maximum, as torch's argmax
-    const float max = logits[best];
-    float sum = 0.0f;
-    for (int k = 0; k < classes; ++k) sum += std::exp(logits[k] - max);
-    const float log_sum = max + std::log(sum);
-    const int64_t label = labels[r];
-    loss += static_cast<double>(log_sum - logits[label]);
-    correct += best == label;
-    for (int k = 0; k < classes; ++k) dz[k] = std::exp(logits[k] - log_sum) * inv_batch;
-    dz[label] -= inv_batch;
-  }
-  thread_loss_[t] = loss;
-  thread_correct_[t] = correct;
+  const SoftmaxLossSums sums =
+      softmax_cross_entropy(at_row(last.activations, last), labels + rows.begin, m, last.out,
+                            1.0f / static_cast<float>(batch), at_row(last.grad, last), kernel_);
+  thread_loss_[t] = sums.loss;
+  thread_correct_[t] = sums.correct;
 
   for (int l = count - 1; l >= 1; --l) {
     Layer& prev = *layers_[l - 1];
