@@ -118,21 +118,6 @@ SPRITETORCH_BF16 void pair_product(int m, int n, int pairs, const uint16_t* a, i
   }
 }
 
-SPRITETORCH_BF16 void round_floats_avx512(const float* in, uint16_t* out, int64_t n) {
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(in + i + 16), _mm512_loadu_ps(in + i));
-    _mm512_storeu_si512(out + i, as_si(v));
-  }
-  if (i < n) {
-    const int rest = static_cast<int>(n - i);
-    const __m512bh v = _mm512_cvtne2ps_pbh(
-        _mm512_maskz_loadu_ps(lanes16(rest - 16 < 0 ? 0 : rest - 16), in + i + 16),
-        _mm512_maskz_loadu_ps(lanes16(rest), in + i));
-    _mm512_mask_storeu_epi16(out + i, static_cast<__mmask32>((1u << rest) - 1), as_si(v));
-  }
-}
-
 // 16-bit lane 2j takes lane j (row 2q's column j), lane 2j + 1 takes lane 16 + j (row 2q + 1's).
 alignas(64) constexpr uint16_t kInterleave[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
                                                   21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
@@ -240,13 +225,6 @@ void check() {
   if (!available()) throw Error("bf16 kernels: this CPU has no AVX512_BF16");
 }
 }  // namespace
-
-void round_floats(const float* in, uint16_t* out, int64_t n) {
-  check();
-#ifdef SPRITETORCH_BF16_KERNELS
-  round_floats_avx512(in, out, n);
-#endif
-}
 
 void pack_row_pairs(const float* src, int rows, int cols, int ld, uint16_t* out,
                     uint16_t* rows_out) {

@@ -28,8 +28,6 @@ bool available();
 // floats round to signed zero, as vcvtne2ps2bf16 reads them.
 uint16_t to_bf16(float value);
 float to_float(uint16_t value);
-// out[i] = to_bf16(in[i]) for i < n.
-void round_floats(const float* in, uint16_t* out, int64_t n);
 
 // The pair layout of a (rows x cols) float32 matrix's rows (row stride ld): pair (q, j) holds rows
 // 2q and 2q + 1 of column j, out[(q * cols + j) * 2 + e] = to_bf16(src[(2q + e) * ld + j]); an odd

@@ -50,30 +50,33 @@ TEST(Bf16, EveryEntryPointRefusesWithoutTheInstructions) {
   if (bf16::available()) GTEST_SKIP() << "this CPU has AVX512_BF16";
   float x = 1.0f, c = 0.0f;
   uint16_t b = 0;
-  EXPECT_THROW(bf16::round_floats(&x, &b, 1), Error);
   EXPECT_THROW(bf16::pack_row_pairs(&x, 1, 1, 1, &b), Error);
   EXPECT_THROW(bf16::pack_col_pairs(&x, 1, 1, 1, &b), Error);
   EXPECT_THROW(bf16::nt_pairs(1, 1, 1, &b, 2, &b, 1, &c, 1, nullptr, false), Error);
   EXPECT_THROW(bf16::tn(1, 1, 1, &b, 1, &b, 1, &c, 1), Error);
 }
 
-TEST(Bf16, RoundFloatsAgreesWithToBf16AtEveryLength) {
+// The vector rounding (one row through pack_row_pairs, both layouts) against the scalar one, on
+// the cases the scalar rounding treats apart: ties, infinities, NaN, subnormals, the largest.
+TEST(Bf16, PackRoundsAsToBf16AtEveryLength) {
   REQUIRE_BF16();
   auto values = random_floats(100, 1);
-  // The cases the scalar rounding treats apart: ties, infinities, NaN, subnormals, the largest.
   const uint32_t special[] = {0x3f808000u, 0x3f818000u, 0x7f800000u, 0xff800000u, 0x7fc00001u,
                               0x00000001u, 0x807fffffu, 0x7f7fffffu, 0x00800000u, 0x80000000u};
   for (size_t i = 0; i < std::size(special); ++i) values[7 * i] = bits_to_float(special[i]);
-  for (int n : {0, 1, 15, 16, 17, 31, 32, 33, 63, 64, 100}) {
-    std::vector<uint16_t> out(n + 1, 0xabcd);
-    bf16::round_floats(values.data(), out.data(), n);
-    for (int i = 0; i < n; ++i) {
-      if (std::isnan(values[i]))
-        EXPECT_TRUE(std::isnan(bf16::to_float(out[i]))) << i;
-      else
-        EXPECT_EQ(out[i], bf16::to_bf16(values[i])) << "n " << n << " i " << i;
-    }
-    EXPECT_EQ(out[n], 0xabcd) << "wrote past n = " << n;
+  for (int n : {1, 15, 16, 17, 31, 32, 33, 63, 64, 100}) {
+    const int even = n + n % 2;
+    std::vector<uint16_t> pairs(n * 2 + 1, 0xabcd), row(even + 1, 0xabcd);
+    bf16::pack_row_pairs(values.data(), 1, n, n, pairs.data(), row.data());
+    for (int i = 0; i < n; ++i)
+      for (const uint16_t got : {pairs[i * 2], row[i]}) {
+        if (std::isnan(values[i]))
+          EXPECT_TRUE(std::isnan(bf16::to_float(got))) << i;
+        else
+          EXPECT_EQ(got, bf16::to_bf16(values[i])) << "n " << n << " i " << i;
+      }
+    EXPECT_EQ(pairs[n * 2], 0xabcd) << "wrote past n = " << n;
+    EXPECT_EQ(row[even], 0xabcd) << "wrote past n = " << n;
   }
 }
 
