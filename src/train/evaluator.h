@@ -37,8 +37,9 @@ EvalReport evaluate(const std::function<torch::Tensor(const torch::Tensor&)>& fo
 // trains on one LibTorch and one BLAS thread per pool thread, so its evaluation would otherwise
 // run on one core. Rows are independent in evaluation (BatchNorm uses its running statistics), so
 // each row's logits are those of one call up to float rounding (OpenBLAS may round a product's row
-// differently in a call of fewer rows); batches of fewer than 128 rows, inputs off the CPU and a
-// pool running one thread call `forward` as it is.
+// differently in a call of fewer rows); batches of fewer than 128 rows and inputs off the CPU call
+// `forward` as it is. A pool the thread governor has left fewer threads runs the same shards on
+// them, so the logits, like the step's results, do not depend on the cores the run got.
 std::function<torch::Tensor(const torch::Tensor&)> rows_over_pool(
     std::function<torch::Tensor(const torch::Tensor&)> forward, std::shared_ptr<ShardPool> pool);
 

@@ -13,7 +13,8 @@ namespace spritetorch::train {
 namespace {
 
 // Evaluation on the fused step's threads: the same logits as one call, each row computed by one
-// of the pool's threads, and batches too small to split passed through whole.
+// of the pool's threads, batches too small to split passed through whole, and on fewer threads
+// the same shards.
 TEST(RowsOverPool, SplitsABatchOverThePoolsThreadsAndGivesTheSameLogits) {
   torch::manual_seed(3);
   auto model = models::make_model({"ann", {1, 28, 28}, 10});
@@ -55,13 +56,19 @@ TEST(RowsOverPool, SplitsABatchOverThePoolsThreadsAndGivesTheSameLogits) {
   EXPECT_EQ(calls.load(), 1);
   EXPECT_EQ(largest.load(), 100);
 
-  pool->set_threads(1);  // the thread governor took a core: one call on the caller's thread
+  // The thread governor took a core: the same two shards, on the caller's thread, and the same
+  // logits to the bit (one call of all the rows differs from two in the last bits).
+  pool->set_threads(1);
   calls = 0;
+  threads.clear();
+  torch::Tensor on_one;
   {
     c10::InferenceMode inference;
-    split(x);
+    on_one = split(x);
   }
-  EXPECT_EQ(calls.load(), 1);
+  EXPECT_EQ(calls.load(), 2);
+  EXPECT_EQ(threads.size(), 1u);
+  EXPECT_TRUE(on_one.equal(parts));
 }
 
 // The whole evaluation through the split forward: the same accuracy and loss as without it.
