@@ -187,7 +187,7 @@ void run_step(benchmark::State& state, spritetorch::train::MlpCompute compute) {
   size_t next = 0;
   for (auto _ : state) {
     step.run(batches[next++ % batches.size()], loss, correct);
-    if (!getenv("NOADAM")) optimizer.step();
+    optimizer.step();
   }
 }
 
