@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # One device-tool call (10 minutes; a session's device time is 15 minutes with the start): the
 # build, the CUDA tests that no GPU has run yet, the seed workload's default path against the Python
-# peer (RUN_DEFAULT=1), time-to-accuracy rows against the peer, then the rest of the CUDA-relevant
-# tests in what is left, ending near 560 s. Now (the defaults): the tests of the fused GroupNorm +
-# SiLU kernel (NCHW and NHWC), activation checkpointing, micro-batches and the whitened first
-# convolution computed on CUDA (PatchWhitening.OnCudaTheSameFilters); the kernel's sampling
-# rows (RUN_GNSILU=1: `gpu_round2.sh gnsilu`, 8 runs: bf16 and fp32, NCHW and channels_last, the
-# kernel on and off, ~80-120 s); 92% with --recipe fast (4 epochs, the whitened first
-# convolution: 760 steps on a CPU, docs/benchmarks.md "A whitened first convolution"), 93% with
-# --recipe mid --epochs 5 (whitened too: 950 steps on a CPU, against ~2,700 for wide on the H100)
-# (~30 and ~40 s with their peer), then 94% with --recipe long (whitened too: epochs 20-21 on a
-# CPU; ~130 s) in what the call has left (the rows run in order; a cut row prints what it reached).
+# peer (RUN_DEFAULT=1), time-to-accuracy rows against the peer (by TTA_END s at the latest), the
+# fused GroupNorm + SiLU kernel's sampling rows, then the rest of the CUDA-relevant tests in what
+# is left, ending near END s (default 560; set it to the call's timeout_s less ~20 s). The first
+# tests: the fused GroupNorm + SiLU kernel (NCHW and NHWC), activation checkpointing,
+# micro-batches and the whitened first convolution computed on CUDA
+# (PatchWhitening.OnCudaTheSameFilters). The rows (TTA_ROWS, in order; a cut row prints what it
+# reached): 92% with --recipe fast (4 epochs, the whitened first convolution: 760 steps on a CPU,
+# docs/benchmarks.md "A whitened first convolution"), 93% with --recipe mid --epochs 5 (whitened
+# too: 950 steps on a CPU, against ~2,700 for wide on the H100) (~30 and ~40 s with their peer),
+# then 94% with --recipe long (whitened too: epochs 20-21 on a CPU; ~130 s). The kernel's rows
+# (RUN_GNSILU=1: `gpu_round2.sh gnsilu`, 8 runs: bf16 and fp32, NCHW and channels_last, the
+# kernel on and off, ~80-120 s) take .gpu-deps/gen32.pt when carried.
 # On 2026-11-26 (docs/benchmarks.md, H200) it ran with
 # FIRST_TESTS="FlatOptimizer|StepOnDevice|AdamKernels" RUN_DEFAULT=1 TTA_ROWS="fast 0.92 40;mid 0.93 100".
-# Order: build (~175-250 s), the first tests (~20-30 s), default (~60 s), gnsilu, the rows.
+# Order: build (~175-250 s), the first tests (~20-30 s), default (~60 s), the rows, gnsilu, tests.
 #   device tool: bash bench/gpu_tta_call.sh   (carry .gpu-deps: scripts/gpu-build --pack)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +25,9 @@ FIRST_TESTS=${FIRST_TESTS:-$first_tests|MicroBatches|AugmentCuda|PatchWhitening}
 RUN_DEFAULT=${RUN_DEFAULT:-0}
 RUN_GNSILU=${RUN_GNSILU:-1}
 TTA_ROWS=${TTA_ROWS:-fast 0.92 20;mid 0.93 20 --epochs 5;long 0.94 100}
+# The call ends near END seconds (its timeout_s less a margin); the rows stop by TTA_END at the latest.
+END=${END:-560}
+TTA_END=${TTA_END:-$((END - 100))}
 t0=$SECONDS
 {
   bash bench/gpu_round2.sh build
@@ -33,17 +38,21 @@ t0=$SECONDS
     timeout 120 bash bench/gpu_round2.sh default
     echo "after default: $((SECONDS - t0)) s"
   fi
-  if [ "$RUN_GNSILU" = 1 ]; then
-    timeout 150 bash bench/gpu_round2.sh gnsilu
-    echo "after gnsilu: $((SECONDS - t0)) s"
-  fi
-  tta_left=$((540 - (SECONDS - t0)))
+  tta_left=$((TTA_END - (SECONDS - t0)))
   [ "$tta_left" -gt 300 ] && tta_left=300
   [ "$tta_left" -lt 30 ] && tta_left=30
   TTA_ROWS="$TTA_ROWS" timeout "$tta_left" bash bench/gpu_round2.sh tta
-  left=$((560 - (SECONDS - t0)))
+  echo "after tta: $((SECONDS - t0)) s"
+  if [ "$RUN_GNSILU" = 1 ]; then
+    gn_left=$((END - (SECONDS - t0)))
+    [ "$gn_left" -gt 150 ] && gn_left=150
+    [ "$gn_left" -lt 30 ] && gn_left=30
+    timeout "$gn_left" bash bench/gpu_round2.sh gnsilu
+    echo "after gnsilu: $((SECONDS - t0)) s"
+  fi
+  left=$((END - (SECONDS - t0)))
   [ "$left" -lt 30 ] && left=30
-  echo "after tta: $((SECONDS - t0)) s; $left s left for the tests"
+  echo "$left s left for the tests"
   timeout "$left" ctest --test-dir build-gpu -j "$(nproc)" --timeout "$left" --output-on-failure \
     -R "Cuda|CudaGraphs|one_rank|DataParallel|GradScaler|Precision" 2>&1 |
     grep -E "tests passed|tests failed|\*\*\*Failed|Timeout|Not Run" | tail -40
