@@ -6,6 +6,8 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <variant>
+
 #define SPRITETORCH_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) ||              \
    (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
@@ -86,5 +88,22 @@ inline bool fused_amp_kernels(const torch::Device& device) {
 // libtorch_cpu without exporting it; there the step falls back to FusedMlpStep. The tests use this
 // to tell a missing symbol that is expected from a broken Debian setup.
 inline bool cblas_expected() { return !SPRITETORCH_TORCH_AT_LEAST(2, 0); }
+
+// --- module options' variants (conv padding, padding_mode)
+// ----------------------------------------- 1.13's options hold a c10::variant with its own
+// c10::get_if / c10::holds_alternative; 2.x holds a std::variant, and c10's functions are gone.
+// With std's in scope an unqualified call finds std's for a std::variant and, by argument-dependent
+// lookup, c10's for a c10::variant, whichever release this is (no version number to get wrong).
+template <typename T, typename Variant>
+const T* variant_get_if(const Variant& value) {
+  using std::get_if;
+  return get_if<T>(&value);
+}
+
+template <typename T, typename Variant>
+bool variant_holds(const Variant& value) {
+  using std::holds_alternative;
+  return holds_alternative<T>(value);
+}
 
 }  // namespace spritetorch::compat

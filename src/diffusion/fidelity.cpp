@@ -1,6 +1,7 @@
 #include "diffusion/fidelity.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/linalg.h>
 
 #include <algorithm>
 #include <mutex>

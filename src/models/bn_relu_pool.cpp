@@ -2144,13 +2144,13 @@ torch::Tensor bn_relu_pool(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& 
 bool first_conv_bn_relu_pool_fused(const torch::nn::Conv2dImpl& conv,
                                    const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x) {
   const auto& o = conv.options;
-  const auto* padding = c10::get_if<torch::ExpandingArray<2>>(&o.padding());
+  const auto* padding = compat::variant_get_if<torch::ExpandingArray<2>>(o.padding());
   return x.defined() && !x.requires_grad() && x.scalar_type() == torch::kFloat32 && x.dim() == 4 &&
          x.is_contiguous() && x.size(1) <= 8 && !o.bias() && o.kernel_size()->at(0) == 3 &&
          o.kernel_size()->at(1) == 3 && o.stride()->at(0) == 1 && o.stride()->at(1) == 1 &&
          o.dilation()->at(0) == 1 && o.dilation()->at(1) == 1 && o.groups() == 1 && padding &&
          (*padding)->at(0) == 1 && (*padding)->at(1) == 1 && !o.transposed() &&
-         c10::holds_alternative<torch::enumtype::kZeros>(o.padding_mode()) &&
+         compat::variant_holds<torch::enumtype::kZeros>(o.padding_mode()) &&
          conv.weight.scalar_type() == torch::kFloat32 && conv.weight.size(1) == x.size(1) &&
          bn.weight.numel() == conv.weight.size(0) && x.size(2) >= 2 && x.size(3) >= 2 &&
          x.device().is_cpu() && bn.is_training() && fusable_norm(bn);

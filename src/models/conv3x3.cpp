@@ -434,10 +434,10 @@ std::string conv3x3_code() { return kernels_selected() ? "avx2" : "off"; }
 bool conv3x3_fused(const torch::nn::Conv2dImpl& conv, const torch::Tensor& x) {
   if (!kernels_selected() || !fused_ops_use_these_threads()) return false;
   const auto& o = conv.options;
-  const auto* padding = c10::get_if<torch::ExpandingArray<2>>(&o.padding());
+  const auto* padding = compat::variant_get_if<torch::ExpandingArray<2>>(o.padding());
   if (!is_pair(o.kernel_size(), 3) || !is_pair(o.stride(), 1) || !padding ||
       !is_pair(*padding, 1) || !is_pair(o.dilation(), 1) || o.groups() != 1 || o.transposed() ||
-      !c10::holds_alternative<torch::enumtype::kZeros>(o.padding_mode()))
+      !compat::variant_holds<torch::enumtype::kZeros>(o.padding_mode()))
     return false;
   const auto& w = conv.weight;
   const auto& b = conv.bias;

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include <torch/linalg.h>
+
+#include "common/compat.h"
 #include "common/error.h"
 #include "data/dataset.h"
 
@@ -111,7 +114,7 @@ std::string whiten_first_conv(torch::nn::Module& module, const torch::Tensor& im
                               const std::string& model, torch::Device device) {
   auto& conv = first_conv_or_throw(module, model);
   const auto& o = conv.options;
-  const auto* padding = c10::get_if<torch::ExpandingArray<2>>(&o.padding());
+  const auto* padding = compat::variant_get_if<torch::ExpandingArray<2>>(o.padding());
   const int64_t k = o.kernel_size()->at(0);
   std::string unsupported;
   if (o.kernel_size()->at(1) != k) unsupported = "a non-square kernel";
@@ -120,7 +123,7 @@ std::string whiten_first_conv(torch::nn::Module& module, const torch::Tensor& im
   if (o.stride()->at(0) != o.stride()->at(1)) unsupported = "unequal strides";
   if (o.transposed()) unsupported = "a transposed convolution";
   if (!padding || (*padding)->at(0) != (*padding)->at(1) ||
-      !c10::holds_alternative<torch::enumtype::kZeros>(o.padding_mode()))
+      !compat::variant_holds<torch::enumtype::kZeros>(o.padding_mode()))
     unsupported = "padding other than equal zeros on each side";
   if (!unsupported.empty())
     throw Error("--first-conv whitened: model " + model + "'s first convolution has " +

@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/linalg.h>
 
 #include "common/error.h"
 #include "data/procedural_sprites.h"
