@@ -1,7 +1,6 @@
 #include "diffusion/fidelity.h"
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <torch/linalg.h>
 
 #include <algorithm>
 #include <mutex>
@@ -251,10 +250,10 @@ double frechet_distance(const torch::Tensor& a_in, const torch::Tensor& b_in,
   const auto [mean_b, cov_b] = moments(b, row_weights(b_weights, b.size(0), "a Fréchet distance"));
   // tr (C_a C_b)^(1/2) = tr (C_a^(1/2) C_b C_a^(1/2))^(1/2): the inner matrix is symmetric positive
   // semi-definite, so both roots come from symmetric eigendecompositions (no general sqrtm).
-  const auto [values_a, vectors_a] = torch::linalg::eigh(cov_a, "L");
+  const auto [values_a, vectors_a] = torch::linalg_eigh(cov_a, "L");
   const auto root_a = vectors_a.mm(torch::diag(values_a.clamp_min(0).sqrt())).mm(vectors_a.t());
   const auto inner = root_a.mm(cov_b).mm(root_a);
-  const auto inner_values = torch::linalg::eigvalsh((inner + inner.t()) / 2, "L");
+  const auto inner_values = torch::linalg_eigvalsh((inner + inner.t()) / 2, "L");
   const double trace_root = inner_values.clamp_min(0).sqrt().sum().item<double>();
   const double mean_term = (mean_a - mean_b).pow(2).sum().item<double>();
   const double value =

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include <torch/linalg.h>
 
 #include "common/compat.h"
 #include "common/error.h"
@@ -88,7 +87,7 @@ torch::Tensor patch_whitening_filters(const torch::Tensor& images, int64_t out, 
   const auto mean = sum.cpu() / static_cast<double>(count);
   const auto cov =
       products.cpu() / static_cast<double>(count) - mean.unsqueeze(1) * mean.unsqueeze(0);
-  auto [values, vectors] = torch::linalg::eigh(cov, "L");  // ascending; vectors in columns
+  auto [values, vectors] = torch::linalg_eigh(cov, "L");  // ascending; vectors in columns
   const int64_t half = out / 2;
   const int64_t kept = std::min(half, dims);
   // The `kept` largest, largest first: (kept, dims) rows.
