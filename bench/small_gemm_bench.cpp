@@ -126,9 +126,9 @@ void run_softmax_loss(benchmark::State& state, Kernel kernel) {
   const auto labels = torch::randint(0, classes, {rows}, torch::kInt64);
   AlignedFloats dz(rows * classes);
   for (auto _ : state) {
-    const auto sums = spritetorch::train::softmax_cross_entropy(
-        logits.data_ptr<float>(), labels.data_ptr<int64_t>(), rows, classes, 1.0f / 64.0f,
-        dz.data(), kernel);
+    auto sums = spritetorch::train::softmax_cross_entropy(logits.data_ptr<float>(),
+                                                          labels.data_ptr<int64_t>(), rows, classes,
+                                                          1.0f / 64.0f, dz.data(), kernel);
     benchmark::DoNotOptimize(sums);
     benchmark::ClobberMemory();
   }

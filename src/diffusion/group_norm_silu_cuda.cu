@@ -24,6 +24,14 @@
 
 namespace spritetorch::diffusion::cuda_kernels {
 
+// The tests' emulator compiles this file into the test binary, which in a CUDA build also links
+// the nvcc-built kernel from the library: with one name for both, the linker kept the test's copy
+// and the library's caller ran the emulator on device pointers (a crash on the GPU). The emulated
+// copy has a namespace of its own.
+#ifdef SPRITETORCH_CUDA_EMULATOR
+namespace emulated {
+#endif
+
 namespace {
 
 constexpr int kThreads = 256;
@@ -350,5 +358,9 @@ const char* group_norm_silu_forward(Dtype dtype, Layout layout, const void* x, c
   return launch<float>(layout, x, weight, bias, scale, scale_stride, shift, shift_stride, y, batch,
                        channels, hw, groups, eps, stream);
 }
+
+#ifdef SPRITETORCH_CUDA_EMULATOR
+}  // namespace emulated
+#endif
 
 }  // namespace spritetorch::diffusion::cuda_kernels

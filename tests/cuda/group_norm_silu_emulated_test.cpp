@@ -52,7 +52,7 @@ TEST(GroupNormSiluKernelEmulated, KernelMatchesTheLibTorchOps) {
       ASSERT_EQ(y.strides(), in.x.strides()) << what;
       const auto& s = in.scale;
       const auto& h = in.shift;
-      const char* failure = cuda_kernels::group_norm_silu_forward(
+      const char* failure = cuda_kernels::emulated::group_norm_silu_forward(
           dtype == torch::kBFloat16 ? cuda_kernels::Dtype::bf16 : cuda_kernels::Dtype::f32,
           c.nhwc ? cuda_kernels::Layout::nhwc : cuda_kernels::Layout::nchw, in.x.data_ptr(),
           in.weight.data_ptr(), in.bias.data_ptr(), s.defined() ? s.data_ptr() : nullptr,
@@ -95,7 +95,7 @@ TEST(GroupNormSiluKernelEmulated, SizesOutsideTheKernelAreRefused) {
   for (const auto layout : {Layout::nchw, Layout::nhwc}) {
     const auto x = torch::zeros({1, 2048, 1, 1}), w = torch::ones({2048}), b = torch::zeros({2048});
     auto y = torch::empty_like(x);
-    const char* failure = cuda_kernels::group_norm_silu_forward(
+    const char* failure = cuda_kernels::emulated::group_norm_silu_forward(
         cuda_kernels::Dtype::f32, layout, x.data_ptr(), w.data_ptr(), b.data_ptr(), nullptr, 0,
         nullptr, 0, y.data_ptr(), 1, 2048, 1, 1, 1e-5f, nullptr);
     ASSERT_NE(failure, nullptr);

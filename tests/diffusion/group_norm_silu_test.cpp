@@ -179,8 +179,11 @@ TEST(GroupNormSilu, TheCudaKernelIsForSamplingOnCudaOnly) {
   EXPECT_EQ(group_norm_silu_cuda_kernel(on_gpu, weight.cuda()),
             group_norm_silu_cuda_kernel_built());
   EXPECT_FALSE(group_norm_silu_cuda_kernel(on_gpu, weight.cuda().to(torch::kBFloat16)));
-  EXPECT_FALSE(group_norm_silu_cuda_kernel(on_gpu.contiguous(at::MemoryFormat::ChannelsLast),
-                                           weight.cuda()));
+  // channels_last has the kernel's NHWC form; other strides (a view) take LibTorch's ops.
+  EXPECT_EQ(
+      group_norm_silu_cuda_kernel(on_gpu.contiguous(at::MemoryFormat::ChannelsLast), weight.cuda()),
+      group_norm_silu_cuda_kernel_built());
+  EXPECT_FALSE(group_norm_silu_cuda_kernel(on_gpu.transpose(2, 3), weight.cuda()));
   torch::AutoGradMode grad(true);
   EXPECT_FALSE(group_norm_silu_cuda_kernel(on_gpu, weight.cuda()));
 }
