@@ -216,7 +216,7 @@ out=$("$bin" train --recipe long --print-config 2>&1)
   [ "$(value first-conv <<<"$out")" = '"whitened"' ]
 check "--recipe long is wide's loop over 24 epochs, its first convolution whitened" $? "$out"
 out=$("$bin" train --recipe mid --print-config 2>&1)
-[ "$(value model <<<"$out")" = '"fastcnn-2x"' ] && [ "$(value epochs <<<"$out")" = 8 ] &&
+[ "$(value model <<<"$out")" = '"fastcnn-2x"' ] && [ "$(value epochs <<<"$out")" = 5 ] &&
   [ "$(value augment <<<"$out")" = '"flip"' ] && [ "$(value first-conv <<<"$out")" = '"whitened"' ]
 check "--recipe mid sets its values" $? "$out"
 expect 2 "recipe" -- train --recipe slow --print-config
