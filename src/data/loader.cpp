@@ -7,6 +7,7 @@
 #include <immintrin.h>
 #endif
 
+#include "common/avx512_diagnostics.h"
 #include "common/error.h"
 #include "common/small_gemm.h"
 #include "data/distributed_sampler.h"
@@ -145,13 +146,7 @@ void unit_floats_loop(const uint8_t* in, float* out, int64_t n, float scale) {
 }
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define SPRITETORCH_CONVERT_SIMD 1
-// (GCC 12 reports its own AVX-512 headers' _mm512_undefined merge sources as uninitialised once
-// inlined: GCC bug 105593, fixed in 13.)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+SPRITETORCH_AVX512_DIAGNOSTICS_BEGIN
 // 16 bytes to 16 floats in three instructions. The compiler's own vectorisation of the loop (the
 // baseline x86-64's SSE2) takes a dozen per 16, and with a copy per step thread each thread
 // converts the whole batch.
@@ -165,7 +160,7 @@ __attribute__((target("avx512f"))) void unit_floats_avx512(const uint8_t* in, fl
   }
   unit_floats_loop(in + j, out + j, n - j, scale);
 }
-#pragma GCC diagnostic pop
+SPRITETORCH_AVX512_DIAGNOSTICS_END
 __attribute__((target("avx2"))) void unit_floats_avx2(const uint8_t* in, float* out, int64_t n,
                                                       float scale) {
   const __m256 s = _mm256_set1_ps(scale);

@@ -134,7 +134,8 @@ int64_t design_int(const nlohmann::json& object, const std::string& key, int64_t
 
 CheckpointDesign checkpoint_design(const nlohmann::json& meta, const std::string& source) {
   CheckpointDesign d;
-  const auto& u = required_field(meta, "unet", source, "generator metadata 'unet'");
+  // A copy: GCC 13's -Wdangling-reference takes a reference for one into the temporary message.
+  const nlohmann::json u = required_field(meta, "unet", source, "generator metadata 'unet'");
   d.unet.channels = design_int(u, "channels", 1, 4, source, "unet.channels");
   d.unet.base = design_int(u, "base", 1, kMaxUNetBase, source, "unet.base");
   d.unet.classes = design_int(u, "classes", 1, kMaxGeneratorClasses, source, "unet.classes");

@@ -8,6 +8,7 @@
 #include <immintrin.h>
 #endif
 
+#include "common/avx512_diagnostics.h"
 #include "common/flush_subnormals.h"
 
 namespace spritetorch::train {
@@ -90,13 +91,8 @@ __attribute__((target("avx2,fma,prfchw"))) void adam_update_avx2(float* p, const
 
 // 16 lanes, the tail under a mask. AVX-512's estimates are good to 14 bits (AVX's to 12), so one
 // Newton step brings them to float precision as well. The lines are always claimed ahead: every
-// AVX-512 CPU has prefetchw. (GCC 12 reports its own AVX-512 headers' _mm512_undefined_ps() merge
-// sources as uninitialised once inlined: GCC bug 105593, fixed in 13.)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+// AVX-512 CPU has prefetchw.
+SPRITETORCH_AVX512_DIAGNOSTICS_BEGIN
 __attribute__((target("avx512f,prfchw"))) void adam_update_avx512(float* p, const float* g,
                                                                   float* m, float* v, int64_t begin,
                                                                   int64_t end,
@@ -133,7 +129,7 @@ __attribute__((target("avx512f,prfchw"))) void adam_update_avx512(float* p, cons
         p + i, lanes, _mm512_fmadd_ps(_mm512_mul_ps(neg_step, mi), q, _mm512_mul_ps(pi, decay)));
   }
 }
-#pragma GCC diagnostic pop
+SPRITETORCH_AVX512_DIAGNOSTICS_END
 #endif
 
 enum class AdamKernel { avx512, avx2, loops };

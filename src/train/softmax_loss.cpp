@@ -6,6 +6,8 @@
 #include <immintrin.h>
 #endif
 
+#include "common/avx512_diagnostics.h"
+
 namespace spritetorch::train {
 
 namespace {
@@ -36,13 +38,7 @@ SoftmaxLossSums softmax_cross_entropy_loop(const float* logits, const int64_t* l
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define SPRITETORCH_SOFTMAX_AVX512 1
-// GCC 12 reports its own AVX-512 headers' _mm512_undefined_ps() merge sources as uninitialised once
-// inlined (GCC bug 105593, fixed in 13), as in train/adam_kernels.cpp.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+SPRITETORCH_AVX512_DIAGNOSTICS_BEGIN
 
 // exp(x) for 16 lanes: x = n ln2 + r with |r| <= ln2 / 2 (ln2 in two parts, so r keeps its bits),
 // e^r from its Taylor series to r^7 (the first term left out is < 6e-9 of e^r there), and 2^n
@@ -94,7 +90,7 @@ __attribute__((target("avx512f"))) SoftmaxLossSums softmax_cross_entropy_avx512(
   }
   return sums;
 }
-#pragma GCC diagnostic pop
+SPRITETORCH_AVX512_DIAGNOSTICS_END
 #endif
 
 }  // namespace
