@@ -15,7 +15,9 @@
 # kernel on and off, ~80-120 s) take .gpu-deps/gen32.pt when carried.
 # On 2026-11-26 (docs/benchmarks.md, H200) it ran with
 # FIRST_TESTS="FlatOptimizer|StepOnDevice|AdamKernels" RUN_DEFAULT=1 TTA_ROWS="fast 0.92 40;mid 0.93 100".
-# Order: build (~175-250 s), the first tests (~20-30 s), default (~60 s), the rows, gnsilu, tests.
+# On 2026-12-04 (H200; 418 s) with END=440 TTA_END=340 TTA_ROWS="fast 0.92 20;mid 0.93 20 --epochs 5":
+# the build 204 s, the first tests ~7 s, the two rows ~110 s, gnsilu ~77 s.
+# Order: build (~175-250 s), the first tests (~10-30 s), default (~60 s), the rows, gnsilu, tests.
 #   device tool: bash bench/gpu_tta_call.sh   (carry .gpu-deps: scripts/gpu-build --pack)
 set -uo pipefail
 cd "$(dirname "$0")/.."
