@@ -89,11 +89,11 @@ inline bool fused_amp_kernels(const torch::Device& device) {
 // to tell a missing symbol that is expected from a broken Debian setup.
 inline bool cblas_expected() { return !SPRITETORCH_TORCH_AT_LEAST(2, 0); }
 
-// --- module options' variants (conv padding, padding_mode)
-// ----------------------------------------- 1.13's options hold a c10::variant with its own
-// c10::get_if / c10::holds_alternative; 2.x holds a std::variant, and c10's functions are gone.
-// With std's in scope an unqualified call finds std's for a std::variant and, by argument-dependent
-// lookup, c10's for a c10::variant, whichever release this is (no version number to get wrong).
+// --- module options' variants (conv padding, padding_mode) ---------------------------------------
+// 1.13's options hold a c10::variant with its own c10::get_if / c10::holds_alternative; 2.x holds
+// a std::variant, and c10's functions are gone. With std's in scope an unqualified call finds std's
+// for a std::variant and, by argument-dependent lookup, c10's for a c10::variant, whichever release
+// this is (no version number to get wrong).
 template <typename T, typename Variant>
 const T* variant_get_if(const Variant& value) {
   using std::get_if;

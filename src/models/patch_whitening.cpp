@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-
 #include "common/compat.h"
 #include "common/error.h"
 #include "data/dataset.h"

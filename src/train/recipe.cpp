@@ -28,10 +28,10 @@ const std::vector<Recipe>& recipes() {
       {"label-smoothing", "0.1"}, {"augment", "flip"},       {"test-time-augment", "flip"},
       {"first-conv", "whitened"}};
   // The fast recipe's 4 epochs: its 92% comes sooner than with 5 or 7. mid's 5: the shortest
-  // cosine schedule that reaches 93% on every seed measured (4 misses on one of three). wide's first convolution
-  // (64 channels: the 9 directions repeated 3.5 times) stays learned: whitened is measured on
-  // long's 24 epochs only (94% at epochs 20 / 21 / 21 against 22 / 22 / 21; docs/benchmarks.md,
-  // "A whitened first convolution").
+  // cosine schedule that reaches 93% on every seed measured (4 misses on one of three). wide's
+  // first convolution (64 channels: the 9 directions repeated 3.5 times) stays learned: whitened is
+  // measured on long's 24 epochs only (94% at epochs 20 / 21 / 21 against 22 / 22 / 21;
+  // docs/benchmarks.md, "A whitened first convolution").
   static const Options kWide = changed(kFast, {{"model", "fastcnn-wide"},
                                                {"epochs", "16"},
                                                {"augment", "flip,shift:2"},
