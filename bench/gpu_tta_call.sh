@@ -31,6 +31,12 @@ TTA_ROWS=${TTA_ROWS:-long 0.94 100;fast 0.92 20;mid 0.93 20 --epochs 5}
 END=${END:-560}
 TTA_END=${TTA_END:-$((END - 100))}
 t0=$SECONDS
+# seconds_until LIMIT [MOST]: what is left of the call until LIMIT s, at least 30 and at most MOST.
+seconds_until() {
+  local left=$(($1 - (SECONDS - t0)))
+  [ -n "${2:-}" ] && [ "$left" -gt "$2" ] && left=$2
+  echo $((left < 30 ? 30 : left))
+}
 {
   bash bench/gpu_round2.sh build
   echo "after build: $((SECONDS - t0)) s"
@@ -42,20 +48,13 @@ t0=$SECONDS
     timeout 120 bash bench/gpu_round2.sh default
     echo "after default: $((SECONDS - t0)) s"
   fi
-  tta_left=$((TTA_END - (SECONDS - t0)))
-  [ "$tta_left" -gt 300 ] && tta_left=300
-  [ "$tta_left" -lt 30 ] && tta_left=30
-  TTA_ROWS="$TTA_ROWS" timeout "$tta_left" bash bench/gpu_round2.sh tta
+  TTA_ROWS="$TTA_ROWS" timeout "$(seconds_until "$TTA_END" 300)" bash bench/gpu_round2.sh tta
   echo "after tta: $((SECONDS - t0)) s"
   if [ "$RUN_GNSILU" = 1 ]; then
-    gn_left=$((END - (SECONDS - t0)))
-    [ "$gn_left" -gt 150 ] && gn_left=150
-    [ "$gn_left" -lt 30 ] && gn_left=30
-    timeout "$gn_left" bash bench/gpu_round2.sh gnsilu
+    timeout "$(seconds_until "$END" 150)" bash bench/gpu_round2.sh gnsilu
     echo "after gnsilu: $((SECONDS - t0)) s"
   fi
-  left=$((END - (SECONDS - t0)))
-  [ "$left" -lt 30 ] && left=30
+  left=$(seconds_until "$END")
   echo "$left s left for the tests"
   timeout "$left" ctest --test-dir build-gpu -j "$(nproc)" --timeout "$left" --output-on-failure \
     -R "Cuda|CudaGraphs|one_rank|DataParallel|GradScaler|Precision|emulator" >"$OUT/tests.log" 2>&1

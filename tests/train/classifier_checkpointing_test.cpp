@@ -99,9 +99,9 @@ TEST(ClassifierCheckpointingCuda, TrainsWithAndWithoutCudaGraphs) {
     c.cuda_graphs = graphs;
     c.drop_last = true;                         // one batch shape, as a graph replays
     c.precision = precision::Precision::kFp32;  // fewer roundings between the runs to tell apart
-    // cuDNN's timed search picks each run's algorithms by the clock: under a loaded GPU the runs
-    // took different ones and drifted apart (16 tests in parallel on an H200). Its heuristics
-    // pick the same ones every run.
+    // cuDNN's timed search picks each run's algorithms by the clock, so a loaded GPU can give the
+    // three runs different ones (most likely why they drifted apart under 16 parallel tests on an
+    // H200, where 8 passed). Its heuristics pick the same ones every run.
     c.cudnn_benchmark = false;
     auto task = ClassifierTask::builtin("fastcnn", "ann");
     const auto report = Trainer(c).fit(*task, data);
