@@ -6,10 +6,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <ctime>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 namespace spritetorch {
 
@@ -25,6 +27,13 @@ std::vector<int> allowed_cpus() {
     if (CPU_ISSET(cpu, &set)) out.push_back(cpu);
 #endif
   return out;
+}
+
+// CPU seconds used by all of this process's threads so far; -1 where the clock cannot be read.
+double own_cpu_seconds() {
+  timespec own{};
+  if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &own) != 0) return -1;
+  return static_cast<double>(own.tv_sec) + 1e-9 * static_cast<double>(own.tv_nsec);
 }
 
 }  // namespace
@@ -54,15 +63,27 @@ double busy_seconds_in_proc_stat(const std::string& text, const std::vector<int>
   return found ? ticks / ticks_per_second : -1;
 }
 
+double wait_for_own_threads_to_idle(double most_s, double slice_s) {
+  const double start = steady_seconds();
+  int quiet_slices = 0;
+  double before = own_cpu_seconds();
+  if (before < 0) return 0;  // no process clock: nothing to wait on
+  while (quiet_slices < 2 && steady_seconds() - start < most_s) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(slice_s));
+    const double now = own_cpu_seconds();
+    quiet_slices = now - before < 0.1 * slice_s ? quiet_slices + 1 : 0;
+    before = now;
+  }
+  return steady_seconds() - start;
+}
+
 CpuTimes read_cpu_times() {
   static const std::vector<int> cpus = allowed_cpus();
   static const double ticks_per_second = static_cast<double>(sysconf(_SC_CLK_TCK));
   CpuTimes out;
   out.wall_s = steady_seconds();
   out.cpus = static_cast<int>(cpus.size());
-  timespec own{};
-  if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &own) == 0)
-    out.own_s = static_cast<double>(own.tv_sec) + 1e-9 * static_cast<double>(own.tv_nsec);
+  out.own_s = std::max(0.0, own_cpu_seconds());
   std::ifstream file("/proc/stat");  // Linux; elsewhere busy_s stays unknown
   if (!file || ticks_per_second <= 0) return out;
   std::stringstream text;

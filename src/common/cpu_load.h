@@ -37,4 +37,11 @@ std::optional<double> other_processes_cpus(const CpuTimes& from, const CpuTimes&
 // generator (docs/benchmarks.md, "Beside other processes").
 int threads_beside(int cores, double others);
 
+// Sleeps, in slices of `slice_s`, until this process's other threads have used under a tenth of
+// each of two slices in a row (or `most_s` have passed), and returns the seconds it waited. A BLAS
+// library's worker threads keep spinning after a parallel call (OpenBLAS 0.3.21: a whole core for
+// ~0.13 s after a 2048^3 sgemm on 2 cores), so work timed right after one shares its cores with
+// them: bench's rows ran 10-20% slower behind its own floor measurement (docs/benchmarks.md).
+double wait_for_own_threads_to_idle(double most_s = 2.0, double slice_s = 0.01);
+
 }  // namespace spritetorch

@@ -151,6 +151,8 @@ double measure_sgemm_gflops(int samples) {
     rates.push_back(2.0 * n * n * n / s / 1e9);
   }
   apply_cpu_threads(before.intra_op, before.blas > 0 ? before.blas : 0, CpuWork::kMatmuls);
+  // BLAS's workers spin on after the call; a row timed next would share the cores with them.
+  wait_for_own_threads_to_idle();
   return median(rates);
 }
 

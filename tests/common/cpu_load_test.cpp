@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <thread>
 
 #include "test_util.h"
@@ -79,6 +81,36 @@ TEST(CpuLoad, ReadingsSeeABusyProcessOnThisProcesssCpus) {
     EXPECT_LT(after.own_s - start.own_s, 0.1);  // a sleeping process uses next to nothing
   }
   EXPECT_GT(after.wall_s, before.wall_s);
+}
+
+TEST(CpuLoad, WaitsForThisProcesssSpinningThreadsToStop) {
+  // A thread that spins for 0.3 s, as a BLAS worker does after a parallel call: the wait returns
+  // only once it has stopped.
+  std::atomic<bool> stopped{false};
+  std::thread spinner([&] {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+    volatile uint64_t spins = 0;
+    while (std::chrono::steady_clock::now() < end) spins = spins + 1;
+    stopped = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the spinner has started
+  const double waited = wait_for_own_threads_to_idle(10.0);
+  EXPECT_TRUE(stopped.load());
+  EXPECT_GE(waited, 0.2);
+  spinner.join();
+  // Nothing spins now: two quiet slices and it returns, far inside its limit.
+  EXPECT_LT(wait_for_own_threads_to_idle(10.0), 5.0);
+  // And never past its limit, whatever spins.
+  std::atomic<bool> done{false};
+  std::thread endless([&] {
+    volatile uint64_t spins = 0;
+    while (!done) spins = spins + 1;
+  });
+  const double limited = wait_for_own_threads_to_idle(0.1);
+  done = true;
+  endless.join();
+  EXPECT_GE(limited, 0.1);
+  EXPECT_LT(limited, 5.0);
 }
 
 }  // namespace
