@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -109,6 +110,26 @@ inline void expect_close(const torch::Tensor& got, const torch::Tensor& want, do
       (got.to(want.device(), want.scalar_type()) - want).abs().max().item<double>();
   EXPECT_LE(error, tolerance * (1 + scale))
       << what << ": largest difference " << error << " against values up to " << scale;
+}
+
+// got against the float64 truth, held to what LibTorch's own float32 ops (lib) reach on the same
+// inputs: within tolerance x (1 + truth's largest magnitude), or within twice lib's error where
+// that is larger. The ops' rounding differs between LibTorch versions (their reductions'
+// order, their formulas for a group's variance); the fused kernel need only be as close to the
+// truth as they are, not equal to whichever of them this build has.
+inline void expect_as_close_as_libtorch(const torch::Tensor& got, const torch::Tensor& lib,
+                                        const torch::Tensor& truth, double tolerance,
+                                        const std::string& what) {
+  ASSERT_EQ(got.sizes(), truth.sizes()) << what;
+  ASSERT_EQ(lib.sizes(), truth.sizes()) << what;
+  const auto error_of = [&](const torch::Tensor& t) {
+    return (t.to(truth.device(), truth.scalar_type()) - truth).abs().max().item<double>();
+  };
+  const double scale = truth.abs().max().item<double>();
+  const double ours = error_of(got), theirs = error_of(lib);
+  EXPECT_LE(ours, std::max(tolerance * (1 + scale), 2 * theirs))
+      << what << ": " << ours << " off the float64 result (LibTorch's float32 ops: " << theirs
+      << ") against values up to " << scale;
 }
 
 }  // namespace spritetorch::testing

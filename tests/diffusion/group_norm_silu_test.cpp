@@ -30,17 +30,19 @@ struct Inputs {
   torch::Tensor x, weight, bias, scale, shift;
 };
 
-// Leaves that need gradients; x spread around a non-zero mean (the norm must take it out).
+// Leaves that need gradients; x spread around a non-zero mean (the norm must take it out). The
+// same seed gives the same values in either dtype (drawn in float32, then converted).
 Inputs make_inputs(int64_t batch, int64_t channels, int64_t h, int64_t w, bool scale_shift,
-                   uint64_t seed) {
+                   uint64_t seed, torch::ScalarType dtype = torch::kFloat32) {
   torch::manual_seed(seed);
   Inputs in;
-  in.x = (torch::randn({batch, channels, h, w}) * 3 + 1.5).requires_grad_();
-  in.weight = (1 + 0.3 * torch::randn({channels})).requires_grad_();
-  in.bias = (0.2 * torch::randn({channels})).requires_grad_();
+  const auto leaf = [dtype](const torch::Tensor& t) { return t.to(dtype).requires_grad_(); };
+  in.x = leaf(torch::randn({batch, channels, h, w}) * 3 + 1.5);
+  in.weight = leaf(1 + 0.3 * torch::randn({channels}));
+  in.bias = leaf(0.2 * torch::randn({channels}));
   if (scale_shift) {
-    in.scale = (0.5 * torch::randn({batch, channels, 1, 1})).requires_grad_();
-    in.shift = torch::randn({batch, channels, 1, 1}).requires_grad_();
+    in.scale = leaf(0.5 * torch::randn({batch, channels, 1, 1}));
+    in.shift = leaf(torch::randn({batch, channels, 1, 1}));
   }
   return in;
 }
@@ -51,11 +53,13 @@ std::vector<torch::Tensor> leaves(const Inputs& in) {
   return out;
 }
 
+using testing::expect_as_close_as_libtorch;
 using testing::expect_close;
 
-// Output and every gradient of the fused kernel against LibTorch's group_norm, mul, add and silu,
-// for every kernel here: widths that leave a tail after the 8-lane loop (5 x 7 = 35 pixels) and
-// the UNet's (8 groups of 4 channels, one group), with and without scale and shift.
+// Output and every gradient of the fused kernel against LibTorch's group_norm, mul, add and silu
+// in float64, next to the same ops in float32, for every kernel here: widths that leave a tail
+// after the 8-lane loop (5 x 7 = 35 pixels) and the UNet's (8 groups of 4 channels, one group),
+// with and without scale and shift.
 TEST(GroupNormSilu, MatchesTheLibTorchOpsForwardAndBackward) {
   const testing::OneThreadUnless threads(fused_with_these_threads());
   struct Case {
@@ -71,24 +75,32 @@ TEST(GroupNormSilu, MatchesTheLibTorchOpsForwardAndBackward) {
                                std::to_string(c.batch) + " C" + std::to_string(c.channels) + " G" +
                                std::to_string(c.groups) + " " + std::to_string(c.h) + "x" +
                                std::to_string(c.w) + (c.scale_shift ? " scale-shift" : "");
-      const auto fused_in = make_inputs(c.batch, c.channels, c.h, c.w, c.scale_shift, 11);
-      const auto ref_in = make_inputs(c.batch, c.channels, c.h, c.w, c.scale_shift, 11);
+      const auto make = [&](torch::ScalarType dtype) {
+        return make_inputs(c.batch, c.channels, c.h, c.w, c.scale_shift, 11, dtype);
+      };
+      const auto fused_in = make(torch::kFloat32), lib_in = make(torch::kFloat32),
+                 truth_in = make(torch::kFloat64);
       ASSERT_TRUE(group_norm_silu_fused(fused_in.x, fused_in.weight)) << what;
       const auto fused = group_norm_silu(fused_in.x, c.groups, fused_in.weight, fused_in.bias, 1e-5,
                                          fused_in.scale, fused_in.shift, kernel);
-      const auto ref = group_norm_silu_reference(ref_in.x, c.groups, ref_in.weight, ref_in.bias,
-                                                 1e-5, ref_in.scale, ref_in.shift);
-      expect_close(fused, ref, 1e-5, what + " forward");
+      const auto lib = group_norm_silu_reference(lib_in.x, c.groups, lib_in.weight, lib_in.bias,
+                                                 1e-5, lib_in.scale, lib_in.shift);
+      const auto truth =
+          group_norm_silu_reference(truth_in.x, c.groups, truth_in.weight, truth_in.bias, 1e-5,
+                                    truth_in.scale, truth_in.shift);
+      expect_as_close_as_libtorch(fused, lib, truth, 1e-5, what + " forward");
       // A gradient that is not uniform, so every term of the backward shows.
       torch::manual_seed(5);
-      const auto upstream = torch::randn_like(ref);
+      const auto upstream = torch::randn_like(lib);
       (fused * upstream).sum().backward();
-      (ref * upstream).sum().backward();
-      const auto got = leaves(fused_in), want = leaves(ref_in);
+      (lib * upstream).sum().backward();
+      (truth * upstream.to(torch::kFloat64)).sum().backward();
+      const auto got = leaves(fused_in), theirs = leaves(lib_in), want = leaves(truth_in);
       const char* names[] = {"dx", "dweight", "dbias", "dscale", "dshift"};
       for (size_t i = 0; i < got.size(); ++i) {
         ASSERT_TRUE(got[i].grad().defined()) << what << " " << names[i];
-        expect_close(got[i].grad(), want[i].grad(), 1e-4, what + " " + names[i]);
+        expect_as_close_as_libtorch(got[i].grad(), theirs[i].grad(), want[i].grad(), 1e-4,
+                                    what + " " + names[i]);
       }
     }
 }
@@ -101,20 +113,24 @@ TEST(GroupNormSilu, ExtremeValuesStayFinite) {
     x.index_put_({0, 0}, 1000.0f);  // one channel far from the group's others
     const auto weight = torch::full({8}, 50.0f), bias = torch::zeros({8});
     const auto y = group_norm_silu(x, 2, weight, bias, 1e-5, {}, {}, kernel);
-    const auto want = group_norm_silu_reference(x, 2, weight, bias, 1e-5);
+    const auto f64 = [](const torch::Tensor& t) { return t.to(torch::kFloat64); };
     EXPECT_TRUE(torch::isfinite(y).all().item<bool>()) << gemm::kernel_name(kernel);
-    expect_close(y, want, 1e-5, gemm::kernel_name(kernel));
+    expect_as_close_as_libtorch(y, group_norm_silu_reference(x, 2, weight, bias, 1e-5),
+                                group_norm_silu_reference(f64(x), 2, f64(weight), f64(bias), 1e-5),
+                                1e-5, gemm::kernel_name(kernel));
     // A constant group: variance 0, output silu(bias) (within the rounding of a x + d, where a =
-    // rstd ~ 316 and d = bias - mean a, as LibTorch's kernel rounds it too).
+    // rstd ~ 316 and d = bias - mean a: 3e-5 in the AVX2 loop, 0 in LibTorch 1.13's ops).
     const auto constant = torch::full({1, 8, 3, 3}, 7.0f);
     const auto flat = group_norm_silu(constant, 8, torch::ones({8}), torch::full({8}, 2.0f), 1e-5,
                                       {}, {}, kernel);
     const float silu2 = 2.0f / (1.0f + std::exp(-2.0f));
     EXPECT_NEAR(flat.min().item<float>(), silu2, 1e-3);
     EXPECT_NEAR(flat.max().item<float>(), silu2, 1e-3);
-    expect_close(
+    expect_as_close_as_libtorch(
         flat,
         group_norm_silu_reference(constant, 8, torch::ones({8}), torch::full({8}, 2.0f), 1e-5),
+        group_norm_silu_reference(f64(constant), 8, torch::ones({8}, torch::kFloat64),
+                                  torch::full({8}, 2.0, torch::kFloat64), 1e-5),
         1e-4, "constant group");
   }
 }
@@ -132,9 +148,14 @@ TEST(GroupNormSilu, OtherLayoutsAndDtypesTakeTheLibTorchOps) {
   EXPECT_FALSE(group_norm_silu_fused(in.x, in.weight));
   set_group_norm_silu_fusion(true);
   torch::NoGradGuard no_grad;
-  expect_close(group_norm_silu(nhwc, 8, in.weight, in.bias, 1e-5, in.scale, in.shift),
-               group_norm_silu(in.x, 8, in.weight, in.bias, 1e-5, in.scale, in.shift), 1e-5,
+  // Both forms against LibTorch's ops in float64 (whose rounding in float32 differs by version).
+  const auto truth = make_inputs(2, 16, 4, 4, true, 3, torch::kFloat64);
+  const auto want =
+      group_norm_silu(truth.x, 8, truth.weight, truth.bias, 1e-5, truth.scale, truth.shift);
+  expect_close(group_norm_silu(nhwc, 8, in.weight, in.bias, 1e-5, in.scale, in.shift), want, 1e-5,
                "channels_last");
+  expect_close(group_norm_silu(in.x, 8, in.weight, in.bias, 1e-5, in.scale, in.shift), want, 1e-5,
+               "NCHW");
   const auto bf16 = group_norm_silu(in.x.to(torch::kBFloat16), 8, in.weight.to(torch::kBFloat16),
                                     in.bias.to(torch::kBFloat16), 1e-5,
                                     in.scale.to(torch::kBFloat16), in.shift.to(torch::kBFloat16));
@@ -163,9 +184,15 @@ TEST(GroupNormSilu, UNetStepMatchesTheUnfusedPath) {
   set_group_norm_silu_fusion(false);
   const auto unfused = grads_of(x);
   set_group_norm_silu_fusion(true);
+  // The same net in float64 (LibTorch's ops: the kernel takes float32 only) is the truth both
+  // float32 passes are held to.
+  net->to(torch::kFloat64);
+  const auto truth = grads_of(x.to(torch::kFloat64));
   ASSERT_EQ(fused.size(), unfused.size());
+  ASSERT_EQ(fused.size(), truth.size());
   for (size_t i = 0; i < fused.size(); ++i)
-    expect_close(fused[i], unfused[i], 1e-4, "parameter " + std::to_string(i));
+    testing::expect_as_close_as_libtorch(fused[i], unfused[i], truth[i], 1e-4,
+                                         "parameter " + std::to_string(i));
 }
 
 // Gradients (training) and CPU tensors never take the CUDA kernel, whatever the build.
