@@ -315,9 +315,9 @@ void start(void (*kernel)(Params...), dim3 grid, cudaStream_t stream, Args... ar
 
 template <typename T>
 const char* launch(Layout layout, const void* x, const void* weight, const void* bias,
-                   const void* scale, int64_t scale_stride, const void* shift,
-                   int64_t shift_stride, void* y, int64_t batch, int64_t channels, int64_t hw,
-                   int64_t groups, float eps, void* stream_handle) {
+                   const void* scale, int64_t scale_stride, const void* shift, int64_t shift_stride,
+                   void* y, int64_t batch, int64_t channels, int64_t hw, int64_t groups, float eps,
+                   void* stream_handle) {
   constexpr int kWide = 16 / static_cast<int>(sizeof(T));
   // A group (NCHW) or a pixel (NHWC) starts at a multiple of hw or channels values, so 16-byte
   // packs stay aligned when that is a multiple of a pack and both tensors start aligned
@@ -353,8 +353,8 @@ const char* group_norm_silu_forward(Dtype dtype, Layout layout, const void* x, c
   if (!group_norm_silu_fits(layout, batch, channels, hw, groups, x))
     return "the tensor's sizes are outside what the kernel indexes";
   if (dtype == Dtype::bf16)
-    return launch<Bf16>(layout, x, weight, bias, scale, scale_stride, shift, shift_stride, y,
-                        batch, channels, hw, groups, eps, stream);
+    return launch<Bf16>(layout, x, weight, bias, scale, scale_stride, shift, shift_stride, y, batch,
+                        channels, hw, groups, eps, stream);
   return launch<float>(layout, x, weight, bias, scale, scale_stride, shift, shift_stride, y, batch,
                        channels, hw, groups, eps, stream);
 }
