@@ -54,6 +54,9 @@ std::string bench_table(const train::BenchReport& report) {
       out << "warning: " << report.floor->blas_warning
           << "; the floor above was measured with those kernels, so it is too high and the ratio "
              "flatters the rows\n";
+    if (report.floor->blas_workers_busy)
+      out << "warning: BLAS's threads were still busy 2 s after measuring the floor; the cpu rows "
+             "may have shared their cores with them and read slow\n";
   }
   // Whether the machine was idle: every figure above is only as good as that.
   double most = -1;
@@ -119,7 +122,8 @@ nlohmann::json bench_json(const train::BenchReport& report) {
                             {"sgemm_gflops", report.floor->sgemm_gflops},
                             {"seconds", report.floor->seconds},
                             {"sgemm_gflops_samples", report.floor->samples},
-                            {"blas_warning", report.floor->blas_warning}};
+                            {"blas_warning", report.floor->blas_warning},
+                            {"blas_workers_busy", report.floor->blas_workers_busy}};
   return out;
 }
 

@@ -56,6 +56,9 @@ struct ComputeFloor {
   // openblas_core_warning() when OpenBLAS runs kernels below this CPU's (common/cpu_threads.h):
   // then the rate above is that of the wrong kernels and the floor is too high.
   std::string blas_warning;
+  // This process's other threads (BLAS's workers) still ran 2 s after a floor sample: the rows
+  // after it may have shared their cores with them.
+  bool blas_workers_busy = false;
 };
 
 struct BenchReport {

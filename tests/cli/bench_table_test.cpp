@@ -78,6 +78,15 @@ TEST(BenchTable, TheBestRowIsTakenAgainstTheFloorMeasuredBesideItsRepeats) {
             std::string::npos)
       << table;
   EXPECT_EQ(json.at("compute_floor").at("blas_warning"), "OpenBLAS runs its Prescott kernels");
+  // BLAS threads that did not go quiet after a floor sample: said under the floor and in the JSON.
+  EXPECT_EQ(table.find("still busy"), std::string::npos) << table;
+  EXPECT_FALSE(json.at("compute_floor").at("blas_workers_busy").get<bool>());
+  report.floor->blas_workers_busy = true;
+  EXPECT_NE(bench_table(report).find("\nwarning: BLAS's threads were still busy 2 s after "
+                                     "measuring the floor; the cpu rows may have shared their "
+                                     "cores with them"),
+            std::string::npos);
+  EXPECT_TRUE(bench_json(report).at("compute_floor").at("blas_workers_busy").get<bool>());
 }
 
 // The load other processes put on the CPUs during the timed runs: per row in the JSON (null where
