@@ -41,7 +41,8 @@ int threads_beside(int cores, double others);
 // each of two slices in a row (or `most_s` have passed), and returns the seconds it waited. A BLAS
 // library's worker threads keep spinning after a parallel call (OpenBLAS 0.3.21: a whole core for
 // ~0.13 s after a 2048^3 sgemm on 2 cores), so work timed right after one shares its cores with
-// them: bench's rows ran 10-20% slower behind its own floor measurement (docs/benchmarks.md).
+// them: one-epoch bench rows ran 1.2-1.4x slower behind bench's own floor measurement
+// (docs/benchmarks.md).
 double wait_for_own_threads_to_idle(double most_s = 2.0, double slice_s = 0.01);
 
 }  // namespace spritetorch
