@@ -120,16 +120,13 @@ inline void expect_close(const torch::Tensor& got, const torch::Tensor& want, do
 inline void expect_as_close_as_libtorch(const torch::Tensor& got, const torch::Tensor& lib,
                                         const torch::Tensor& truth, double tolerance,
                                         const std::string& what) {
-  ASSERT_EQ(got.sizes(), truth.sizes()) << what;
   ASSERT_EQ(lib.sizes(), truth.sizes()) << what;
-  const auto error_of = [&](const torch::Tensor& t) {
-    return (t.to(truth.device(), truth.scalar_type()) - truth).abs().max().item<double>();
-  };
   const double scale = truth.abs().max().item<double>();
-  const double ours = error_of(got), theirs = error_of(lib);
-  EXPECT_LE(ours, std::max(tolerance * (1 + scale), 2 * theirs))
-      << what << ": " << ours << " off the float64 result (LibTorch's float32 ops: " << theirs
-      << ") against values up to " << scale;
+  const double theirs =
+      (lib.to(truth.device(), truth.scalar_type()) - truth).abs().max().item<double>();
+  // expect_close's bound is tolerance x (1 + scale): twice lib's error, as such a tolerance.
+  expect_close(got, truth, std::max(tolerance, 2 * theirs / (1 + scale)),
+               what + " (LibTorch's float32 ops: " + std::to_string(theirs) + " off)");
 }
 
 }  // namespace spritetorch::testing

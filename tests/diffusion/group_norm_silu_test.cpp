@@ -129,8 +129,8 @@ TEST(GroupNormSilu, ExtremeValuesStayFinite) {
     expect_as_close_as_libtorch(
         flat,
         group_norm_silu_reference(constant, 8, torch::ones({8}), torch::full({8}, 2.0f), 1e-5),
-        group_norm_silu_reference(f64(constant), 8, torch::ones({8}, torch::kFloat64),
-                                  torch::full({8}, 2.0, torch::kFloat64), 1e-5),
+        group_norm_silu_reference(f64(constant), 8, f64(torch::ones({8})),
+                                  f64(torch::full({8}, 2.0f)), 1e-5),
         1e-4, "constant group");
   }
 }
@@ -191,8 +191,8 @@ TEST(GroupNormSilu, UNetStepMatchesTheUnfusedPath) {
   ASSERT_EQ(fused.size(), unfused.size());
   ASSERT_EQ(fused.size(), truth.size());
   for (size_t i = 0; i < fused.size(); ++i)
-    testing::expect_as_close_as_libtorch(fused[i], unfused[i], truth[i], 1e-4,
-                                         "parameter " + std::to_string(i));
+    expect_as_close_as_libtorch(fused[i], unfused[i], truth[i], 1e-4,
+                                "parameter " + std::to_string(i));
 }
 
 // Gradients (training) and CPU tensors never take the CUDA kernel, whatever the build.
