@@ -155,11 +155,14 @@ double measure_sgemm_gflops(int samples) {
 }
 
 namespace {
-// BLAS's workers spin on after the floor's sgemm (OpenBLAS: ~0.13 s of a core); a row timed next
-// would share the cores with them. Waits until they stop, and notes it where they did not.
-void settle_after_floor(ComputeFloor& floor) {
+// A sample of the floor's sgemm rate (measure_sgemm_gflops). BLAS's workers spin on after it
+// (OpenBLAS: ~0.13 s of a core), and a row timed next would share the cores with them: waits until
+// they stop, and notes it in `floor` where they did not.
+double sample_floor_rate(ComputeFloor& floor, int samples) {
+  const double rate = measure_sgemm_gflops(samples);
   constexpr double kMostSeconds = 2.0;
   if (wait_for_own_threads_to_idle(kMostSeconds) >= kMostSeconds) floor.blas_workers_busy = true;
+  return rate;
 }
 }  // namespace
 
@@ -203,8 +206,7 @@ BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer) {
       ComputeFloor floor;
       floor.gflop = mlp_train_flops_per_sample(sizes) * static_cast<double>(data.train.size()) *
                     static_cast<double>(w.epochs) / 1e9;
-      floor.samples.push_back(measure_sgemm_gflops());
-      settle_after_floor(floor);
+      floor.samples.push_back(sample_floor_rate(floor, 3));
       floor.sgemm_gflops = floor.samples.back();
       floor.seconds = floor.gflop / floor.sgemm_gflops;
       floor.blas_warning = openblas_core_warning();
@@ -245,10 +247,7 @@ BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer) {
         const CpuTimes before = read_cpu_times();
         const bool beside_floor = report.floor && device.is_cpu();
         for (int r = 0; r < config.repeats; ++r) {
-          if (beside_floor) {
-            row.floor_sgemm_gflops.push_back(measure_sgemm_gflops(1));
-            settle_after_floor(*report.floor);
-          }
+          if (beside_floor) row.floor_sgemm_gflops.push_back(sample_floor_rate(*report.floor, 1));
           last = Trainer(run).fit(*classifier(), data);
           row.all_train_seconds.push_back(last.train_seconds);
           governed |= !last.thread_changes.empty();
