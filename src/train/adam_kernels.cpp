@@ -91,7 +91,10 @@ __attribute__((target("avx2,fma,prfchw"))) void adam_update_avx2(float* p, const
 
 // 16 lanes, the tail under a mask. AVX-512's estimates are good to 14 bits (AVX's to 12), so one
 // Newton step brings them to float precision as well. The lines are always claimed ahead: every
-// AVX-512 CPU has prefetchw.
+// AVX-512 CPU has prefetchw. The moments and the gradient are asked for as far ahead: in the fused
+// step they come from L3 each time (a step thread's ~1.2 MB outgrows a Zen 5 core's 1 MB L2),
+// and the hardware's prefetch did not keep four streams ahead (docs/benchmarks.md: a step
+// thread's update 16.5-17 us without, 13-14 us with, on the Zen 5 VM).
 SPRITETORCH_AVX512_DIAGNOSTICS_BEGIN
 __attribute__((target("avx512f,prfchw"))) void adam_update_avx512(float* p, const float* g,
                                                                   float* m, float* v, int64_t begin,
@@ -108,7 +111,12 @@ __attribute__((target("avx512f,prfchw"))) void adam_update_avx512(float* p, cons
   for (int64_t i = begin; i < end; i += 16) {
     const int64_t left = end - i;
     const __mmask16 lanes = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1u);
-    if (left > kClaimAhead) __builtin_prefetch(p + i + kClaimAhead, /*rw=*/1, 3);
+    if (left > kClaimAhead) {  // one line of each per iteration
+      __builtin_prefetch(p + i + kClaimAhead, /*rw=*/1, 3);
+      __builtin_prefetch(m + i + kClaimAhead, /*rw=*/1, 3);
+      __builtin_prefetch(v + i + kClaimAhead, /*rw=*/1, 3);
+      __builtin_prefetch(g + i + kClaimAhead, /*rw=*/0, 3);
+    }
     const __m512 pi = _mm512_maskz_loadu_ps(lanes, p + i);
     const __m512 graw = _mm512_maskz_loadu_ps(lanes, g + i);
     const __m512 gi = with_l2 ? _mm512_fmadd_ps(l2, pi, graw) : graw;
