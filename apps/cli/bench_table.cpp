@@ -50,6 +50,15 @@ std::string bench_table(const train::BenchReport& report) {
       out << "; best cpu row " << best->train_seconds
           << " s = " << best->train_seconds / report.floor->seconds << "x the floor";
     out << "\n";
+    if (const auto& ns = report.floor->cross_core_ns; !ns.empty()) {
+      out << std::setprecision(0)
+          << "Cross-core line transfer: " << report.floor->cross_core_median_ns << " ns";
+      if (ns.size() > 1)
+        out << " (median of " << ns.size() << ", " << *std::min_element(ns.begin(), ns.end()) << "-"
+            << *std::max_element(ns.begin(), ns.end()) << ")";
+      out << ": the fused cpu step's threads pass about a thousand lines a step, so its ratio to "
+             "the floor grows with this (docs/benchmarks.md)\n";
+    }
     if (!report.floor->blas_warning.empty())
       out << "warning: " << report.floor->blas_warning
           << "; the floor above was measured with those kernels, so it is too high and the ratio "
@@ -98,6 +107,7 @@ nlohmann::json bench_json(const train::BenchReport& report) {
       if (r.floor_ratio > 0) {  // a CPU row of a workload with a compute floor
         row["floor_ratio"] = r.floor_ratio;
         row["floor_sgemm_gflops"] = r.floor_sgemm_gflops;
+        row["cross_core_ns"] = r.cross_core_ns;
       }
     } else {
       row["skipped_reason"] = r.skipped_reason;
@@ -118,12 +128,17 @@ nlohmann::json bench_json(const train::BenchReport& report) {
                         {"warmup_steps", report.config.warmup_steps},
                         {"rows", rows}};
   if (report.floor)
-    out["compute_floor"] = {{"gflop", report.floor->gflop},
-                            {"sgemm_gflops", report.floor->sgemm_gflops},
-                            {"seconds", report.floor->seconds},
-                            {"sgemm_gflops_samples", report.floor->samples},
-                            {"blas_warning", report.floor->blas_warning},
-                            {"blas_workers_busy", report.floor->blas_workers_busy}};
+    out["compute_floor"] = {
+        {"gflop", report.floor->gflop},
+        {"sgemm_gflops", report.floor->sgemm_gflops},
+        {"seconds", report.floor->seconds},
+        {"sgemm_gflops_samples", report.floor->samples},
+        {"blas_warning", report.floor->blas_warning},
+        {"blas_workers_busy", report.floor->blas_workers_busy},
+        {"cross_core_ns", report.floor->cross_core_ns.empty()
+                              ? nlohmann::json(nullptr)
+                              : nlohmann::json(report.floor->cross_core_median_ns)},
+        {"cross_core_ns_samples", report.floor->cross_core_ns}};
   return out;
 }
 

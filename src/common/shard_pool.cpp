@@ -2,6 +2,8 @@
 
 #include <ATen/Parallel.h>
 
+#include "common/cpu_relax.h"
+
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -9,11 +11,6 @@
 namespace spritetorch {
 
 namespace {
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
 constexpr auto kSpinFor = std::chrono::microseconds(200);
 // The caller's wait for the workers: longer than a balanced phase's skew (a few us), far shorter
 // than a scheduler time slice.

@@ -207,6 +207,8 @@ BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer) {
       floor.gflop = mlp_train_flops_per_sample(sizes) * static_cast<double>(data.train.size()) *
                     static_cast<double>(w.epochs) / 1e9;
       floor.samples.push_back(sample_floor_rate(floor, 3));
+      if (const auto ns = cross_core_transfer_ns()) floor.cross_core_ns.push_back(*ns);
+      floor.cross_core_median_ns = median(floor.cross_core_ns);
       floor.sgemm_gflops = floor.samples.back();
       floor.seconds = floor.gflop / floor.sgemm_gflops;
       floor.blas_warning = openblas_core_warning();
@@ -247,7 +249,10 @@ BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer) {
         const CpuTimes before = read_cpu_times();
         const bool beside_floor = report.floor && device.is_cpu();
         for (int r = 0; r < config.repeats; ++r) {
-          if (beside_floor) row.floor_sgemm_gflops.push_back(sample_floor_rate(*report.floor, 1));
+          if (beside_floor) {
+            row.floor_sgemm_gflops.push_back(sample_floor_rate(*report.floor, 1));
+            if (const auto ns = cross_core_transfer_ns()) row.cross_core_ns.push_back(*ns);
+          }
           last = Trainer(run).fit(*classifier(), data);
           row.all_train_seconds.push_back(last.train_seconds);
           governed |= !last.thread_changes.empty();
@@ -271,6 +276,9 @@ BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer) {
           row.floor_ratio = median(ratios);
           report.floor->samples.insert(report.floor->samples.end(), row.floor_sgemm_gflops.begin(),
                                        row.floor_sgemm_gflops.end());
+          report.floor->cross_core_ns.insert(report.floor->cross_core_ns.end(),
+                                             row.cross_core_ns.begin(), row.cross_core_ns.end());
+          report.floor->cross_core_median_ns = median(report.floor->cross_core_ns);
           report.floor->sgemm_gflops = median(report.floor->samples);
           report.floor->seconds = report.floor->gflop / report.floor->sgemm_gflops;
         }
@@ -287,6 +295,7 @@ BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer) {
       } catch (const std::exception& e) {
         row.ran = false;
         row.floor_sgemm_gflops.clear();
+        row.cross_core_ns.clear();
         row.skipped_reason = e.what();
       }
       report.rows.push_back(row);

@@ -46,6 +46,9 @@ struct BenchRow {
   // by 1.5x either way; beside each repeat, both sides see the same spell. 0 / empty otherwise.
   std::vector<double> floor_sgemm_gflops;
   double floor_ratio = 0;
+  // Beside each floor sample: how long a cache line took between two of the process's CPUs
+  // (common/cpu_load.h); empty where it could not be measured (one CPU).
+  std::vector<double> cross_core_ns;
 };
 
 struct ComputeFloor {
@@ -59,6 +62,10 @@ struct ComputeFloor {
   // This process's other threads (BLAS's workers) still ran 2 s after a floor sample: the rows
   // after it may have shared their cores with them.
   bool blas_workers_busy = false;
+  // Every cross-core line transfer measured beside the floor's samples, ns (common/cpu_load.h): on
+  // a VM the fused step's ratio to the floor moves with it, the sgemm hardly.
+  std::vector<double> cross_core_ns{};
+  double cross_core_median_ns = 0;  // 0 when none was measured
 };
 
 struct BenchReport {

@@ -87,6 +87,20 @@ TEST(BenchTable, TheBestRowIsTakenAgainstTheFloorMeasuredBesideItsRepeats) {
                                      "cores with them"),
             std::string::npos);
   EXPECT_TRUE(bench_json(report).at("compute_floor").at("blas_workers_busy").get<bool>());
+  // The cross-core line transfer beside the floor: none measured, no line and a null median.
+  EXPECT_EQ(table.find("Cross-core"), std::string::npos) << table;
+  EXPECT_TRUE(json.at("compute_floor").at("cross_core_ns").is_null());
+  report.rows[0].cross_core_ns = {180.0, 220.0};
+  report.floor->cross_core_ns = {40.0, 180.0, 220.0};
+  report.floor->cross_core_median_ns = 180.0;
+  EXPECT_NE(bench_table(report).find("\nCross-core line transfer: 180 ns (median of 3, 40-220): "
+                                     "the fused cpu step's threads pass"),
+            std::string::npos)
+      << bench_table(report);
+  const auto with_ns = bench_json(report);
+  EXPECT_DOUBLE_EQ(with_ns.at("compute_floor").at("cross_core_ns").get<double>(), 180.0);
+  EXPECT_EQ(with_ns.at("compute_floor").at("cross_core_ns_samples").size(), 3u);
+  EXPECT_EQ(with_ns.at("rows")[0].at("cross_core_ns").size(), 2u);
 }
 
 // The load other processes put on the CPUs during the timed runs: per row in the JSON (null where
