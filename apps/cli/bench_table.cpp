@@ -57,7 +57,7 @@ std::string bench_table(const train::BenchReport& report) {
         out << " (median of " << ns.size() << ", " << *std::min_element(ns.begin(), ns.end()) << "-"
             << *std::max_element(ns.begin(), ns.end()) << ")";
       out << ": the fused cpu step's threads pass about a thousand lines a step, so its ratio to "
-             "the floor grows with this (docs/benchmarks.md)\n";
+             "the floor can move with this (docs/benchmarks.md)\n";
     }
     if (!report.floor->blas_warning.empty())
       out << "warning: " << report.floor->blas_warning

@@ -48,10 +48,10 @@ double wait_for_own_threads_to_idle(double most_s = 2.0, double slice_s = 0.01);
 // How long one cache line takes to pass from one of this process's CPUs to another, in ns: two
 // threads hand a counter back and forth for about `most_s` seconds, and half the median round
 // trip of batches of 16 is the answer. nullopt where the process may run on one CPU only. The
-// fused CPU step's threads exchange about a thousand lines a step (activations split by units,
-// then by rows; gradients summed across them); on the 2-vCPU Zen 5 VM this took ~200 ns in some
-// spells and less in others, and the step's exchanging phases moved with it while an sgemm
-// barely did (docs/benchmarks.md): `bench` reports it beside the floor.
+// fused CPU step's threads exchange about a thousand lines a step by count (activations split by
+// units, then by rows; gradients summed across them), an sgemm's hardly any; on the 2-vCPU Zen 5
+// VM it took 190-230 ns in the spells where the step's exchanging phases ran up to 2x slower
+// and the sgemm barely slower (docs/benchmarks.md): `bench` reports it beside the floor.
 std::optional<double> cross_core_transfer_ns(double most_s = 0.005);
 
 }  // namespace spritetorch
