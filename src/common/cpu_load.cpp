@@ -115,15 +115,13 @@ std::optional<double> cross_core_transfer_ns(double most_s) {
   Line ball;
   std::atomic<bool> stop{false};
   std::thread partner([&] {
-    uint32_t seen = 0;
     while (!stop.load(std::memory_order_relaxed)) {
+      // An odd value stays until this thread returns it: the caller waits for the even one.
       const uint32_t v = ball.value.load(std::memory_order_acquire);
-      if (v != seen && (v & 1u) != 0) {
+      if ((v & 1u) != 0)
         ball.value.store(v + 1, std::memory_order_release);
-        seen = v + 1;
-      } else {
+      else
         cpu_relax();
-      }
     }
   });
   constexpr int kBatch = 16;  // ~5 us at 150 ns: the clock's ~20 ns a read is lost in it
@@ -132,7 +130,7 @@ std::optional<double> cross_core_transfer_ns(double most_s) {
   uint32_t served = 1;
   bool gave_up = false;
   while (!gave_up && (one_way_ns.size() < 3 || steady_seconds() - start < most_s)) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const double t0 = steady_seconds();
     for (int i = 0; i < kBatch && !gave_up; ++i, served += 2) {
       ball.value.store(served, std::memory_order_release);
       // The partner may not get a CPU at all (every other one busy): give up after a second.
@@ -144,8 +142,7 @@ std::optional<double> cross_core_transfer_ns(double most_s) {
         }
       }
     }
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (!gave_up) one_way_ns.push_back(s * 1e9 / (2.0 * kBatch));
+    if (!gave_up) one_way_ns.push_back((steady_seconds() - t0) * 1e9 / (2.0 * kBatch));
   }
   stop = true;
   partner.join();
