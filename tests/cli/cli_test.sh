@@ -499,6 +499,18 @@ assert kinds.count("epoch") == 2 and kinds.count("eval") == 2, kinds
 PY
 check "config.toml holds the effective flags, not --run-dir" grep -q "epochs" "$tmp/r1/config.toml"
 check "config.toml has no run-dir" bash -c "! grep -q '^run-dir' '$tmp/r1/config.toml'"
+# stop_run PID: ends a background run promptly. SIGTERM, not SIGINT: a background job of this
+# non-interactive shell starts with SIGINT ignored and the CLI takes signals only while the training
+# loop runs (train/interrupt.h), so a SIGINT that came while the run was still setting up was lost
+# and the generator below trained its whole 15-minute budget. A TERM then kills it at once (no
+# checkpoint: these checks read what was written before the first step); within the loop it stops
+# the run after the step in progress. KILL if it is still there after a minute.
+stop_run() {
+  kill -TERM "$1" 2>/dev/null
+  for _ in $(seq 1 240); do kill -0 "$1" 2>/dev/null || break; sleep 0.25; done
+  kill -KILL "$1" 2>/dev/null
+  wait "$1" 2>/dev/null
+}
 # A sprite classifier without --epochs trains for 30 epochs, but at least 500 steps: 576 sprites,
 # 9 steps an epoch
 # (stopped once it has said so; train/recipe_test.cpp has the arithmetic).
@@ -506,7 +518,7 @@ check "config.toml has no run-dir" bash -c "! grep -q '^run-dir' '$tmp/r1/config
   --save "$tmp/cauto.pt" > "$tmp/cauto.log" 2>&1 &
 cauto=$!
 for _ in $(seq 1 240); do grep -q '^Epochs:' "$tmp/cauto.log" && break; sleep 0.25; done
-kill -INT $cauto 2>/dev/null; wait $cauto
+stop_run $cauto
 check "a sprite classifier's automatic epochs" grep -q \
   "^Epochs: 56 (576 sprites in batches of 64: 30 epochs within 500-1500 steps, at least 5 epochs; --epochs sets them)" \
   "$tmp/cauto.log"
@@ -520,7 +532,7 @@ for _ in $(seq 1 240); do
   [ -n "$n" ] && grep -q "^epochs = $n\$" "$tmp/gauto/config.toml" 2>/dev/null && break
   sleep 0.25
 done
-kill -INT $gauto 2>/dev/null; wait $gauto
+stop_run $gauto
 check "config.toml records a generator's automatic epochs ($n)" \
   bash -c "[ -n '$n' ] && [ '$n' != 5 ] && grep -q '^epochs = $n\$' '$tmp/gauto/config.toml'"
 check "a generator on the CPU takes batches of 16 without --batch-size" \
