@@ -7,7 +7,8 @@ a local folder of IDX files (no download), a --device flag, and a JSON timing li
 --model cnn swaps in spritetorch's CNN (two 3x3 conv + ReLU + max-pool stages of 32 and 64
 channels, fc 128, dropout 0.25: the same layers as `spritetorch train --model cnn`), written the
 way a PyTorch tutorial writes it; the loop stays the seed's. --train-limit N trains on the first N
-images only (a Subset), as spritetorch's --train-limit does.
+images only (a Subset), as spritetorch's --train-limit does; --test-limit N evaluates on the first
+N test images, as spritetorch's --test-limit does (both for the recipes too).
 
 --recipe mid is the same with FastCNN at 2x the channels (32/64/128), as `spritetorch train
 --recipe mid`; --recipe wide at 4x (64/128/256) with a learned first convolution and random
@@ -188,6 +189,8 @@ def run_fast(args, device, start):
     y_test = idx_tensor(args.data, RAW[3], 8).to(device).long()
     if args.train_limit > 0:
         x_train, y_train = x_train[:args.train_limit], y_train[:args.train_limit]
+    if args.test_limit > 0:
+        x_test, y_test = x_test[:args.test_limit], y_test[:args.test_limit]
     memory = torch.channels_last
     wide = args.recipe in ("wide", "long")  # 2-pixel shifts besides the flips
     widths = RECIPE_WIDTHS[args.recipe]
@@ -280,7 +283,8 @@ def run_fast(args, device, start):
     out = {"train_s": round(train_s, 3), "total_s": round(time.time() - start, 3),
            "accuracy": accuracy, "device": str(device), "torch": torch.__version__,
            "model": RECIPE_MODELS[args.recipe], "recipe": args.recipe, "seed": args.seed, "precision": args.precision,
-           "batch_size": batch, "lr": lr, "warmup_steps": warmup, "evals": evals}
+           "batch_size": batch, "lr": lr, "warmup_steps": warmup, "test_images": len(x_test),
+           "evals": evals}
     if reached:
         out.update(reached)
     return out
@@ -293,6 +297,7 @@ def main():
     parser.add_argument("--device", default="auto")
     parser.add_argument("--model", choices=["ann", "cnn"], default="ann")
     parser.add_argument("--train-limit", type=int, default=0, help="first N training images (0: all)")
+    parser.add_argument("--test-limit", type=int, default=0, help="first N test images (0: all)")
     parser.add_argument("--recipe", choices=["seed", "fast", "mid", "wide", "long"], default="seed")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: all cores)")
@@ -331,6 +336,8 @@ def main():
     test_set = datasets.FashionMNIST(root=root, train=False, transform=to_tensor, download=False)
     if args.train_limit > 0:
         train_set = Subset(train_set, range(min(args.train_limit, len(train_set))))
+    if args.test_limit > 0:
+        test_set = Subset(test_set, range(min(args.test_limit, len(test_set))))
     train_loader = DataLoader(train_set, batch_size=64, shuffle=True)
     test_loader = DataLoader(test_set, batch_size=64)
 
@@ -364,7 +371,7 @@ def main():
     print(f"Test Accuracy: {correct / total:.4f}")
     print(json.dumps({"train_s": round(train_s, 3), "total_s": round(time.time() - start, 3),
                       "accuracy": correct / total, "device": str(device), "torch": torch.__version__,
-                      "model": args.model}))
+                      "model": args.model, "test_images": total}))
 
 
 if __name__ == "__main__":

@@ -118,9 +118,17 @@ void check_peer_workload(const train::BenchConfig& bench) {
         "drop those options, or run the bench without --vs-python");
 }
 
+// ", accuracy on the first N test images" when --test-limit cut the test set: the headline says
+// which accuracy its figures are.
+std::string test_images_note(const train::TrainConfig& w) {
+  return w.test_limit > 0
+             ? ", accuracy on the first " + std::to_string(w.test_limit) + " test images"
+             : "";
+}
+
 // The peer writes each recipe out in Python, with the batch size, peak lr, warm-up, epochs,
-// precision, seeds and --train-limit passed on; any other change to the recipe would time
-// different work under the name "same recipe".
+// precision, seeds, --train-limit and --test-limit passed on; any other change to the recipe would
+// time different work under the name "same recipe".
 void check_peer_recipe(const train::TrainConfig& w) {
   const train::Recipe& recipe = train::find_recipe(w.recipe);
   const std::map<std::string, std::string> text_values = {
@@ -145,7 +153,8 @@ void check_peer_recipe(const train::TrainConfig& w) {
   if (!differs.empty())
     throw Error("--vs-python runs the " + w.recipe +
                     " recipe in Python with only --batch-size, --lr, --lr-warmup-steps, --epochs, "
-                    "--precision, --train-limit and the seeds changed; this bench also changes:" +
+                    "--precision, --train-limit, --test-limit and the seeds changed; this bench "
+                    "also changes:" +
                     differs,
                 "drop those options, or run the bench without --vs-python");
 }
@@ -314,6 +323,7 @@ int run_target_bench(BenchFlags& f) {
   nlohmann::json json = {{"target_accuracy", report.target},
                          {"model", model},
                          {"recipe", w.recipe},
+                         {"test_limit", w.test_limit},
                          {"device", device::display_name(device)},
                          {"precision", plan.description},
                          {"runs", runs},
@@ -322,7 +332,8 @@ int run_target_bench(BenchFlags& f) {
                          {"median_train_s", report.median_train_s}};
   std::cout << std::fixed << std::setprecision(2) << "spritetorch bench --target-accuracy "
             << report.target << ": " << model << (w.recipe.empty() ? "" : ", recipe " + w.recipe)
-            << ", " << w.epochs << " epoch(s), " << f.seeds << " seed(s)\n";
+            << ", " << w.epochs << " epoch(s), " << f.seeds << " seed(s)" << test_images_note(w)
+            << "\n";
   if (report.reached > 0) {
     json.update({{"median_time_to_target_s", report.median_time_s},
                  {"min_time_to_target_s", report.min_time_s},
@@ -364,6 +375,8 @@ int run_target_bench(BenchFlags& f) {
                                                            std::to_string(w.eval_every_steps),
                                                            "--train-limit",
                                                            std::to_string(w.train_limit),
+                                                           "--test-limit",
+                                                           std::to_string(w.test_limit),
                                                            "--batch-size",
                                                            std::to_string(w.batch_size),
                                                            "--lr",
@@ -435,6 +448,10 @@ Subcommand add_bench_command(CLI::App& app) {
       ->check(kSeed)
       ->capture_default_str();
   sub->add_option("--train-limit", w.train_limit, "Train on the first N samples only (0: all)")
+      ->check(kNonNegative);
+  sub->add_option("--test-limit", w.test_limit,
+                  "Evaluate on the first N test samples only (0: all): accuracy and time to "
+                  "accuracy are then those of the N (passed on to --vs-python's peer)")
       ->check(kNonNegative);
   sub->add_option("--threads", w.threads, "LibTorch intra-op threads (0: default)")
       ->check(kThreadCount);
@@ -559,7 +576,8 @@ Subcommand add_bench_command(CLI::App& app) {
                                                           : f->bench.workload.model)
                       << ", " << f->bench.workload.dataset << ", batch "
                       << f->bench.workload.batch_size << ", " << f->bench.workload.epochs
-                      << " epoch(s), median of " << f->bench.repeats << "\n"
+                      << " epoch(s), median of " << f->bench.repeats
+                      << test_images_note(f->bench.workload) << "\n"
                       << bench_table(report);
             auto json = bench_json(report);
 
@@ -595,7 +613,8 @@ Subcommand add_bench_command(CLI::App& app) {
                 const auto result = run_process(
                     {python, peer, "--data", f->bench.workload.data_dir, "--epochs",
                      std::to_string(f->bench.workload.epochs), "--device", row.device, "--model",
-                     model, "--train-limit", std::to_string(f->bench.workload.train_limit)});
+                     model, "--train-limit", std::to_string(f->bench.workload.train_limit),
+                     "--test-limit", std::to_string(f->bench.workload.test_limit)});
                 PeerResult peer_run = peer_result(result, {"train_s"}, {"accuracy"});
                 ++peer_runs;
                 if (peer_run.json.is_null()) {

@@ -88,6 +88,8 @@ void check_workload(const BenchConfig& config) {
     if (workers < 0) throw Error("--workers must be >= 0, got " + std::to_string(workers));
   if (w.train_limit < 0)
     throw Error("--train-limit must be >= 0, got " + std::to_string(w.train_limit));
+  if (w.test_limit < 0)
+    throw Error("--test-limit must be >= 0, got " + std::to_string(w.test_limit));
   if (w.threads < 0) throw Error("--threads must be >= 0, got " + std::to_string(w.threads));
   if (!(w.lr > 0) || !std::isfinite(w.lr))
     throw Error("--lr must be a number > 0, got " + c10::str(w.lr));
