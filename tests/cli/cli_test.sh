@@ -80,7 +80,7 @@ expect 2 "this bench differs: --model simplenn --dataset dummy" -- bench --vs-py
 expect 2 "this bench differs: --batch-size 32" -- bench --vs-python --batch-size 32 --out "$tmp/peer"
 # Time to accuracy against the peer: the recipe's batch size, lr and warm-up are passed on to it;
 # a change to anything else in the recipe is refused before anything runs.
-expect 2 "runs the fast recipe in Python with only --batch-size, --lr, --lr-warmup-steps, --epochs, --precision, --train-limit and the seeds changed; this bench also changes: --label-smoothing 0 --augment none" -- \
+expect 2 "runs the fast recipe in Python with only --batch-size, --lr, --lr-warmup-steps, --epochs, --precision, --train-limit, --test-limit and the seeds changed; this bench also changes: --label-smoothing 0 --augment none" -- \
   bench --recipe fast --target-accuracy 0.9 --vs-python --label-smoothing 0 --augment none --devices cpu --out "$tmp/tta_peer"
 expect 2 "this bench also changes: --model fastcnn-2x" -- bench --recipe fast --model fastcnn-2x --target-accuracy 0.9 --vs-python --devices cpu --out "$tmp/tta_peer"
 expect 2 "this bench also changes: --first-conv learned" -- bench --recipe fast --first-conv learned --target-accuracy 0.9 --vs-python --devices cpu --out "$tmp/tta_peer"
