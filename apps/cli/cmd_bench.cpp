@@ -126,6 +126,12 @@ std::string test_images_note(const train::TrainConfig& w) {
              : "";
 }
 
+// The peer's --test-limit, only when set: a --python-peer script written before the flag runs as
+// it did.
+void add_test_limit(std::vector<std::string>& argv, const train::TrainConfig& w) {
+  if (w.test_limit > 0) argv.insert(argv.end(), {"--test-limit", std::to_string(w.test_limit)});
+}
+
 // The peer writes each recipe out in Python, with the batch size, peak lr, warm-up, epochs,
 // precision, seeds, --train-limit and --test-limit passed on; any other change to the recipe would
 // time different work under the name "same recipe".
@@ -355,35 +361,35 @@ int run_target_bench(BenchFlags& f) {
     for (int i = 0; i < f.seeds; ++i) {
       const uint64_t seed = w.seed + static_cast<uint64_t>(i);
       std::cerr << "  python peer, seed " << seed << " ...\n";
-      const PeerResult peer_run = peer_result(run_process({python,
-                                                           peer,
-                                                           "--recipe",
-                                                           w.recipe,
-                                                           "--data",
-                                                           w.data_dir,
-                                                           "--epochs",
-                                                           std::to_string(w.epochs),
-                                                           "--device",
-                                                           device.str(),
-                                                           "--precision",
-                                                           peer_precision,
-                                                           "--seed",
-                                                           std::to_string(seed),
-                                                           "--target-accuracy",
-                                                           std::to_string(w.target_accuracy),
-                                                           "--eval-every-steps",
-                                                           std::to_string(w.eval_every_steps),
-                                                           "--train-limit",
-                                                           std::to_string(w.train_limit),
-                                                           "--test-limit",
-                                                           std::to_string(w.test_limit),
-                                                           "--batch-size",
-                                                           std::to_string(w.batch_size),
-                                                           "--lr",
-                                                           config::shortest_double_text(w.lr),
-                                                           "--warmup-steps",
-                                                           std::to_string(w.warmup_steps)}),
-                                              {"train_s"}, {"time_to_target_s", "accuracy"});
+      std::vector<std::string> argv = {python,
+                                       peer,
+                                       "--recipe",
+                                       w.recipe,
+                                       "--data",
+                                       w.data_dir,
+                                       "--epochs",
+                                       std::to_string(w.epochs),
+                                       "--device",
+                                       device.str(),
+                                       "--precision",
+                                       peer_precision,
+                                       "--seed",
+                                       std::to_string(seed),
+                                       "--target-accuracy",
+                                       std::to_string(w.target_accuracy),
+                                       "--eval-every-steps",
+                                       std::to_string(w.eval_every_steps),
+                                       "--train-limit",
+                                       std::to_string(w.train_limit),
+                                       "--batch-size",
+                                       std::to_string(w.batch_size),
+                                       "--lr",
+                                       config::shortest_double_text(w.lr),
+                                       "--warmup-steps",
+                                       std::to_string(w.warmup_steps)};
+      add_test_limit(argv, w);
+      const PeerResult peer_run =
+          peer_result(run_process(argv), {"train_s"}, {"time_to_target_s", "accuracy"});
       if (peer_run.json.is_null()) {
         std::cout << "  Python peer, seed " << seed << ": failed (" << peer_run.failed << ")\n";
         ++peer_failures;
@@ -610,11 +616,15 @@ Subcommand add_bench_command(CLI::App& app) {
                       other.train_seconds < best->train_seconds)
                     best = &other;
                 std::cerr << "  python peer on " << row.device << " ...\n";
-                const auto result = run_process(
-                    {python, peer, "--data", f->bench.workload.data_dir, "--epochs",
-                     std::to_string(f->bench.workload.epochs), "--device", row.device, "--model",
-                     model, "--train-limit", std::to_string(f->bench.workload.train_limit),
-                     "--test-limit", std::to_string(f->bench.workload.test_limit)});
+                std::vector<std::string> argv = {
+                    python,          peer,
+                    "--data",        f->bench.workload.data_dir,
+                    "--epochs",      std::to_string(f->bench.workload.epochs),
+                    "--device",      row.device,
+                    "--model",       model,
+                    "--train-limit", std::to_string(f->bench.workload.train_limit)};
+                add_test_limit(argv, f->bench.workload);
+                const auto result = run_process(argv);
                 PeerResult peer_run = peer_result(result, {"train_s"}, {"accuracy"});
                 ++peer_runs;
                 if (peer_run.json.is_null()) {
