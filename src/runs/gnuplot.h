@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace spritetorch::runs {
 
@@ -20,9 +21,16 @@ struct GnuplotResult {
   std::string message;  // why not: exit status, signal, timeout, the log's last line
 };
 
-// Runs `gnuplot script` in `workdir` (relative names in the script resolve there); gnuplot's
-// stdout and stderr go to `log_file` (relative to workdir). Killed after timeout_s.
-GnuplotResult run_gnuplot(const std::string& gnuplot, const std::string& script, const std::string& workdir,
-                          const std::string& log_file, double timeout_s = 60);
+struct GnuplotJob {
+  std::string script;    // relative to workdir, e.g. plots/curves.gp
+  std::string log_file;  // gnuplot's stdout and stderr, relative to workdir
+};
+
+// Runs `gnuplot job.script` for every job at once, each in `workdir` with its own log file, and
+// waits for all (a picture takes ~0.1-0.4 s of one core). Each is killed after timeout_s. One
+// result per job, in order.
+std::vector<GnuplotResult> run_gnuplots(const std::string& gnuplot,
+                                        const std::vector<GnuplotJob>& jobs,
+                                        const std::string& workdir, double timeout_s = 60);
 
 }  // namespace spritetorch::runs

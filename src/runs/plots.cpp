@@ -169,45 +169,47 @@ PlotScript write_misclassified_plot(const std::string& folder, const train::Misc
     return say("the samples are not images (shape " + c10::str(wrong.inputs.sizes()) + ")");
   const std::string dir = plots_dir(folder);
   const int64_t n = wrong.inputs.size(0), h = wrong.inputs.size(2), w = wrong.inputs.size(3);
-  // Nearest-neighbour scale to about 112 pixels: pixels stay visible squares.
+  // Each image drawn at about 112 pixels, every image pixel a square of scale x scale screen
+  // pixels. The data file holds the images at their own size, one after another, and gnuplot
+  // scales them: a canvas of scaled images (2.4 MB for 36 Fashion-MNIST images) took it 0.38 s to
+  // read and draw against 0.09 s for the images as they are.
   const int64_t scale = std::max<int64_t>(1, std::llround(112.0 / static_cast<double>(std::max(h, w))));
-  const auto rgb = torch::upsample_nearest2d(to_rgb_on_white(wrong.inputs).permute({0, 3, 1, 2}).to(torch::kFloat32),
-                                             {h * scale, w * scale})
-                       .to(torch::kUInt8)
-                       .permute({0, 2, 3, 1});  // (N, h*s, w*s, 3)
+  const auto rgb = to_rgb_on_white(wrong.inputs);  // (N, h, w, 3) uint8
   const int64_t columns = std::min<int64_t>(n, 6), rows = (n + columns - 1) / columns;
   const int64_t header = 34, band = 32, pad = 12;  // title; two label lines per cell; gaps
   const int64_t cell_w = std::max<int64_t>(w * scale, 124) + pad, cell_h = band + h * scale + pad;
   const int64_t width = columns * cell_w + pad, height = header + rows * cell_h;
-  auto canvas = torch::full({height, width, 3}, 255, torch::kUInt8);  // (H, W, 3) white
-  std::ostringstream labels;
+  std::ostringstream labels, images;
+  const int64_t image_bytes = h * w * 3;
+  const double half = static_cast<double>(scale - 1) / 2;  // from an image pixel's corner to its centre
   for (int64_t i = 0; i < n; ++i) {
     const int64_t x0 = pad + (i % columns) * cell_w, y0 = header + (i / columns) * cell_h;
     const int64_t image_x = x0 + (cell_w - pad - w * scale) / 2;
-    canvas.narrow(0, y0 + band, h * scale).narrow(1, image_x, w * scale).copy_(rgb[i]);
     const double centre = static_cast<double>(x0) + static_cast<double>(cell_w - pad) / 2;
     labels << "set label " << gnuplot_quote("true: " + class_name(class_names, wrong.labels[i].item<int64_t>()))
            << " at " << centre << "," << y0 + 10 << " center front tc rgb '#222222'\n"
            << "set label " << gnuplot_quote("pred: " + class_name(class_names, wrong.predicted[i].item<int64_t>()))
            << " at " << centre << "," << y0 + 25 << " center front tc rgb '#c00000'\n";
+    images << (i == 0 ? "plot " : ", \\\n     ") << gnuplot_quote("plots/misclassified.rgb") << " binary array=("
+           << w << "," << h << ") skip=" << i * image_bytes << " dx=" << scale << " dy=" << scale
+           << " origin=(" << static_cast<double>(image_x) + half << ","
+           << static_cast<double>(y0 + band) + half << ") format='%uchar%uchar%uchar' with rgbimage";
   }
   {
     std::ofstream out(dir + "/misclassified.rgb", std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(canvas.data_ptr<uint8_t>()), static_cast<std::streamsize>(canvas.numel()));
+    out.write(reinterpret_cast<const char*>(rgb.data_ptr<uint8_t>()), static_cast<std::streamsize>(rgb.numel()));
     if (!out) throw Error("could not write " + dir + "/misclassified.rgb");
   }
   std::ostringstream s;
   s << script_head("misclassified.png", static_cast<int>(width), static_cast<int>(height), 9);
-  // One screen pixel per image pixel: no margins, axes spanning the canvas, y growing downwards.
+  // One screen pixel per axis unit: no margins, axes spanning the canvas, y growing downwards.
   s << "set lmargin at screen 0\nset rmargin at screen 1\nset tmargin at screen 1\nset bmargin at screen 0\n"
     << "unset border\nunset tics\nunset key\nunset colorbox\n"
     << "set xrange [-0.5:" << width - 0.5 << "]\nset yrange [" << height - 0.5 << ":-0.5]\n"
     << "set label " << gnuplot_quote("Misclassified test images: first " + std::to_string(n) + " of " +
                                      std::to_string(wrong.total))
     << " at " << width / 2 << ",17 center front font 'sans,12'\n"
-    << labels.str()
-    << "plot " << gnuplot_quote("plots/misclassified.rgb") << " binary array=(" << width << "," << height
-    << ") format='%uchar%uchar%uchar' with rgbimage\n";
+    << labels.str() << images.str() << "\n";
   write_text(dir + "/misclassified.gp", s.str());
   return {"plots/misclassified.gp", "misclassified.png"};
 }

@@ -205,8 +205,14 @@ void RunRecorder::draw(const std::vector<PlotScript>& scripts, const char* gnupl
                                " && gnuplot plots/*.gp` draws them from the data kept in plots/)");
     return;
   }
-  for (const auto& s : todo) {
-    const auto result = run_gnuplot(*gnuplot, s.script, folder_, "plots/gnuplot.log");
+  // Each script logs beside itself (plots/curves.gp -> plots/curves.log): they run at once.
+  std::vector<GnuplotJob> jobs;
+  for (const auto& s : todo)
+    jobs.push_back({s.script, s.script.substr(0, s.script.rfind('.')) + ".log"});
+  const auto results = run_gnuplots(*gnuplot, jobs, folder_);
+  for (size_t i = 0; i < todo.size(); ++i) {
+    const auto& s = todo[i];
+    const auto& result = results[i];
     if (result.ok && fs::exists(file(s.picture)))
       finished.pictures[s.picture.substr(0, s.picture.rfind('.'))] = s.picture;
     else

@@ -217,6 +217,62 @@ TEST(Gnuplot, QuotedStringsCannotEndTheLiteralOrTheCommand) {
   EXPECT_FALSE(find_gnuplot("/nonexistent-bin").has_value());
 }
 
+// run_gnuplots with a stand-in "gnuplot" that runs its script argument with /bin/sh, in the
+// working directory it was given.
+struct FakeGnuplot {
+  ScratchDir dir;
+  std::string exe = dir.file("gnuplot");
+  FakeGnuplot() {
+    std::ofstream(exe) << "#!/bin/sh\nexec /bin/sh \"$1\"\n";
+    fs::permissions(exe, fs::perms::owner_all);
+  }
+  void script(const std::string& name, const std::string& text) const {
+    std::ofstream(dir.file(name)) << text;
+  }
+};
+
+// Each script waits (up to 20 s) until all three have started: run one after another, the first
+// would give up and fail. Each one's output goes to its own log only.
+TEST(Gnuplot, RunsTheScriptsAtOnceEachWithItsOwnLog) {
+  FakeGnuplot fake;
+  std::vector<GnuplotJob> jobs;
+  for (const std::string name : {"a", "b", "c"}) {
+    fake.script(name + ".gp",
+                "touch started-" + name + "\necho drew " + name +
+                    "\nfor i in $(seq 200); do\n"
+                    "  [ -e started-a ] && [ -e started-b ] && [ -e started-c ] && exit 0\n"
+                    "  sleep 0.1\ndone\nexit 1\n");
+    jobs.push_back({name + ".gp", name + ".log"});
+  }
+  const auto results = run_gnuplots(fake.exe, jobs, fake.dir.path().string());
+  ASSERT_EQ(results.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_TRUE(results[i].ok) << jobs[i].script << ": " << results[i].message;
+    std::ifstream log(fake.dir.file(jobs[i].log_file));
+    std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(text, "drew " + jobs[i].script.substr(0, 1) + "\n");
+  }
+}
+
+// A failing script is reported with its exit status and its own log's last line, a script past
+// the timeout is stopped, and the others' results stand.
+TEST(Gnuplot, ReportsEachFailureWithItsOwnLogAndStopsOneThatHangs) {
+  FakeGnuplot fake;
+  fake.script("ok.gp", "echo fine\n");
+  fake.script("bad.gp", "echo 'line 3: undefined variable: x' >&2\nexit 3\n");
+  fake.script("hang.gp", "exec sleep 30\n");
+  const auto results =
+      run_gnuplots(fake.exe, {{"ok.gp", "ok.log"}, {"bad.gp", "bad.log"}, {"hang.gp", "hang.log"}},
+                   fake.dir.path().string(), /*timeout_s=*/2);
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_TRUE(results[0].ok) << results[0].message;
+  EXPECT_FALSE(results[1].ok);
+  EXPECT_EQ(results[1].message,
+            "gnuplot bad.gp failed (exit status 3): line 3: undefined variable: x");
+  EXPECT_FALSE(results[2].ok);
+  EXPECT_EQ(results[2].message, "gnuplot hang.gp took longer than 2 s and was stopped");
+}
+
 TEST(RunList, ListsCompleteIncompleteAndCorruptFoldersWithoutFailing) {
   ScratchDir dir;
   const std::string root = dir.file("runs");
