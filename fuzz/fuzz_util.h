@@ -7,8 +7,8 @@
 // A reader that takes a path plugs in with three lines (a new file fuzz/<name>_fuzzer.cpp):
 //
 //   #include "fuzz_util.h"
-//   #include "data/png_reader.h"
-//   SPRITETORCH_FUZZ_PATH_READER(spritetorch::data::read_png(path))
+//   #include "io/png.h"
+//   SPRITETORCH_FUZZ_PATH_READER(spritetorch::io::read_png(path))
 //
 // then seeds in fuzz/corpus/<name>_fuzzer/ (a few small valid files, one per feature). CMake picks
 // the file up (fuzz/CMakeLists.txt globs *_fuzzer.cpp) and scripts/fuzz runs it.

@@ -95,7 +95,8 @@ nlohmann::json train_json(const train::TrainReport& report, const std::string& r
 Subcommand add_train_command(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "train",
-      "Train a classifier (default: the seeds' Fashion-MNIST MLP, 5 epochs) and evaluate it");
+      "Train a classifier (default: the seeds' Fashion-MNIST MLP, 5 epochs) or a sprite generator "
+      "(--task generate), and evaluate it");
   auto config = std::make_shared<train::TrainConfig>();
   auto json = std::make_shared<bool>(false);
   config->model.clear();  // empty = ann, or the resumed checkpoint's model
