@@ -38,7 +38,8 @@ struct PlotScript {
 
 // Loss (and accuracy) against epochs: train per --log-every interval and per epoch, test per
 // evaluated epoch. Nothing to draw (no epoch) gives an empty script.
-PlotScript write_curves_plot(const std::string& folder, const CurvePoints& points, const std::string& title);
+PlotScript write_curves_plot(const std::string& folder, const CurvePoints& points,
+                             const std::string& title);
 // Heatmap of the (K, K) int64 confusion matrix (rows true, columns predicted): colour = share of
 // the row, every cell labelled with its count, axes with the class names.
 PlotScript write_confusion_plot(const std::string& folder, const torch::Tensor& confusion,
@@ -46,7 +47,8 @@ PlotScript write_confusion_plot(const std::string& folder, const torch::Tensor& 
 // Grid of misclassified test images, each with its true and predicted class. Empty script when
 // there is nothing to show or the samples are not images; `why_not` then says why.
 PlotScript write_misclassified_plot(const std::string& folder, const train::Misclassified& wrong,
-                                    const std::vector<std::string>& class_names, std::string* why_not);
+                                    const std::vector<std::string>& class_names,
+                                    std::string* why_not);
 
 // (N, C, H, W) uint8 samples (C = 1 grey, 3 RGB, 4 RGBA) -> (N, H, W, 3) uint8 RGB, transparency
 // composited onto white. On the CPU.

@@ -1,5 +1,6 @@
-// How progress is drawn on a stream: redrawn in place on a terminal, plain lines elsewhere (CI logs,
-// files, pipes), colour only on a terminal and never when NO_COLOR is set (https://no-color.org).
+// How progress is drawn on a stream: redrawn in place on a terminal, plain lines elsewhere (CI
+// logs, files, pipes), colour only on a terminal and never when NO_COLOR is set
+// (https://no-color.org).
 #pragma once
 
 namespace spritetorch::runs {
