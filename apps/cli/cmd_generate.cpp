@@ -208,11 +208,14 @@ Subcommand add_generate_command(CLI::App& app) {
         if (f->no_cuda_graphs && !device.is_cuda())  // accepted (scripts share flags), but said
           std::cerr << "note: --no-cuda-graphs has no effect on " << device::display_name(device)
                     << ": CUDA graphs replay sampling on CUDA devices only\n";
-        // --out-dir: one PNG per sprite, named by class and index.
+        // --out-dir: one PNG per sprite, named by class and index. Class names come from the user's
+        // data (a sheet's --labels file, folder names): file_name_part keeps "../x" inside.
         const auto sprite_path = [&](int64_t i) {
           std::ostringstream path;
           path << f->out_dir << "/"
-               << generator.class_names[static_cast<size_t>(labels[i].item<int64_t>())] << "_"
+               << file_name_part(
+                      generator.class_names[static_cast<size_t>(labels[i].item<int64_t>())])
+               << "_"
                << std::setw(4) << std::setfill('0') << i << ".png";
           return path.str();
         };

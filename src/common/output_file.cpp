@@ -100,4 +100,16 @@ bool same_file(const std::string& a, const std::string& b) {
   return full_a == full_b;
 }
 
+std::string file_name_part(const std::string& name) {
+  std::string part;
+  for (const char c : name) {
+    const auto u = static_cast<unsigned char>(c);
+    const bool keep = u >= 0x80 || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                      (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.' || c == '+';
+    part += keep ? c : '_';
+  }
+  if (part.empty() || part[0] == '.') part.insert(part.begin(), '_');
+  return part;
+}
+
 }  // namespace spritetorch

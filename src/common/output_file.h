@@ -31,4 +31,10 @@ std::string rescue_path(const std::string& path);
 // of the same command.
 bool same_file(const std::string& a, const std::string& b);
 
+// `name` (a class name from the user's data, say) made safe as one part of a file name: every
+// byte but ASCII letters, digits, '-', '_', '.' and '+' becomes '_', and a leading '.' gets a '_'
+// before it, so "../x" cannot leave the folder nor make a hidden file; empty gives "_". Bytes of
+// 0x80 and up (UTF-8) are kept: they are never '/' nor NUL.
+std::string file_name_part(const std::string& name);
+
 }  // namespace spritetorch

@@ -23,9 +23,19 @@ std::string text_at(const nlohmann::json& j, const char* key) {
 // An unfinished run: what its metrics.jsonl reached. Damaged lines (a run killed mid-write) are
 // skipped and named in `problem`.
 void read_metrics(const std::string& path, RunEntry& entry) {
+  std::error_code error;
+  if (!fs::exists(path, error)) {
+    entry.problem = "no metrics.jsonl";
+    return;
+  }
+  // A folder or a FIFO of that name: reading it would throw or wait forever.
+  if (!fs::is_regular_file(path, error)) {
+    entry.problem = "metrics.jsonl is not a regular file";
+    return;
+  }
   std::ifstream in(path);
   if (!in) {
-    entry.problem = "no metrics.jsonl";
+    entry.problem = "metrics.jsonl cannot be opened";
     return;
   }
   std::string line;
@@ -74,11 +84,27 @@ RunEntry read_run(const std::string& folder) {
     read_metrics((fs::path(folder) / "metrics.jsonl").string(), entry);
     return entry;
   }
+  entry.status = "corrupt";
+  std::error_code error;
+  if (!fs::is_regular_file(summary_path, error)) {  // a folder, a FIFO (reading would hang)...
+    entry.problem = "summary.json is not a regular file";
+    return entry;
+  }
   std::ifstream in(summary_path);
-  const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!in) {
+    entry.problem = "summary.json cannot be opened";
+    return entry;
+  }
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  } catch (const std::exception& e) {  // a read error (libstdc++'s filebuf throws on EIO)
+    entry.problem = std::string("summary.json cannot be read: ") + e.what();
+    return entry;
+  }
   if (!j.is_object()) {
-    entry.status = "corrupt";
-    entry.problem = "summary.json is not valid JSON";
+    entry.problem = j.is_discarded() ? "summary.json is not valid JSON"
+                                     : "summary.json is not a JSON object";
     return entry;
   }
   entry.status = text_at(j, "status").empty() ? "corrupt" : text_at(j, "status");

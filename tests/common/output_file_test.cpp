@@ -103,5 +103,26 @@ TEST(OutputFile, AFolderWhosePermissionsSayWritableButTakesNoFilesIsRefused) {
   EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
 }
 
+// Class names from a user's labels file become sprite file names (generate --out-dir): none may
+// leave the folder, hide the file or be empty; ordinary and UTF-8 names stay as they are.
+TEST(OutputFile, FileNamePartKeepsEveryNameInsideItsFolder) {
+  EXPECT_EQ(file_name_part("robot"), "robot");
+  EXPECT_EQ(file_name_part("long-sword_2.v+1"), "long-sword_2.v+1");
+  EXPECT_EQ(file_name_part("\xc3\xa9p\xc3\xa9\x65"), "\xc3\xa9p\xc3\xa9\x65");  // "épée"
+  EXPECT_EQ(file_name_part("../evil"), "_.._evil");
+  EXPECT_EQ(file_name_part(".."), "_..");
+  EXPECT_EQ(file_name_part(".hidden"), "_.hidden");
+  EXPECT_EQ(file_name_part("a/b\\c d\n"), "a_b_c_d_");
+  EXPECT_EQ(file_name_part(std::string("x\0y", 3)), "x_y");
+  EXPECT_EQ(file_name_part(""), "_");
+  ScratchDir dir;
+  for (const std::string name : {"../evil", "..", "/etc/passwd", "a/../../b"}) {
+    const std::filesystem::path file = dir.file(file_name_part(name) + "_0000.png");
+    EXPECT_EQ(std::filesystem::weakly_canonical(file).parent_path(),
+              std::filesystem::weakly_canonical(dir.path()))
+        << name;
+  }
+}
+
 }  // namespace
 }  // namespace spritetorch

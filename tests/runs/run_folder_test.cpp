@@ -1,6 +1,8 @@
 // Run folders end to end: a tiny real training run recorded into one (files, metrics.jsonl schema,
 // summary.json, pictures when gnuplot is there, a notice when it is not), generator sample sheets,
 // folder naming and claiming, gnuplot quoting, and `runs` listing damaged folders.
+#include <sys/stat.h>
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -320,6 +322,35 @@ TEST(RunList, ListsCompleteIncompleteAndCorruptFoldersWithoutFailing) {
   EXPECT_EQ(runs[2].status, "corrupt");
   EXPECT_NE(runs[2].problem.find("not valid JSON"), std::string::npos);
   EXPECT_TRUE(list_runs(dir.file("nowhere")).empty());
+}
+
+// What a user (or a crash) can leave where a file is expected: a folder or a FIFO named
+// summary.json or metrics.jsonl, a summary that is JSON but no object. Each run is listed with its
+// problem; none throws, and none waits for a writer that never comes.
+TEST(RunList, ListsRunsWhoseFilesAreFoldersFifosOrNotObjects) {
+  ScratchDir dir;
+  const std::string root = dir.file("runs");
+  fs::create_directories(root + "/a-summary-folder/summary.json");
+  fs::create_directories(root + "/b-summary-fifo");
+  ASSERT_EQ(::mkfifo((root + "/b-summary-fifo/summary.json").c_str(), 0600), 0);
+  fs::create_directories(root + "/c-summary-array");
+  std::ofstream(root + "/c-summary-array/summary.json") << "[1, 2, 3]";
+  fs::create_directories(root + "/d-metrics-folder/metrics.jsonl");
+  fs::create_directories(root + "/e-metrics-fifo");
+  ASSERT_EQ(::mkfifo((root + "/e-metrics-fifo/metrics.jsonl").c_str(), 0600), 0);
+
+  const auto runs = list_runs(root);
+  ASSERT_EQ(runs.size(), 5u);
+  EXPECT_EQ(runs[0].status, "corrupt");
+  EXPECT_EQ(runs[0].problem, "summary.json is not a regular file");
+  EXPECT_EQ(runs[1].status, "corrupt");
+  EXPECT_EQ(runs[1].problem, "summary.json is not a regular file");
+  EXPECT_EQ(runs[2].status, "corrupt");
+  EXPECT_EQ(runs[2].problem, "summary.json is not a JSON object");
+  EXPECT_EQ(runs[3].status, "incomplete");
+  EXPECT_EQ(runs[3].problem, "metrics.jsonl is not a regular file");
+  EXPECT_EQ(runs[4].status, "incomplete");
+  EXPECT_EQ(runs[4].problem, "metrics.jsonl is not a regular file");
 }
 
 }  // namespace
