@@ -249,6 +249,15 @@ int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
     throw Error(
         "--classifier " + f.classifier + " knows other classes than the generator " + checkpoint,
         "train the classifier on the generator's dataset");
+  // The classifier judges the generator's sprites as they are drawn: (4, size, size) RGBA.
+  const auto shape = json_field(classifier_ckpt.meta, "input_shape", std::vector<int64_t>(),
+                                f.classifier, "input_shape");
+  const std::vector<int64_t> sprites{4, generator.size, generator.size};
+  if (shape != sprites)
+    throw Error("--classifier " + f.classifier + " takes inputs of shape " + c10::str(c10::IntArrayRef(shape)) +
+                    "; the generator " + checkpoint + " draws sprites of " + c10::str(c10::IntArrayRef(sprites)),
+                "train the classifier on the generator's dataset with --size " +
+                    std::to_string(generator.size));
   const auto data = train::load_datasets(eval_data_config(generator.meta, checkpoint, dataset));
   const auto r =
       diffusion::evaluate_generator(generator, *classifier, data.train.inputs, f.count, f.options);

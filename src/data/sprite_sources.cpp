@@ -263,9 +263,16 @@ SheetGrid cut_sheet(const torch::Tensor& sheet, const std::string& file, const S
   if (o.tile_w <= 0 || o.tile_h <= 0 || o.spacing < 0 || o.margin < 0)
     throw Error("sheet slicing needs positive --tile sides and non-negative --spacing / --margin");
   const int64_t h = sheet.size(0), w = sheet.size(1);
+  // Options up to 2^63 - 1 must not overflow the grid's arithmetic: a margin or tile beyond the
+  // sheet fits no tile, and a spacing beyond the sheet's side cuts the same grid as one of that
+  // side (one tile per row and column).
+  const bool too_large = o.margin > std::min(w, h) / 2 || o.tile_w > w || o.tile_h > h;
+  const int64_t spacing = std::min(o.spacing, std::max(w, h));
   SheetGrid grid;
-  grid.cols = (w - 2 * o.margin + o.spacing) / (o.tile_w + o.spacing);
-  grid.rows = (h - 2 * o.margin + o.spacing) / (o.tile_h + o.spacing);
+  if (!too_large) {
+    grid.cols = (w - 2 * o.margin + spacing) / (o.tile_w + spacing);
+    grid.rows = (h - 2 * o.margin + spacing) / (o.tile_h + spacing);
+  }
   if (grid.cols <= 0 || grid.rows <= 0)
     throw DataError(file,
                     "at least one " + std::to_string(o.tile_w) + "x" + std::to_string(o.tile_h) +
@@ -273,15 +280,15 @@ SheetGrid cut_sheet(const torch::Tensor& sheet, const std::string& file, const S
                     "an image of " + std::to_string(w) + "x" + std::to_string(h));
   for (int64_t r = 0; r < grid.rows; ++r)
     for (int64_t c = 0; c < grid.cols; ++c) {
-      auto pixels = sheet.narrow(0, o.margin + r * (o.tile_h + o.spacing), o.tile_h)
-                        .narrow(1, o.margin + c * (o.tile_w + o.spacing), o.tile_w);
+      auto pixels = sheet.narrow(0, o.margin + r * (o.tile_h + spacing), o.tile_h)
+                        .narrow(1, o.margin + c * (o.tile_w + spacing), o.tile_w);
       if (pixels.select(2, 3).max().item<int>() == 0) continue;  // fully transparent: an empty slot
       grid.tiles.push_back({r * grid.cols + c, r, c, std::move(pixels)});
     }
   // A sheet that is not a whole number of tiles: the strip past the last column or row is cut
   // off, which loses sprites when it holds any (a wrong --tile, --spacing or --margin).
-  const int64_t covered_w = o.margin + grid.cols * (o.tile_w + o.spacing) - o.spacing;
-  const int64_t covered_h = o.margin + grid.rows * (o.tile_h + o.spacing) - o.spacing;
+  const int64_t covered_w = o.margin + grid.cols * (o.tile_w + spacing) - spacing;
+  const int64_t covered_h = o.margin + grid.rows * (o.tile_h + spacing) - spacing;
   const auto visible = [&](int64_t y0, int64_t y1, int64_t x0, int64_t x1) {
     return y1 > y0 && x1 > x0 &&
            sheet.narrow(0, y0, y1 - y0).narrow(1, x0, x1 - x0).select(2, 3).max().item<int>() > 0;
@@ -313,13 +320,21 @@ Dataset read_sprite_sheet(const std::string& file, const SpriteOptions& o) {
     int64_t line_no = 0;
     while (std::getline(lines, line)) {
       ++line_no;
-      if (line.empty() || line[0] == '#') continue;
+      if (!line.empty() && line.back() == '\r') line.pop_back();  // a map saved on Windows
       std::istringstream fields(line);
+      std::string index_text, name, extra;
+      fields >> index_text >> name >> extra;
+      if (index_text.empty() || index_text[0] == '#') continue;  // blank or a comment
+      // Exactly two fields, the first all digits: "2.7 b" or "2x b" must not read as tile 2, nor
+      // "0 long sword" as class "long".
       int64_t index = -1;
-      std::string name;
-      if (!(fields >> index >> name) || index < 0 || index >= slots)
+      if (index_text.size() <= 12 &&
+          index_text.find_first_not_of("0123456789") == std::string::npos)
+        index = std::stoll(index_text);
+      if (index < 0 || index >= slots || name.empty() || !extra.empty())
         throw DataError(o.label_map,
-                        "'TILE_INDEX CLASS' with an index in 0.." + std::to_string(slots - 1),
+                        "'TILE_INDEX CLASS' with an index in 0.." + std::to_string(slots - 1) +
+                            " and a class name of one word",
                         "'" + line + "' on line " + std::to_string(line_no));
       if (const auto seen = names.find(index); seen != names.end())
         throw DataError(o.label_map, "each tile index once",

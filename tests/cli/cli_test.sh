@@ -343,6 +343,9 @@ expect 2 "--steps: --sampler ddpm takes every one" -- generate --checkpoint "$tm
 expect 2 "--spacing: --sampler ddpm takes every one" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --sampler ddpm --spacing quadratic
 expect 2 "--spacing: karras not in" -- generate --checkpoint "$tmp/g.pt" --spacing karras --out "$tmp/x.png"
 expect 2 "needs --classifier" -- eval --checkpoint "$tmp/g.pt"
+# A classifier of another sprite size cannot judge the generator's sprites: said before any sampling.
+expect 0 "Saved checkpoint" -- train --task classify --dataset sprites --sprite-count 40 --size 32 --epochs 1 --no-run-dir --save "$tmp/c32.pt"
+expect 2 "--classifier $tmp/c32\.pt takes inputs of shape \[4, 32, 32\]; the generator $tmp/g\.pt draws sprites of \[4, 16, 16\]" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c32.pt" --count 8 --steps 2
 expect 2 "g\.pt: expected a classifier checkpoint \(train --task classify\), found a sprite generator checkpoint" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/g.pt" --count 4 --steps 2
 # Guidance on part of the schedule only: reported in both commands, a bad interval refused.
 expect 0 '"guidance":3\.0,"guidance_interval":\[0\.4,1\.0\]' -- generate --checkpoint "$tmp/g.pt" --count 2 --steps 3 --guidance 3 --guidance-interval 0.4:1 --json --out "$tmp/t4.png"

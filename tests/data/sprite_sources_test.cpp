@@ -114,6 +114,23 @@ TEST(SpriteSheet, SlicesWithSpacingMarginAndSkipsEmptyTiles) {
   EXPECT_EQ(inner.rows, 1);
   o.margin = 7;  // not one tile fits inside: a DataError naming the file
   EXPECT_THROW(cut_sheet(io::read_png(dir.file("s.png")), "s.png", o), DataError);
+  // Options near 2^63 must not overflow into another grid or a LibTorch error.
+  for (const int64_t huge : {int64_t{1} << 62, int64_t{5000000000000000000}, INT64_MAX}) {
+    SpriteOptions big = o;
+    big.margin = huge;
+    EXPECT_THROW(cut_sheet(io::read_png(dir.file("s.png")), "s.png", big), DataError) << huge;
+    big = o;
+    big.tile_w = huge;
+    EXPECT_THROW(cut_sheet(io::read_png(dir.file("s.png")), "s.png", big), DataError) << huge;
+    big = o;
+    big.margin = 2;
+    big.spacing = huge;  // one tile per row and column, as a spacing of the sheet's side
+    const SheetGrid one = cut_sheet(io::read_png(dir.file("s.png")), "s.png", big);
+    EXPECT_EQ(one.rows, 1);
+    EXPECT_EQ(one.cols, 1);
+    ASSERT_EQ(one.tiles.size(), 1u);
+    EXPECT_TRUE(torch::equal(one.tiles[0].pixels, solid(4, 4, 10)));
+  }
   o.margin = 2;
   // A label map picks tiles and names classes.
   std::ofstream(dir.file("labels.txt")) << "# tile class\n0 hero\n2 coin\n5 hero\n";
@@ -124,6 +141,22 @@ TEST(SpriteSheet, SlicesWithSpacingMarginAndSkipsEmptyTiles) {
   std::ofstream(dir.file("bad.txt")) << "99 hero\n";
   o.label_map = dir.file("bad.txt");
   EXPECT_THROW(read_sprite_sheet(dir.file("s.png"), o), DataError);
+  // Lines that are not exactly an index and one name are refused, not half read.
+  for (const std::string line : {"2.7 b", "2x b", "0 long sword", "-1 b", "3", "x 3", "+2 b"}) {
+    std::ofstream(dir.file("bad.txt")) << "0 hero\n" << line << "\n";
+    try {
+      read_sprite_sheet(dir.file("s.png"), o);
+      ADD_FAILURE() << "'" << line << "' was accepted";
+    } catch (const DataError& e) {
+      EXPECT_NE(std::string(e.what()).find("'" + line + "' on line 2"), std::string::npos)
+          << e.what();
+    }
+  }
+  // Blank lines, indented comments and Windows line ends are fine.
+  std::ofstream(dir.file("crlf.txt")) << "# tile class\r\n  \r\n  # a note\r\n0 hero\r\n2 coin\r\n";
+  o.label_map = dir.file("crlf.txt");
+  EXPECT_EQ(read_sprite_sheet(dir.file("s.png"), o).class_names,
+            (std::vector<std::string>{"coin", "hero"}));
   // A map without one tile line is an error, not a sheet read as if no map had been given.
   std::ofstream(dir.file("comments.txt")) << "# tile class\n\n";
   o.label_map = dir.file("comments.txt");
