@@ -254,6 +254,12 @@ void check_unused_options(const CLI::App& sub, const BenchFlags& f, bool target)
       throw Error("--workers sets the streaming rows; --no-streaming leaves none",
                   "drop --workers or --no-streaming");
   }
+  // As train: the other datasets carry their path in --dataset.
+  if (f.bench.workload.dataset != "fashion-mnist" && given_on_command_line(sub.get_option("--data")))
+    throw Error("--data names the Fashion-MNIST folder; --dataset " + f.bench.workload.dataset +
+                    " does not read it",
+                "drop --data (sprite sets name their files in --dataset: folder:PATH, "
+                "sheet:FILE, npy:FILE)");
   if (!f.vs_python) {
     check("--python", !f.python.empty());
     check("--python-peer", !f.peer.empty());
@@ -585,6 +591,16 @@ Subcommand add_bench_command(CLI::App& app) {
                       << " epoch(s), median of " << f->bench.repeats
                       << test_images_note(f->bench.workload) << "\n"
                       << bench_table(report);
+            // Not one row ran: the options are what failed (a --first-conv for a model without
+            // a convolution, fp16 on a CPU-only --devices ...), so it is a usage error, and no
+            // files of rows that all say "not run" are written.
+            if (std::none_of(report.rows.begin(), report.rows.end(),
+                             [](const train::BenchRow& r) { return r.ran; }))
+              throw Error("no row of this bench ran: " +
+                              (report.rows.empty() ? std::string("there are none")
+                                                   : report.rows.front().skipped_reason),
+                          "each row above says why it did not run: change those options or "
+                          "--devices");
             auto json = bench_json(report);
 
             int peer_runs = 0, peer_failures = 0;

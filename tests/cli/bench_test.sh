@@ -53,6 +53,10 @@ expect 2 "^error: --seeds only apply with --target-accuracy" -- "${tiny[@]}" --s
 expect 2 "^error: --eval-every-steps only apply with --target-accuracy" -- "${tiny[@]}" --eval-every-steps 5 --out "$tmp/b"
 expect 2 "^error: --python --python-peer only apply with --vs-python" -- "${tiny[@]}" --python python3 --python-peer p.py --out "$tmp/b"
 expect 2 "--workers sets the streaming rows; --no-streaming leaves none" -- "${tiny[@]}" --no-streaming --workers 2 --out "$tmp/b"
+expect 2 "--data names the Fashion-MNIST folder; --dataset dummy does not read it" -- "${tiny[@]}" --data /nonexistent/folder --out "$tmp/b"
+# Options that no row can run with: a usage error after the table, and no files.
+expect 2 "no row of this bench ran: --first-conv whitened sets a model's first convolution" -- "${tiny[@]}" --no-streaming --first-conv whitened --out "$tmp/b"
+expect 2 "each row above says why it did not run" -- "${tiny[@]}" --no-streaming --precisions fp16 --out "$tmp/b"
 # A config file that --print-config wrote lists every option, defaults included: it replays.
 "$bin" "${target[@]}" --print-config >"$tmp/target.toml"
 expect 0 "Wrote .*replay_t.json" -- bench --config "$tmp/target.toml" --out "$tmp/replay_t"
