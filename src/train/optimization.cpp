@@ -2,6 +2,9 @@
 
 #include <c10/util/StringUtil.h>
 
+#include <iostream>
+#include <tuple>
+
 #include "common/error.h"
 
 namespace spritetorch::train {
@@ -60,6 +63,33 @@ void check_resumed_optimizer(const Checkpoint& checkpoint, const std::string& pa
     throw Error("--resume " + path + " was trained with --optimizer " + saved +
                     " but this run asks for " + config.optimizer,
                 "pass --optimizer " + saved + " to continue it");
+  // The schedule gives each step its learning rate from the global step: another one would not
+  // continue the run's curve but start a different one from the middle.
+  const auto& meta = checkpoint.meta;
+  const std::string schedule = meta.contains("lr_schedule") && meta.at("lr_schedule").is_string()
+                                   ? meta.at("lr_schedule").get<std::string>()
+                                   : config.lr_schedule;
+  const int64_t warmup =
+      meta.contains("warmup_steps") && meta.at("warmup_steps").is_number_integer()
+          ? meta.at("warmup_steps").get<int64_t>()
+          : config.warmup_steps;
+  if (schedule != config.lr_schedule || warmup != config.warmup_steps)
+    throw Error("--resume " + path + " was trained with --lr-schedule " + schedule +
+                    " --warmup-steps " + std::to_string(warmup) +
+                    " but this run asks for --lr-schedule " + config.lr_schedule +
+                    " --warmup-steps " + std::to_string(config.warmup_steps),
+                "pass --lr-schedule " + schedule + " --warmup-steps " + std::to_string(warmup) +
+                    " to continue it");
+  // A new learning rate or weight decay is a choice a resumed run may make (a smaller lr for the
+  // tail), but not a silent one.
+  const OptimizerOptions now = optimization_of(config).options;
+  for (const auto& [key, flag, value] :
+       {std::tuple<const char*, const char*, double>{"lr", "--lr", now.lr},
+        {"weight_decay", "--weight-decay", now.weight_decay}})
+    if (meta.contains(key) && meta.at(key).is_number() && meta.at(key).get<double>() != value)
+      std::cerr << "note: --resume " << path << " was trained with " << flag << " "
+                << c10::str(meta.at(key).get<double>()) << "; this run goes on with " << value
+                << "\n";
 }
 
 }  // namespace spritetorch::train
