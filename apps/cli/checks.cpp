@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <thread>
@@ -30,10 +31,14 @@ bool read_finite_number(const std::string& text, double& value) {
 
 // An integer written out past 64 bits ("99999999999999999999"): CLI11 would store an integer
 // option as INT64_MAX without a word, and a config file written from it could not be read back.
-bool beyond_64_bits(const std::string& text, double value) {
+bool beyond_64_bits(const std::string& text, double /*value*/) {
   const bool integer = text.find_first_of("0123456789") != std::string::npos &&
                        text.find_first_not_of("+-0123456789") == std::string::npos;
-  return integer && std::fabs(value) >= 9223372036854775807.0;
+  if (!integer) return false;
+  // Read as an integer: as a double, 2^63 - 18 already rounds to 2^63.
+  errno = 0;
+  std::strtoll(text.c_str(), nullptr, 10);
+  return errno == ERANGE;
 }
 
 CLI::Validator number_at_least(double min, bool strict, const std::string& name) {

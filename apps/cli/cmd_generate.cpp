@@ -113,7 +113,8 @@ Subcommand add_generate_command(CLI::App& app) {
   sub->add_option(
       "--palette", f->palette,
       "Snap colours to a palette: auto (k-means of the training set) or a PNG whose opaque colours "
-      "are the palette [default: no snapping]");
+      "are the palette [default: no snapping]")
+      ->check(kPath);  // "" would read as no snapping
   sub->add_option("--colours", f->sample.colours,
                   "At most this many colours per sprite (k-means of its own pixels; 0: the "
                   "model's own colours)")
@@ -182,6 +183,10 @@ Subcommand add_generate_command(CLI::App& app) {
                                               : diffusion::palette_from_png(f->palette);
         const torch::Device device = device::pick_device(f->device);
         auto generator = diffusion::load_generator(f->checkpoint, device);
+        if (f->palette == "auto" && generator.palette.size(0) == 0)
+          throw DataError(f->checkpoint, "the training set's palette for --palette auto",
+                          "an empty 'palette' in its metadata",
+                          "give --palette a PNG of the colours to snap to");
         const std::string threads = describe_cpu_threads(
             apply_cpu_threads(f->cpu.threads, f->cpu.blas_threads, cpu_work_of(*generator.net)));
         if (!f->out.empty())  // before the labels: a sheet too large fails with its own words

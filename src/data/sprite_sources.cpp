@@ -233,15 +233,24 @@ Dataset read_sprite_folder(const std::string& path, int64_t size, const std::str
   std::vector<torch::Tensor> images;
   std::vector<int64_t> labels;
   Dataset out;
+  // What is left out is said (stderr), not dropped without a word: a class folder without PNGs
+  // is no class, and a .png entry that is no file (a broken link, a folder) is no sprite.
+  std::vector<std::string> empty_classes, not_files;
   for (const auto& dir : class_dirs) {
     std::vector<fs::path> files;
     for (const auto& entry : fs::directory_iterator(dir)) {
       std::string ext = entry.path().extension().string();
       std::transform(ext.begin(), ext.end(), ext.begin(), ::tolower);
-      if (entry.is_regular_file() && ext == ".png" && !hidden(entry.path()))
+      if (ext != ".png" || hidden(entry.path())) continue;
+      if (entry.is_regular_file())
         files.push_back(entry.path());
+      else
+        not_files.push_back(entry.path().string());
     }
-    if (files.empty()) continue;
+    if (files.empty()) {
+      empty_classes.push_back(dir.filename().string());
+      continue;
+    }
     std::sort(files.begin(), files.end());
     const auto label = static_cast<int64_t>(out.class_names.size());
     out.class_names.push_back(dir.filename().string());
@@ -253,6 +262,18 @@ Dataset read_sprite_folder(const std::string& path, int64_t size, const std::str
   if (images.empty())
     throw DataError(path, "subfolders (one per class) holding .png files",
                     "no PNG files in any subfolder", "lay the data out as PATH/<class>/<name>.png");
+  auto listed = [](const std::vector<std::string>& names) {
+    std::string text;
+    for (size_t i = 0; i < names.size() && i < 3; ++i) text += (i ? ", " : "") + names[i];
+    return names.size() > 3 ? text + " and " + std::to_string(names.size() - 3) + " more" : text;
+  };
+  if (!empty_classes.empty())
+    std::cerr << "note: " << path << ": no .png files in " << listed(empty_classes)
+              << ", so no class of that name\n";
+  if (!not_files.empty())
+    std::cerr << "note: " << path << ": " << not_files.size()
+              << " .png entries are not files (broken links or folders), left out: "
+              << listed(not_files) << "\n";
   out.inputs = torch::cat(images);
   out.labels = torch::tensor(labels, torch::kInt64);
   out.name = "folder:" + fs::path(path).filename().string();
@@ -560,6 +581,19 @@ Dataset read_npy_sprites(const std::string& file, const std::string& labels_file
       const auto scores = l.data.to(torch::kFloat64);
       if (!torch::isfinite(scores).all().item<bool>())
         throw DataError(labels_file, "finite one-hot scores", "NaN or infinity");
+      // Each row must name one class: an all-zero or a multi-hot row would go to its first
+      // column by argmax's tie rule, silently.
+      if (n > 0) {
+        const auto ties = scores.eq(std::get<0>(scores.max(1, /*keepdim=*/true))).sum(1);
+        const auto bad = ties.gt(1).nonzero();
+        if (bad.size(0) > 0) {
+          const int64_t row = bad[0][0].item<int64_t>();
+          throw DataError(labels_file, "one-hot rows with one largest score (one class each)",
+                          "row " + std::to_string(row) + " with its largest score in " +
+                              std::to_string(ties[row].item<int64_t>()) + " columns (" +
+                              std::to_string(bad.size(0)) + " such rows)");
+        }
+      }
       labels = scores.argmax(1);
       out.class_names.resize(static_cast<size_t>(l.data.size(1)));
     } else if (l.data.dim() == 1 && l.data.size(0) == n &&

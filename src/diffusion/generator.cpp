@@ -130,6 +130,20 @@ int64_t design_int(const nlohmann::json& object, const std::string& key, int64_t
   return value;
 }
 
+// A named choice in the metadata (schedule, prediction, alpha), read by `parse`: a name it does not
+// know is a DataError naming the checkpoint, not parse's bare "unknown ...".
+template <typename Parse>
+auto meta_choice(const nlohmann::json& meta, const char* key, const char* fallback,
+                 const std::string& source, const char* names, Parse parse) {
+  const std::string text = json_field(meta, key, std::string(fallback), source, key);
+  try {
+    return parse(text);
+  } catch (const Error&) {
+    throw DataError(source, std::string("generator metadata '") + key + "' of " + names,
+                    "'" + text + "'");
+  }
+}
+
 }  // namespace
 
 CheckpointDesign checkpoint_design(const nlohmann::json& meta, const std::string& source) {
@@ -156,10 +170,8 @@ CheckpointDesign checkpoint_design(const nlohmann::json& meta, const std::string
     throw DataError(source, "generator metadata 'unet.mult' from 1 to 16 (a damaged checkpoint?)",
                     unet_mult_text(d.unet.mult));
   // Checkpoints from before the cosine / v defaults have neither key.
-  d.schedule =
-      parse_schedule(json_field(meta, "schedule", std::string("linear"), source, "schedule"));
-  d.prediction =
-      parse_prediction(json_field(meta, "prediction", std::string("eps"), source, "prediction"));
+  d.schedule = meta_choice(meta, "schedule", "linear", source, "linear or cosine", parse_schedule);
+  d.prediction = meta_choice(meta, "prediction", "eps", source, "eps, v or x0", parse_prediction);
   return d;
 }
 
@@ -199,7 +211,7 @@ Generator load_generator(const std::string& path, torch::Device device) {
     throw DataError(path, "generator metadata 'size' of 16, 32 or 64", std::to_string(g.size));
   g.palette =
       palette_tensor(required_field(meta, "palette", path, "generator metadata 'palette'"), path);
-  g.alpha = parse_alpha_mode(json_field(meta, "alpha", std::string("binary"), path, "alpha"));
+  g.alpha = meta_choice(meta, "alpha", "binary", path, "binary or soft", parse_alpha_mode);
   g.prediction = design.prediction;
   g.net = UNet(design.unet);
   g.schedule = NoiseSchedule(schedule_steps, design.schedule);

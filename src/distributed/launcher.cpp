@@ -1,6 +1,7 @@
 #include "distributed/launcher.h"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -119,6 +120,22 @@ LaunchResult launch_local_ranks(const LaunchOptions& options,
                     options.args.front() + "'",
                 "spritetorch launch --nproc-per-node 2 -- train ...; run `spritetorch " +
                     options.args.front() + "` without launch");
+  // An address no rank could reach would leave each waiting out --dist-timeout (300 s by default)
+  // while c10d logs every retry: resolved here, once, before any rank starts.
+  if (options.master_addr.empty())
+    throw Error("--master-addr is empty", "name node 0 (a host name or an IP address; "
+                                          "127.0.0.1 on one machine)");
+  {
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    const int rc = ::getaddrinfo(options.master_addr.c_str(), nullptr, &hints, &found);
+    if (found) ::freeaddrinfo(found);
+    if (rc != 0)
+      throw Error("--master-addr " + options.master_addr + " cannot be resolved (" +
+                      ::gai_strerror(rc) + ")",
+                  "name node 0 by a host name this machine resolves, or by its IP address");
+  }
   if (options.nnodes > 1 && options.master_port == 0)
     throw Error("launch: --master-port is required with --nnodes > 1",
                 "every node must pass the same --master-addr and --master-port");

@@ -150,6 +150,8 @@ expect 2 "--epochs: '99999999999999999999' is too large \(more than 64 bits\)" -
 expect 2 "^error: --epochs '1\.5': expected a whole number$" -- train --dataset dummy --model simplenn --epochs 1.5
 expect 2 "^error: --count '2\.5': expected a whole number$" -- generate --checkpoint nothing.pt --count 2.5
 expect 2 "^error: --workers '1\.5': expected a whole number for each value$" -- bench --workers 1.5
+expect 2 "^error: --batch-size '1e18': expected a whole number written in digits \(1000000, not 1e6\)$" -- train --dataset dummy --model simplenn --batch-size 1e18
+expect 2 "^error: --workers '1e2': expected a whole number written in digits \(1000000, not 1e6\) for each value$" -- bench --workers 1e2
 out=$(SPRITETORCH_WORKERS=1.5 "$bin" train --dataset dummy --model simplenn --print-config 2>&1); rc=$?
 if [ "$rc" = 2 ] && grep -q "SPRITETORCH_WORKERS=1.5 (it sets --workers): expected a whole number$" <<<"$out"; then
   passes=$((passes + 1))
@@ -262,6 +264,11 @@ mkdir -p "$tmp/sheetdir"
 expect 0 "rows:" -- data preview --dataset sprites --sprite-count 80 --per-class 4 --out "$tmp/preview.png"
 expect 0 "sprite \(" -- data preview --dataset "sheet:$(dirname "$0")/../fixtures/kenney_1bit_colored_packed.png" --out "$tmp/kenney.png"
 cp "$tmp/kenney.png" "$tmp/kenney_in.png"
+# 2^63 - 1 is a spacing (one tile per row and column); 2^63 is too large; a margin past the
+# sheet fits no tile (both were LibTorch errors, exit 1).
+expect 0 "sprite \(1 samples\)" -- data preview --dataset "sheet:$(dirname "$0")/../fixtures/kenney_1bit_colored_packed.png" --spacing 9223372036854775807 --out "$tmp/spaced.png"
+expect 2 "--spacing: '9223372036854775808' is too large \(more than 64 bits\)" -- data preview --dataset "sheet:$(dirname "$0")/../fixtures/kenney_1bit_colored_packed.png" --spacing 9223372036854775808 --out "$tmp/spaced2.png"
+expect 2 "kenney_1bit_colored_packed\.png: expected at least one 16x16 tile with margin 5000000000000000000" -- data preview --dataset "sheet:$(dirname "$0")/../fixtures/kenney_1bit_colored_packed.png" --margin 5000000000000000000 --out "$tmp/margin.png"
 expect 2 "^error: --out $tmp/kenney_in.png is a file the --dataset reads: writing it would replace an input" -- data preview --dataset "sheet:$tmp/kenney_in.png" --out "$tmp/kenney_in.png" --overwrite
 # Sprites of another size: area means down by default, nearest neighbour on request, nothing else.
 expect 0 "rows:" -- data preview --dataset sprites --sprite-count 80 --per-class 4 --size 32 --resize nearest --out "$tmp/preview32.png"
@@ -367,6 +374,7 @@ expect 0 "Wrote $tmp/once.png" -- generate --checkpoint "$tmp/g.pt" --count 2 --
 expect 2 "refusing to overwrite $tmp/once.png \(given as --out\): the file exists" -- generate --checkpoint "$tmp/g.pt" --count 2 --steps 2 --out "$tmp/once.png"
 expect 0 "Wrote $tmp/once.png" -- generate --checkpoint "$tmp/g.pt" --count 2 --steps 2 --out "$tmp/once.png" --overwrite
 expect 2 "cannot write $tmp/no-such-folder/x.png \(given as --out\): the folder $tmp/no-such-folder does not exist" -- generate --checkpoint "$tmp/g.pt" --out "$tmp/no-such-folder/x.png"
+expect 2 "^error: --palette: an empty path" -- generate --checkpoint "$tmp/g.pt" --palette "" --out "$tmp/empty_palette.png"
 expect 2 "--out-dir $tmp/once.png exists and is not a folder" -- generate --checkpoint "$tmp/g.pt" --out-dir "$tmp/once.png"
 expect 0 "Wrote 2 PNGs to $tmp/each" -- generate --checkpoint "$tmp/g.pt" --count 2 --steps 2 --out-dir "$tmp/each"
 expect 2 "refusing to overwrite $tmp/each/[a-z]+_0000.png \(given as --out-dir\)" -- generate --checkpoint "$tmp/g.pt" --count 2 --steps 2 --out-dir "$tmp/each"
@@ -650,6 +658,10 @@ expect 2 "a budget of at most 8760h" -- "${tiny[@]}" --time-budget 1e300
 expect 2 "launch starts the ranks of a training run: its command is train, not 'bench'" -- launch --nproc-per-node 2 -- bench --dataset dummy --model simplenn
 # A rank count far past any machine's GPUs or cores is refused before anything starts.
 expect 2 "error: --nproc-per-node 100000: at most 256 ranks on one machine" -- launch --nproc-per-node 100000 -- train --dataset dummy --model simplenn
+# A rendezvous address no rank could reach is refused before any starts (each waited out
+# --dist-timeout, 300 s, while c10d logged its retries); .invalid never resolves (RFC 2606).
+expect 2 "error: --master-addr nohost\.invalid cannot be resolved" -- launch --master-addr nohost.invalid --nproc-per-node 1 -- train --dataset dummy --model simplenn --epochs 1 --no-run-dir
+expect 2 "error: --master-addr is empty" -- launch --master-addr "" --nproc-per-node 1 -- train --dataset dummy --model simplenn --epochs 1 --no-run-dir
 # A UNet width past any sprite model is refused before it is built (it would exhaust memory).
 expect 2 "--unet-base: '100000' is not a multiple of 8 from 8 to 512" -- train --task generate --dataset sprites --unet-base 100000 --epochs 1 --no-run-dir
 RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29999 \

@@ -206,7 +206,17 @@ TEST(SpriteFolder, ClassPerSubfolderAnySize) {
   io::write_png(dir.file("a_ship/2.PNG"), solid(32, 32, 2));
   io::write_png(dir.file("b_robot/x.png"), solid(16, 16, 3));
   std::ofstream(dir.file("b_robot/notes.txt")) << "ignored";
+  std::filesystem::create_symlink(dir.file("gone.png"), dir.file("b_robot/link.png"));
+  ::testing::internal::CaptureStderr();
   const auto d = read_sprite_folder(dir.path().string(), 16);
+  // The empty class folder and the broken link are left out, each with a note.
+  const std::string notes = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(notes.find(": no .png files in empty, so no class of that name"), std::string::npos)
+      << notes;
+  EXPECT_NE(notes.find(": 1 .png entries are not files (broken links or folders), left out: " +
+                       dir.file("b_robot/link.png")),
+            std::string::npos)
+      << notes;
   EXPECT_EQ(d.class_names, (std::vector<std::string>{"a_ship", "b_robot"}));
   EXPECT_TRUE(torch::equal(d.labels, torch::tensor({0, 0, 1}, torch::kInt64)));
   EXPECT_EQ(d.inputs.sizes(), (std::vector<int64_t>{3, 4, 16, 16}));
@@ -294,6 +304,26 @@ TEST(SpriteNpy, RefusesLabelsNoCheckpointCouldHoldAndNonFiniteScores) {
   write_bytes(dir.file("nan.npy"), npy("<f8", "(2, 2)", scores));
   EXPECT_EQ(error_of([&] { read_npy_sprites(dir.file("x.npy"), dir.file("nan.npy"), 16); }),
             dir.file("nan.npy") + ": expected finite one-hot scores, found NaN or infinity");
+  // Rows that name no class or several (all zero, multi-hot) are refused, naming the first; soft
+  // scores with one largest entry pick it.
+  auto doubles = [](std::initializer_list<double> values) {
+    std::vector<uint8_t> bytes(8 * values.size());
+    std::memcpy(bytes.data(), std::data(values), bytes.size());
+    return bytes;
+  };
+  write_bytes(dir.file("zero.npy"), npy("<f8", "(2, 3)", doubles({0, 1, 0, 0, 0, 0})));
+  EXPECT_EQ(error_of([&] { read_npy_sprites(dir.file("x.npy"), dir.file("zero.npy"), 16); }),
+            dir.file("zero.npy") +
+                ": expected one-hot rows with one largest score (one class each), found row 1 "
+                "with its largest score in 3 columns (1 such rows)");
+  write_bytes(dir.file("multi.npy"), npy("<f8", "(2, 3)", doubles({1, 1, 0, 0, 1, 1})));
+  EXPECT_EQ(error_of([&] { read_npy_sprites(dir.file("x.npy"), dir.file("multi.npy"), 16); }),
+            dir.file("multi.npy") +
+                ": expected one-hot rows with one largest score (one class each), found row 0 "
+                "with its largest score in 2 columns (2 such rows)");
+  write_bytes(dir.file("soft.npy"), npy("<f8", "(2, 3)", doubles({0.2, 0.5, 0.3, 0.6, 0.3, 0.1})));
+  EXPECT_TRUE(torch::equal(read_npy_sprites(dir.file("x.npy"), dir.file("soft.npy"), 16).labels,
+                           torch::tensor({1, 0}, torch::kInt64)));
 }
 
 std::string npy_error(const std::vector<uint8_t>& bytes) {

@@ -1184,6 +1184,12 @@ TEST(GeneratorTraining, DamagedMetadataIsRefusedBeforeAnythingIsBuilt) {
        "'class_names' with one name per class of its UNet (4), found 0 names"},
       {[](nlohmann::json& m) { m["size"] = 48; }, "'size' of 16, 32 or 64, found 48"},
       {[](nlohmann::json& m) { m["unet"]["embed"] = -1; }, "'unet.embed' from 1 to 8192"},
+      {[](nlohmann::json& m) { m["schedule"] = "weird"; },
+       "'schedule' of linear or cosine, found 'weird'"},
+      {[](nlohmann::json& m) { m["prediction"] = "z"; },
+       "'prediction' of eps, v or x0, found 'z'"},
+      {[](nlohmann::json& m) { m["alpha"] = "sometimes"; },
+       "'alpha' of binary or soft, found 'sometimes'"},
   };
   for (const auto& [damage, message] : damaged) {
     auto bad = good;
