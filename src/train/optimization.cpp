@@ -73,7 +73,16 @@ void check_resumed_optimizer(const Checkpoint& checkpoint, const std::string& pa
       meta.contains("warmup_steps") && meta.at("warmup_steps").is_number_integer()
           ? meta.at("warmup_steps").get<int64_t>()
           : config.warmup_steps;
-  if (schedule != config.lr_schedule || warmup != config.warmup_steps)
+  // Compared as parsed ("step:5" is "step:5:0.1"); a saved text that does not parse differs.
+  const auto same_schedule = [&] {
+    try {
+      return describe_lr_schedule(parse_lr_schedule(schedule, warmup)) ==
+             describe_lr_schedule(parse_lr_schedule(config.lr_schedule, config.warmup_steps));
+    } catch (const Error&) {
+      return schedule == config.lr_schedule && warmup == config.warmup_steps;
+    }
+  };
+  if (!same_schedule())
     throw Error("--resume " + path + " was trained with --lr-schedule " + schedule +
                     " --warmup-steps " + std::to_string(warmup) +
                     " but this run asks for --lr-schedule " + config.lr_schedule +

@@ -212,6 +212,9 @@ expect 0 "resuming after 2" -- train --dataset dummy --resume "$tmp/s.pt" --epoc
 expect 0 "Saved checkpoint" -- train --dataset dummy --model simplenn --epochs 1 --no-run-dir --lr-schedule cosine --save "$tmp/cos.pt"
 expect 2 "was trained with --lr-schedule cosine --warmup-steps 0 but this run asks for --lr-schedule constant --warmup-steps 0" -- train --dataset dummy --model simplenn --epochs 2 --no-run-dir --resume "$tmp/cos.pt"
 expect 0 "note: --resume $tmp/cos\.pt was trained with --lr 0\.001; this run goes on with 0\.0005" -- train --dataset dummy --model simplenn --epochs 2 --no-run-dir --resume "$tmp/cos.pt" --lr-schedule cosine --lr 0.0005
+# Schedules are compared as parsed: step:1 is step:1:0.1.
+expect 0 "Saved checkpoint" -- train --dataset dummy --model simplenn --epochs 1 --no-run-dir --lr-schedule step:1 --save "$tmp/step.pt"
+expect 0 "resuming after 1" -- train --dataset dummy --model simplenn --epochs 2 --no-run-dir --resume "$tmp/step.pt" --lr-schedule step:1:0.1
 expect 0 "Wrote .*b.json" -- bench --dataset dummy --model simplenn --devices cpu --workers 0 --repeats 1 --out "$tmp/b"
 expect 2 "refusing to overwrite .*b.json" -- bench --dataset dummy --model simplenn --out "$tmp/b"
 # Reliability (docs/reliability.md): hostile files and the overwrite rule, exit 2 with a clear error.
