@@ -1,8 +1,8 @@
 // Shared pieces of the libFuzzer targets (fuzz/*_fuzzer.cpp).
 //
 // The contract every reader must keep, whatever the bytes: return normally or throw
-// spritetorch::Error (the CLI's clean exit 2). Anything else -- a crash, a sanitizer report, another
-// exception type, a hang, an allocation beyond libFuzzer's -rss_limit_mb -- is a finding.
+// spritetorch::Error (the CLI's clean exit 2). Anything else -- a crash, a sanitizer report,
+// another exception type, a hang, an allocation beyond libFuzzer's -rss_limit_mb -- is a finding.
 //
 // A reader that takes a path plugs in with three lines (a new file fuzz/<name>_fuzzer.cpp):
 //
@@ -74,10 +74,10 @@ int expect_clean(Body&& body) {
 }  // namespace spritetorch::fuzz
 
 // Defines the fuzz entry point for a reader called on a file path: `call` sees `path`.
-#define SPRITETORCH_FUZZ_PATH_READER(call)                                              \
-  extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {             \
-    static spritetorch::fuzz::MemFile file;                                             \
-    file.assign(data, size);                                                            \
-    const std::string& path = file.path();                                              \
-    return spritetorch::fuzz::expect_clean([&] { (void)(call); });                      \
+#define SPRITETORCH_FUZZ_PATH_READER(call)                                  \
+  extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) { \
+    static spritetorch::fuzz::MemFile file;                                 \
+    file.assign(data, size);                                                \
+    const std::string& path = file.path();                                  \
+    return spritetorch::fuzz::expect_clean([&] { (void)(call); });          \
   }

@@ -31,7 +31,7 @@ bool read_finite_number(const std::string& text, double& value) {
 
 // An integer written out past 64 bits ("99999999999999999999"): CLI11 would store an integer
 // option as INT64_MAX without a word, and a config file written from it could not be read back.
-bool beyond_64_bits(const std::string& text, double /*value*/) {
+bool beyond_64_bits(const std::string& text) {
   const bool integer = text.find_first_of("0123456789") != std::string::npos &&
                        text.find_first_not_of("+-0123456789") == std::string::npos;
   if (!integer) return false;
@@ -48,7 +48,7 @@ CLI::Validator number_at_least(double min, bool strict, const std::string& name)
         double value = 0;
         if (!read_finite_number(text, value))
           return "'" + text + "' is not a number (expected " + wanted + "0)";
-        if (beyond_64_bits(text, value)) return "'" + text + "' is too large (more than 64 bits)";
+        if (beyond_64_bits(text)) return "'" + text + "' is too large (more than 64 bits)";
         if (strict ? value <= min : value < min) return "'" + text + "' is not " + wanted + "0";
         return std::string();
       },
@@ -73,7 +73,7 @@ CLI::Validator number_between(double min, double max) {
         double value = 0;
         if (!read_finite_number(text, value))
           return "'" + text + "' is not a number (expected " + range + ")";
-        if (beyond_64_bits(text, value)) return "'" + text + "' is too large (more than 64 bits)";
+        if (beyond_64_bits(text)) return "'" + text + "' is too large (more than 64 bits)";
         if (value < min || value > max) return "'" + text + "' is not " + range;
         return std::string();
       },

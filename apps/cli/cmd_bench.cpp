@@ -254,12 +254,7 @@ void check_unused_options(const CLI::App& sub, const BenchFlags& f, bool target)
       throw Error("--workers sets the streaming rows; --no-streaming leaves none",
                   "drop --workers or --no-streaming");
   }
-  // As train: the other datasets carry their path in --dataset.
-  if (f.bench.workload.dataset != "fashion-mnist" && given_on_command_line(sub.get_option("--data")))
-    throw Error("--data names the Fashion-MNIST folder; --dataset " + f.bench.workload.dataset +
-                    " does not read it",
-                "drop --data (sprite sets name their files in --dataset: folder:PATH, "
-                "sheet:FILE, npy:FILE)");
+  check_data_option_applies(sub, f.bench.workload.dataset);
   if (!f.vs_python) {
     check("--python", !f.python.empty());
     check("--python-peer", !f.peer.empty());
@@ -596,9 +591,9 @@ Subcommand add_bench_command(CLI::App& app) {
             // files of rows that all say "not run" are written.
             if (std::none_of(report.rows.begin(), report.rows.end(),
                              [](const train::BenchRow& r) { return r.ran; }))
-              throw Error("no row of this bench ran: " +
-                              (report.rows.empty() ? std::string("there are none")
-                                                   : report.rows.front().skipped_reason),
+              throw Error("no row of this bench ran: " + (report.rows.empty()
+                                                              ? std::string("there are none")
+                                                              : report.rows.front().skipped_reason),
                           "each row above says why it did not run: change those options or "
                           "--devices");
             auto json = bench_json(report);

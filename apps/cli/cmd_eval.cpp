@@ -254,8 +254,9 @@ int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
                                 f.classifier, "input_shape");
   const std::vector<int64_t> sprites{4, generator.size, generator.size};
   if (shape != sprites)
-    throw Error("--classifier " + f.classifier + " takes inputs of shape " + c10::str(c10::IntArrayRef(shape)) +
-                    "; the generator " + checkpoint + " draws sprites of " + c10::str(c10::IntArrayRef(sprites)),
+    throw Error("--classifier " + f.classifier + " takes inputs of shape " +
+                    c10::str(c10::IntArrayRef(shape)) + "; the generator " + checkpoint +
+                    " draws sprites of " + c10::str(c10::IntArrayRef(sprites)),
                 "train the classifier on the generator's dataset with --size " +
                     std::to_string(generator.size));
   const auto data = train::load_datasets(eval_data_config(generator.meta, checkpoint, dataset));

@@ -110,10 +110,9 @@ Subcommand add_generate_command(CLI::App& app) {
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
   sub->add_option("--columns", f->columns, "Sheet columns (0: square-ish)")->check(kNonNegative);
-  sub->add_option(
-      "--palette", f->palette,
-      "Snap colours to a palette: auto (k-means of the training set) or a PNG whose opaque colours "
-      "are the palette [default: no snapping]")
+  sub->add_option("--palette", f->palette,
+                  "Snap colours to a palette: auto (k-means of the training set) or a PNG whose "
+                  "opaque colours are the palette [default: no snapping]")
       ->check(kPath);  // "" would read as no snapping
   sub->add_option("--colours", f->sample.colours,
                   "At most this many colours per sprite (k-means of its own pixels; 0: the "
@@ -220,8 +219,7 @@ Subcommand add_generate_command(CLI::App& app) {
           path << f->out_dir << "/"
                << file_name_part(
                       generator.class_names[static_cast<size_t>(labels[i].item<int64_t>())])
-               << "_"
-               << std::setw(4) << std::setfill('0') << i << ".png";
+               << "_" << std::setw(4) << std::setfill('0') << i << ".png";
           return path.str();
         };
         if (!f->out_dir.empty()) {

@@ -350,12 +350,7 @@ Subcommand add_train_command(CLI::App& app) {
 
   return {
       sub, [sub, config, json, run_flags, tensorboard]() {
-        // --data names the Fashion-MNIST folder; other datasets carry their path in --dataset.
-        if (config->dataset != "fashion-mnist" && given_on_command_line(sub->get_option("--data")))
-          throw Error("--data names the Fashion-MNIST folder; --dataset " + config->dataset +
-                          " does not read it",
-                      "drop --data (sprite sets name their files in --dataset: folder:PATH, "
-                      "sheet:FILE, npy:FILE)");
+        check_data_option_applies(*sub, config->dataset);
         // The generator's options, given on the command line of a classifier's run: refused even
         // at their default values (the library sees only values, and refuses the others).
         if (config->task == train::TaskKind::kClassify)

@@ -489,4 +489,11 @@ std::string origin_note(const CLI::App& sub, const std::string& message) {
   return notes;
 }
 
+void check_data_option_applies(const CLI::App& sub, const std::string& dataset) {
+  if (dataset != "fashion-mnist" && given_on_command_line(sub.get_option("--data")))
+    throw Error("--data names the Fashion-MNIST folder; --dataset " + dataset + " does not read it",
+                "drop --data (sprite sets name their files in --dataset: folder:PATH, "
+                "sheet:FILE, npy:FILE)");
+}
+
 }  // namespace spritetorch::cli

@@ -44,6 +44,10 @@ bool set_by_environment(const CLI::Option* option);
 // file, whose run-folder copies list every option): for refusals that would break replaying a
 // run folder's config.toml.
 bool given_on_command_line(const CLI::Option* option);
+// --data names the Fashion-MNIST folder: given on the command line beside another --dataset (which
+// carries its own path: folder:PATH, sheet:FILE, npy:FILE), it is refused, not ignored. Train and
+// bench share it.
+void check_data_option_applies(const CLI::App& sub, const std::string& dataset);
 // In `sub`, the recipe key `key` (a train option's long name) sets --option_name instead.
 void recipe_alias(CLI::App* sub, const std::string& key, const std::string& option_name);
 // Adds --config FILE and --print-config to `sub` and installs TomlConfig as its formatter.

@@ -83,7 +83,8 @@ std::string conversion_message(const CLI::App& app, const std::string& what) {
     std::string expected = spritetorch::cli::value_wanted(*option);
     // "1e6" is a whole number to a reader, not to the parser: say how to write it.
     if (expected.rfind("a whole number", 0) == 0 && value.find_first_of("eE") != std::string::npos)
-      expected.insert(std::string("a whole number").size(), " written in digits (1000000, not 1e6)");
+      expected.insert(std::string("a whole number").size(),
+                      " written in digits (1000000, not 1e6)");
     return expected.empty() ? "" : name + " '" + value + "': expected " + expected;
   }
   return "";

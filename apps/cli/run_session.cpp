@@ -59,8 +59,8 @@ std::shared_ptr<RunFlags> add_run_options(CLI::App* sub, train::TrainConfig& con
       ->group(group);
   sub->add_option("--eval-every", config.eval_every,
                   "Evaluate the test set every N epochs for the test curves, outside the timed "
-                  "training (0: after the last epoch only) [a --task generate run whose epochs follow from its "
-                  "data: epochs / 50]")
+                  "training (0: after the last epoch only) [a --task generate run whose epochs "
+                  "follow from its data: epochs / 50]")
       ->check(kNonNegative)
       ->capture_default_str()
       ->group(group);
@@ -71,10 +71,11 @@ std::shared_ptr<RunFlags> add_run_options(CLI::App* sub, train::TrainConfig& con
       ->check(kNonNegative)
       ->capture_default_str()
       ->group(group);
-  sub->add_option("--sample-every", config.sample_every,
-                  "--task generate: a sample sheet samples/epoch-NNN.png every N epochs in the run "
-                  "folder (0: none) [default: 1 with a run folder; epochs / 10 where the epochs follow from "
-                  "the data]")
+  sub->add_option(
+         "--sample-every", config.sample_every,
+         "--task generate: a sample sheet samples/epoch-NNN.png every N epochs in the run "
+         "folder (0: none) [default: 1 with a run folder; epochs / 10 where the epochs follow from "
+         "the data]")
       ->check(kNonNegative)
       ->group(group);
   return flags;

@@ -123,8 +123,8 @@ LaunchResult launch_local_ranks(const LaunchOptions& options,
   // An address no rank could reach would leave each waiting out --dist-timeout (300 s by default)
   // while c10d logs every retry: resolved here, once, before any rank starts.
   if (options.master_addr.empty())
-    throw Error("--master-addr is empty", "name node 0 (a host name or an IP address; "
-                                          "127.0.0.1 on one machine)");
+    throw Error("--master-addr is empty",
+                "name node 0 (a host name or an IP address; 127.0.0.1 on one machine)");
   {
     addrinfo hints{};
     hints.ai_socktype = SOCK_STREAM;

@@ -103,8 +103,8 @@ RunEntry read_run(const std::string& folder) {
     return entry;
   }
   if (!j.is_object()) {
-    entry.problem = j.is_discarded() ? "summary.json is not valid JSON"
-                                     : "summary.json is not a JSON object";
+    entry.problem =
+        j.is_discarded() ? "summary.json is not valid JSON" : "summary.json is not a JSON object";
     return entry;
   }
   entry.status = text_at(j, "status").empty() ? "corrupt" : text_at(j, "status");

@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "common/error.h"
+#include "common/json_field.h"
 
 namespace spritetorch::train {
 
@@ -66,13 +67,8 @@ void check_resumed_optimizer(const Checkpoint& checkpoint, const std::string& pa
   // The schedule gives each step its learning rate from the global step: another one would not
   // continue the run's curve but start a different one from the middle.
   const auto& meta = checkpoint.meta;
-  const std::string schedule = meta.contains("lr_schedule") && meta.at("lr_schedule").is_string()
-                                   ? meta.at("lr_schedule").get<std::string>()
-                                   : config.lr_schedule;
-  const int64_t warmup =
-      meta.contains("warmup_steps") && meta.at("warmup_steps").is_number_integer()
-          ? meta.at("warmup_steps").get<int64_t>()
-          : config.warmup_steps;
+  const auto schedule = json_field(meta, "lr_schedule", config.lr_schedule, path, "lr_schedule");
+  const auto warmup = json_field(meta, "warmup_steps", config.warmup_steps, path, "warmup_steps");
   // Compared as parsed ("step:5" is "step:5:0.1"); a saved text that does not parse differs.
   const auto same_schedule = [&] {
     try {
@@ -95,10 +91,9 @@ void check_resumed_optimizer(const Checkpoint& checkpoint, const std::string& pa
   for (const auto& [key, flag, value] :
        {std::tuple<const char*, const char*, double>{"lr", "--lr", now.lr},
         {"weight_decay", "--weight-decay", now.weight_decay}})
-    if (meta.contains(key) && meta.at(key).is_number() && meta.at(key).get<double>() != value)
+    if (const double saved_value = json_field(meta, key, value, path, key); saved_value != value)
       std::cerr << "note: --resume " << path << " was trained with " << flag << " "
-                << c10::str(meta.at(key).get<double>()) << "; this run goes on with " << value
-                << "\n";
+                << c10::str(saved_value) << "; this run goes on with " << value << "\n";
 }
 
 }  // namespace spritetorch::train

@@ -1186,8 +1186,7 @@ TEST(GeneratorTraining, DamagedMetadataIsRefusedBeforeAnythingIsBuilt) {
       {[](nlohmann::json& m) { m["unet"]["embed"] = -1; }, "'unet.embed' from 1 to 8192"},
       {[](nlohmann::json& m) { m["schedule"] = "weird"; },
        "'schedule' of linear or cosine, found 'weird'"},
-      {[](nlohmann::json& m) { m["prediction"] = "z"; },
-       "'prediction' of eps, v or x0, found 'z'"},
+      {[](nlohmann::json& m) { m["prediction"] = "z"; }, "'prediction' of eps, v or x0, found 'z'"},
       {[](nlohmann::json& m) { m["alpha"] = "sometimes"; },
        "'alpha' of binary or soft, found 'sometimes'"},
   };
