@@ -35,14 +35,16 @@ void print_eval(std::ostream& out, const train::EvalReport& report,
   out << "\n";
   for (int64_t i = 0; i < k_count; ++i) {
     out << std::setw(4) << i;
-    for (int64_t j = 0; j < k_count; ++j) out << std::setw(6) << report.confusion[i][j].item<int64_t>();
+    for (int64_t j = 0; j < k_count; ++j)
+      out << std::setw(6) << report.confusion[i][j].item<int64_t>();
     if (static_cast<size_t>(i) < class_names.size()) out << "  " << class_names[i];
     out << "\n";
   }
   out << std::defaultfloat;
 }
 
-nlohmann::json eval_json(const train::EvalReport& report, const std::vector<std::string>& class_names) {
+nlohmann::json eval_json(const train::EvalReport& report,
+                         const std::vector<std::string>& class_names) {
   nlohmann::json per_class = nlohmann::json::object();
   for (size_t k = 0; k < class_names.size() && k < report.per_class_accuracy.size(); ++k)
     per_class[class_names[k]] = std::isnan(report.per_class_accuracy[k])

@@ -14,6 +14,7 @@ namespace spritetorch::cli {
 void print_settings(std::ostream& out, const train::Settings& settings);
 void print_eval(std::ostream& out, const train::EvalReport& report,
                 const std::vector<std::string>& class_names);
-nlohmann::json eval_json(const train::EvalReport& report, const std::vector<std::string>& class_names);
+nlohmann::json eval_json(const train::EvalReport& report,
+                         const std::vector<std::string>& class_names);
 
 }  // namespace spritetorch::cli

@@ -34,7 +34,8 @@ ProcessResult run_process(const std::vector<std::string>& argv, bool quiet) {
   close(pipe_fds[1]);
   char buffer[4096];
   ssize_t n;
-  while ((n = read(pipe_fds[0], buffer, sizeof buffer)) > 0) result.out.append(buffer, static_cast<size_t>(n));
+  while ((n = read(pipe_fds[0], buffer, sizeof buffer)) > 0)
+    result.out.append(buffer, static_cast<size_t>(n));
   close(pipe_fds[0]);
   int status = 0;
   waitpid(pid, &status, 0);

@@ -27,8 +27,8 @@ void sgemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int 
            int ldb, float beta, float* c, int ldc) {
   const SgemmFn fn = find_sgemm();
   if (!fn) throw Error("cblas_sgemm is not available in this process");
-  fn(kRowMajor, trans_a ? kTrans : kNoTrans, trans_b ? kTrans : kNoTrans, m, n, k, 1.0f, a, lda,
-     b, ldb, beta, c, ldc);
+  fn(kRowMajor, trans_a ? kTrans : kNoTrans, trans_b ? kTrans : kNoTrans, m, n, k, 1.0f, a, lda, b,
+     ldb, beta, c, ldc);
 }
 
 }  // namespace spritetorch::blas

@@ -13,10 +13,11 @@ namespace spritetorch::data {
 
 struct DataPathOptions {
   std::string data_on = "auto";  // auto | device (resident) | host (streaming)
-  double resident_share = 0.5;   // auto: resident when the dataset needs at most this share of free device memory
-  int workers = 2;               // streaming only
-  int prefetch = 2;              // streaming only
-  int pin_memory = -1;           // streaming only; -1 = on for CUDA, off elsewhere
+  // auto: resident when the dataset needs at most this share of free device memory
+  double resident_share = 0.5;
+  int workers = 2;      // streaming only
+  int prefetch = 2;     // streaming only
+  int pin_memory = -1;  // streaming only; -1 = on for CUDA, off elsewhere
 };
 
 struct DataPath {

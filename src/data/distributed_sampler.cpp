@@ -27,7 +27,8 @@ torch::Tensor shard_order(const torch::Tensor& order, int64_t rank, int64_t rank
   return order.index_select(0, positions.to(order.device()));
 }
 
-Dataset local_shard(const Dataset& full, int64_t rank, int64_t ranks, uint64_t seed, bool drop_tail) {
+Dataset local_shard(const Dataset& full, int64_t rank, int64_t ranks, uint64_t seed,
+                    bool drop_tail) {
   // The split must not depend on the epoch: epoch_order's epoch argument is fixed to -1, which no
   // training epoch uses, so the split differs from every epoch's own order.
   const auto order = epoch_order(full.size(), seed, /*epoch=*/-1, /*shuffle=*/true);

@@ -28,7 +28,8 @@ namespace spritetorch::data {
 // at the price of batches that differ from a single process's (each rank sees a fixed subset).
 //
 // full: the whole dataset -> rank's shard (its rows, copied; named "<name>, shard r/R").
-Dataset local_shard(const Dataset& full, int64_t rank, int64_t ranks, uint64_t seed, bool drop_tail);
+Dataset local_shard(const Dataset& full, int64_t rank, int64_t ranks, uint64_t seed,
+                    bool drop_tail);
 
 // Samples per rank per epoch.
 int64_t shard_size(int64_t n, int64_t ranks, bool drop_tail);

@@ -1,5 +1,6 @@
 #include "data/picture.h"
 
+#include <algorithm>
 #include <string>
 
 #include "common/error.h"
@@ -42,16 +43,23 @@ torch::Tensor picture_to_input(const torch::Tensor& rgba, const std::vector<int6
   const int64_t channels = input_shape[0];
   if (channels == 4)
     return io::resize_sprites(rgba.permute({2, 0, 1}).unsqueeze(0), input_shape[1], sprite_resize);
-  auto pixels = rgba.permute({2, 0, 1}).to(torch::kFloat32);  // (4, h, w) in [0, 255]
-  auto rgb = pixels.narrow(0, 0, 3);
-  if (invert) rgb = 255.0f - rgb;
-  const auto alpha = pixels.narrow(0, 3, 1) / 255.0f;  // composited over black
-  torch::Tensor out;
-  if (channels == 3) {
-    out = rgb * alpha;
-  } else {
-    const auto weights = torch::tensor({0.299f, 0.587f, 0.114f}).view({3, 1, 1});
-    out = (rgb * weights).sum(0, /*keepdim=*/true) * alpha;
+  // In bands of about a million pixels: a large picture's float copies would otherwise take
+  // several times its size. The values are the same either way (each is one pixel's own).
+  const int64_t h = rgba.size(0), w = rgba.size(1);
+  auto out = torch::empty({channels, h, w}, torch::kFloat32);  // (C, h, w) in [0, 255]
+  const int64_t band = std::max<int64_t>(1, (int64_t{1} << 20) / w);
+  for (int64_t y = 0; y < h; y += band) {
+    const int64_t rows = std::min(band, h - y);
+    const auto pixels = rgba.narrow(0, y, rows).permute({2, 0, 1}).to(torch::kFloat32);
+    auto rgb = pixels.narrow(0, 0, 3);  // (3, rows, w) in [0, 255]
+    if (invert) rgb = 255.0f - rgb;
+    const auto alpha = pixels.narrow(0, 3, 1) / 255.0f;  // composited over black
+    if (channels == 3) {
+      out.narrow(1, y, rows).copy_(rgb * alpha);
+    } else {
+      const auto weights = torch::tensor({0.299f, 0.587f, 0.114f}).view({3, 1, 1});
+      out.narrow(1, y, rows).copy_((rgb * weights).sum(0, /*keepdim=*/true) * alpha);
+    }
   }
   return scale_to(out.unsqueeze(0), input_shape[1], input_shape[2]);
 }

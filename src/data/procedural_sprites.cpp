@@ -59,16 +59,24 @@ Rgb hsv(double h, double s, double v) {
   const int i = static_cast<int>(h);
   const double f = h - i, p = v * (1 - s), q = v * (1 - s * f), t = v * (1 - s * (1 - f));
   switch (i % 6) {
-    case 0: return {v, t, p};
-    case 1: return {q, v, p};
-    case 2: return {p, v, t};
-    case 3: return {p, q, v};
-    case 4: return {t, p, v};
-    default: return {v, p, q};
+    case 0:
+      return {v, t, p};
+    case 1:
+      return {q, v, p};
+    case 2:
+      return {p, v, t};
+    case 3:
+      return {p, q, v};
+    case 4:
+      return {t, p, v};
+    default:
+      return {v, p, q};
   }
 }
 
-uint8_t to_byte(double x) { return static_cast<uint8_t>(std::lround(std::clamp(x, 0.0, 1.0) * 255.0)); }
+uint8_t to_byte(double x) {
+  return static_cast<uint8_t>(std::lround(std::clamp(x, 0.0, 1.0) * 255.0));
+}
 
 }  // namespace
 
@@ -78,7 +86,8 @@ const std::vector<std::string>& procedural_sprite_classes() {
 }
 
 Dataset make_procedural_sprites(int64_t count, uint64_t seed) {
-  if (count <= 0) throw Error("procedural sprites: count must be positive, got " + std::to_string(count));
+  if (count <= 0)
+    throw Error("procedural sprites: count must be positive, got " + std::to_string(count));
   constexpr int64_t S = kProceduralSpriteSize;
   const auto& families = mask_families();
   const int64_t classes = static_cast<int64_t>(families.size());
@@ -103,10 +112,14 @@ Dataset make_procedural_sprites(int64_t count, uint64_t seed) {
       for (int x = 0; x < S / 2; ++x) {
         const char c = mask[y][x];
         int v = 0;
-        if (c == '#') v = 1;
-        else if (c == '?') v = u(rng) < fill ? 1 : 0;
-        else if (c == 'e') v = 2;
-        else if (c == '*') v = u(rng) < 0.5 ? 2 : 1;
+        if (c == '#')
+          v = 1;
+        else if (c == '?')
+          v = u(rng) < fill ? 1 : 0;
+        else if (c == 'e')
+          v = 2;
+        else if (c == '*')
+          v = u(rng) < 0.5 ? 2 : 1;
         cell[y][x] = v;
         cell[y][S - 1 - x] = v;
       }
@@ -123,7 +136,8 @@ Dataset make_procedural_sprites(int64_t count, uint64_t seed) {
     // Palette: a body hue with three shades (light from the top), an accent hue, a dark outline.
     const double hue = u(rng), sat = 0.45 + 0.5 * u(rng), val = 0.65 + 0.35 * u(rng);
     const double accent_hue = hue + 0.33 + 0.34 * u(rng);
-    const Rgb shades[3] = {hsv(hue, sat * 0.8, val), hsv(hue, sat, val * 0.78), hsv(hue, sat, val * 0.55)};
+    const Rgb shades[3] = {hsv(hue, sat * 0.8, val), hsv(hue, sat, val * 0.78),
+                           hsv(hue, sat, val * 0.55)};
     const Rgb accent = hsv(accent_hue, 0.5 + 0.5 * u(rng), 0.85 + 0.15 * u(rng));
     const Rgb outline = hsv(hue, sat * 0.6, 0.12 + 0.12 * u(rng));
     for (int y = 0; y < S; ++y)

@@ -1,6 +1,6 @@
 // The built-in dataset: procedural 16x16 RGBA pixel-art sprites in four classes (spaceship,
-// creature, robot, item). Each class has its own family of half-masks; a sprite is one mask with its
-// random cells drawn, mirrored left to right, outlined, and coloured from a random palette on a
+// creature, robot, item). Each class has its own family of half-masks; a sprite is one mask with
+// its random cells drawn, mirrored left to right, outlined, and coloured from a random palette on a
 // transparent background. Deterministic: sprite i depends only on (seed, i), so any count is a
 // prefix of a larger one, and classes are balanced (sprite i has class i % 4).
 #pragma once

@@ -218,6 +218,28 @@ SpriteSplit holdout_split(const Dataset& all, double holdout, uint64_t seed) {
   return out;
 }
 
+namespace {
+
+// `p` as written under `root` ("hero/walk"), for notes about a sprite folder.
+std::string relative_name(const fs::path& p, const std::string& root) {
+  std::error_code ec;
+  const auto relative = fs::relative(p, root, ec);
+  return ec || relative.empty() ? p.string() : relative.string();
+}
+
+// Whether a folder holds a .png file, at any depth (links to folders not followed).
+bool holds_png(const fs::path& dir) {
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::string ext = it->path().extension().string();
+    std::transform(ext.begin(), ext.end(), ext.begin(), ::tolower);
+    if (ext == ".png") return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 Dataset read_sprite_folder(const std::string& path, int64_t size, const std::string& resize) {
   check_size(size);
   std::error_code ec;
@@ -226,22 +248,46 @@ Dataset read_sprite_folder(const std::string& path, int64_t size, const std::str
                     fs::exists(path, ec) ? "a file" : "no such folder");
   // Hidden entries (.git, macOS's ._name.png) are not classes or sprites.
   auto hidden = [](const fs::path& p) { return p.filename().string().rfind('.', 0) == 0; };
+  auto lower_extension = [](const fs::path& p) {
+    std::string ext = p.extension().string();
+    std::transform(ext.begin(), ext.end(), ext.begin(), ::tolower);
+    return ext;
+  };
+  auto other_picture = [&](const fs::path& p) {
+    static const std::set<std::string> kinds = {".gif",  ".jpg", ".jpeg", ".bmp",
+                                                ".webp", ".tga", ".tif",  ".tiff",
+                                                ".qoi",  ".psd", ".ase",  ".aseprite"};
+    return kinds.count(lower_extension(p)) > 0;
+  };
+  // What is left out is said (stderr), not dropped without a word: a class folder without PNGs
+  // is no class, a .png entry that is no file (a broken link, a folder) is no sprite, and PNGs
+  // outside the class folders, in folders inside them, or pictures of other formats are not read.
+  std::vector<std::string> empty_classes, not_files, top_level, nested, other_formats;
   std::vector<fs::path> class_dirs;
-  for (const auto& entry : fs::directory_iterator(path))
-    if (entry.is_directory() && !hidden(entry.path())) class_dirs.push_back(entry.path());
+  for (const auto& entry : fs::directory_iterator(path)) {
+    if (hidden(entry.path())) continue;
+    if (entry.is_directory())
+      class_dirs.push_back(entry.path());
+    else if (lower_extension(entry.path()) == ".png")
+      top_level.push_back(entry.path().filename().string());
+  }
   std::sort(class_dirs.begin(), class_dirs.end());
   std::vector<torch::Tensor> images;
   std::vector<int64_t> labels;
+  std::vector<std::string> png_warnings;  // "FILE (its first warning)"
   Dataset out;
-  // What is left out is said (stderr), not dropped without a word: a class folder without PNGs
-  // is no class, and a .png entry that is no file (a broken link, a folder) is no sprite.
-  std::vector<std::string> empty_classes, not_files;
   for (const auto& dir : class_dirs) {
     std::vector<fs::path> files;
     for (const auto& entry : fs::directory_iterator(dir)) {
-      std::string ext = entry.path().extension().string();
-      std::transform(ext.begin(), ext.end(), ext.begin(), ::tolower);
-      if (ext != ".png" || hidden(entry.path())) continue;
+      if (hidden(entry.path())) continue;
+      const std::string ext = lower_extension(entry.path());
+      if (ext != ".png") {
+        if (entry.is_directory() && holds_png(entry.path()))
+          nested.push_back(relative_name(entry.path(), path));
+        else if (other_picture(entry.path()))
+          other_formats.push_back(relative_name(entry.path(), path));
+        continue;
+      }
       if (entry.is_regular_file())
         files.push_back(entry.path());
       else
@@ -255,8 +301,11 @@ Dataset read_sprite_folder(const std::string& path, int64_t size, const std::str
     const auto label = static_cast<int64_t>(out.class_names.size());
     out.class_names.push_back(dir.filename().string());
     for (const auto& f : files) {
-      images.push_back(to_sprite(io::read_png(f.string()), size, resize));
+      std::vector<std::string> warnings;
+      images.push_back(to_sprite(io::read_png(f.string(), &warnings), size, resize));
       labels.push_back(label);
+      if (!warnings.empty())
+        png_warnings.push_back(relative_name(f, path) + " (" + warnings.front() + ")");
     }
   }
   if (images.empty())
@@ -274,6 +323,22 @@ Dataset read_sprite_folder(const std::string& path, int64_t size, const std::str
     std::cerr << "note: " << path << ": " << not_files.size()
               << " .png entries are not files (broken links or folders), left out: "
               << listed(not_files) << "\n";
+  if (!top_level.empty())
+    std::cerr << "note: " << path << ": " << top_level.size()
+              << " .png files are in no class folder, left out: " << listed(top_level)
+              << " (a class is a subfolder: PATH/<class>/<name>.png)\n";
+  if (!nested.empty())
+    std::cerr << "note: " << path << ": " << nested.size()
+              << " folders inside class folders hold .png files, left out: " << listed(nested)
+              << " (a class's sprites are its folder's own files: move them up, or make each "
+                 "folder a class of its own)\n";
+  if (!other_formats.empty())
+    std::cerr << "note: " << path << ": " << other_formats.size()
+              << " pictures are not PNG, left out: " << listed(other_formats)
+              << " (save them as .png to use them)\n";
+  if (!png_warnings.empty())
+    std::cerr << "note: " << path << ": " << png_warnings.size()
+              << " files are damaged but readable: " << listed(png_warnings) << "\n";
   out.inputs = torch::cat(images);
   out.labels = torch::tensor(labels, torch::kInt64);
   out.name = "folder:" + fs::path(path).filename().string();

@@ -17,7 +17,8 @@ ScheduleKind parse_schedule(const std::string& name) {
 }
 
 NoiseSchedule::NoiseSchedule(int64_t steps, double beta_start, double beta_end) : steps_(steps) {
-  if (steps < 1) throw Error("a noise schedule needs at least one step, got " + std::to_string(steps));
+  if (steps < 1)
+    throw Error("a noise schedule needs at least one step, got " + std::to_string(steps));
   if (!(beta_start > 0 && beta_end < 1 && beta_start <= beta_end))
     throw Error("noise schedule betas must satisfy 0 < start <= end < 1");
   set_betas(torch::linspace(beta_start, beta_end, steps, torch::kFloat64));

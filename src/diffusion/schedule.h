@@ -41,7 +41,8 @@ class NoiseSchedule {
   void to(torch::Device device);
 
   // x_t from x_0 in one step. x0, noise: (B, C, H, W) float32; t: (B) int64 in [0, T). Same device.
-  torch::Tensor add_noise(const torch::Tensor& x0, const torch::Tensor& t, const torch::Tensor& noise) const;
+  torch::Tensor add_noise(const torch::Tensor& x0, const torch::Tensor& t,
+                          const torch::Tensor& noise) const;
   // The velocity v = sqrt(abar_t) noise - sqrt(1 - abar_t) x0 (Salimans & Ho 2022). Same shapes.
   torch::Tensor velocity(const torch::Tensor& x0, const torch::Tensor& t,
                          const torch::Tensor& noise) const;

@@ -10,8 +10,10 @@ namespace spritetorch::distributed {
 
 GradReducer::GradReducer(std::shared_ptr<Communicator> comm, std::vector<torch::Tensor> parameters,
                          torch::Tensor flat_grads, ReducerOptions options)
-    : comm_(std::move(comm)), parameters_(std::move(parameters)),
-      flat_grads_(std::move(flat_grads)), options_(options) {
+    : comm_(std::move(comm)),
+      parameters_(std::move(parameters)),
+      flat_grads_(std::move(flat_grads)),
+      options_(options) {
   if (!comm_) throw Error("gradient reducer: no communicator");
   if (!(options_.bucket_mb > 0))
     throw Error("--bucket-mb must be positive, got " + std::to_string(options_.bucket_mb));
@@ -25,8 +27,7 @@ GradReducer::GradReducer(std::shared_ptr<Communicator> comm, std::vector<torch::
   int64_t offset = 0;
   for (size_t i = 0; i < parameters_.size(); ++i) {
     const auto& grad = parameters_[i].grad();
-    if (!grad.defined() ||
-        static_cast<const char*>(grad.data_ptr()) - base != offset * element)
+    if (!grad.defined() || static_cast<const char*>(grad.data_ptr()) - base != offset * element)
       throw Error("gradient reducer: parameter " + std::to_string(i) +
                   "'s gradient is not the flat buffer's slice at offset " + std::to_string(offset));
     offsets.push_back(offset);
@@ -83,8 +84,8 @@ void GradReducer::install_autograd_hooks() {
     auto node = torch::autograd::impl::grad_accumulator(parameters_[i]);
     if (!node)
       throw Error("gradient reducer: parameter " + std::to_string(i) + " needs no gradient");
-    const uintptr_t key = node->add_post_hook(
-        std::make_unique<torch::autograd::utils::LambdaPostHook>(
+    const uintptr_t key =
+        node->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
             [this, i](const torch::autograd::variable_list& outputs,
                       const torch::autograd::variable_list& /*inputs*/) {
               mark_ready_index(i);

@@ -33,7 +33,7 @@ struct ReducerOptions {
 };
 
 struct Bucket {
-  int64_t offset = 0, numel = 0;     // slice of the flat gradient buffer
+  int64_t offset = 0, numel = 0;          // slice of the flat gradient buffer
   size_t first_param = 0, end_param = 0;  // parameters [first, end) in registration order
 };
 

@@ -9,14 +9,24 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace spritetorch::io {
 
-// Reads any PNG as (H, W, 4) uint8 RGBA. Throws DataError naming the file for a missing, truncated
-// or corrupt file, or for one whose decoded size is implausible for its length.
-torch::Tensor read_png(const std::string& path);
+// The largest picture read_png decodes: 8192 x 8192 (256 MiB of RGBA). A sprite, a sheet or a
+// photo to classify is far smaller; a small file that claims more is refused before allocating.
+constexpr int64_t kMaxPicturePixels = int64_t{1} << 26;
+
+// Reads any PNG as (H, W, 4) uint8 RGBA, each sample as stored (no gamma or colour-profile
+// conversion; 16-bit samples rounded to 8 bits). Throws DataError naming the file for a missing,
+// truncated or corrupt file, for one whose decoded size is implausible for its length, and for one
+// of more than kMaxPicturePixels. What libpng recovers from (a damaged tRNS chunk, palette indices
+// past the palette) is read as libpng recovers it, and its warnings go to `warnings` when given,
+// else to stderr as notes naming the file.
+torch::Tensor read_png(const std::string& path, std::vector<std::string>* warnings = nullptr);
 // Same, from bytes in memory; `name` is used in error messages.
-torch::Tensor decode_png(const std::string& bytes, const std::string& name);
+torch::Tensor decode_png(const std::string& bytes, const std::string& name,
+                         std::vector<std::string>* warnings = nullptr);
 
 // Encodes (H, W, 4), (H, W, 3) or (H, W, 1) uint8 (any device) as an 8-bit RGBA / RGB / grey PNG
 // in memory; `name` is used in error messages.
@@ -48,10 +58,10 @@ struct SheetOptions {
   int64_t padding = 1;  // transparent pixels between tiles and around the sheet (before scaling)
   int64_t scale = 1;    // nearest-neighbour factor applied to the whole sheet
 };
-// The largest sheet make_sheet draws: read_png's limit on a side (so that a sheet can be read
-// back), and 2^28 pixels (1 GiB of RGBA) in all.
+// The largest sheet make_sheet draws: read_png's limits (so that a sheet can be read back),
+// 65,536 pixels a side and kMaxPicturePixels in all.
 constexpr int64_t kMaxSheetSide = 1 << 16;
-constexpr int64_t kMaxSheetPixels = int64_t{1} << 28;
+constexpr int64_t kMaxSheetPixels = kMaxPicturePixels;
 // Throws Error naming the sheet's size when `count` sprites of h x w pixels laid out by `options`
 // exceed those limits: commands call it before the work that makes the sprites.
 void check_sheet_size(int64_t count, int64_t h, int64_t w, const SheetOptions& options);

@@ -8,12 +8,13 @@
 namespace spritetorch::precision {
 
 GradScaler::GradScaler(torch::Device device, GradScalerOptions options)
-    : options_(options),
-      fused_(compat::fused_amp_kernels(device) && !options.force_fallback) {
+    : options_(options), fused_(compat::fused_amp_kernels(device) && !options.force_fallback) {
   if (!(options_.init_scale > 0) || !(options_.growth_factor > 1) ||
-      !(options_.backoff_factor > 0 && options_.backoff_factor < 1) || options_.growth_interval <= 0)
-    throw Error("grad scaler: need init_scale > 0, growth_factor > 1, 0 < backoff_factor < 1 and "
-                "growth_interval > 0");
+      !(options_.backoff_factor > 0 && options_.backoff_factor < 1) ||
+      options_.growth_interval <= 0)
+    throw Error(
+        "grad scaler: need init_scale > 0, growth_factor > 1, 0 < backoff_factor < 1 and "
+        "growth_interval > 0");
   const auto f32 = torch::TensorOptions().device(device).dtype(torch::kFloat32);
   scale_ = torch::full({}, options_.init_scale, f32);
   growth_tracker_ = torch::zeros({}, f32.dtype(torch::kInt32));
@@ -52,12 +53,13 @@ void GradScaler::update() {
     // The same rule as the fused kernel, as tensor ops (no host read):
     //   found_inf: scale *= backoff, tracker = 0
     //   else:      tracker += 1; at growth_interval: scale *= growth (if still finite), tracker = 0
-    const auto found = found_inf_.reshape({}).gt(0);                          // () bool
+    const auto found = found_inf_.reshape({}).gt(0);  // () bool
     auto tracker = torch::where(found, torch::zeros_like(growth_tracker_), growth_tracker_ + 1);
-    const auto grow = tracker.ge(options_.growth_interval);                // () bool
+    const auto grow = tracker.ge(options_.growth_interval);  // () bool
     auto grown = scale_ * options_.growth_factor;
     grown = torch::where(grown.isfinite(), grown, scale_);
-    auto next = torch::where(found, scale_ * options_.backoff_factor, torch::where(grow, grown, scale_));
+    auto next =
+        torch::where(found, scale_ * options_.backoff_factor, torch::where(grow, grown, scale_));
     scale_.copy_(next);
     growth_tracker_.copy_(torch::where(grow, torch::zeros_like(tracker), tracker));
   }
@@ -89,8 +91,10 @@ void GradScaler::load_state(const nlohmann::json& state, const std::string& sour
                 state.dump() + " (" + e.what() + ")");
   }
   if (!(scale > 0) || !std::isfinite(scale) || tracker < 0)
-    throw Error(source + ": grad scaler state: expected a positive finite scale and a "
-                "non-negative growth_tracker, found " + state.dump());
+    throw Error(source +
+                ": grad scaler state: expected a positive finite scale and a "
+                "non-negative growth_tracker, found " +
+                state.dump());
   scale_.fill_(scale);
   growth_tracker_.fill_(tracker);
   found_inf_.zero_();
@@ -99,8 +103,8 @@ void GradScaler::load_state(const nlohmann::json& state, const std::string& sour
 torch::Tensor clip_grad_norm_(torch::Tensor& grads, double max_norm) {
   torch::NoGradGuard no_grad;
   if (!(max_norm > 0)) throw Error("--clip-grad-norm must be positive");
-  auto norm = grads.norm(2);                                       // () float32
-  auto factor = (max_norm / (norm + 1e-6)).clamp_max_(1.0);        // PyTorch's clip_grad_norm_
+  auto norm = grads.norm(2);                                 // () float32
+  auto factor = (max_norm / (norm + 1e-6)).clamp_max_(1.0);  // PyTorch's clip_grad_norm_
   grads.mul_(factor);
   return norm;
 }

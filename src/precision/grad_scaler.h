@@ -7,7 +7,7 @@
 //   scaler.unscale_(grads);            // grads /= scale; found_inf = any inf/NaN among them
 //   clip_grad_norm_(grads, max_norm);  // on true (unscaled) gradients
 //   optimizer step, skipped when found_inf
-//   scaler.update();                   // found_inf: scale *= backoff, else grow after N clean steps
+//   scaler.update();                   // inf found: scale *= backoff; N clean steps: grow
 //
 // Everything lives on the device as 0-dim tensors and no method reads a value back to the host,
 // except found_inf_host(), current_scale() and state(), which say so.
@@ -40,7 +40,7 @@ class GradScaler {
   // Backs off or grows the scale from the found_inf of the last unscale_ (reset by the next one).
   void update();
 
-  const torch::Tensor& scale_tensor() const { return scale_; }  // () float32, on device
+  const torch::Tensor& scale_tensor() const { return scale_; }   // () float32, on device
   const torch::Tensor& found_inf() const { return found_inf_; }  // (1) float32: 1 = inf/NaN seen
   // Host reads (each one a device synchronisation on CUDA).
   bool found_inf_host() const;
@@ -56,11 +56,11 @@ class GradScaler {
 
  private:
   GradScalerOptions options_;
-  bool fused_;                   // use _amp_foreach_non_finite_check_and_unscale_ / _amp_update_scale_
-  torch::Tensor scale_;          // () float32
-  torch::Tensor growth_tracker_; // () int32: clean steps since the last change
-  torch::Tensor found_inf_;      // (1) float32
-  torch::Tensor inv_scale_;      // (1) float32
+  bool fused_;           // use _amp_foreach_non_finite_check_and_unscale_ / _amp_update_scale_
+  torch::Tensor scale_;  // () float32
+  torch::Tensor growth_tracker_;  // () int32: clean steps since the last change
+  torch::Tensor found_inf_;       // (1) float32
+  torch::Tensor inv_scale_;       // (1) float32
 };
 
 // Scales grads (a flat buffer) so that their L2 norm is at most max_norm, without a host read

@@ -279,7 +279,7 @@ expect 2 "--resize: bicubic not in \{area,nearest\}" -- data preview --dataset s
 # Sizes past the documented limits are refused before anything is allocated; so is an empty split.
 expect 2 "--sprite-count: Value 100000000000 not in range 1 to 1000000" -- data preview --dataset sprites --sprite-count 100000000000 --out "$tmp/x.png"
 expect 2 "--per-class: Value 100000 not in range 1 to 4096" -- data preview --dataset sprites --sprite-count 80 --per-class 100000 --out "$tmp/x.png"
-expect 2 "a sheet of [0-9]+x[0-9]+ pixels: sheets are at most 65536 pixels a side and 268435456 pixels in all" -- data preview --dataset sprites --sprite-count 80 --per-class 4096 --scale 64 --out "$tmp/x.png"
+expect 2 "a sheet of [0-9]+x[0-9]+ pixels: sheets are at most 65536 pixels a side and 67108864 pixels in all" -- data preview --dataset sprites --sprite-count 80 --per-class 4096 --scale 64 --out "$tmp/x.png"
 expect 2 "--split test of .* holds no samples \(--holdout 0 holds none out\)" -- data preview --dataset sprites --sprite-count 80 --split test --holdout 0 --out "$tmp/x.png"
 check_absent "$tmp/x.png"
 # So are a process group's options in one process; streaming's options on resident data are named

@@ -133,10 +133,12 @@ TEST(DistributedSampler, LocalShardsAreFixedDisjointAndCoverTheData) {
   for (int64_t rank = 0; rank < 3; ++rank) {
     const Dataset shard = local_shard(d, rank, 3, 4, /*drop_tail=*/true);
     ASSERT_EQ(shard.size(), 33);
-    for (int64_t i = 0; i < shard.size(); ++i) EXPECT_TRUE(dropped.insert(row_of(shard.inputs[i])).second);
+    for (int64_t i = 0; i < shard.size(); ++i)
+      EXPECT_TRUE(dropped.insert(row_of(shard.inputs[i])).second);
   }
   // Another seed, another split.
-  EXPECT_FALSE(torch::equal(local_shard(d, 0, 3, 5, false).inputs, local_shard(d, 0, 3, 4, false).inputs));
+  EXPECT_FALSE(
+      torch::equal(local_shard(d, 0, 3, 5, false).inputs, local_shard(d, 0, 3, 4, false).inputs));
 }
 
 }  // namespace

@@ -207,6 +207,11 @@ TEST(SpriteFolder, ClassPerSubfolderAnySize) {
   io::write_png(dir.file("b_robot/x.png"), solid(16, 16, 3));
   std::ofstream(dir.file("b_robot/notes.txt")) << "ignored";
   std::filesystem::create_symlink(dir.file("gone.png"), dir.file("b_robot/link.png"));
+  // Not read, each said: a PNG outside the class folders, PNGs one folder too deep, a GIF.
+  io::write_png(dir.file("stray.png"), solid(8, 8, 4));
+  std::filesystem::create_directories(dir.path() / "a_ship" / "walk");
+  io::write_png(dir.file("a_ship/walk/1.png"), solid(8, 8, 5));
+  std::ofstream(dir.file("b_robot/y.gif")) << "GIF89a";
   ::testing::internal::CaptureStderr();
   const auto d = read_sprite_folder(dir.path().string(), 16);
   // The empty class folder and the broken link are left out, each with a note.
@@ -217,6 +222,15 @@ TEST(SpriteFolder, ClassPerSubfolderAnySize) {
                        dir.file("b_robot/link.png")),
             std::string::npos)
       << notes;
+  EXPECT_NE(notes.find(": 1 .png files are in no class folder, left out: stray.png"),
+            std::string::npos)
+      << notes;
+  EXPECT_NE(notes.find(": 1 folders inside class folders hold .png files, left out: a_ship/walk"),
+            std::string::npos)
+      << notes;
+  EXPECT_NE(notes.find(": 1 pictures are not PNG, left out: b_robot/y.gif"), std::string::npos)
+      << notes;
+  EXPECT_EQ(notes.find("notes.txt"), std::string::npos) << notes;  // not a picture
   EXPECT_EQ(d.class_names, (std::vector<std::string>{"a_ship", "b_robot"}));
   EXPECT_TRUE(torch::equal(d.labels, torch::tensor({0, 0, 1}, torch::kInt64)));
   EXPECT_EQ(d.inputs.sizes(), (std::vector<int64_t>{3, 4, 16, 16}));

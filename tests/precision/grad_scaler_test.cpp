@@ -41,7 +41,8 @@ TEST(GradScaler, ScalesTheLossAndUnscalesTheGradients) {
 }
 
 TEST(GradScaler, InfOrNanGradientIsFoundAndHalvesTheScale) {
-  for (const float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+  for (const float bad :
+       {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
     for (auto& scaler : cpu_scalers(small())) {
       auto grads = torch::ones({1000});
       grads[777] = bad;
