@@ -186,9 +186,9 @@ std::string option_label(const CLI::Option& option) {
 void collect_files(const CLI::App& command,
                    std::vector<std::pair<std::string, std::string>>& inputs,
                    std::vector<std::pair<std::string, std::string>>& outputs) {
-  static const std::vector<std::string> kReads = {"--config", "--checkpoint", "--classifier",
-                                                  "--resume", "--labels",     "--palette",
-                                                  "IN",       "FILES"};
+  static const std::vector<std::string> kReads = {"--config",      "--checkpoint", "--classifier",
+                                                  "--resume",      "--labels",     "--palette",
+                                                  "--python-peer", "IN",           "FILES"};
   static const std::vector<std::string> kWrites = {"--out", "--save", "--reference", "OUT"};
   const bool bench = command.get_name() == "bench";  // bench --out OUT writes OUT.json, OUT.csv
   for (const CLI::Option* option : command.get_options()) {
@@ -198,6 +198,10 @@ void collect_files(const CLI::App& command,
       if (value.empty()) continue;
       if (label == "--dataset") {
         for (const auto& file : data::sprite_dataset_files(value)) inputs.emplace_back(label, file);
+      } else if (label == "--model") {
+        // script:FILE reads FILE (a built-in model's name reads nothing).
+        const std::string file = models::script_model_file(value);
+        if (!file.empty()) inputs.emplace_back(label, file);
       } else if (std::find(kReads.begin(), kReads.end(), label) != kReads.end()) {
         if (!(label == "--palette" && value == "auto")) inputs.emplace_back(label, value);
       } else if (std::find(kWrites.begin(), kWrites.end(), label) != kWrites.end()) {

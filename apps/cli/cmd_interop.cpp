@@ -3,6 +3,7 @@
 // import turns a Python state dict saved as safetensors into a spritetorch checkpoint.
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <set>
 
 #include "checks.h"
@@ -89,11 +90,23 @@ Subcommand add_export_command(CLI::App& app) {
                               " holds " + own + ", a module of the program that trained it",
                           "leave --reference out; that program can compute logits to check the "
                           "Python side against");
+            // Computed before OUT is written: a model that fails on the reference batch leaves
+            // no OUT behind (a second try would then refuse to overwrite it).
+            std::optional<interop::TensorFile> reference_file;
+            auto compute_reference = [&] {
+              if (!f->reference.empty())
+                reference_file =
+                    interop::reference_outputs(checkpoint, f->checkpoint, f->reference_count);
+            };
             auto write_reference = [&] {
-              if (f->reference.empty()) return;
-              interop::write_safetensors(
-                  f->reference,
-                  interop::reference_outputs(checkpoint, f->checkpoint, f->reference_count));
+              if (!reference_file) return;
+              try {
+                interop::write_safetensors(f->reference, *reference_file);
+              } catch (...) {
+                std::error_code ignored;
+                std::filesystem::remove(f->out, ignored);  // one without the other is half a result
+                throw;
+              }
               std::cout << "Wrote " << f->reference << ": " << f->reference_count
                         << " reference inputs and logits\n";
             };
@@ -107,6 +120,7 @@ Subcommand add_export_command(CLI::App& app) {
                     "use --format safetensors or torch: load_state_dict takes them");
               auto trained = std::dynamic_pointer_cast<models::ScriptClassifierImpl>(
                   train::model_from_checkpoint(checkpoint, f->checkpoint, torch::kCPU));
+              compute_reference();
               write_file_atomically(f->out, trained->archive());
               int64_t values = 0;
               for (const auto& p : trained->parameters()) values += p.numel();
@@ -118,6 +132,7 @@ Subcommand add_export_command(CLI::App& app) {
               return 0;
             }
             const auto state = interop::python_state_dict(checkpoint, f->checkpoint);
+            compute_reference();
             if (format == "safetensors") {
               interop::write_safetensors(f->out, state);
             } else {

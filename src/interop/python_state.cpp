@@ -64,13 +64,17 @@ TensorFile python_state_dict(const train::Checkpoint& checkpoint, const std::str
   // Building the model checks the checkpoint's tensors against it and gives Python's order.
   auto model = train::model_from_checkpoint(checkpoint, source, torch::kCPU);
   const std::string model_name = checkpoint.meta.at("model").get<std::string>();
+  // A TorchScript model's parameters keep the dtype it was saved with (its torchscript export and
+  // its buffers do too); our own classes are float32.
+  const bool script = model_name == "script";
   // Python's state_dict order: module by module, each one's parameters, then its buffers
   // (BatchNorm's running statistics follow its weight and bias).
   for (const auto& m : model->named_modules("", /*include_self=*/true)) {
     const std::string prefix = m.key().empty() ? "" : m.key() + ".";
     for (const auto& p : m.value()->named_parameters(/*recurse=*/false))
-      out.tensors.emplace_back(python_name(model_name, prefix + p.key()),
-                               p.value().detach().to(torch::kFloat32).contiguous());
+      out.tensors.emplace_back(
+          python_name(model_name, prefix + p.key()),
+          (script ? p.value().detach() : p.value().detach().to(torch::kFloat32)).contiguous());
     for (const auto& b : m.value()->named_buffers(/*recurse=*/false))
       out.tensors.emplace_back(python_name(model_name, prefix + b.key()), b.value().contiguous());
   }

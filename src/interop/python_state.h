@@ -23,11 +23,11 @@ std::string python_name(const std::string& model, const std::string& ours);
 std::string our_name(const std::string& model, const std::string& python);
 
 // The checkpoint's weights as Python's `model.state_dict()` holds them: Python names, in the order
-// the Python module registers them, float32 on the CPU. Metadata key "spritetorch" holds the
-// checkpoint's metadata (JSON) so `import` can restore it. Throws DataError naming `source` when
-// the checkpoint does not describe a classifier or its tensors do not fit the model. A module of
-// the user's own (train::own_module_description) is written as it was saved: its own names, in
-// name order, its dtypes.
+// the Python module registers them, on the CPU, float32 (a TorchScript model's: the dtypes it was
+// saved with). Metadata key "spritetorch" holds the checkpoint's metadata (JSON) so `import` can
+// restore it. Throws DataError naming `source` when the checkpoint does not describe a classifier
+// or its tensors do not fit the model. A module of the user's own (train::own_module_description)
+// is written as it was saved: its own names, in name order, its dtypes.
 TensorFile python_state_dict(const train::Checkpoint& checkpoint, const std::string& source);
 
 // The other way, for a module of the caller's own: a Python state dict (`safetensors.torch.

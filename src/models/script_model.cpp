@@ -74,23 +74,61 @@ ScriptClassifierImpl::ScriptClassifierImpl(const std::string& archive, const std
   }
   if (!script_.find_method("forward"))
     throw DataError(source, "a TorchScript module with a forward method", "none");
-  for (const auto& p : script_.named_parameters())
+  // The optimizer keeps the trained parameters in one flat buffer of one dtype.
+  std::string first;
+  c10::ScalarType first_type = c10::ScalarType::Undefined;
+  for (const auto& p : script_.named_parameters()) {
+    const c10::ScalarType type = p.value.scalar_type();
     if (!p.value.is_floating_point())
       throw DataError(source, "floating-point parameters",
-                      "'" + p.name + "' of " + std::string(c10::toString(p.value.scalar_type())));
+                      "'" + p.name + "' of " + std::string(c10::toString(type)));
+    if (!p.value.requires_grad()) continue;
+    if (first.empty()) {
+      first = p.name;
+      first_type = type;
+    } else if (type != first_type) {
+      throw DataError(source, "trainable parameters of one dtype",
+                      "'" + first + "' of " + std::string(c10::toString(first_type)) + " and '" +
+                          p.name + "' of " + std::string(c10::toString(type)),
+                      "call .float() (or .double()) on the module before saving it");
+    }
+  }
   mirror(script_, *this);
   train(true);
 }
 
 torch::Tensor ScriptClassifierImpl::forward(torch::Tensor x) {
+  const int64_t batch = x.dim() > 0 ? x.size(0) : -1;
+  torch::Tensor logits;
   try {
-    return run(std::move(x));
+    logits = run(std::move(x));
   } catch (const c10::Error&) {
+    throw;
+  } catch (const Error&) {
     throw;
   } catch (const std::runtime_error& e) {  // the interpreter's: its tracebacks, then the error
     throw Error(source_ + ": its forward failed: " + first_line(e.what()),
                 "the whole message: run the model on such a batch in Python");
   }
+  // The probe saw one batch size in eval mode: training mode, or a traced model's fixed batch,
+  // can give other shapes, which the loss would report without naming the model.
+  check_output(logits, batch);
+  return logits;
+}
+
+void ScriptClassifierImpl::check_output(const torch::Tensor& logits, int64_t batch) const {
+  if (logits.dim() == 2 && logits.size(0) == batch &&
+      (classes_ == 0 || logits.size(1) == classes_) && logits.is_floating_point())
+    return;
+  const std::string wanted =
+      wanted_.empty() ? "a forward that maps (B, ...) inputs to (B, K) logits" : wanted_;
+  throw DataError(source_, wanted,
+                  "one that gives " + c10::str(logits.sizes()) + " " +
+                      std::string(c10::toString(logits.scalar_type())) + " for a batch of " +
+                      std::to_string(batch) + (is_training() ? " in training mode" : ""),
+                  "check its forward in both modes (model.train(), model.eval()) and at other "
+                  "batch sizes; torch.jit.trace fixes the shapes it saw, torch.jit.script does "
+                  "not");
 }
 
 torch::Tensor ScriptClassifierImpl::run(torch::Tensor x) {
@@ -143,6 +181,8 @@ void ScriptClassifierImpl::check_logits(const std::vector<int64_t>& input_shape,
                     "one that gives " + c10::str(logits.sizes()) + " " +
                         std::string(c10::toString(logits.scalar_type())) + " for a batch of 2",
                     "the dataset has " + std::to_string(classes) + " classes");
+  classes_ = classes;
+  wanted_ = wanted;
 }
 
 }  // namespace spritetorch::models

@@ -26,22 +26,31 @@ std::shared_ptr<const std::string> read_script_archive(const std::string& file);
 class ScriptClassifierImpl : public ClassifierImpl {
  public:
   // `archive`: the bytes of a TorchScript file; `source` names it in errors. A file LibTorch cannot
-  // load, or whose loading crashes it (a damaged archive), is a DataError.
+  // load, or whose loading crashes it (a damaged archive), or whose parameters are not all of one
+  // floating-point dtype (the optimizers keep them in one flat buffer), is a DataError.
   ScriptClassifierImpl(const std::string& archive, const std::string& source);
-  torch::Tensor forward(torch::Tensor x) override;  // (B, ...) float32 -> (B, K) logits
-  void train(bool on = true) override;              // the interpreter reads its own flags
+  // (B, ...) float32 -> (B, K) logits; any other output (a width that is not check_logits' K, a
+  // batch that is not B) is a DataError naming the source.
+  torch::Tensor forward(torch::Tensor x) override;
+  void train(bool on = true) override;  // the interpreter reads its own flags
   // The TorchScript archive with this model's current weights (torch.jit.load reads it).
   std::string archive() const;
   // Checks that the model maps a batch of `input_shape` to (B, classes) logits, with a probe batch
-  // of 2 zeros in eval mode (its mode restored); a DataError naming its source otherwise.
+  // of 2 zeros in eval mode (its mode restored); a DataError naming its source otherwise. Every
+  // later forward is held to the same (B, classes).
   void check_logits(const std::vector<int64_t>& input_shape, int64_t classes);
 
  private:
   // The interpreter's forward as LibTorch throws its errors (forward() shortens them to a line).
   torch::Tensor run(torch::Tensor x);
 
+  // DataError unless `logits` is (batch, classes_) floating point (classes_ 0: any width).
+  void check_output(const torch::Tensor& logits, int64_t batch) const;
+
   torch::jit::Module script_;
   std::string source_;
+  int64_t classes_ = 0;  // set by check_logits
+  std::string wanted_;   // check_logits' description of the forward it wants
 };
 
 }  // namespace spritetorch::models

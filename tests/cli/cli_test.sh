@@ -714,6 +714,42 @@ fi
 expect 2 "nowhere.pt: expected a checkpoint file, found no such file" -- eval --checkpoint "$tmp/nowhere.pt"
 "$bin" export --checkpoint "$tmp/s.pt" "$tmp/s_in.safetensors" >/dev/null 2>&1
 expect 2 "OUT $tmp/s_in.safetensors is the IN itself" -- import "$tmp/s_in.safetensors" "$tmp/s_in.safetensors" --overwrite
+# --model script:FILE reads FILE: a --save over it is refused before the file is even loaded.
+cp "$0" "$tmp/user_net.pt"
+expect 2 "--save $tmp/user_net.pt is the --model itself: writing it would replace an input, --overwrite or not" -- \
+  train --model "script:$tmp/user_net.pt" --epochs 0 --no-run-dir --save "$tmp/user_net.pt" --overwrite
+check "train --save over the --model script:FILE leaves the file as it was" cmp -s "$0" "$tmp/user_net.pt"
+cp "$0" "$tmp/user_net.pt.json"
+expect 2 "--out $tmp/user_net.pt.json is the --model itself" -- \
+  bench --dataset dummy --model "script:$tmp/user_net.pt.json" --out "$tmp/user_net.pt" --overwrite
+torch_python=""
+for candidate in python3 /usr/bin/python3; do  # (a pyenv python3 first on PATH may lack torch)
+  if "$candidate" -c "import torch" 2>/dev/null; then torch_python=$candidate; break; fi
+done
+if [ -n "$torch_python" ]; then
+  # A model whose forward fails on export's reference batch (5 samples): nothing is written.
+  # (torch.jit.script reads the class's source: a file, not stdin)
+  cat >"$tmp/no5.py" <<'PY'
+import sys, torch
+class No5(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 2)
+    def forward(self, x):
+        if x.size(0) == 5:
+            raise RuntimeError("no batches of 5")
+        return self.fc(x)
+torch.jit.script(No5()).save(sys.argv[1])
+PY
+  "$torch_python" "$tmp/no5.py" "$tmp/no5.pt"
+  "$bin" train --dataset dummy --model "script:$tmp/no5.pt" --epochs 1 --no-run-dir --save "$tmp/no5_ck.pt" >/dev/null 2>&1
+  for format in safetensors torchscript; do
+    expect 2 "no5_ck\.pt: its forward failed: no batches of 5" -- \
+      export --checkpoint "$tmp/no5_ck.pt" "$tmp/no5_out.$format" --format "$format" --reference "$tmp/no5_ref.safetensors" --reference-count 5
+    check_absent "$tmp/no5_out.$format"
+    check_absent "$tmp/no5_ref.safetensors"
+  done
+fi
 expect 0 "" -- import "$tmp/s_in.safetensors" "$tmp/s_back.pt" --model simplenn --dataset dummy
 expect 2 "--reference-count requires --reference" -- export --checkpoint "$tmp/s.pt" "$tmp/s2.safetensors" --reference-count 5
 "$bin" "${tiny[@]}" --save "$tmp/one.pt" >/dev/null 2>&1

@@ -47,6 +47,29 @@ std::string net_archive(int64_t classes, uint64_t seed = 0) {
   return out.str();
 }
 
+// A module of one linear layer (64 -> classes) on the module itself, its tensors of `dtype`,
+// running `forward` (TorchScript source; `x` the input, `logits` the layer's output on it).
+std::string linear_archive(int64_t classes, const std::string& forward,
+                           torch::ScalarType dtype = torch::kFloat32) {
+  torch::manual_seed(0);
+  torch::jit::Module net("__torch__.Linear");
+  const auto options = torch::TensorOptions().dtype(dtype);
+  net.register_parameter("weight", (torch::randn({classes, 64}, options) * 0.1).requires_grad_(),
+                         /*is_buffer=*/false);
+  net.register_parameter("bias", torch::zeros({classes}, options).requires_grad_(),
+                         /*is_buffer=*/false);
+  net.register_buffer("scale", torch::ones({1}, options));
+  net.register_attribute("training", c10::BoolType::get(), true);  // as Python's modules have
+  net.define(
+      "def forward(self, x):\n"
+      "  logits = torch.linear(x.flatten(1).to(self.weight.dtype) * self.scale, self.weight, "
+      "self.bias)\n" +
+      forward);
+  std::ostringstream out;
+  net.save(out);
+  return out.str();
+}
+
 // 8x8 images of one vertical bar: class 0 in the left half, class 1 in the right (a linear
 // model separates them).
 data::Dataset bars(int64_t n, uint64_t seed) {
@@ -242,6 +265,90 @@ TEST_F(ScriptModel, DamagedOrUnfittingModelsAreDataErrorsThatSayWhy) {
             std::string::npos)
       << message;
   EXPECT_EQ(message.find("Traceback"), std::string::npos) << message;
+}
+
+// The probe sees a batch of 2 in eval mode; every later forward is held to the same (B, classes),
+// so a training-mode forward of another width, or a batch size fixed at 2 (as torch.jit.trace
+// can leave it), is a DataError naming the file, not a loss function's complaint.
+TEST_F(ScriptModel, EveryForwardIsHeldToTheProbesShape) {
+  auto build = [](const std::string& archive) {
+    return make_model(
+        {"script", {1, 8, 8}, 2, std::make_shared<const std::string>(archive), "net.pt"});
+  };
+  auto error = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const DataError& e) {
+      return e.what();
+    }
+    return "no DataError";
+  };
+  const std::string wanted =
+      "net.pt: expected a forward that maps this dataset's (B, 1, 8, 8) float32 inputs to (B, 2) "
+      "logits, found one that gives ";
+  const auto x = torch::rand({16, 1, 8, 8});
+
+  auto narrow =
+      build(linear_archive(2, "  if self.training:\n    return logits[:, :1]\n  return logits\n"));
+  narrow->eval();
+  EXPECT_EQ(narrow->forward(x).sizes(), (std::vector<int64_t>{16, 2}));
+  narrow->train();
+  EXPECT_EQ(error([&] { narrow->forward(x); }),
+            wanted + "[16, 1] Float for a batch of 16 in training mode");
+
+  auto batch_of_two = build(linear_archive(2, "  return logits[:2]\n"));
+  batch_of_two->eval();
+  EXPECT_EQ(error([&] { batch_of_two->forward(x); }), wanted + "[2, 2] Float for a batch of 16");
+
+  // Training stops at the first step with that error.
+  const std::string file =
+      write("narrow.pt",
+            linear_archive(2, "  if self.training:\n    return logits[:, :1]\n  return logits\n"));
+  auto t = task("script:" + file);
+  EXPECT_NE(error([&] {
+              train::Trainer(config("narrow_run.pt")).fit(*t, data_);
+            }).find(file + ": expected a forward that maps"),
+            std::string::npos);
+}
+
+// The optimizer keeps the trained parameters in one flat buffer of one dtype.
+TEST_F(ScriptModel, ParametersOfTwoDtypesAreADataErrorNamingBoth) {
+  torch::jit::Module net("__torch__.Mixed");
+  net.register_parameter("weight", torch::zeros({2, 64}).requires_grad_(), /*is_buffer=*/false);
+  net.register_parameter("temperature", torch::ones({1}, torch::kFloat64).requires_grad_(),
+                         /*is_buffer=*/false);
+  net.define(
+      "def forward(self, x):\n"
+      "  return torch.linear(x.flatten(1), self.weight) / self.temperature.float()\n");
+  std::ostringstream archive;
+  net.save(archive);
+  try {
+    make_model(
+        {"script", {1, 8, 8}, 2, std::make_shared<const std::string>(archive.str()), "net.pt"});
+    ADD_FAILURE() << "no DataError";
+  } catch (const DataError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "net.pt: expected trainable parameters of one dtype, found 'weight' of Float and "
+              "'temperature' of Double");
+    EXPECT_NE(e.hint().find("call .float() (or .double()) on the module before saving"),
+              std::string::npos);
+  }
+}
+
+// Export writes a float64 model's parameters as float64, as its buffers and its torchscript
+// export are.
+TEST_F(ScriptModel, ExportKeepsTheParametersDtype) {
+  const std::string file =
+      write("double.pt", linear_archive(2, "  return logits\n", torch::kFloat64));
+  auto t = task("script:" + file);
+  train::TrainConfig c = config("double_run.pt");
+  c.epochs = 0;
+  train::Trainer(c).fit(*t, data_);
+  const train::Checkpoint saved = train::load_checkpoint(c.save);
+  const interop::TensorFile state = interop::python_state_dict(saved, "double_run.pt");
+  ASSERT_EQ(state.tensors.size(), 3u);
+  for (const auto& [name, tensor] : state.tensors)
+    EXPECT_EQ(tensor.scalar_type(), torch::kFloat64) << name;
 }
 
 }  // namespace
