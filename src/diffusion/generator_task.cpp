@@ -84,6 +84,17 @@ torch::Tensor GeneratorTask::denoising_loss(const torch::Tensor& x0, const torch
   return reduction == at::Reduction::Sum ? weighted.sum() : weighted.mean();
 }
 
+void GeneratorTask::configure(const train::TrainConfig& options) {
+  auto differs = [](const std::string& option) {
+    throw Error("TrainConfig::" + option + " differs from this GeneratorTask's own",
+                "set it in GeneratorTask's constructor, or build the task with make_task(config)");
+  };
+  if (options.unet_base != options_.base) differs("unet_base");
+  if (options.sample_every != sample_every_) differs("sample_every");
+  if (options.activation_checkpointing != activation_checkpointing_)
+    differs("activation_checkpointing");
+}
+
 train::TaskTraits GeneratorTask::traits() const {
   train::TaskTraits traits;
   traits.has_accuracy = false;
@@ -92,6 +103,7 @@ train::TaskTraits GeneratorTask::traits() const {
       "its step draws timesteps, noise and class dropout and updates an EMA of the weights "
       "outside the optimizer";
   traits.drop_last = true;  // every step sees a full batch of timesteps
+  traits.builtin_model = true;
   return traits;
 }
 

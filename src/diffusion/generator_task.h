@@ -67,6 +67,10 @@ class GeneratorTask : public train::Task {
 
   std::string name() const override { return "generate"; }
   train::TaskTraits traits() const override;
+  // Its design comes through the constructor (tasks/make_task.cpp builds it from the options and
+  // refuses the classifier's): a TrainConfig whose generator options differ from it is refused,
+  // not ignored.
+  void configure(const train::TrainConfig& options) override;
   void build(const train::TaskSetup& setup) override;
   torch::nn::Module& module() override { return *net_; }
   void to_device(torch::Device device) override;

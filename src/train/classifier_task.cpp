@@ -1,6 +1,8 @@
 #include "train/classifier_task.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <set>
 
 #include "common/error.h"
 #include "common/json_field.h"
@@ -89,6 +91,14 @@ ClassifierTask::ClassifierTask(std::shared_ptr<torch::nn::Module> module, Forwar
                                std::string model_name)
     : model_name_(std::move(model_name)), module_(std::move(module)), forward_(std::move(forward)) {
   if (!module_ || !forward_) throw Error("ClassifierTask: no module or no forward function");
+  // A checkpoint's model name tells a module of the user's own from ours: one named like ours
+  // would be read back as ours (and "script" as a TorchScript archive it does not carry).
+  const auto& ours = models::model_names();
+  if (model_name_.empty() || model_name_ == "script" || model_name_.rfind("script:", 0) == 0 ||
+      std::find(ours.begin(), ours.end(), model_name_) != ours.end())
+    throw Error("ClassifierTask: '" + model_name_ +
+                    "' names one of spritetorch's own models, not a module of yours",
+                "give your module a name of its own (it is saved in its checkpoints)");
 }
 
 ForwardFn flip_averaged(ForwardFn forward) {
@@ -116,11 +126,19 @@ ForwardFn checkpoint_forward(const nlohmann::json& meta, const models::Classifie
 TaskTraits ClassifierTask::traits() const {
   TaskTraits traits;
   traits.data_parallel = ours_;  // dp replicas are built with ClassifierImpl::clone
+  traits.builtin_model = ours_ && model_name_ != "script";  // a TorchScript forward is the user's
   return traits;
 }
 
 void ClassifierTask::configure(const TrainConfig& config) {
   refuse_generator_options(config);
+  if (module_ && !config.model.empty())  // the user's module (the CLI's models come by builtin())
+    throw Error("TrainConfig::model '" + config.model +
+                    "' names a built-in model; this task trains the module it was given",
+                "leave model empty");
+  if (config.task != TaskKind::kClassify)
+    throw Error("a ClassifierTask trains a classifier; TrainConfig::task asks for another task",
+                "leave task at kClassify");
   if (config.test_time_augment != "none" && config.test_time_augment != "flip")
     throw Error("--test-time-augment " + config.test_time_augment + ": expected none or flip");
   if (!(config.label_smoothing >= 0 && config.label_smoothing < 1))
@@ -259,7 +277,7 @@ EvalReport ClassifierTask::evaluate(data::Loader& test, bool keep_predictions) {
 
 void ClassifierTask::save(Checkpoint& checkpoint) const {
   checkpoint.meta["model"] = model_name_;
-  if (model_name_ == "script") {  // the model itself travels with its weights
+  if (builtin_ && model_name_ == "script") {  // the model itself travels with its weights
     const std::string& bytes = *builtin_->spec().script;
     checkpoint.task[kScriptArchive] =
         torch::from_blob(const_cast<char*>(bytes.data()), {static_cast<int64_t>(bytes.size())},
@@ -276,7 +294,9 @@ void ClassifierTask::save(Checkpoint& checkpoint) const {
 
 Settings ClassifierTask::settings() const {
   int64_t parameters = 0;
-  for (const auto& p : module_->parameters()) parameters += p.numel();
+  std::set<const c10::TensorImpl*> counted;  // a parameter registered twice (tied) counts once
+  for (const auto& p : module_->parameters())
+    if (counted.insert(p.unsafeGetTensorImpl()).second) parameters += p.numel();
   const std::string shown = model_name_ == "script" ? "TorchScript " + script_file_ : model_name_;
   Settings out = {{"model", shown + " (" + std::to_string(parameters) + " parameters" +
                                 (activation_checkpointing_ ? ", activation checkpointing" : "") +

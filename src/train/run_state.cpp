@@ -252,9 +252,11 @@ void check_resumed_data(const TrainConfig& config, const std::string& task,
     const std::string saved = meta.at("task").get<std::string>();
     throw DataError(source, "a checkpoint of task '" + task + "' to resume",
                     "one of task '" + saved + "'",
-                    saved == "generate"   ? "resume it with train --task generate"
-                    : saved == "classify" ? "resume it without --task generate"
-                                          : "resume it with the program that trained it");
+                    task != "classify" && task != "generate"  // a task of the user's own
+                        ? "resume it with the task that trained it ('" + saved + "')"
+                        : saved == "generate"   ? "resume it with train --task generate"
+                          : saved == "classify" ? "resume it without --task generate"
+                                                : "resume it with the program that trained it");
   }
   if (!meta.contains("dataset") || !meta.at("dataset").is_string()) return;
   const std::string saved = meta.at("dataset").get<std::string>();

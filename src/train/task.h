@@ -35,6 +35,11 @@ struct TaskTraits {
   bool cuda_graphs = true;     // the step is a fixed sequence of kernels (no host-side work)
   bool data_parallel = false;  // use_data_parallel() is implemented (--strategy dp)
   bool drop_last = false;      // every batch full (always, whatever --drop-last says)
+  // One of spritetorch's own models: it runs on channels_last tensors, and a LibTorch error in
+  // its step is a bug of ours (exit 1). A module of the user's own is tried in that layout on two
+  // samples first (a .view() of a convolution's output fails there), and an error in its step is
+  // the user's to mend: an Error naming the epoch, the step and the batch.
+  bool builtin_model = false;
   std::string no_cuda_graphs;  // why not, when cuda_graphs is false
 };
 
@@ -70,8 +75,12 @@ class Task {
   // Makes (or adopts) the module for this data, on the CPU; the global seed is already set, so
   // its initial weights are reproducible. The Trainer then moves it to the device once.
   // The run's options, before build(): a task takes the ones that are its own (ClassifierTask:
-  // label_smoothing, test_time_augment) and refuses values it cannot honour.
-  virtual void configure(const TrainConfig& /*options*/) {}
+  // label_smoothing, test_time_augment) and refuses values it cannot honour. This default, for a
+  // task of the user's own, refuses every option of the built-in tasks (model, label smoothing,
+  // test-time augmentation, the whitened first convolution, activation checkpointing, the
+  // generator's design and sample sheets) unless it has its default value: a task that takes one
+  // overrides configure and reads it.
+  virtual void configure(const TrainConfig& options);
   virtual void build(const TaskSetup& setup) = 0;
   // Seconds build() spent learning from the training data (ClassifierTask: the whitened first
   // convolution's filters), device-synchronised. The run's training time counts them, as a

@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -8,6 +9,7 @@
 #include "common/output_file.h"
 #include "common/timer.h"
 #include "data/augment.h"
+#include "data/dataset.h"
 #include "data/dummy.h"
 #include "data/sprite_sources.h"
 #include "device/device.h"
@@ -119,9 +121,29 @@ namespace {
 // its own; it lives only for the call. The constructor keeps the set-up order, which matters: an
 // impossible request fails before the model is built or data moved, and the seed is set before the
 // weights are drawn.
+namespace {
+
+void apply_contiguous(torch::nn::Module& module) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : module.parameters())
+    if (p.dim() == 4 && !p.is_contiguous()) p.set_data(p.contiguous());
+}
+
+}  // namespace
+
 class TrainingRun {
  public:
   TrainingRun(const TrainConfig& config, Task& task, const Datasets& data, TrainObserver* observer);
+  // A module of the user's own leaves as it came, however the run ends: NCHW parameters again
+  // where the run made them channels_last (the caller's own forward may .view() a convolution's
+  // output).
+  ~TrainingRun() {
+    if (!channels_last_ || !users_module_) return;
+    try {
+      apply_contiguous(task_.module());
+    } catch (const std::exception&) {  // out of memory: the module stays as the run made it
+    }
+  }
   TrainingRun(const TrainingRun&) = delete;  // observer_ may point at silent_
   TrainingRun& operator=(const TrainingRun&) = delete;
 
@@ -176,6 +198,8 @@ class TrainingRun {
   std::optional<Checkpoint> resumed_;  // --resume, read and checked once
   bool has_conv_ = false;              // a 4-D parameter: --channels-last concerns this model
   bool channels_last_ = false;
+  std::string channels_last_refused_;  // why a module of the user's own stays NCHW
+  bool users_module_ = false;          // not one of ours (TaskTraits::builtin_model)
   std::unique_ptr<FlatOptimizer> optimizer_;
   std::unique_ptr<precision::GradScaler> scaler_;  // fp16 only
   int64_t start_epoch_ = 0;
@@ -308,9 +332,52 @@ bool TrainingRun::decide_cuda_graphs() {
   return false;
 }
 
+namespace {
+
+// The task's step on two training samples in channels_last (eval mode, no gradient), its module's
+// 4-D parameters already converted: "" when it runs, else the first line of why not. A step that
+// fails in NCHW too is left to fail where it runs, with its own error.
+std::string channels_last_failure(Task& task, torch::nn::Module& module, const data::Dataset& train,
+                                  torch::Device device) {
+  if (train.size() == 0 || train.inputs.dim() != 4) return "";
+  const int64_t n = std::min<int64_t>(2, train.size());
+  data::Batch probe;
+  probe.inputs = data::to_model_input(train.inputs.narrow(0, 0, n)).to(device);
+  probe.labels = train.labels.narrow(0, 0, n).to(device, torch::kInt64);
+  auto runs = [&](torch::MemoryFormat format) -> std::string {
+    data::Batch batch = probe;
+    batch.inputs = probe.inputs.contiguous(format);
+    try {
+      torch::NoGradGuard no_grad;
+      task.training_step(batch);
+    } catch (const c10::Error& e) {
+      const std::string text = e.what_without_backtrace();
+      return text.substr(0, text.find('\n'));
+    } catch (const std::exception& e) {
+      const std::string text = e.what();
+      return text.substr(0, text.find('\n'));
+    }
+    return "";
+  };
+  const bool training = module.is_training();
+  module.eval();
+  std::string failure = runs(torch::MemoryFormat::ChannelsLast);
+  if (!failure.empty()) {
+    apply_contiguous(module);
+    if (!runs(torch::MemoryFormat::Contiguous).empty()) failure.clear();
+    apply_channels_last(module);
+  }
+  module.train(training);
+  return failure;
+}
+
+}  // namespace
+
 void TrainingRun::set_up_model() {
   task_.build(
       {data_.train, resumed_ ? &*resumed_ : nullptr, config_.resume, config_.seed, device_});
+  // After build(): a classifier knows only then whether its model is a TorchScript file.
+  users_module_ = !task_.traits().builtin_model;
   torch::nn::Module& module = task_.module();
   module.to(device_);  // once, before the loop
   task_.to_device(device_);
@@ -320,6 +387,13 @@ void TrainingRun::set_up_model() {
   // On CUDA and on a CPU with AVX2 or AVX-512 (device::channels_last_pays; docs/precision.md).
   channels_last_ = device::channels_last_pays(device_) && config_.channels_last && has_conv_;
   if (channels_last_) apply_channels_last(module);
+  if (channels_last_ && users_module_) {
+    channels_last_refused_ = channels_last_failure(task_, module, data_.train, device_);
+    if (!channels_last_refused_.empty()) {
+      channels_last_ = false;
+      apply_contiguous(module);
+    }
+  }
   if (device_.is_cuda()) at::globalContext().setBenchmarkCuDNN(config_.cudnn_benchmark);
   optimizer_ = std::make_unique<FlatOptimizer>(trainable_parameters(module), optimization_.options);
   if (resumed_) {
@@ -517,8 +591,11 @@ Settings TrainingRun::describe() const {
                           "--channels-last false unused: this model has no convolutions");
   if (config_.channels_last && has_conv_)
     settings.emplace_back("memory format",
-                          channels_last_
-                              ? "channels_last"
+                          channels_last_ ? "channels_last"
+                          : !channels_last_refused_.empty()
+                              ? "NCHW: the model's step fails on channels_last tensors (" +
+                                    channels_last_refused_ +
+                                    "); .reshape() instead of .view() lets it run channels_last"
                               : "NCHW (--channels-last applies to CUDA and to CPUs with AVX2)");
   if (graph_step_)
     settings.emplace_back("cuda graphs", "whole step captured after " +
@@ -745,6 +822,18 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
       task_.after_optimizer_step();
     } catch (const c10::OutOfMemoryError& e) {
       throw out_of_memory(e, config_, epoch, step, [&] { return save_run_checkpoint(progress); });
+    } catch (const c10::Error& e) {
+      const std::string message = e.what_without_backtrace();
+      if (!users_module_ || message.find("not enough memory") != std::string::npos ||
+          message.find("to allocate") != std::string::npos)
+        throw;  // a bug of ours, or a host allocation (main says how much)
+      throw Error("epoch " + std::to_string(epoch + 1) + ", step " + std::to_string(step + 1) +
+                      ": the training step failed on a batch of shape " +
+                      c10::str(batch.inputs.sizes()) + ": " + message.substr(0, message.find('\n')),
+                  b < config_.batch_size
+                      ? "it was the epoch's last batch, of " + std::to_string(b) +
+                            " samples: drop_last (--drop-last) leaves a partial batch out"
+                      : "the model's forward or loss fails on this batch");
     }
     progress.interval_samples += b;
     progress.samples += b;
@@ -953,6 +1042,9 @@ void check_split(const data::Dataset& d, const std::string& role, const data::Da
   const std::string name = "the " + role + " set '" + d.name + "'";
   if (!d.inputs.defined() || !d.labels.defined()) {
     if (role == "training") throw Error(name + " has no inputs or no labels");
+    if (d.inputs.defined() || d.labels.defined())
+      throw DataError(name, "inputs and labels, or neither (no test set)",
+                      d.inputs.defined() ? "inputs but no labels" : "labels but no inputs");
     return;  // no test set
   }
   if (d.labels.dim() != 1 || d.labels.size(0) != d.inputs.size(0))
@@ -988,9 +1080,40 @@ void check_split(const data::Dataset& d, const std::string& role, const data::Da
 
 }  // namespace
 
+namespace {
+
+// The values the CLI's flags refuse, refused here too: a library caller fills TrainConfig itself.
+void check_config_values(const TrainConfig& o) {
+  if (o.epochs < 0) throw Error("--epochs must be >= 0");
+  if (o.batch_size <= 0) throw Error("--batch-size must be positive");
+  auto at_least_zero = [](const char* option, double value) {
+    if (!(value >= 0) || !std::isfinite(value))
+      throw Error(std::string(option) + " must be a number >= 0, got " + c10::str(value));
+  };
+  at_least_zero("--clip-grad-norm (clip_grad_norm)", o.clip_grad_norm);
+  at_least_zero("--time-budget (time_budget_s)", o.time_budget_s);
+  const std::pair<const char*, int64_t> counts[] = {
+      {"--log-every (log_every)", o.log_every},
+      {"--eval-every (eval_every)", o.eval_every},
+      {"--eval-every-steps (eval_every_steps)", o.eval_every_steps},
+      {"--checkpoint-every (checkpoint_every)", o.checkpoint_every},
+      {"--keep-last (keep_last)", o.keep_last},
+      {"--train-limit (train_limit)", o.train_limit},
+      {"--test-limit (test_limit)", o.test_limit},
+      {"--threads (threads)", o.threads},
+      {"--blas-threads (blas_threads)", o.blas_threads},
+      {"--step-threads (step_threads)", o.step_threads}};
+  for (const auto& [option, value] : counts)
+    if (value < 0) throw Error(std::string(option) + " must be >= 0, got " + std::to_string(value));
+  if (!(o.target_accuracy >= 0 && o.target_accuracy <= 1))
+    throw Error("--target-accuracy (target_accuracy) must be in [0, 1] (0: none), got " +
+                c10::str(o.target_accuracy));
+}
+
+}  // namespace
+
 TrainReport Trainer::fit(Task& task, const Datasets& data, TrainObserver* observer) {
-  if (options_.epochs < 0) throw Error("--epochs must be >= 0");
-  if (options_.batch_size <= 0) throw Error("--batch-size must be positive");
+  check_config_values(options_);
   check_split(data.train, "training", nullptr);
   check_split(data.test, "test", &data.train);
   task.configure(options_);

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "device/device.h"
 #include "test_util.h"
 #include "train/classifier_task.h"
 #include "train/trainer.h"
@@ -213,6 +214,126 @@ TEST(UserModule, AStepThatCountsNothingNeedsATaskWithoutAccuracy) {
   EXPECT_FALSE(report.has_accuracy);
   ASSERT_EQ(report.epochs.size(), 1u);
   EXPECT_TRUE(std::isfinite(report.epochs[0].loss));
+}
+
+TEST(UserModule, NamesOfTheBuiltInModelsAreRefused) {
+  // A checkpoint's model name tells a user's module from ours: "script" made save() read a
+  // TorchScript archive the module does not have (a crash after training), "cnn" made the
+  // checkpoint read back as the built-in CNN.
+  for (const std::string name : {"script", "script:net.pt", "cnn", "ann", "simplenn", ""})
+    EXPECT_NE(error_of([&] {
+                ClassifierTask task(TinyNet(2), name);
+              }).find("names one of spritetorch's own models"),
+              std::string::npos)
+        << name;
+}
+
+// (B, 1, 8, 8) -> (B, 2), flattening a convolution's output with .view(): fine in NCHW, an error
+// on channels_last tensors (the second convolution's input has channels to be last).
+struct ViewNetImpl : torch::nn::Module {
+  ViewNetImpl() {
+    conv = register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 4, 3).padding(1)));
+    conv2 =
+        register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(4, 4, 3).padding(1)));
+    fc = register_module("fc", torch::nn::Linear(4 * 4 * 4, 2));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    x = torch::max_pool2d(torch::relu(conv2(torch::relu(conv(x)))), 2);
+    return fc(x.view({x.size(0), -1}));
+  }
+  torch::nn::Conv2d conv{nullptr}, conv2{nullptr};
+  torch::nn::Linear fc{nullptr};
+};
+TORCH_MODULE(ViewNet);
+
+TEST(UserModule, AModuleThatCannotRunChannelsLastTrainsInNchwAndLeavesAsItCame) {
+  ViewNet net;
+  ClassifierTask task(net, "viewnet");
+  const auto report = Trainer(tiny_config()).fit(task, {bars(128, 1), bars(32, 2)});
+  EXPECT_TRUE(std::isfinite(report.epochs.at(0).loss));
+  std::string format;
+  for (const auto& [key, value] : report.settings)
+    if (key == "memory format") format = value;
+  if (device::channels_last_pays(torch::kCPU)) {
+    EXPECT_NE(format.find("NCHW: the model's step fails on channels_last tensors"),
+              std::string::npos)
+        << format;
+  }
+  // The caller's own forward works after fit, as before it.
+  EXPECT_TRUE(net->conv2->weight.is_contiguous());
+  EXPECT_EQ(net->forward(torch::rand({3, 1, 8, 8})).sizes(), (std::vector<int64_t>{3, 2}));
+  // A module that runs channels_last trains so, and is given back NCHW too.
+  TinyNet tiny(2);
+  ClassifierTask plain(tiny, "tiny");
+  Trainer(tiny_config()).fit(plain, {bars(128, 1), bars(32, 2)});
+  EXPECT_TRUE(tiny->conv->weight.is_contiguous());
+}
+
+// (B, 1, 8, 8) -> (B, 2) through BatchNorm: a batch of one sample cannot train.
+struct NormNetImpl : torch::nn::Module {
+  NormNetImpl() {
+    fc = register_module("fc", torch::nn::Linear(64, 8));
+    norm = register_module("norm", torch::nn::BatchNorm1d(8));
+    out = register_module("out", torch::nn::Linear(8, 2));
+  }
+  torch::Tensor forward(torch::Tensor x) { return out(torch::relu(norm(fc(x.flatten(1))))); }
+  torch::nn::Linear fc{nullptr}, out{nullptr};
+  torch::nn::BatchNorm1d norm{nullptr};
+};
+TORCH_MODULE(NormNet);
+
+TEST(UserModule, AnErrorInTheStepNamesTheEpochStepAndBatch) {
+  ClassifierTask task(NormNet(), "norm");
+  std::string error;
+  try {
+    Trainer(tiny_config()).fit(task, {bars(33, 1), bars(32, 2)});
+  } catch (const Error& e) {
+    error = std::string(e.what()) + "\nhint: " + e.hint();
+  }
+  EXPECT_NE(
+      error.find("epoch 1, step 2: the training step failed on a batch of shape [1, 1, 8, 8]"),
+      std::string::npos)
+      << error;
+  EXPECT_NE(error.find("drop_last (--drop-last) leaves a partial batch out"), std::string::npos)
+      << error;
+  auto c = tiny_config();
+  c.drop_last = true;
+  ClassifierTask dropped(NormNet(), "norm");
+  EXPECT_EQ(Trainer(c).fit(dropped, {bars(33, 1), bars(32, 2)}).steps, 1);
+}
+
+TEST(UserModule, ATestSetWithInputsOrLabelsAloneIsRefused) {
+  auto test = bars(32, 2);
+  test.labels = torch::Tensor();
+  EXPECT_NE(fit_error({bars(128, 1), test}).find("inputs but no labels"), std::string::npos);
+  test = bars(32, 2);
+  test.inputs = torch::Tensor();
+  EXPECT_NE(fit_error({bars(128, 1), test}).find("labels but no inputs"), std::string::npos);
+}
+
+TEST(UserModule, ConfigValuesTheFlagsRefuseAreRefusedByFit) {
+  const Datasets data{bars(64, 1), bars(32, 2)};
+  auto with = [&](auto change) {
+    TrainConfig c = tiny_config();
+    change(c);
+    return fit_error(data, 2, c);
+  };
+  EXPECT_NE(with([](TrainConfig& c) {
+              c.clip_grad_norm = -1;
+            }).find("--clip-grad-norm (clip_grad_norm) must be a number >= 0, got -1"),
+            std::string::npos);
+  EXPECT_NE(with([](TrainConfig& c) { c.clip_grad_norm = std::nan(""); }).find("clip_grad_norm"),
+            std::string::npos);
+  EXPECT_NE(with([](TrainConfig& c) { c.target_accuracy = 1.5; }).find("target_accuracy"),
+            std::string::npos);
+  EXPECT_NE(with([](TrainConfig& c) { c.log_every = -1; }).find("log_every"), std::string::npos);
+  EXPECT_NE(with([](TrainConfig& c) { c.threads = -2; }).find("threads"), std::string::npos);
+  EXPECT_NE(with([](TrainConfig& c) {
+              c.model = "cnn";
+            }).find("names a built-in model; this task trains the module it was given"),
+            std::string::npos);
+  EXPECT_NE(with([](TrainConfig& c) { c.task = TaskKind::kGenerate; }).find("ClassifierTask"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -4,7 +4,9 @@
 // it, evaluate it, checkpoint it, and resume it mid-epoch to the same weights and the same EMA as
 // a run that never stopped; what it cannot do for such a task is an error that says why.
 #include <gtest/gtest.h>
+
 #include <torch/torch.h>
+#include <functional>
 
 #include <csignal>
 #include <filesystem>
@@ -242,6 +244,22 @@ TEST_F(UserTask, WhatTheTrainerCannotDoForItIsRefusedWithTheReason) {
               Trainer(c).fit(target, data_);
             }).find("--target-accuracy needs a task with an accuracy; task 'denoise' has none"),
             std::string::npos);
+  // The built-in tasks' options are refused, not ignored, by a task that does not take them.
+  const std::vector<std::pair<std::string, std::function<void(TrainConfig&)>>> others = {
+      {"label_smoothing is", [](TrainConfig& o) { o.label_smoothing = 0.1; }},
+      {"test_time_augment is", [](TrainConfig& o) { o.test_time_augment = "flip"; }},
+      {"first_conv is", [](TrainConfig& o) { o.first_conv = "whitened"; }},
+      {"activation_checkpointing is", [](TrainConfig& o) { o.activation_checkpointing = true; }},
+      {"a generator option (sample_every, unet_*", [](TrainConfig& o) { o.unet_base = 64; }},
+      {"a generator option (sample_every, unet_*", [](TrainConfig& o) { o.sample_every = 1; }},
+      {"model 'cnn' is", [](TrainConfig& o) { o.model = "cnn"; }}};
+  for (const auto& [option, set] : others) {
+    c = config("x.pt");
+    set(c);
+    DenoiseTask task;
+    const std::string error = error_of([&] { Trainer(c).fit(task, data_); });
+    EXPECT_NE(error.find(option), std::string::npos) << option << ": " << error;
+  }
 }
 
 // Its checkpoint resumes its own task only: a classifier of the same module would read the
