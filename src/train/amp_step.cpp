@@ -51,4 +51,10 @@ void apply_channels_last(torch::nn::Module& model) {
     if (p.dim() == 4) p.set_data(p.contiguous(torch::MemoryFormat::ChannelsLast));
 }
 
+void apply_contiguous(torch::nn::Module& model) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : model.parameters())
+    if (p.dim() == 4 && !p.is_contiguous()) p.set_data(p.contiguous());
+}
+
 }  // namespace spritetorch::train

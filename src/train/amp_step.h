@@ -38,5 +38,7 @@ void finish_step(FlatOptimizer& optimizer, precision::GradScaler* scaler, double
 // Converts the model's 4-D parameters (conv weights) to channels_last in place. Call before
 // building the FlatOptimizer (it keeps their strides).
 void apply_channels_last(torch::nn::Module& model);
+// The other way: 4-D parameters back to NCHW (a module of the user's own, given back as it came).
+void apply_contiguous(torch::nn::Module& model);
 
 }  // namespace spritetorch::train

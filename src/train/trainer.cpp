@@ -121,16 +121,6 @@ namespace {
 // its own; it lives only for the call. The constructor keeps the set-up order, which matters: an
 // impossible request fails before the model is built or data moved, and the seed is set before the
 // weights are drawn.
-namespace {
-
-void apply_contiguous(torch::nn::Module& module) {
-  torch::NoGradGuard no_grad;
-  for (auto& p : module.parameters())
-    if (p.dim() == 4 && !p.is_contiguous()) p.set_data(p.contiguous());
-}
-
-}  // namespace
-
 class TrainingRun {
  public:
   TrainingRun(const TrainConfig& config, Task& task, const Datasets& data, TrainObserver* observer);
