@@ -176,6 +176,17 @@ static train::TrainConfig eval_data_config(const nlohmann::json& meta,
                                            const std::string& dataset) {
   train::TrainConfig config = train::checkpoint_data_config(meta, checkpoint);
   const auto kind = [](const std::string& spec) { return spec.substr(0, spec.find(':')); };
+  if (config.dataset == train::kInMemoryDataset) {
+    if (dataset.empty())
+      throw Error(checkpoint +
+                      " was trained on data a program gave Trainer::fit in memory (its "
+                      "metadata's dataset: " +
+                      config.dataset + "): there is none to load",
+                  "pass --dataset with that data (fashion-mnist, folder:PATH, sheet:FILE or "
+                  "npy:FILE[,LABELS.npy])");
+    config.dataset = dataset;
+    return config;
+  }
   if (!dataset.empty()) {
     if (config.dataset.find(':') == std::string::npos)
       throw Error("--dataset " + dataset + ": " + checkpoint + " was trained on " + config.dataset +

@@ -230,7 +230,7 @@ int run(int argc, char** argv) {
     const std::string message = e.what_without_backtrace();
     // CUDA's first line also says what the device holds and what is free: kept as a note.
     std::cerr << "error: out of device memory: " << allocation_size(message) << " failed\n"
-              << "note: " << message.substr(0, message.find('\n')) << "\n"
+              << "note: " << spritetorch::first_line(message) << "\n"
               << "hint: " << memory_hint(active)
               << "; or bf16 precision, or the data streamed from the host (--data-on host)\n";
     return 2;
@@ -253,8 +253,7 @@ int run(int argc, char** argv) {
     // A host allocation that failed (a size no check caught): the input asked for too much, not a
     // bug to report with exit 1.
     const std::string message = e.what_without_backtrace();
-    if (message.find("not enough memory") != std::string::npos ||
-        message.find("to allocate") != std::string::npos) {
+    if (spritetorch::is_host_allocation_failure(message)) {
       std::cerr << "error: out of memory: " << allocation_size(message) << " failed\n"
                 << "hint: " << memory_hint(active) << "\n";
       return 2;

@@ -35,4 +35,16 @@ class IncompleteRun : public Error {
   using Error::Error;
 };
 
+// The first line of an exception's text: LibTorch's messages go on with a backtrace or the
+// operator's context, which a one-line error does not carry.
+inline std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+// Whether LibTorch's error text is a failed host allocation ("can't allocate memory: you tried to
+// allocate N bytes", "DefaultCPUAllocator: not enough memory"): input that asked for too much,
+// told as out of memory, not a bug of ours.
+inline bool is_host_allocation_failure(const std::string& message) {
+  return message.find("not enough memory") != std::string::npos ||
+         message.find("to allocate") != std::string::npos;
+}
+
 }  // namespace spritetorch

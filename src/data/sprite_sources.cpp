@@ -227,14 +227,18 @@ std::string relative_name(const fs::path& p, const std::string& root) {
   return ec || relative.empty() ? p.string() : relative.string();
 }
 
+// ".PNG" -> ".png": file names from Windows tools and cameras keep their capitals.
+std::string lower_extension(const fs::path& p) {
+  std::string ext = p.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), ::tolower);
+  return ext;
+}
+
 // Whether a folder holds a .png file, at any depth (links to folders not followed).
 bool holds_png(const fs::path& dir) {
   std::error_code ec;
-  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    std::string ext = it->path().extension().string();
-    std::transform(ext.begin(), ext.end(), ext.begin(), ::tolower);
-    if (ext == ".png") return true;
-  }
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (lower_extension(it->path()) == ".png") return true;
   return false;
 }
 
@@ -248,11 +252,6 @@ Dataset read_sprite_folder(const std::string& path, int64_t size, const std::str
                     fs::exists(path, ec) ? "a file" : "no such folder");
   // Hidden entries (.git, macOS's ._name.png) are not classes or sprites.
   auto hidden = [](const fs::path& p) { return p.filename().string().rfind('.', 0) == 0; };
-  auto lower_extension = [](const fs::path& p) {
-    std::string ext = p.extension().string();
-    std::transform(ext.begin(), ext.end(), ext.begin(), ::tolower);
-    return ext;
-  };
   auto other_picture = [&](const fs::path& p) {
     static const std::set<std::string> kinds = {".gif",  ".jpg", ".jpeg", ".bmp",
                                                 ".webp", ".tga", ".tif",  ".tiff",

@@ -17,7 +17,7 @@ constexpr char kWhat[] =
 
 // What went wrong, in one line: the interpreter's messages are two tracebacks (serialized code,
 // then the Python source) ending in "RuntimeError: <the error>"; others have it on the first line.
-std::string first_line(const std::string& text) {
+std::string interpreter_message(const std::string& text) {
   const std::string marker = "RuntimeError: ";
   const size_t last = text.rfind(marker);
   std::string tail = last == std::string::npos ? text : text.substr(last + marker.size());
@@ -68,9 +68,9 @@ ScriptClassifierImpl::ScriptClassifierImpl(const std::string& archive, const std
   try {
     script_ = load_archive(archive);
   } catch (const c10::Error& e) {
-    throw DataError(source, kWhat, refused + first_line(e.what_without_backtrace()));
+    throw DataError(source, kWhat, refused + interpreter_message(e.what_without_backtrace()));
   } catch (const std::exception& e) {  // the reader throws more than c10::Error (jit::ErrorReport)
-    throw DataError(source, kWhat, refused + first_line(e.what()));
+    throw DataError(source, kWhat, refused + interpreter_message(e.what()));
   }
   if (!script_.find_method("forward"))
     throw DataError(source, "a TorchScript module with a forward method", "none");
@@ -107,7 +107,7 @@ torch::Tensor ScriptClassifierImpl::forward(torch::Tensor x) {
   } catch (const Error&) {
     throw;
   } catch (const std::runtime_error& e) {  // the interpreter's: its tracebacks, then the error
-    throw Error(source_ + ": its forward failed: " + first_line(e.what()),
+    throw Error(source_ + ": its forward failed: " + interpreter_message(e.what()),
                 "the whole message: run the model on such a batch in Python");
   }
   // The probe saw one batch size in eval mode: training mode, or a traced model's fixed batch,
@@ -171,7 +171,7 @@ void ScriptClassifierImpl::check_logits(const std::vector<int64_t>& input_shape,
     throw;
   } catch (const std::exception& e) {
     train(was_training);
-    throw DataError(source, wanted, "one that fails on them: " + first_line(e.what()),
+    throw DataError(source, wanted, "one that fails on them: " + interpreter_message(e.what()),
                     "check the model against the dataset (--dataset, its --size)");
   }
   train(was_training);

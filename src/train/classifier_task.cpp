@@ -38,8 +38,6 @@ void refuse_generator_options(const TrainConfig& config) {
     throw not_for_task("--min-snr-gamma", "classify", "it weights the generator's loss");
 }
 
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
-
 // The user's forward on two training samples (eval mode, no gradient), before any training: logits
 // of another shape would train on the wrong classes, or fail in the loss or at the final
 // evaluation with LibTorch's words, after the whole run.

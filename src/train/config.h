@@ -35,9 +35,14 @@ const Choices<DistShard>& choices_of(DistShard);                    // auto, glo
 const Choices<CudaGraphs>& choices_of(CudaGraphs);                  // auto, on, off
 const Choices<ThreadGovernorMode>& choices_of(ThreadGovernorMode);  // auto, on, off
 
+// The dataset a checkpoint records for data given to Trainer::fit without a source
+// (Datasets::source): no dataset eval or a resume could load by name (they ask for --dataset),
+// and not the config's default.
+inline constexpr char kInMemoryDataset[] = "in-memory";
+
 struct TrainConfig {
   std::string model;  // ann | cnn | simplenn | unet; empty: default_model (below)
-  std::string dataset = "fashion-mnist";  // fashion-mnist | dummy
+  std::string dataset = "fashion-mnist";  // fashion-mnist | dummy | sprite sets | kInMemoryDataset
   std::string data_dir = data::kDefaultFashionMnistDir;
   std::string device = "auto";  // auto | cpu | cuda | cuda:N | mps
   int64_t epochs = 5;

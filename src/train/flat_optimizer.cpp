@@ -174,10 +174,8 @@ void FlatOptimizer::step_on_device(const torch::Tensor& found_inf) {
       step_t_.sub_(1.0);
       fused_adam_.reset();
       fused_lists_.clear();
-      std::string why = e.what_without_backtrace();
-      why = why.substr(0, why.find('\n'));
-      std::cerr << "note: PyTorch's fused Adam kernel refused the optimizer's buffers (" << why
-                << "); the step runs as tensor ops\n";
+      std::cerr << "note: PyTorch's fused Adam kernel refused the optimizer's buffers ("
+                << first_line(e.what_without_backtrace()) << "); the step runs as tensor ops\n";
     }
   }
   // keep: () 1 = take the step, 0 = skip it. Multiplying every change by keep skips without a

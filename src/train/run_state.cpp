@@ -262,10 +262,17 @@ void check_resumed_data(const TrainConfig& config, const std::string& task,
   const std::string saved = meta.at("dataset").get<std::string>();
   // Paths may differ (the data moved, or the run resumes from another folder); the kind may not.
   if (dataset_kind(saved) != dataset_kind(config.dataset))
-    throw Error("--resume " + source + " was trained on " + saved + "; this run has --dataset " +
-                    config.dataset,
-                "pass --dataset " + saved +
-                    (saved.find(':') != std::string::npos ? " (or where that data is now)" : ""));
+    throw Error(
+        "--resume " + source + " was trained on " + saved + "; this run has --dataset " +
+            config.dataset,
+        saved == kInMemoryDataset
+            ? "it was trained on data a program gave Trainer::fit without a Datasets::source: "
+              "resume it with the same data, given the same way"
+            : "pass --dataset " + saved +
+                  (saved.find(':') != std::string::npos ? " (or where that data is now)" : "") +
+                  (config.dataset == kInMemoryDataset
+                       ? " (a program: Datasets::source names the data)"
+                       : ""));
   if (!data::is_sprite_dataset(saved) || !meta.contains("sprites")) return;
   data::SpriteOptions then;
   try {
@@ -350,11 +357,9 @@ Error out_of_memory(const std::exception& oom, const TrainConfig& config, int64_
   } catch (const std::exception& e) {
     saved = std::string("the run state could not be saved: ") + e.what();
   }
-  std::string first_line = oom.what();
-  first_line = first_line.substr(0, first_line.find('\n'));
   return Error("out of device memory in epoch " + std::to_string(epoch + 1) + ", step " +
                    std::to_string(step + 1) + " (batch " + std::to_string(config.batch_size) +
-                   " on " + config.device + "): " + first_line + "; " + saved,
+                   " on " + config.device + "): " + first_line(oom.what()) + "; " + saved,
                "try a smaller --batch-size, bf16 precision, or streaming the data instead of "
                "keeping the dataset resident on the device");
 }

@@ -89,6 +89,11 @@ std::string describe_step(const TrainStep& step) {
 }  // namespace
 
 Datasets load_datasets(const TrainConfig& config) {
+  if (config.dataset == kInMemoryDataset)
+    throw Error("dataset '" + config.dataset +
+                    "' is data a program gave Trainer::fit in memory; it cannot be loaded by name",
+                "pass --dataset with that data (fashion-mnist, folder:PATH, sheet:FILE or "
+                "npy:FILE[,LABELS.npy])");
   const bool sprites = data::is_sprite_dataset(config.dataset);
   if (!sprites && config.dataset != "fashion-mnist" && config.dataset != "dummy")
     throw Error("unknown dataset '" + config.dataset +
@@ -96,6 +101,7 @@ Datasets load_datasets(const TrainConfig& config) {
                 "folder:PATH, sheet:FILE or npy:FILE[,LABELS.npy]");
   data::check_sprite_options_apply(config.dataset, config.sprites);  // before reading anything
   Datasets out;
+  out.source = config.dataset;
   if (config.dataset == "fashion-mnist") {
     const auto cache = data::IdxCache::from_environment();
     out.train = data::load_fashion_mnist(config.data_dir, data::Split::kTrain, cache);
@@ -341,11 +347,9 @@ std::string channels_last_failure(Task& task, torch::nn::Module& module, const d
       torch::NoGradGuard no_grad;
       task.training_step(batch);
     } catch (const c10::Error& e) {
-      const std::string text = e.what_without_backtrace();
-      return text.substr(0, text.find('\n'));
+      return first_line(e.what_without_backtrace());
     } catch (const std::exception& e) {
-      const std::string text = e.what();
-      return text.substr(0, text.find('\n'));
+      return first_line(e.what());
     }
     return "";
   };
@@ -814,12 +818,11 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
       throw out_of_memory(e, config_, epoch, step, [&] { return save_run_checkpoint(progress); });
     } catch (const c10::Error& e) {
       const std::string message = e.what_without_backtrace();
-      if (!users_module_ || message.find("not enough memory") != std::string::npos ||
-          message.find("to allocate") != std::string::npos)
+      if (!users_module_ || is_host_allocation_failure(message))
         throw;  // a bug of ours, or a host allocation (main says how much)
       throw Error("epoch " + std::to_string(epoch + 1) + ", step " + std::to_string(step + 1) +
                       ": the training step failed on a batch of shape " +
-                      c10::str(batch.inputs.sizes()) + ": " + message.substr(0, message.find('\n')),
+                      c10::str(batch.inputs.sizes()) + ": " + first_line(message),
                   b < config_.batch_size
                       ? "it was the epoch's last batch, of " + std::to_string(b) +
                             " samples: drop_last (--drop-last) leaves a partial batch out"
@@ -1112,7 +1115,10 @@ TrainReport Trainer::fit(Task& task, const Datasets& data, TrainObserver* observ
   // A caller's NoGradGuard or InferenceMode would leave nothing to differentiate.
   c10::InferenceMode no_inference_mode(false);
   torch::AutoGradMode grad_mode(true);
-  TrainReport report = TrainingRun(options_, task, data, observer).run();
+  // The run's config names the data it trains on: checkpoints record it and --resume compares it.
+  TrainConfig config = options_;
+  config.dataset = data.source.empty() ? kInMemoryDataset : data.source;
+  TrainReport report = TrainingRun(config, task, data, observer).run();
   // The parameters' gradients were views of the run's flat buffer: the module's own again, so the
   // caller may zero them, use another optimizer or fit again.
   for (auto& p : task.module().parameters())

@@ -128,6 +128,9 @@ class TrainObserver {
 
 struct Datasets {
   data::Dataset train, test;  // test may be empty: then no evaluation
+  // What the data is, as checkpoints record it and --resume / eval compare it: the --dataset spec
+  // load_datasets read, or a name of the caller's. Empty: kInMemoryDataset.
+  std::string source = {};  // (a default, so that {train, test} stays warning-free)
 };
 
 // The parameters the optimizer trains: those with requires_grad (a frozen layer stays as it is,

@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "device/device.h"
 #include "test_util.h"
+#include "train/checkpoint.h"
 #include "train/classifier_task.h"
 #include "train/trainer.h"
 
@@ -16,6 +17,7 @@ namespace spritetorch::train {
 namespace {
 
 using spritetorch::testing::error_of;
+using spritetorch::testing::ScratchDir;
 
 // (B, 1, 8, 8) uint8 -> (B, classes) logits.
 struct TinyNetImpl : torch::nn::Module {
@@ -333,6 +335,41 @@ TEST(UserModule, ConfigValuesTheFlagsRefuseAreRefusedByFit) {
             }).find("names a built-in model; this task trains the module it was given"),
             std::string::npos);
   EXPECT_NE(with([](TrainConfig& c) { c.task = TaskKind::kGenerate; }).find("ClassifierTask"),
+            std::string::npos);
+}
+
+TEST(UserModule, DataGivenInMemoryIsRecordedAsSuchNotAsTheConfigsDefault) {
+  // The config's dataset defaults to fashion-mnist; a checkpoint of data built in memory recorded
+  // it, so that eval loaded Fashion-MNIST for it and a resume on Fashion-MNIST passed the check.
+  ScratchDir dir;
+  TrainConfig c = tiny_config();
+  c.save = dir.file("bars.pt");
+  ClassifierTask task(TinyNet(2), "tiny");
+  Trainer(c).fit(task, {bars(64, 1), bars(32, 2)});
+  EXPECT_EQ(load_checkpoint(c.save).meta.at("dataset"), kInMemoryDataset);
+
+  TrainConfig resume = tiny_config();
+  resume.resume = c.save;
+  resume.epochs = 2;
+  ClassifierTask again(TinyNet(2), "tiny");
+  const std::string wrong = error_of([&] {
+    Trainer(resume).fit(again, {bars(64, 1), bars(32, 2), "fashion-mnist"});
+  });
+  EXPECT_NE(wrong.find("was trained on in-memory; this run has --dataset fashion-mnist"),
+            std::string::npos)
+      << wrong;
+  EXPECT_EQ(Trainer(resume).fit(again, {bars(64, 1), bars(32, 2)}).steps, 4);  // 2 a epoch
+
+  // A source of the caller's is recorded as given.
+  TrainConfig named = tiny_config();
+  named.save = dir.file("named.pt");
+  ClassifierTask other(TinyNet(2), "tiny");
+  Trainer(named).fit(other, {bars(64, 1), bars(32, 2), "bars"});
+  EXPECT_EQ(load_checkpoint(named.save).meta.at("dataset"), "bars");
+
+  TrainConfig by_name;
+  by_name.dataset = kInMemoryDataset;
+  EXPECT_NE(error_of([&] { load_datasets(by_name); }).find("cannot be loaded by name"),
             std::string::npos);
 }
 
