@@ -5,8 +5,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -207,8 +210,14 @@ int run(int argc, char** argv) {
     for (const auto& command : commands) {
       if (!command.app->parsed()) continue;
       active = command.app;
-      // The environment, then --config; with --print-config, print them and stop.
-      if (spritetorch::cli::resolve_config(*command.app, std::cout)) return 0;
+      // The environment, then --config; with --print-config, print them and stop (rank 0 alone
+      // under launch: one file, not one per rank).
+      std::ostringstream other_ranks_config;
+      const bool main_rank =
+          spritetorch::distributed::is_main_rank(spritetorch::distributed::process_env());
+      if (spritetorch::cli::resolve_config(*command.app,
+                                           main_rank ? std::cout : other_ranks_config))
+        return 0;
       spritetorch::cli::check_outputs_are_not_inputs(*command.app);
       return command.run();
     }
@@ -270,11 +279,30 @@ int run(int argc, char** argv) {
   }
 }
 
+// A command that did its work but whose standard output was lost (a full disk, /dev/full): exit
+// 1, as for work not delivered, with the reason, instead of 0 and an empty or cut --json file.
+// A reader that closed the pipe (`| head`) is no failure.
+int check_standard_output(int code) {
+  const bool flushed = std::fflush(stdout) == 0;
+  const int error = errno;
+  if (flushed && !std::ferror(stdout) && std::cout.good()) return code;
+  if (!flushed && error == EPIPE) return code;
+  std::cerr << "error: could not write the standard output"
+            << (flushed ? "" : std::string(": ") + std::strerror(error))
+            << "; what the command printed there is lost or cut short\n";
+  return code == 0 ? 1 : code;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   spritetorch::keep_freed_memory_for_reuse();  // before any tensor: common/malloc_tuning.h
-  const int code = run(argc, argv);
+  // A file-size limit (ulimit -f) would kill the process at the write that crosses it (SIGXFSZ),
+  // with no word and the weights lost; ignored, that write fails with EFBIG and the writers' own
+  // paths follow (the checkpoint's rescue copy, the dataset cache's note, an error naming the
+  // file).
+  std::signal(SIGXFSZ, SIG_IGN);
+  const int code = check_standard_output(run(argc, argv));
   // Everything of ours is closed by now; what static destructors are left is LibTorch's, which
   // unregister every operator one by one (~20% of the CPU time of loading it: docs/benchmarks.md).
   // Sanitizer builds return normally, so LeakSanitizer's check at exit still runs.

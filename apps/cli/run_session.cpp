@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "config_file.h"
 #include "data/sprite_sources.h"
+#include "distributed/dist_env.h"
 #include "train/checkpoint.h"
 
 namespace spritetorch::cli {
@@ -28,10 +29,7 @@ std::string model_for_name(const train::TrainConfig& config) {
 }
 
 // ddp ranks other than 0 keep no folder (rank 0 writes for all, as with checkpoints).
-bool main_rank() {
-  const char* rank = std::getenv("RANK");
-  return rank == nullptr || std::string(rank).empty() || std::string(rank) == "0";
-}
+bool main_rank() { return distributed::is_main_rank(distributed::process_env()); }
 
 }  // namespace
 

@@ -40,6 +40,13 @@ EnvLookup process_env() {
 
 bool launched_as_rank(const EnvLookup& env) { return env("RANK") || env("WORLD_SIZE"); }
 
+bool is_main_rank(const EnvLookup& env) {
+  int rank = 0;
+  std::vector<std::string> problems;
+  parse_int(env, "RANK", 0, 1 << 20, rank, problems);
+  return rank == 0;
+}
+
 DistEnv read_dist_env(const EnvLookup& env) {
   DistEnv out;
   std::vector<std::string> missing, problems;

@@ -31,6 +31,11 @@ EnvLookup process_env();
 // True when RANK or WORLD_SIZE is set: the process was started as one rank of several.
 bool launched_as_rank(const EnvLookup& env);
 
+// Whether this process speaks for the run (its run folder, --print-config): rank 0 or no rank at
+// all. RANK as read_dist_env reads it ("00" and " 0" are rank 0); a RANK it refuses counts as 0
+// here, and the run then refuses it with the other variables.
+bool is_main_rank(const EnvLookup& env);
+
 // Reads and validates the variables. Throws spritetorch::Error naming every missing or malformed
 // variable (and rank >= world size) with a hint on how to launch. LOCAL_RANK defaults to RANK and
 // LOCAL_WORLD_SIZE to WORLD_SIZE (one machine) when unset.

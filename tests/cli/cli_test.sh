@@ -665,6 +665,9 @@ expect 2 "error: --nproc-per-node 100000: at most 256 ranks on one machine" -- l
 # --dist-timeout, 300 s, while c10d logged its retries); .invalid never resolves (RFC 2606).
 expect 2 "error: --master-addr nohost\.invalid cannot be resolved" -- launch --master-addr nohost.invalid --nproc-per-node 1 -- train --dataset dummy --model simplenn --epochs 1 --no-run-dir
 expect 2 "error: --master-addr is empty" -- launch --master-addr "" --nproc-per-node 1 -- train --dataset dummy --model simplenn --epochs 1 --no-run-dir
+# --print-config under launch: rank 0 prints the one config file, not one per rank.
+n=$("$bin" launch --nproc-per-node 2 -- "${tiny[@]}" --print-config 2>/dev/null | grep -c '^device = ')
+if [ "$n" = 1 ]; then passes=$((passes + 1)); else echo "FAIL: launch -- train --print-config printed $n configs"; fails=$((fails + 1)); fi
 # A UNet width past any sprite model is refused before it is built (it would exhaust memory).
 expect 2 "--unet-base: '100000' is not a multiple of 8 from 8 to 512" -- train --task generate --dataset sprites --unet-base 100000 --epochs 1 --no-run-dir
 RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29999 \
@@ -834,6 +837,22 @@ n = struct.unpack('<Q', b[:8])[0]
 meta = json.loads(json.loads(b[8:8 + n])['__metadata__']['spritetorch'])
 assert meta.get('test_time_augment') == 'flip', meta"
 expect 2 "s_imported.pt: expected a checkpoint written by train, with the optimizer state a run continues from, found weights imported from $tmp/s_x.safetensors" -- train --dataset dummy --model simplenn --epochs 3 --resume "$tmp/s_imported.pt" --no-run-dir
+
+# Output that could not be written is no success: a --json summary lost on a full device exits 1
+# with the reason; a file-size limit (ulimit -f) fails the write with its reason instead of killing
+# the process without a word (SIGXFSZ).
+out=$("$bin" "${tiny[@]}" --json 2>&1 >/dev/full); rc=$?
+if [ "$rc" = 1 ] && grep -q "^error: could not write the standard output: No space left on device" <<<"$out"; then
+  passes=$((passes + 1))
+else
+  echo "FAIL: --json >/dev/full -> exit $rc: $out"; fails=$((fails + 1))
+fi
+out=$( (ulimit -f 1; "$bin" "${tiny[@]}" --save "$tmp/fsize.pt") 2>&1); rc=$?
+if [ "$rc" = 1 ] && grep -q "^error: cannot write $tmp/fsize.pt: File too large" <<<"$out" && [ ! -e "$tmp/fsize.pt" ]; then
+  passes=$((passes + 1))
+else
+  echo "FAIL: --save under ulimit -f 1 -> exit $rc: $out"; fails=$((fails + 1))
+fi
 
 echo "cli: $passes passed, $fails failed"
 [ "$fails" -eq 0 ]

@@ -52,6 +52,16 @@ TEST(DistEnv, ReadsTorchrunVariables) {
   EXPECT_FALSE(launched_as_rank(fake({})));
 }
 
+TEST(DistEnv, TheMainRankIsRankZeroAsTheRunReadsIt) {
+  // "00" trained as rank 0 while the run folder compared the text to "0": nobody kept the run.
+  for (const std::string zero : {"0", "00", " 0", "+0"})
+    EXPECT_TRUE(is_main_rank(fake({{"RANK", zero}}))) << "'" << zero << "'";
+  EXPECT_TRUE(is_main_rank(fake({})));
+  EXPECT_TRUE(is_main_rank(fake({{"RANK", "x"}})));  // refused by read_dist_env, with its name
+  EXPECT_FALSE(is_main_rank(fake({{"RANK", "1"}})));
+  EXPECT_FALSE(is_main_rank(fake({{"RANK", "01"}})));
+}
+
 TEST(DistEnv, LocalVariablesDefaultToOneMachine) {
   auto vars = good();
   vars.erase("LOCAL_RANK");
