@@ -543,7 +543,14 @@ Settings TrainingRun::describe() const {
                       std::to_string(data_.test.size()) + " test, " +
                       std::to_string(data_.train.num_classes()) + " classes)"},
       {"data path", train_path_.description},
-      {"batch", std::to_string(config_.batch_size) + (drop_last_ ? " (drop last)" : "")},
+      {"batch",
+       std::to_string(config_.batch_size) +
+           // ddp: each rank's; a step averages the ranks' gradients over all of them.
+           (parallel_.distributed() && parallel_.world_size() > 1
+                ? " per rank, " + std::to_string(config_.batch_size * parallel_.world_size()) +
+                      " a step over " + std::to_string(parallel_.world_size()) + " ranks"
+                : "") +
+           (drop_last_ ? " (drop last)" : "")},
       {"epochs",
        std::to_string(epochs_) + (config_.time_budget_s > 0 ? " at most" : "") +
            (start_epoch_ ? " (resuming after " + std::to_string(start_epoch_) + ")" : "")},

@@ -49,6 +49,8 @@ if [ $rc -ne 0 ]; then fail "launch 2 ranks exited $rc: $(tail -5 "$tmp/ddp.err"
   [ "$(json_get "$ddp" '["epochs"][1]["loss"] > 0')" = True ] && pass || fail "no epoch loss in $ddp"
   grep -q "ddp, rank 0 of 2, gloo" <<<"$(json_get "$ddp" '["settings"]["strategy"]')" && pass ||
     fail "strategy row: $(json_get "$ddp" '["settings"]')"
+  [ "$(json_get "$ddp" '["settings"]["batch"]')" = "32 per rank, 64 a step over 2 ranks" ] && pass ||
+    fail "batch row: $(json_get "$ddp" '["settings"]["batch"]')"
   [ "$(grep -c "^Epoch 2/2" "$tmp/ddp.err")" = 1 ] && pass || fail "only rank 0 should print: $(cat "$tmp/ddp.err")"
 fi
 no_overlap=$("$bin" launch --nproc-per-node 2 -- train "${common[@]}" --epochs 2 --batch-size 32 --step autograd --no-overlap --json 2>/dev/null)
