@@ -180,6 +180,10 @@ LaunchResult launch_local_ranks(const LaunchOptions& options,
       ::setenv("GROUP_RANK", std::to_string(options.node_rank).c_str(), 1);
       ::setenv("MASTER_ADDR", options.master_addr.c_str(), 1);
       ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      // A launch inside a torchrun worker inherits its agent's variables: with them every rank
+      // would join a store torchrun's agent hosts on some other port, and wait out --dist-timeout.
+      ::unsetenv("TORCHELASTIC_USE_AGENT_STORE");
+      ::unsetenv("TORCHELASTIC_RESTART_COUNT");
       ::execv(exe.c_str(), argv.data());
       ::_exit(127);
     }
@@ -191,6 +195,7 @@ LaunchResult launch_local_ranks(const LaunchOptions& options,
       " started, rendezvous at " + options.master_addr + ":" + std::to_string(port));
 
   LaunchResult result;
+  bool result_interrupted = false;  // result.exit_code is an orderly interrupt's, not a failure's
   int alive = started;
   std::chrono::steady_clock::time_point kill_at{};
   bool stopping = false;  // a rank failed: the others are being stopped
@@ -235,13 +240,19 @@ LaunchResult launch_local_ranks(const LaunchOptions& options,
       --alive;
       const int rank = options.node_rank * options.nproc_per_node + static_cast<int>(i);
       const int code = exit_code_of(status);
-      if (code != 0 && result.exit_code == 0) {
+      // Exit 130/143 (not a death by the signal) is a rank that stopped on SIGINT/SIGTERM after the
+      // step the ranks agreed on (train/parallel.h): the others stop at that step too, and rank 0
+      // may still be writing the checkpoint, so they are left to finish; a SIGTERM now would be a
+      // second signal to them and kill them mid-save. A failure still outranks it.
+      const bool interrupted = WIFEXITED(status) && (code == 128 + SIGINT || code == 128 + SIGTERM);
+      if (code != 0 && (result.exit_code == 0 || (result_interrupted && !interrupted))) {
         result.exit_code = code;
         result.failed_rank = rank;
+        result_interrupted = interrupted;
       }
       // A rank stopping because of a forwarded signal is expected; the others stop on their own
       // at the same step (train/parallel.h), so they are not hurried.
-      if (code != 0 && !stopping && forwarded == 0) {
+      if (code != 0 && !interrupted && !stopping && forwarded == 0) {
         log("launch: rank " + std::to_string(rank) + " " + describe_status(status) +
             "; stopping the other ranks");
         stopping = true;

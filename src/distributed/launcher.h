@@ -3,9 +3,11 @@
 //
 // Each rank is this same executable (/proc/self/exe) re-run with the given arguments and the
 // torchrun environment: RANK = node_rank * nproc_per_node + local rank, WORLD_SIZE, LOCAL_RANK,
-// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT. When a rank fails (non-zero exit or a signal) the
-// others are stopped (SIGTERM, then SIGKILL after a grace period) and its exit code is returned;
-// the ranks also get SIGTERM if the launcher itself dies (PR_SET_PDEATHSIG).
+// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torchrun's TORCHELASTIC_* agent variables unset).
+// When a rank fails (non-zero exit or a signal) the others are stopped (SIGTERM, then SIGKILL
+// after a grace period) and its exit code is returned; a rank's exit 130/143 is an interrupt the
+// ranks agreed on, not a failure: the others are left to stop at the same step. The ranks also
+// get SIGTERM if the launcher itself dies (PR_SET_PDEATHSIG).
 #pragma once
 
 #include <functional>
@@ -29,8 +31,10 @@ struct LaunchOptions {
 };
 
 struct LaunchResult {
-  int exit_code = 0;     // 0 when every rank succeeded; else the first failure (128 + signal)
-  int failed_rank = -1;  // global rank of the first failure
+  // 0 when every rank succeeded; else the first failure (128 + signal when killed), or 130/143
+  // when the ranks stopped on SIGINT/SIGTERM with a checkpoint and none failed.
+  int exit_code = 0;
+  int failed_rank = -1;  // global rank of that exit
 };
 
 // Starts the ranks and waits for them. `log` receives one line per notable event (start, the

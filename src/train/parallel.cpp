@@ -1,6 +1,8 @@
 #include "train/parallel.h"
 
+#include <algorithm>
 #include <csignal>
+#include <cstring>
 #include <sstream>
 
 #include "common/cpu_threads.h"
@@ -13,6 +15,48 @@
 #endif
 
 namespace spritetorch::train {
+
+namespace {
+constexpr char kNameEnd = '\x1f', kEntryEnd = '\x1e';  // ASCII unit and record separators
+}  // namespace
+
+std::string encode_run_settings(const RunSettings& settings) {
+  std::string out;
+  for (const auto& [name, value] : settings) {
+    const std::string entry = name + kNameEnd + value + kEntryEnd;
+    if (out.size() + entry.size() > kRunSettingsBytes) break;  // whole entries only
+    out += entry;
+  }
+  return out;
+}
+
+RunSettings decode_run_settings(const std::string& bytes) {
+  RunSettings out;
+  const std::string text = bytes.substr(0, bytes.find('\0'));
+  size_t at = 0;
+  for (size_t end; (end = text.find(kEntryEnd, at)) != std::string::npos; at = end + 1) {
+    const std::string entry = text.substr(at, end - at);
+    const size_t split = entry.find(kNameEnd);
+    if (split == std::string::npos) break;
+    out.emplace_back(entry.substr(0, split), entry.substr(split + 1));
+  }
+  return out;
+}
+
+int first_differing_setting(const RunSettings& mine, const RunSettings& root) {
+  for (size_t i = 0; i < mine.size(); ++i)
+    if (i >= root.size() || mine[i] != root[i]) return static_cast<int>(i);
+  return mine.size() < root.size() ? static_cast<int>(mine.size()) : -1;
+}
+
+std::string settings_hash(const std::string& text) {
+  uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a 64: offset basis, prime 2^40 + 2^8 + 0xb3
+  for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ULL;
+  static const char* kHex = "0123456789abcdef";
+  std::string out(16, '0');
+  for (int i = 15; i >= 0; --i, h >>= 4) out[static_cast<size_t>(i)] = kHex[h & 15];
+  return out;
+}
 
 const std::vector<std::string>& strategy_names() {
   static const std::vector<std::string> kNames = choices_of(Strategy{}).names();
@@ -135,6 +179,55 @@ void ParallelRun::connect(const torch::Device& device) {
     throw Error("--dist-backend nccl needs CUDA devices; this rank trains on " + device.str(),
                 "use --dist-backend gloo on the CPU");
   comm_ = distributed::create_communicator(env_, comm_options_);
+  local_shards_ =
+      dist_shard_ == DistShard::kLocal || (dist_shard_ == DistShard::kAuto && device.is_cuda());
+}
+
+void ParallelRun::check_same_settings(const RunSettings& mine) {
+  if (!comm_) return;
+  const std::string encoded = encode_run_settings(mine);
+  auto buffer = torch::zeros({static_cast<int64_t>(kRunSettingsBytes)}, torch::kUInt8);
+  std::memcpy(buffer.data_ptr<uint8_t>(), encoded.data(), encoded.size());
+  buffer = buffer.to(device_);
+  comm_->broadcast(buffer, 0);
+  buffer = buffer.cpu();
+  const RunSettings root = decode_run_settings(
+      std::string(reinterpret_cast<const char*>(buffer.data_ptr<uint8_t>()), kRunSettingsBytes));
+  const int differs = first_differing_setting(mine, root);
+  // Every rank learns which ranks differ, and where each first does, so that all of them stop.
+  std::vector<double> firsts(static_cast<size_t>(env_.world_size), 0.0);
+  firsts[static_cast<size_t>(env_.rank)] = differs + 1.0;
+  firsts = sum(std::move(firsts));
+  std::string ranks;
+  size_t first_index = 0;  // where the lowest differing rank first differs
+  for (size_t r = 0; r < firsts.size(); ++r) {
+    if (firsts[r] == 0) continue;
+    if (ranks.empty()) first_index = static_cast<size_t>(firsts[r]) - 1;
+    ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  }
+  if (ranks.empty()) return;
+  auto value_in = [](const RunSettings& settings, size_t i) {
+    return i < settings.size() ? settings[i].second : std::string("(none)");
+  };
+  auto name_in = [&](size_t i) {
+    return i < mine.size() ? mine[i].first : i < root.size() ? root[i].first : "a setting";
+  };
+  std::string detail;
+  if (differs >= 0) {  // this rank's own differences, up to three
+    int listed = 0;
+    for (size_t i = static_cast<size_t>(differs); i < std::max(mine.size(), root.size()); ++i) {
+      if (i < mine.size() && i < root.size() && mine[i] == root[i]) continue;
+      if (listed++ == 3) break;
+      detail += (detail.empty() ? "" : "; ") + name_in(i) + " " + value_in(mine, i) + " here, " +
+                value_in(root, i) + " on rank 0";
+    }
+  } else {  // rank 0, or a rank that agrees with it: the first difference of the first rank
+    detail = "first " + name_in(first_index) + ", " + value_in(root, first_index) + " on rank 0";
+  }
+  throw Error("rank " + std::to_string(env_.rank) + ": the ranks were started with different " +
+                  "settings: rank(s) " + ranks + " differ from rank 0 (" + detail + ")",
+              "every rank must run the same train command (only the launcher's RANK, LOCAL_RANK "
+              "and such differ): start them with the same flags, or with spritetorch launch");
 }
 
 void ParallelRun::broadcast_model(torch::nn::Module& model, FlatOptimizer& optimizer) {
@@ -162,8 +255,6 @@ void ParallelRun::attach(TrainStep& step, FlatOptimizer& optimizer,
 
 const data::Dataset& ParallelRun::shard(const data::Dataset& full, data::LoaderOptions& options) {
   if (!distributed()) return full;
-  local_shards_ =
-      dist_shard_ == DistShard::kLocal || (dist_shard_ == DistShard::kAuto && device_.is_cuda());
   if (!local_shards_) {
     options.shard_rank = env_.rank;
     options.shard_count = env_.world_size;

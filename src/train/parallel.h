@@ -14,6 +14,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/dataset.h"
@@ -29,6 +30,18 @@
 namespace spritetorch::train {
 
 enum class StrategyKind { kSingle, kDataParallel, kDdp };
+
+// The settings the ranks of a run must share, as (flag or name, value) pairs in a fixed order.
+using RunSettings = std::vector<std::pair<std::string, std::string>>;
+// A fixed number of bytes, so that ranks with other settings still exchange buffers of one size;
+// names and values longer than fit are cut (hash long values: settings_hash).
+constexpr size_t kRunSettingsBytes = 8192;
+std::string encode_run_settings(const RunSettings& settings);  // at most kRunSettingsBytes
+RunSettings decode_run_settings(const std::string& bytes);
+// The index of the first entry of `mine` that differs from `root`'s (missing counts), or -1.
+int first_differing_setting(const RunSettings& mine, const RunSettings& root);
+// A short, stable digest of `text` (FNV-1a, 16 hex digits), for values too long to exchange.
+std::string settings_hash(const std::string& text);
 
 class ParallelRun {
  public:
@@ -50,6 +63,12 @@ class ParallelRun {
   // Rendezvous and process group (ddp only); call once the device is known.
   void connect(const torch::Device& device);
 
+  // Before broadcast_model: every rank compares its settings with rank 0's (ddp only; one
+  // fixed-size broadcast and one all-reduce, so that ranks started with other flags meet no
+  // collective of another size first). Ranks with other settings would crash in Gloo (another model
+  // or batch), wait out --dist-timeout (other --epochs), or train apart (another --lr or --seed):
+  // every rank throws an Error naming the differing ranks and the first setting that differs.
+  void check_same_settings(const RunSettings& mine);
   // Rank 0's parameters (the optimizer's flat buffer) and the model's buffers to every rank.
   void broadcast_model(torch::nn::Module& model, FlatOptimizer& optimizer);
   // Builds the gradient reducer and hooks it to autograd and to `step`.
@@ -61,6 +80,7 @@ class ParallelRun {
   // this rank's share of every epoch's order. auto = local on CUDA, where device memory is what
   // runs out, and global elsewhere (batches identical to a single process's; docs/distributed.md).
   const data::Dataset& shard(const data::Dataset& full, data::LoaderOptions& options);
+  // Set by connect(): this rank keeps only a fixed local shard of the training data.
   bool local_shards() const { return local_shards_; }
   // After backward, before the optimizer step: averaged gradients on every rank.
   void reduce_gradients();

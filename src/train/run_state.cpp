@@ -321,11 +321,37 @@ void check_resumed_classes(const TrainConfig& config, const Checkpoint& checkpoi
 }
 
 void check_mid_run_resume(const TrainConfig& config, const Checkpoint& checkpoint,
-                          const RunState& state, int64_t train_samples) {
+                          const RunState& state, int64_t train_samples, int world_size,
+                          bool local_shards) {
   const auto& meta = checkpoint.meta;
   auto differs = [&](const char* key, const nlohmann::json& now) {
     return meta.contains(key) && meta.at(key) != now;
   };
+  // The epoch's order is dealt out to the ranks: with another world size a step takes another
+  // global batch, and the batches left would not be the ones the stopped run had left.
+  const bool shards_differ = world_size > 1 && differs("local_shards", local_shards);
+  if (differs("world_size", world_size) || shards_differ) {
+    const auto ranks = meta.value("world_size", nlohmann::json(world_size));
+    const auto ranks_text = [](const nlohmann::json& n) {
+      return n == 1 ? std::string("one process") : n.dump() + " ranks";
+    };
+    throw Error("--resume " + config.resume + " stopped inside epoch " +
+                    std::to_string(state.epoch + 1) + " (step " + std::to_string(state.step) +
+                    ") of a run of " + ranks_text(ranks) +
+                    (shards_differ ? (meta.at("local_shards") == true ? " with local data shards"
+                                                                      : " with global data shards")
+                                   : std::string()) +
+                    "; this run has " + ranks_text(world_size) +
+                    (shards_differ ? (local_shards ? " with local ones" : " with global ones")
+                                   : std::string()) +
+                    ": the batches left would differ",
+                ranks == 1 ? std::string("resume it as one process (without launch), or from a "
+                                         "checkpoint at an epoch's end")
+                           : "resume it with " + ranks.dump() +
+                                 " ranks (spritetorch launch --nproc-per-node ...; the printed "
+                                 "resume command has it) and the same --dist-shard, or from a "
+                                 "checkpoint at an epoch's end");
+  }
   // --train-limit (or other data) would reorder the epoch: the batches left would not be the ones
   // the stopped run had left.
   if (differs("train_samples", train_samples))

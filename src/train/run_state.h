@@ -85,9 +85,13 @@ void check_resumed_data(const TrainConfig& config, const std::string& task,
 void check_resumed_classes(const TrainConfig& config, const Checkpoint& checkpoint,
                            const std::vector<std::string>& class_names);
 // A mid-epoch resume must see the same batches: same --batch-size, --seed, --drop-last,
-// --class-sampling and training set size (`train_samples`: --train-limit).
+// --class-sampling and training set size (`train_samples`: --train-limit), and the same number of
+// ddp ranks (`world_size`) with the same kind of data shards (`local_shards`): a step consumes
+// world_size x batch samples, so another world size would skip another number of them. Checkpoints
+// without a field pass it.
 void check_mid_run_resume(const TrainConfig& config, const Checkpoint& checkpoint,
-                          const RunState& state, int64_t train_samples);
+                          const RunState& state, int64_t train_samples, int world_size = 1,
+                          bool local_shards = false);
 // The error for a CUDA out-of-memory in step `step` (0-based) of epoch `epoch` (0-based), after
 // `save` has tried to write the run state (it returns the checkpoint's path).
 Error out_of_memory(const std::exception& oom, const TrainConfig& config, int64_t epoch,

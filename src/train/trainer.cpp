@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iomanip>
 #include <optional>
+#include <sstream>
 
 #include "common/cpu_threads.h"
 #include "common/error.h"
@@ -160,6 +162,14 @@ class TrainingRun {
   Checkpoint make_checkpoint(int64_t epochs_done, int64_t steps) const;
   // A periodic or interrupt checkpoint of `progress` (its path; rank 0 writes it).
   std::string save_run_checkpoint(RunState progress);
+  // ddp: `progress` with the epoch's running sums (loss, correct, samples, the interval's) summed
+  // over the ranks, as a checkpoint records them: on resume rank 0 restores them and the other
+  // ranks start from zero, so the epoch's totals count each sample once. A collective: every rank
+  // calls it at the same step. Single: `progress`.
+  RunState summed_over_ranks(RunState progress);
+  // What the ranks must share (ParallelRun::check_same_settings), once the model and the resumed
+  // state are known.
+  RunSettings settings_ranks_share() const;
   Error diverged(const std::string& what, int64_t epoch, const std::string& where) const;
   // Training time so far: the run's clock less its evaluations and end-of-epoch work.
   double train_seconds_now() const;
@@ -410,7 +420,8 @@ void TrainingRun::set_up_model() {
     run_state_ = load_run_state(*resumed_, device_, config_.resume);
     // Mid-epoch only: an epoch boundary may change --batch-size (its state carries just the RNG).
     if (run_state_ && run_state_->step > 0)
-      check_mid_run_resume(config_, *resumed_, *run_state_, data_.train.size());
+      check_mid_run_resume(config_, *resumed_, *run_state_, data_.train.size(),
+                           parallel_.world_size(), parallel_.local_shards());
     if (start_epoch_ >= epochs_ && !(run_state_ && run_state_->step > 0))
       throw Error("nothing to train: " + config_.resume + " has " + std::to_string(start_epoch_) +
                       " epochs done, and the run has " + std::to_string(epochs_),
@@ -418,6 +429,7 @@ void TrainingRun::set_up_model() {
                       " or more to train on; `spritetorch eval --checkpoint " + config_.resume +
                       "` evaluates it");
   }
+  if (parallel_.distributed()) parallel_.check_same_settings(settings_ranks_share());
   parallel_.broadcast_model(module, *optimizer_);
   if (plan_.grad_scaling) {
     scaler_ = std::make_unique<precision::GradScaler>(device_);
@@ -621,7 +633,9 @@ Checkpoint TrainingRun::make_checkpoint(int64_t epochs_done, int64_t steps) cons
       {"epoch", epochs_done},
       {"steps", steps},
       {"seed", config_.seed},
-      {"batch_size", config_.batch_size},
+      {"batch_size", config_.batch_size},  // per rank
+      {"world_size", parallel_.world_size()},
+      {"local_shards", parallel_.local_shards()},
       {"drop_last", config_.drop_last},
       {"class_sampling", choice_name(config_.class_sampling)},
       {"train_samples", data_.train.size()},
@@ -757,6 +771,75 @@ Error TrainingRun::diverged(const std::string& what, int64_t epoch,
           "; lower --lr");
 }
 
+RunState TrainingRun::summed_over_ranks(RunState progress) {
+  if (!parallel_.distributed()) return progress;
+  const auto sums = parallel_.sum(
+      {progress.loss_sum.item<double>(), static_cast<double>(progress.correct.item<int64_t>()),
+       static_cast<double>(progress.samples), progress.interval_loss.item<double>(),
+       static_cast<double>(progress.interval_samples)});
+  progress.loss_sum = torch::full({}, sums[0], progress.loss_sum.options());
+  progress.correct = torch::full({}, static_cast<int64_t>(sums[1]), progress.correct.options());
+  progress.samples = static_cast<int64_t>(sums[2]);
+  progress.interval_loss = torch::full({}, sums[3], progress.interval_loss.options());
+  progress.interval_samples = static_cast<int64_t>(sums[4]);
+  return progress;
+}
+
+RunSettings TrainingRun::settings_ranks_share() const {
+  auto number = [](double value) {
+    std::ostringstream s;
+    s << std::setprecision(17) << value;
+    return s.str();
+  };
+  std::string shapes;  // what broadcast_model sends, in its order
+  int64_t values = 0;
+  for (const auto& p : task_.module().parameters()) {
+    shapes += c10::str(p.sizes()) + " ";
+    values += p.numel();
+  }
+  shapes += "| ";
+  for (const auto& b : task_.module().buffers()) shapes += c10::str(b.sizes()) + " ";
+  const std::string resumed_at = "epoch " + std::to_string(start_epoch_) + ", step " +
+                                 std::to_string(run_state_ ? run_state_->step : 0) + " of " +
+                                 std::to_string(start_steps_);
+  // Every setting that decides a collective's size or count, the batches, or the arithmetic.
+  return {
+      {"spritetorch version", SPRITETORCH_VERSION},
+      {"--task", task_.name()},
+      {"--model", config_.model.substr(0, config_.model.find(':'))},  // paths may differ
+      {"parameters", std::to_string(values) + " values, shapes #" + settings_hash(shapes)},
+      {"--dataset (kind)", config_.dataset.substr(0, config_.dataset.find(':'))},
+      {"training samples (--train-limit)", std::to_string(data_.train.size())},
+      {"--batch-size", std::to_string(config_.batch_size)},
+      {"--epochs", std::to_string(epochs_)},
+      {"--time-budget", number(config_.time_budget_s)},
+      {"--seed", std::to_string(config_.seed)},
+      {"--lr", number(config_.lr)},
+      {"--optimizer", config_.optimizer},
+      {"--momentum", number(config_.momentum)},
+      {"--weight-decay", number(config_.weight_decay)},
+      {"--lr-schedule", config_.lr_schedule},
+      {"--warmup-steps", std::to_string(config_.warmup_steps)},
+      {"--precision", precision::to_string(plan_.precision)},
+      {"--clip-grad-norm", number(config_.clip_grad_norm)},
+      {"--label-smoothing", number(config_.label_smoothing)},
+      {"--augment", config_.augment},
+      {"--drop-last", config_.drop_last ? "on" : "off"},
+      {"--class-sampling", choice_name(config_.class_sampling)},
+      {"--step", choice_name(config_.step)},
+      {"--micro-batches", std::to_string(config_.micro_batches)},
+      {"--log-every", std::to_string(config_.log_every)},
+      {"--checkpoint-every", std::to_string(config_.checkpoint_every)},
+      {"--eval-every-steps", std::to_string(config_.eval_every_steps)},
+      {"--target-accuracy", number(config_.target_accuracy)},
+      {"--stop-at-target", config_.stop_at_target ? "on" : "off"},
+      {"--bucket-mb", number(config_.bucket_mb)},
+      {"--no-overlap", config_.overlap ? "off" : "on"},
+      {"--dist-shard", choice_name(config_.dist_shard)},
+      {"--resume (where it starts)", resumed_at},
+  };
+}
+
 // Written only when the loss since the last log and the weights are finite: a periodic checkpoint
 // is always a good one.
 std::string TrainingRun::save_run_checkpoint(RunState progress) {
@@ -794,6 +877,14 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
   if (run_state_ && run_state_->epoch == epoch) {  // resuming mid-epoch: skip the batches done
     progress = *run_state_;
     run_state_.reset();
+    // The checkpoint's sums are all ranks' (summed_over_ranks): rank 0 carries them on.
+    if (!parallel_.is_main()) {
+      const RunState zero = epoch_start(epoch, device_);
+      progress.loss_sum = zero.loss_sum;
+      progress.correct = zero.correct;
+      progress.interval_loss = zero.interval_loss;
+      progress.samples = progress.interval_samples = 0;
+    }
     for (int64_t skipped = 0; skipped < progress.step; ++skipped)
       if (!loader.next(batch))
         throw DataError(config_.resume, "at most " + std::to_string(steps_) + " steps per epoch",
@@ -862,14 +953,14 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
       task_.module().train();
       if (stop) {
         stop_ = true;
-        stopped_within_ = progress;
+        stopped_within_ = summed_over_ranks(progress);  // each rank stops here: a collective
         break;
       }
     }
     const int signal = parallel_.agreed_interrupt(interrupt_signal(), epoch * steps_ + step);
     if (signal ||
         (config_.checkpoint_every > 0 && (epoch * steps_ + step) % config_.checkpoint_every == 0)) {
-      const std::string path = save_run_checkpoint(progress);
+      const std::string path = save_run_checkpoint(summed_over_ranks(progress));
       if (signal) throw Interrupted(signal, path, epoch + 1, step, parallel_.is_main());
     }
   }

@@ -4,6 +4,9 @@
 #     after-backward reduction agree, only rank 0 prints, --resume works on every rank;
 #   - faults: a killed rank or a hung one makes the other exit non-zero with a clear error before
 #     --dist-timeout ends (killed) or right after it (hung); launch stops the survivors;
+#   - SIGTERM to launch and the ranks at once, or to one rank alone: one checkpoint, exit 143;
+#   - a resumed epoch reports the uninterrupted run's metrics; another world size is refused
+#     mid-epoch; ranks started with other settings stop at start-up with exit 2;
 #   - bad environments are clear errors.
 # Every wait is bounded; children still running at exit are killed.
 set -u
@@ -202,6 +205,119 @@ if [ "$cuda_build" = no ]; then
   expect_error "needs a CUDA build" X=1 -- train "${common[@]}" --strategy dp
   expect_error "nccl" X=1 -- launch --nproc-per-node 1 -- train "${common[@]}" --dist-backend nccl
 fi
+
+# --- signals to the ranks themselves -------------------------------------------------------------
+# start_launch LOG: 2 long-running launched ranks; once rank 0 logs a training step, sets launcher,
+# rank0 and rank1 (pids; each rank's RANK read from its environment).
+start_launch() {
+  "$bin" launch --nproc-per-node 2 -- train "${common[@]}" --epochs 100000 --batch-size 8 --dist-timeout 30 \
+    --verbose --log-every 20 --save "$tmp/$1.pt" >"$tmp/$1.log" 2>&1 &
+  launcher=$!
+  local t=0
+  while ! grep -qsE "$training" "$tmp/$1.log" && [ $t -lt 600 ]; do sleep 0.1; t=$((t + 1)); done
+  rank0="" rank1=""
+  for c in $(pgrep -P "$launcher"); do
+    case $(tr '\0' '\n' <"/proc/$c/environ" 2>/dev/null | sed -n 's/^RANK=//p') in
+      0) rank0=$c ;; 1) rank1=$c ;;
+    esac
+  done
+  [ -n "$rank0" ] && [ -n "$rank1" ] || fail "$1: launched ranks did not start training in 60 s: $(tail -5 "$tmp/$1.log")"
+}
+# expect_stopped NAME: the launch of start_launch NAME, signalled, ends with 143, one checkpoint
+# (rank 0's), its resume command, no rank blamed and none left running.
+expect_stopped() {
+  wait_for "$launcher" 25
+  local ckpt; ckpt=$(sed -n 's/.*checkpoint saved: \(.*\)$/\1/p' "$tmp/$1.log" | head -1)
+  if [ "$rc" = 143 ] && [ -n "$ckpt" ] && [ -f "$ckpt" ] && grep -q "resume with: .* launch --nproc-per-node 2 -- train" "$tmp/$1.log" &&
+     [ "$(grep -c "checkpoint saved" "$tmp/$1.log")" = 1 ] && ! grep -q "stopping the other ranks" "$tmp/$1.log" &&
+     ! kill -0 "$rank0" 2>/dev/null && ! kill -0 "$rank1" 2>/dev/null; then pass; else
+    fail "$1: exit $rc, checkpoint '$ckpt', log: $(tail -6 "$tmp/$1.log")"; fi
+}
+# SIGTERM to launch and both ranks at once (pkill, killall, a Slurm preemption): each rank also gets
+# launch's forwarded copy, which must not count as a second signal. Twice: the copies race.
+for try in 1 2; do
+  start_launch "all$try"
+  kill -TERM "$launcher" "$rank0" "$rank1"
+  expect_stopped "all$try"
+done
+# SIGTERM to one rank alone: the ranks agree to stop at the same step; the first one's exit 143 is
+# not a failure, so launch leaves rank 0 to write the checkpoint and print the resume command.
+for r in 0 1; do
+  start_launch "one$r"
+  eval "kill -TERM \"\$rank$r\""
+  expect_stopped "one$r"
+done
+
+# --- the running metrics of a resumed epoch ---------------------------------------------------------
+# A mid-epoch checkpoint records the sums over all ranks (rank 0 carries them on after resuming, the
+# others start at zero): the resumed epochs report what the uninterrupted run reported.
+# Periodic and interrupt checkpoints are written by the same code at an agreed step; periodic ones
+# land on a known step. 4096 samples / (2 x 32) = 64 steps per epoch: step 50 is inside epoch 1,
+# step 100 inside epoch 2. Accuracy is a count, so it must match to the bit; the float32 loss sums
+# add in another order after the resume, hence 1e-5 for the loss.
+straight=$("$bin" launch --nproc-per-node 2 -- train "${common[@]}" --epochs 2 --batch-size 32 --checkpoint-every 50 \
+  --save "$tmp/p.pt" --json 2>"$tmp/p.err")
+for step in 50 100; do
+  resumed=$("$bin" launch --nproc-per-node 2 -- train "${common[@]}" --epochs 2 --batch-size 32 --checkpoint-every 50 \
+    --resume "$tmp/p.step$step.pt" --save "$tmp/p$step.pt" --json 2>"$tmp/p$step.err")
+  if [ -n "$straight" ] && [ -n "$resumed" ] && python3 - "$straight" "$resumed" <<'PY'; then pass; else
+import json, sys
+full = {e["epoch"]: e for e in json.loads(sys.argv[1])["epochs"]}
+resumed = json.loads(sys.argv[2])["epochs"]
+ok = len(resumed) > 0
+for e in resumed:
+    f = full[e["epoch"]]
+    same = abs(e["loss"] - f["loss"]) <= 1e-5 * max(1.0, abs(f["loss"])) and e["accuracy"] == f["accuracy"]
+    if not same:
+        print("epoch %d: resumed loss %r accuracy %r, uninterrupted %r %r" % (
+            e["epoch"], e["loss"], e["accuracy"], f["loss"], f["accuracy"]))
+    ok = ok and same
+sys.exit(0 if ok else 1)
+PY
+    fail "2 ranks resumed from step $step report other epoch metrics than the uninterrupted run: $(tail -3 "$tmp/p$step.err")"
+  fi
+done
+# A mid-epoch checkpoint resumes only with the world size that wrote it (a step takes world x batch
+# samples); at an epoch's end any world size may go on.
+expect_error "stopped inside epoch 1 \(step 50\) of a run of 2 ranks; this run has one process" X=1 -- \
+  train "${common[@]}" --epochs 2 --batch-size 32 --resume "$tmp/p.step50.pt" --save "$tmp/w1.pt"
+"$bin" train "${common[@]}" --epochs 1 --batch-size 64 --checkpoint-every 20 --save "$tmp/s1.pt" >/dev/null 2>&1
+expect_error "stopped inside epoch 1 \(step 20\) of a run of one process; this run has 2 ranks" X=1 -- \
+  launch --nproc-per-node 2 -- train "${common[@]}" --epochs 1 --batch-size 32 --resume "$tmp/s1.step20.pt" --save "$tmp/w2.pt"
+"$bin" train "${common[@]}" --epochs 2 --batch-size 64 --resume "$tmp/e1.pt" --save "$tmp/w3.pt" >/dev/null 2>&1 && pass ||
+  fail "a 2-rank checkpoint at an epoch's end should resume as one process"
+
+# --- ranks started with other settings ----------------------------------------------------------------
+# mismatched_pair NAME RANK0-FLAGS -- RANK1-FLAGS: both ranks stop at start-up with exit 2 naming
+# the setting, instead of a Gloo abort, a wait for --dist-timeout or a run trained apart.
+mismatched_pair() {
+  local name=$1; shift
+  local flags0=(); while [ "$1" != "--" ]; do flags0+=("$1"); shift; done; shift
+  local port; port=$(free_port)
+  local base=(--device cpu --dataset dummy --threads 1 --blas-threads 1 --seed 3)
+  RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$bin" train "${base[@]}" \
+    --dist-timeout 60 "$@" >"$tmp/m1.log" 2>&1 &
+  local other=$!
+  RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port timeout 120 "$bin" train "${base[@]}" \
+    --dist-timeout 60 "${flags0[@]}" >"$tmp/m0.log" 2>&1
+  local rc0=$?
+  wait_for "$other" 30
+  if [ "$rc0" = 2 ] && [ "$rc" = 2 ] && grep -q "rank(s) 1 differ from rank 0 (first $name" "$tmp/m0.log" &&
+     grep -q "^error: rank 1: .*($name .* here, .* on rank 0" "$tmp/m1.log" && grep -q "^hint: every rank must run the same" "$tmp/m1.log" &&
+     ! grep -q "terminate called" "$tmp/m0.log" "$tmp/m1.log"; then pass; else
+    fail "ranks differing in $name: exits $rc0 and $rc: $(tail -2 "$tmp/m0.log") / $(tail -2 "$tmp/m1.log")"; fi
+}
+one=(--model simplenn --epochs 1)
+mismatched_pair --batch-size "${one[@]}" --batch-size 32 -- "${one[@]}" --batch-size 16
+mismatched_pair --model --model simplenn --epochs 1 -- --model ann --epochs 1
+mismatched_pair --epochs --model simplenn --epochs 2 -- --model simplenn --epochs 1
+mismatched_pair --lr "${one[@]}" --lr 0.001 -- "${one[@]}" --lr 0.002
+
+# launch inside a torchrun worker: the agent's store variables are not the ranks' to follow.
+TORCHELASTIC_USE_AGENT_STORE=True TORCHELASTIC_RESTART_COUNT=0 timeout 120 "$bin" launch --nproc-per-node 2 -- \
+  train "${common[@]}" --epochs 1 --batch-size 32 --dist-timeout 20 >"$tmp/te.log" 2>&1
+rc=$?
+[ "$rc" = 0 ] && pass || fail "launch with TORCHELASTIC_USE_AGENT_STORE inherited: exit $rc: $(tail -3 "$tmp/te.log")"
 
 echo "multiproc: $passes passed, $fails failed"
 [ "$fails" -eq 0 ]

@@ -259,6 +259,45 @@ TEST(MidEpochResume, RefusesAnotherTrainingSetSize) {
   }
 }
 
+// A step takes world_size x batch samples: a mid-epoch checkpoint of 2 ranks resumed as one
+// process (or the other way round) would skip another number of samples. Refused, naming both;
+// the same world size, and a checkpoint from before the field, pass.
+TEST(MidEpochResume, RefusesAnotherWorldSize) {
+  Checkpoint checkpoint;
+  checkpoint.meta = {{"batch_size", 32}, {"seed", 7}, {"drop_last", false}};
+  RunState state;
+  state.epoch = 0;
+  state.step = 30;
+  TrainConfig config;
+  config.batch_size = 32;
+  config.seed = 7;
+  config.resume = "run.step30.pt";
+  EXPECT_NO_THROW(check_mid_run_resume(config, checkpoint, state, 6000, 2));
+  checkpoint.meta["world_size"] = 2;
+  checkpoint.meta["local_shards"] = false;
+  EXPECT_NO_THROW(check_mid_run_resume(config, checkpoint, state, 6000, 2, false));
+  try {
+    check_mid_run_resume(config, checkpoint, state, 6000, 1);
+    ADD_FAILURE() << "a 2-rank checkpoint resumed mid-epoch as one process";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("of a run of 2 ranks; this run has one process"), std::string::npos)
+        << what;
+    EXPECT_NE(e.hint().find("resume it with 2 ranks"), std::string::npos) << e.hint();
+  }
+  EXPECT_THROW(check_mid_run_resume(config, checkpoint, state, 6000, 2, true), Error);
+  checkpoint.meta["world_size"] = 1;
+  try {
+    check_mid_run_resume(config, checkpoint, state, 6000, 2);
+    ADD_FAILURE() << "a single process's checkpoint resumed mid-epoch by 2 ranks";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("of a run of one process; this run has 2 ranks"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_NO_THROW(check_mid_run_resume(config, checkpoint, state, 6000, 1, true));  // one process
+}
+
 // A classifier resumed on data of other classes (same count) would relabel its outputs: refused,
 // naming both lists; the same names, or a checkpoint or data without names, pass.
 TEST(ResumedClasses, OtherClassNamesAreRefused) {
