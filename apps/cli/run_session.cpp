@@ -184,8 +184,8 @@ void RunSession::finish(const train::TrainReport& report_in, const std::string& 
         std::string(e.what()) +
             (checkpoint.empty() ? std::string("; the run finished")
                                 : "; the run finished and its model was saved to " + checkpoint),
-        "`spritetorch runs` lists " + recorder_->folder() +
-            " as incomplete; its metrics.jsonl holds the run's figures");
+        "free some space; `spritetorch runs` lists " + recorder_->folder() +
+            " as incomplete, and its metrics.jsonl keeps what the run wrote");
   }
 }
 
