@@ -179,6 +179,9 @@ void RunSession::finish(const train::TrainReport& report_in, const std::string& 
   try {
     report(recorder_->finish(report_in, checkpoint));
   } catch (const Error& e) {
+    printer_->finish_line();
+    if (!quiet_)  // the pictures' notes too: a full disk may have cost them as well
+      for (const auto& notice : recorder_->drawn().notices) std::cerr << "note: " << notice << "\n";
     // The model is where it was asked to go; only the run's record is not: exit 1, not 2.
     throw IncompleteRun(
         std::string(e.what()) +

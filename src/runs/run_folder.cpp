@@ -400,6 +400,7 @@ RunRecorder::Finished RunRecorder::finish(const train::TrainReport& report,
     summary["not_written"] = nlohmann::json::object();
     for (const auto& [name, reason] : not_written_) summary["not_written"][name] = reason;
   }
+  drawn_ = finished;
   write_summary(summary);
   return finished;
 }

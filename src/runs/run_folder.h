@@ -83,6 +83,8 @@ class RunRecorder : public train::TrainObserver {
   // Throws Error naming summary.json and the reason when that cannot be written.
   Finished finish(const train::TrainReport& report, const std::string& checkpoint,
                   const char* gnuplot_path = nullptr);
+  // What finish() drew and noted, also when summary.json then failed.
+  const Finished& drawn() const { return drawn_; }
 
  private:
   void write_line(nlohmann::json line);
@@ -103,6 +105,7 @@ class RunRecorder : public train::TrainObserver {
   std::string metrics_reason_;
   std::map<std::string, std::string> not_written_;  // file -> reason
   Note note_;
+  Finished drawn_;
   std::chrono::steady_clock::time_point start_;
   std::string started_;  // ISO 8601 local time
   std::string device_;

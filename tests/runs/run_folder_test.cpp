@@ -278,6 +278,9 @@ TEST(RunFolder, ASummaryThatCannotBeWrittenNamesItselfAndLeavesNoPartialFile) {
   }
   for (const auto& item : fs::directory_iterator(folder))
     EXPECT_EQ(item.path().filename().string().find("summary"), std::string::npos) << item.path();
+  // What was drawn before is still there to be told (here: no gnuplot).
+  ASSERT_FALSE(recorder.drawn().notices.empty());
+  EXPECT_NE(recorder.drawn().notices[0].find("gnuplot not found"), std::string::npos);
   EXPECT_EQ(read_run(folder).status, "incomplete");
   EXPECT_TRUE(fs::exists(config.save));
 }
