@@ -369,7 +369,8 @@ Subcommand add_train_command(CLI::App& app) {
         std::unique_ptr<report::TensorBoardObserver> tensorboard_observer;
         if (*tensorboard && (events = open_tensorboard(session.folder(), run_flags->runs_root))) {
           if (!session.quiet()) human << "TensorBoard events: " << events->path() << "\n";
-          tensorboard_observer = std::make_unique<report::TensorBoardObserver>(*events);
+          tensorboard_observer = std::make_unique<report::TensorBoardObserver>(
+              *events, nullptr, [&session](const std::string& line) { session.note(line); });
           session.add_observer(tensorboard_observer.get());
         }
         auto task = make_task(*config);  // an option of the other task fails first,
@@ -441,17 +442,19 @@ Subcommand add_train_command(CLI::App& app) {
                   << "; --epochs sets them" << (generator ? ", --time-budget the time" : "")
                   << ")\n";
         }
-        if (events) log_training_samples(*events, data.train);
+        if (tensorboard_observer)
+          tensorboard_observer->write(
+              [&](report::EventWriter& writer) { log_training_samples(writer, data.train); });
         const train::TrainReport report =
             train::Trainer(*config).fit(*task, data, &session.observer());
         if (!report.main_rank) return 0;  // ddp: rank 0 reports
         const int64_t last_epoch = report.start_epoch + static_cast<int64_t>(report.epochs.size());
-        if (events && report.has_test) {
-          if (report.has_accuracy)
-            events->add_scalar("test/accuracy", report.test.accuracy, last_epoch);
-          events->add_scalar("test/loss", report.test.loss, last_epoch);
-          events->flush();
-        }
+        if (tensorboard_observer && report.has_test)
+          tensorboard_observer->write([&](report::EventWriter& writer) {
+            if (report.has_accuracy)
+              writer.add_scalar("test/accuracy", report.test.accuracy, last_epoch);
+            writer.add_scalar("test/loss", report.test.loss, last_epoch);
+          });
 
         human << std::fixed << std::setprecision(2) << "Train time: " << report.train_seconds
               << " s (" << report.steps << " steps)\n";
@@ -469,8 +472,16 @@ Subcommand add_train_command(CLI::App& app) {
                 << (report.has_accuracy ? report.test.accuracy : report.test.loss) << "\n";
         human << std::defaultfloat;
         if (!config->save.empty()) human << "Saved checkpoint: " << config->save << "\n";
-        session.finish(report, config->save);  // pictures and summary.json, after the figures
-        if (*json) std::cout << train_json(report, session.folder()).dump() << "\n";
+        // Pictures and summary.json, after the figures. One that cannot be written still lets
+        // --json print the run's figures before the error.
+        std::optional<IncompleteRun> unrecorded;
+        try {
+          session.finish(report, config->save);
+        } catch (const IncompleteRun& e) {
+          unrecorded = e;
+        }
+        if (*json) std::cout << train_json(report, session.folder()).dump() << "\n" << std::flush;
+        if (unrecorded) throw *unrecorded;
         return 0;
       }};
 }

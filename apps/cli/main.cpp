@@ -227,14 +227,22 @@ int run(int argc, char** argv) {
     // launch share stderr, and piecewise writes of two processes interleave mid-line.
     if (e.main_rank()) {
       const auto [ranks_per_node, nodes] = launch_shape();
-      std::cerr << ("\n" + std::string(e.what()) + "; checkpoint saved: " + e.checkpoint() +
-                    "\nresume with: " +
-                    spritetorch::cli::resume_command(argc, argv, e.checkpoint(), ranks_per_node,
-                                                     nodes) +
-                    "\n")
-                << std::flush;
+      const std::string resume =
+          "\nresume with: " +
+          spritetorch::cli::resume_command(argc, argv, e.checkpoint(), ranks_per_node, nodes) +
+          "\n";
+      if (e.wanted().empty())
+        std::cerr << ("\n" + std::string(e.what()) + "; checkpoint saved: " + e.checkpoint() +
+                      resume)
+                  << std::flush;
+      else  // a full disk: the checkpoint is in the temp folder
+        std::cerr << ("\nerror: " + std::string(e.what()) + "; " + e.why() +
+                      "; the checkpoint was saved to " + e.checkpoint() + " instead" + resume +
+                      "hint: or move it where it belongs first: mv " + e.checkpoint() + " " +
+                      e.wanted() + "\n")
+                  << std::flush;
     }
-    return e.exit_code();                     // 130 for SIGINT, 143 for SIGTERM
+    return e.exit_code();  // 130 for SIGINT, 143 for SIGTERM; 1 for a checkpoint not where asked
   } catch (const c10::OutOfMemoryError& e) {  // outside the training loop (which saves its state)
     const std::string message = e.what_without_backtrace();
     // CUDA's first line also says what the device holds and what is free: kept as a note.

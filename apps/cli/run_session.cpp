@@ -118,9 +118,20 @@ RunSession::RunSession(const RunFlags& flags, train::TrainConfig& config, const 
       config.save = (std::filesystem::path(folder) / "checkpoint.pt").string();
     if (config.task == train::TaskKind::kGenerate && sub.count("--sample-every") == 0)
       config.sample_every = 1;
-    recorder_ = std::make_unique<runs::RunRecorder>(
-        folder, runs::RunIdentity{choice_name(config.task), model_for_name(config), config.dataset},
-        config_toml);
+    try {
+      recorder_ = std::make_unique<runs::RunRecorder>(
+          folder,
+          runs::RunIdentity{choice_name(config.task), model_for_name(config), config.dataset},
+          config_toml);
+    } catch (const Error&) {
+      // No recorder to discard(): a folder without its config.toml must not be listed as a run.
+      std::error_code ignored;
+      std::filesystem::remove(std::filesystem::path(folder) / "config.toml", ignored);
+      std::filesystem::remove(std::filesystem::path(folder) / "metrics.jsonl", ignored);
+      if (made_folder_) std::filesystem::remove(folder, ignored);  // only if empty
+      throw;
+    }
+    recorder_->set_note([this](const std::string& line) { note(line); });
   }
   runs::ProgressOptions options;
   options.style = runs::detect_terminal(json ? 2 : 1);
@@ -131,6 +142,12 @@ RunSession::RunSession(const RunFlags& flags, train::TrainConfig& config, const 
   printer_ = std::make_unique<runs::ProgressPrinter>(human_, options);
   observers_ = std::make_unique<runs::ObserverList>(
       std::vector<train::TrainObserver*>{printer_.get(), recorder_.get()});
+}
+
+void RunSession::note(const std::string& line) {
+  if (quiet_) return;
+  printer_->finish_line();  // not in the middle of a progress line
+  std::cerr << "note: " << line << "\n" << std::flush;
 }
 
 void RunSession::record_config(const CLI::App& sub) {
@@ -157,7 +174,20 @@ void RunSession::report(const runs::RunRecorder::Finished& finished) {
 
 void RunSession::finish(const train::TrainReport& report_in, const std::string& checkpoint) {
   if (!recorder_ || !report_in.main_rank) return;
-  report(recorder_->finish(report_in, checkpoint));
+  try {
+    report(recorder_->finish(report_in, checkpoint));
+  } catch (const Error& e) {
+    printer_->finish_line();
+    if (!quiet_)  // the pictures' notes too: a full disk may have cost them as well
+      for (const auto& notice : recorder_->drawn().notices) std::cerr << "note: " << notice << "\n";
+    // The model is where it was asked to go; only the run's record is not: exit 1, not 2.
+    throw IncompleteRun(
+        std::string(e.what()) +
+            (checkpoint.empty() ? std::string("; the run finished")
+                                : "; the run finished and its model was saved to " + checkpoint),
+        "free some space; `spritetorch runs` lists " + recorder_->folder() +
+            " as incomplete, and its metrics.jsonl keeps what the run wrote");
+  }
 }
 
 }  // namespace spritetorch::cli

@@ -51,7 +51,10 @@ class RunSession {
   // Rewrites the folder's config.toml from `sub`'s flags as they are now (none: nothing).
   void record_config(const CLI::App& sub);
   bool quiet() const { return quiet_; }
+  // "note: <line>" on stderr (nothing with --quiet), clear of the progress line.
+  void note(const std::string& line);
   // After training: pictures and summary.json; prints the notices and where the run is kept.
+  // Throws IncompleteRun when summary.json cannot be written (the model was saved).
   void finish(const train::TrainReport& report, const std::string& checkpoint);
   // The run folder, empty when there is none.
   std::string folder() const { return recorder_ ? recorder_->folder() : std::string(); }

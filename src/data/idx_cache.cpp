@@ -99,9 +99,14 @@ uint64_t fnv1a(const std::string& s) {
 struct Lookup {
   torch::Tensor tensor;
   std::string problem;
+  bool replace = true;  // false: not ours to overwrite (a FIFO, a device, a folder)
 };
 
 Lookup look_up(const std::string& file, const SourceKey& key) {
+  // Before fopen: opening a FIFO waits for a writer that never comes.
+  struct stat kind {};
+  if (::stat(file.c_str(), &kind) == 0 && !S_ISREG(kind.st_mode))
+    return {{}, "not a regular file", /*replace=*/false};
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(file.c_str(), "rb"), &std::fclose);
   if (!f) {
     if (errno == ENOENT || errno == ENOTDIR) return {};  // no cache yet (the write will say why)
@@ -204,6 +209,10 @@ torch::Tensor read_idx_cached(const std::string& path, const IdxCache& cache) {
   };
   const Lookup found = look_up(file, key);
   if (found.tensor.defined()) return found.tensor;
+  if (!found.replace) {
+    note("dataset cache: ignoring " + file + " (" + found.problem + "); running uncached");
+    return read_idx(path);
+  }
   if (!found.problem.empty())
     note("dataset cache: ignoring " + file + " (" + found.problem + "); decoding " + path +
          " and rewriting it");

@@ -1,8 +1,10 @@
 #include "report/tensorboard.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -103,12 +105,20 @@ EventWriter::EventWriter(const std::string& dir) {
             std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now).count()) + "." +
             host_name() + "." + std::to_string(getpid()) + "." + std::to_string(files_opened++)))
               .string();
-  out_.open(path_, std::ios::binary | std::ios::trunc);
-  if (!out_) throw Error("cannot create the TensorBoard event file " + path_);
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0)
+    throw Error("cannot create the TensorBoard event file " + path_ + ": " + std::strerror(errno));
   std::string version;
   put_bytes(version, kEventFileVersion, "brain.Event:2");
   write_event(0, version);
-  flush();
+  try {
+    flush();
+  } catch (const Error&) {  // a file without its version record is no event file
+    ::close(fd_);
+    fd_ = -1;
+    ::unlink(path_.c_str());
+    throw;
+  }
 }
 
 EventWriter::~EventWriter() {
@@ -116,6 +126,7 @@ EventWriter::~EventWriter() {
     flush();
   } catch (const Error&) {  // a destructor must not throw; flush() reported nothing new anyway
   }
+  if (fd_ >= 0) ::close(fd_);
 }
 
 void EventWriter::write_event(int64_t step, const std::string& what_field) {
@@ -125,7 +136,7 @@ void EventWriter::write_event(int64_t step, const std::string& what_field) {
   put_double(event, kEventWallTime, wall_time);
   if (step != 0) put_int(event, kEventStep, step);  // proto3: 0 is the default, not written
   event += what_field;
-  out_ << tfrecord(event);
+  pending_ += tfrecord(event);
 }
 
 void EventWriter::add_scalar(const std::string& tag, double value, int64_t step) {
@@ -149,8 +160,33 @@ void EventWriter::add_image(const std::string& tag, const torch::Tensor& image, 
 }
 
 void EventWriter::flush() {
-  out_.flush();
-  if (!out_) throw Error("cannot write the TensorBoard event file " + path_, "is the disk full?");
+  if (fd_ < 0 || pending_.empty()) return;
+  const std::string bytes = std::move(pending_);
+  pending_.clear();
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int error = n < 0 ? errno : ENOSPC;
+      // Half a record would end the file in garbage: back to the last whole one.
+      if (::ftruncate(fd_, written_) == 0) ::lseek(fd_, written_, SEEK_SET);
+      throw Error("cannot write the TensorBoard event file " + path_ + ": " + std::strerror(error));
+    }
+    done += static_cast<size_t>(n);
+  }
+  written_ += static_cast<int64_t>(bytes.size());
+}
+
+void TensorBoardObserver::write(const std::function<void(EventWriter&)>& events) {
+  if (failed_) return;
+  try {
+    events(writer_);
+    writer_.flush();
+  } catch (const Error& e) {
+    failed_ = true;
+    if (note_) note_(std::string(e.what()) + "; no more TensorBoard events for this run");
+  }
 }
 
 void TensorBoardObserver::on_start(const std::string& device, const train::Settings& settings) {
@@ -159,28 +195,32 @@ void TensorBoardObserver::on_start(const std::string& device, const train::Setti
 
 void TensorBoardObserver::on_log(const train::StepLog& log) {
   const int64_t global_step = (log.epoch - 1) * log.steps + log.step;
-  writer_.add_scalar("train/loss_running", log.running_loss, global_step);
-  if (log.lr > 0) writer_.add_scalar("train/lr", log.lr, global_step);  // the schedule's curve
+  if (!failed_) {  // buffered: written with the epoch's events
+    writer_.add_scalar("train/loss_running", log.running_loss, global_step);
+    if (log.lr > 0) writer_.add_scalar("train/lr", log.lr, global_step);  // the schedule's curve
+  }
   if (next_) next_->on_log(log);
 }
 
 void TensorBoardObserver::on_epoch(const train::EpochReport& report) {
-  writer_.add_scalar("epoch/loss", report.loss, report.epoch);
-  if (report.has_accuracy) writer_.add_scalar("epoch/accuracy", report.accuracy, report.epoch);
-  writer_.add_scalar("epoch/images_per_second", report.images_per_second, report.epoch);
-  if (report.has_test) {  // --eval-every: the test set after this epoch
-    writer_.add_scalar("epoch/test_loss", report.test_loss, report.epoch);
-    if (report.has_accuracy)
-      writer_.add_scalar("epoch/test_accuracy", report.test_accuracy, report.epoch);
-  }
-  writer_.flush();
+  write([&](EventWriter& w) {
+    w.add_scalar("epoch/loss", report.loss, report.epoch);
+    if (report.has_accuracy) w.add_scalar("epoch/accuracy", report.accuracy, report.epoch);
+    w.add_scalar("epoch/images_per_second", report.images_per_second, report.epoch);
+    if (report.has_test) {  // --eval-every: the test set after this epoch
+      w.add_scalar("epoch/test_loss", report.test_loss, report.epoch);
+      if (report.has_accuracy)
+        w.add_scalar("epoch/test_accuracy", report.test_accuracy, report.epoch);
+    }
+  });
   if (next_) next_->on_epoch(report);
 }
 
 void TensorBoardObserver::on_samples(int64_t epoch, const torch::Tensor& sprites,
                                      int64_t per_class) {
-  writer_.add_image("samples/generated", io::make_sample_sheet(sprites, per_class), epoch);
-  writer_.flush();
+  write([&](EventWriter& w) {
+    w.add_image("samples/generated", io::make_sample_sheet(sprites, per_class), epoch);
+  });
   if (next_) next_->on_samples(epoch, sprites, per_class);
 }
 

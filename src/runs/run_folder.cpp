@@ -1,12 +1,19 @@
 #include "runs/run_folder.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <sstream>
 
+#include "common/atomic_file.h"
 #include "common/error.h"
 #include "io/png.h"
 #include "runs/gnuplot.h"
@@ -36,6 +43,17 @@ std::string summary_checkpoint(const std::string& folder, const std::string& che
   const auto relative = fs::path(checkpoint).lexically_proximate(folder);
   // Inside the folder: relative, so the folder can move; elsewhere: as given.
   return !relative.empty() && relative.begin()->string() != ".." ? relative.string() : checkpoint;
+}
+
+// gnuplot exits 0 on a full disk and leaves a cut PNG: a whole one ends with the IEND chunk.
+bool whole_png(const std::string& path) {
+  static const unsigned char kIend[12] = {0, 0, 0, 0, 'I', 'E', 'N', 'D', 0xAE, 0x42, 0x60, 0x82};
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in || in.tellg() < 8 + 25 + 12) return false;  // signature, IHDR, IEND at least
+  unsigned char tail[12];
+  in.seekg(-12, std::ios::end);
+  in.read(reinterpret_cast<char*>(tail), sizeof tail);
+  return in && std::memcmp(tail, kIend, sizeof tail) == 0;
 }
 
 }  // namespace
@@ -92,18 +110,36 @@ RunRecorder::RunRecorder(std::string folder, RunIdentity identity, const std::st
       start_(std::chrono::steady_clock::now()),
       started_(iso_time(std::time(nullptr))) {
   rewrite_config(config_toml);
-  metrics_.open(file("metrics.jsonl"), std::ios::trunc);
-  if (!metrics_) throw Error("could not write " + file("metrics.jsonl"));
+  metrics_ = ::open(file("metrics.jsonl").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (metrics_ < 0)
+    throw Error("cannot write " + file("metrics.jsonl") + ": " + std::strerror(errno));
+}
+
+RunRecorder::~RunRecorder() {
+  if (metrics_ >= 0) ::close(metrics_);
 }
 
 void RunRecorder::rewrite_config(const std::string& config_toml) {
-  std::ofstream config(file("config.toml"), std::ios::trunc);
-  config << config_toml;
-  if (!config) throw Error("could not write " + file("config.toml"));
+  // Atomic: a config.toml cut short would be read back by --config with defaults for the rest.
+  write_file_atomically(file("config.toml"), config_toml);
+}
+
+void RunRecorder::lost(const std::string& name, const std::string& reason) {
+  const bool first = not_written_.empty();
+  // One note for the sheets: a full disk would fail every epoch's.
+  const bool sheet = name.rfind("samples/", 0) == 0;
+  bool said = false;
+  for (const auto& [earlier, why] : not_written_)
+    said = said || (sheet && earlier.rfind("samples/", 0) == 0);
+  not_written_[name] = reason;
+  if (note_ && !said)
+    note_("cannot write " + file(name) + ": " + reason +
+          (first ? "; training goes on, and summary.json lists what is missing" : ""));
 }
 
 void RunRecorder::discard(bool remove_folder) {
-  metrics_.close();
+  if (metrics_ >= 0) ::close(metrics_);
+  metrics_ = -1;
   std::error_code ignored;  // best effort: this runs while another error is on its way out
   fs::remove(file("metrics.jsonl"), ignored);
   fs::remove(file("config.toml"), ignored);
@@ -120,10 +156,37 @@ double RunRecorder::wall_seconds() const {
 
 void RunRecorder::write_line(nlohmann::json line) {
   line["wall_s"] = std::round(wall_seconds() * 1000.0) / 1000.0;
-  // One line per event, flushed: `tail -f metrics.jsonl` follows a run, and a killed run keeps
-  // every line it reached.
-  metrics_ << line.dump() << "\n";
-  metrics_.flush();
+  // After a failed write the file stays the lines before it: later ones are counted, not written
+  // after a gap.
+  if (metrics_lost_ > 0 || metrics_ < 0) {
+    ++metrics_lost_;
+    not_written_["metrics.jsonl"] = metrics_reason_ + ": " + std::to_string(metrics_lost_) +
+                                    " lines lost from step " + std::to_string(metrics_lost_from_);
+    return;
+  }
+  // One line per event, written at once: `tail -f metrics.jsonl` follows a run, and a killed run
+  // keeps every line it reached.
+  const std::string text = line.dump() + "\n";
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(metrics_, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int error = n < 0 ? errno : ENOSPC;
+      // No half line: `runs` would count it damaged, and the next writer would append to it.
+      if (::ftruncate(metrics_, metrics_bytes_) == 0) ::lseek(metrics_, metrics_bytes_, SEEK_SET);
+      metrics_reason_ = std::strerror(error);
+      metrics_lost_from_ = line.value("step", int64_t{0});
+      lost("metrics.jsonl", metrics_reason_ + "; the lines from step " +
+                                std::to_string(metrics_lost_from_) + " on are lost");
+      metrics_lost_ = 1;
+      not_written_["metrics.jsonl"] =
+          metrics_reason_ + ": 1 line lost from step " + std::to_string(metrics_lost_from_);
+      return;
+    }
+    done += static_cast<size_t>(n);
+  }
+  metrics_bytes_ += static_cast<int64_t>(text.size());
 }
 
 void RunRecorder::on_start(const std::string& device, const train::Settings& settings) {
@@ -180,8 +243,17 @@ void RunRecorder::on_epoch(const train::EpochReport& r) {
 void RunRecorder::on_samples(int64_t epoch, const torch::Tensor& sprites, int64_t per_class) {
   char name[40];
   std::snprintf(name, sizeof name, "samples/epoch-%03lld.png", static_cast<long long>(epoch));
-  fs::create_directories(file("samples"));
-  io::write_png(file(name), io::make_sample_sheet(sprites, per_class));
+  // A sheet is an extra: written whole (atomically) or not at all, and never the run's end.
+  try {
+    std::error_code error;
+    fs::create_directories(file("samples"), error);
+    if (error) throw Error("cannot write " + file(name) + ": " + error.message());
+    io::write_png(file(name), io::make_sample_sheet(sprites, per_class));
+  } catch (const Error& e) {
+    const std::string what = e.what(), prefix = "cannot write " + file(name) + ": ";
+    lost(name, what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what);
+    return;
+  }
   sample_sheets_.push_back(name);
   write_line({{"kind", "samples"},
               {"step", global_step_},
@@ -213,11 +285,17 @@ void RunRecorder::draw(const std::vector<PlotScript>& scripts, const char* gnupl
   for (size_t i = 0; i < todo.size(); ++i) {
     const auto& s = todo[i];
     const auto& result = results[i];
-    if (result.ok && fs::exists(file(s.picture)))
+    std::error_code error;
+    if (result.ok && whole_png(file(s.picture))) {
       finished.pictures[s.picture.substr(0, s.picture.rfind('.'))] = s.picture;
-    else
+    } else if (result.ok && fs::exists(file(s.picture), error)) {
+      fs::remove(file(s.picture), error);  // a cut picture must not pass for the whole one
+      finished.notices.push_back("skipping " + s.picture +
+                                 ": gnuplot left it incomplete (is the disk full?); removed it");
+    } else {
       finished.notices.push_back("skipping " + s.picture + ": " +
                                  (result.ok ? "gnuplot wrote no picture" : result.message));
+    }
   }
 }
 
@@ -246,13 +324,7 @@ nlohmann::json RunRecorder::summary_base(const std::string& checkpoint,
 
 void RunRecorder::write_summary(const nlohmann::json& summary) {
   // Atomic: `runs` never sees half a summary (its presence marks a finished run).
-  const std::string path = file("summary.json"), partial = path + ".partial";
-  {
-    std::ofstream out(partial, std::ios::trunc);
-    out << summary.dump(2) << "\n";
-    if (!out) throw Error("could not write " + partial);
-  }
-  fs::rename(partial, path);
+  write_file_atomically(file("summary.json"), summary.dump(2) + "\n");
 }
 
 RunRecorder::Finished RunRecorder::finish(const train::TrainReport& report,
@@ -323,6 +395,12 @@ RunRecorder::Finished RunRecorder::finish(const train::TrainReport& report,
     summary["pictures"]["samples"] = sample_sheets_.back();
   }
   write_line({{"kind", "end"}, {"step", global_step_}, {"epoch", epochs}, {"values", end_values}});
+  // What the folder misses (after the end line, which may be among it): `runs` shows it.
+  if (!not_written_.empty()) {
+    summary["not_written"] = nlohmann::json::object();
+    for (const auto& [name, reason] : not_written_) summary["not_written"][name] = reason;
+  }
+  drawn_ = finished;
   write_summary(summary);
   return finished;
 }

@@ -11,7 +11,7 @@
 
 #include <chrono>
 #include <ctime>
-#include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -38,14 +38,25 @@ struct RunIdentity {
   std::string dataset;  // as given
 };
 
+// The folder's files but summary.json are extras: one that cannot be written (a sample sheet, a
+// metrics line, a picture) is a note, and the training goes on; summary.json's "not_written" says
+// what is missing.
 class RunRecorder : public train::TrainObserver {
  public:
+  using Note = std::function<void(const std::string&)>;
   // Opens metrics.jsonl in `folder` (an existing, claimed folder) and writes config.toml.
   RunRecorder(std::string folder, RunIdentity identity, const std::string& config_toml);
+  ~RunRecorder() override;
+  RunRecorder(const RunRecorder&) = delete;
+  RunRecorder& operator=(const RunRecorder&) = delete;
+  // Where the notes of a failed write during training go, one line each (none: they are only
+  // kept, and summary.json lists them).
+  void set_note(Note note) { note_ = std::move(note); }
 
   const std::string& folder() const { return folder_; }
   // Writes config.toml again: for settings the CLI decides after the folder is made (a
-  // generator's epochs follow from its dataset's size).
+  // generator's epochs follow from its dataset's size). Atomically: a failure leaves the previous
+  // one (or none) and throws Error naming the file and the reason.
   void rewrite_config(const std::string& config_toml);
   // True once training has started (on_start): from then on the folder is a run, finished or not.
   bool started() const { return !device_.empty(); }
@@ -69,8 +80,11 @@ class RunRecorder : public train::TrainObserver {
   };
   // After training: the pictures, the end line of metrics.jsonl and summary.json. `checkpoint`:
   // where the final checkpoint went. `gnuplot_path`: a PATH value to search (nullptr: ours).
+  // Throws Error naming summary.json and the reason when that cannot be written.
   Finished finish(const train::TrainReport& report, const std::string& checkpoint,
                   const char* gnuplot_path = nullptr);
+  // What finish() drew and noted, also when summary.json then failed.
+  const Finished& drawn() const { return drawn_; }
 
  private:
   void write_line(nlohmann::json line);
@@ -79,10 +93,19 @@ class RunRecorder : public train::TrainObserver {
   void draw(const std::vector<PlotScript>& scripts, const char* gnuplot_path, Finished& finished);
   nlohmann::json summary_base(const std::string& checkpoint, const Finished& finished) const;
   void write_summary(const nlohmann::json& summary);
+  // A file of the folder that could not be written: noted once per file, listed in summary.json.
+  void lost(const std::string& name, const std::string& reason);
 
   std::string folder_;
   RunIdentity identity_;
-  std::ofstream metrics_;
+  int metrics_ = -1;                // metrics.jsonl's descriptor
+  int64_t metrics_bytes_ = 0;       // whole lines in it
+  int64_t metrics_lost_ = 0;        // lines not written, after the first failure
+  int64_t metrics_lost_from_ = -1;  // the step of the first of them
+  std::string metrics_reason_;
+  std::map<std::string, std::string> not_written_;  // file -> reason
+  Note note_;
+  Finished drawn_;
   std::chrono::steady_clock::time_point start_;
   std::string started_;  // ISO 8601 local time
   std::string device_;

@@ -121,6 +121,14 @@ RunEntry read_run(const std::string& folder) {
   entry.final_loss = number_at(j, "/final_loss"_json_pointer);
   if (!entry.final_loss) entry.final_loss = number_at(j, "/train/loss"_json_pointer);
   entry.train_seconds = number_at(j, "/train_seconds"_json_pointer);
+  // A finished run whose folder misses files (metrics lines, sample sheets) says so.
+  if (j.contains("not_written") && j["not_written"].is_object() && !j["not_written"].empty()) {
+    entry.problem = "not written:";
+    for (const auto& [name, reason] : j["not_written"].items())
+      entry.problem +=
+          " " + name + (reason.is_string() ? " (" + reason.get<std::string>() + ")" : "") + ";";
+    entry.problem.pop_back();
+  }
   return entry;
 }
 

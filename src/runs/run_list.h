@@ -12,8 +12,10 @@ namespace spritetorch::runs {
 struct RunEntry {
   std::string name;  // folder name
   std::string path;
-  std::string status;   // complete | incomplete | corrupt
-  std::string problem;  // for incomplete / corrupt: what is missing or wrong
+  std::string status;  // complete | incomplete | corrupt
+  // For incomplete / corrupt: what is missing or wrong; for complete: the files its summary.json
+  // lists as not written.
+  std::string problem;
   std::string started, task, model, dataset, device;
   int64_t epochs = 0;
   std::optional<double> test_accuracy;  // classifiers

@@ -53,11 +53,21 @@ class Interrupted : public std::runtime_error {
   bool main_rank() const { return main_rank_; }
   int64_t epoch() const { return epoch_; }  // 1-based epoch in progress
   int64_t step() const { return step_; }    // steps done within it
-  int exit_code() const { return 128 + signal_; }
+  // The checkpoint could not be written to `wanted` (`why`: the error naming it) and went to the
+  // temp folder: checkpoint() is there.
+  void saved_elsewhere(std::string wanted, std::string why) {
+    wanted_ = std::move(wanted);
+    why_ = std::move(why);
+  }
+  const std::string& wanted() const { return wanted_; }  // empty: checkpoint() is where asked
+  const std::string& why() const { return why_; }
+  // 128 + signal; 1 when the checkpoint is not where it was asked for (work not delivered, as
+  // for a final --save kept in the temp folder).
+  int exit_code() const { return wanted_.empty() ? 128 + signal_ : 1; }
 
  private:
   int signal_;
-  std::string checkpoint_;
+  std::string checkpoint_, wanted_, why_;
   int64_t epoch_, step_;
   bool main_rank_;
 };

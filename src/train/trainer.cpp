@@ -160,7 +160,9 @@ class TrainingRun {
   EpochReport train_epoch(int64_t epoch);
   // epochs_done and steps (optimizer steps since the run's first epoch) go into its metadata.
   Checkpoint make_checkpoint(int64_t epochs_done, int64_t steps) const;
-  // A periodic or interrupt checkpoint of `progress` (its path; rank 0 writes it).
+  // A periodic or interrupt checkpoint of `progress` (its path; rank 0 writes it). One that cannot
+  // be written where it belongs goes to the temp folder (rescue_path): its path is returned and
+  // rescued_ says where it was meant to go and why it is not there.
   std::string save_run_checkpoint(RunState progress);
   // ddp: `progress` with the epoch's running sums (loss, correct, samples, the interval's) summed
   // over the ranks, as a checkpoint records them: on resume rank 0 restores them and the other
@@ -227,6 +229,10 @@ class TrainingRun {
   data::DataPath train_path_, test_path_;
   int64_t steps_ = 0;      // per epoch
   std::string last_good_;  // newest periodic checkpoint this run wrote
+  struct Rescued {
+    std::string wanted, why;  // the path asked for; the write's error
+  };
+  std::optional<Rescued> rescued_;  // the newest run checkpoint went to the temp folder
 
   std::optional<DeviceTimer> run_timer_;          // the epoch loop's clock
   double eval_seconds_ = 0, sample_seconds_ = 0;  // outside the timed training
@@ -858,7 +864,25 @@ std::string TrainingRun::save_run_checkpoint(RunState progress) {
   capture_rng(progress, device_);
   Checkpoint checkpoint = make_checkpoint(progress.epoch, global_step);
   store_run_state(progress, checkpoint);
-  save_checkpoint(path, checkpoint);
+  try {
+    save_checkpoint(path, checkpoint);
+  } catch (const Error& e) {
+    // A full disk must not cost the steps since the last checkpoint: the temp folder, as for the
+    // final --save. The older checkpoints are not pruned: they are the ones on the disk asked for.
+    const std::string rescue = rescue_path(path);
+    try {
+      save_checkpoint(rescue, checkpoint);
+    } catch (const Error&) {
+      throw IncompleteRun(
+          std::string(e.what()) + "; the run's state at epoch " +
+              std::to_string(progress.epoch + 1) + ", step " + std::to_string(progress.step) +
+              " could not be saved to " + rescue + " either",
+          last_good_.empty() ? std::string("free some space and train again")
+                             : "the newest checkpoint written: " + last_good_ + " (--resume it)");
+    }
+    rescued_ = Rescued{path, e.what()};
+    return rescue;
+  }
   last_good_ = path;
   prune_periodic_checkpoints(run_base_, config_.keep_last, global_step);
   return path;
@@ -961,7 +985,18 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
     if (signal ||
         (config_.checkpoint_every > 0 && (epoch * steps_ + step) % config_.checkpoint_every == 0)) {
       const std::string path = save_run_checkpoint(summed_over_ranks(progress));
-      if (signal) throw Interrupted(signal, path, epoch + 1, step, parallel_.is_main());
+      if (signal) {
+        Interrupted stopped(signal, path, epoch + 1, step, parallel_.is_main());
+        if (rescued_) stopped.saved_elsewhere(rescued_->wanted, rescued_->why);
+        throw stopped;
+      }
+      // A periodic checkpoint that did not fit: the run stops while its state is safe.
+      if (rescued_)
+        throw IncompleteRun(rescued_->why + "; the run stopped at epoch " +
+                                std::to_string(epoch + 1) + ", step " + std::to_string(step) +
+                                " and its state was saved to " + path + " instead",
+                            "free some space, then resume: mv " + path + " " + rescued_->wanted +
+                                " and add --resume " + rescued_->wanted + " to the command");
     }
   }
   progress.loss_sum += progress.interval_loss;

@@ -295,6 +295,15 @@ if "$bin" train --dataset dummy --epochs 1 --no-run-dir 2>&1 | grep -q "runs-roo
 else
   passes=$((passes + 1))
 fi
+# A config.toml that cannot be written (files of at most 4 KiB: `ulimit -f`, with SIGXFSZ ignored
+# so that the write fails with EFBIG) stops the run before any work, names the file and the reason,
+# and leaves no run folder behind (one cut short was listed by `runs` and read back by --config).
+full_out=$( (trap '' XFSZ; ulimit -f 4; exec "$bin" train --dataset dummy --epochs 1 --runs-root "$tmp/full-runs") 2>&1)
+full_rc=$?
+check "a config.toml that cannot be written: exit 2 naming it and the reason (got $full_rc: $full_out)" \
+  bash -c '[ "$1" = 2 ] && grep -qE "error: cannot write .*/config\.toml: File too large" <<<"$2"' _ "$full_rc" "$full_out"
+check "a config.toml that cannot be written leaves no run folder" \
+  bash -c '[ -z "$(ls -A "$1" 2>/dev/null)" ]' _ "$tmp/full-runs"
 # A sprite option the dataset does not read is refused, not ignored.
 expect 2 "--size applies to sprite datasets .*not --dataset dummy" -- train --dataset dummy --size 32 --epochs 1 --no-run-dir
 expect 2 "--tile applies to sprite sheets .*not --dataset sprites" -- data preview --dataset sprites --sprite-count 80 --tile 8x8 --out "$tmp/x.png"

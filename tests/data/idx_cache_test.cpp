@@ -1,5 +1,7 @@
 #include "data/idx_cache.h"
 
+#include <sys/stat.h>
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -214,6 +216,27 @@ TEST(IdxCache, UnwritableCacheDirStillReadsWithANote) {
   ASSERT_EQ(r.notes.size(), 1u);
   EXPECT_NE(r.notes[0].find("cannot write"), std::string::npos) << r.notes[0];
   EXPECT_EQ(r.notes[0].find('\n'), std::string::npos);  // one line
+}
+
+// A FIFO at the cache file's name: opening it would wait for a writer for ever.
+TEST(IdxCache, AFifoOrFolderAtTheCachePathIsIgnoredWithANoteAndLeftAlone) {
+  ScratchDir dir;
+  Recorded r(dir);
+  const std::string src = dir.file("x.gz");
+  write_gz(src, idx_bytes({4}, values(4, 3)));
+  fs::create_directories(r.cache.dir);
+  const std::string file = idx_cache_file(src, r.cache);
+  ASSERT_EQ(::mkfifo(file.c_str(), 0600), 0);
+  EXPECT_TRUE(torch::equal(read_idx_cached(src, r.cache), read_idx(src)));
+  ASSERT_EQ(r.notes.size(), 1u);
+  EXPECT_NE(r.notes[0].find("not a regular file"), std::string::npos) << r.notes[0];
+  EXPECT_NE(r.notes[0].find("running uncached"), std::string::npos) << r.notes[0];
+  EXPECT_TRUE(fs::is_fifo(file));  // the user's, not replaced
+  fs::remove(file);
+  fs::create_directory(file);
+  EXPECT_TRUE(torch::equal(read_idx_cached(src, r.cache), read_idx(src)));
+  ASSERT_EQ(r.notes.size(), 2u);
+  EXPECT_TRUE(fs::is_directory(file));
 }
 
 TEST(IdxCache, SourceErrorsAreTheReadersOwn) {

@@ -8,8 +8,10 @@
 #include <c10/util/Exception.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include "common/atomic_file.h"
@@ -17,6 +19,7 @@
 #include "common/output_file.h"
 #include "tasks/make_task.h"
 #include "test_util.h"
+#include "train/interrupt.h"
 #include "train/run_state.h"
 #include "train/trainer.h"
 
@@ -171,6 +174,113 @@ TEST(Overwrite, ARunWithoutPeriodicCheckpointsStartsBesideAnotherRunsAndTakesNon
   c.keep_last = 1;  // pruning would be among another run's files
   std::filesystem::remove(dir.file("a.pt"));
   EXPECT_NE(error_of(c).find("checkpoints of another run"), std::string::npos);
+}
+
+// TMPDIR for one scope: where rescue_path puts a checkpoint a full disk refused.
+class TempFolder {
+ public:
+  explicit TempFolder(const std::string& dir) {
+    if (const char* old = std::getenv("TMPDIR")) old_ = old;
+    std::filesystem::create_directories(dir);
+    ::setenv("TMPDIR", dir.c_str(), 1);
+  }
+  ~TempFolder() {
+    if (old_)
+      ::setenv("TMPDIR", old_->c_str(), 1);
+    else
+      ::unsetenv("TMPDIR");
+  }
+
+ private:
+  std::optional<std::string> old_;
+};
+
+// write_file_atomically(path) of this process fails with ENOSPC: its temporary is /dev/full.
+void fill_disk_for(const std::string& path) {
+  const std::filesystem::path target(path);
+  std::filesystem::create_symlink(
+      "/dev/full", target.parent_path() /
+                       ("." + target.filename().string() + ".tmp-" + std::to_string(::getpid())));
+}
+
+class StopAfterStep : public TrainObserver {
+ public:
+  explicit StopAfterStep(int64_t step) : step_(step) {}
+  void on_step(const StepTick& tick) override {
+    if (tick.epoch == 1 && tick.step == step_) request_interrupt(SIGINT);
+  }
+
+ private:
+  int64_t step_;
+};
+
+// An interrupted run whose checkpoint does not fit goes to the temp folder, as a final --save's
+// does: Interrupted names both places and the reason, exits 1, and the run resumes from it.
+TEST(FullDisk, AnInterruptCheckpointThatCannotBeWrittenGoesToTheTempFolder) {
+  ScratchDir dir;
+  TempFolder tmp(dir.file("tmp"));
+  TrainConfig c = dummy_run(dir);
+  fill_disk_for(dir.file("run.step5.pt"));
+  StopAfterStep stop(5);
+  std::string rescued;
+  try {
+    run_training(c, &stop);
+    FAIL() << "the run was not interrupted";
+  } catch (const Interrupted& e) {
+    EXPECT_EQ(e.wanted(), dir.file("run.step5.pt"));
+    EXPECT_EQ(e.why(), "cannot write " + dir.file("run.step5.pt") + ": No space left on device");
+    EXPECT_EQ(e.exit_code(), 1);
+    rescued = e.checkpoint();
+  }
+  EXPECT_EQ(std::filesystem::path(rescued).parent_path(), std::filesystem::path(dir.file("tmp")));
+  EXPECT_EQ(load_checkpoint(rescued).meta["steps"], 5);
+  EXPECT_FALSE(std::filesystem::exists(dir.file("run.step5.pt")));
+  c.resume = rescued;
+  run_training(c);
+  EXPECT_TRUE(std::filesystem::exists(c.save));
+}
+
+// A periodic checkpoint that does not fit stops the run with its state in the temp folder; when
+// that fails too, the error names the newest checkpoint that was written.
+TEST(FullDisk, APeriodicCheckpointThatCannotBeWrittenStopsTheRunWithItsStateSafe) {
+  ScratchDir dir;
+  TempFolder tmp(dir.file("tmp"));
+  TrainConfig c = dummy_run(dir);
+  c.checkpoint_every = 16;
+  fill_disk_for(dir.file("run.step32.pt"));
+  std::string message, hint;
+  try {
+    run_training(c);
+  } catch (const IncompleteRun& e) {
+    message = e.what();
+    hint = e.hint();
+  }
+  const std::string rescue =
+      dir.file("tmp/spritetorch-run.step32-" + std::to_string(::getpid()) + ".pt");
+  EXPECT_EQ(message, "cannot write " + dir.file("run.step32.pt") +
+                         ": No space left on device; the run stopped at epoch 1, step 32 and its "
+                         "state was saved to " +
+                         rescue + " instead");
+  EXPECT_NE(hint.find("mv " + rescue + " " + dir.file("run.step32.pt")), std::string::npos) << hint;
+  EXPECT_EQ(load_checkpoint(rescue).meta["steps"], 32);
+  EXPECT_TRUE(std::filesystem::exists(dir.file("run.step16.pt")));
+  EXPECT_FALSE(std::filesystem::exists(c.save));
+
+  std::filesystem::remove(rescue);
+  for (const auto& f : {"run.step16.pt"}) std::filesystem::remove(dir.file(f));
+  fill_disk_for(dir.file("run.step32.pt"));
+  fill_disk_for(rescue);
+  c.overwrite = true;
+  try {
+    run_training(c);
+    FAIL() << "the run went on";
+  } catch (const IncompleteRun& e) {
+    EXPECT_NE(std::string(e.what()).find("could not be saved to " + rescue + " either"),
+              std::string::npos)
+        << e.what();
+    EXPECT_EQ(e.hint(),
+              "the newest checkpoint written: " + dir.file("run.step16.pt") + " (--resume it)");
+  }
 }
 
 TEST(KeepLast, KeepsOnlyTheNewestPeriodicCheckpoints) {

@@ -4,6 +4,8 @@
 #include "report/tensorboard.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 
 #include <array>
@@ -269,6 +271,81 @@ TEST(TensorBoardTest, TensorBoardItselfReadsOurEvents) {
   EXPECT_EQ(events[2]["width"], 3);
   EXPECT_EQ(events[2]["height"], 2);
   EXPECT_GT(events[2]["png_bytes"].get<int>(), 8);
+}
+
+// Files of this process may grow to `bytes` only (a full disk, without root or a mount): a write
+// past it fails with EFBIG instead of raising SIGXFSZ.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    ::getrlimit(RLIMIT_FSIZE, &old_);
+    old_signal_ = ::signal(SIGXFSZ, SIG_IGN);
+    rlimit limit = old_;
+    limit.rlim_cur = bytes;
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &old_);
+    ::signal(SIGXFSZ, old_signal_);
+  }
+
+ private:
+  rlimit old_{};
+  void (*old_signal_)(int);
+};
+
+// A write that fails during training is one note naming the file and the reason; the events stop
+// there, the file keeps whole records only, and nothing is thrown into the training loop.
+TEST(TensorBoardTest, AFailedWriteIsOneNoteAndTheFileKeepsWholeRecords) {
+  testing::ScratchDir dir;
+  std::vector<std::string> notes;
+  std::string path;
+  std::uintmax_t whole = 0;
+  {
+    EventWriter writer(dir.file("logs"));
+    path = writer.path();
+    TensorBoardObserver observer(writer, nullptr,
+                                 [&](const std::string& line) { notes.push_back(line); });
+    train::EpochReport epoch;
+    epoch.epoch = 1, epoch.loss = 0.5, epoch.has_accuracy = false, epoch.images_per_second = 10;
+    observer.on_epoch(epoch);
+    whole = std::filesystem::file_size(path);
+    const auto sprites = torch::zeros({4, 4, 8, 8}, torch::kUInt8);
+    {
+      FileSizeLimit limit(whole + 20);  // room for part of the next record only
+      observer.on_samples(1, sprites, 2);
+      epoch.epoch = 2;
+      observer.on_epoch(epoch);
+      observer.write([](EventWriter& w) { w.add_scalar("test/loss", 0.25, 2); });
+    }
+    EXPECT_TRUE(observer.failed());
+    EXPECT_EQ(std::filesystem::file_size(path), whole);  // no half record
+  }
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("cannot write the TensorBoard event file " + path + ": File too large"),
+            std::string::npos)
+      << notes[0];
+  EXPECT_EQ(std::filesystem::file_size(path), whole);  // nothing more at the end either
+  std::vector<nlohmann::json> events;
+  std::string output;
+  const int code = read_events(path, events, output);
+  if (code == 77) GTEST_SKIP() << output;
+  ASSERT_EQ(code, 0) << output;  // every record whole, every CRC right
+  EXPECT_EQ(events.size(), 3u);  // the version, epoch 1's loss and images/s
+}
+
+// A file whose first record cannot be written is no event file: removed, and the error says why.
+TEST(TensorBoardTest, AFileThatCannotBeStartedIsRemoved) {
+  testing::ScratchDir dir;
+  std::filesystem::create_directories(dir.file("logs"));
+  try {
+    FileSizeLimit limit(10);
+    EventWriter writer(dir.file("logs"));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("File too large"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(dir.file("logs")));
 }
 
 TEST(TensorBoardTest, UnwritableFolderIsAClearError) {

@@ -2,6 +2,7 @@
 // summary.json, pictures when gnuplot is there, a notice when it is not), generator sample sheets,
 // folder naming and claiming, gnuplot quoting, and `runs` listing damaged folders.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -193,6 +194,119 @@ TEST(RunFolder, GeneratorRunsKeepASampleSheetPerEpoch) {
   EXPECT_EQ(kinds, (std::set<std::string>{"start", "log", "epoch", "eval", "samples", "end"}));
   EXPECT_TRUE(summary["test"]["loss"].is_number());  // the held-out denoising loss
   EXPECT_FALSE(summary["test"].contains("accuracy"));
+}
+
+// The folder's extras on a full disk: a metrics.jsonl that is /dev/full (every write fails with
+// ENOSPC) is one note naming it and the reason; training, the checkpoint and summary.json go on,
+// and summary.json and `runs` say what was lost.
+TEST(RunFolder, MetricsThatCannotBeWrittenAreOneNoteAndTheSummarySaysSo) {
+  ScratchDir dir;
+  const std::string folder = dir.file("run");
+  claim_run_folder(folder);
+  fs::create_symlink("/dev/full", folder + "/metrics.jsonl");
+  auto config = tiny_sprite_run(folder);
+  RunRecorder recorder(folder, {"classify", "cnn", "sprites"}, "epochs = 2\n");
+  std::vector<std::string> notes;
+  recorder.set_note([&](const std::string& line) { notes.push_back(line); });
+  const auto report = run_training(config, &recorder);
+  recorder.finish(report, config.save, "/nonexistent-bin");
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("cannot write " + folder + "/metrics.jsonl: No space left on device"),
+            std::string::npos)
+      << notes[0];
+  EXPECT_TRUE(fs::exists(config.save));
+  const auto summary = read_json(folder + "/summary.json");
+  EXPECT_EQ(summary["status"], "complete");
+  const std::string lost = summary["not_written"]["metrics.jsonl"].get<std::string>();
+  // start, 2 x 3 log lines, 2 x (epoch, eval), end: every one lost, from the first step.
+  EXPECT_EQ(lost, "No space left on device: 12 lines lost from step 0");
+  const RunEntry entry = read_run(folder);
+  EXPECT_EQ(entry.status, "complete");
+  EXPECT_NE(entry.problem.find("not written: metrics.jsonl (No space left on device"),
+            std::string::npos)
+      << entry.problem;
+}
+
+// A sample sheet that cannot be written (here samples/ is a file, so no sheet has a folder) is a
+// note, once for the run, and the generator trains on; the summary lists every sheet missing.
+TEST(RunFolder, SampleSheetsThatCannotBeWrittenAreANoteAndTrainingGoesOn) {
+  ScratchDir dir;
+  const std::string folder = dir.file("gen");
+  claim_run_folder(folder);
+  std::ofstream(folder + "/samples") << "in the way";
+  auto config = tiny_sprite_run(folder);
+  config.task = train::TaskKind::kGenerate;
+  config.unet_base = 8;
+  config.batch_size = 16;
+  config.sample_every = 1;
+  RunRecorder recorder(folder, {"generate", "unet", "sprites"}, "");
+  std::vector<std::string> notes;
+  recorder.set_note([&](const std::string& line) { notes.push_back(line); });
+  const auto report = run_training(config, &recorder);
+  recorder.finish(report, config.save, "/nonexistent-bin");
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("cannot write " + folder + "/samples/epoch-001.png: "), std::string::npos)
+      << notes[0];
+  EXPECT_TRUE(fs::exists(config.save));
+  EXPECT_EQ(report.epochs.size(), 2u);
+  const auto summary = read_json(folder + "/summary.json");
+  EXPECT_FALSE(summary.contains("samples"));
+  EXPECT_FALSE(summary["pictures"].contains("samples"));
+  EXPECT_TRUE(summary["not_written"].contains("samples/epoch-001.png"));
+  EXPECT_TRUE(summary["not_written"].contains("samples/epoch-002.png"));
+  for (const auto& line : metrics_lines(folder)) EXPECT_NE(line["kind"], "samples") << line;
+}
+
+// summary.json that cannot be written: an Error naming it (not its temporary) and the reason, and
+// no file of it left behind.
+TEST(RunFolder, ASummaryThatCannotBeWrittenNamesItselfAndLeavesNoPartialFile) {
+  ScratchDir dir;
+  const std::string folder = dir.file("run");
+  claim_run_folder(folder);
+  auto config = tiny_sprite_run(folder);
+  config.epochs = 1;
+  RunRecorder recorder(folder, {"classify", "cnn", "sprites"}, "");
+  const auto report = run_training(config, &recorder);
+  // write_file_atomically's temporary, made a link to /dev/full: the write fails with ENOSPC.
+  fs::create_symlink("/dev/full", folder + "/.summary.json.tmp-" + std::to_string(::getpid()));
+  try {
+    recorder.finish(report, config.save, "/nonexistent-bin");
+    FAIL() << "summary.json was written";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "cannot write " + folder + "/summary.json: No space left on device");
+  }
+  for (const auto& item : fs::directory_iterator(folder))
+    EXPECT_EQ(item.path().filename().string().find("summary"), std::string::npos) << item.path();
+  // What was drawn before is still there to be told (here: no gnuplot).
+  ASSERT_FALSE(recorder.drawn().notices.empty());
+  EXPECT_NE(recorder.drawn().notices[0].find("gnuplot not found"), std::string::npos);
+  EXPECT_EQ(read_run(folder).status, "incomplete");
+  EXPECT_TRUE(fs::exists(config.save));
+}
+
+// gnuplot exits 0 on a full disk, leaving a cut PNG: it is not counted as drawn, and is removed.
+TEST(RunFolder, APictureGnuplotLeftIncompleteIsANoteAndRemoved) {
+  ScratchDir dir;
+  const std::string bin = dir.file("bin");
+  fs::create_directories(bin);
+  {
+    std::ofstream fake(bin + "/gnuplot");
+    fake << "#!/bin/sh\n"
+            "out=$(sed -n \"s/^set output '\\(.*\\)'$/\\1/p\" \"$1\")\n"
+            "printf '\\211PNG\\r\\n\\032\\n0123456789012345678901234567890123456789' > \"$out\"\n";
+  }
+  fs::permissions(bin + "/gnuplot", fs::perms::owner_all);
+  const std::string folder = dir.file("run");
+  const auto run = record(folder, bin.c_str());
+  EXPECT_TRUE(run.finished.pictures.empty());
+  bool noted = false;
+  for (const auto& n : run.finished.notices)
+    noted = noted || n.find("skipping curves.png: gnuplot left it incomplete") != std::string::npos;
+  EXPECT_TRUE(noted) << ::testing::PrintToString(run.finished.notices);
+  EXPECT_FALSE(fs::exists(folder + "/curves.png"));
+  EXPECT_FALSE(fs::exists(folder + "/confusion.png"));
+  EXPECT_TRUE(read_json(folder + "/summary.json")["pictures"].empty());
 }
 
 TEST(RunFolder, FreshNamesNeverCollideAndAClaimedFolderMustBeEmpty) {
