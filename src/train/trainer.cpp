@@ -808,11 +808,12 @@ RunSettings TrainingRun::settings_ranks_share() const {
   const std::string resumed_at = "epoch " + std::to_string(start_epoch_) + ", step " +
                                  std::to_string(run_state_ ? run_state_->step : 0) + " of " +
                                  std::to_string(start_steps_);
+  const std::string model = config_.model.empty() ? default_model(config_) : config_.model;
   // Every setting that decides a collective's size or count, the batches, or the arithmetic.
   return {
       {"spritetorch version", SPRITETORCH_VERSION},
       {"--task", task_.name()},
-      {"--model", config_.model.substr(0, config_.model.find(':'))},  // paths may differ
+      {"--model", model.substr(0, model.find(':'))},  // a script's path may differ
       {"parameters", std::to_string(values) + " values, shapes #" + settings_hash(shapes)},
       {"--dataset (kind)", config_.dataset.substr(0, config_.dataset.find(':'))},
       {"training samples (--train-limit)", std::to_string(data_.train.size())},
