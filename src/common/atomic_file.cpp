@@ -40,6 +40,21 @@ void remove_stale_temporaries(const std::filesystem::path& dir, const std::strin
 
 }  // namespace
 
+int append_whole(int fd, const std::string& bytes, int64_t whole_bytes) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int error = n < 0 ? errno : ENOSPC;
+      if (::ftruncate(fd, whole_bytes) == 0) ::lseek(fd, whole_bytes, SEEK_SET);
+      return error;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return 0;
+}
+
 void write_file_atomically(const std::string& path, const std::string& bytes) {
   namespace fs = std::filesystem;
   const fs::path target(path);

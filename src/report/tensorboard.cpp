@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "common/atomic_file.h"
 #include "common/crc32c.h"
 #include "common/error.h"
 #include "io/png.h"
@@ -163,18 +164,9 @@ void EventWriter::flush() {
   if (fd_ < 0 || pending_.empty()) return;
   const std::string bytes = std::move(pending_);
   pending_.clear();
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int error = n < 0 ? errno : ENOSPC;
-      // Half a record would end the file in garbage: back to the last whole one.
-      if (::ftruncate(fd_, written_) == 0) ::lseek(fd_, written_, SEEK_SET);
-      throw Error("cannot write the TensorBoard event file " + path_ + ": " + std::strerror(error));
-    }
-    done += static_cast<size_t>(n);
-  }
+  // Half a record would end the file in garbage: a failed write goes back to the last whole one.
+  if (const int error = append_whole(fd_, bytes, written_))
+    throw Error("cannot write the TensorBoard event file " + path_ + ": " + std::strerror(error));
   written_ += static_cast<int64_t>(bytes.size());
 }
 

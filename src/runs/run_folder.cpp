@@ -167,24 +167,16 @@ void RunRecorder::write_line(nlohmann::json line) {
   // One line per event, written at once: `tail -f metrics.jsonl` follows a run, and a killed run
   // keeps every line it reached.
   const std::string text = line.dump() + "\n";
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(metrics_, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int error = n < 0 ? errno : ENOSPC;
-      // No half line: `runs` would count it damaged, and the next writer would append to it.
-      if (::ftruncate(metrics_, metrics_bytes_) == 0) ::lseek(metrics_, metrics_bytes_, SEEK_SET);
-      metrics_reason_ = std::strerror(error);
-      metrics_lost_from_ = line.value("step", int64_t{0});
-      lost("metrics.jsonl", metrics_reason_ + "; the lines from step " +
-                                std::to_string(metrics_lost_from_) + " on are lost");
-      metrics_lost_ = 1;
-      not_written_["metrics.jsonl"] =
-          metrics_reason_ + ": 1 line lost from step " + std::to_string(metrics_lost_from_);
-      return;
-    }
-    done += static_cast<size_t>(n);
+  // No half line: `runs` would count it damaged, and the next writer would append to it.
+  if (const int error = append_whole(metrics_, text, metrics_bytes_)) {
+    metrics_reason_ = std::strerror(error);
+    metrics_lost_from_ = line.value("step", int64_t{0});
+    lost("metrics.jsonl", metrics_reason_ + "; the lines from step " +
+                              std::to_string(metrics_lost_from_) + " on are lost");
+    metrics_lost_ = 1;
+    not_written_["metrics.jsonl"] =
+        metrics_reason_ + ": 1 line lost from step " + std::to_string(metrics_lost_from_);
+    return;
   }
   metrics_bytes_ += static_cast<int64_t>(text.size());
 }
