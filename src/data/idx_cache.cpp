@@ -14,6 +14,7 @@
 #include "common/crc32c.h"
 #include "common/environment_switch.h"
 #include "common/error.h"
+#include "common/fnv1a.h"
 #include "data/idx_reader.h"
 
 namespace spritetorch::data {
@@ -85,13 +86,6 @@ bool starts_with_gzip_magic(const std::string& path) {
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
   unsigned char m[2];
   return f && std::fread(m, 1, 2, f.get()) == 2 && m[0] == 0x1f && m[1] == 0x8b;
-}
-
-// FNV-1a: names the cache file after the source's path (the path itself is checked on read).
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
-  return h;
 }
 
 // What a lookup found: a tensor, nothing (no cache file: not worth a note), or why the file
@@ -194,7 +188,7 @@ IdxCache IdxCache::from_environment() {
 
 std::string idx_cache_file(const std::string& source, const IdxCache& cache) {
   const std::string absolute = fs::absolute(source).lexically_normal().string();
-  char hash[17];
+  char hash[17];  // named after the source's path (the path itself is checked on read)
   std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(fnv1a(absolute)));
   return (fs::path(cache.dir) / (fs::path(absolute).filename().string() + "." + hash + ".idxcache"))
       .string();

@@ -7,6 +7,7 @@
 
 #include "common/cpu_threads.h"
 #include "common/error.h"
+#include "common/fnv1a.h"
 #include "data/distributed_sampler.h"
 #include "device/device.h"
 
@@ -50,8 +51,7 @@ int first_differing_setting(const RunSettings& mine, const RunSettings& root) {
 }
 
 std::string settings_hash(const std::string& text) {
-  uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a 64: offset basis, prime 2^40 + 2^8 + 0xb3
-  for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ULL;
+  uint64_t h = fnv1a(text);
   static const char* kHex = "0123456789abcdef";
   std::string out(16, '0');
   for (int i = 15; i >= 0; --i, h >>= 4) out[static_cast<size_t>(i)] = kHex[h & 15];
