@@ -3,6 +3,9 @@
 // (0 success, 2 bad usage or bad input, 1 an internal failure).
 #include <c10/util/Exception.h>
 
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -227,10 +230,26 @@ int run(int argc, char** argv) {
     // launch share stderr, and piecewise writes of two processes interleave mid-line.
     if (e.main_rank()) {
       const auto [ranks_per_node, nodes] = launch_shape();
-      const std::string resume =
-          "\nresume with: " +
-          spritetorch::cli::resume_command(argc, argv, e.checkpoint(), ranks_per_node, nodes) +
-          "\n";
+      const std::string command =
+          spritetorch::cli::resume_command(argc, argv, e.checkpoint(), ranks_per_node, nodes);
+      const std::string resume = "\nresume with: " + command + "\n";
+      // --json: a script reads where the run stopped and how to go on from stdout, as it reads a
+      // finished run's figures.
+      if (const CLI::Option* json = active ? active->get_option_no_throw("--json") : nullptr;
+          json != nullptr && json->count() > 0) {
+        nlohmann::json out = {{"interrupted", true},
+                              {"signal", spritetorch::train::signal_name(e.signal())},
+                              {"epoch", e.epoch()},
+                              {"step", e.step()},
+                              {"checkpoint", e.checkpoint()},
+                              {"resume", command},
+                              {"exit_code", e.exit_code()}};
+        if (!e.wanted().empty()) {
+          out["checkpoint_wanted"] = e.wanted();
+          out["checkpoint_not_there_because"] = e.why();
+        }
+        std::cout << out.dump() << "\n" << std::flush;
+      }
       if (e.wanted().empty())
         std::cerr << ("\n" + std::string(e.what()) + "; checkpoint saved: " + e.checkpoint() +
                       resume)

@@ -185,7 +185,7 @@ void RunSession::finish(const train::TrainReport& report_in, const std::string& 
         std::string(e.what()) +
             (checkpoint.empty() ? std::string("; the run finished")
                                 : "; the run finished and its model was saved to " + checkpoint),
-        "free some space; `spritetorch runs` lists " + recorder_->folder() +
+        make_room_hint(e.what()) + "; `spritetorch runs` lists " + recorder_->folder() +
             " as incomplete, and its metrics.jsonl keeps what the run wrote");
   }
 }

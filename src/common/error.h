@@ -3,6 +3,8 @@
 // anything else is a bug (exit 1).
 #pragma once
 
+#include <cerrno>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -45,6 +47,18 @@ inline std::string first_line(const std::string& text) { return text.substr(0, t
 inline bool is_host_allocation_failure(const std::string& message) {
   return message.find("not enough memory") != std::string::npos ||
          message.find("to allocate") != std::string::npos;
+}
+
+// What to do about a write that failed with `message` (an error naming the file and strerror's
+// reason), as the first words of a hint: a file-size limit (ulimit -f: "File too large") or a
+// folder that takes no files is not helped by freeing space.
+inline std::string make_room_hint(const std::string& message) {
+  if (message.find(std::strerror(EFBIG)) != std::string::npos)
+    return "raise the file-size limit (ulimit -f), or write to a file system that allows the size";
+  if (message.find(std::strerror(EACCES)) != std::string::npos ||
+      message.find(std::strerror(EROFS)) != std::string::npos)
+    return "make the folder writable";
+  return "free some space";
 }
 
 }  // namespace spritetorch

@@ -1,8 +1,10 @@
 #include "runs/plots.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -17,10 +19,15 @@ namespace {
 namespace fs = std::filesystem;
 
 void write_text(const std::string& path, const std::string& text) {
+  errno = 0;
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << text;
-  if (!out)
-    throw Error("could not write " + path, "check the run folder's permissions and free space");
+  out.flush();
+  if (!out) {
+    const std::string reason = errno != 0 ? std::strerror(errno) : "the stream failed";
+    throw Error("could not write " + path + ": " + reason,
+                make_room_hint(reason));
+  }
 }
 
 std::string number(double v) {

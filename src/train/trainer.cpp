@@ -791,6 +791,31 @@ RunState TrainingRun::summed_over_ranks(RunState progress) {
   return progress;
 }
 
+namespace {
+
+// The training data as this rank holds it: its shape and type, and a digest of its labels and of
+// 64 images spread over it. A folder read at another --size or --resize, other files under the
+// same name, or procedural sprites of another --sprite-seed differ here, not only in their count.
+std::string training_data_digest(const data::Dataset& train) {
+  if (!train.inputs.defined()) return "none";
+  const int64_t n = train.size();
+  const torch::Tensor picks =
+      torch::linspace(0, static_cast<double>(std::max<int64_t>(n - 1, 0)), std::min<int64_t>(n, 64),
+                      torch::kDouble)
+          .to(torch::kLong);
+  const torch::Tensor images =
+      train.inputs.index_select(0, picks.to(train.inputs.device())).contiguous().cpu();
+  std::string bytes(static_cast<const char*>(images.data_ptr()), images.nbytes());
+  if (train.labels.defined()) {
+    const torch::Tensor labels = train.labels.contiguous().cpu();
+    bytes.append(static_cast<const char*>(labels.data_ptr()), labels.nbytes());
+  }
+  return c10::str(train.inputs.sizes(), " ", train.inputs.scalar_type(), " #",
+                  settings_hash(bytes));
+}
+
+}  // namespace
+
 RunSettings TrainingRun::settings_ranks_share() const {
   auto number = [](double value) {
     std::ostringstream s;
@@ -817,6 +842,7 @@ RunSettings TrainingRun::settings_ranks_share() const {
       {"parameters", std::to_string(values) + " values, shapes #" + settings_hash(shapes)},
       {"--dataset (kind)", config_.dataset.substr(0, config_.dataset.find(':'))},
       {"training samples (--train-limit)", std::to_string(data_.train.size())},
+      {"training data", training_data_digest(data_.train)},
       {"--batch-size", std::to_string(config_.batch_size)},
       {"--epochs", std::to_string(epochs_)},
       {"--time-budget", number(config_.time_budget_s)},
@@ -824,12 +850,17 @@ RunSettings TrainingRun::settings_ranks_share() const {
       {"--lr", number(config_.lr)},
       {"--optimizer", config_.optimizer},
       {"--momentum", number(config_.momentum)},
-      {"--weight-decay", number(config_.weight_decay)},
+      // As the run applies them: a default given or left out is the same setting.
+      {"--weight-decay", number(optimization_.options.weight_decay)},
       {"--lr-schedule", config_.lr_schedule},
       {"--warmup-steps", std::to_string(config_.warmup_steps)},
       {"--precision", precision::to_string(plan_.precision)},
       {"--clip-grad-norm", number(config_.clip_grad_norm)},
       {"--label-smoothing", number(config_.label_smoothing)},
+      {"--first-conv", config_.first_conv},
+      {"--prediction", config_.prediction},
+      {"--noise-schedule", config_.noise_schedule},
+      {"--min-snr-gamma", number(config_.min_snr_gamma)},
       {"--augment", config_.augment},
       {"--drop-last", config_.drop_last ? "on" : "off"},
       {"--class-sampling", choice_name(config_.class_sampling)},
@@ -878,7 +909,7 @@ std::string TrainingRun::save_run_checkpoint(RunState progress) {
           std::string(e.what()) + "; the run's state at epoch " +
               std::to_string(progress.epoch + 1) + ", step " + std::to_string(progress.step) +
               " could not be saved to " + rescue + " either",
-          last_good_.empty() ? std::string("free some space and train again")
+          last_good_.empty() ? make_room_hint(e.what()) + " and train again"
                              : "the newest checkpoint written: " + last_good_ + " (--resume it)");
     }
     rescued_ = Rescued{path, e.what()};
@@ -996,7 +1027,8 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
         throw IncompleteRun(rescued_->why + "; the run stopped at epoch " +
                                 std::to_string(epoch + 1) + ", step " + std::to_string(step) +
                                 " and its state was saved to " + path + " instead",
-                            "free some space, then resume: mv " + path + " " + rescued_->wanted +
+                            make_room_hint(rescued_->why) + ", then resume: mv " + path + " " +
+                                rescued_->wanted +
                                 " and add --resume " + rescued_->wanted + " to the command");
     }
   }
@@ -1121,7 +1153,7 @@ TrainReport TrainingRun::run() {
       } catch (const Error&) {
         throw IncompleteRun(std::string(e.what()) + "; the trained model could not be saved to " +
                                 rescue + " either",
-                            "free some space and train again");
+                            make_room_hint(e.what()) + " and train again");
       }
       throw IncompleteRun(
           std::string(e.what()) + "; the trained model was saved to " + rescue + " instead",

@@ -312,6 +312,26 @@ mismatched_pair --batch-size "${one[@]}" --batch-size 32 -- "${one[@]}" --batch-
 mismatched_pair --model --model simplenn --epochs 1 -- --model ann --epochs 1
 mismatched_pair --epochs --model simplenn --epochs 2 -- --model simplenn --epochs 1
 mismatched_pair --lr "${one[@]}" --lr 0.001 -- "${one[@]}" --lr 0.002
+# Data of the same size that differs (procedural sprites of another --data-seed: a folder read at another
+# --size, or other files under the same name, alike) would train each rank on its own set.
+sprites=(--model cnn --epochs 1 --dataset sprites --sprite-count 64)
+mismatched_pair "training data" "${sprites[@]}" --data-seed 1 -- "${sprites[@]}" --data-seed 2
+mismatched_pair --prediction --task generate --model unet --unet-base 8 --epochs 1 --dataset sprites \
+  --sprite-count 64 --batch-size 16 --prediction v -- --task generate --model unet --unet-base 8 \
+  --epochs 1 --dataset sprites --sprite-count 64 --batch-size 16 --prediction eps
+# The same setting written two ways (adam's weight decay left out, and given as its default 0) is
+# the same run: both ranks train.
+port=$(free_port)
+RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$bin" train --device cpu --dataset dummy \
+  --threads 1 --blas-threads 1 --dist-timeout 60 "${one[@]}" --no-run-dir >"$tmp/wd1.log" 2>&1 &
+other=$!
+RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port timeout 120 "$bin" train --device cpu \
+  --dataset dummy --threads 1 --blas-threads 1 --dist-timeout 60 "${one[@]}" --weight-decay 0 \
+  --no-run-dir >"$tmp/wd0.log" 2>&1
+rc0=$?
+wait_for "$other" 30
+[ "$rc0" = 0 ] && [ "$rc" = 0 ] && pass ||
+  fail "--weight-decay 0 beside adam's default: exits $rc0 and $rc: $(tail -2 "$tmp/wd0.log") / $(tail -2 "$tmp/wd1.log")"
 
 # launch inside a torchrun worker: the agent's store variables are not the ranks' to follow.
 TORCHELASTIC_USE_AGENT_STORE=True TORCHELASTIC_RESTART_COUNT=0 timeout 120 "$bin" launch --nproc-per-node 2 -- \

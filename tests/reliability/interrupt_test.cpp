@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "tasks/make_task.h"
 #include "test_util.h"
 #include "train/interrupt.h"
@@ -202,6 +204,37 @@ TEST(InterruptProcess, SigintExits130WithACheckpoint) {
   ASSERT_EQ(saved.size(), 1u) << out;
   EXPECT_TRUE(load_checkpoint(saved[0]).meta.contains("run"));
   EXPECT_EQ(out.find("Exception raised from"), std::string::npos) << out;
+}
+
+// --json: an interrupted run prints one JSON object saying where it stopped, the checkpoint and the
+// command that goes on from it (the same command stderr prints), as a finished run prints its
+// figures.
+TEST(InterruptProcess, WithJsonPrintsTheCheckpointAndTheResumeCommand) {
+  ScratchDir dir;
+  int fd = -1;
+  const pid_t pid =
+      spawn({SPRITETORCH_CLI_PATH, "train", "--device", "cpu", "--model", "simplenn", "--dataset",
+             "dummy", "--epochs", "100000", "--log-every", "1", "--verbose", "--no-run-dir",
+             "--json", "--save", dir.file("j.pt")},
+            fd);
+  ASSERT_GT(pid, 0);
+  const std::string out = read_and_signal(fd, pid, "epoch 1 step 2/", SIGTERM);
+  ASSERT_EQ(exit_code(pid), 143) << out;
+  const auto at = out.find("{\"");
+  ASSERT_NE(at, std::string::npos) << out;
+  const auto json = nlohmann::json::parse(out.substr(at, out.find('\n', at) - at));
+  EXPECT_EQ(json.at("interrupted"), true);
+  EXPECT_EQ(json.at("signal"), "SIGTERM");
+  EXPECT_EQ(json.at("exit_code"), 143);
+  EXPECT_EQ(json.at("epoch"), 1);
+  EXPECT_GE(json.at("step").get<int64_t>(), 2);
+  const auto saved = periodic_checkpoints(dir.file("j.pt"));
+  ASSERT_EQ(saved.size(), 1u) << out;
+  EXPECT_EQ(json.at("checkpoint"), saved[0]);
+  const std::string resume = json.at("resume");
+  EXPECT_NE(resume.find("--resume " + saved[0]), std::string::npos) << resume;
+  EXPECT_NE(out.find("resume with: " + resume + "\n"), std::string::npos) << out;
+  EXPECT_FALSE(json.contains("checkpoint_wanted"));
 }
 
 // A run stopped inside an epoch resumes only with the batches it was drawing: the same batch
