@@ -4,6 +4,8 @@
 #include <iomanip>
 #include <sstream>
 
+#include "train/flat_optimizer.h"
+
 namespace spritetorch::cli {
 
 std::string bench_table(const train::BenchReport& report) {
@@ -123,7 +125,19 @@ nlohmann::json bench_json(const train::BenchReport& report) {
                           {"optimizer", w.optimizer},
                           {"lr", w.lr},
                           {"seed", w.seed},
-                          {"train_limit", w.train_limit}}},
+                          {"train_limit", w.train_limit},
+                          // What else the table's accuracy column depends on.
+                          {"test_limit", w.test_limit},
+                          {"weight_decay", w.weight_decay < 0
+                                               ? train::default_weight_decay(w.optimizer)
+                                               : w.weight_decay},
+                          {"lr_schedule", w.lr_schedule},
+                          {"lr_warmup_steps", w.warmup_steps},
+                          {"label_smoothing", w.label_smoothing},
+                          {"augment", w.augment},
+                          {"test_time_augment", w.test_time_augment},
+                          {"first_conv", w.first_conv},
+                          {"recipe", w.recipe}}},
                         {"repeats", report.config.repeats},
                         {"warmup_steps", report.config.warmup_steps},
                         {"rows", rows}};

@@ -35,11 +35,15 @@ void print_generator_eval(std::ostream& out, const diffusion::GeneratorEval& r,
       << "Class agreement (generated, and the classifier on " << held_out
       << " held-out real sprites):\n"
       << "  " << std::left << std::setw(12) << "all"
-      << "  " << r.agreement.mean << "  " << real.mean << "\n";
+      << "  " << r.agreement.mean << "  ";
+  // No held-out sprites (--holdout 0), or none of a class: no reference to give.
+  if (held_out > 0)
+    out << real.mean << "\n";
+  else
+    out << "-\n";
   for (size_t k = 0; k < class_names.size() && k < r.agreement.per_class.size(); ++k) {
     out << "  " << std::left << std::setw(12) << class_names[k] << "  " << r.agreement.per_class[k]
         << "  ";
-    // A class without held-out sprites has no reference.
     if (k < real.per_class.size() && !std::isnan(real.per_class[k]))
       out << real.per_class[k] << "\n";
     else
@@ -248,6 +252,13 @@ int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
   const bool auto_precision = f.options.precision == "auto";
   f.options.precision = diffusion::resolve_sampling_precision(f.options.precision, device);
   auto generator = diffusion::load_generator(checkpoint, device);
+  // Agreement per class and the two-sample test's class mix need a sprite of every class.
+  const auto classes = static_cast<int64_t>(generator.class_names.size());
+  if (f.count < classes)
+    throw Error("--count " + std::to_string(f.count) + ": " + checkpoint + " draws " +
+                    std::to_string(classes) +
+                    " classes, and eval judges at least one sprite of each",
+                "pass --count " + std::to_string(classes) + " or more (the default is 256)");
   const diffusion::AlphaMode alpha = f.options.alpha.value_or(generator.alpha);
   const std::string threads = describe_cpu_threads(
       apply_cpu_threads(cpu.threads, cpu.blas_threads, cpu_work_of(*generator.net)));
@@ -291,7 +302,8 @@ int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
     nlohmann::json out{{"samples", r.samples},
                        {"class_agreement", r.agreement.mean},
                        {"per_class_agreement", r.agreement.per_class},
-                       {"real_class_agreement", real.mean},
+                       {"real_class_agreement",
+                        data.test.size() > 0 ? nlohmann::json(real.mean) : nlohmann::json()},
                        {"real_per_class_agreement", real.per_class},
                        {"real_held_out", data.test.size()},
                        {"distinct", r.distinct},
@@ -351,7 +363,8 @@ Subcommand add_eval_command(CLI::App& app) {
   const std::vector<const CLI::Option*> classifier_only = {
       sub->add_option("--data", f->data_dir, "Folder with the Fashion-MNIST IDX files")
           ->capture_default_str(),
-      sub->add_option("--limit", f->limit, "Evaluate on the first N test samples only (0: all)")
+      sub->add_option("--limit", f->limit, "Evaluate on N test samples only (0: all): the first N; of a sprite dataset, N spread "
+                      "over its held-out split, so every class stays")
           ->check(kNonNegative)};
   sub->add_option("--dataset", f->dataset,
                   "The checkpoint's data from another place: folder:PATH, sheet:FILE or "

@@ -186,10 +186,12 @@ Subcommand add_train_command(CLI::App& app) {
       ->check(kNonNegative)
       ->capture_default_str();
   sub->add_option("--train-limit", config->train_limit,
-                  "Train on the first N samples only (0: all)")
+                  "Train on N samples only (0: all): the first N; of a sprite dataset, N spread "
+                  "over it, so every class stays")
       ->check(kNonNegative);
   sub->add_option("--test-limit", config->test_limit,
-                  "Evaluate on the first N test samples only (0: all)")
+                  "Evaluate on N test samples only (0: all): the first N; of a sprite dataset, N "
+                  "spread over its held-out split, so every class stays")
       ->check(kNonNegative);
   add_cpu_thread_options(sub, config->threads, config->blas_threads);
   sub->add_option(

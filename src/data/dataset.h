@@ -20,6 +20,10 @@ struct Dataset {
   int64_t num_classes() const { return static_cast<int64_t>(class_names.size()); }
   // The first `count` samples (all when count >= size()); shares storage.
   Dataset head(int64_t count) const;
+  // `count` samples at even steps over the whole set, in its order (all when count >= size()): a
+  // set ordered by class (a sprite folder's splits) keeps every class in proportion, where head()
+  // would keep the first one or two. A copy.
+  Dataset spread(int64_t count) const;
 };
 
 // Converts a batch of stored inputs to what a model takes: uint8 -> float32 / 255; float as is.

@@ -705,10 +705,18 @@ void reduce_sprite_colours(uint8_t* sprite, int64_t pixels, int64_t colours) {
       if (counts[j] > 0)
         for (int ch = 0; ch < 3; ++ch) c[j][ch] = sums[j][ch] / counts[j];
   }
-  for (size_t q = 0; q < px.size(); ++q)
+  const auto snap = [&](int64_t q, size_t centre) {
     for (int ch = 0; ch < 3; ++ch)
-      sprite[ch * pixels + where[q]] =
-          static_cast<uint8_t>(std::clamp(std::nearbyint(c[assign[q]][ch]), 0.0f, 255.0f));
+      sprite[ch * pixels + q] =
+          static_cast<uint8_t>(std::clamp(std::nearbyint(c[centre][ch]), 0.0f, 255.0f));
+  };
+  for (size_t q = 0; q < px.size(); ++q) snap(where[q], assign[q]);
+  // Partly transparent pixels (a soft-alpha model's edges) take the nearest of those colours too:
+  // at most `colours` over every visible pixel, as --palette snaps them.
+  for (int64_t q = 0; q < pixels; ++q)
+    if (sprite[3 * pixels + q] > 0 && sprite[3 * pixels + q] < 128)
+      snap(q, nearest({static_cast<float>(sprite[q]), static_cast<float>(sprite[pixels + q]),
+                       static_cast<float>(sprite[2 * pixels + q])}));
 }
 
 // Squared RGB distance of every pixel to every centre, summed in a fixed order (r, g, b).
@@ -765,8 +773,10 @@ void reduce_colours_batch(torch::Tensor sprites, int64_t k) {
                            .clamp(0, 255)
                            .to(torch::kUInt8)
                            .gather(1, assign().unsqueeze(2).expand({b, p, 3}));  // (B, P, 3)
+  // Every visible pixel of a sprite with opaque ones, partly transparent edges included.
+  const auto visible = (sprites.select(1, 3).reshape({b, p}) > 0).logical_and(opaque.any(1, true));
   auto rgb = sprites.narrow(1, 0, 3);
-  rgb.copy_(torch::where(opaque.view({b, 1, sprites.size(2), sprites.size(3)}),
+  rgb.copy_(torch::where(visible.view({b, 1, sprites.size(2), sprites.size(3)}),
                          snapped.transpose(1, 2).reshape(rgb.sizes()), rgb));
 }
 

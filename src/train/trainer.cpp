@@ -117,8 +117,14 @@ Datasets load_datasets(const TrainConfig& config) {
     out.train = split.train;
     out.test = split.test;
   }
-  if (config.train_limit > 0) out.train = out.train.head(config.train_limit);
-  if (config.test_limit > 0) out.test = out.test.head(config.test_limit);
+  // Sprite splits are in the dataset's order, which is by class (a folder's subfolders, a sheet's
+  // labels): a limit takes samples spread over them, or it would keep the first class or two.
+  // Fashion-MNIST's files are in no class order, and its first N are what the seeds' figures use.
+  const auto limited = [sprites](const data::Dataset& set, int64_t limit) {
+    return sprites ? set.spread(limit) : set.head(limit);
+  };
+  if (config.train_limit > 0) out.train = limited(out.train, config.train_limit);
+  if (config.test_limit > 0) out.test = limited(out.test, config.test_limit);
   return out;
 }
 

@@ -39,6 +39,13 @@ TEST(BenchTable, EveryRowAndTheComputeFloorReachTheTableJsonAndCsv) {
     EXPECT_TRUE(json.at("rows")[0].contains(key)) << key;
   EXPECT_EQ(json.at("workload").at("epochs"), 2);
   EXPECT_TRUE(json.contains("compute_floor"));
+  // Every setting the accuracy column depends on, as the run applies it.
+  EXPECT_EQ(json.at("workload").at("test_limit"), 0);
+  EXPECT_EQ(json.at("workload").at("weight_decay"), 0.0);  // adam's default
+  EXPECT_EQ(json.at("workload").at("lr_schedule"), "constant");
+  for (const char* key : {"lr_warmup_steps", "label_smoothing", "augment", "test_time_augment",
+                          "first_conv", "recipe"})
+    EXPECT_TRUE(json.at("workload").contains(key)) << key;
 
   const auto csv = bench_csv(report);
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 4);

@@ -404,6 +404,12 @@ expect 2 "--sample-every writes sample sheets into the run folder; --no-run-dir 
 expect 2 "--guidance-interval places guidance on part of the schedule; --guidance 1 is no guidance" -- generate --checkpoint "$tmp/g.pt" --guidance 1 --guidance-interval 0:1 --out "$tmp/x.png"
 expect 2 "--guidance-interval places guidance on part of the schedule; --guidance 1 is no guidance" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --guidance 1 --guidance-interval 0.4:1
 expect 0 "Class agreement" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2
+# A generator trained with --holdout 0 has no held-out sprites: no real agreement (not 0).
+expect 0 "Saved checkpoint" -- train --task generate --dataset sprites --sprite-count 64 --holdout 0 --epochs 1 --batch-size 16 --no-run-dir --save "$tmp/g0.pt"
+expect 0 '"real_class_agreement":null,"real_held_out":0,"real_per_class_agreement":\[\]' -- eval --checkpoint "$tmp/g0.pt" --classifier "$tmp/c.pt" --count 4 --steps 2 --no-fidelity --json
+expect 0 "all +[01]\.[0-9]{4}  -$" -- eval --checkpoint "$tmp/g0.pt" --classifier "$tmp/c.pt" --count 4 --steps 2 --no-fidelity
+# Fewer sprites than classes cannot be judged per class: said, not a two-sample test's inner error.
+expect 2 "--count 1: .*g\.pt draws [2-9] classes, and eval judges at least one sprite of each" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 1 --steps 2
 # The fidelity report: both two-sample tests (real sprites weighted to the generated classes'
 # mix), the distances in the classifier's features and the pixel-art statistics, in text and JSON.
 expect 0 "real vs real +[01]\.[0-9]{4}" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --count 8 --steps 2

@@ -420,6 +420,47 @@ TEST(SpriteSources, LoadDatasetsHook) {
   EXPECT_THROW(parse_tile("0x4"), Error);
 }
 
+// A folder's sprites come class by class: --train-limit and --test-limit (eval's --limit) take
+// samples spread over each split, so every class stays, where the first N were one class.
+TEST(SpriteSources, LimitsKeepEveryClassOfAFolder) {
+  ScratchDir dir;
+  for (const std::string name : {"a", "b", "c", "d"}) {
+    std::filesystem::create_directories(dir.path() / name);
+    for (int i = 0; i < 20; ++i)
+      io::write_png(dir.file(name + "/" + std::to_string(i) + ".png"),
+                    solid(16, 16, static_cast<uint8_t>(10 * i + 1)));
+  }
+  train::TrainConfig config;
+  config.dataset = "folder:" + dir.path().string();
+  const auto whole = train::load_datasets(config);  // 72 training sprites, 8 held out
+  ASSERT_EQ(whole.train.size(), 72);
+  ASSERT_EQ(whole.test.size(), 8);
+  config.train_limit = 8;
+  config.test_limit = 4;
+  const auto limited = train::load_datasets(config);
+  ASSERT_EQ(limited.train.size(), 8);
+  ASSERT_EQ(limited.test.size(), 4);
+  // Every 9th of the 72, which hold 12-20 of each class in class order: every class is there,
+  // where the first 8 were all a's.
+  EXPECT_EQ(std::get<0>(at::_unique(limited.train.labels)).numel(), 4) << limited.train.labels;
+  const auto every_ninth = torch::arange(0, 72, 9, torch::kLong);
+  EXPECT_TRUE(torch::equal(limited.train.inputs, whole.train.inputs.index_select(0, every_ninth)));
+  EXPECT_TRUE(torch::equal(limited.test.labels,
+                           whole.test.labels.index_select(0, torch::arange(0, 8, 2, torch::kLong))));
+}
+
+TEST(Dataset, SpreadTakesEvenStepsAndAllWhenAskedForMore) {
+  data::Dataset set;
+  set.inputs = torch::arange(10, torch::kLong).view({10, 1});
+  set.labels = torch::arange(10, torch::kLong);
+  EXPECT_TRUE(torch::equal(set.spread(3).labels, torch::tensor({0, 3, 6}, torch::kLong)));
+  EXPECT_TRUE(
+      torch::equal(set.spread(5).inputs.view(-1), torch::tensor({0, 2, 4, 6, 8}, torch::kLong)));
+  EXPECT_EQ(set.spread(10).size(), 10);
+  EXPECT_EQ(set.spread(50).size(), 10);
+  EXPECT_EQ(set.spread(0).size(), 0);
+}
+
 // An option the dataset does not read is an Error naming it, not a run that ignores it.
 TEST(SpriteSources, OptionsTheDatasetDoesNotReadAreRefused) {
   const auto message = [](const std::string& dataset, const SpriteOptions& options) {
