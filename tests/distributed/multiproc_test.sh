@@ -294,7 +294,8 @@ mismatched_pair() {
   local name=$1; shift
   local flags0=(); while [ "$1" != "--" ]; do flags0+=("$1"); shift; done; shift
   local port; port=$(free_port)
-  local base=(--device cpu --dataset dummy --threads 1 --blas-threads 1 --seed 3)
+  local base=(--device cpu --threads 1 --blas-threads 1 --seed 3)
+  [[ " ${flags0[*]} " == *" --dataset "* ]] || base+=(--dataset dummy)
   RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$bin" train "${base[@]}" \
     --dist-timeout 60 "$@" >"$tmp/m1.log" 2>&1 &
   local other=$!
@@ -316,9 +317,8 @@ mismatched_pair --lr "${one[@]}" --lr 0.001 -- "${one[@]}" --lr 0.002
 # --size, or other files under the same name, alike) would train each rank on its own set.
 sprites=(--model cnn --epochs 1 --dataset sprites --sprite-count 64)
 mismatched_pair "training data" "${sprites[@]}" --data-seed 1 -- "${sprites[@]}" --data-seed 2
-mismatched_pair --prediction --task generate --model unet --unet-base 8 --epochs 1 --dataset sprites \
-  --sprite-count 64 --batch-size 16 --prediction v -- --task generate --model unet --unet-base 8 \
-  --epochs 1 --dataset sprites --sprite-count 64 --batch-size 16 --prediction eps
+generator=(--task generate --unet-base 8 --epochs 1 --dataset sprites --sprite-count 64 --batch-size 16)
+mismatched_pair --prediction "${generator[@]}" --prediction v -- "${generator[@]}" --prediction eps
 # The same setting written two ways (adam's weight decay left out, and given as its default 0) is
 # the same run: both ranks train.
 port=$(free_port)
