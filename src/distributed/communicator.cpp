@@ -46,9 +46,12 @@ std::string describe(const std::exception& e) {
   return e.what();
 }
 
+// Rank 0 alone evaluates and draws sample sheets between steps, and its peers wait for it at the
+// next collective: a long evaluation looks like a hang from there.
 const char* kFaultHint =
     "another rank probably exited or hung; look at its output first. The wait is bounded by "
-    "--dist-timeout";
+    "--dist-timeout, which must also cover rank 0's evaluations and sample sheets between steps "
+    "(the other ranks wait for it)";
 
 // Runs `fn`, turning whatever c10d or Gloo throws into an Error that names the rank and operation.
 template <typename Fn>
