@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "common/error.h"
 #include "common/timer.h"
+#include "config/toml_file.h"
 #include "config_file.h"
 #include "data/augment.h"
 #include "data/sprite_sources.h"
@@ -143,7 +144,8 @@ Subcommand add_train_command(CLI::App& app) {
       ->transform(CLI::Validator(
           [](std::string& text) {
             try {
-              text = c10::str(train::parse_duration(text));
+              // Every digit: c10::str keeps 6, and the run would take the rounded budget.
+              text = config::shortest_double_text(train::parse_duration(text));
               return std::string();
             } catch (const Error& e) {
               return std::string(e.what());
@@ -418,7 +420,8 @@ Subcommand add_train_command(CLI::App& app) {
           // fast one takes every step (train/time_budget.h).
           if (generator && sub->count("--time-budget") == 0) {
             config->time_budget_s = diffusion::kDefaultTimeBudgetSeconds;
-            sub->get_option("--time-budget")->add_result(c10::str(config->time_budget_s));
+            sub->get_option("--time-budget")
+                ->add_result(config::shortest_double_text(config->time_budget_s));
           }
           // config.toml records the epochs chosen, so `--config` repeats this run.
           sub->get_option("--epochs")->add_result(std::to_string(config->epochs));

@@ -105,6 +105,13 @@ printf 'time-budget = 90\n' >"$tmp/budget.toml"
 out=$("$bin" train --config "$tmp/budget.toml" --print-config 2>&1)
 [ "$(value time-budget <<<"$out")" = 90.0 ]
 check "a duration as seconds in a config file" $? "$out"
+# Every digit of a budget reaches the run: it was once rounded to 6 (1234567 s ran 1234570 s).
+out=$("$bin" train --time-budget 1.23456789s --print-config 2>&1)
+[ "$(value time-budget <<<"$out")" = 1.23456789 ]
+check "a budget's fraction keeps every digit" $? "$out"
+out=$("$bin" train --time-budget 1234567 --print-config 2>&1)
+[ "$(value time-budget <<<"$out")" = 1234567.0 ]
+check "a long budget is not rounded" $? "$out"
 printf 'time-budget = "soon"\n' >"$tmp/budget.toml"
 expect 2 "budget.toml:1: 'time-budget': --time-budget: cannot read --time-budget 'soon'" -- train --config "$tmp/budget.toml" --print-config
 printf 'time-budget = true\n' >"$tmp/budget.toml"
