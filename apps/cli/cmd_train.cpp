@@ -380,6 +380,20 @@ Subcommand add_train_command(CLI::App& app) {
             device::pick_device(config->device);  // then an unavailable device, before the data
         const train::Datasets data = train::load_datasets(*config);
         const bool generator = config->task == train::TaskKind::kGenerate;
+        // A resumed classifier without --model trains the checkpoint's: config.toml records it,
+        // or --config would replay the run with the default model.
+        if (!generator && sub->count("--model") == 0 && !config->resume.empty())
+          if (const auto resumed = train::peek_checkpoint_meta(config->resume)) {
+            std::string model = resumed->value("model", std::string());
+            if (model == "script") {  // --model takes the TorchScript file it came from
+              const std::string file = resumed->value("script_file", std::string());
+              model = file.empty() ? std::string() : "script:" + file;
+            }
+            if (!model.empty()) {
+              sub->get_option("--model")->add_result(model);
+              session.record_config(*sub);
+            }
+          }
         // A generator's batch without --batch-size (flag, variable, config file) is the resumed
         // run's, else follows from the device; config.toml records it, so --config repeats this
         // run.
