@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "common/error.h"
 #include "common/timer.h"
+#include "config/toml_file.h"
 #include "config_file.h"
 #include "data/augment.h"
 #include "data/sprite_sources.h"
@@ -143,7 +144,8 @@ Subcommand add_train_command(CLI::App& app) {
       ->transform(CLI::Validator(
           [](std::string& text) {
             try {
-              text = c10::str(train::parse_duration(text));
+              // Every digit: c10::str keeps 6, and the run would take the rounded budget.
+              text = config::shortest_double_text(train::parse_duration(text));
               return std::string();
             } catch (const Error& e) {
               return std::string(e.what());
@@ -380,6 +382,20 @@ Subcommand add_train_command(CLI::App& app) {
             device::pick_device(config->device);  // then an unavailable device, before the data
         const train::Datasets data = train::load_datasets(*config);
         const bool generator = config->task == train::TaskKind::kGenerate;
+        // A resumed classifier without --model trains the checkpoint's: config.toml records it,
+        // or --config would replay the run with the default model.
+        if (!generator && sub->count("--model") == 0 && !config->resume.empty())
+          if (const auto resumed = train::peek_checkpoint_meta(config->resume)) {
+            std::string model = resumed->value("model", std::string());
+            if (model == "script") {  // --model takes the TorchScript file it came from
+              const std::string file = resumed->value("script_file", std::string());
+              model = file.empty() ? std::string() : "script:" + file;
+            }
+            if (!model.empty()) {
+              sub->get_option("--model")->add_result(model);
+              session.record_config(*sub);
+            }
+          }
         // A generator's batch without --batch-size (flag, variable, config file) is the resumed
         // run's, else follows from the device; config.toml records it, so --config repeats this
         // run.
@@ -420,7 +436,8 @@ Subcommand add_train_command(CLI::App& app) {
           // fast one takes every step (train/time_budget.h).
           if (generator && sub->count("--time-budget") == 0) {
             config->time_budget_s = diffusion::kDefaultTimeBudgetSeconds;
-            sub->get_option("--time-budget")->add_result(c10::str(config->time_budget_s));
+            sub->get_option("--time-budget")
+                ->add_result(config::shortest_double_text(config->time_budget_s));
           }
           // config.toml records the epochs chosen, so `--config` repeats this run.
           sub->get_option("--epochs")->add_result(std::to_string(config->epochs));

@@ -36,12 +36,15 @@ bool main_rank() { return distributed::is_main_rank(distributed::process_env());
 std::shared_ptr<RunFlags> add_run_options(CLI::App* sub, train::TrainConfig& config) {
   auto flags = std::make_shared<RunFlags>();
   const std::string group = "Progress and run folders (docs/runs.md)";
-  sub->add_option("--run-dir", flags->run_dir,
-                  "Keep this run in exactly this folder (new or empty) [default: a fresh "
-                  "<runs-root>/<date>-<time>-<task>-<model>]")
-      ->check(kPath)
-      ->group(group)
-      ->configurable(false);  // a replayed config must not aim a second run at the same folder
+  // --run-dir and --no-run-dir, --quiet and --verbose exclude each other: both on the command
+  // line is an error, and one there beats the other from a --config file (resolve_config).
+  auto* run_dir =
+      sub->add_option("--run-dir", flags->run_dir,
+                      "Keep this run in exactly this folder (new or empty) [default: a fresh "
+                      "<runs-root>/<date>-<time>-<task>-<model>]")
+          ->check(kPath)
+          ->group(group)
+          ->configurable(false);  // a replayed config must not aim a second run at the same folder
   mirror_environment(sub->add_option("--runs-root", flags->runs_root, "Where fresh run folders go")
                          ->check(kPath)
                          ->capture_default_str()
@@ -49,11 +52,14 @@ std::shared_ptr<RunFlags> add_run_options(CLI::App* sub, train::TrainConfig& con
                      "SPRITETORCH_RUNS_ROOT");
   sub->add_flag("--no-run-dir", flags->no_run_dir,
                 "Keep no run folder (scripted runs; --save still writes its checkpoint)")
+      ->excludes(run_dir)
       ->group(group);
-  sub->add_flag("--quiet,-q", flags->quiet, "Print only the results and errors")->group(group);
+  auto* quiet =
+      sub->add_flag("--quiet,-q", flags->quiet, "Print only the results and errors")->group(group);
   sub->add_flag(
          "--verbose", flags->verbose,
          "Also print the running loss every --log-every steps on a terminal, and more detail")
+      ->excludes(quiet)
       ->group(group);
   sub->add_option("--eval-every", config.eval_every,
                   "Evaluate the test set every N epochs for the test curves, outside the timed "
@@ -93,15 +99,21 @@ std::string unused_runs_root_note(const RunFlags& flags, const CLI::App& sub, bo
 RunSession::RunSession(const RunFlags& flags, train::TrainConfig& config, const CLI::App& sub,
                        bool json)
     : human_(json ? std::cerr : std::cout), quiet_(flags.quiet) {
-  if (flags.quiet && flags.verbose) throw Error("--quiet and --verbose contradict each other");
-
   const bool keep = !flags.no_run_dir && main_rank();
-  if (flags.no_run_dir && !flags.run_dir.empty())
-    throw Error("--run-dir and --no-run-dir contradict each other");
   // (Another task's run is refused --sample-every by make_task, with that reason.)
-  if (flags.no_run_dir && config.sample_every > 0 && config.task == train::TaskKind::kGenerate)
-    throw Error("--sample-every writes sample sheets into the run folder; --no-run-dir keeps none",
-                "drop --no-run-dir to keep the sheets, or --sample-every");
+  if (flags.no_run_dir && config.sample_every > 0 && config.task == train::TaskKind::kGenerate) {
+    const CLI::Option* sample_every = sub.get_option_no_throw("--sample-every");
+    if (sample_every != nullptr && given_on_command_line(sample_every))
+      throw Error(
+          "--sample-every writes sample sheets into the run folder; --no-run-dir keeps none",
+          "drop --no-run-dir to keep the sheets, or --sample-every");
+    // From a --config file: a run folder's config.toml names it always, as it does --runs-root.
+    const std::string origin = origin_note(sub, "--sample-every");  // where the file says it
+    if (!flags.quiet)
+      std::cerr << "note: --no-run-dir draws no sample sheets, which go into the run folder"
+                << (origin.empty() ? std::string() : " (" + origin + ")") << "\n";
+    config.sample_every = 0;
+  }
   if (keep) {
     const std::string config_toml =
         sub.config_to_str(/*default_also=*/true, /*write_description=*/true);

@@ -54,13 +54,13 @@ class EventWriter {
   int64_t written_ = 0;  // bytes of whole records in the file
 };
 
-// Training progress into an EventWriter: the running loss at every log interval (step = global
-// step: (epoch - 1) * steps per epoch + step), per epoch loss, accuracy (classifiers) and
-// throughput (step = epoch), and a generator's sample sheets as images "samples/generated" (step =
-// epoch). Everything is also passed on to `next` (the CLI's printer), when given. Flushes after
-// every epoch and every sheet so a live TensorBoard follows the run. The events are an extra: the
-// first write that fails is passed to `note` (one line) and the events stop there, while the
-// training goes on.
+// Training progress into an EventWriter: the running loss at every log interval and the test
+// evaluations within epochs (step = global step: (epoch - 1) * steps per epoch + step), per epoch
+// loss, accuracy (classifiers) and throughput (step = epoch), and a generator's sample sheets as
+// images "samples/generated" (step = epoch). Everything is also passed on to `next` (the CLI's
+// printer), when given. Flushes after every epoch and every sheet so a live TensorBoard follows the
+// run. The events are an extra: the first write that fails is passed to `note` (one line) and the
+// events stop there, while the training goes on.
 class TensorBoardObserver : public train::TrainObserver {
  public:
   using Note = std::function<void(const std::string&)>;
@@ -70,6 +70,8 @@ class TensorBoardObserver : public train::TrainObserver {
   void on_start(const std::string& device, const train::Settings& settings) override;
   void on_log(const train::StepLog& log) override;
   void on_epoch(const train::EpochReport& report) override;
+  // --eval-every-steps: eval/test_loss, eval/test_accuracy at the global step.
+  void on_eval(const train::EvalPoint& point, const train::StepTick& at) override;
   void on_samples(int64_t epoch, const torch::Tensor& sprites, int64_t per_class) override;
   // Runs `events` on the writer and flushes it, unless an earlier write failed; a failure is the
   // one note. For events outside training (the training samples, the final test results).

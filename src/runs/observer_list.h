@@ -33,6 +33,9 @@ class ObserverList : public train::TrainObserver {
   void on_epoch(const train::EpochReport& report) override {
     for (auto* o : observers_) o->on_epoch(report);
   }
+  void on_eval(const train::EvalPoint& point, const train::StepTick& at) override {
+    for (auto* o : observers_) o->on_eval(point, at);
+  }
   void on_plan(const train::BudgetPlan& plan) override {
     for (auto* o : observers_) o->on_plan(plan);
   }

@@ -66,18 +66,23 @@ PlotScript write_curves_plot(const std::string& folder, const CurvePoints& point
   std::string logs = "# epoch(fractional) running_loss\n";
   for (const auto& l : points.logs) logs += number(l.epoch) + " " + number(l.loss) + "\n";
   std::string epochs = "# epoch train_loss train_accuracy test_loss test_accuracy\n";
-  bool any_test = false;
   for (const auto& e : points.epochs) {
-    any_test |= e.has_test;
     epochs += std::to_string(e.epoch) + " " + number(e.loss) + " " + number(e.accuracy) + " " +
               (e.has_test ? number(e.test_loss) : "?") + " " +
               (e.has_test ? number(e.test_accuracy) : "?") + "\n";
   }
   write_text(dir + "/curves_steps.dat", logs);
   write_text(dir + "/curves_epochs.dat", epochs);
+  // The test curve from its own file: --eval-every-steps evaluates within epochs too.
+  std::string tests = "# epoch(fractional) test_loss test_accuracy\n";
+  for (const auto& t : points.tests)
+    tests += number(t.epoch) + " " + number(t.loss) + " " + number(t.accuracy) + "\n";
+  const bool any_test = !points.tests.empty();
+  write_text(dir + "/curves_tests.dat", tests);
 
   const std::string steps_file = gnuplot_quote("plots/curves_steps.dat");
   const std::string epochs_file = gnuplot_quote("plots/curves_epochs.dat");
+  const std::string tests_file = gnuplot_quote("plots/curves_tests.dat");
   const bool panels = points.accuracy;
   std::ostringstream s;
   s << script_head("curves.png", panels ? 1280 : 720, 480, 11);
@@ -100,8 +105,8 @@ PlotScript write_curves_plot(const std::string& folder, const CurvePoints& point
       epochs_file +
       " using 1:2 with linespoints lw 2 pt 7 lc rgb '#08519c' title 'train (epoch mean)'");
   if (any_test)
-    series.push_back(epochs_file +
-                     " using 1:4 with linespoints lw 2 pt 5 lc rgb '#e6550d' title 'test'");
+    series.push_back(tests_file +
+                     " using 1:2 with linespoints lw 2 pt 5 lc rgb '#e6550d' title 'test'");
   s << "plot ";
   for (size_t i = 0; i < series.size(); ++i) s << (i ? ", \\\n     " : "") << series[i];
   s << "\n";
@@ -110,8 +115,8 @@ PlotScript write_curves_plot(const std::string& folder, const CurvePoints& point
       << "plot " << epochs_file
       << " using 1:3 with linespoints lw 2 pt 7 lc rgb '#08519c' title 'train (epoch, train mode)'";
     if (any_test)
-      s << ", \\\n     " << epochs_file
-        << " using 1:5 with linespoints lw 2 pt 5 lc rgb '#e6550d' title 'test'";
+      s << ", \\\n     " << tests_file
+        << " using 1:3 with linespoints lw 2 pt 5 lc rgb '#e6550d' title 'test'";
     s << "\nunset multiplot\n";
   }
   write_text(dir + "/curves.gp", s.str());

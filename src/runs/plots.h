@@ -25,9 +25,14 @@ struct CurvePoints {
     bool has_test = false;
     double test_loss = 0, test_accuracy = 0;
   };
+  struct Test {
+    double epoch = 0;  // fractional: epochs done when the test set was evaluated
+    double loss = 0, accuracy = 0;
+  };
   std::vector<Log> logs;
   std::vector<Epoch> epochs;
-  bool accuracy = true;  // classifiers: an accuracy panel; generators: loss only
+  std::vector<Test> tests;  // every test evaluation, per epoch and within epochs, in order
+  bool accuracy = true;     // classifiers: an accuracy panel; generators: loss only
 };
 
 // A script and the picture it draws, both relative to the run folder.
@@ -36,8 +41,9 @@ struct PlotScript {
   std::string picture;  // e.g. curves.png
 };
 
-// Loss (and accuracy) against epochs: train per --log-every interval and per epoch, test per
-// evaluated epoch. Nothing to draw (no epoch) gives an empty script.
+// Loss (and accuracy) against epochs: train per --log-every interval and per epoch, test at every
+// evaluation (points.tests: epoch ends and --eval-every-steps). Nothing to draw (no epoch) gives an
+// empty script.
 PlotScript write_curves_plot(const std::string& folder, const CurvePoints& points,
                              const std::string& title);
 // Heatmap of the (K, K) int64 confusion matrix (rows true, columns predicted): colour = share of

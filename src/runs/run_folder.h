@@ -71,6 +71,8 @@ class RunRecorder : public train::TrainObserver {
   }
   void on_log(const train::StepLog& log) override;
   void on_epoch(const train::EpochReport& report) override;
+  // An eval line within the epoch (with its epoch_step), and a point of the test curves.
+  void on_eval(const train::EvalPoint& point, const train::StepTick& at) override;
   // Writes samples/epoch-NNN.png (rows: classes).
   void on_samples(int64_t epoch, const torch::Tensor& sprites, int64_t per_class) override;
 
@@ -110,6 +112,7 @@ class RunRecorder : public train::TrainObserver {
   std::string started_;  // ISO 8601 local time
   std::string device_;
   train::Settings settings_;
+  int64_t last_eval_step_ = -1;  // global_step_ at the latest on_eval
   CurvePoints curves_;
   std::vector<std::string> sample_sheets_;
   int64_t global_step_ = 0;  // steps since the run's first epoch, at the latest tick

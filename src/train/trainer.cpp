@@ -762,6 +762,7 @@ bool TrainingRun::evaluate_point(int64_t epoch, int64_t step, bool keep_predicti
     eval_seconds_ += eval_timer.seconds();
     point.loss = last_test_->loss;
     point.accuracy = last_test_->accuracy;
+    point.has_accuracy = traits_.has_accuracy;
     evals_.push_back(point);
     if (config_.target_accuracy > 0 && !target_reached_ &&
         point.accuracy >= config_.target_accuracy) {
@@ -1011,7 +1012,10 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
     // Within the epoch: its end is run()'s.
     if (config_.eval_every_steps > 0 && step < steps_ &&
         (epoch * steps_ + step) % config_.eval_every_steps == 0) {
+      const size_t points_before = evals_.size();
       const bool stop = evaluate_point(epoch, step, config_.stop_at_target);
+      if (evals_.size() > points_before)  // rank 0 with a test set: a point of the test curves
+        observer_->on_eval(evals_.back(), {epoch + 1, epochs_, step, steps_, progress.samples});
       task_.module().train();
       if (stop) {
         stop_ = true;

@@ -67,6 +67,7 @@ struct EvalPoint {
   double epoch = 0;          // epochs done, fractional (2.5: half-way through the third)
   double train_seconds = 0;  // training time up to this point, device-synchronised, no evaluation
   double loss = 0, accuracy = 0;
+  bool has_accuracy = true;  // false for tasks with no classes to be right about
 };
 
 struct TrainReport {
@@ -117,6 +118,10 @@ class TrainObserver {
   virtual void on_step(const StepTick& /*tick*/) {}
   virtual void on_log(const StepLog& /*log*/) {}
   virtual void on_epoch(const EpochReport& /*report*/) {}
+  // A test evaluation within an epoch (--eval-every-steps, --target-accuracy), rank 0 only, `at`
+  // the step it followed. One at an epoch's end is in that epoch's EpochReport instead; a run that
+  // stops within an epoch reports its last evaluation in both.
+  virtual void on_eval(const EvalPoint& /*point*/, const StepTick& /*at*/) {}
   // --time-budget: once, when the run's epochs are planned (StepTick and EpochReport carry the
   // planned number from then on).
   virtual void on_plan(const BudgetPlan& /*plan*/) {}

@@ -622,7 +622,7 @@ expect 2 "not empty" -- "${small[@]}" --run-dir "$tmp/r1"
 expect 0 "Test Accuracy" -- "${small[@]}" --no-run-dir --quiet
 quiet_out=$("$bin" "${small[@]}" --no-run-dir --quiet 2>&1)
 check "--quiet: the results only" [ "$(grep -vc '^Train time\|^Peak memory\|^Test Accuracy' <<<"$quiet_out")" = 0 ]
-expect 2 "contradict" -- "${small[@]}" --quiet --verbose
+expect 2 "--verbose excludes --quiet|--quiet excludes --verbose" -- "${small[@]}" --quiet --verbose
 expect 2 "refusing to overwrite" -- "${small[@]}" --save "$tmp/s.pt" --run-dir "$tmp/r0"
 check "a run refused before it starts leaves no folder" test ! -e "$tmp/r0"
 # gnuplot hidden from PATH: the run still succeeds, with one line saying which pictures are skipped.

@@ -105,6 +105,13 @@ printf 'time-budget = 90\n' >"$tmp/budget.toml"
 out=$("$bin" train --config "$tmp/budget.toml" --print-config 2>&1)
 [ "$(value time-budget <<<"$out")" = 90.0 ]
 check "a duration as seconds in a config file" $? "$out"
+# Every digit of a budget reaches the run: it was once rounded to 6 (1234567 s ran 1234570 s).
+out=$("$bin" train --time-budget 1.23456789s --print-config 2>&1)
+[ "$(value time-budget <<<"$out")" = 1.23456789 ]
+check "a budget's fraction keeps every digit" $? "$out"
+out=$("$bin" train --time-budget 1234567 --print-config 2>&1)
+[ "$(value time-budget <<<"$out")" = 1234567.0 ]
+check "a long budget is not rounded" $? "$out"
 printf 'time-budget = "soon"\n' >"$tmp/budget.toml"
 expect 2 "budget.toml:1: 'time-budget': --time-budget: cannot read --time-budget 'soon'" -- train --config "$tmp/budget.toml" --print-config
 printf 'time-budget = true\n' >"$tmp/budget.toml"
@@ -186,6 +193,39 @@ assert [list(r) for r in rows] == sheets[2]["rows"], "the TensorBoard sheet diff
 ' "$(dirname "$reader")" "$tmp/tb-gen" <<<"$events"
   check "--tensorboard on a generator: sample sheets as images, no accuracy" $? "$out $(head -c 600 <<<"$events")"
 fi
+
+# The command line beats a file's quiet and no-run-dir too (--verbose, --run-dir); both on the
+# command line, or both in one file, stay an error.
+printf 'quiet = true\nno-run-dir = true\n' >"$tmp/quiet.toml"
+out=$(cd "$tmp" && "$bin" train --dataset dummy --model simplenn --epochs 1 --device cpu \
+  --config quiet.toml --verbose --run-dir loud 2>&1); rc=$?
+[ "$rc" -eq 0 ] && grep -q "Epoch 1/1" <<<"$out" && [ -f "$tmp/loud/summary.json" ] &&
+  grep -q "^quiet = false$" "$tmp/loud/config.toml" && grep -q "^no-run-dir = false$" "$tmp/loud/config.toml"
+check "--verbose and --run-dir beat a file's quiet and no-run-dir" $? "$out"
+expect 2 "excludes" -- train --dataset dummy --model simplenn --epochs 1 --no-run-dir --quiet --verbose
+expect 2 "excludes" -- train --dataset dummy --model simplenn --epochs 1 --no-run-dir --run-dir "$tmp/both"
+printf 'quiet = true\nverbose = true\n' >"$tmp/both.toml"
+expect 2 "both.toml:2: 'verbose' and 'quiet' exclude each other" -- train --config "$tmp/both.toml" --print-config
+
+# A resumed run's config.toml names the model it took from the checkpoint: replayed, it trains
+# that model, not the default one.
+out=$(cd "$tmp" && "$bin" train --dataset dummy --model simplenn --epochs 1 --device cpu --no-run-dir \
+  --save first.pt -q 2>&1 &&
+  "$bin" train --dataset dummy --epochs 2 --device cpu --resume first.pt --run-dir resumed -q 2>&1); rc=$?
+[ "$rc" -eq 0 ] && [ "$(value model <"$tmp/resumed/config.toml")" = '"simplenn"' ]
+check "a resumed run's config.toml names the checkpoint's model" $? "$out $(grep model "$tmp/resumed/config.toml")"
+out=$(cd "$tmp" && "$bin" train --config resumed/config.toml --run-dir replayed -q 2>&1); rc=$?
+[ "$rc" -eq 0 ] && grep -q '"model":"simplenn"' "$tmp/replayed/metrics.jsonl"
+check "replaying a resumed run's config.toml trains its model" $? "$out"
+
+# A generator's config.toml names --sample-every; replayed with --no-run-dir it is a note (the
+# sheets have nowhere to go), as --runs-root is. On the command line it stays an error.
+printf 'task = "generate"\ndataset = "sprites"\nsprite-count = 64\nepochs = 1\nbatch-size = 16\nunet-base = 8\ndevice = "cpu"\nsample-every = 1\n' >"$tmp/gen.toml"
+out=$("$bin" train --config "$tmp/gen.toml" --no-run-dir 2>&1); rc=$?
+[ "$rc" -eq 0 ] && grep -q "note: --no-run-dir draws no sample sheets.*--sample-every 1 came from .*gen.toml:8" <<<"$out"
+check "a file's sample-every beside --no-run-dir is a note" $? "$out"
+expect 2 "--sample-every writes sample sheets into the run folder" -- train --task generate --dataset sprites \
+  --sprite-count 64 --epochs 1 --batch-size 16 --unet-base 8 --device cpu --no-run-dir --sample-every 1
 
 # --recipe fills only what no other source set: command line, environment and file each win.
 out=$("$bin" train --recipe fast --print-config 2>&1)

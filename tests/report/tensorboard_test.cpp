@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
@@ -162,6 +163,34 @@ TEST(TensorBoardTest, IndependentReaderDecodesScalarsAndImages) {
   EXPECT_EQ(value_of(8)["tag"], "epoch/accuracy");
   EXPECT_FLOAT_EQ(value_of(8)["simple_value"].get<float>(), 0.875f);
   EXPECT_EQ(value_of(9)["tag"], "epoch/images_per_second");
+}
+
+TEST(TensorBoardTest, EvaluationsWithinEpochsAreTestScalarsAtTheGlobalStep) {
+  testing::ScratchDir dir;
+  std::string path;
+  {
+    EventWriter writer(dir.file("logs"));
+    path = writer.path();
+    TensorBoardObserver observer(writer);
+    train::EvalPoint point;
+    point.loss = 0.5, point.accuracy = 0.75;
+    observer.on_eval(point, {/*epoch=*/2, /*epochs=*/3, /*step=*/4, /*steps=*/10, /*samples=*/40});
+    observer.on_epoch(train::EpochReport{});  // flushes
+  }
+  std::vector<nlohmann::json> events;
+  std::string output;
+  const int code = read_events(path, events, output);
+  if (code == 77) GTEST_SKIP() << output;
+  ASSERT_EQ(code, 0) << output;
+  std::map<std::string, std::pair<int64_t, float>> scalars;  // tag -> (step, value)
+  for (const auto& e : events)
+    for (const auto& v : e.value("values", nlohmann::json::array()))
+      scalars[v["tag"]] = {e["step"].get<int64_t>(), v["simple_value"].get<float>()};
+  ASSERT_TRUE(scalars.count("eval/test_loss")) << output;
+  EXPECT_EQ(scalars["eval/test_loss"].first, 14);  // (epoch 2 - 1) * 10 steps + step 4
+  EXPECT_FLOAT_EQ(scalars["eval/test_loss"].second, 0.5f);
+  ASSERT_TRUE(scalars.count("eval/test_accuracy")) << output;
+  EXPECT_FLOAT_EQ(scalars["eval/test_accuracy"].second, 0.75f);
 }
 
 // A generator's run: no accuracy scalar (it has none), and each sample sheet as an image at its

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 
 #include "common/error.h"
 #include "diffusion/generator.h"
@@ -141,6 +142,88 @@ TEST(RunFolder, ATinyRunKeepsConfigMetricsSummaryCheckpointAndPictures) {
     EXPECT_GT(grid.size(0), 112);
     EXPECT_EQ(summary["pictures"]["misclassified"], "misclassified.png");
   }
+}
+
+// The data rows of a plots/*.dat file, each as its numbers.
+std::vector<std::vector<double>> plot_rows(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::vector<double>> rows;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    rows.emplace_back();
+    for (double v = 0; fields >> v;) rows.back().push_back(v);
+  }
+  return rows;
+}
+
+std::vector<nlohmann::json> eval_lines(const std::string& folder) {
+  std::vector<nlohmann::json> evals;
+  for (const auto& line : metrics_lines(folder))
+    if (line["kind"] == "eval") evals.push_back(line);
+  return evals;
+}
+
+TEST(RunFolder, EvaluationsWithinEpochsAreEvalLinesAndTestCurvePoints) {
+  ScratchDir dir;
+  const std::string folder = dir.file("run");
+  claim_run_folder(folder);
+  auto config = tiny_sprite_run(folder);
+  config.eval_every_steps = 2;  // 6 steps an epoch: steps 2 and 4 within each, 6 at its end
+  RunRecorder recorder(folder, {"classify", "cnn", "sprites"}, "epochs = 2\n");
+  const auto report = run_training(config, &recorder);
+  recorder.finish(report, config.save, "/nonexistent-bin");
+
+  const auto evals = eval_lines(folder);
+  ASSERT_EQ(report.evals.size(), 6u);
+  ASSERT_EQ(evals.size(), report.evals.size()) << "one eval line per evaluation, none twice";
+  const std::vector<int64_t> steps = {2, 4, 6, 8, 10, 12};
+  for (size_t i = 0; i < evals.size(); ++i) {
+    EXPECT_EQ(evals[i]["step"], steps[i]) << evals[i];
+    EXPECT_DOUBLE_EQ(evals[i]["values"]["accuracy"].get<double>(), report.evals[i].accuracy);
+    const bool within = steps[i] % 6 != 0;
+    EXPECT_EQ(evals[i].contains("epoch_step"), within) << evals[i];
+    if (within) {
+      EXPECT_EQ(evals[i]["epoch_step"], steps[i] % 6) << evals[i];
+    }
+    EXPECT_EQ(evals[i]["epoch"], (steps[i] - 1) / 6 + 1) << evals[i];
+  }
+  // The test curve has every evaluation, at its fractional epoch; the epoch rows stay per epoch.
+  // (The data files keep 6 significant digits.)
+  const auto tests = plot_rows(folder + "/plots/curves_tests.dat");
+  ASSERT_EQ(tests.size(), 6u);
+  for (size_t i = 0; i < tests.size(); ++i) {
+    EXPECT_NEAR(tests[i][0], static_cast<double>(steps[i]) / 6.0, 1e-5);
+    EXPECT_NEAR(tests[i][2], report.evals[i].accuracy, 1e-5);
+  }
+  EXPECT_EQ(plot_rows(folder + "/plots/curves_epochs.dat").size(), 2u);
+  std::ifstream script(folder + "/plots/curves.gp");
+  const std::string gp((std::istreambuf_iterator<char>(script)), std::istreambuf_iterator<char>());
+  EXPECT_NE(gp.find("curves_tests.dat"), std::string::npos) << gp;
+}
+
+TEST(RunFolder, ATargetReachedWithinAnEpochIsItsOwnEvalLineOnce) {
+  ScratchDir dir;
+  const std::string folder = dir.file("run");
+  claim_run_folder(folder);
+  auto config = tiny_sprite_run(folder);
+  config.eval_every_steps = 2;
+  config.target_accuracy = 0.01;  // reached at the first evaluation: step 2 of epoch 1
+  RunRecorder recorder(folder, {"classify", "cnn", "sprites"}, "epochs = 2\n");
+  const auto report = run_training(config, &recorder);
+  recorder.finish(report, config.save, "/nonexistent-bin");
+  ASSERT_TRUE(report.stopped_at_target);
+  ASSERT_EQ(report.target_reached->step, 2);
+
+  const auto evals = eval_lines(folder);
+  ASSERT_EQ(evals.size(), 1u) << "the epoch it stopped in reports the same evaluation";
+  EXPECT_EQ(evals[0]["step"], 2);
+  EXPECT_EQ(evals[0]["epoch_step"], 2);
+  EXPECT_DOUBLE_EQ(evals[0]["values"]["accuracy"].get<double>(), report.target_reached->accuracy);
+  const auto tests = plot_rows(folder + "/plots/curves_tests.dat");
+  ASSERT_EQ(tests.size(), 1u);
+  EXPECT_NEAR(tests[0][0], 2.0 / 6.0, 1e-5);
 }
 
 TEST(RunFolder, WithoutGnuplotTheRunFinishesWithOneNotice) {
