@@ -65,7 +65,7 @@ constexpr int64_t kMisclassifiedKept = 36;
 struct EvalPoint {
   int64_t step = 0;          // optimizer steps since the run's first epoch
   double epoch = 0;          // epochs done, fractional (2.5: half-way through the third)
-  double train_seconds = 0;  // training time up to this point, device-synchronised, no evaluation
+  double train_seconds = 0;  // the run's training time so far (resumed: in all), no evaluation
   double loss = 0, accuracy = 0;
 };
 
@@ -77,7 +77,8 @@ struct TrainReport {
   int64_t start_epoch = 0;   // epochs already done by a resumed checkpoint
   std::vector<EpochReport> epochs;
   // The epoch loop, device-synchronised, without its evaluations, plus what build() learned from
-  // the data (Task::setup_train_seconds: the whitened first convolution's filters).
+  // the data (Task::setup_train_seconds: the whitened first convolution's filters). The whole
+  // run's: a resumed run's includes the training time its checkpoint records.
   double train_seconds = 0;
   double eval_seconds = 0;    // the per-epoch test evaluations (--eval-every)
   double sample_seconds = 0;  // the task's end-of-epoch work (a generator's sample sheets)
