@@ -1008,6 +1008,7 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
   } else {
     progress = epoch_start(epoch, device_);
   }
+  const int64_t restored_samples = progress.samples;  // trained before the checkpoint
   int64_t& step = progress.step;
   while (loader.next(batch)) {
     if (step == 0)
@@ -1048,7 +1049,8 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
     ++steps_done_;
     if (governor_) governor_->after_step(start_steps_ + steps_done_);
     if (config_.time_budget_s > 0 && (!budget_ || next_revision_ > 0)) follow_budget(epoch);
-    observer_->on_step({epoch + 1, epochs_, step, steps_, progress.samples});
+    observer_->on_step(
+        {epoch + 1, epochs_, step, steps_, progress.samples, start_steps_ + steps_done_});
     if (config_.log_every > 0 && step % config_.log_every == 0) {
       const auto interval = parallel_.sum(
           {progress.interval_loss.item<double>(), static_cast<double>(progress.interval_samples)});
@@ -1057,7 +1059,8 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
         throw diverged(
             "loss is " + loss_text(mean), epoch,
             "steps " + std::to_string(step - config_.log_every + 1) + "-" + std::to_string(step));
-      observer_->on_log({epoch + 1, step, steps_, mean, optimizer_->options().lr});
+      observer_->on_log(
+          {epoch + 1, step, steps_, mean, optimizer_->options().lr, start_steps_ + steps_done_});
       progress.loss_sum += progress.interval_loss;
       progress.interval_loss.zero_();
       progress.interval_samples = 0;
@@ -1093,10 +1096,11 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
     }
   }
   progress.loss_sum += progress.interval_loss;
-  // Over all ranks: loss sum, correct count, samples.
+  // Over all ranks: loss sum, correct count, samples, samples trained by this process.
   const auto totals = parallel_.sum({progress.loss_sum.item<double>(),
                                      static_cast<double>(progress.correct.item<int64_t>()),
-                                     static_cast<double>(progress.samples)});
+                                     static_cast<double>(progress.samples),
+                                     static_cast<double>(progress.samples - restored_samples)});
   EpochReport er;
   er.epoch = epoch + 1;
   er.epochs = epochs_;
@@ -1110,7 +1114,9 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
     er.test_loss = last_test_->loss;
     er.test_accuracy = last_test_->accuracy;
   }
-  er.images_per_second = static_cast<double>(er.samples) / er.seconds;
+  er.global_step = start_steps_ + steps_done_;
+  // Resumed at the epoch's last step, this process trained none of it: 0, not 0 / 0.
+  er.images_per_second = totals[3] > 0 ? totals[3] / er.seconds : 0;
   if (!std::isfinite(er.loss))
     throw diverged("loss is " + loss_text(er.loss), epoch,
                    "by its end (step " + std::to_string(step) + ")");
