@@ -108,8 +108,9 @@ std::optional<RunState> load_run_state(const Checkpoint& checkpoint, torch::Devi
   }
   if (s.epoch < 0 || s.step < 0 || s.samples < 0 || s.interval_samples < 0 ||
       s.interval_samples > s.samples || !std::isfinite(s.train_seconds) || s.train_seconds < 0)
-    throw DataError(source, "non-negative run counters",
-                    "epoch " + std::to_string(s.epoch) + ", step " + std::to_string(s.step));
+    throw DataError(source, "non-negative run counters and training seconds",
+                    "epoch " + std::to_string(s.epoch) + ", step " + std::to_string(s.step) + ", " +
+                        std::to_string(s.train_seconds) + " s");
   s.loss_sum = run_tensor(checkpoint, "loss_sum", torch::kFloat32, source).reshape({}).to(device);
   s.correct = run_tensor(checkpoint, "correct", torch::kInt64, source).reshape({}).to(device);
   s.interval_loss =

@@ -12,6 +12,10 @@
 // revised twice, halfway through its steps and halfway through the rest, from the speed of every
 // step timed so far. Each revision moves the end of the cosine decay by a few per cent: the lr
 // jumps by as much, once.
+//
+// The budget is the whole run's training time: a resumed run goes on with its checkpoint's plan,
+// counts the time trained before against it, and revises the plan from its own steps' speed
+// (TrainingRun::continue_budget_plan in trainer.cpp).
 #pragma once
 
 #include <cstdint>
