@@ -186,10 +186,10 @@ void TensorBoardObserver::on_start(const std::string& device, const train::Setti
 }
 
 void TensorBoardObserver::on_log(const train::StepLog& log) {
-  const int64_t global_step = (log.epoch - 1) * log.steps + log.step;
   if (!failed_) {  // buffered: written with the epoch's events
-    writer_.add_scalar("train/loss_running", log.running_loss, global_step);
-    if (log.lr > 0) writer_.add_scalar("train/lr", log.lr, global_step);  // the schedule's curve
+    writer_.add_scalar("train/loss_running", log.running_loss, log.global_step);
+    if (log.lr > 0)
+      writer_.add_scalar("train/lr", log.lr, log.global_step);  // the schedule's curve
   }
   if (next_) next_->on_log(log);
 }

@@ -200,9 +200,8 @@ void RunRecorder::on_start(const std::string& device, const train::Settings& set
 }
 
 void RunRecorder::on_log(const train::StepLog& log) {
-  const int64_t global = (log.epoch - 1) * log.steps + log.step;
   write_line({{"kind", "log"},
-              {"step", global},
+              {"step", log.global_step},
               {"epoch", log.epoch},
               {"epoch_step", log.step},
               {"steps_per_epoch", log.steps},
@@ -214,6 +213,7 @@ void RunRecorder::on_log(const train::StepLog& log) {
 }
 
 void RunRecorder::on_epoch(const train::EpochReport& r) {
+  global_step_ = r.global_step;  // a resumed epoch may have had no step in this process
   nlohmann::json values = {{"loss", finite(r.loss)},
                            {"seconds", r.seconds},
                            {"images_per_second", finite(r.images_per_second)},
@@ -403,7 +403,7 @@ RunRecorder::Finished RunRecorder::finish(const train::TrainReport& report,
     summary["samples"] = sample_sheets_;
     summary["pictures"]["samples"] = sample_sheets_.back();
   }
-  write_line({{"kind", "end"}, {"step", global_step_}, {"epoch", epochs}, {"values", end_values}});
+  write_line({{"kind", "end"}, {"step", report.steps}, {"epoch", epochs}, {"values", end_values}});
   // What the folder misses (after the end line, which may be among it): `runs` shows it.
   if (!not_written_.empty()) {
     summary["not_written"] = nlohmann::json::object();

@@ -66,9 +66,7 @@ class RunRecorder : public train::TrainObserver {
   std::string file(const std::string& name) const;
 
   void on_start(const std::string& device, const train::Settings& settings) override;
-  void on_step(const train::StepTick& tick) override {
-    global_step_ = (tick.epoch - 1) * tick.steps + tick.step;
-  }
+  void on_step(const train::StepTick& tick) override { global_step_ = tick.global_step; }
   void on_log(const train::StepLog& log) override;
   void on_epoch(const train::EpochReport& report) override;
   // An eval line within the epoch (with its epoch_step), and a point of the test curves.

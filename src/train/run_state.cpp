@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <mutex>
 #include <sstream>
@@ -82,7 +83,8 @@ void store_run_state(const RunState& state, Checkpoint& checkpoint) {
   checkpoint.meta["run"] = {{"epoch", state.epoch},
                             {"step", state.step},
                             {"samples", state.samples},
-                            {"interval_samples", state.interval_samples}};
+                            {"interval_samples", state.interval_samples},
+                            {"train_seconds", state.train_seconds}};
   checkpoint.run["loss_sum"] = state.loss_sum.detach().cpu();
   checkpoint.run["correct"] = state.correct.detach().cpu();
   checkpoint.run["interval_loss"] = state.interval_loss.detach().cpu();
@@ -100,13 +102,15 @@ std::optional<RunState> load_run_state(const Checkpoint& checkpoint, torch::Devi
     s.step = run.at("step").get<int64_t>();
     s.samples = run.at("samples").get<int64_t>();
     s.interval_samples = run.at("interval_samples").get<int64_t>();
+    s.train_seconds = run.value("train_seconds", 0.0);  // absent before it was kept
   } catch (const nlohmann::json::exception& e) {
     throw DataError(source, "run metadata with epoch, step, samples, interval_samples", e.what());
   }
   if (s.epoch < 0 || s.step < 0 || s.samples < 0 || s.interval_samples < 0 ||
-      s.interval_samples > s.samples)
-    throw DataError(source, "non-negative run counters",
-                    "epoch " + std::to_string(s.epoch) + ", step " + std::to_string(s.step));
+      s.interval_samples > s.samples || !std::isfinite(s.train_seconds) || s.train_seconds < 0)
+    throw DataError(source, "non-negative run counters and training seconds",
+                    "epoch " + std::to_string(s.epoch) + ", step " + std::to_string(s.step) + ", " +
+                        std::to_string(s.train_seconds) + " s");
   s.loss_sum = run_tensor(checkpoint, "loss_sum", torch::kFloat32, source).reshape({}).to(device);
   s.correct = run_tensor(checkpoint, "correct", torch::kInt64, source).reshape({}).to(device);
   s.interval_loss =

@@ -34,6 +34,9 @@ struct RunState {
   torch::Tensor interval_loss;   // () float32: summed loss since the last log
   torch::Tensor cpu_rng;         // uint8: the default CPU generator's state
   torch::Tensor cuda_rng;        // uint8: the current CUDA device's generator state, or undefined
+  // The run's training time so far, its earlier processes' included: a resumed run's clock starts
+  // from it. 0 in checkpoints written before it was kept.
+  double train_seconds = 0;
 };
 
 // Captures the global RNG states into `state` (the metric fields are the caller's).

@@ -69,14 +69,15 @@ nlohmann::json budget_json(const BudgetPlan& plan) {
           {"revisions", plan.revisions}};
 }
 
-int64_t next_budget_revision(const BudgetPlan& plan, int64_t steps_done) {
-  if (plan.revisions >= kBudgetRevisions) return 0;
+int64_t next_budget_revision(const BudgetPlan& plan, int64_t steps_done, int64_t max_revisions) {
+  if (plan.revisions >= max_revisions) return 0;
   const int64_t half_left = (plan.steps - steps_done) / 2;
   return half_left > 0 ? steps_done + half_left : 0;
 }
 
 BudgetPlan revise_budget_plan(const BudgetPlan& plan, const BudgetInput& in, int64_t timed_steps) {
   BudgetPlan revised = plan;
+  revised.budget_s = in.budget_s;  // a resumed run's --time-budget may differ from its plan's
   revised.seconds_per_step = in.seconds_per_step;
   revised.timed_steps = timed_steps;
   revised.epochs = epochs_within_budget(in);

@@ -12,6 +12,10 @@
 // revised twice, halfway through its steps and halfway through the rest, from the speed of every
 // step timed so far. Each revision moves the end of the cosine decay by a few per cent: the lr
 // jumps by as much, once.
+//
+// The budget is the whole run's training time: a resumed run goes on with its checkpoint's plan,
+// counts the time trained before against it, and revises the plan from its own steps' speed
+// (TrainingRun::continue_budget_plan in trainer.cpp).
 #pragma once
 
 #include <cstdint>
@@ -31,10 +35,10 @@ constexpr int64_t kBudgetTimedSteps = 60;
 double parse_duration(const std::string& text, const std::string& flag = "--time-budget");
 
 struct BudgetInput {
-  double budget_s = 0;          // training time allowed this run
-  double used_s = 0;            // training time this run has taken so far
+  double budget_s = 0;          // training time allowed the whole run
+  double used_s = 0;            // training time the run has taken so far (resumed: in all)
   double seconds_per_step = 0;  // measured
-  int64_t steps_done = 0;       // optimizer steps this run has taken so far
+  int64_t steps_done = 0;       // optimizer steps since start_epoch began
   int64_t steps_per_epoch = 1;
   int64_t start_epoch = 0;    // epochs done before this run (resumed)
   int64_t current_epoch = 0;  // 0-based epoch in progress
@@ -46,23 +50,25 @@ constexpr int64_t kBudgetRevisions = 2;
 
 // The plan made from the speed of the run's first steps, and revised from the speed of more.
 struct BudgetPlan {
-  double budget_s = 0;          // training time allowed
+  double budget_s = 0;          // training time allowed the whole run (resumed: the newest)
   double seconds_per_step = 0;  // measured over timed_steps steps
   int64_t timed_steps = 0;
   int64_t epochs = 0;           // planned, in total as --epochs counts them
   int64_t max_epochs = 0;       // --epochs
   int64_t steps = 0;            // optimizer steps of the planned run (this process)
-  int64_t revisions = 0;        // how often it was revised (at most kBudgetRevisions)
+  int64_t revisions = 0;        // how often it was revised (resumed: by every process)
   int64_t revised_at_step = 0;  // this process's step of the last revision (0: none)
 };
 
 // This process's step at which `plan` is next revised: halfway from `steps_done` (the step the
 // plan was made or last revised at) to its last step; 0 when it is revised no more
-// (kBudgetRevisions reached, or no step left).
-int64_t next_budget_revision(const BudgetPlan& plan, int64_t steps_done);
+// (`max_revisions` reached, or no step left). A resumed run allows its own revisions on top of
+// those its plan had.
+int64_t next_budget_revision(const BudgetPlan& plan, int64_t steps_done,
+                             int64_t max_revisions = kBudgetRevisions);
 
 // `plan` revised at `in` (in.seconds_per_step measured over `timed_steps` steps): the epochs that
-// fit in what is left of the budget (epochs_within_budget), one revision more.
+// fit in what is left of in.budget_s (epochs_within_budget), one revision more.
 BudgetPlan revise_budget_plan(const BudgetPlan& plan, const BudgetInput& in, int64_t timed_steps);
 
 // {"budget_s", "seconds_per_step", "timed_steps", "epochs", "max_epochs", "steps", "revisions"}:

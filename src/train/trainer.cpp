@@ -189,6 +189,13 @@ class TrainingRun {
   // kBudgetTimedSteps more, sets epochs_ to what fits (rank 0's plan on every rank); then revises
   // the plan at next_revision_ from the speed of every step timed so far.
   void follow_budget(int64_t epoch);
+  // --resume of a run sized by --time-budget: the checkpoint's plan carried on under this run's
+  // --time-budget (see the definition).
+  void continue_budget_plan();
+  // This process's optimizer steps in a plan of `epochs` in total.
+  int64_t steps_planned(int64_t epochs) const {
+    return std::max<int64_t>(0, (epochs - start_epoch_) * steps_ - resumed_within_);
+  }
   // The thread governor (train/thread_governor.h) over the pool that holds the cores: on the CPU,
   // one process, no thread count given, and --thread-governor on, or auto where the pool's results
   // do not depend on its threads (the fused step's).
@@ -217,13 +224,16 @@ class TrainingRun {
   std::unique_ptr<FlatOptimizer> optimizer_;
   std::unique_ptr<precision::GradScaler> scaler_;  // fp16 only
   int64_t start_epoch_ = 0;
-  int64_t start_steps_ = 0;  // optimizer steps before this run (resumed)
-  int64_t steps_done_ = 0;   // optimizer steps in this run
-  int64_t epochs_ = 0;       // the run's epochs in total: --epochs, or what --time-budget planned
-  double budget_clock_start_ = 0;      // training seconds when the timed steps began
-  std::optional<BudgetPlan> budget_;   // the plan, once made
-  int64_t next_revision_ = 0;          // steps_done_ at which the plan is revised (0: never)
-  std::optional<RunState> run_state_;  // resuming mid-epoch: where
+  int64_t start_steps_ = 0;           // optimizer steps before this run (resumed)
+  int64_t resumed_within_ = 0;        // steps of epoch start_epoch_ done before this run
+  double resumed_train_seconds_ = 0;  // training time of the processes before this run
+  int64_t steps_done_ = 0;            // optimizer steps in this run
+  int64_t epochs_ = 0;  // the run's epochs in total: --epochs, or what --time-budget planned
+  double budget_clock_start_ = 0;             // training seconds when the timed steps began
+  std::optional<BudgetPlan> budget_;          // the plan, once made
+  int64_t next_revision_ = 0;                 // steps_done_ at which the plan is revised (0: never)
+  int64_t max_revisions_ = kBudgetRevisions;  // the plan's revisions count, at most
+  std::optional<RunState> run_state_;         // resuming mid-epoch: where
 
   data::AugmentOptions augment_;
   std::unique_ptr<TrainStep> step_;
@@ -292,6 +302,7 @@ TrainingRun::TrainingRun(const TrainConfig& config, Task& task, const Datasets& 
   threads_ = apply_cpu_threads(config_.threads, step_owns_cores ? 1 : config_.blas_threads,
                                cpu_work_of(task_.module()), parallel_.cores());
   set_up_data_paths();
+  continue_budget_plan();
 }
 
 void TrainingRun::check_task_options() const {
@@ -423,13 +434,24 @@ void TrainingRun::set_up_model() {
     }
     start_epoch_ = resumed_->meta.value("epoch", int64_t{0});
     start_steps_ = resumed_->meta.value("steps", int64_t{0});
+    run_state_ = load_run_state(*resumed_, device_, config_.resume);
+    resumed_within_ = run_state_ ? run_state_->step : 0;
+    // The run's clock goes on from the training time its checkpoint records: that of its run
+    // state, or of an older final checkpoint's metadata (older periodic ones recorded none: 0).
+    resumed_train_seconds_ = run_state_ ? run_state_->train_seconds : 0;
+    if (const auto it = resumed_->meta.find("train_seconds");
+        resumed_train_seconds_ == 0 && it != resumed_->meta.end() && it->is_number() &&
+        std::isfinite(it->get<double>()) && it->get<double>() > 0)
+      resumed_train_seconds_ = it->get<double>();
     // A run sized by --time-budget goes on with its plan, so its schedule keeps its length: a new
-    // plan from this process's speed would move the end of the cosine decay.
+    // plan from this process's speed would move the end of the cosine decay
+    // (continue_budget_plan). This --epochs caps it as the first run's did.
     if (config_.time_budget_s > 0 && resumed_->meta.contains("time_budget")) {
       budget_ = budget_from_json(resumed_->meta.at("time_budget"), config_.resume);
+      budget_->max_epochs = std::min(budget_->max_epochs, config_.epochs);
+      budget_->epochs = std::min(budget_->epochs, budget_->max_epochs);
       epochs_ = std::min(epochs_, budget_->epochs);
     }
-    run_state_ = load_run_state(*resumed_, device_, config_.resume);
     // Mid-epoch only: an epoch boundary may change --batch-size (its state carries just the RNG).
     if (run_state_ && run_state_->step > 0)
       check_mid_run_resume(config_, *resumed_, *run_state_, data_.train.size(),
@@ -600,14 +622,20 @@ Settings TrainingRun::describe() const {
   if (config_.time_budget_s > 0)
     settings.emplace_back(
         "time budget",
-        budget_ ? "the plan of the run resumed: " + std::to_string(budget_->epochs) + " epochs (" +
-                      format_duration(budget_->budget_s, /*keep_tenths=*/true) +
-                      " of training at " + c10::str(budget_->seconds_per_step) + " s a step)"
-                : format_duration(config_.time_budget_s, /*keep_tenths=*/true) +
-                      " of training: the epochs that fit, planned from the speed of steps " +
-                      std::to_string(kBudgetSkipSteps + 1) + "-" +
-                      std::to_string(kBudgetSkipSteps + kBudgetTimedSteps) +
-                      ", revised halfway and three-quarters through");
+        budget_
+            ? format_duration(config_.time_budget_s, /*keep_tenths=*/true) +
+                  " of training for the whole run, " +
+                  format_duration(resumed_train_seconds_, /*keep_tenths=*/true) +
+                  " of it used: the plan of the run resumed, " + std::to_string(budget_->epochs) +
+                  " epochs at " + c10::str(budget_->seconds_per_step) +
+                  " s a step, revised from the speed of this run's steps " +
+                  std::to_string(kBudgetSkipSteps + 1) + "-" +
+                  std::to_string(kBudgetSkipSteps + kBudgetTimedSteps) + " on"
+            : format_duration(config_.time_budget_s, /*keep_tenths=*/true) +
+                  " of training: the epochs that fit, planned from the speed of steps " +
+                  std::to_string(kBudgetSkipSteps + 1) + "-" +
+                  std::to_string(kBudgetSkipSteps + kBudgetTimedSteps) +
+                  ", revised halfway and three-quarters through");
   // On MPS the option is said to do nothing, not dropped silently (docs/precision.md).
   if (!config_.cudnn_benchmark && !device_.is_cuda())
     settings.emplace_back("cudnn benchmark", "--cudnn-benchmark false unused: cuDNN runs on CUDA");
@@ -665,6 +693,35 @@ Checkpoint TrainingRun::make_checkpoint(int64_t epochs_done, int64_t steps) cons
   return checkpoint;
 }
 
+// The budget is the whole run's training time: the seconds trained before the checkpoint count
+// against it (train_seconds_now starts from them). The same budget keeps the plan until this
+// process has timed its own steps (another machine, another load: its speed is not the plan's),
+// then revises it from them, after kBudgetSkipSteps + kBudgetTimedSteps steps, and kBudgetRevisions
+// times more as a fresh run does. Another --time-budget revises the plan at once, at the plan's
+// speed, so that a smaller one is not overrun while this process times its steps.
+void TrainingRun::continue_budget_plan() {
+  if (!budget_) return;
+  budget_->steps = steps_planned(budget_->epochs);
+  budget_->revised_at_step = 0;
+  if (budget_->budget_s != config_.time_budget_s) {
+    const BudgetInput in{config_.time_budget_s,
+                         resumed_train_seconds_,
+                         budget_->seconds_per_step,
+                         resumed_within_,
+                         steps_,
+                         start_epoch_,
+                         start_epoch_,
+                         budget_->max_epochs};
+    budget_ = revise_budget_plan(*budget_, in, budget_->timed_steps);
+    budget_->steps = steps_planned(budget_->epochs);
+    budget_->revised_at_step = 0;
+    epochs_ = budget_->epochs;
+  }
+  max_revisions_ = budget_->revisions + 1 + kBudgetRevisions;
+  const int64_t timed_at = kBudgetSkipSteps + kBudgetTimedSteps;
+  next_revision_ = timed_at < budget_->steps ? timed_at : 0;
+}
+
 void TrainingRun::follow_budget(int64_t epoch) {
   if (steps_done_ == kBudgetSkipSteps) budget_clock_start_ = train_seconds_now();
   const bool plan_now = !budget_ && steps_done_ == kBudgetSkipSteps + kBudgetTimedSteps;
@@ -675,7 +732,7 @@ void TrainingRun::follow_budget(int64_t epoch) {
   const BudgetInput in{config_.time_budget_s,
                        now,
                        (now - budget_clock_start_) / static_cast<double>(timed),
-                       steps_done_,
+                       resumed_within_ + steps_done_,
                        steps_,
                        start_epoch_,
                        epoch,
@@ -693,10 +750,11 @@ void TrainingRun::follow_budget(int64_t epoch) {
   // ddp: every rank runs rank 0's plan (their clocks differ; their epochs must not).
   plan.epochs = static_cast<int64_t>(
       parallel_.sum({parallel_.is_main() ? static_cast<double>(plan.epochs) : 0.0})[0]);
-  plan.steps = (plan.epochs - start_epoch_) * steps_;
+  plan.steps = steps_planned(plan.epochs);
+  plan.revised_at_step = revise_now ? steps_done_ : 0;
   epochs_ = plan.epochs;
   budget_ = plan;
-  next_revision_ = next_budget_revision(plan, steps_done_);
+  next_revision_ = next_budget_revision(plan, steps_done_, max_revisions_);
   observer_->on_plan(plan);
 }
 
@@ -746,7 +804,8 @@ void TrainingRun::set_up_thread_governor() {
 }
 
 double TrainingRun::train_seconds_now() const {
-  return task_.setup_train_seconds() + run_timer_->seconds() - eval_seconds_ - sample_seconds_;
+  return resumed_train_seconds_ + task_.setup_train_seconds() + run_timer_->seconds() -
+         eval_seconds_ - sample_seconds_;
 }
 
 bool TrainingRun::evaluate_point(int64_t epoch, int64_t step, bool keep_predictions) {
@@ -901,6 +960,7 @@ std::string TrainingRun::save_run_checkpoint(RunState progress) {
     path = unused_checkpoint_path(path);  // another run's file may have this name
   if (!parallel_.is_main()) return path;  // ddp: ranks are identical; rank 0 writes
   capture_rng(progress, device_);
+  progress.train_seconds = train_seconds_now();
   Checkpoint checkpoint = make_checkpoint(progress.epoch, global_step);
   store_run_state(progress, checkpoint);
   try {
@@ -955,6 +1015,7 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
   } else {
     progress = epoch_start(epoch, device_);
   }
+  const int64_t restored_samples = progress.samples;  // trained before the checkpoint
   int64_t& step = progress.step;
   while (loader.next(batch)) {
     if (step == 0)
@@ -995,7 +1056,8 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
     ++steps_done_;
     if (governor_) governor_->after_step(start_steps_ + steps_done_);
     if (config_.time_budget_s > 0 && (!budget_ || next_revision_ > 0)) follow_budget(epoch);
-    observer_->on_step({epoch + 1, epochs_, step, steps_, progress.samples});
+    observer_->on_step(
+        {epoch + 1, epochs_, step, steps_, progress.samples, start_steps_ + steps_done_});
     if (config_.log_every > 0 && step % config_.log_every == 0) {
       const auto interval = parallel_.sum(
           {progress.interval_loss.item<double>(), static_cast<double>(progress.interval_samples)});
@@ -1004,7 +1066,8 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
         throw diverged(
             "loss is " + loss_text(mean), epoch,
             "steps " + std::to_string(step - config_.log_every + 1) + "-" + std::to_string(step));
-      observer_->on_log({epoch + 1, step, steps_, mean, optimizer_->options().lr});
+      observer_->on_log(
+          {epoch + 1, step, steps_, mean, optimizer_->options().lr, start_steps_ + steps_done_});
       progress.loss_sum += progress.interval_loss;
       progress.interval_loss.zero_();
       progress.interval_samples = 0;
@@ -1043,10 +1106,11 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
     }
   }
   progress.loss_sum += progress.interval_loss;
-  // Over all ranks: loss sum, correct count, samples.
+  // Over all ranks: loss sum, correct count, samples, samples trained by this process.
   const auto totals = parallel_.sum({progress.loss_sum.item<double>(),
                                      static_cast<double>(progress.correct.item<int64_t>()),
-                                     static_cast<double>(progress.samples)});
+                                     static_cast<double>(progress.samples),
+                                     static_cast<double>(progress.samples - restored_samples)});
   EpochReport er;
   er.epoch = epoch + 1;
   er.epochs = epochs_;
@@ -1060,7 +1124,9 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
     er.test_loss = last_test_->loss;
     er.test_accuracy = last_test_->accuracy;
   }
-  er.images_per_second = static_cast<double>(er.samples) / er.seconds;
+  er.global_step = start_steps_ + steps_done_;
+  // Resumed at the epoch's last step, this process trained none of it: 0, not 0 / 0.
+  er.images_per_second = totals[3] > 0 ? totals[3] / er.seconds : 0;
   if (!std::isfinite(er.loss))
     throw diverged("loss is " + loss_text(er.loss), epoch,
                    "by its end (step " + std::to_string(step) + ")");
@@ -1152,6 +1218,7 @@ TrainReport TrainingRun::run() {
     // epoch: the epoch's place too, as a periodic checkpoint has it.
     RunState at_end = stopped_within_ ? *stopped_within_ : epoch_start(epochs_done, device_);
     capture_rng(at_end, device_);
+    at_end.train_seconds = report.train_seconds;
     store_run_state(at_end, checkpoint);
     try {
       save_checkpoint(config_.save, checkpoint);

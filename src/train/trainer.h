@@ -30,6 +30,7 @@ struct StepLog {
   int64_t epoch = 0, step = 0, steps = 0;  // 1-based epoch and step within it
   double running_loss = 0;                 // mean loss since the last log
   double lr = 0;                           // the learning rate of the interval's last step
+  int64_t global_step = 0;  // optimizer steps since the run's first epoch (resumed ones included)
 };
 
 // After every step: host-side counters only (reading them costs no device sync).
@@ -37,6 +38,9 @@ struct StepTick {
   int64_t epoch = 0, epochs = 0;  // 1-based epoch, epochs in the run
   int64_t step = 0, steps = 0;    // steps done in this epoch, steps per epoch
   int64_t samples = 0;            // samples done in this epoch (this rank)
+  // Optimizer steps since the run's first epoch (resumed ones included): TrainReport::steps at
+  // the end, whatever --batch-size the epochs before a resume had.
+  int64_t global_step = 0;
 };
 
 struct EpochReport {
@@ -45,8 +49,10 @@ struct EpochReport {
   double accuracy = 0;            // training accuracy over the epoch (model in train mode)
   bool has_accuracy = true;       // false for tasks with no classes to be right about
   double seconds = 0;             // the epoch's training only (its test evaluation is not in it)
+  // The samples this process trained over `seconds`: a resumed epoch's restored ones are not.
   double images_per_second = 0;
-  int64_t samples = 0;
+  int64_t samples = 0;      // the epoch's, a resumed one's before the checkpoint included
+  int64_t global_step = 0;  // optimizer steps since the run's first epoch, at the epoch's end
   // The test set after this epoch (--eval-every; always after the last epoch). Rank 0 only.
   bool has_test = false;
   double test_loss = 0, test_accuracy = 0;
@@ -65,7 +71,7 @@ constexpr int64_t kMisclassifiedKept = 36;
 struct EvalPoint {
   int64_t step = 0;          // optimizer steps since the run's first epoch
   double epoch = 0;          // epochs done, fractional (2.5: half-way through the third)
-  double train_seconds = 0;  // training time up to this point, device-synchronised, no evaluation
+  double train_seconds = 0;  // the run's training time so far (resumed: in all), no evaluation
   double loss = 0, accuracy = 0;
   bool has_accuracy = true;  // false for tasks with no classes to be right about
 };
@@ -78,7 +84,8 @@ struct TrainReport {
   int64_t start_epoch = 0;   // epochs already done by a resumed checkpoint
   std::vector<EpochReport> epochs;
   // The epoch loop, device-synchronised, without its evaluations, plus what build() learned from
-  // the data (Task::setup_train_seconds: the whitened first convolution's filters).
+  // the data (Task::setup_train_seconds: the whitened first convolution's filters). The whole
+  // run's: a resumed run's includes the training time its checkpoint records.
   double train_seconds = 0;
   double eval_seconds = 0;    // the per-epoch test evaluations (--eval-every)
   double sample_seconds = 0;  // the task's end-of-epoch work (a generator's sample sheets)

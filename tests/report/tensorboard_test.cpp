@@ -104,7 +104,8 @@ TEST(TensorBoardTest, IndependentReaderDecodesScalarsAndImages) {
     writer.add_image("samples", image, 7);
     // The observer: running loss and lr at the global step, epoch scalars at the epoch.
     TensorBoardObserver observer(writer);
-    observer.on_log({/*epoch=*/2, /*step=*/5, /*steps=*/10, /*running_loss=*/0.25, /*lr=*/0.002});
+    observer.on_log({/*epoch=*/2, /*step=*/5, /*steps=*/10, /*running_loss=*/0.25, /*lr=*/0.002,
+                     /*global_step=*/15});
     train::EpochReport epoch;
     epoch.epoch = 2, epoch.loss = 0.125, epoch.accuracy = 0.875, epoch.images_per_second = 1000;
     observer.on_epoch(epoch);  // flushes: the file is complete before the writer closes
@@ -152,7 +153,7 @@ TEST(TensorBoardTest, IndependentReaderDecodesScalarsAndImages) {
             << y << "," << x;
 
   EXPECT_EQ(value_of(5)["tag"], "train/loss_running");
-  EXPECT_EQ(events[5]["step"], 15);  // (epoch 2 - 1) * 10 steps + step 5
+  EXPECT_EQ(events[5]["step"], 15);  // the log's global step
   EXPECT_FLOAT_EQ(value_of(5)["simple_value"].get<float>(), 0.25f);
   EXPECT_EQ(value_of(6)["tag"], "train/lr");
   EXPECT_EQ(events[6]["step"], 15);

@@ -21,6 +21,7 @@
 #include "runs/run_list.h"
 #include "tasks/make_task.h"
 #include "test_util.h"
+#include "train/run_state.h"
 #include "train/trainer.h"
 
 namespace spritetorch::runs {
@@ -224,6 +225,92 @@ TEST(RunFolder, ATargetReachedWithinAnEpochIsItsOwnEvalLineOnce) {
   const auto tests = plot_rows(folder + "/plots/curves_tests.dat");
   ASSERT_EQ(tests.size(), 1u);
   EXPECT_NEAR(tests[0][0], 2.0 / 6.0, 1e-5);
+}
+
+// The dummy data's MLP (4096 samples, 64 steps an epoch of 64): milliseconds an epoch.
+train::TrainConfig dummy_run(const std::string& save) {
+  train::TrainConfig config;
+  config.device = "cpu";
+  config.model = "simplenn";
+  config.dataset = "dummy";
+  config.optimizer = "sgd";
+  config.lr = 0.1;
+  config.log_every = 16;
+  config.save = save;
+  return config;
+}
+
+// `config` recorded into `folder`: its metrics.jsonl lines, after the summary's steps are checked
+// against the report's.
+std::vector<nlohmann::json> record_resumed(const std::string& folder,
+                                           const train::TrainConfig& config) {
+  claim_run_folder(folder);
+  RunRecorder recorder(folder, {"classify", "simplenn", "dummy"}, "");
+  const auto report = run_training(config, &recorder);
+  recorder.finish(report, config.save, nullptr);
+  EXPECT_EQ(read_json(folder + "/summary.json")["steps"], report.steps);
+  return metrics_lines(folder);
+}
+
+// A resumed run's metrics.jsonl counts the run's steps as summary.json does (TrainReport::steps),
+// whatever the checkpoint: one at an epoch's last step (that epoch's lines carry its global step,
+// and its speed is 0 images/s: this process trained none of it), one mid-epoch (the epoch's speed
+// is that of the samples trained since), and a final one resumed with another --batch-size.
+TEST(RunFolder, AResumedRunRecordsTheRunsStepsAndItsOwnSpeed) {
+  ScratchDir dir;
+  train::TrainConfig first = dummy_run(dir.file("first.pt"));
+  first.epochs = 2;
+  first.checkpoint_every = 32;
+  run_training(first);
+
+  train::TrainConfig at_end = dummy_run(dir.file("a.pt"));
+  at_end.epochs = 3;
+  at_end.resume = train::periodic_checkpoint_path(first.save, 64);  // epoch 1's last step
+  for (const auto& line : record_resumed(dir.file("a"), at_end)) {
+    const std::string kind = line["kind"];
+    int64_t step = -1;  // the line's global step, where it is known
+    if (kind == "epoch" || kind == "eval") step = 64 * line["epoch"].get<int64_t>();
+    if (kind == "log")
+      step = 64 * (line["epoch"].get<int64_t>() - 1) + line["epoch_step"].get<int64_t>();
+    if (kind == "end") step = 3 * 64;
+    if (step >= 0) {
+      EXPECT_EQ(line["step"], step) << line;
+    }
+    const bool resumed_epoch = kind == "epoch" && line["epoch"] == 1;
+    if (resumed_epoch) {
+      EXPECT_EQ(line["values"]["images_per_second"], 0) << line;
+    }
+  }
+
+  train::TrainConfig within = dummy_run(dir.file("w.pt"));
+  within.epochs = 2;
+  within.resume = train::periodic_checkpoint_path(first.save, 96);  // halfway through epoch 2
+  int epochs_seen = 0;
+  for (const auto& line : record_resumed(dir.file("w"), within)) {
+    if (line["kind"] != "epoch") continue;
+    ++epochs_seen;
+    const auto& values = line["values"];
+    EXPECT_EQ(values["samples"], 4096) << line;  // the epoch's, the restored half included
+    // This process's 32 steps of 64 samples over its seconds.
+    EXPECT_NEAR(values["images_per_second"].get<double>() * values["seconds"].get<double>(),
+                32 * 64, 1e-6 * 32 * 64)
+        << line;
+  }
+  EXPECT_EQ(epochs_seen, 1);
+
+  train::TrainConfig smaller = dummy_run(dir.file("s.pt"));
+  smaller.epochs = 3;
+  smaller.batch_size = 32;  // 128 steps an epoch from the third on
+  smaller.resume = first.save;
+  for (const auto& line : record_resumed(dir.file("s"), smaller)) {
+    const std::string kind = line["kind"];
+    if (kind == "log") {
+      EXPECT_EQ(line["step"], 2 * 64 + line["epoch_step"].get<int64_t>()) << line;
+    }
+    if (kind == "epoch" || kind == "eval" || kind == "end") {
+      EXPECT_EQ(line["step"], 2 * 64 + 128) << line;
+    }
+  }
 }
 
 TEST(RunFolder, WithoutGnuplotTheRunFinishesWithOneNotice) {

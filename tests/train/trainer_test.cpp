@@ -249,6 +249,105 @@ TEST(Trainer, AResumedRunKeepsThePlanOfTheRunItContinues) {
   EXPECT_EQ(max_weight_difference(c.save, resumed.save), 0.0);
 }
 
+// `path` with its run state's training seconds set to `seconds` (erased when negative: a
+// checkpoint from before they were kept).
+void set_checkpoint_train_seconds(const std::string& path, double seconds) {
+  Checkpoint checkpoint = load_checkpoint(path);
+  if (seconds < 0)
+    checkpoint.meta.at("run").erase("train_seconds");
+  else
+    checkpoint.meta.at("run")["train_seconds"] = seconds;
+  save_checkpoint(path, checkpoint);
+}
+
+// A resumed --time-budget run re-times its own steps and revises its plan from them (revision 1
+// after this process's steps 11-70, then halfway), and the budget is the whole run's training
+// time: the seconds its checkpoint records count against it, and a --time-budget other than the
+// plan's applies at once.
+TEST(Trainer, AResumedBudgetCountsTheTimeTrainedAndKeepsRevising) {
+  struct PlanLog : TrainObserver {
+    std::vector<BudgetPlan> plans;
+    void on_plan(const BudgetPlan& plan) override { plans.push_back(plan); }
+  };
+  ScratchDir dir;
+  TrainConfig c = dummy_sgd_run(&dir, "straight.pt");  // 64 steps an epoch
+  c.lr_schedule = "cosine";
+  c.warmup_steps = 80;
+  c.epochs = 8;
+  c.time_budget_s = 1e9;  // everything fits: the plan is the 8 epochs
+  const TrainConfig resumed = resumed_after_two_epochs(c, dir);
+  const Checkpoint at_two = load_checkpoint(resumed.resume);
+  ASSERT_EQ(budget_from_json(at_two.meta.at("time_budget"), "x").revisions, 0);
+  const double trained_before = at_two.meta.at("run").at("train_seconds").get<double>();
+  EXPECT_GT(trained_before, 0);
+
+  PlanLog same;
+  const auto goes_on = run_training(resumed, &same);
+  ASSERT_GE(same.plans.size(), 2u);
+  EXPECT_EQ(same.plans.at(0).revised_at_step, kBudgetSkipSteps + kBudgetTimedSteps);
+  EXPECT_EQ(same.plans.at(0).revisions, 1);
+  EXPECT_EQ(same.plans.at(0).steps, 6 * 64);  // this process's steps of the plan
+  EXPECT_EQ(same.plans.at(1).revised_at_step, 70 + (6 * 64 - 70) / 2);
+  ASSERT_TRUE(goes_on.budget.has_value());
+  EXPECT_EQ(goes_on.budget->epochs, 8);
+  EXPECT_GE(goes_on.train_seconds, trained_before);
+  // The final checkpoint keeps the newest revision.
+  EXPECT_EQ(budget_from_json(load_checkpoint(resumed.save).meta.at("time_budget"), "x").revisions,
+            goes_on.budget->revisions);
+
+  // The budget spent before the checkpoint: the revision after this process's 70 steps (in the
+  // fourth epoch) ends the run with that epoch.
+  set_checkpoint_train_seconds(resumed.resume, 1e9);
+  TrainConfig spent = resumed;
+  spent.save = dir.file("spent.pt");
+  const auto stopped = run_training(spent);
+  ASSERT_TRUE(stopped.budget.has_value());
+  EXPECT_EQ(stopped.budget->epochs, 4);
+  ASSERT_FALSE(stopped.epochs.empty());
+  EXPECT_EQ(stopped.epochs.back().epoch, 4);
+  EXPECT_EQ(stopped.steps, 4 * 64);
+
+  // A smaller --time-budget on resume, already used up: the epoch in progress (the second, whose
+  // steps were all done) is the last.
+  set_checkpoint_train_seconds(resumed.resume, trained_before);
+  TrainConfig smaller = resumed;
+  smaller.save = dir.file("smaller.pt");
+  smaller.time_budget_s = 1e-9;
+  const auto cut = run_training(smaller);
+  ASSERT_TRUE(cut.budget.has_value());
+  EXPECT_EQ(cut.budget->budget_s, 1e-9);
+  EXPECT_EQ(cut.budget->epochs, 2);
+  EXPECT_EQ(cut.steps, 2 * 64);
+}
+
+// The run's training time is the whole run's: a resumed run's clock starts from the seconds its
+// checkpoint records, so train_seconds and the time to a target accuracy count what came before.
+// A checkpoint from before they were kept resumes from 0.
+TEST(Trainer, AResumedRunsTrainingTimeCountsTheTimeBeforeItsCheckpoint) {
+  ScratchDir dir;
+  TrainConfig c = dummy_sgd_run(&dir, "straight.pt");
+  c.epochs = 3;
+  c.target_accuracy = 0.01;  // reached at the first evaluation
+  c.stop_at_target = false;
+  TrainConfig resumed = resumed_after_two_epochs(c, dir);
+  EXPECT_GT(load_checkpoint(resumed.resume).meta.at("run").at("train_seconds").get<double>(), 0);
+  set_checkpoint_train_seconds(resumed.resume, 1000);
+  const auto report = run_training(resumed);
+  EXPECT_EQ(report.steps, 3 * 64);
+  EXPECT_GE(report.train_seconds, 1000);
+  EXPECT_LT(report.train_seconds, 1100);
+  ASSERT_TRUE(report.target_reached.has_value());
+  EXPECT_GE(report.target_reached->train_seconds, 1000);
+  // The final checkpoint records it for the next resume, in its run state and its metadata.
+  const Checkpoint saved = load_checkpoint(resumed.save);
+  EXPECT_DOUBLE_EQ(saved.meta.at("run").at("train_seconds").get<double>(), report.train_seconds);
+  EXPECT_DOUBLE_EQ(saved.meta.at("train_seconds").get<double>(), report.train_seconds);
+
+  set_checkpoint_train_seconds(resumed.resume, -1);  // an older checkpoint: no field
+  resumed.save = dir.file("older.pt");
+  EXPECT_LT(run_training(resumed).train_seconds, 1000);
+}
+
 TEST(Trainer, ARunTooShortToTimeTrainsItsEpochs) {
   TrainConfig c = dummy_sgd_run();
   c.train_limit = 640;  // 10 steps an epoch, 30 in all: fewer than the plan needs (70)
