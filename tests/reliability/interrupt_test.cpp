@@ -226,8 +226,9 @@ TEST(InterruptProcess, WithJsonPrintsTheCheckpointAndTheResumeCommand) {
   EXPECT_EQ(json.at("interrupted"), true);
   EXPECT_EQ(json.at("signal"), "SIGTERM");
   EXPECT_EQ(json.at("exit_code"), 143);
-  EXPECT_EQ(json.at("epoch"), 1);
-  EXPECT_GE(json.at("step").get<int64_t>(), 2);
+  // Where it stopped: after the trigger, later under load (the signal is sent once read).
+  EXPECT_GE(json.at("epoch").get<int64_t>(), 1);
+  EXPECT_GE(json.at("step").get<int64_t>() + 64 * (json.at("epoch").get<int64_t>() - 1), 2);
   const auto saved = periodic_checkpoints(dir.file("j.pt"));
   ASSERT_EQ(saved.size(), 1u) << out;
   EXPECT_EQ(json.at("checkpoint"), saved[0]);
