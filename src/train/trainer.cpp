@@ -192,6 +192,9 @@ class TrainingRun {
   // --resume of a run sized by --time-budget: the checkpoint's plan carried on under this run's
   // --time-budget (see the definition).
   void continue_budget_plan();
+  // A resumed run whose epochs are all done: an Error saying what would train on (more --epochs,
+  // or a larger --time-budget when the budget's plan is what ends it).
+  void check_something_to_train() const;
   // This process's optimizer steps in a plan of `epochs` in total.
   int64_t steps_planned(int64_t epochs) const {
     return std::max<int64_t>(0, (epochs - start_epoch_) * steps_ - resumed_within_);
@@ -231,6 +234,7 @@ class TrainingRun {
   int64_t epochs_ = 0;  // the run's epochs in total: --epochs, or what --time-budget planned
   double budget_clock_start_ = 0;             // training seconds when the timed steps began
   std::optional<BudgetPlan> budget_;          // the plan, once made
+  bool replan_budget_ = false;  // resumed with another --time-budget than its plan's
   int64_t next_revision_ = 0;                 // steps_done_ at which the plan is revised (0: never)
   int64_t max_revisions_ = kBudgetRevisions;  // the plan's revisions count, at most
   std::optional<RunState> run_state_;         // resuming mid-epoch: where
@@ -302,7 +306,27 @@ TrainingRun::TrainingRun(const TrainConfig& config, Task& task, const Datasets& 
   threads_ = apply_cpu_threads(config_.threads, step_owns_cores ? 1 : config_.blas_threads,
                                cpu_work_of(task_.module()), parallel_.cores());
   set_up_data_paths();
-  continue_budget_plan();
+  continue_budget_plan();  // another --time-budget may give the run more epochs, or fewer
+  check_something_to_train();
+}
+
+void TrainingRun::check_something_to_train() const {
+  if (!resumed_ || start_epoch_ < epochs_ || (run_state_ && run_state_->step > 0)) return;
+  const std::string nothing = "nothing to train: " + config_.resume + " has " +
+                              std::to_string(start_epoch_) + " epochs done, and the run has " +
+                              std::to_string(epochs_);
+  const std::string eval =
+      "; `spritetorch eval --checkpoint " + config_.resume + "` evaluates it";
+  // The plan of --time-budget, not --epochs, ends it: more epochs would change nothing.
+  if (budget_ && epochs_ < config_.epochs)
+    throw Error(nothing + ": the plan of its --time-budget (" +
+                    format_duration(config_.time_budget_s, /*keep_tenths=*/true) + ", " +
+                    format_duration(resumed_train_seconds_, /*keep_tenths=*/true) +
+                    " of it trained) ends there",
+                "pass a larger --time-budget to plan again, or --time-budget 0 to train to "
+                "--epochs" + eval);
+  throw Error(nothing, "pass --epochs " + std::to_string(start_epoch_ + 1) +
+                           " or more to train on" + eval);
 }
 
 void TrainingRun::check_task_options() const {
@@ -448,7 +472,11 @@ void TrainingRun::set_up_model() {
     // (continue_budget_plan). This --epochs caps it as the first run's did.
     if (config_.time_budget_s > 0 && resumed_->meta.contains("time_budget")) {
       budget_ = budget_from_json(resumed_->meta.at("time_budget"), config_.resume);
-      budget_->max_epochs = std::min(budget_->max_epochs, config_.epochs);
+      // Another --time-budget: the plan is made again at once (continue_budget_plan), up to this
+      // --epochs; the same budget keeps the plan, which this --epochs may only shorten.
+      replan_budget_ = budget_->budget_s != config_.time_budget_s;
+      budget_->max_epochs =
+          replan_budget_ ? config_.epochs : std::min(budget_->max_epochs, config_.epochs);
       budget_->epochs = std::min(budget_->epochs, budget_->max_epochs);
       epochs_ = std::min(epochs_, budget_->epochs);
     }
@@ -456,12 +484,6 @@ void TrainingRun::set_up_model() {
     if (run_state_ && run_state_->step > 0)
       check_mid_run_resume(config_, *resumed_, *run_state_, data_.train.size(),
                            parallel_.world_size(), parallel_.local_shards());
-    if (start_epoch_ >= epochs_ && !(run_state_ && run_state_->step > 0))
-      throw Error("nothing to train: " + config_.resume + " has " + std::to_string(start_epoch_) +
-                      " epochs done, and the run has " + std::to_string(epochs_),
-                  "pass --epochs " + std::to_string(start_epoch_ + 1) +
-                      " or more to train on; `spritetorch eval --checkpoint " + config_.resume +
-                      "` evaluates it");
   }
   if (parallel_.distributed()) parallel_.check_same_settings(settings_ranks_share());
   parallel_.broadcast_model(module, *optimizer_);
@@ -703,14 +725,16 @@ void TrainingRun::continue_budget_plan() {
   if (!budget_) return;
   budget_->steps = steps_planned(budget_->epochs);
   budget_->revised_at_step = 0;
-  if (budget_->budget_s != config_.time_budget_s) {
+  if (replan_budget_) {
+    // At an epoch's end no epoch is in progress: a budget already spent leaves none to train.
+    const int64_t in_progress = resumed_within_ > 0 ? start_epoch_ : start_epoch_ - 1;
     const BudgetInput in{config_.time_budget_s,
                          resumed_train_seconds_,
                          budget_->seconds_per_step,
                          resumed_within_,
                          steps_,
                          start_epoch_,
-                         start_epoch_,
+                         in_progress,
                          budget_->max_epochs};
     budget_ = revise_budget_plan(*budget_, in, budget_->timed_steps);
     budget_->steps = steps_planned(budget_->epochs);

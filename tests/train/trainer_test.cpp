@@ -320,6 +320,39 @@ TEST(Trainer, AResumedBudgetCountsTheTimeTrainedAndKeepsRevising) {
   EXPECT_EQ(cut.steps, 2 * 64);
 }
 
+// A finished --time-budget run resumed with more --epochs and a larger --time-budget plans again
+// at once: the epochs that fit are trained. With the same budget it keeps its plan, and the error
+// says the plan (not --epochs) is what ends it; with the budget spent, the same.
+TEST(Trainer, AResumedBudgetPlansAgainForALargerBudgetAndSaysWhatEndsIt) {
+  ScratchDir dir;
+  TrainConfig c = dummy_sgd_run(&dir, "two.pt");  // 64 steps an epoch
+  c.epochs = 2;
+  c.time_budget_s = 1e9;
+  run_training(c);
+  TrainConfig more = c;
+  more.model.clear();
+  more.resume = c.save;
+  more.save = dir.file("same.pt");
+  more.epochs = 4;
+  const auto expected = "nothing to train: " + c.save +
+                        " has 2 epochs done, and the run has 2: the plan of its --time-budget";
+  std::string message = testing::error_of([&] { run_training(more); });
+  EXPECT_NE(message.find(expected), std::string::npos) << message;
+
+  more.time_budget_s = 2e9;
+  more.save = dir.file("four.pt");
+  const auto report = run_training(more);
+  ASSERT_TRUE(report.budget.has_value());
+  EXPECT_EQ(report.budget->epochs, 4);
+  EXPECT_EQ(report.epochs.size(), 2u);
+  EXPECT_EQ(report.steps, 4 * 64);
+
+  set_checkpoint_train_seconds(c.save, 3e9);  // more than the larger budget: none left
+  more.save = dir.file("spent.pt");
+  message = testing::error_of([&] { run_training(more); });
+  EXPECT_NE(message.find(expected), std::string::npos) << message;
+}
+
 // The run's training time is the whole run's: a resumed run's clock starts from the seconds its
 // checkpoint records, so train_seconds and the time to a target accuracy count what came before.
 // A checkpoint from before they were kept resumes from 0.
