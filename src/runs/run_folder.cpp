@@ -223,13 +223,9 @@ void RunRecorder::on_epoch(const train::EpochReport& r) {
   // A run stopped within the epoch reports the evaluation it stopped at, which on_eval wrote.
   const bool evaluated_here = last_eval_step_ == global_step_;
   if (r.has_test && !evaluated_here) {
-    nlohmann::json test = {{"loss", finite(r.test_loss)}};
-    if (r.has_accuracy) test["accuracy"] = finite(r.test_accuracy);
-    write_line({{"kind", "eval"},
-                {"split", "test"},
-                {"step", global_step_},
-                {"epoch", r.epoch},
-                {"values", test}});
+    write_eval_line(
+        r.test_loss, r.has_accuracy, r.test_accuracy,
+        {{"kind", "eval"}, {"split", "test"}, {"step", global_step_}, {"epoch", r.epoch}});
     curves_.tests.push_back({static_cast<double>(r.epoch), r.test_loss, r.test_accuracy});
   }
   curves_.epochs.push_back({r.epoch, r.loss, r.accuracy, r.has_test, r.test_loss, r.test_accuracy});
@@ -237,16 +233,22 @@ void RunRecorder::on_epoch(const train::EpochReport& r) {
 
 void RunRecorder::on_eval(const train::EvalPoint& point, const train::StepTick& at) {
   last_eval_step_ = global_step_;
-  nlohmann::json test = {{"loss", finite(point.loss)}};
-  if (point.has_accuracy) test["accuracy"] = finite(point.accuracy);
-  write_line({{"kind", "eval"},
-              {"split", "test"},
-              {"step", global_step_},
-              {"epoch", at.epoch},
-              {"epoch_step", at.step},
-              {"steps_per_epoch", at.steps},
-              {"values", test}});
+  write_eval_line(point.loss, point.has_accuracy, point.accuracy,
+                  {{"kind", "eval"},
+                   {"split", "test"},
+                   {"step", global_step_},
+                   {"epoch", at.epoch},
+                   {"epoch_step", at.step},
+                   {"steps_per_epoch", at.steps}});
   curves_.tests.push_back({point.epoch, point.loss, point.accuracy});
+}
+
+void RunRecorder::write_eval_line(double loss, bool has_accuracy, double accuracy,
+                                  nlohmann::json line) {
+  nlohmann::json values = {{"loss", finite(loss)}};
+  if (has_accuracy) values["accuracy"] = finite(accuracy);  // a generator has none to give
+  line["values"] = std::move(values);
+  write_line(std::move(line));
 }
 
 void RunRecorder::on_samples(int64_t epoch, const torch::Tensor& sprites, int64_t per_class) {

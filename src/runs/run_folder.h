@@ -88,6 +88,9 @@ class RunRecorder : public train::TrainObserver {
 
  private:
   void write_line(nlohmann::json line);
+  // An `eval` line: `line` (kind, step, epoch, ...) with the test loss, and accuracy where the
+  // task has one, as its values.
+  void write_eval_line(double loss, bool has_accuracy, double accuracy, nlohmann::json line);
   double wall_seconds() const;
   // Runs each script with gnuplot; one notice for a missing gnuplot, one per failure.
   void draw(const std::vector<PlotScript>& scripts, const char* gnuplot_path, Finished& finished);
