@@ -116,31 +116,31 @@ nlohmann::json bench_json(const train::BenchReport& report) {
     }
     rows.push_back(row);
   }
-  nlohmann::json out = {{"date", report.date},
-                        {"workload",
-                         {{"model", w.model.empty() ? train::default_model(w) : w.model},
-                          {"dataset", w.dataset},
-                          {"batch_size", w.batch_size},
-                          {"epochs", w.epochs},
-                          {"optimizer", w.optimizer},
-                          {"lr", w.lr},
-                          {"seed", w.seed},
-                          {"train_limit", w.train_limit},
-                          // What else the table's accuracy column depends on.
-                          {"test_limit", w.test_limit},
-                          {"weight_decay", w.weight_decay < 0
-                                               ? train::default_weight_decay(w.optimizer)
-                                               : w.weight_decay},
-                          {"lr_schedule", w.lr_schedule},
-                          {"lr_warmup_steps", w.warmup_steps},
-                          {"label_smoothing", w.label_smoothing},
-                          {"augment", w.augment},
-                          {"test_time_augment", w.test_time_augment},
-                          {"first_conv", w.first_conv},
-                          {"recipe", w.recipe}}},
-                        {"repeats", report.config.repeats},
-                        {"warmup_steps", report.config.warmup_steps},
-                        {"rows", rows}};
+  nlohmann::json out = {
+      {"date", report.date},
+      {"workload",
+       {{"model", w.model.empty() ? train::default_model(w) : w.model},
+        {"dataset", w.dataset},
+        {"batch_size", w.batch_size},
+        {"epochs", w.epochs},
+        {"optimizer", w.optimizer},
+        {"lr", w.lr},
+        {"seed", w.seed},
+        {"train_limit", w.train_limit},
+        // What else the table's accuracy column depends on.
+        {"test_limit", w.test_limit},
+        {"weight_decay",
+         w.weight_decay < 0 ? train::default_weight_decay(w.optimizer) : w.weight_decay},
+        {"lr_schedule", w.lr_schedule},
+        {"lr_warmup_steps", w.warmup_steps},
+        {"label_smoothing", w.label_smoothing},
+        {"augment", w.augment},
+        {"test_time_augment", w.test_time_augment},
+        {"first_conv", w.first_conv},
+        {"recipe", w.recipe}}},
+      {"repeats", report.config.repeats},
+      {"warmup_steps", report.config.warmup_steps},
+      {"rows", rows}};
   if (report.floor)
     out["compute_floor"] = {
         {"gflop", report.floor->gflop},

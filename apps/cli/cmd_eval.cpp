@@ -363,8 +363,10 @@ Subcommand add_eval_command(CLI::App& app) {
   const std::vector<const CLI::Option*> classifier_only = {
       sub->add_option("--data", f->data_dir, "Folder with the Fashion-MNIST IDX files")
           ->capture_default_str(),
-      sub->add_option("--limit", f->limit, "Evaluate on N test samples only (0: all): the first N; of a sprite dataset, N spread "
-                      "over its held-out split, so every class stays")
+      sub->add_option(
+             "--limit", f->limit,
+             "Evaluate on N test samples only (0: all): the first N; of a sprite dataset, N spread "
+             "over its held-out split, so every class stays")
           ->check(kNonNegative)};
   sub->add_option("--dataset", f->dataset,
                   "The checkpoint's data from another place: folder:PATH, sheet:FILE or "

@@ -141,7 +141,9 @@ Subcommand add_generate_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--seed", f->sample.seed,
                   "Sampling seed: the same sprites for the same --count and --batch-size (with "
-                  "--eta 0 or dpm++2m, for any of them)")->check(kSeed)->capture_default_str();
+                  "--eta 0 or dpm++2m, for any of them)")
+      ->check(kSeed)
+      ->capture_default_str();
   sub->add_option("--batch-size", f->sample.batch, "Sprites per forward pass")
       ->check(kPositive)
       ->capture_default_str();

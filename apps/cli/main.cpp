@@ -237,13 +237,11 @@ int run(int argc, char** argv) {
       // finished run's figures.
       if (const CLI::Option* json = active ? active->get_option_no_throw("--json") : nullptr;
           json != nullptr && json->count() > 0) {
-        nlohmann::json out = {{"interrupted", true},
-                              {"signal", spritetorch::train::signal_name(e.signal())},
-                              {"epoch", e.epoch()},
-                              {"step", e.step()},
-                              {"checkpoint", e.checkpoint()},
-                              {"resume", command},
-                              {"exit_code", e.exit_code()}};
+        nlohmann::json out = {
+            {"interrupted", true},          {"signal", spritetorch::train::signal_name(e.signal())},
+            {"epoch", e.epoch()},           {"step", e.step()},
+            {"checkpoint", e.checkpoint()}, {"resume", command},
+            {"exit_code", e.exit_code()}};
         if (!e.wanted().empty()) {
           out["checkpoint_wanted"] = e.wanted();
           out["checkpoint_not_there_because"] = e.why();

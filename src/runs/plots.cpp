@@ -25,8 +25,7 @@ void write_text(const std::string& path, const std::string& text) {
   out.flush();
   if (!out) {
     const std::string reason = errno != 0 ? std::strerror(errno) : "the stream failed";
-    throw Error("could not write " + path + ": " + reason,
-                make_room_hint(reason));
+    throw Error("could not write " + path + ": " + reason, make_room_hint(reason));
   }
 }
 

@@ -234,7 +234,7 @@ class TrainingRun {
   int64_t epochs_ = 0;  // the run's epochs in total: --epochs, or what --time-budget planned
   double budget_clock_start_ = 0;             // training seconds when the timed steps began
   std::optional<BudgetPlan> budget_;          // the plan, once made
-  bool replan_budget_ = false;  // resumed with another --time-budget than its plan's
+  bool replan_budget_ = false;                // resumed with another --time-budget than its plan's
   int64_t next_revision_ = 0;                 // steps_done_ at which the plan is revised (0: never)
   int64_t max_revisions_ = kBudgetRevisions;  // the plan's revisions count, at most
   std::optional<RunState> run_state_;         // resuming mid-epoch: where
@@ -315,8 +315,7 @@ void TrainingRun::check_something_to_train() const {
   const std::string nothing = "nothing to train: " + config_.resume + " has " +
                               std::to_string(start_epoch_) + " epochs done, and the run has " +
                               std::to_string(epochs_);
-  const std::string eval =
-      "; `spritetorch eval --checkpoint " + config_.resume + "` evaluates it";
+  const std::string eval = "; `spritetorch eval --checkpoint " + config_.resume + "` evaluates it";
   // The plan of --time-budget, not --epochs, ends it: more epochs would change nothing.
   if (budget_ && epochs_ < config_.epochs)
     throw Error(nothing + ": the plan of its --time-budget (" +
@@ -324,9 +323,10 @@ void TrainingRun::check_something_to_train() const {
                     format_duration(resumed_train_seconds_, /*keep_tenths=*/true) +
                     " of it trained) ends there",
                 "pass a larger --time-budget to plan again, or --time-budget 0 to train to "
-                "--epochs" + eval);
-  throw Error(nothing, "pass --epochs " + std::to_string(start_epoch_ + 1) +
-                           " or more to train on" + eval);
+                "--epochs" +
+                    eval);
+  throw Error(nothing,
+              "pass --epochs " + std::to_string(start_epoch_ + 1) + " or more to train on" + eval);
 }
 
 void TrainingRun::check_task_options() const {
@@ -889,10 +889,9 @@ namespace {
 std::string training_data_digest(const data::Dataset& train) {
   if (!train.inputs.defined()) return "none";
   const int64_t n = train.size();
-  const torch::Tensor picks =
-      torch::linspace(0, static_cast<double>(std::max<int64_t>(n - 1, 0)), std::min<int64_t>(n, 64),
-                      torch::kDouble)
-          .to(torch::kLong);
+  const torch::Tensor picks = torch::linspace(0, static_cast<double>(std::max<int64_t>(n - 1, 0)),
+                                              std::min<int64_t>(n, 64), torch::kDouble)
+                                  .to(torch::kLong);
   const torch::Tensor images =
       train.inputs.index_select(0, picks.to(train.inputs.device())).contiguous().cpu();
   std::string bytes(static_cast<const char*>(images.data_ptr()), images.nbytes());
@@ -1121,12 +1120,11 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
       }
       // A periodic checkpoint that did not fit: the run stops while its state is safe.
       if (rescued_)
-        throw IncompleteRun(rescued_->why + "; the run stopped at epoch " +
-                                std::to_string(epoch + 1) + ", step " + std::to_string(step) +
-                                " and its state was saved to " + path + " instead",
-                            make_room_hint(rescued_->why) + ", then resume: mv " + path + " " +
-                                rescued_->wanted +
-                                " and add --resume " + rescued_->wanted + " to the command");
+        throw IncompleteRun(
+            rescued_->why + "; the run stopped at epoch " + std::to_string(epoch + 1) + ", step " +
+                std::to_string(step) + " and its state was saved to " + path + " instead",
+            make_room_hint(rescued_->why) + ", then resume: mv " + path + " " + rescued_->wanted +
+                " and add --resume " + rescued_->wanted + " to the command");
     }
   }
   progress.loss_sum += progress.interval_loss;

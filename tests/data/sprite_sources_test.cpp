@@ -445,8 +445,8 @@ TEST(SpriteSources, LimitsKeepEveryClassOfAFolder) {
   EXPECT_EQ(std::get<0>(at::_unique(limited.train.labels)).numel(), 4) << limited.train.labels;
   const auto every_ninth = torch::arange(0, 72, 9, torch::kLong);
   EXPECT_TRUE(torch::equal(limited.train.inputs, whole.train.inputs.index_select(0, every_ninth)));
-  EXPECT_TRUE(torch::equal(limited.test.labels,
-                           whole.test.labels.index_select(0, torch::arange(0, 8, 2, torch::kLong))));
+  EXPECT_TRUE(torch::equal(limited.test.labels, whole.test.labels.index_select(
+                                                    0, torch::arange(0, 8, 2, torch::kLong))));
 }
 
 TEST(Dataset, SpreadTakesEvenStepsAndAllWhenAskedForMore) {

@@ -1059,8 +1059,9 @@ TEST(Palette, ReduceColoursCountsPartlyTransparentPixels) {
   // Alpha 1-127 on about a third of each sprite's pixels (the edges of soft-alpha art).
   const auto soft = torch::rand({12, 16, 16}) < 0.33;
   auto alpha = sprites.select(1, 3);
-  alpha.copy_(torch::where(soft, torch::randint(1, 128, {12, 16, 16}, torch::kLong), alpha.to(torch::kLong))
-                  .to(torch::kUInt8));
+  alpha.copy_(
+      torch::where(soft, torch::randint(1, 128, {12, 16, 16}, torch::kLong), alpha.to(torch::kLong))
+          .to(torch::kUInt8));
   sprites[3].select(0, 3).fill_(60);  // only partly transparent pixels
   for (const int64_t k : {2, 4}) {
     const auto out = reduce_colours_batched(sprites, k);

@@ -212,11 +212,10 @@ TEST(InterruptProcess, SigintExits130WithACheckpoint) {
 TEST(InterruptProcess, WithJsonPrintsTheCheckpointAndTheResumeCommand) {
   ScratchDir dir;
   int fd = -1;
-  const pid_t pid =
-      spawn({SPRITETORCH_CLI_PATH, "train", "--device", "cpu", "--model", "simplenn", "--dataset",
-             "dummy", "--epochs", "100000", "--log-every", "1", "--verbose", "--no-run-dir",
-             "--json", "--save", dir.file("j.pt")},
-            fd);
+  const pid_t pid = spawn({SPRITETORCH_CLI_PATH, "train", "--device", "cpu", "--model", "simplenn",
+                           "--dataset", "dummy", "--epochs", "100000", "--log-every", "1",
+                           "--verbose", "--no-run-dir", "--json", "--save", dir.file("j.pt")},
+                          fd);
   ASSERT_GT(pid, 0);
   const std::string out = read_and_signal(fd, pid, "epoch 1 step 2/", SIGTERM);
   ASSERT_EQ(exit_code(pid), 143) << out;
