@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -28,6 +29,7 @@
 #include "data/idx_cache.h"
 #include "diffusion/group_norm_silu.h"
 #include "distributed/dist_env.h"
+#include "distributed/launcher.h"
 #include "models/bn_relu_pool.h"
 #include "models/conv3x3.h"
 #include "resume_command.h"
@@ -164,7 +166,37 @@ std::string allocation_size(const std::string& message) {
   return "an allocation of " + spritetorch::byte_size_text(value);
 }
 
+// Where this process's error message goes: stderr, and under `spritetorch launch` also a file the
+// launcher reads, so that an error every rank makes is printed once: a rank after its machine's
+// first leaves the message to the launcher (distributed/launcher.h).
+class ErrorReport {
+ public:
+  ErrorReport() = default;
+  ErrorReport(const ErrorReport&) = delete;
+  ErrorReport& operator=(const ErrorReport&) = delete;
+  ~ErrorReport() {
+    const std::string message = text_.str();
+    if (message.empty()) return;
+    const std::string file = spritetorch::distributed::launched_error_file();
+    const char* local_rank = std::getenv("LOCAL_RANK");
+    const bool first_on_machine = local_rank == nullptr || std::string(local_rank) == "0";
+    bool left_to_launcher = false;
+    if (!file.empty()) {
+      std::ofstream out(file, std::ios::binary);
+      out << message;
+      out.close();
+      left_to_launcher = out.good();
+    }
+    if (first_on_machine || !left_to_launcher) std::cerr << message << std::flush;
+  }
+  std::ostream& out() { return text_; }
+
+ private:
+  std::ostringstream text_;
+};
+
 int run(int argc, char** argv) {
+  ErrorReport report;  // before anything that can fail, so its message is delivered last
   spritetorch::cli::stop_runs_on_signals();  // a training loop's SIGINT/SIGTERM: checkpoint, stop
   CLI::App app{
       "spritetorch: train, evaluate and run small image models (Fashion-MNIST, pixel-art "
@@ -190,7 +222,7 @@ int run(int argc, char** argv) {
   } catch (const CLI::ConversionError& e) {
     std::string readable = conversion_message(app, e.what());
     if (readable.empty()) readable = parse_error_message(app, argc, argv, e).first;
-    std::cerr << "error: " << readable << "\n";
+    report.out() << "error: " << readable << "\n";
     return 2;
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
@@ -200,7 +232,7 @@ int run(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     const auto [message, hint] = parse_error_message(app, argc, argv, e);
-    std::cerr << "error: " << message << "\nhint: " << hint << "\n";
+    report.out() << "error: " << message << "\nhint: " << hint << "\n";
     return 2;
   }
   const CLI::App* active = nullptr;  // the command that runs, for the out-of-memory hint
@@ -263,24 +295,24 @@ int run(int argc, char** argv) {
   } catch (const c10::OutOfMemoryError& e) {  // outside the training loop (which saves its state)
     const std::string message = e.what_without_backtrace();
     // CUDA's first line also says what the device holds and what is free: kept as a note.
-    std::cerr << "error: out of device memory: " << allocation_size(message) << " failed\n"
-              << "note: " << spritetorch::first_line(message) << "\n"
-              << "hint: " << memory_hint(active)
-              << "; or bf16 precision, or the data streamed from the host (--data-on host)\n";
+    report.out() << "error: out of device memory: " << allocation_size(message) << " failed\n"
+                 << "note: " << spritetorch::first_line(message) << "\n"
+                 << "hint: " << memory_hint(active)
+                 << "; or bf16 precision, or the data streamed from the host (--data-on host)\n";
     return 2;
   } catch (const spritetorch::IncompleteRun& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    if (!e.hint().empty()) std::cerr << "hint: " << e.hint() << "\n";
+    report.out() << "error: " << e.what() << "\n";
+    if (!e.hint().empty()) report.out() << "hint: " << e.hint() << "\n";
     return 1;
   } catch (const spritetorch::Error& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    if (!e.hint().empty()) std::cerr << "hint: " << e.hint() << "\n";
+    report.out() << "error: " << e.what() << "\n";
+    if (!e.hint().empty()) report.out() << "hint: " << e.hint() << "\n";
     // An option the user did not type on this command line: say where it came from.
     if (active != nullptr)
       if (const std::string origin = spritetorch::cli::origin_note(*active, e.what() + e.hint());
           !origin.empty()) {
         std::istringstream lines(origin);
-        for (std::string line; std::getline(lines, line);) std::cerr << "note: " << line << "\n";
+        for (std::string line; std::getline(lines, line);) report.out() << "note: " << line << "\n";
       }
     return 2;
   } catch (const c10::Error& e) {
@@ -288,18 +320,18 @@ int run(int argc, char** argv) {
     // bug to report with exit 1.
     const std::string message = e.what_without_backtrace();
     if (spritetorch::is_host_allocation_failure(message)) {
-      std::cerr << "error: out of memory: " << allocation_size(message) << " failed\n"
-                << "hint: " << memory_hint(active) << "\n";
+      report.out() << "error: out of memory: " << allocation_size(message) << " failed\n"
+                   << "hint: " << memory_hint(active) << "\n";
       return 2;
     }
-    std::cerr << "error: LibTorch: " << message << "\n";
+    report.out() << "error: LibTorch: " << message << "\n";
     return 1;
   } catch (const std::bad_alloc&) {  // the same from a standard container
-    std::cerr << "error: out of memory: an allocation failed\n"
-              << "hint: " << memory_hint(active) << "\n";
+    report.out() << "error: out of memory: an allocation failed\n"
+                 << "hint: " << memory_hint(active) << "\n";
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    report.out() << "error: " << e.what() << "\n";
     return 1;
   }
 }

@@ -13,8 +13,11 @@
 #include <cerrno>
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -92,7 +95,82 @@ class ForwardSignals {
   struct sigaction old_term_ {};
 };
 
+// The folder where the ranks other than the first leave their error messages (see launcher.h),
+// removed with what is in it when the launch ends. Empty when it could not be made: the ranks
+// then print their errors themselves.
+class ErrorFolder {
+ public:
+  ErrorFolder() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/spritetorch-launch-XXXXXX";
+    if (::mkdtemp(pattern.data()) != nullptr) path_ = pattern;
+  }
+  ~ErrorFolder() {
+    if (path_.empty()) return;
+    for (const auto& file : written_) std::remove(file.c_str());
+    ::rmdir(path_.c_str());
+  }
+  ErrorFolder(const ErrorFolder&) = delete;
+  ErrorFolder& operator=(const ErrorFolder&) = delete;
+
+  const std::string& path() const { return path_; }
+  // Rank `rank`'s message ("" when it left none), read once it has ended.
+  std::string read(int rank) {
+    if (path_.empty()) return "";
+    const std::string file = path_ + "/rank-" + std::to_string(rank);
+    std::ifstream in(file, std::ios::binary);
+    if (!in) return "";
+    written_.push_back(file);
+    std::ostringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+
+ private:
+  std::string path_;
+  std::vector<std::string> written_;
+};
+
+// "1", "1, 3", "1-3": a list of ranks for a message.
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string text;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    text += (text.empty() ? "" : ", ") + std::to_string(ranks[i]);
+    if (j > i) text += (j == i + 1 ? ", " : "-") + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return text;
+}
+
 }  // namespace
+
+std::string launched_error_file() {
+  const char* folder = std::getenv(kLaunchErrorsVariable);
+  const char* rank = std::getenv("RANK");
+  if (folder == nullptr || *folder == '\0' || rank == nullptr || *rank == '\0') return "";
+  for (const char* c = rank; *c; ++c)
+    if (*c < '0' || *c > '9') return "";
+  return std::string(folder) + "/rank-" + rank;
+}
+
+std::vector<std::pair<std::vector<int>, std::string>> errors_to_show(
+    const std::string& first, const std::vector<std::pair<int, std::string>>& others) {
+  std::vector<std::pair<std::vector<int>, std::string>> shown;
+  for (const auto& [rank, message] : others) {
+    if (message.empty() || message == first) continue;
+    bool joined = false;
+    for (auto& entry : shown)
+      if (entry.second == message) {
+        entry.first.push_back(rank);
+        joined = true;
+        break;
+      }
+    if (!joined) shown.push_back({{rank}, message});
+  }
+  return shown;
+}
 
 bool reported_before(int status_a, int status_b) {
   return WIFSIGNALED(status_a) && !WIFSIGNALED(status_b);
@@ -150,6 +228,7 @@ LaunchResult launch_local_ranks(const LaunchOptions& options,
   argv.push_back(nullptr);
 
   const pid_t launcher = ::getpid();
+  ErrorFolder errors;
   ForwardSignals forward_signals;
   std::vector<pid_t> pids(static_cast<size_t>(options.nproc_per_node), -1);
   std::vector<bool> running(pids.size(), false);
@@ -180,6 +259,10 @@ LaunchResult launch_local_ranks(const LaunchOptions& options,
       ::setenv("GROUP_RANK", std::to_string(options.node_rank).c_str(), 1);
       ::setenv("MASTER_ADDR", options.master_addr.c_str(), 1);
       ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      if (errors.path().empty())
+        ::unsetenv(kLaunchErrorsVariable);
+      else
+        ::setenv(kLaunchErrorsVariable, errors.path().c_str(), 1);
       // A launch inside a torchrun worker inherits its agent's variables: with them every rank
       // would join a store torchrun's agent hosts on some other port, and wait out --dist-timeout.
       ::unsetenv("TORCHELASTIC_USE_AGENT_STORE");
@@ -261,6 +344,18 @@ LaunchResult launch_local_ranks(const LaunchOptions& options,
                   std::chrono::milliseconds(static_cast<int64_t>(options.grace_s * 1000));
       }
     }
+  }
+  // The errors of the ranks after the first that it did not print itself.
+  const int first_rank = options.node_rank * options.nproc_per_node;
+  const std::string first = errors.read(first_rank);
+  std::vector<std::pair<int, std::string>> others;
+  for (int local = 1; local < started; ++local)
+    others.emplace_back(first_rank + local, errors.read(first_rank + local));
+  for (const auto& [ranks, message] : errors_to_show(first, others)) {
+    log("launch: rank" + std::string(ranks.size() > 1 ? "s " : " ") + rank_list(ranks) +
+        " reported:");
+    std::istringstream lines(message);
+    for (std::string line; std::getline(lines, line);) log(line);
   }
   // Stopped by a signal before every rank was started: the job did not run, whatever the ranks
   // that did start made of the signal.

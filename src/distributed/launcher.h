@@ -8,10 +8,15 @@
 // after a grace period) and its exit code is returned; a rank's exit 130/143 is an interrupt the
 // ranks agreed on, not a failure: the others are left to stop at the same step. The ranks also
 // get SIGTERM if the launcher itself dies (PR_SET_PDEATHSIG).
+//
+// A mistake in the command (a bad flag, a missing file) fails every rank the same way: only each
+// machine's first rank prints its error; the others leave theirs in a folder the launcher reads
+// once they have ended, and it prints those that differ, naming the ranks (launched_error_file).
 #pragma once
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace spritetorch::distributed {
@@ -46,6 +51,20 @@ LaunchResult launch_local_ranks(const LaunchOptions& options,
 // the failure before the second: one killed by a signal is the cause, one that exited with an
 // error is usually its peer, which lost the connection a few milliseconds later.
 bool reported_before(int status_a, int status_b);
+
+// The variable through which launch tells its ranks the folder for their error messages.
+constexpr const char* kLaunchErrorsVariable = "SPRITETORCH_LAUNCH_ERRORS";
+
+// For a rank that launch started: the file its error message goes to (under the folder
+// kLaunchErrorsVariable names, one per global rank), else "".
+std::string launched_error_file();
+
+// What launch prints of the ranks' error messages once they have ended: `first` is what the
+// machine's first rank printed itself ("" when it printed nothing); `others` are (global rank,
+// message) of the other ranks, in rank order. Messages equal to `first`, or empty, are left out;
+// ranks with the same message share one entry. Returns (ranks, message) pairs.
+std::vector<std::pair<std::vector<int>, std::string>> errors_to_show(
+    const std::string& first, const std::vector<std::pair<int, std::string>>& others);
 
 // A TCP port on this machine that was free a moment ago (bind to port 0, read it, close).
 int free_tcp_port();

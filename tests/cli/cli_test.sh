@@ -683,6 +683,13 @@ expect 2 "error: --master-addr is empty" -- launch --master-addr "" --nproc-per-
 # --print-config under launch: rank 0 prints the one config file, not one per rank.
 n=$("$bin" launch --nproc-per-node 2 -- "${tiny[@]}" --print-config 2>/dev/null | grep -c '^device = ')
 if [ "$n" = 1 ]; then passes=$((passes + 1)); else echo "FAIL: launch -- train --print-config printed $n configs"; fails=$((fails + 1)); fi
+# A mistake every rank makes is printed once, by the first rank, not once per rank; the folder the
+# other ranks left their messages in is gone afterwards.
+mkdir -p "$tmp/launch-tmp"
+TMPDIR="$tmp/launch-tmp" "$bin" launch --nproc-per-node 3 -- "${tiny[@]}" --lr -1 >/dev/null 2>"$tmp/launch.err"
+rc=$?; n=$(grep -c "^error: --lr: '-1' is not a number > 0" "$tmp/launch.err")
+if [ "$rc" = 2 ] && [ "$n" = 1 ] && [ -z "$(ls -A "$tmp/launch-tmp")" ]; then passes=$((passes + 1)); else
+  echo "FAIL: launch with a bad flag: exit $rc, the error printed $n times, left: $(ls -A "$tmp/launch-tmp"); $(cat "$tmp/launch.err")"; fails=$((fails + 1)); fi
 # A UNet width past any sprite model is refused before it is built (it would exhaust memory).
 expect 2 "--unet-base: '100000' is not a multiple of 8 from 8 to 512" -- train --task generate --dataset sprites --unet-base 100000 --epochs 1 --no-run-dir
 RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29999 \

@@ -145,5 +145,22 @@ TEST(Launch, ARankKilledByASignalIsReportedBeforeAPeerThatExitedWithAnError) {
   EXPECT_FALSE(reported_before(killed, killed));
 }
 
+TEST(Launch, ShowsOnlyTheRanksErrorsThatDifferFromTheFirstRanksAndGroupsEqualOnes) {
+  const std::string bad_flag = "error: --lr: '-1' is not a number > 0\n";
+  const std::string no_gpu = "error: --device cuda:3: there is no such GPU\n";
+  // Every rank made the first rank's mistake: it printed it once, nothing more to show.
+  EXPECT_TRUE(errors_to_show(bad_flag, {{1, bad_flag}, {2, bad_flag}, {3, bad_flag}}).empty());
+  // Ranks that failed otherwise, or said nothing (stopped by the launcher).
+  const auto shown = errors_to_show(bad_flag, {{1, no_gpu}, {2, ""}, {3, no_gpu}, {4, "x\n"}});
+  ASSERT_EQ(shown.size(), 2u);
+  EXPECT_EQ(shown[0].first, (std::vector<int>{1, 3}));
+  EXPECT_EQ(shown[0].second, no_gpu);
+  EXPECT_EQ(shown[1].first, (std::vector<int>{4}));
+  // The first rank printed nothing (stopped before it could): the others' message is shown once.
+  const auto alone = errors_to_show("", {{1, bad_flag}, {2, bad_flag}});
+  ASSERT_EQ(alone.size(), 1u);
+  EXPECT_EQ(alone[0].first, (std::vector<int>{1, 2}));
+}
+
 }  // namespace
 }  // namespace spritetorch::distributed
