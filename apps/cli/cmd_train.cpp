@@ -374,7 +374,7 @@ Subcommand add_train_command(CLI::App& app) {
         if (*tensorboard && (events = open_tensorboard(session.folder(), run_flags->runs_root))) {
           if (!session.quiet()) human << "TensorBoard events: " << events->path() << "\n";
           tensorboard_observer = std::make_unique<report::TensorBoardObserver>(
-              *events, nullptr, [&session](const std::string& line) { session.note(line); });
+              *events, nullptr, [&session](const std::string& line) { session.warn(line); });
           session.add_observer(tensorboard_observer.get());
         }
         auto task = make_task(*config);  // an option of the other task fails first,

@@ -143,7 +143,7 @@ RunSession::RunSession(const RunFlags& flags, train::TrainConfig& config, const 
       if (made_folder_) std::filesystem::remove(folder, ignored);  // only if empty
       throw;
     }
-    recorder_->set_note([this](const std::string& line) { note(line); });
+    recorder_->set_note([this](const std::string& line) { warn(line); });
   }
   runs::ProgressOptions options;
   options.style = runs::detect_terminal(json ? 2 : 1);
@@ -160,6 +160,11 @@ void RunSession::note(const std::string& line) {
   if (quiet_) return;
   printer_->finish_line();  // not in the middle of a progress line
   std::cerr << "note: " << line << "\n" << std::flush;
+}
+
+void RunSession::warn(const std::string& line) {
+  if (printer_) printer_->finish_line();
+  std::cerr << "warning: " << line << "\n" << std::flush;
 }
 
 void RunSession::record_config(const CLI::App& sub) {

@@ -53,6 +53,9 @@ class RunSession {
   bool quiet() const { return quiet_; }
   // "note: <line>" on stderr (nothing with --quiet), clear of the progress line.
   void note(const std::string& line);
+  // A file of the run that could not be written: "warning: ...", printed under --quiet too, since
+  // what is lost is no note on the run's progress.
+  void warn(const std::string& line);
   // After training: pictures and summary.json; prints the notices and where the run is kept.
   // Throws IncompleteRun when summary.json cannot be written (the model was saved).
   void finish(const train::TrainReport& report, const std::string& checkpoint);

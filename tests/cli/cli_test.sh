@@ -304,6 +304,12 @@ check "a config.toml that cannot be written: exit 2 naming it and the reason (go
   bash -c '[ "$1" = 2 ] && grep -qE "error: cannot write .*/config\.toml: File too large" <<<"$2"' _ "$full_rc" "$full_out"
 check "a config.toml that cannot be written leaves no run folder" \
   bash -c '[ -z "$(ls -A "$1" 2>/dev/null)" ]' _ "$tmp/full-runs"
+# A file of the run lost during training (metrics.jsonl past a 14 KiB file-size limit) is a warning
+# that --quiet prints too; the run goes on and finishes.
+lost_out=$( (trap '' XFSZ; ulimit -f 14; exec "$bin" train --dataset dummy --model simplenn --epochs 60 -q --runs-root "$tmp/lost-runs") 2>&1)
+lost_rc=$?
+check "a metrics.jsonl cut by a file-size limit under -q: exit 0 and a warning naming it (got $lost_rc: $lost_out)" \
+  bash -c '[ "$1" = 0 ] && grep -qE "^warning: cannot write .*/metrics\.jsonl: File too large; the lines from step [0-9]+ on are lost" <<<"$2"' _ "$lost_rc" "$lost_out"
 # A sprite option the dataset does not read is refused, not ignored.
 expect 2 "--size applies to sprite datasets .*not --dataset dummy" -- train --dataset dummy --size 32 --epochs 1 --no-run-dir
 expect 2 "--tile applies to sprite sheets .*not --dataset sprites" -- data preview --dataset sprites --sprite-count 80 --tile 8x8 --out "$tmp/x.png"
