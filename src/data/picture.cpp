@@ -42,7 +42,10 @@ torch::Tensor picture_to_input(const torch::Tensor& rgba, const std::vector<int6
                 "(3, H, W) pictures");
   const int64_t channels = input_shape[0];
   if (channels == 4)
-    return io::resize_sprites(rgba.permute({2, 0, 1}).unsqueeze(0), input_shape[1], sprite_resize);
+    // Contiguous, as every batch a model sees: a picture already of the model's size comes back
+    // from the resize as the permuted view of its pixels.
+    return io::resize_sprites(rgba.permute({2, 0, 1}).unsqueeze(0), input_shape[1], sprite_resize)
+        .contiguous();
   // In bands of about a million pixels: a large picture's float copies would otherwise take
   // several times its size. The values are the same either way (each is one pixel's own).
   const int64_t h = rgba.size(0), w = rgba.size(1);

@@ -55,7 +55,7 @@ AnnImpl::AnnImpl(int64_t in_features, int64_t classes) {
 }
 
 torch::Tensor AnnImpl::features(torch::Tensor x) {
-  x = x.view({x.size(0), -1});  // (B, 784)
+  x = x.flatten(1);  // (B, 784); a view where it can be, a copy of a non-contiguous input
   x = torch::relu(fc1(x));
   return torch::relu(fc2(x));
 }
@@ -70,7 +70,7 @@ SimpleNnImpl::SimpleNnImpl(int64_t in_features, int64_t classes) {
 }
 
 torch::Tensor SimpleNnImpl::features(torch::Tensor x) {
-  return torch::relu(fc1(x.view({x.size(0), -1})));
+  return torch::relu(fc1(x.flatten(1)));
 }
 
 torch::Tensor SimpleNnImpl::forward(torch::Tensor x) { return fc2(features(std::move(x))); }

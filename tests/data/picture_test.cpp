@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "io/png.h"
+#include "models/classifier.h"
 
 namespace spritetorch::data {
 namespace {
@@ -74,6 +75,24 @@ TEST(Picture, SpriteModelsTakeRgbaResizedAsTheirTrainingSetWas) {
   EXPECT_FALSE(torch::equal(picture_to_input(sprite, {4, 4, 4}), io::resize_nearest(nchw, 4)));
   EXPECT_TRUE(torch::equal(picture_to_input(sprite, {4, 4, 4}, false, "nearest"),
                            io::resize_nearest(nchw, 4)));
+}
+
+// A picture already of the model's size is not resized, and still comes as a contiguous batch:
+// the MLPs flattened it with view(), which a permuted view of the pixels cannot take.
+TEST(Picture, ASpriteOfTheModelsSizeIsAContiguousBatchAnMlpTakes) {
+  torch::manual_seed(6);
+  const auto sprite = torch::randint(0, 256, {16, 16, 4}, torch::kUInt8);
+  const auto input = picture_to_input(sprite, {4, 16, 16});
+  EXPECT_TRUE(input.is_contiguous());
+  EXPECT_TRUE(torch::equal(input, sprite.permute({2, 0, 1}).unsqueeze(0)));
+  const auto ann = std::make_shared<models::AnnImpl>(4 * 16 * 16, 3);
+  EXPECT_EQ(ann->forward(input.to(torch::kFloat32)).sizes(), (std::vector<int64_t>{1, 3}));
+  // The models take a non-contiguous batch too (a user's own tensors).
+  const auto permuted = torch::rand({1, 16, 16, 4}).permute({0, 3, 1, 2});
+  ASSERT_FALSE(permuted.is_contiguous());
+  EXPECT_TRUE(torch::allclose(ann->forward(permuted), ann->forward(permuted.contiguous())));
+  const auto simple = std::make_shared<models::SimpleNnImpl>(4 * 16 * 16, 3);
+  EXPECT_EQ(simple->forward(permuted).sizes(), (std::vector<int64_t>{1, 3}));
 }
 
 TEST(Picture, ShapesThatAreNotPicturesAreErrors) {
