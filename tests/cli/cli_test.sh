@@ -446,7 +446,8 @@ expect 0 "$tmp/preview.png	[a-z]+	[01]\.[0-9]+" -- classify --checkpoint "$tmp/c
 if [ -f "$tmp/one/robot_0005.png" ]; then passes=$((passes + 1)); else echo "FAIL: --out-dir wrote no robot_0005.png"; fails=$((fails + 1)); fi
 # An MLP sprite classifier takes a PNG already of its size (it was a raw LibTorch error, exit 1).
 expect 0 "Saved checkpoint" -- train --task classify --dataset sprites --sprite-count 40 --model ann --epochs 1 --no-run-dir --save "$tmp/c_ann.pt"
-expect 0 "robot_0000.png	[a-z]+	[01]\.[0-9]+" -- classify --checkpoint "$tmp/c_ann.pt" "$tmp/one/robot_0000.png"
+expect 0 "Wrote " -- generate --checkpoint "$tmp/g.pt" --class robot --count 1 --steps 2 --out "$tmp/one16.png" --out-dir "$tmp/one16"
+expect 0 "robot_0000.png	[a-z]+	[01]\.[0-9]+" -- classify --checkpoint "$tmp/c_ann.pt" "$tmp/one16/robot_0000.png"
 # classify --tile: each tile of the sheet (3 x 2 tiles of 16 px, padding 1, all scaled by 2) gets
 # exactly what its own PNG gets; a sheet without --tile is one stretched sprite, with a note.
 whole=$("$bin" classify --checkpoint "$tmp/c.pt" "$tmp"/one/robot_000[0-5].png 2>&1 | cut -f2-)
