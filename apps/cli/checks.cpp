@@ -172,6 +172,26 @@ std::string value_wanted(const CLI::Option& option) {
   return wanted + (option.get_expected_max() > 1 ? " for each value" : "");
 }
 
+void read_integers_as_decimal(CLI::App* command) {
+  const CLI::Validator decimal(
+      [](std::string& text) {
+        // Only a sign and digits: "0x10" and "1e3" are left to the checks, which refuse them.
+        const size_t start = !text.empty() && (text[0] == '-' || text[0] == '+') ? 1 : 0;
+        if (text.size() > start + 1 && text[start] == '0' &&
+            text.find_first_not_of("0123456789", start) == std::string::npos) {
+          const size_t first = text.find_first_not_of('0', start);
+          text.erase(start, (first == std::string::npos ? text.size() - 1 : first) - start);
+        }
+        return std::string();
+      },
+      "");
+  for (CLI::Option* option : command->get_options()) {
+    const std::string type = option->get_type_name();
+    if (type.rfind("INT", 0) == 0 || type.rfind("UINT", 0) == 0) option->transform(decimal);
+  }
+  for (CLI::App* sub : command->get_subcommands({})) read_integers_as_decimal(sub);
+}
+
 namespace {
 
 // How an option is named in messages: its flag, or a positional's name in capitals (OUT, IN).

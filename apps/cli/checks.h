@@ -36,6 +36,11 @@ CLI::Validator multiple_of_8_up_to(int64_t max);
 // types.
 std::string value_wanted(const CLI::Option& option);
 
+// Integers as people write them: "010" is ten, where CLI11 converts with base 0 and read it as
+// octal eight ("09" failed), and --print-config and config.toml record "10", which TOML reads
+// back (it refuses leading zeros). For every integer option of `command` and its subcommands.
+void read_integers_as_decimal(CLI::App* command);
+
 // Refuses a command whose outputs (--out, --save, --reference, OUT; bench's OUT.json and OUT.csv)
 // include one of its inputs (--config, --checkpoint, --classifier, --resume, --labels, --palette,
 // IN, FILES, a sheet: or npy: dataset's files), --overwrite or not: an output must never replace

@@ -477,6 +477,16 @@ Subcommand add_train_command(CLI::App& app) {
 
         human << std::fixed << std::setprecision(2) << "Train time: " << report.train_seconds
               << " s (" << report.steps << " steps)\n";
+        // Where --target-accuracy stopped the run (often inside an epoch), or that it did not.
+        if (const auto& hit = report.target_reached)
+          human << "Target accuracy " << config::shortest_double_text(config->target_accuracy)
+                << " reached at step " << hit->step << " (epoch " << std::setprecision(2)
+                << hit->epoch << ") after " << hit->train_seconds
+                << " s of training: test accuracy " << std::setprecision(4) << hit->accuracy
+                << "\n";
+        else if (config->target_accuracy > 0 && report.has_test)
+          human << "Target accuracy " << config::shortest_double_text(config->target_accuracy)
+                << " not reached\n";
         if (report.peak_memory.bytes >= 0)
           human << "Peak memory: " << std::setprecision(1)
                 << static_cast<double>(report.peak_memory.bytes) / (1 << 20) << " MiB ("

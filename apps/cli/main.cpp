@@ -23,8 +23,10 @@
 #include "checks.h"
 #include "commands.h"
 #include "common/byte_size.h"
+#include "common/cpu_threads.h"
 #include "common/error.h"
 #include "common/malloc_tuning.h"
+#include "common/small_gemm.h"
 #include "config_file.h"
 #include "data/idx_cache.h"
 #include "diffusion/group_norm_silu.h"
@@ -105,23 +107,32 @@ const CLI::App& named_command(const CLI::App& app) {
   return app;
 }
 
+// "spritetorch data preview": the command as typed, from the tool's name down.
+std::string command_path(const CLI::App& command) {
+  const CLI::App* parent = command.get_parent();
+  return parent == nullptr ? "spritetorch" : command_path(*parent) + " " + command.get_name();
+}
+
 // CLI11's parse errors in this tool's words, with a hint: a misspelled command or option gets a
 // "did you mean", a repeated option says so.
 std::pair<std::string, std::string> parse_error_message(const CLI::App& app, int argc, char** argv,
                                                         const CLI::ParseError& e) {
   const CLI::App& command = named_command(app);
-  const std::string help = "spritetorch" +
-                           (&command == &app ? std::string() : " " + command.get_name()) +
-                           " --help lists what it takes";
+  const std::string help = command_path(command) + " --help lists what it takes";
   std::string what = e.what();
-  // `spritetorch trian`: CLI11 says "A subcommand is required".
-  if (&command == &app && argc > 1 && argv[1][0] != '-') {
-    std::vector<std::string> names;
-    for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());
-    const std::string guess = spritetorch::cli::nearest_name(argv[1], names);
-    return {"unknown command '" + std::string(argv[1]) + "'",
-            (guess.empty() ? std::string() : "did you mean '" + guess + "'? ") +
-                "spritetorch --help lists the commands"};
+  // `spritetorch trian`, `spritetorch data preveiw`: CLI11 says "A subcommand is required".
+  if (!command.get_subcommands({}).empty()) {
+    int depth = 0;  // argv's word after the command's own
+    for (const CLI::App* c = &command; c->get_parent() != nullptr; c = c->get_parent()) ++depth;
+    if (argc > depth + 1 && argv[depth + 1][0] != '-') {
+      std::vector<std::string> names;
+      for (const CLI::App* sub : command.get_subcommands({})) names.push_back(sub->get_name());
+      const std::string guess = spritetorch::cli::nearest_name(argv[depth + 1], names);
+      return {"unknown command '" + std::string(argv[depth + 1]) + "'" +
+                  (&command == &app ? std::string() : " for " + command_path(command)),
+              (guess.empty() ? std::string() : "did you mean '" + guess + "'? ") +
+                  command_path(command) + " --help lists the commands"};
+    }
   }
   // "--epochs: At Most 1 required but received 2" (CLI11 2.1's words for a repeated option).
   if (const auto at = what.find(": At Most 1 required but received"); at != std::string::npos)
@@ -136,7 +147,7 @@ std::pair<std::string, std::string> parse_error_message(const CLI::App& app, int
       word = word.substr(0, word.find('='));
       if (word.rfind("--", 0) != 0 || command.get_option_no_throw(word) != nullptr) continue;
       const std::string guess = spritetorch::cli::nearest_name(word, options);
-      return {"unknown option " + word + " for spritetorch " + command.get_name(),
+      return {"unknown option " + word + " for " + command_path(command),
               (guess.empty() ? std::string() : "did you mean " + guess + "? ") + help};
     }
   }
@@ -198,6 +209,7 @@ class ErrorReport {
 int run(int argc, char** argv) {
   ErrorReport report;  // before anything that can fail, so its message is delivered last
   spritetorch::cli::stop_runs_on_signals();  // a training loop's SIGINT/SIGTERM: checkpoint, stop
+  spritetorch::cap_threads_from_environment();  // before any op: OMP_NUM_THREADS=65536
   CLI::App app{
       "spritetorch: train, evaluate and run small image models (Fashion-MNIST, pixel-art "
       "sprites) on CUDA, MPS or the CPU"};
@@ -213,6 +225,7 @@ int run(int argc, char** argv) {
   };
   for (const auto& command : commands) {
     spritetorch::cli::add_environment_mirrors(command.app);
+    spritetorch::cli::read_integers_as_decimal(command.app);
     const std::string name = command.app->get_name();
     if (name == "train" || name == "eval" || name == "bench" || name == "generate")
       spritetorch::cli::add_config_options(command.app);
@@ -240,6 +253,7 @@ int run(int argc, char** argv) {
     // The machine variables without an option, checked before any work (docs/config.md).
     spritetorch::models::bn_relu_pool_fusion();
     spritetorch::models::conv3x3_kernel();
+    spritetorch::gemm::best_kernel();  // SPRITETORCH_GEMM_KERNEL
     spritetorch::diffusion::group_norm_silu_fusion();
     spritetorch::data::dataset_cache_on();
     for (const auto& command : commands) {

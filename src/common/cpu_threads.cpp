@@ -127,6 +127,18 @@ int cpu_cores(int share) {
   return cpu_cores_for(allowed, share, std::getenv("OMP_NUM_THREADS"));
 }
 
+bool cap_threads_from_environment() {
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  if (omp == nullptr) return false;
+  const int cores = cpu_cores();
+  char* end = nullptr;
+  const long value = std::strtol(omp, &end, 10);
+  const bool readable = end != omp && (*end == 0 || *end == ',') && value > 0;
+  if (readable && value <= cores) return false;
+  at::set_num_threads(cores);
+  return true;
+}
+
 CpuThreads apply_cpu_threads(int intra_op, int blas, CpuWork work, int cores) {
   cores = std::max(1, cores);
   const bool conv = work == CpuWork::kConvolutions;

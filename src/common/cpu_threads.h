@@ -33,6 +33,13 @@ int cpu_cores(int share = 1);
 // The same from its inputs (omp_num_threads may be null).
 int cpu_cores_for(int allowed_cpus, int share, const char* omp_num_threads);
 
+// LibTorch sizes its thread pool from OMP_NUM_THREADS at its first parallel op, which can come
+// before a command sets its threads (loading a dataset): 65536 started that many threads and
+// crashed, and a value OpenMP cannot read printed a stack trace. At start, a value above
+// cpu_cores() or unreadable (empty, 0, junk) sets LibTorch's threads to cpu_cores() instead;
+// any other leaves LibTorch's default alone. Returns whether it set them.
+bool cap_threads_from_environment();
+
 // Sets LibTorch's intra-op threads and OpenBLAS's threads; 0 = spritetorch's default for `work`
 // on `cores` cores (under ddp, a rank's share). When only one of the two is given, the other
 // defaults to what is left of the cores (at least 1), so the two pools never oversubscribe them

@@ -48,6 +48,22 @@ SPRITETORCH_GROUP_NORM_SILU=0 expect 0 '"group_norm_silu": "off"' -- devices --j
 SPRITETORCH_GROUP_NORM_SILU=yes expect 2 "SPRITETORCH_GROUP_NORM_SILU=yes: expected 0 \(LibTorch's ops\) or 1" -- devices
 SPRITETORCH_CONV3X3=on expect 2 "SPRITETORCH_CONV3X3=on: expected 0 \(LibTorch's 3x3 convolutions\) or 1" -- train --dataset dummy --model fastcnn
 SPRITETORCH_FUSED_BN_POOL=yes expect 2 "SPRITETORCH_FUSED_BN_POOL=yes: expected 0" -- train --dataset dummy --model fastcnn
+# An OMP_NUM_THREADS OpenMP cannot read drew a LibTorch stack trace (its own default, read at the
+# first parallel op); libgomp's one line about it stays (it prints it as it loads).
+omp_out=$(OMP_NUM_THREADS=0 "$bin" train --dataset dummy --model simplenn --epochs 1 --no-run-dir 2>&1); omp_rc=$?
+check "OMP_NUM_THREADS=0: exit 0 and no stack trace (got $omp_rc: $(head -c 600 <<<"$omp_out"))" \
+  bash -c '[ "$1" = 0 ] && ! grep -qE "frame #|Exception raised" <<<"$2"' _ "$omp_rc" "$omp_out"
+# Integers are decimal: CLI11 read "010" as octal 8, and config.toml kept "010", which TOML refuses.
+expect 0 "^epochs = 10$" -- train --dataset dummy --model simplenn --epochs 010 --batch-size 010 --no-run-dir --print-config
+expect 0 "Epoch 9/9" -- train --dataset dummy --model simplenn --epochs 09 --no-run-dir
+# --target-accuracy says in the text where it stopped the run (inside an epoch here), as --json does.
+expect 0 "Target accuracy 0\.5 reached at step [0-9]+ \(epoch 0\.[0-9]+\) after [0-9.]+ s of training: test accuracy 0\.[5-9]" -- train --dataset dummy --model simplenn --epochs 3 --no-run-dir --target-accuracy 0.5 --eval-every-steps 4
+expect 0 "Target accuracy 0\.9999 not reached" -- train --dataset dummy --model simplenn --epochs 1 --no-run-dir --target-accuracy 0.9999
+# The matrix kernel's switch too, before any work: a run made its folder first, and eval and
+# classify, which never multiply with it, took any value.
+SPRITETORCH_GEMM_KERNEL=yes expect 2 "SPRITETORCH_GEMM_KERNEL=yes: expected avx512, avx2, blas or loops" -- train --dataset dummy --model simplenn --epochs 1 --runs-root "$tmp/gemm-runs"
+check "a bad SPRITETORCH_GEMM_KERNEL leaves no run folder" bash -c '[ -z "$(ls -A "$1" 2>/dev/null)" ]' _ "$tmp/gemm-runs"
+SPRITETORCH_GEMM_KERNEL=yes expect 2 "SPRITETORCH_GEMM_KERNEL=yes: expected" -- runs --dir "$tmp/gemm-runs"
 expect 2 "unknown device 'gpu'" -- train --device gpu --dataset dummy --model simplenn
 expect 2 "available: cpu" -- train --device cuda:3 --dataset dummy --model simplenn
 expect 2 "MPS" -- train --device mps --dataset dummy --model simplenn
@@ -843,6 +859,10 @@ expect 2 "^error: unknown command 'trian'" -- trian
 expect 2 "^hint: did you mean 'train'\?" -- trian
 expect 2 "^error: --epochs is given more than once" -- "${tiny[@]}" --epochs 2
 expect 2 "^error: unknown option --epoch for spritetorch train" -- train --epoch 1
+# A nested command's errors name it whole, and a misspelled one is an unknown command.
+expect 2 "hint: spritetorch data preview --help lists what it takes" -- data preview --out "$tmp/x.png" --bogus
+expect 2 "^error: unknown command 'preveiw' for spritetorch data$" -- data preveiw
+expect 2 "^hint: did you mean 'preview'\? spritetorch data --help lists the commands" -- data preveiw
 expect 2 "^hint: did you mean --epochs\?" -- train --epoch 1
 expect 2 "^error: --resume: $tmp/nonexist.pt: expected a file, found no such file" -- train --resume "$tmp/nonexist.pt"
 expect 2 "^error: --resume: $tmp: expected a file, found a folder" -- train --resume "$tmp"

@@ -3,6 +3,10 @@
 #include "common/cpu_threads.h"
 
 #include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cstdlib>
+#include <string>
 
 #include "models/classifier.h"
 
@@ -51,6 +55,36 @@ TEST(CpuThreads, CoresAreTheAllowedOnesSharedThenCappedByOmpNumThreads) {
   EXPECT_EQ(cpu_cores_for(16, 1, "0"), 16);
   EXPECT_EQ(cpu_cores_for(16, 1, "-2"), 16);
   EXPECT_EQ(cpu_cores_for(0, 1, nullptr), 1);  // hardware_concurrency() may say 0
+}
+
+// At start, an OMP_NUM_THREADS past the cores (65536 started that many threads and crashed) or
+// one OpenMP cannot read (a stack trace from LibTorch) becomes LibTorch's threads = the cores.
+TEST(CpuThreads, AnOmpNumThreadsPastTheCoresOrUnreadableIsCappedAtStart) {
+  const char* before = std::getenv("OMP_NUM_THREADS");
+  const std::string kept = before ? before : "";
+  const int threads = at::get_num_threads();
+  const auto with = [](const char* value) {
+    if (value)
+      ::setenv("OMP_NUM_THREADS", value, 1);
+    else
+      ::unsetenv("OMP_NUM_THREADS");
+    at::set_num_threads(1);
+    return cap_threads_from_environment();
+  };
+  for (const char* past : {"65536", "0", "", "many", "-3"}) {
+    EXPECT_TRUE(with(past)) << past;
+    EXPECT_EQ(at::get_num_threads(), cpu_cores()) << past;
+  }
+  for (const char* within : {"1", "1,1"}) {
+    EXPECT_FALSE(with(within)) << within;
+    EXPECT_EQ(at::get_num_threads(), 1) << within;  // left as it was
+  }
+  EXPECT_FALSE(with(nullptr));
+  if (before)
+    ::setenv("OMP_NUM_THREADS", kept.c_str(), 1);
+  else
+    ::unsetenv("OMP_NUM_THREADS");
+  at::set_num_threads(threads);
 }
 
 TEST(CpuThreads, TheBlasIsNamedWithWhatItsThreadsFollow) {
