@@ -55,6 +55,15 @@ rm -rf "$tmp"
 expect "spritetorch train --json --epo" "--epochs"
 expect "spritetorch export --overwrite --for" "--format"
 expect "spritetorch --help da" "data"
+# A command's own words: completion's shell, nothing for devices (no files), and a whole command
+# again after launch's --.
+[ "$(complete_words spritetorch completion "" | paste -sd ' ' -)" = bash ] || { echo "FAIL: 'spritetorch completion ' does not offer just bash"; failures=$((failures + 1)); }
+[ -z "$(complete_words spritetorch devices "")" ] || { echo "FAIL: 'spritetorch devices ' offers words: it takes none"; failures=$((failures + 1)); }
+expect "spritetorch launch --nproc-per-node 2 -- tr" "train"
+expect "spritetorch launch --nproc-per-node 2 -- train --epo" "--epochs"
+# A flag with a list of values offers them.
+expect "spritetorch train --optimizer ada" "adam adamw"
+expect "spritetorch data preview --split t" "test train"
 # Every flag of every command in --help is offered: the script comes from the same table.
 # (Option names only: the first column of each option line, not flags quoted in descriptions.)
 flags=$("$cli" train --help | grep -E -- '^ +(-[a-zA-Z], )?--[a-z]' | sed -E 's/^ +(-[a-zA-Z], )?(--[a-z][a-z0-9-]+).*/\2/' | sort -u)
