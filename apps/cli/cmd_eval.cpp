@@ -365,8 +365,9 @@ Subcommand add_eval_command(CLI::App& app) {
           ->capture_default_str(),
       sub->add_option(
              "--limit", f->limit,
-             "Evaluate on N test samples only (0: all): the first N; of a sprite dataset, N spread "
-             "over its held-out split, so every class stays")
+             "Evaluate on N test samples only (0: all): the first N; of a sprite dataset, N of its "
+             "held-out split stratified by class: one of every class (N below the classes: N "
+             "classes at even steps), the rest in proportion to the class sizes")
           ->check(kNonNegative)};
   sub->add_option("--dataset", f->dataset,
                   "The checkpoint's data from another place: folder:PATH, sheet:FILE or "

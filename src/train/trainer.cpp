@@ -118,7 +118,8 @@ Datasets load_datasets(const TrainConfig& config) {
     out.test = split.test;
   }
   // Sprite splits are in the dataset's order, which is by class (a folder's subfolders, a sheet's
-  // labels): a limit takes samples spread over them, or it would keep the first class or two.
+  // labels): a limit takes samples stratified by class (every class keeps one, however
+  // unbalanced), or it would keep the first class or two.
   // Fashion-MNIST's files are in no class order, and its first N are what the seeds' figures use.
   const auto limited = [sprites](const data::Dataset& set, int64_t limit) {
     return sprites ? set.spread(limit) : set.head(limit);
