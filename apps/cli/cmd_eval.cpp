@@ -396,7 +396,8 @@ Subcommand add_eval_command(CLI::App& app) {
         refuse_data_flag(*sub, config, f->checkpoint);
         config.data_dir = f->data_dir;
         config.test_limit = f->limit;
-        const data::Dataset test = train::load_datasets(config).test;
+        // The test split alone: Fashion-MNIST's training files are neither needed nor read.
+        const data::Dataset test = train::load_test_dataset(config);
         auto model = train::model_from_checkpoint(checkpoint, f->checkpoint, device);
         // The weights' input and classes against the data the metadata names: a checkpoint
         // whose two disagree would fail inside the first layer with LibTorch's words.

@@ -475,6 +475,10 @@ if [ -f "$fmnist/t10k-images-idx3-ubyte.gz" ]; then
     python3 "$png" "$fmnist" 1 "$tmp/trouser_inv.png" --invert
   expect 0 "trouser.png	Trouser	" -- classify --checkpoint "$tmp/fm.pt" "$tmp/trouser.png"
   expect 0 '"class":"Sneaker"' -- classify --checkpoint "$tmp/fm.pt" --json "$tmp/sneaker.png"
+  # eval reads the test split alone: a folder of the two t10k files is enough.
+  mkdir -p "$tmp/t10k_only" && cp "$fmnist"/t10k-* "$tmp/t10k_only/"
+  expect 0 "Test loss: .* \(500 samples\)" -- eval --checkpoint "$tmp/fm.pt" --data "$tmp/t10k_only" --limit 500
+  expect 0 "Ankle boot" -- eval --checkpoint "$tmp/fm.pt" --data "$tmp/t10k_only" --limit 500
   straight=$("$bin" classify --checkpoint "$tmp/fm.pt" "$tmp/trouser.png" | cut -f2-)
   undone=$("$bin" classify --checkpoint "$tmp/fm.pt" --invert "$tmp/trouser_inv.png" | cut -f2-)
   if [ -n "$straight" ] && [ "$straight" = "$undone" ]; then passes=$((passes + 1)); else

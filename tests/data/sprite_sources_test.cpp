@@ -480,6 +480,8 @@ TEST(SpriteSources, LimitsKeepEveryClassOfAnUnbalancedFolder) {
     EXPECT_EQ(limited.test.size(), std::min(limit, whole.test.size()));
     EXPECT_EQ(kinds(limited.train.labels), kinds(whole.train.labels)) << limited.train.labels;
     EXPECT_EQ(kinds(limited.test.labels), kinds(whole.test.labels)) << limited.test.labels;
+    // What eval reads: the same held-out samples.
+    EXPECT_TRUE(torch::equal(train::load_test_dataset(config).inputs, limited.test.inputs));
   }
 }
 
