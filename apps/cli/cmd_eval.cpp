@@ -175,7 +175,7 @@ static void refuse_options_of_other_task(const std::vector<const CLI::Option*>& 
 // The data a checkpoint is evaluated on: what it recorded, or `dataset` (--dataset), the same kind
 // of data from another place (a folder: path is relative to where the run was started). A recorded
 // path that is not there is named as the checkpoint's, with the way to point elsewhere.
-static train::TrainConfig eval_data_config(const nlohmann::json& meta,
+static train::TrainConfig eval_data_source(const nlohmann::json& meta,
                                            const std::string& checkpoint,
                                            const std::string& dataset) {
   train::TrainConfig config = train::checkpoint_data_config(meta, checkpoint);
@@ -221,6 +221,38 @@ static train::TrainConfig eval_data_config(const nlohmann::json& meta,
   return config;
 }
 
+// eval_data_source, and a sheet's label map: `labels` (--labels) where given, else the one the
+// checkpoint recorded, which the sheet needs to have the classes it was trained on: one that is
+// not there is named as the checkpoint's, as a recorded dataset path is.
+static train::TrainConfig eval_data_config(const nlohmann::json& meta,
+                                           const std::string& checkpoint,
+                                           const std::string& dataset, const std::string& labels) {
+  train::TrainConfig config = eval_data_source(meta, checkpoint, dataset);
+  // Messages name what the checkpoint recorded, not where --dataset points now.
+  const std::string trained_on = train::checkpoint_data_config(meta, checkpoint).dataset;
+  const bool sheet = config.dataset.rfind("sheet:", 0) == 0;
+  if (!labels.empty()) {
+    if (!sheet)
+      throw Error(
+          "--labels applies to sheet: datasets; " + checkpoint + " was trained on " + trained_on,
+          "leave --labels out");
+    config.sprites.label_map = labels;
+    return config;
+  }
+  const std::string& recorded = config.sprites.label_map;
+  std::error_code ec;
+  if (sheet && !recorded.empty() && !std::filesystem::exists(recorded, ec))
+    throw Error(checkpoint + " was trained on --dataset " + trained_on + " with --labels " +
+                    recorded + ", and that recorded labels file is not there" +
+                    (std::filesystem::path(recorded).is_relative()
+                         ? " (relative to the current folder " +
+                               std::filesystem::current_path(ec).string() + ")"
+                         : std::string()),
+                "run from the folder the model was trained in, or pass --labels FILE to read "
+                "the same label map from elsewhere");
+  return config;
+}
+
 // `--data` reads Fashion-MNIST only: given for a checkpoint of other data it would do nothing.
 static void refuse_data_flag(const CLI::App& sub, const train::TrainConfig& config,
                              const std::string& checkpoint) {
@@ -237,7 +269,7 @@ static void refuse_data_flag(const CLI::App& sub, const train::TrainConfig& conf
 int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
                        const std::string& checkpoint, const std::string& device_text,
                        const CpuThreadFlags& cpu, int64_t batch_size, bool json,
-                       const std::string& dataset) {
+                       const std::string& dataset, const std::string& labels) {
   GeneratorEvalFlags f = flags;
   f.options.spacing = diffusion::parse_spacing(f.spacing);
   f.options.guidance_interval = diffusion::parse_guidance_interval(f.guidance_interval);
@@ -281,7 +313,8 @@ int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
                     " draws sprites of " + c10::str(c10::IntArrayRef(sprites)),
                 "train the classifier on the generator's dataset with --size " +
                     std::to_string(generator.size));
-  const auto data = train::load_datasets(eval_data_config(generator.meta, checkpoint, dataset));
+  const auto data =
+      train::load_datasets(eval_data_config(generator.meta, checkpoint, dataset, labels));
   const auto r =
       diffusion::evaluate_generator(generator, *classifier, data.train.inputs, f.count, f.options);
   // The same classifier on the held-out real sprites: the class agreement it can give at most.
@@ -353,6 +386,7 @@ Subcommand add_eval_command(CLI::App& app) {
   auto* sub = app.add_subcommand("eval", "Evaluate a checkpoint on its dataset's test split");
   struct Flags {
     std::string checkpoint, device = "auto", data_dir = data::kDefaultFashionMnistDir, dataset;
+    std::string labels;  // a sheet's label map from another place
     int64_t batch_size = 1000, limit = 0;
     bool json = false;
     CpuThreadFlags cpu;
@@ -365,14 +399,19 @@ Subcommand add_eval_command(CLI::App& app) {
           ->capture_default_str(),
       sub->add_option(
              "--limit", f->limit,
-             "Evaluate on N test samples only (0: all): the first N; of a sprite dataset, N spread "
-             "over its held-out split, so every class stays")
+             "Evaluate on N test samples only (0: all): the first N; of a sprite dataset, N of its "
+             "held-out split stratified by class: one of every class (N below the classes: N "
+             "classes at even steps), the rest in proportion to the class sizes")
           ->check(kNonNegative)};
   sub->add_option("--dataset", f->dataset,
                   "The checkpoint's data from another place: folder:PATH, sheet:FILE or "
                   "npy:FILE[,LABELS] of the kind it was trained on (default: the path it "
                   "recorded)")
       ->check(sprite_dataset_validator());
+  sub->add_option("--labels", f->labels,
+                  "sheet: the checkpoint's label map ('TILE_INDEX CLASS' lines) from another "
+                  "place (default: the path it recorded)")
+      ->check(kExistingFile);
   sub->add_option("--batch-size", f->batch_size, "Samples per forward pass")
       ->check(kPositive)
       ->capture_default_str();
@@ -390,12 +429,14 @@ Subcommand add_eval_command(CLI::App& app) {
                                      f->checkpoint, generator);
         if (generator)
           return run_generator_eval(*sub, *generator_flags, f->checkpoint, f->device, f->cpu,
-                                    f->batch_size, f->json, f->dataset);
-        train::TrainConfig config = eval_data_config(checkpoint.meta, f->checkpoint, f->dataset);
+                                    f->batch_size, f->json, f->dataset, f->labels);
+        train::TrainConfig config =
+            eval_data_config(checkpoint.meta, f->checkpoint, f->dataset, f->labels);
         refuse_data_flag(*sub, config, f->checkpoint);
         config.data_dir = f->data_dir;
         config.test_limit = f->limit;
-        const data::Dataset test = train::load_datasets(config).test;
+        // The test split alone: Fashion-MNIST's training files are neither needed nor read.
+        const data::Dataset test = train::load_test_dataset(config);
         auto model = train::model_from_checkpoint(checkpoint, f->checkpoint, device);
         // The weights' input and classes against the data the metadata names: a checkpoint
         // whose two disagree would fail inside the first layer with LibTorch's words.

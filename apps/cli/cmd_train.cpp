@@ -188,12 +188,13 @@ Subcommand add_train_command(CLI::App& app) {
       ->check(kNonNegative)
       ->capture_default_str();
   sub->add_option("--train-limit", config->train_limit,
-                  "Train on N samples only (0: all): the first N; of a sprite dataset, N spread "
-                  "over it, so every class stays")
+                  "Train on N samples only (0: all): the first N; of a sprite dataset, N "
+                  "stratified by class: one of every class (N below the classes: N classes at even "
+                  "steps), the rest in proportion to the class sizes")
       ->check(kNonNegative);
   sub->add_option("--test-limit", config->test_limit,
                   "Evaluate on N test samples only (0: all): the first N; of a sprite dataset, N "
-                  "spread over its held-out split, so every class stays")
+                  "of its held-out split stratified by class, as --train-limit")
       ->check(kNonNegative);
   add_cpu_thread_options(sub, config->threads, config->blas_threads);
   sub->add_option(

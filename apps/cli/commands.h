@@ -72,7 +72,8 @@ struct GeneratorEvalFlags {
 std::shared_ptr<GeneratorEvalFlags> add_generator_eval_options(CLI::App* sub);
 int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
                        const std::string& checkpoint, const std::string& device,
-                       const CpuThreadFlags& threads, int64_t batch_size, bool json);
+                       const CpuThreadFlags& threads, int64_t batch_size, bool json,
+                       const std::string& dataset, const std::string& labels);
 Subcommand add_launch_command(CLI::App& app);
 // Python interop (cmd_interop.cpp) and shell completion (cmd_completion.cpp).
 Subcommand add_export_command(CLI::App& app);

@@ -20,9 +20,12 @@ struct Dataset {
   int64_t num_classes() const { return static_cast<int64_t>(class_names.size()); }
   // The first `count` samples (all when count >= size()); shares storage.
   Dataset head(int64_t count) const;
-  // `count` samples at even steps over the whole set, in its order (all when count >= size()): a
-  // set ordered by class (a sprite folder's splits) keeps every class in proportion, where head()
-  // would keep the first one or two. A copy.
+  // `count` samples stratified by class (all when count >= size()), in the set's order: with
+  // count >= the classes present, one of each and the rest shared in proportion to what each class
+  // has beyond that one (largest remainders); with fewer, one sample of `count` classes at even
+  // steps over them. A class's samples are taken at even steps over it. So a sprite split (ordered
+  // by class, however unbalanced) keeps every class, where head() would keep the first one or two.
+  // Deterministic. A copy.
   Dataset spread(int64_t count) const;
 };
 

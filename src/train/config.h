@@ -60,7 +60,7 @@ struct TrainConfig {
   uint64_t seed = 7;
   int64_t log_every = 200;  // steps between reads of the running loss (0 = per epoch)
   // load_datasets (train/trainer.h) applies the limits; Trainer::fit trains on the data given.
-  // Sprite datasets: N spread over the split (Dataset::spread), which is ordered by class.
+  // Sprite datasets: N of the split stratified by class (Dataset::spread): every class keeps one.
   int64_t train_limit = 0;       // use only the first N training samples (0 = all)
   int64_t test_limit = 0;        // evaluate on the first N test samples (0 = all)
   int64_t eval_every = 1;        // epochs between test evaluations, untimed (0 = final only)

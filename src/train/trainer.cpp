@@ -88,9 +88,9 @@ std::string describe_step(const TrainStep& step) {
   return parts.empty() ? out : out + ")";
 }
 
-}  // namespace
-
-Datasets load_datasets(const TrainConfig& config) {
+// load_datasets, or with `test_only` its test split alone (train left empty): Fashion-MNIST then
+// reads no training files.
+Datasets load_splits(const TrainConfig& config, bool test_only) {
   if (config.dataset == kInMemoryDataset)
     throw Error("dataset '" + config.dataset +
                     "' is data a program gave Trainer::fit in memory; it cannot be loaded by name",
@@ -106,26 +106,37 @@ Datasets load_datasets(const TrainConfig& config) {
   out.source = config.dataset;
   if (config.dataset == "fashion-mnist") {
     const auto cache = data::IdxCache::from_environment();
-    out.train = data::load_fashion_mnist(config.data_dir, data::Split::kTrain, cache);
+    if (!test_only)
+      out.train = data::load_fashion_mnist(config.data_dir, data::Split::kTrain, cache);
     out.test = data::load_fashion_mnist(config.data_dir, data::Split::kTest, cache);
   } else if (config.dataset == "dummy") {
-    out.train = data::make_dummy_dataset(4096, config.seed);
+    if (!test_only) out.train = data::make_dummy_dataset(4096, config.seed);
     out.test = data::make_dummy_dataset(1024, config.seed + 1);
   } else {
+    // The held-out split is drawn from the whole set, so a sprite dataset is read whole.
     auto split = data::holdout_split(data::load_sprite_dataset(config.dataset, config.sprites),
                                      config.sprites.holdout, config.sprites.seed);
-    out.train = split.train;
+    if (!test_only) out.train = split.train;
     out.test = split.test;
   }
   // Sprite splits are in the dataset's order, which is by class (a folder's subfolders, a sheet's
-  // labels): a limit takes samples spread over them, or it would keep the first class or two.
+  // labels): a limit takes samples stratified by class (every class keeps one, however
+  // unbalanced), or it would keep the first class or two.
   // Fashion-MNIST's files are in no class order, and its first N are what the seeds' figures use.
   const auto limited = [sprites](const data::Dataset& set, int64_t limit) {
     return sprites ? set.spread(limit) : set.head(limit);
   };
-  if (config.train_limit > 0) out.train = limited(out.train, config.train_limit);
+  if (config.train_limit > 0 && !test_only) out.train = limited(out.train, config.train_limit);
   if (config.test_limit > 0) out.test = limited(out.test, config.test_limit);
   return out;
+}
+
+}  // namespace
+
+Datasets load_datasets(const TrainConfig& config) { return load_splits(config, false); }
+
+data::Dataset load_test_dataset(const TrainConfig& config) {
+  return load_splits(config, true).test;
 }
 
 namespace {

@@ -151,6 +151,11 @@ std::vector<torch::Tensor> trainable_parameters(torch::nn::Module& module);
 // The config's dataset, with train_limit / test_limit applied. Fashion-MNIST's .gz files go
 // through the dataset cache the environment asks for (data::IdxCache::from_environment).
 Datasets load_datasets(const TrainConfig& config);
+// Its test split alone, with test_limit applied: what eval of a classifier reads. Fashion-MNIST's
+// training files are neither needed nor read (a folder of the two t10k files evaluates); a sprite
+// dataset is read whole, as its held-out split is drawn from all of it. The class names are the
+// dataset's, as training recorded them.
+data::Dataset load_test_dataset(const TrainConfig& config);
 
 class Trainer {
  public:

@@ -491,6 +491,10 @@ if [ -f "$fmnist/t10k-images-idx3-ubyte.gz" ]; then
     python3 "$png" "$fmnist" 1 "$tmp/trouser_inv.png" --invert
   expect 0 "trouser.png	Trouser	" -- classify --checkpoint "$tmp/fm.pt" "$tmp/trouser.png"
   expect 0 '"class":"Sneaker"' -- classify --checkpoint "$tmp/fm.pt" --json "$tmp/sneaker.png"
+  # eval reads the test split alone: a folder of the two t10k files is enough.
+  mkdir -p "$tmp/t10k_only" && cp "$fmnist"/t10k-* "$tmp/t10k_only/"
+  expect 0 "Test loss: .* \(500 samples\)" -- eval --checkpoint "$tmp/fm.pt" --data "$tmp/t10k_only" --limit 500
+  expect 0 "Ankle boot" -- eval --checkpoint "$tmp/fm.pt" --data "$tmp/t10k_only" --limit 500
   straight=$("$bin" classify --checkpoint "$tmp/fm.pt" "$tmp/trouser.png" | cut -f2-)
   undone=$("$bin" classify --checkpoint "$tmp/fm.pt" --invert "$tmp/trouser_inv.png" | cut -f2-)
   if [ -n "$straight" ] && [ "$straight" = "$undone" ]; then passes=$((passes + 1)); else
@@ -527,6 +531,18 @@ expect 0 "folder:folder/train \(7 train, 1 test, 4 classes\)" -- train --task cl
 expect 2 "$tmp/fold.pt was trained on --dataset folder:folder, and folder is not there \(relative to the current folder" -- eval --checkpoint "$tmp/fold.pt"
 expect 0 "Confusion matrix" -- eval --checkpoint "$tmp/fold.pt" --dataset "folder:$tmp/folder"
 expect 2 "--dataset sheet:$tmp/sheet.png: $tmp/fold.pt was trained on folder:folder" -- eval --checkpoint "$tmp/fold.pt" --dataset "sheet:$tmp/sheet.png"
+# A sheet classifier trained with --labels, evaluated from another folder: --dataset points at the
+# sheet, the recorded labels file that is not there is named as the checkpoint's, and eval
+# --labels (sheet: only, as train's) reads the map from elsewhere.
+mkdir -p "$tmp/pics" && cp "$(dirname "$0")/../fixtures/kenney_1bit_colored_packed.png" "$tmp/pics/sheet.png"
+for i in $(seq 0 39); do echo "$i $([ "$i" -lt 20 ] && echo near || echo far)"; done >"$tmp/pics/lab.txt"
+(cd "$tmp/pics" && "$bin" train --task classify --dataset sheet:sheet.png --labels lab.txt --holdout 0.5 --epochs 1 --device cpu --no-run-dir --save "$tmp/sh.pt" >/dev/null 2>&1)
+sheet_eval=(eval --checkpoint "$tmp/sh.pt" --dataset "sheet:$tmp/pics/sheet.png")
+expect 2 "$tmp/sh.pt was trained on --dataset sheet:sheet.png with --labels lab.txt, and that recorded labels file is not there \(relative to the current folder" -- "${sheet_eval[@]}"
+expect 2 "hint: run from the folder the model was trained in, or pass --labels FILE" -- "${sheet_eval[@]}"
+expect 0 '"far":.*"near":' -- "${sheet_eval[@]}" --labels "$tmp/pics/lab.txt" --json
+expect 0 "Confusion matrix" -- "${sheet_eval[@]}" --labels "$tmp/pics/lab.txt" --limit 2
+expect 2 "--labels applies to sheet: datasets; $tmp/fold.pt was trained on folder:folder" -- eval --checkpoint "$tmp/fold.pt" --dataset "folder:$tmp/folder" --labels "$tmp/pics/lab.txt"
 # A folder of the same shape whose classes are other ones is refused, not scored under the
 # checkpoint's labels.
 mkdir -p "$tmp/renamed"

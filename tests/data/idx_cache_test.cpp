@@ -12,6 +12,7 @@
 #include "data/fashion_mnist.h"
 #include "data/idx_reader.h"
 #include "test_util.h"
+#include "train/trainer.h"
 
 namespace spritetorch::data {
 namespace {
@@ -291,6 +292,33 @@ TEST(IdxCache, FashionMnistThroughTheCacheEqualsTheUncachedRead) {
     EXPECT_TRUE(torch::equal(cached.labels, plain.labels));
   }
   EXPECT_TRUE(r.notes.empty());
+}
+
+// eval reads the test split alone: a folder of the two t10k files evaluates (load_datasets, which
+// trains, needs the training files too), and its class names are Fashion-MNIST's, as training
+// recorded them.
+TEST(IdxCache, TestSplitAloneNeedsOnlyTheTestFiles) {
+  ScratchDir dir;
+  ScopedEnv off("SPRITETORCH_CACHE", "0");
+  write_gz(dir.file("t10k-images-idx3-ubyte.gz"), idx_bytes({3, 28, 28}, values(3 * 28 * 28, 5)));
+  write_gz(dir.file("t10k-labels-idx1-ubyte.gz"), idx_bytes({3}, {9, 0, 4}));
+  train::TrainConfig config;
+  config.dataset = "fashion-mnist";
+  config.data_dir = dir.path().string();
+  const Dataset test = train::load_test_dataset(config);
+  EXPECT_EQ(test.size(), 3);
+  EXPECT_TRUE(torch::equal(test.labels, torch::tensor({9, 0, 4}, torch::kLong)));
+  EXPECT_EQ(test.class_names, fashion_mnist_classes());
+  EXPECT_EQ(test.name, "fashion-mnist/t10k");
+  config.test_limit = 2;  // the first N, as training's --test-limit
+  EXPECT_TRUE(
+      torch::equal(train::load_test_dataset(config).labels, torch::tensor({9, 0}, torch::kLong)));
+  try {
+    train::load_datasets(config);
+    ADD_FAILURE() << "load_datasets read a folder without the training files";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("train-images-idx3-ubyte"), std::string::npos) << e.what();
+  }
 }
 
 TEST(IdxCache, RealFashionMnistThroughTheCache) {

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "common/error.h"
 #include "data/procedural_sprites.h"
@@ -440,13 +442,47 @@ TEST(SpriteSources, LimitsKeepEveryClassOfAFolder) {
   const auto limited = train::load_datasets(config);
   ASSERT_EQ(limited.train.size(), 8);
   ASSERT_EQ(limited.test.size(), 4);
-  // Every 9th of the 72, which hold 12-20 of each class in class order: every class is there,
-  // where the first 8 were all a's.
-  EXPECT_EQ(std::get<0>(at::_unique(limited.train.labels)).numel(), 4) << limited.train.labels;
-  const auto every_ninth = torch::arange(0, 72, 9, torch::kLong);
-  EXPECT_TRUE(torch::equal(limited.train.inputs, whole.train.inputs.index_select(0, every_ninth)));
-  EXPECT_TRUE(torch::equal(limited.test.labels, whole.test.labels.index_select(
-                                                    0, torch::arange(0, 8, 2, torch::kLong))));
+  // The 72 hold 12-20 of each class in class order: every class is there, where the first 8 were
+  // all a's, and in class order; so in the held-out split.
+  const auto kinds = [](const torch::Tensor& labels) {
+    return std::get<0>(at::_unique(labels)).numel();
+  };
+  EXPECT_EQ(kinds(limited.train.labels), 4) << limited.train.labels;
+  EXPECT_TRUE(torch::equal(limited.train.labels, std::get<0>(limited.train.labels.sort())));
+  EXPECT_TRUE(torch::equal(limited.train.inputs, whole.train.spread(8).inputs));
+  EXPECT_EQ(kinds(limited.test.labels), kinds(whole.test.labels)) << limited.test.labels;
+  EXPECT_TRUE(torch::equal(limited.test.inputs, whole.test.spread(4).inputs));
+}
+
+// An unbalanced folder (2, 5, 1 and 30 sprites): a limit of at least the classes keeps every
+// class of the split, where samples at even steps over all of it skipped the small ones.
+TEST(SpriteSources, LimitsKeepEveryClassOfAnUnbalancedFolder) {
+  ScratchDir dir;
+  const std::vector<std::pair<std::string, int>> classes{{"a", 2}, {"b", 5}, {"c", 1}, {"d", 30}};
+  for (const auto& [name, count] : classes) {
+    std::filesystem::create_directories(dir.path() / name);
+    for (int i = 0; i < count; ++i)
+      io::write_png(dir.file(name + "/" + std::to_string(i) + ".png"),
+                    solid(16, 16, static_cast<uint8_t>(7 * i + 1)));
+  }
+  train::TrainConfig config;
+  config.dataset = "folder:" + dir.path().string();
+  config.sprites.holdout = 0.25;
+  const auto whole = train::load_datasets(config);
+  const auto kinds = [](const torch::Tensor& labels) {
+    return std::get<0>(at::_unique(labels)).numel();
+  };
+  for (const int64_t limit : {4, 5, 7}) {
+    config.train_limit = limit;
+    config.test_limit = limit;
+    const auto limited = train::load_datasets(config);
+    EXPECT_EQ(limited.train.size(), limit);
+    EXPECT_EQ(limited.test.size(), std::min(limit, whole.test.size()));
+    EXPECT_EQ(kinds(limited.train.labels), kinds(whole.train.labels)) << limited.train.labels;
+    EXPECT_EQ(kinds(limited.test.labels), kinds(whole.test.labels)) << limited.test.labels;
+    // What eval reads: the same held-out samples.
+    EXPECT_TRUE(torch::equal(train::load_test_dataset(config).inputs, limited.test.inputs));
+  }
 }
 
 TEST(Dataset, SpreadTakesEvenStepsAndAllWhenAskedForMore) {
@@ -459,6 +495,34 @@ TEST(Dataset, SpreadTakesEvenStepsAndAllWhenAskedForMore) {
   EXPECT_EQ(set.spread(10).size(), 10);
   EXPECT_EQ(set.spread(50).size(), 10);
   EXPECT_EQ(set.spread(0).size(), 0);
+}
+
+// Class counts 6, 4, 3 and 9, in class order: a limit of at least the 4 classes keeps each (one,
+// the rest in proportion by largest remainders, evenly spread within the class); fewer than the
+// classes take one sample of classes at even steps. Samples at even steps over the whole set gave
+// counts 2, 0, 1, 1 for 4 and 2, 1, 0, 2 for 5.
+TEST(Dataset, SpreadKeepsEveryClassOfAnUnbalancedSet) {
+  std::vector<int64_t> labels;
+  const std::vector<std::pair<int64_t, size_t>> classes{{0, 6}, {1, 4}, {2, 3}, {3, 9}};
+  for (const auto& [label, count] : classes) labels.insert(labels.end(), count, label);
+  data::Dataset set;
+  set.labels = torch::tensor(labels, torch::kLong);
+  set.inputs = torch::arange(set.labels.size(0), torch::kLong).view({-1, 1});
+  const auto picked = [&](int64_t n) { return set.spread(n).inputs.view(-1); };
+  const auto counts = [&](int64_t n) { return torch::bincount(set.spread(n).labels, {}, 4); };
+  EXPECT_TRUE(torch::equal(picked(4), torch::tensor({0, 6, 10, 13}, torch::kLong)));
+  EXPECT_TRUE(torch::equal(picked(5), torch::tensor({0, 6, 10, 13, 17}, torch::kLong)));
+  // 7 shared by 5, 3, 2 and 8 of the 18 beyond the first: 1.94, 1.17, 0.78, 3.11.
+  EXPECT_TRUE(torch::equal(counts(11), torch::tensor({3, 2, 2, 4}, torch::kLong)));
+  EXPECT_TRUE(torch::equal(picked(2), torch::tensor({0, 10}, torch::kLong)));
+  EXPECT_TRUE(torch::equal(picked(3), torch::tensor({0, 6, 10}, torch::kLong)));
+  for (int64_t n = 4; n < set.size(); ++n) {
+    const auto c = counts(n);
+    EXPECT_EQ(c.sum().item<int64_t>(), n);
+    EXPECT_GE(c.min().item<int64_t>(), 1) << n << ": " << c;
+    EXPECT_TRUE(torch::equal(set.spread(n).labels, std::get<0>(set.spread(n).labels.sort())));
+  }
+  EXPECT_TRUE(torch::equal(set.spread(set.size()).labels, set.labels));
 }
 
 // An option the dataset does not read is an Error naming it, not a run that ignores it.
