@@ -564,6 +564,7 @@ Subcommand add_bench_command(CLI::App& app) {
                             "run bench without a launcher");
             }
             train::check_thread_governor_counts(f->bench.workload);
+            f->bench.workload.warmup_steps_origin = set_by(sub->get_option("--lr-warmup-steps"));
             const bool target = f->bench.workload.target_accuracy > 0;
             check_unused_options(*sub, *f, target);
             if (!target && f->vs_python) check_peer_workload(f->bench);

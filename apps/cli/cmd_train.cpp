@@ -137,7 +137,8 @@ Subcommand add_train_command(CLI::App& app) {
                   "Train the epochs that fit in this much training time (900, 900s, 15m, 1.5h, "
                   "1h30m; 0: none), at most --epochs: planned from the speed of the run's first "
                   "steps and revised twice from that of the steps since (evaluations and sample "
-                  "sheets not counted); a --config file takes "
+                  "sheets not counted); a budget used up before its steps are timed ends the run "
+                  "with the epoch in progress; a --config file takes "
                   "seconds or the same text in quotes. A generator without --epochs takes " +
                       generator_budget)
       ->type_name("DURATION")
@@ -177,7 +178,9 @@ Subcommand add_train_command(CLI::App& app) {
           parsed_by([](const std::string& text) { train::parse_lr_schedule(text); }, "SCHEDULE"))
       ->capture_default_str();
   sub->add_option("--warmup-steps", config->warmup_steps,
-                  "Linear learning-rate warm-up over the first N steps (0: none)")
+                  "Linear learning-rate warm-up over the first N steps (0: none); one that spans "
+                  "the whole run is refused (the lr would never reach --lr), and said in a "
+                  "settings note when a recipe or the generator's defaults chose it")
       ->check(kNonNegative)
       ->capture_default_str();
   sub->add_option("--seed", config->seed, "Seed for weights and data order")
@@ -194,7 +197,8 @@ Subcommand add_train_command(CLI::App& app) {
       ->check(kNonNegative);
   sub->add_option("--test-limit", config->test_limit,
                   "Evaluate on N test samples only (0: all): the first N; of a sprite dataset, N "
-                  "of its held-out split stratified by class, as --train-limit")
+                  "of its held-out split stratified by class, as --train-limit (refused without "
+                  "one)")
       ->check(kNonNegative);
   add_cpu_thread_options(sub, config->threads, config->blas_threads);
   sub->add_option(
@@ -221,8 +225,8 @@ Subcommand add_train_command(CLI::App& app) {
   sub->add_option(
          "--augment", config->augment,
          "On-device batch augmentation: none, or flip, shift[:N] (up to N pixels each way, "
-         "default 2) and cutout:N (an N x N square set to 0), joined by commas, e.g. "
-         "flip,shift:2,cutout:8")
+         "default 2; less than half the image's side) and cutout:N (an N x N square set to 0; "
+         "less than the image's side), joined by commas, e.g. flip,shift:2,cutout:8")
       ->check(parsed_by([](const std::string& text) { data::parse_augment(text); }, "AUGMENT"))
       ->capture_default_str();
   add_choice(sub, "--class-sampling", config->class_sampling,
@@ -462,6 +466,8 @@ Subcommand add_train_command(CLI::App& app) {
                   << "; --epochs sets them" << (generator ? ", --time-budget the time" : "")
                   << ")\n";
         }
+        // A warm-up the user did not choose that outlasts the run is a note, not a refusal.
+        config->warmup_steps_origin = set_by(sub->get_option("--warmup-steps"));
         if (tensorboard_observer)
           tensorboard_observer->write(
               [&](report::EventWriter& writer) { log_training_samples(writer, data.train); });

@@ -269,6 +269,12 @@ std::set<const CLI::Option*>& options_set_by_file() {
   return options;
 }
 
+// Option filled by apply_recipe -> "--recipe NAME", or "the generator's defaults".
+std::map<const CLI::Option*, std::string>& recipe_of_option() {
+  static std::map<const CLI::Option*, std::string> recipes;
+  return recipes;
+}
+
 // Option set by a config file -> "FILE:LINE" of its entry.
 std::map<const CLI::Option*, std::string>& file_line_of_option() {
   static std::map<const CLI::Option*, std::string> lines;
@@ -347,6 +353,7 @@ void apply_recipe(CLI::App& sub) {
       throw Error("--recipe " + recipe->name + " sets '" + key + "', which spritetorch " +
                   sub.get_name() + " does not have");
     if (option->count() > 0) continue;  // given: it wins
+    recipe_of_option()[option] = named ? "--recipe " + recipe->name : "the generator's defaults";
     try {
       option->add_result(value);
       option->run_callback();
@@ -394,6 +401,14 @@ bool set_by_environment(const CLI::Option* option) {
 
 bool given_on_command_line(const CLI::Option* option) {
   return option->count() > 0 && !set_by_environment(option) && !options_set_by_file().count(option);
+}
+
+std::string set_by(const CLI::Option* option) {
+  if (const auto recipe = recipe_of_option().find(option); recipe != recipe_of_option().end())
+    return recipe->second;
+  if (options_set_by_file().count(option)) return file_line_of_option()[option];
+  if (set_by_environment(option)) return mirror_of_option()[option];
+  return "";
 }
 
 bool resolve_config(CLI::App& sub, std::ostream& out) {

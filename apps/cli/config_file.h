@@ -44,6 +44,10 @@ bool set_by_environment(const CLI::Option* option);
 // file, whose run-folder copies list every option): for refusals that would break replaying a
 // run folder's config.toml.
 bool given_on_command_line(const CLI::Option* option);
+// What set `option` when the user did not give it: "--recipe fast", "the generator's defaults", a
+// config file's "FILE:LINE" or its environment variable; "" when the command line gave it or
+// nothing set it.
+std::string set_by(const CLI::Option* option);
 // --data names the Fashion-MNIST folder: given on the command line beside another --dataset (which
 // carries its own path: folder:PATH, sheet:FILE, npy:FILE), it is refused, not ignored. Train and
 // bench share it.

@@ -71,7 +71,7 @@ std::shared_ptr<RunFlags> add_run_options(CLI::App* sub, train::TrainConfig& con
   sub->add_option("--eval-every-steps", config.eval_every_steps,
                   "Also evaluate the test set every N optimizer steps within epochs, outside the "
                   "timed training (0: never; the test curves gain points, --target-accuracy "
-                  "stops sooner)")
+                  "stops sooner; refused without a test set)")
       ->check(kNonNegative)
       ->capture_default_str()
       ->group(group);

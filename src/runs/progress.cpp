@@ -140,10 +140,17 @@ void ProgressPrinter::on_plan(const train::BudgetPlan& plan) {
       "Time budget " + format_duration(plan.budget_s, /*keep_tenths=*/true) +
       (plan.revisions > 0 ? ", revised at step " + std::to_string(plan.revised_at_step)
                           : std::string()) +
-      ": " + std::to_string(plan.epochs) + (plan.epochs == 1 ? " epoch, " : " epochs, ") +
+      ": " +
+      // Used up before the plan: what fits is not what the run trains, and the epoch in progress
+      // is its last.
+      (plan.spent ? "used up, so the run ends with epoch " + std::to_string(plan.epochs) + ": "
+                  : std::string()) +
+      std::to_string(plan.epochs) + (plan.epochs == 1 ? " epoch, " : " epochs, ") +
       std::to_string(plan.steps) + " steps at " + fixed(plan.seconds_per_step, 3) + " s a step";
-  line += plan.epochs < plan.max_epochs ? " (of at most " + std::to_string(plan.max_epochs) + ")"
-                                        : " (all of --epochs fit)";
+  if (plan.epochs < plan.max_epochs)
+    line += " (of at most " + std::to_string(plan.max_epochs) + ")";
+  else if (!plan.spent)
+    line += " (all of --epochs fit)";
   print_line(line);
   if (options_.style.redraw) redraw();
 }

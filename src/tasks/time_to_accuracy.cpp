@@ -36,6 +36,8 @@ TimeToAccuracyReport run_time_to_accuracy(const train::TrainConfig& workload, in
     warm.epochs = 1;
     warm.target_accuracy = 0;
     warm.eval_every_steps = 0;
+    // Its 16 steps may end inside the lr warm-up: the same schedule as the timed runs, not refused.
+    warm.warmup_steps_origin = "the untimed warm-up run";
     // 16 full batches and, where the set does not split into whole batches, a last batch of the
     // timed run's remainder: every training batch shape meets cuDNN's algorithm search (and the
     // eager path the CUDA graph leaves partial batches to) here. head() keeps what there is when

@@ -242,6 +242,8 @@ BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer) {
         if (config.warmup_steps > 0) {
           TrainConfig warm = run;
           warm.epochs = 1;
+          // Its steps may end inside the lr warm-up: the timed run's schedule, not refused.
+          warm.warmup_steps_origin = "the untimed warm-up run";
           Datasets warm_data{data.train.head(config.warmup_steps * w.batch_size),
                              data.test.head(w.batch_size)};
           Trainer(warm).fit(*classifier(), warm_data);

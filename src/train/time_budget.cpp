@@ -66,7 +66,7 @@ nlohmann::json budget_json(const BudgetPlan& plan) {
   return {{"budget_s", plan.budget_s},       {"seconds_per_step", plan.seconds_per_step},
           {"timed_steps", plan.timed_steps}, {"epochs", plan.epochs},
           {"max_epochs", plan.max_epochs},   {"steps", plan.steps},
-          {"revisions", plan.revisions}};
+          {"revisions", plan.revisions},     {"spent", plan.spent}};
 }
 
 int64_t next_budget_revision(const BudgetPlan& plan, int64_t steps_done, int64_t max_revisions) {
@@ -84,6 +84,7 @@ BudgetPlan revise_budget_plan(const BudgetPlan& plan, const BudgetInput& in, int
   revised.steps = (revised.epochs - in.start_epoch) * in.steps_per_epoch;
   revised.revisions = plan.revisions + 1;
   revised.revised_at_step = in.steps_done;
+  revised.spent = in.used_s >= in.budget_s;
   return revised;
 }
 
@@ -97,6 +98,7 @@ BudgetPlan budget_from_json(const nlohmann::json& json, const std::string& sourc
     plan.max_epochs = json.at("max_epochs").get<int64_t>();
     plan.steps = json.at("steps").get<int64_t>();
     plan.revisions = json.value("revisions", int64_t{0});  // absent in older checkpoints
+    plan.spent = json.value("spent", false);
     if (plan.epochs < 1) throw std::invalid_argument("epochs " + std::to_string(plan.epochs));
     return plan;
   } catch (const std::exception& e) {

@@ -58,6 +58,9 @@ struct BudgetPlan {
   int64_t steps = 0;            // optimizer steps of the planned run (this process)
   int64_t revisions = 0;        // how often it was revised (resumed: by every process)
   int64_t revised_at_step = 0;  // this process's step of the last revision (0: none)
+  // The budget was used up when the plan was made (a budget shorter than the steps timed for it):
+  // the run ends with the epoch in progress.
+  bool spent = false;
 };
 
 // This process's step at which `plan` is next revised: halfway from `steps_done` (the step the
@@ -71,7 +74,8 @@ int64_t next_budget_revision(const BudgetPlan& plan, int64_t steps_done,
 // fit in what is left of in.budget_s (epochs_within_budget), one revision more.
 BudgetPlan revise_budget_plan(const BudgetPlan& plan, const BudgetInput& in, int64_t timed_steps);
 
-// {"budget_s", "seconds_per_step", "timed_steps", "epochs", "max_epochs", "steps", "revisions"}:
+// {"budget_s", "seconds_per_step", "timed_steps", "epochs", "max_epochs", "steps", "revisions",
+// "spent"}:
 // for --json and summary.json.
 nlohmann::json budget_json(const BudgetPlan& plan);
 

@@ -200,12 +200,18 @@ class TrainingRun {
   // kBudgetTimedSteps more, sets epochs_ to what fits (rank 0's plan on every rank); then revises
   // the plan at next_revision_ from the speed of every step timed so far.
   void follow_budget(int64_t epoch);
+  // --time-budget used up at the end of `epoch`, before the plan (its steps still being timed): a
+  // plan that ends the run there (rank 0's clock decides for every rank; a collective).
+  void end_spent_budget(int64_t epoch);
   // --resume of a run sized by --time-budget: the checkpoint's plan carried on under this run's
   // --time-budget (see the definition).
   void continue_budget_plan();
   // A resumed run whose epochs are all done: an Error saying what would train on (more --epochs,
   // or a larger --time-budget when the budget's plan is what ends it).
   void check_something_to_train() const;
+  // A warm-up at least as long as the run's steps (the most --time-budget may plan): the lr never
+  // reaches --lr. An Error when the user chose it, else warmup_note_ says so.
+  void check_warmup();
   // This process's optimizer steps in a plan of `epochs` in total.
   int64_t steps_planned(int64_t epochs) const {
     return std::max<int64_t>(0, (epochs - start_epoch_) * steps_ - resumed_within_);
@@ -228,6 +234,7 @@ class TrainingRun {
   CpuThreads threads_;
   std::unique_ptr<ThreadGovernor> governor_;
   std::string governor_note_;  // the settings row: what it governs, or why it is off
+  std::string warmup_note_;    // the settings row: a warm-up not chosen that outlasts the run
   precision::PrecisionPlan plan_;
 
   std::optional<Checkpoint> resumed_;  // --resume, read and checked once
@@ -319,6 +326,35 @@ TrainingRun::TrainingRun(const TrainConfig& config, Task& task, const Datasets& 
   set_up_data_paths();
   continue_budget_plan();  // another --time-budget may give the run more epochs, or fewer
   check_something_to_train();
+  check_warmup();
+}
+
+void TrainingRun::check_warmup() {
+  const int64_t warmup = optimization_.schedule.warmup_steps;
+  // The schedule counts the global step from the run's first (a resumed run's included).
+  const int64_t total = epochs_ * steps_;
+  if (warmup == 0 || warmup < total || steps_planned(epochs_) == 0) return;
+  // The lr of the last step, (total / warmup) of --lr: "1.6%", "50%".
+  const double share = 100.0 * static_cast<double>(total) / static_cast<double>(warmup);
+  std::ostringstream peak;
+  if (share >= 10)
+    peak << std::llround(share);
+  else
+    peak << std::setprecision(2) << share;
+  const std::string run = "(" + std::string(config_.time_budget_s > 0 ? "at most " : "") +
+                          std::to_string(total) + " steps: " + std::to_string(epochs_) +
+                          (epochs_ == 1 ? " epoch" : " epochs") + " of " + std::to_string(steps_) +
+                          ")";
+  const std::string lr =
+      "the lr only reaches " + peak.str() + "% of --lr " + c10::str(optimization_.options.lr);
+  if (config_.warmup_steps_origin.empty())
+    throw Error("--warmup-steps " + std::to_string(warmup) + " spans the whole run " + run + ": " +
+                    lr + ", at the last step",
+                "pass a --warmup-steps below " + std::to_string(total) +
+                    " (a tenth of the run's steps or less is usual), or more --epochs");
+  warmup_note_ = config_.warmup_steps_origin + "'s " + std::to_string(warmup) +
+                 " warm-up steps span the whole run " + run + ": " + lr +
+                 ", at the last step (--warmup-steps sets the warm-up)";
 }
 
 void TrainingRun::check_something_to_train() const {
@@ -351,6 +387,13 @@ void TrainingRun::check_task_options() const {
   if (config_.target_accuracy > 0 && data_.test.size() == 0)
     throw Error("--target-accuracy is checked on the test set; this run has none",
                 "drop --target-accuracy, or hold out a test set (--holdout for sprite sets)");
+  // The options that act on the test set only: silently nothing without one.
+  if (config_.eval_every_steps > 0 && data_.test.size() == 0)
+    throw Error("--eval-every-steps evaluates the test set; this run has none",
+                "drop --eval-every-steps, or hold out a test set (--holdout for sprite sets)");
+  if (config_.test_limit > 0 && data_.test.size() == 0)
+    throw Error("--test-limit limits the test set; this run has none",
+                "drop --test-limit, or hold out a test set (--holdout for sprite sets)");
   if (parallel_.kind() == StrategyKind::kDataParallel && !traits_.data_parallel)
     throw Error("--strategy dp replicates our built-in classifiers only; " + task +
                     " cannot be split that way",
@@ -514,6 +557,20 @@ void TrainingRun::set_up_step() {
                     std::to_string(data_.train.inputs.size(2)) + "x" +
                     std::to_string(data_.train.inputs.size(3)) + " images out of the frame",
                 "shift by less than half the image's side (shift:2 is the usual)");
+  // A square as wide as the image blanks over half of it on average (9/16 of a square image), and
+  // from 2 sides - 1 all of it wherever its centre falls: the model would learn from blank images.
+  const int64_t side = data_.train.inputs.dim() == 4
+                           ? std::max(data_.train.inputs.size(2), data_.train.inputs.size(3))
+                           : 0;
+  if (augment_.cutout > 0 && side > 0 && augment_.cutout >= side)
+    throw Error(
+        "--augment " + config_.augment + ": a cutout of " + std::to_string(augment_.cutout) +
+            " pixels blanks most of each of " + data_.train.name + "'s " +
+            std::to_string(data_.train.inputs.size(2)) + "x" +
+            std::to_string(data_.train.inputs.size(3)) + " images" +
+            (augment_.cutout >= 2 * side - 1 ? " (all of it, wherever the square falls)" : ""),
+        "cut out a square smaller than the image's side, " + std::to_string(side) +
+            " pixels (cutout:8 on 28x28 images is the usual)");
   if (augment_.enabled() && data_.train.inputs.dim() != 4)
     throw Error("--augment " + config_.augment + " needs image data; " + data_.train.name +
                 " holds feature vectors");
@@ -649,6 +706,7 @@ Settings TrainingRun::describe() const {
   };
   settings.insert(settings.end(), common.begin(), common.end());
   if (!governor_note_.empty()) settings.emplace_back("thread governor", governor_note_);
+  if (!warmup_note_.empty()) settings.emplace_back("warm-up", warmup_note_);
   if (device_.is_cpu())
     if (const std::string blas = openblas_core_warning(); !blas.empty())
       settings.emplace_back("blas", blas);
@@ -781,6 +839,7 @@ void TrainingRun::follow_budget(int64_t epoch) {
     plan.seconds_per_step = in.seconds_per_step;
     plan.max_epochs = epochs_;
     plan.epochs = epochs_within_budget(in);
+    plan.spent = now >= config_.time_budget_s;
   }
   // ddp: every rank runs rank 0's plan (their clocks differ; their epochs must not).
   plan.epochs = static_cast<int64_t>(
@@ -790,6 +849,29 @@ void TrainingRun::follow_budget(int64_t epoch) {
   epochs_ = plan.epochs;
   budget_ = plan;
   next_revision_ = next_budget_revision(plan, steps_done_, max_revisions_);
+  observer_->on_plan(plan);
+}
+
+void TrainingRun::end_spent_budget(int64_t epoch) {
+  if (config_.time_budget_s <= 0 || budget_ || epoch + 1 >= epochs_) return;
+  const double now = train_seconds_now();
+  const bool spent = parallel_.is_main() && now >= config_.time_budget_s;
+  if (parallel_.sum({spent ? 1.0 : 0.0})[0] == 0) return;
+  // The speed of the steps timed so far, or of every step when none was timed yet.
+  const int64_t timed = std::max<int64_t>(steps_done_ - kBudgetSkipSteps, 0);
+  BudgetPlan plan;
+  plan.budget_s = config_.time_budget_s;
+  plan.timed_steps = timed;
+  plan.seconds_per_step = timed > 0 ? (now - budget_clock_start_) / static_cast<double>(timed)
+                                    : (now - resumed_train_seconds_) /
+                                          static_cast<double>(std::max<int64_t>(steps_done_, 1));
+  plan.max_epochs = epochs_;
+  plan.epochs = epoch + 1;
+  plan.steps = steps_planned(plan.epochs);
+  plan.spent = true;
+  epochs_ = plan.epochs;
+  budget_ = plan;
+  next_revision_ = 0;
   observer_->on_plan(plan);
 }
 
@@ -1188,6 +1270,8 @@ TrainReport TrainingRun::run() {
   int64_t epochs_done = -1;  // set when the run stops early
   for (int64_t epoch = start_epoch_; epoch < epochs_; ++epoch) {
     EpochReport er = train_epoch(epoch);
+    end_spent_budget(epoch);  // this epoch may be the last
+    er.epochs = epochs_;
     const bool stopped_within = stop_;
     // The test set after this epoch, for the test curves: rank 0 only, outside train_seconds. The
     // last epoch's evaluation is the final one (with predictions): no second pass.

@@ -83,12 +83,17 @@ else
 fi
 expect 0 "bf16 autocast|bf16 in layer 1's products" -- train --device cpu --precision bf16 --dataset dummy --model simplenn --epochs 1
 # --time-budget: a budget no step fits in ends the run after the epoch in progress when the plan is
-# made (after 70 steps: the second of 64, of at most 20) and when it is revised (halfway through
+# made (after 70 steps: the first of 128, of at most 20) and when it is revised (halfway through
 # the 58 steps left, and through the 29 left then), said in the settings, the plan lines and the
 # JSON; a text that is no duration is refused.
-expect 0 "Time budget 0:00.0: 2 epochs, 128 steps at .* s a step \(of at most 20\)" -- train --device cpu --dataset dummy --model simplenn --epochs 20 --time-budget 0.0000001
-expect 0 "Time budget 0:00.0, revised at step 113: 2 epochs, 128 steps at .* s a step \(of at most 20\)" -- train --device cpu --dataset dummy --model simplenn --epochs 20 --time-budget 0.0000001
-expect 0 '"time_budget":\{"budget_s":1e-07,"epochs":2,"max_epochs":20,"revisions":2,' -- train --device cpu --dataset dummy --model simplenn --epochs 20 --time-budget 0.0000001 --json --quiet
+expect 0 "Time budget 0:00.0: used up, so the run ends with epoch 1: 1 epoch, 128 steps at .* s a step \(of at most 20\)" -- train --device cpu --dataset dummy --model simplenn --batch-size 32 --epochs 20 --time-budget 0.0000001
+expect 0 "Time budget 0:00.0, revised at step 113: used up, so the run ends with epoch 1: 1 epoch, 128 steps at .* s a step \(of at most 20\)" -- train --device cpu --dataset dummy --model simplenn --batch-size 32 --epochs 20 --time-budget 0.0000001
+expect 0 '"time_budget":\{"budget_s":1e-07,"epochs":1,"max_epochs":20,"revisions":2,"seconds_per_step":[^,]*,"spent":true,' -- train --device cpu --dataset dummy --model simplenn --batch-size 32 --epochs 20 --time-budget 0.0000001 --json --quiet
+# Used up before its steps are timed (10 an epoch: the plan would come in epoch 8), the run ends
+# with the epoch in progress; used up in the last epoch, the plan line says so rather than "all of
+# --epochs fit".
+expect 0 "Time budget 0:00.0: used up, so the run ends with epoch 1: 1 epoch, 10 steps at .* s a step \(of at most 20\)" -- train --device cpu --dataset dummy --model simplenn --train-limit 640 --epochs 20 --time-budget 0.0000001 --no-run-dir
+expect 0 "Time budget 0:00.0: used up, so the run ends with epoch 1: 1 epoch, 128 steps at .* s a step$" -- train --device cpu --dataset dummy --model simplenn --batch-size 32 --epochs 1 --time-budget 0.0000001 --no-run-dir
 expect 2 "cannot read --time-budget '15 min': expected a duration such as 900, 900s, 15m" -- train --dataset dummy --model simplenn --time-budget "15 min"
 # --vs-python compares the seed's loop only (ann or cnn on Fashion-MNIST): any other workload is
 # refused before anything runs.
@@ -832,6 +837,8 @@ expect 2 "--augment flip,flip: .*names flip twice|'flip,flip' names flip twice" 
 # Refused when the options are read, so --print-config never writes out a value training refuses.
 expect 2 "--augment: unknown augmentation 'rotate'" -- train --augment rotate --print-config
 expect 2 "a shift of 9 pixels moves most of .*16x16 images out of the frame" -- train --device cpu --dataset sprites --sprite-count 32 --epochs 1 --no-run-dir --augment shift:9
+expect 2 "a cutout of 16 pixels blanks most of each of .*16x16 images" -- train --device cpu --dataset sprites --sprite-count 32 --epochs 1 --no-run-dir --augment flip,cutout:16
+expect 2 "a cutout of 60 pixels blanks most of each of .*16x16 images \(all of it, wherever the square falls\)" -- train --device cpu --dataset sprites --sprite-count 32 --epochs 1 --no-run-dir --augment cutout:60
 expect 2 "--size: '3abc' is not a sprite size \(expected 16, 32 or 64\)" -- train --dataset sprites --size 3abc
 expect 0 "--channels-last false unused: this model has no convolutions" -- "${tiny[@]}" --channels-last false
 expect 0 "Test Accuracy" -- "${tiny[@]}" --batch-size 100000000  # buffers for the data's 1024 samples, not 10^8
@@ -891,6 +898,12 @@ expect 2 "$tmp/s.pt: expected a folder holding the four Fashion-MNIST IDX files 
 expect 2 "--unet-base does not apply to --task classify" -- "${tiny[@]}" --unet-base 16
 expect 2 "--columns lays out the --out sheet; this command writes no sheet" -- generate --checkpoint "$tmp/g.pt" --count 2 --steps 2 --out-dir "$tmp/cols" --columns 3
 expect 2 "--target-accuracy is checked on the test set; this run has none" -- train --dataset sprites --sprite-count 50 --holdout 0 --epochs 1 --no-run-dir --target-accuracy 0.9
+expect 2 "--eval-every-steps evaluates the test set; this run has none" -- train --dataset sprites --sprite-count 50 --holdout 0 --epochs 1 --no-run-dir --eval-every-steps 2
+expect 2 "^hint: drop --test-limit, or hold out a test set \(--holdout for sprite sets\)$" -- train --dataset sprites --sprite-count 50 --holdout 0 --epochs 1 --no-run-dir --test-limit 10
+# A warm-up that spans the whole run: refused when given, a settings note when a recipe chose it
+# (4 epochs of batch 256 on 270 training sprites: a few steps against its 100).
+expect 2 "--warmup-steps 1000 spans the whole run \(64 steps: 1 epoch of 64\): the lr only reaches 6.4% of --lr 0.001, at the last step$" -- "${tiny[@]}" --warmup-steps 1000
+expect 0 "warm-up +--recipe fast's 100 warm-up steps span the whole run \([0-9]+ steps: 4 epochs of [0-9]+\): the lr only reaches [0-9.]+% of --lr 0.01, at the last step \(--warmup-steps sets the warm-up\)" -- train --device cpu --dataset sprites --sprite-count 300 --recipe fast --first-conv learned --no-run-dir
 # Weights from import have no optimizer state to resume; their test-time flips survive the trip.
 "$bin" export --checkpoint "$tmp/s.pt" "$tmp/s_x.safetensors" --overwrite >/dev/null 2>&1
 "$bin" import "$tmp/s_x.safetensors" "$tmp/s_imported.pt" --overwrite >/dev/null 2>&1

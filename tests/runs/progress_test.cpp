@@ -45,6 +45,39 @@ TEST(TerminalStyle, RedrawOnlyOnATerminalAndColourUnlessNoColor) {
   EXPECT_FALSE(terminal_style(true, nullptr, "dumb").redraw);
 }
 
+// The plan line says what ends the run: a budget used up when the plan was made ends it with the
+// epoch in progress, never "all of --epochs fit".
+TEST(ProgressPrinter, APlanLineSaysWhenTheBudgetWasUsedUp) {
+  const auto line = [](const train::BudgetPlan& plan) {
+    std::ostringstream out;
+    ProgressOptions options;
+    options.style = {false, false};
+    ProgressPrinter printer(out, options);
+    printer.on_plan(plan);
+    return out.str();
+  };
+  train::BudgetPlan plan;
+  plan.budget_s = 1;
+  plan.seconds_per_step = 0.024;
+  plan.epochs = 5;
+  plan.max_epochs = 5;
+  plan.steps = 80;
+  EXPECT_EQ(line(plan),
+            "Time budget 0:01: 5 epochs, 80 steps at 0.024 s a step (all of --epochs fit)\n");
+  plan.spent = true;
+  EXPECT_EQ(
+      line(plan),
+      "Time budget 0:01: used up, so the run ends with epoch 5: 5 epochs, 80 steps at 0.024 s "
+      "a step\n");
+  plan.epochs = 3;
+  plan.max_epochs = 20;
+  plan.steps = 48;
+  EXPECT_EQ(
+      line(plan),
+      "Time budget 0:01: used up, so the run ends with epoch 3: 3 epochs, 48 steps at 0.024 s "
+      "a step (of at most 20)\n");
+}
+
 TEST(ProgressPrinter, NotATerminalGivesPlainLinesPerLogIntervalAndEpoch) {
   const std::string out = render({false, false}, Verbosity::kNormal);
   EXPECT_EQ(out.find('\r'), std::string::npos) << out;

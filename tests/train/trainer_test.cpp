@@ -168,7 +168,7 @@ TEST(Trainer, LrScheduleIsAFunctionOfTheGlobalStepSoResumeContinuesIt) {
 }
 
 // --time-budget: a budget no step fits in ends the run after the epoch in progress when the plan is
-// made (the second: 64 steps an epoch, the plan after 70), and the schedule it follows is that of
+// made (the first: 128 steps an epoch, the plan after 70), and the schedule it follows is that of
 // the planned length (the plan falls inside the lr warm-up), so it equals a run asked for that many
 // epochs.
 TEST(Trainer, TimeBudgetPlansTheEpochsThatFitAndTheScheduleFollows) {
@@ -179,7 +179,8 @@ TEST(Trainer, TimeBudgetPlansTheEpochsThatFitAndTheScheduleFollows) {
     void on_epoch(const EpochReport& report) override { epochs.push_back(report); }
   } observer;
   ScratchDir dir;
-  TrainConfig budget = dummy_sgd_run(&dir, "budget.pt");  // 64 steps an epoch
+  TrainConfig budget = dummy_sgd_run(&dir, "budget.pt");
+  budget.batch_size = 32;  // 128 steps an epoch
   budget.lr_schedule = "cosine";
   budget.warmup_steps = 80;
   budget.epochs = 20;
@@ -187,9 +188,10 @@ TEST(Trainer, TimeBudgetPlansTheEpochsThatFitAndTheScheduleFollows) {
   const auto report = run_training(budget, &observer);
   ASSERT_TRUE(report.budget.has_value());
   ASSERT_EQ(kBudgetSkipSteps + kBudgetTimedSteps, 70);
-  EXPECT_EQ(report.budget->epochs, 2);
+  EXPECT_EQ(report.budget->epochs, 1);
   EXPECT_EQ(report.budget->max_epochs, 20);
   EXPECT_EQ(report.budget->steps, 128);
+  EXPECT_TRUE(report.budget->spent);
   EXPECT_EQ(report.budget->timed_steps, 113 - kBudgetSkipSteps);  // every step since the skip
   EXPECT_GT(report.budget->seconds_per_step, 0);
   // Revised halfway through its 58 steps left and halfway through the 29 left then; nothing fits
@@ -199,17 +201,16 @@ TEST(Trainer, TimeBudgetPlansTheEpochsThatFitAndTheScheduleFollows) {
   EXPECT_EQ(observer.plans.at(1).revised_at_step, 99);
   EXPECT_EQ(observer.plans.at(2).revised_at_step, 113);
   EXPECT_EQ(report.budget->revisions, 2);
-  ASSERT_EQ(report.epochs.size(), 2u);
-  EXPECT_EQ(observer.epochs.at(0).epochs, 20);  // before the plan: --epochs
-  EXPECT_EQ(observer.epochs.at(1).epochs, 2);   // after it: the planned length
-  EXPECT_EQ(load_checkpoint(budget.save).meta.at("epoch").get<int64_t>(), 2);
+  ASSERT_EQ(report.epochs.size(), 1u);
+  EXPECT_EQ(observer.epochs.at(0).epochs, 1);  // the planned length
+  EXPECT_EQ(load_checkpoint(budget.save).meta.at("epoch").get<int64_t>(), 1);
   bool described = false;
   for (const auto& [k, v] : report.settings) described |= k == "time budget";
   EXPECT_TRUE(described);
 
   TrainConfig one = budget;
   one.save = dir.file("one.pt");
-  one.epochs = 2;
+  one.epochs = 1;
   one.time_budget_s = 0;
   EXPECT_FALSE(run_training(one).budget.has_value());
   EXPECT_EQ(max_weight_difference(budget.save, one.save), 0.0);
@@ -385,10 +386,129 @@ TEST(Trainer, ARunTooShortToTimeTrainsItsEpochs) {
   TrainConfig c = dummy_sgd_run();
   c.train_limit = 640;  // 10 steps an epoch, 30 in all: fewer than the plan needs (70)
   c.epochs = 3;
-  c.time_budget_s = 1e-9;
+  c.time_budget_s = 1e9;
   const auto report = run_training(c);
   EXPECT_FALSE(report.budget.has_value());
   EXPECT_EQ(report.epochs.size(), 3u);
+}
+
+// A budget used up before the steps are timed (10 steps an epoch: the plan would come in epoch 8)
+// is not overrun by the epochs the timing would take: a plan that says so ends the run with the
+// epoch in progress, and the epoch lines and the schedule take its length.
+TEST(Trainer, ABudgetUsedUpBeforeItsStepsAreTimedEndsTheRunWithTheEpoch) {
+  struct PlanLog : TrainObserver {
+    std::vector<BudgetPlan> plans;
+    std::vector<EpochReport> epochs;
+    void on_plan(const BudgetPlan& plan) override { plans.push_back(plan); }
+    void on_epoch(const EpochReport& report) override { epochs.push_back(report); }
+  } observer;
+  TrainConfig c = dummy_sgd_run();
+  c.train_limit = 640;
+  c.epochs = 20;
+  c.time_budget_s = 1e-9;
+  const auto report = run_training(c, &observer);
+  ASSERT_TRUE(report.budget.has_value());
+  EXPECT_TRUE(report.budget->spent);
+  EXPECT_EQ(report.budget->epochs, 1);
+  EXPECT_EQ(report.budget->max_epochs, 20);
+  EXPECT_EQ(report.budget->steps, 10);
+  EXPECT_EQ(report.budget->timed_steps, 0);  // the clock starts after step 10
+  EXPECT_GT(report.budget->seconds_per_step, 0);
+  EXPECT_EQ(report.epochs.size(), 1u);
+  ASSERT_EQ(observer.plans.size(), 1u);
+  ASSERT_EQ(observer.epochs.size(), 1u);
+  EXPECT_EQ(observer.epochs.at(0).epochs, 1);
+  EXPECT_TRUE(budget_from_json(budget_json(*report.budget), "x.pt").spent);
+}
+
+// The error's message and hint of a run that is refused; "" when it trains.
+std::string trainer_refusal(const TrainConfig& c) {
+  try {
+    run_training(c);
+  } catch (const Error& e) {
+    return std::string(e.what()) + " | " + e.hint();
+  }
+  return "";
+}
+
+// A warm-up as long as the run would keep the lr below --lr to the end: refused when chosen; when a
+// recipe filled it in (warmup_steps_origin) the run trains and its settings say so. Under
+// --time-budget the run's most steps count.
+TEST(Trainer, AWarmUpSpanningTheWholeRunIsRefusedWhenChosenAndNotedWhenNot) {
+  TrainConfig c = dummy_sgd_run();  // 64 steps an epoch
+  c.lr_schedule = "cosine";
+  c.epochs = 2;
+  c.warmup_steps = 1000;
+  EXPECT_EQ(trainer_refusal(c),
+            "--warmup-steps 1000 spans the whole run (128 steps: 2 epochs of 64): the lr only "
+            "reaches 13% of --lr 0.1, at the last step | pass a --warmup-steps below 128 (a tenth "
+            "of the run's steps or less is usual), or more --epochs");
+  c.warmup_steps = 128;
+  EXPECT_NE(trainer_refusal(c).find("--warmup-steps 128 spans the whole run"), std::string::npos);
+  c.time_budget_s = 1e9;
+  EXPECT_NE(trainer_refusal(c).find("(at most 128 steps: 2 epochs of 64)"), std::string::npos);
+  c.time_budget_s = 0;
+  c.warmup_steps = 127;
+  EXPECT_EQ(trainer_refusal(c), "");
+
+  c.warmup_steps = 6400;
+  c.warmup_steps_origin = "--recipe fast";
+  const auto noted = run_training(c);
+  std::string row;
+  for (const auto& [k, v] : noted.settings)
+    if (k == "warm-up") row = v;
+  EXPECT_EQ(row,
+            "--recipe fast's 6400 warm-up steps span the whole run (128 steps: 2 epochs of 64): "
+            "the lr only reaches 2% of --lr 0.1, at the last step (--warmup-steps sets the "
+            "warm-up)");
+  c.warmup_steps = 127;
+  for (const auto& [k, v] : run_training(c).settings) EXPECT_NE(k, "warm-up");
+}
+
+// A cutout square as wide as the images blanks most of each (all of it from 2 sides - 1), as a
+// shift of half their side moves most out of the frame: both refused before training.
+TEST(Trainer, ACutoutAsWideAsTheImagesIsRefused) {
+  TrainConfig c;
+  c.device = "cpu";
+  c.dataset = "sprites";  // 16x16
+  c.sprites.count = 32;
+  c.epochs = 1;
+  c.augment = "flip,cutout:16";
+  EXPECT_NE(
+      trainer_refusal(c).find("--augment flip,cutout:16: a cutout of 16 pixels blanks most of each "
+                              "of "),
+      std::string::npos)
+      << trainer_refusal(c);
+  EXPECT_EQ(trainer_refusal(c).find("all of it"), std::string::npos);
+  c.augment = "cutout:31";
+  EXPECT_NE(
+      trainer_refusal(c).find("16x16 images (all of it, wherever the square falls) | cut out a "
+                              "square smaller than the image's side"),
+      std::string::npos)
+      << trainer_refusal(c);
+  c.augment = "cutout:15";
+  EXPECT_EQ(trainer_refusal(c), "");
+}
+
+// Without a test set the options that act on it would do nothing: refused, as --target-accuracy.
+TEST(Trainer, TestSetOptionsAreRefusedWithoutATestSet) {
+  TrainConfig c;
+  c.device = "cpu";
+  c.dataset = "sprites";
+  c.sprites.count = 32;
+  c.sprites.holdout = 0;
+  c.epochs = 1;
+  c.eval_every_steps = 2;
+  EXPECT_EQ(trainer_refusal(c),
+            "--eval-every-steps evaluates the test set; this run has none | drop "
+            "--eval-every-steps, or hold out a test set (--holdout for sprite sets)");
+  c.eval_every_steps = 0;
+  c.test_limit = 10;
+  EXPECT_EQ(trainer_refusal(c),
+            "--test-limit limits the test set; this run has none | drop --test-limit, or hold out "
+            "a test set (--holdout for sprite sets)");
+  c.test_limit = 0;
+  EXPECT_EQ(trainer_refusal(c), "");
 }
 
 TEST(Trainer, LogLinesCarryTheScheduledLr) {
