@@ -104,17 +104,23 @@ CpuWork cpu_work_of(const torch::nn::Module& model) {
   return CpuWork::kMatmuls;
 }
 
+namespace {
+
+// The threads an OMP_NUM_THREADS value asks for: "4" -> 4; "4,2" (nested levels) -> its first
+// level; 0 for null, empty, junk or <= 0, which OpenMP ignores.
+long omp_thread_count(const char* omp_num_threads) {
+  if (omp_num_threads == nullptr || *omp_num_threads == 0) return 0;
+  char* end = nullptr;
+  const long count = std::strtol(omp_num_threads, &end, 10);
+  return end != omp_num_threads && (*end == 0 || *end == ',') && count > 0 ? count : 0;
+}
+
+}  // namespace
+
 int cpu_cores_for(int allowed_cpus, int share, const char* omp_num_threads) {
-  int cores = std::max(1, allowed_cpus / std::max(1, share));
-  if (omp_num_threads && *omp_num_threads) {
-    char* end = nullptr;
-    const long cap = std::strtol(omp_num_threads, &end, 10);
-    // "4" caps; "4,2" (nested levels) caps at its first level; junk or <= 0 is ignored (as
-    // OpenMP ignores it).
-    if (end != omp_num_threads && (*end == 0 || *end == ',') && cap > 0)
-      cores = static_cast<int>(std::min<long>(cores, cap));
-  }
-  return cores;
+  const int cores = std::max(1, allowed_cpus / std::max(1, share));
+  const long cap = omp_thread_count(omp_num_threads);
+  return cap > 0 ? static_cast<int>(std::min<long>(cores, cap)) : cores;
 }
 
 int cpu_cores(int share) {
@@ -131,10 +137,8 @@ bool cap_threads_from_environment() {
   const char* omp = std::getenv("OMP_NUM_THREADS");
   if (omp == nullptr) return false;
   const int cores = cpu_cores();
-  char* end = nullptr;
-  const long value = std::strtol(omp, &end, 10);
-  const bool readable = end != omp && (*end == 0 || *end == ',') && value > 0;
-  if (readable && value <= cores) return false;
+  const long count = omp_thread_count(omp);
+  if (count > 0 && count <= cores) return false;
   at::set_num_threads(cores);
   return true;
 }

@@ -69,9 +69,7 @@ SimpleNnImpl::SimpleNnImpl(int64_t in_features, int64_t classes) {
   fc2 = register_module("fc2", torch::nn::Linear(10, classes));
 }
 
-torch::Tensor SimpleNnImpl::features(torch::Tensor x) {
-  return torch::relu(fc1(x.flatten(1)));
-}
+torch::Tensor SimpleNnImpl::features(torch::Tensor x) { return torch::relu(fc1(x.flatten(1))); }
 
 torch::Tensor SimpleNnImpl::forward(torch::Tensor x) { return fc2(features(std::move(x))); }
 

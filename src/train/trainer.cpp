@@ -384,16 +384,22 @@ void TrainingRun::check_task_options() const {
   if (config_.target_accuracy > 0 && !traits_.has_accuracy)
     throw Error("--target-accuracy needs a task with an accuracy; " + task + " has none",
                 "drop --target-accuracy");
-  if (config_.target_accuracy > 0 && data_.test.size() == 0)
-    throw Error("--target-accuracy is checked on the test set; this run has none",
-                "drop --target-accuracy, or hold out a test set (--holdout for sprite sets)");
-  // The options that act on the test set only: silently nothing without one.
-  if (config_.eval_every_steps > 0 && data_.test.size() == 0)
-    throw Error("--eval-every-steps evaluates the test set; this run has none",
-                "drop --eval-every-steps, or hold out a test set (--holdout for sprite sets)");
-  if (config_.test_limit > 0 && data_.test.size() == 0)
-    throw Error("--test-limit limits the test set; this run has none",
-                "drop --test-limit, or hold out a test set (--holdout for sprite sets)");
+  // The options that act on the test set only: without one they would silently do nothing.
+  if (data_.test.size() == 0) {
+    const struct {
+      bool given;
+      const char* flag;
+      const char* what;  // what it does to the test set
+    } test_options[] = {{config_.target_accuracy > 0, "--target-accuracy", "is checked on"},
+                        {config_.eval_every_steps > 0, "--eval-every-steps", "evaluates"},
+                        {config_.test_limit > 0, "--test-limit", "limits"}};
+    for (const auto& option : test_options)
+      if (option.given)
+        throw Error(
+            std::string(option.flag) + " " + option.what + " the test set; this run has none",
+            "drop " + std::string(option.flag) +
+                ", or hold out a test set (--holdout for sprite sets)");
+  }
   if (parallel_.kind() == StrategyKind::kDataParallel && !traits_.data_parallel)
     throw Error("--strategy dp replicates our built-in classifiers only; " + task +
                     " cannot be split that way",

@@ -56,6 +56,14 @@ TEST(Trainer, CnnTrainsThroughAutograd) {
   }
 }
 
+// What --time-budget runs report: each plan and each epoch.
+struct PlanLog : TrainObserver {
+  std::vector<BudgetPlan> plans;
+  std::vector<EpochReport> epochs;
+  void on_plan(const BudgetPlan& plan) override { plans.push_back(plan); }
+  void on_epoch(const EpochReport& report) override { epochs.push_back(report); }
+};
+
 // Seed 003's SimpleNN on the dummy data with SGD at 0.1 (64 steps per epoch of 64): milliseconds.
 TrainConfig dummy_sgd_run(const ScratchDir* dir = nullptr, const std::string& save = "") {
   TrainConfig c;
@@ -172,12 +180,7 @@ TEST(Trainer, LrScheduleIsAFunctionOfTheGlobalStepSoResumeContinuesIt) {
 // the planned length (the plan falls inside the lr warm-up), so it equals a run asked for that many
 // epochs.
 TEST(Trainer, TimeBudgetPlansTheEpochsThatFitAndTheScheduleFollows) {
-  struct PlanLog : TrainObserver {
-    std::vector<BudgetPlan> plans;
-    std::vector<EpochReport> epochs;
-    void on_plan(const BudgetPlan& plan) override { plans.push_back(plan); }
-    void on_epoch(const EpochReport& report) override { epochs.push_back(report); }
-  } observer;
+  PlanLog observer;
   ScratchDir dir;
   TrainConfig budget = dummy_sgd_run(&dir, "budget.pt");
   budget.batch_size = 32;  // 128 steps an epoch
@@ -266,10 +269,6 @@ void set_checkpoint_train_seconds(const std::string& path, double seconds) {
 // time: the seconds its checkpoint records count against it, and a --time-budget other than the
 // plan's applies at once.
 TEST(Trainer, AResumedBudgetCountsTheTimeTrainedAndKeepsRevising) {
-  struct PlanLog : TrainObserver {
-    std::vector<BudgetPlan> plans;
-    void on_plan(const BudgetPlan& plan) override { plans.push_back(plan); }
-  };
   ScratchDir dir;
   TrainConfig c = dummy_sgd_run(&dir, "straight.pt");  // 64 steps an epoch
   c.lr_schedule = "cosine";
@@ -396,12 +395,7 @@ TEST(Trainer, ARunTooShortToTimeTrainsItsEpochs) {
 // is not overrun by the epochs the timing would take: a plan that says so ends the run with the
 // epoch in progress, and the epoch lines and the schedule take its length.
 TEST(Trainer, ABudgetUsedUpBeforeItsStepsAreTimedEndsTheRunWithTheEpoch) {
-  struct PlanLog : TrainObserver {
-    std::vector<BudgetPlan> plans;
-    std::vector<EpochReport> epochs;
-    void on_plan(const BudgetPlan& plan) override { plans.push_back(plan); }
-    void on_epoch(const EpochReport& report) override { epochs.push_back(report); }
-  } observer;
+  PlanLog observer;
   TrainConfig c = dummy_sgd_run();
   c.train_limit = 640;
   c.epochs = 20;
