@@ -159,20 +159,27 @@ nlohmann::json bench_json(const train::BenchReport& report) {
 std::string bench_csv(const train::BenchReport& report) {
   std::ostringstream out;
   out << "device,device_name,data_path,precision,cuda_graphs,step,ran,ms_per_step,images_per_"
-         "second,"
-         "epoch_s,train_s,speedup_over_cpu,accuracy\n";
+         "second,epoch_s,train_s,speedup_over_cpu,accuracy,skipped_reason\n";
+  auto quoted = [](const std::string& s) {
+    std::string q = "\"";
+    for (char c : s) q += (c == '"' ? std::string("\"\"") : std::string(1, c));
+    return q + "\"";
+  };
   for (const auto& r : report.rows) {
-    auto quoted = [](const std::string& s) {
-      std::string q = "\"";
-      for (char c : s) q += (c == '"' ? std::string("\"\"") : std::string(1, c));
-      return q + "\"";
-    };
     out << r.device << "," << quoted(r.device_name) << "," << quoted(r.data_path) << ","
         << r.precision << "," << (r.cuda_graphs ? 1 : 0) << "," << quoted(r.step) << ","
-        << (r.ran ? 1 : 0) << "," << r.ms_per_step << "," << r.images_per_second << ","
-        << r.epoch_seconds << "," << r.train_seconds << ",";
-    if (r.speedup_over_cpu > 0) out << r.speedup_over_cpu;  // empty: no CPU row
-    out << "," << r.accuracy << "\n";
+        << (r.ran ? 1 : 0) << ",";
+    // A row that did not run has no figures: empty cells, as in the JSON, not zeros a sort would
+    // take for the fastest row.
+    if (r.ran)
+      out << r.ms_per_step << "," << r.images_per_second << "," << r.epoch_seconds << ","
+          << r.train_seconds << ",";
+    else
+      out << ",,,,";
+    if (r.ran && r.speedup_over_cpu > 0) out << r.speedup_over_cpu;  // empty: no CPU row
+    out << ",";
+    if (r.ran) out << r.accuracy;
+    out << "," << (r.ran ? std::string() : quoted(r.skipped_reason)) << "\n";
   }
   return out.str();
 }

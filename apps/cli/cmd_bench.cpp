@@ -17,6 +17,7 @@
 #include "common/choice.h"
 #include "common/error.h"
 #include "common/input_file.h"
+#include "common/json_text.h"
 #include "common/output_file.h"
 #include "config/toml_file.h"
 #include "config_file.h"
@@ -420,7 +421,7 @@ int run_target_bench(BenchFlags& f) {
     }
   }
   std::cout << std::defaultfloat;
-  write_file_atomically(f.out + ".json", json.dump(2) + "\n");
+  write_file_atomically(f.out + ".json", json_text(json, 2) + "\n");
   std::cout << "Wrote " << f.out << ".json\n";
   return peer_failed_exit(peer_failures, f.seeds);
 }
@@ -668,7 +669,7 @@ Subcommand add_bench_command(CLI::App& app) {
               }
               json["python_peer"] = peers;
             }
-            write_file_atomically(f->out + ".json", json.dump(2) + "\n");
+            write_file_atomically(f->out + ".json", json_text(json, 2) + "\n");
             write_file_atomically(f->out + ".csv", bench_csv(report));
             std::cout << "Wrote " << f->out << ".json and " << f->out << ".csv\n";
             return peer_failed_exit(peer_failures, peer_runs);

@@ -7,6 +7,7 @@
 #include "common/cpu_threads.h"
 #include "common/error.h"
 #include "common/json_field.h"
+#include "common/json_text.h"
 #include "data/picture.h"
 #include "data/sprite_sources.h"
 #include "device/device.h"
@@ -17,6 +18,35 @@
 #include "train/model_state.h"
 
 namespace spritetorch::cli {
+
+namespace {
+
+// A file or class name as one field of the tab-separated lines: a tab, newline or backslash in it
+// written \t, \n, \\ (and a carriage return \r), so that each line keeps its three fields.
+std::string tsv_field(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    switch (c) {
+      case '\t':
+        out += "\\t";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
 
 Subcommand add_classify_command(CLI::App& app) {
   auto* sub = app.add_subcommand(
@@ -35,7 +65,10 @@ Subcommand add_classify_command(CLI::App& app) {
   auto f = std::make_shared<Flags>();
   sub->add_option("--checkpoint", f->checkpoint, "Classifier checkpoint (train --save)")
       ->required();
-  sub->add_option("files", f->files, "PNG files")->required();
+  sub->add_option("files", f->files,
+                  "PNG files; each gets a line FILE<tab>CLASS<tab>CONFIDENCE (a tab, newline or "
+                  "backslash in a name written \\t, \\n, \\\\)")
+      ->required();
   sub->add_option("--device", f->device, "auto | cpu | cuda | cuda:N | mps")->capture_default_str();
   sub->add_flag("--json", f->json, "Print one JSON object per file (per tile with --tile)");
   add_cpu_thread_options(sub, f->cpu.threads, f->cpu.blas_threads);
@@ -95,10 +128,11 @@ Subcommand add_classify_command(CLI::App& app) {
           if (f->json) {
             nlohmann::json line{{"file", file}, {"class", name}, {"confidence", confidence}};
             if (tile) line.update({{"tile", tile->index}, {"row", tile->row}, {"col", tile->col}});
-            std::cout << line.dump() << "\n";
+            std::cout << json_text(line) << "\n";
           } else {
-            std::cout << file << (tile ? "#" + std::to_string(tile->index) : std::string()) << "\t"
-                      << name << "\t" << std::fixed << std::setprecision(4) << confidence
+            std::cout << tsv_field(file)
+                      << (tile ? "#" + std::to_string(tile->index) : std::string()) << "\t"
+                      << tsv_field(name) << "\t" << std::fixed << std::setprecision(4) << confidence
                       << std::defaultfloat << "\n";
           }
         };

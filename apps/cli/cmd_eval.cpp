@@ -14,6 +14,7 @@
 #include "common/cpu_threads.h"
 #include "common/error.h"
 #include "common/json_field.h"
+#include "common/json_text.h"
 #include "config_file.h"
 #include "device/device.h"
 #include "diffusion/fidelity.h"
@@ -368,7 +369,7 @@ int run_generator_eval(const CLI::App& sub, const GeneratorEvalFlags& flags,
                                              {"recall", fr.coverage.recall},
                                              {"recall_real", fr.coverage_real.recall}};
     }
-    std::cout << out.dump() << "\n";
+    std::cout << json_text(out) << "\n";
   } else {
     std::cout << "Using device: " << device::display_name(device) << "\nCPU threads: " << threads
               << "\nGenerator: " << checkpoint << " ("
@@ -478,7 +479,7 @@ Subcommand add_eval_command(CLI::App& app) {
           nlohmann::json out = eval_json(report, test.class_names);
           out["device"] = device::display_name(device);
           out["threads"] = threads;
-          std::cout << out.dump() << "\n";
+          std::cout << json_text(out) << "\n";
         } else {
           std::cout << "Using device: " << device::display_name(device) << "\n"
                     << "CPU threads: " << threads << "\n"

@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "common/cpu_threads.h"
 #include "common/error.h"
+#include "common/json_text.h"
 #include "common/output_file.h"
 #include "common/timer.h"
 #include "device/device.h"
@@ -251,8 +252,11 @@ Subcommand add_generate_command(CLI::App& app) {
         if (device.is_cuda()) at::globalContext().setBenchmarkCuDNN(true);
         DeviceTimer timer(device);
         const auto alpha = f->sample.alpha.value_or(generator.alpha);
-        auto sprites = diffusion::finish_sprites(diffusion::sample(generator, labels, f->sample),
-                                                 f->sample.colours, alpha);
+        // Each batch made uint8 sprites as it comes: a large --count keeps 1 KB a 16x16 sprite.
+        auto sprites =
+            diffusion::sample(generator, labels, f->sample, [&](const torch::Tensor& batch) {
+              return diffusion::finish_sprites(batch, f->sample.colours, alpha);
+            });
         const double seconds = timer.seconds();
         if (f->palette == "auto")
           sprites = diffusion::snap_to_palette(sprites, generator.palette);
@@ -277,7 +281,7 @@ Subcommand add_generate_command(CLI::App& app) {
                                     {"out", f->out},
                                     {"alpha", diffusion::alpha_mode_name(alpha)}};
           out.update(diffusion::sampler_json(f->sample, generator.schedule.steps()));
-          std::cout << out.dump() << "\n";
+          std::cout << json_text(out) << "\n";
         } else {
           std::cout << "Generated " << f->count << " sprites on " << device::display_name(device)
                     << " in " << std::fixed << std::setprecision(2) << seconds << " s ("

@@ -9,6 +9,7 @@
 #include "checks.h"
 #include "commands.h"
 #include "common/error.h"
+#include "common/json_text.h"
 #include "config_file.h"
 #include "runs/run_list.h"
 
@@ -96,7 +97,7 @@ Subcommand add_runs_command(CLI::App& app) {
                                {"test_loss", optional_json(e.test_loss)},
                                {"loss", optional_json(e.final_loss)},
                                {"train_seconds", optional_json(e.train_seconds)}});
-              std::cout << out.dump() << "\n";
+              std::cout << json_text(out) << "\n";
               return 0;
             }
             if (entries.empty()) {

@@ -7,6 +7,7 @@
 #include "checks.h"
 #include "commands.h"
 #include "common/error.h"
+#include "common/json_text.h"
 #include "common/timer.h"
 #include "config/toml_file.h"
 #include "config_file.h"
@@ -382,6 +383,15 @@ Subcommand add_train_command(CLI::App& app) {
               *events, nullptr, [&session](const std::string& line) { session.warn(line); });
           session.add_observer(tensorboard_observer.get());
         }
+        // A run refused before it starts (no such device, --save there, an option the Trainer
+        // refuses) leaves no events file: TensorBoard would list it as a run.
+        struct DiscardUnlessStarted {
+          report::EventWriter* events;
+          const report::TensorBoardObserver* observer;
+          ~DiscardUnlessStarted() {
+            if (events && observer && !observer->started()) events->discard();
+          }
+        } discard_events{events.get(), tensorboard_observer.get()};
         auto task = make_task(*config);  // an option of the other task fails first,
         const torch::Device device =
             device::pick_device(config->device);  // then an unavailable device, before the data
@@ -516,7 +526,8 @@ Subcommand add_train_command(CLI::App& app) {
         } catch (const IncompleteRun& e) {
           unrecorded = e;
         }
-        if (*json) std::cout << train_json(report, session.folder()).dump() << "\n" << std::flush;
+        if (*json)
+          std::cout << json_text(train_json(report, session.folder())) << "\n" << std::flush;
         if (unrecorded) throw *unrecorded;
         return 0;
       }};

@@ -3,6 +3,9 @@
 // (0 success, 2 bad usage or bad input, 1 an internal failure).
 #include <c10/util/Exception.h>
 
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -25,6 +28,7 @@
 #include "common/byte_size.h"
 #include "common/cpu_threads.h"
 #include "common/error.h"
+#include "common/json_text.h"
 #include "common/malloc_tuning.h"
 #include "common/small_gemm.h"
 #include "config_file.h"
@@ -292,7 +296,7 @@ int run(int argc, char** argv) {
           out["checkpoint_wanted"] = e.wanted();
           out["checkpoint_not_there_because"] = e.why();
         }
-        std::cout << out.dump() << "\n" << std::flush;
+        std::cout << spritetorch::json_text(out) << "\n" << std::flush;
       }
       if (e.wanted().empty())
         std::cerr << ("\n" + std::string(e.what()) + "; checkpoint saved: " + e.checkpoint() +
@@ -350,6 +354,23 @@ int run(int argc, char** argv) {
   }
 }
 
+// True when `fd` is a pipe whose reader has closed it (`| head`): a write there failed with EPIPE
+// (SIGPIPE is ignored), which may have been long before the end.
+bool reader_left_the_pipe(int fd) {
+  pollfd p{fd, POLLOUT, 0};
+  return ::poll(&p, 1, 0) == 1 && (p.revents & POLLERR) != 0;
+}
+
+// A standard stream closed by the caller (`>&-`) would be taken by the next file opened, and a
+// run's metrics.jsonl would get the progress lines: /dev/null holds its place instead.
+void hold_closed_standard_streams() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+    const int opened = ::open("/dev/null", O_RDWR);
+    if (opened >= 0 && opened != fd) ::close(opened);  // not the lowest free one: leave it be
+  }
+}
+
 // A command that did its work but whose standard output was lost (a full disk, /dev/full): exit
 // 1, as for work not delivered, with the reason, instead of 0 and an empty or cut --json file.
 // A reader that closed the pipe (`| head`) is no failure.
@@ -357,7 +378,7 @@ int check_standard_output(int code) {
   const bool flushed = std::fflush(stdout) == 0;
   const int error = errno;
   if (flushed && !std::ferror(stdout) && std::cout.good()) return code;
-  if (!flushed && error == EPIPE) return code;
+  if ((!flushed && error == EPIPE) || reader_left_the_pipe(STDOUT_FILENO)) return code;
   std::cerr << "error: could not write the standard output"
             << (flushed ? "" : std::string(": ") + std::strerror(error))
             << "; what the command printed there is lost or cut short\n";
@@ -367,7 +388,12 @@ int check_standard_output(int code) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  hold_closed_standard_streams();              // before any file is opened
   spritetorch::keep_freed_memory_for_reuse();  // before any tensor: common/malloc_tuning.h
+  // A reader that closes the pipe (`train | head -2`) would kill the run at its next line, before
+  // its checkpoint: ignored, the write fails with EPIPE, the output is dropped, the run goes on
+  // and saves, and check_standard_output counts the closed pipe as no failure.
+  std::signal(SIGPIPE, SIG_IGN);
   // A file-size limit (ulimit -f) would kill the process at the write that crosses it (SIGXFSZ),
   // with no word and the weights lost; ignored, that write fails with EFBIG and the writers' own
   // paths follow (the checkpoint's rescue copy, the dataset cache's note, an error naming the

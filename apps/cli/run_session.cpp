@@ -147,6 +147,8 @@ RunSession::RunSession(const RunFlags& flags, train::TrainConfig& config, const 
   }
   runs::ProgressOptions options;
   options.style = runs::detect_terminal(json ? 2 : 1);
+  if (options.style.redraw)
+    options.columns = [fd = json ? 2 : 1] { return runs::terminal_columns(fd); };
   options.verbosity = flags.quiet     ? runs::Verbosity::kQuiet
                       : flags.verbose ? runs::Verbosity::kVerbose
                                       : runs::Verbosity::kNormal;

@@ -8,7 +8,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 
@@ -21,20 +24,55 @@ namespace {
   throw Error(what + " " + path + ": " + std::strerror(errno));
 }
 
+// The longest file name the file systems take (NAME_MAX on Linux).
+constexpr size_t kNameMax = 255;
+
+// ".<name>.tmp-": the start of the temporary files of `name`, which a pid ends. A name near the
+// longest a folder takes is cut (its bytes, not its meaning, matter here), so that the temporary
+// name fits too: a legal 250-byte --save name failed after training for its temporary's length.
+std::string temporary_prefix(const std::string& name) {
+  const std::string tail = ".tmp-";
+  constexpr size_t kPidDigits = 10;
+  const size_t room = kNameMax - 1 - tail.size() - kPidDigits;
+  return "." + name.substr(0, room) + tail;
+}
+
 // A writer killed mid-save (SIGKILL, power loss) leaves its ".<name>.tmp-<pid>" behind. The next
 // save of the same file removes those whose process is gone; a live writer's file is left alone.
+// Each folder is listed once per process, at its first save: listing it at every save made
+// `generate --out-dir` of 20,000 sprites quadratic (135 s, against 17 s for 5,000).
 void remove_stale_temporaries(const std::filesystem::path& dir, const std::string& name) {
   namespace fs = std::filesystem;
-  const std::string prefix = "." + name + ".tmp-";
+  static std::mutex mutex;
+  static std::map<std::string, std::vector<fs::path>> temporaries_of_folder;
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto [it, first] = temporaries_of_folder.try_emplace(dir.string());
+  std::vector<fs::path>& temporaries = it->second;
   std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string file = it->path().filename().string();
-    if (file.compare(0, prefix.size(), prefix) != 0) continue;
+  if (first)
+    for (fs::directory_iterator entry(dir, ec), end; !ec && entry != end; entry.increment(ec)) {
+      const std::string file = entry->path().filename().string();
+      if (file.size() > 1 && file[0] == '.' && file.find(".tmp-") != std::string::npos)
+        temporaries.push_back(entry->path());
+    }
+  const std::string prefix = temporary_prefix(name);
+  for (auto t = temporaries.begin(); t != temporaries.end();) {
+    const std::string file = t->filename().string();
+    if (file.compare(0, prefix.size(), prefix) != 0) {
+      ++t;
+      continue;
+    }
     const std::string pid_text = file.substr(prefix.size());
-    if (pid_text.empty() || pid_text.find_first_not_of("0123456789") != std::string::npos) continue;
-    const long pid = std::strtol(pid_text.c_str(), nullptr, 10);
-    if (pid <= 0 || pid == ::getpid()) continue;
-    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) fs::remove(it->path(), ec);
+    const long pid =
+        pid_text.empty() || pid_text.find_first_not_of("0123456789") != std::string::npos
+            ? 0
+            : std::strtol(pid_text.c_str(), nullptr, 10);
+    if (pid > 0 && pid != ::getpid() && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      fs::remove(*t, ec);
+      t = temporaries.erase(t);
+    } else {
+      ++t;
+    }
   }
 }
 
@@ -55,12 +93,49 @@ int append_whole(int fd, const std::string& bytes, int64_t whole_bytes) {
   return 0;
 }
 
+std::string output_target(const std::string& path) {
+  namespace fs = std::filesystem;
+  fs::path p(path);
+  std::error_code ec;
+  // 40 hops: the kernel's own limit (ELOOP); a loop is left to the write to report.
+  for (int hop = 0; hop < 40 && fs::is_symlink(p, ec); ++hop) {
+    const fs::path to = fs::read_symlink(p, ec);
+    if (ec) break;
+    p = to.is_absolute() ? to : p.parent_path() / to;
+  }
+  return p.string();
+}
+
+bool is_special_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const auto st = fs::status(path, ec);
+  return !ec && fs::exists(st) && !fs::is_regular_file(st) && !fs::is_directory(st);
+}
+
+namespace {
+
+// A device or FIFO takes the bytes as a stream: nothing to rename, nothing to sync.
+void write_through(const std::string& path, const std::string& bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) throw_errno("cannot write", path);
+  const int error = append_whole(fd, bytes, 0);
+  if (::close(fd) != 0 && error == 0) throw_errno("cannot write", path);
+  if (error != 0) {
+    errno = error;
+    throw_errno("cannot write", path);
+  }
+}
+
+}  // namespace
+
 void write_file_atomically(const std::string& path, const std::string& bytes) {
   namespace fs = std::filesystem;
-  const fs::path target(path);
+  if (is_special_file(path)) return write_through(path, bytes);
+  const fs::path target(output_target(path));
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   const std::string tmp =
-      (dir / ("." + target.filename().string() + ".tmp-" + std::to_string(::getpid()))).string();
+      (dir / (temporary_prefix(target.filename().string()) + std::to_string(::getpid()))).string();
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) throw_errno("cannot write", path);
   size_t done = 0;
@@ -78,7 +153,7 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
     ::unlink(tmp.c_str());
     throw_errno("cannot write", path);
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (::rename(tmp.c_str(), target.c_str()) != 0) {
     ::unlink(tmp.c_str());
     throw_errno("cannot rename into place", path);
   }

@@ -16,6 +16,17 @@ int append_whole(int fd, const std::string& bytes, int64_t whole_bytes);
 // Writes `bytes` to `path` atomically: a temporary file in the same folder, flushed and fsynced,
 // then renamed over the target, so a crash leaves either the old file or the new one. Temporaries
 // left by writers that died are removed. Throws Error naming the file on failure.
+// A symlink stays a link: the file it leads to is the one replaced (a dangling link's target is
+// made). A device, FIFO or socket (/dev/stdout, a named pipe) is written into as it is: renaming a
+// file over it would replace the device with a file.
 void write_file_atomically(const std::string& path, const std::string& bytes);
+
+// `path` with its symlinks followed to the file a write lands on, which need not exist yet (a
+// dangling link gives where it points); `path` itself when it is no link.
+std::string output_target(const std::string& path);
+
+// True when `path` (links followed) is there and is neither a regular file nor a folder: a device,
+// a FIFO or a socket, which a write goes into instead of replacing.
+bool is_special_file(const std::string& path);
 
 }  // namespace spritetorch

@@ -58,6 +58,8 @@ inline std::string make_room_hint(const std::string& message) {
   if (message.find(std::strerror(EACCES)) != std::string::npos ||
       message.find(std::strerror(EROFS)) != std::string::npos)
     return "make the folder writable";
+  if (message.find(std::strerror(ENAMETOOLONG)) != std::string::npos)
+    return "choose a shorter name";
   return "free some space";
 }
 

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "common/atomic_file.h"
 #include "common/byte_size.h"
 #include "common/error.h"
 
@@ -15,7 +16,8 @@ namespace spritetorch {
 
 void check_new_output(const std::string& path, bool overwrite, const std::string& flag) {
   std::error_code ec;
-  if (overwrite || !std::filesystem::exists(path, ec)) return;
+  // A device or FIFO (/dev/stdout, a named pipe) holds no data to lose: it is written into.
+  if (overwrite || !std::filesystem::exists(path, ec) || is_special_file(path)) return;
   throw Error("refusing to overwrite " + path + " (given as " + flag + "): the file exists",
               "pass --overwrite to replace it, or choose another path");
 }
@@ -25,7 +27,9 @@ void check_output_path(const std::string& path, bool overwrite, const std::strin
   if (std::filesystem::is_directory(path, ec))
     throw Error("cannot write " + path + " (given as " + flag + "): it is a folder",
                 "give a file name");
-  const auto folder = std::filesystem::path(path).parent_path();
+  if (is_special_file(path)) return;  // written into as it is (atomic_file.h)
+  // A symlink's target is the file replaced, in its own folder.
+  const auto folder = std::filesystem::path(output_target(path)).parent_path();
   if (!folder.empty() && !std::filesystem::is_directory(folder, ec)) {
     // The nearest part of the path that is there: a file where a folder should be says so.
     auto there = folder;
@@ -38,6 +42,14 @@ void check_output_path(const std::string& path, bool overwrite, const std::strin
                     " does not exist",
                 "create it first, or choose another path");
   }
+  // A name longer than a folder takes would fail only when written, after the work.
+  const auto name = std::filesystem::path(output_target(path)).filename().string();
+  const long name_max = ::pathconf(folder.empty() ? "." : folder.c_str(), _PC_NAME_MAX);
+  if (name_max > 0 && name.size() > static_cast<size_t>(name_max))
+    throw Error("cannot write " + path + " (given as " + flag + "): its name is " +
+                    std::to_string(name.size()) + " bytes, and the folder takes names of at most " +
+                    std::to_string(name_max),
+                "choose a shorter name");
   // Files are written through a temporary file in the same folder (atomic_file.h), so the folder
   // must take new files even where `path` exists and is writable.
   // A file is made there and removed: permission bits alone pass folders that take no files
@@ -80,10 +92,12 @@ std::string rescue_path(const std::string& path) {
   fs::path folder = fs::temp_directory_path(ec);
   if (ec) folder = "/tmp";
   const fs::path name(path);
+  // The stem cut so that the whole name fits in 255 bytes with the pid, a count and the extension.
+  const std::string extension = name.extension().string().substr(0, 32);
+  const std::string stem = name.stem().string().substr(0, 255 - 12 - 24 - extension.size());
   for (int n = 0;; ++n) {
-    const fs::path candidate =
-        folder / ("spritetorch-" + name.stem().string() + "-" + std::to_string(::getpid()) +
-                  (n ? "-" + std::to_string(n) : "") + name.extension().string());
+    const fs::path candidate = folder / ("spritetorch-" + stem + "-" + std::to_string(::getpid()) +
+                                         (n ? "-" + std::to_string(n) : "") + extension);
     if (!fs::exists(candidate, ec)) return candidate.string();
   }
 }

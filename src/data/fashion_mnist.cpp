@@ -9,22 +9,28 @@ namespace spritetorch::data {
 
 namespace {
 
-std::string find_idx_file(const std::string& dir, const std::string& stem) {
+// What a missing folder or file asks for: the two files of the split being read, since eval reads
+// the t10k files alone and training reads both splits.
+std::string files_hint(const std::string& prefix) {
+  return "install Debian's dataset-fashion-mnist, or point --data at a folder holding " + prefix +
+         "-images-idx3-ubyte and " + prefix +
+         "-labels-idx1-ubyte (plain or .gz; training reads the train- and the t10k- files, "
+         "eval the t10k- files alone)";
+}
+
+std::string find_idx_file(const std::string& dir, const std::string& prefix,
+                          const std::string& stem) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
-    throw DataError(dir, "a folder holding the four Fashion-MNIST IDX files (--data)",
-                    fs::exists(dir, ec) ? "a file" : "no such folder",
-                    "install Debian's dataset-fashion-mnist, or point --data at a folder holding "
-                    "the four Fashion-MNIST files");
+    throw DataError(dir, "a folder holding Fashion-MNIST's " + prefix + " IDX files (--data)",
+                    fs::exists(dir, ec) ? "a file" : "no such folder", files_hint(prefix));
   for (const auto& candidate : {stem, stem + ".gz"}) {
     const fs::path p = fs::path(dir) / candidate;
     if (fs::exists(p)) return p.string();
   }
   throw DataError((std::filesystem::path(dir) / stem).string(), "an IDX file (plain or .gz)",
-                  "no such file",
-                  "install Debian's dataset-fashion-mnist, or point --data at a folder holding "
-                  "the four Fashion-MNIST files");
+                  "no such file", files_hint(prefix));
 }
 
 }  // namespace
@@ -38,8 +44,8 @@ const std::vector<std::string>& fashion_mnist_classes() {
 
 Dataset load_fashion_mnist(const std::string& dir, Split split, const IdxCache& cache) {
   const std::string prefix = split == Split::kTrain ? "train" : "t10k";
-  const std::string images_path = find_idx_file(dir, prefix + "-images-idx3-ubyte");
-  const std::string labels_path = find_idx_file(dir, prefix + "-labels-idx1-ubyte");
+  const std::string images_path = find_idx_file(dir, prefix, prefix + "-images-idx3-ubyte");
+  const std::string labels_path = find_idx_file(dir, prefix, prefix + "-labels-idx1-ubyte");
   torch::Tensor images = read_idx_cached(images_path, cache);
   torch::Tensor labels = read_idx_cached(labels_path, cache);
 

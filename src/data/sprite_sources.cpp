@@ -222,9 +222,9 @@ namespace {
 
 // `p` as written under `root` ("hero/walk"), for notes about a sprite folder.
 std::string relative_name(const fs::path& p, const std::string& root) {
-  std::error_code ec;
-  const auto relative = fs::relative(p, root, ec);
-  return ec || relative.empty() ? p.string() : relative.string();
+  // Lexically: fs::relative follows links, and named a link to ".." inside a class folder ".".
+  const auto relative = p.lexically_relative(root);
+  return relative.empty() ? p.string() : relative.string();
 }
 
 // ".PNG" -> ".png": file names from Windows tools and cameras keep their capitals.
@@ -261,13 +261,34 @@ Dataset read_sprite_folder(const std::string& path, int64_t size, const std::str
   // What is left out is said (stderr), not dropped without a word: a class folder without PNGs
   // is no class, a .png entry that is no file (a broken link, a folder) is no sprite, and PNGs
   // outside the class folders, in folders inside them, or pictures of other formats are not read.
-  std::vector<std::string> empty_classes, not_files, top_level, nested, other_formats;
+  std::vector<std::string> empty_classes, not_files, top_level, nested, other_formats, dead_links;
   std::vector<fs::path> class_dirs;
-  for (const auto& entry : fs::directory_iterator(path)) {
+  // A folder the process may not list is an error naming it, not a raw filesystem exception (exit
+  // 1) nor, for a class, a class dropped.
+  auto entries_of = [](const fs::path& dir, const char* what) {
+    std::error_code error;
+    std::vector<fs::directory_entry> entries;
+    for (fs::directory_iterator it(dir, error), end; !error && it != end; it.increment(error))
+      entries.push_back(*it);
+    if (error)
+      throw DataError(dir.string(), std::string(what) + " this process may read",
+                      "it cannot be read (" + error.message() + ")");
+    return entries;
+  };
+  // Links that lead nowhere (missing targets, loops) are said and left out.
+  auto is_folder = [&](const fs::directory_entry& entry) {
+    std::error_code error;
+    const bool folder = entry.is_directory(error);
+    if (error || (!folder && entry.is_symlink(error) && !entry.exists(error)))
+      dead_links.push_back(relative_name(entry.path(), path));
+    return folder && !error;
+  };
+  for (const auto& entry : entries_of(path, "a sprite folder")) {
     if (hidden(entry.path())) continue;
-    if (entry.is_directory())
+    const size_t dead = dead_links.size();
+    if (is_folder(entry))
       class_dirs.push_back(entry.path());
-    else if (lower_extension(entry.path()) == ".png")
+    else if (dead_links.size() == dead && lower_extension(entry.path()) == ".png")
       top_level.push_back(entry.path().filename().string());
   }
   std::sort(class_dirs.begin(), class_dirs.end());
@@ -277,17 +298,18 @@ Dataset read_sprite_folder(const std::string& path, int64_t size, const std::str
   Dataset out;
   for (const auto& dir : class_dirs) {
     std::vector<fs::path> files;
-    for (const auto& entry : fs::directory_iterator(dir)) {
+    for (const auto& entry : entries_of(dir, "a class folder")) {
       if (hidden(entry.path())) continue;
       const std::string ext = lower_extension(entry.path());
       if (ext != ".png") {
-        if (entry.is_directory() && holds_png(entry.path()))
+        if (is_folder(entry) && holds_png(entry.path()))
           nested.push_back(relative_name(entry.path(), path));
         else if (other_picture(entry.path()))
           other_formats.push_back(relative_name(entry.path(), path));
         continue;
       }
-      if (entry.is_regular_file())
+      std::error_code error;
+      if (entry.is_regular_file(error))
         files.push_back(entry.path());
       else
         not_files.push_back(entry.path().string());
@@ -322,6 +344,10 @@ Dataset read_sprite_folder(const std::string& path, int64_t size, const std::str
     std::cerr << "note: " << path << ": " << not_files.size()
               << " .png entries are not files (broken links or folders), left out: "
               << listed(not_files) << "\n";
+  if (!dead_links.empty())
+    std::cerr << "note: " << path << ": " << dead_links.size()
+              << " links lead nowhere (a missing target or a loop), left out: "
+              << listed(dead_links) << "\n";
   if (!top_level.empty())
     std::cerr << "note: " << path << ": " << top_level.size()
               << " .png files are in no class folder, left out: " << listed(top_level)
@@ -340,7 +366,10 @@ Dataset read_sprite_folder(const std::string& path, int64_t size, const std::str
               << " files are damaged but readable: " << listed(png_warnings) << "\n";
   out.inputs = torch::cat(images);
   out.labels = torch::tensor(labels, torch::kInt64);
-  out.name = "folder:" + fs::path(path).filename().string();
+  // "sprites/" names the folder "sprites", as "sprites" does.
+  out.name = "folder:" + fs::path(path).lexically_normal().parent_path().filename().string();
+  if (fs::path(path).lexically_normal().has_filename())
+    out.name = "folder:" + fs::path(path).lexically_normal().filename().string();
   return out;
 }
 

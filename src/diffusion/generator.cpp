@@ -554,6 +554,11 @@ std::string resolve_sampling_precision(const std::string& requested, const torch
 }
 
 torch::Tensor sample(Generator& g, const torch::Tensor& labels, const SampleOptions& options) {
+  return sample(g, labels, options, {});
+}
+
+torch::Tensor sample(Generator& g, const torch::Tensor& labels, const SampleOptions& options,
+                     const std::function<torch::Tensor(const torch::Tensor&)>& finish) {
   if (options.sampler != "ddim" && options.sampler != "ddpm" && options.sampler != "dpm++2m")
     throw Error("unknown sampler '" + options.sampler + "': expected ddim, dpm++2m or ddpm");
   if (options.steps < 1) throw Error("--steps must be >= 1");
@@ -606,7 +611,8 @@ torch::Tensor sample(Generator& g, const torch::Tensor& labels, const SampleOpti
         at::randn({b, g.net->options().channels, g.size, g.size}, gen, torch::kFloat32).to(device);
     if (options.channels_last) x = x.contiguous(at::MemoryFormat::ChannelsLast);
     const auto c = labels.narrow(0, start, b).to(device);
-    out.push_back(graphed ? graphed->run(x, c) : eager(x, c));
+    torch::Tensor batch_out = graphed ? graphed->run(x, c) : eager(x, c);  // (b, 4, S, S) float
+    out.push_back(finish ? finish(batch_out) : batch_out);
   }
   return torch::cat(out);
 }

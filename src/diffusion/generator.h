@@ -176,6 +176,13 @@ std::string describe_sampler(const SampleOptions& options, int64_t schedule_step
 // options.seed, so a seed gives the same sprites on every device up to float rounding.
 torch::Tensor sample(Generator& generator, const torch::Tensor& labels,
                      const SampleOptions& options);
+// The same sprites, each batch handed to `finish` as it comes out ((b, 4, S, S) float32 on the
+// device) and what it returns concatenated: a large --count keeps its sprites as `finish` makes
+// them (uint8 from finish_sprites: 1 KB a 16x16 sprite, where the float batches and their
+// quantising took ~22 KB; 40,000 sprites peaked at 1.2 GB).
+torch::Tensor sample(Generator& generator, const torch::Tensor& labels,
+                     const SampleOptions& options,
+                     const std::function<torch::Tensor(const torch::Tensor&)>& finish);
 
 // "auto" -> "bf16" on a CPU whose native bf16 pays (DeviceInfo::bf16_auto: AMD's avx512_bf16), else
 // "fp32"; "fp32" and "bf16" as they are, except "bf16" on a device other than CUDA and the CPU

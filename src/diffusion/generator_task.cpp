@@ -18,8 +18,18 @@ namespace {
 constexpr const char* kRawPrefix = "weights/";
 
 // --sample-every sheets: a row of 8 sprites per class, at most 64 sprites in all.
+constexpr int64_t kSheetSprites = 64;
 int64_t sheet_per_class(int64_t classes) {
-  return std::max<int64_t>(1, std::min<int64_t>(8, 64 / std::max<int64_t>(classes, 1)));
+  return std::max<int64_t>(1, std::min<int64_t>(8, kSheetSprites / std::max<int64_t>(classes, 1)));
+}
+
+// The classes a sheet shows, (n) int64, each `per_class` times in a row: every class, or with more
+// classes than a sheet holds, 64 spread evenly over them (a sheet of 500 classes was 34,000
+// pixels tall and took longer to sample than the epoch to train).
+torch::Tensor sheet_labels(int64_t classes, int64_t per_class) {
+  if (classes <= kSheetSprites)
+    return torch::arange(classes, torch::kInt64).repeat_interleave(per_class);
+  return torch::arange(kSheetSprites, torch::kInt64).mul(classes).div(kSheetSprites, "floor");
 }
 
 }  // namespace
@@ -216,8 +226,7 @@ void GeneratorTask::on_epoch_end(int64_t epoch, bool last, train::TrainObserver&
     generator.schedule = schedule_;
     generator.prediction = design_.prediction;
     generator.size = size_;
-    const auto labels =
-        torch::arange(classes, torch::kInt64).repeat_interleave(per_class);  // (K * per_class)
+    const auto labels = sheet_labels(classes, per_class);  // (at most 64)
     SampleOptions preview;
     preview.steps = kPreviewSteps;
     return finish_sprites(sample(generator, labels, preview), kSpriteColours, alpha());

@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "common/json_field.h"
+#include "common/json_text.h"
 #include "data/dataset.h"
 #include "train/model_state.h"
 #include "train/trainer.h"
@@ -53,7 +54,7 @@ TensorFile python_state_dict(const train::Checkpoint& checkpoint, const std::str
   meta.erase("grad_scaler");
   TensorFile out;
   out.metadata["format"] = "pt";  // what Hugging Face's loaders expect of a PyTorch state dict
-  out.metadata["spritetorch"] = meta.dump();
+  out.metadata["spritetorch"] = json_text(meta);
   if (!train::own_module_description(checkpoint, source).empty()) {
     // A module of the user's program: no class of ours to check against, so its tensors go out
     // as the module registered them (LibTorch names a module's tensors as PyTorch names the same

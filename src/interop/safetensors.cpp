@@ -10,6 +10,7 @@
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "common/input_file.h"
+#include "common/json_text.h"
 
 // Tensors are copied byte for byte: the host must store numbers the way the format does.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -132,7 +133,7 @@ std::string safetensors_bytes(const TensorFile& file) {
     offset += bytes;
     data.push_back(std::move(cpu));
   }
-  std::string json = header.dump();
+  std::string json = json_text(header);
   json.append((8 - json.size() % 8) % 8, ' ');  // tensors start 8-byte aligned
   std::string out;
   out.reserve(8 + json.size() + offset);

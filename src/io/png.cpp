@@ -354,7 +354,9 @@ torch::Tensor make_sheet(const torch::Tensor& sprites_in, const SheetOptions& op
 
 torch::Tensor make_sample_sheet(const torch::Tensor& sprites, int64_t per_class) {
   const int64_t size = sprites.dim() == 4 ? sprites.size(2) : 1;
-  return make_sheet(sprites, {per_class, 1, std::max<int64_t>(1, 64 / std::max<int64_t>(size, 1))});
+  // One sprite per class (more than 32 classes): rows of 8 classes, not a column of them.
+  const int64_t columns = per_class > 1 ? per_class : 8;
+  return make_sheet(sprites, {columns, 1, std::max<int64_t>(1, 64 / std::max<int64_t>(size, 1))});
 }
 
 }  // namespace spritetorch::io

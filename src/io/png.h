@@ -68,9 +68,9 @@ void check_sheet_size(int64_t count, int64_t h, int64_t w, const SheetOptions& o
 // Lays (N, 4, H, W) uint8 sprites out in a grid: (rows*(H+p)+p, cols*(W+p)+p, 4) * scale, RGBA,
 // transparent background. On the CPU. check_sheet_size first.
 torch::Tensor make_sheet(const torch::Tensor& sprites, const SheetOptions& options = {});
-// A generator's samples during training, (N, 4, S, S): one row per class (`per_class` columns),
-// small sprites enlarged to about 64 pixels. The run folder's samples/epoch-NNN.png and
-// TensorBoard's "samples/generated" show the same picture.
+// A generator's samples during training, (N, 4, S, S): one row per class (`per_class` columns;
+// one sprite per class is laid out 8 classes a row), small sprites enlarged to about 64 pixels. The
+// run folder's samples/epoch-NNN.png and TensorBoard's "samples/generated" show the same picture.
 torch::Tensor make_sample_sheet(const torch::Tensor& sprites, int64_t per_class);
 
 }  // namespace spritetorch::io

@@ -98,7 +98,7 @@ std::string tfrecord(const std::string& payload) {
 EventWriter::EventWriter(const std::string& dir) {
   static std::atomic<int> files_opened{0};
   std::error_code error;
-  std::filesystem::create_directories(dir, error);
+  made_folder_ = std::filesystem::create_directories(dir, error);
   if (error) throw Error("cannot create the TensorBoard folder " + dir + ": " + error.message());
   const auto now = std::chrono::system_clock::now().time_since_epoch();
   path_ = (std::filesystem::path(dir) /
@@ -120,6 +120,16 @@ EventWriter::EventWriter(const std::string& dir) {
     ::unlink(path_.c_str());
     throw;
   }
+}
+
+void EventWriter::discard() {
+  pending_.clear();
+  if (fd_ < 0) return;
+  ::close(fd_);
+  fd_ = -1;
+  ::unlink(path_.c_str());
+  std::error_code ignored;
+  if (made_folder_) std::filesystem::remove(std::filesystem::path(path_).parent_path(), ignored);
 }
 
 EventWriter::~EventWriter() {
@@ -182,6 +192,7 @@ void TensorBoardObserver::write(const std::function<void(EventWriter&)>& events)
 }
 
 void TensorBoardObserver::on_start(const std::string& device, const train::Settings& settings) {
+  started_ = true;
   if (next_) next_->on_start(device, settings);
 }
 

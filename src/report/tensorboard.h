@@ -45,10 +45,16 @@ class EventWriter {
 
   const std::string& path() const { return path_; }
 
+  // For a run refused before it started: the file removed, and its folder where this writer made
+  // it and nothing else is in it (TensorBoard would list either as a run). Nothing is written
+  // after.
+  void discard();
+
  private:
   void write_event(int64_t step, const std::string& summary_or_version_field);
 
   std::string path_;
+  bool made_folder_ = false;
   int fd_ = -1;
   std::string pending_;  // records not written yet
   int64_t written_ = 0;  // bytes of whole records in the file
@@ -77,12 +83,15 @@ class TensorBoardObserver : public train::TrainObserver {
   // one note. For events outside training (the training samples, the final test results).
   void write(const std::function<void(EventWriter&)>& events);
   bool failed() const { return failed_; }
+  // on_start came: the run began, and its events are a run's.
+  bool started() const { return started_; }
 
  private:
   EventWriter& writer_;
   train::TrainObserver* next_;
   Note note_;
   bool failed_ = false;
+  bool started_ = false;
 };
 
 }  // namespace spritetorch::report

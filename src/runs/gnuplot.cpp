@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -66,12 +67,16 @@ std::vector<GnuplotResult> run_gnuplots(const std::string& gnuplot,
     std::vector<char*> argv = {const_cast<char*>(gnuplot.c_str()),
                                const_cast<char*>(jobs[i].script.c_str()), nullptr};
     const char* log_file = jobs[i].log_file.c_str();
+    const pid_t parent = ::getpid();
     const pid_t pid = ::fork();
     if (pid < 0) {
       results[i] = {false, "could not start gnuplot (fork failed)"};
       continue;
     }
     if (pid == 0) {
+      // Ends with us: a run killed while its pictures draw (SIGTERM, SIGKILL) left gnuplot
+      // running for minutes under init. (A parent gone before the prctl: _exit at once.)
+      if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != parent) ::_exit(126);
       if (::chdir(workdir.c_str()) != 0) ::_exit(126);
       const int log = ::open(log_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
       const int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);

@@ -82,6 +82,10 @@ void ProgressPrinter::redraw() {
   const std::string rate = rate_and_eta();
   if (!rate.empty()) line += "  " + rate;
   if (running_loss_ >= 0) line += "  loss " + fixed(running_loss_, 4);
+  // One column short of the terminal's width: a line as wide as the terminal wraps on some.
+  const int columns = options_.columns ? options_.columns() : 0;
+  if (columns > 1 && line.size() >= static_cast<size_t>(columns))
+    line.resize(static_cast<size_t>(columns - 1));
   // Pad over the previous, longer line instead of an erase escape: plain text even without colour.
   const size_t width = line.size();
   if (width < drawn_width_) line += std::string(drawn_width_ - width, ' ');
@@ -151,6 +155,12 @@ void ProgressPrinter::on_plan(const train::BudgetPlan& plan) {
     line += " (of at most " + std::to_string(plan.max_epochs) + ")";
   else if (!plan.spent)
     line += " (all of --epochs fit)";
+  if (plan.warmup_steps > 0) {
+    const double share = 100.0 * plan.warmup_lr_share;
+    line += "; the " + std::to_string(plan.warmup_steps) +
+            " warm-up steps span them all, so the lr reaches only " +
+            (share >= 10 ? fixed(share, 0) : fixed(share, 1)) + "% of --lr";
+  }
   print_line(line);
   if (options_.style.redraw) redraw();
 }

@@ -24,6 +24,9 @@ struct ProgressOptions {
   Verbosity verbosity = Verbosity::kNormal;
   double min_redraw_s = 0.1;      // at most 10 redraws a second
   std::function<double()> clock;  // monotonic seconds; default: steady_clock (tests inject one)
+  // The terminal's width now (0 or unset: unknown): a redrawn line longer than it would wrap,
+  // and '\r' cannot take back a wrapped line, so it is cut to fit.
+  std::function<int()> columns;
   // Printed as "Run folder: X" when training starts (empty: none). Not before: a run refused
   // before it starts leaves no folder, and no line naming one.
   std::string run_folder;

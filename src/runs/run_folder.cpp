@@ -15,6 +15,7 @@
 
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "common/json_text.h"
 #include "io/png.h"
 #include "runs/gnuplot.h"
 
@@ -166,7 +167,7 @@ void RunRecorder::write_line(nlohmann::json line) {
   }
   // One line per event, written at once: `tail -f metrics.jsonl` follows a run, and a killed run
   // keeps every line it reached.
-  const std::string text = line.dump() + "\n";
+  const std::string text = json_text(line) + "\n";
   // No half line: `runs` would count it damaged, and the next writer would append to it.
   if (const int error = append_whole(metrics_, text, metrics_bytes_)) {
     metrics_reason_ = std::strerror(error);
@@ -304,6 +305,8 @@ void RunRecorder::draw(const std::vector<PlotScript>& scripts, const char* gnupl
       finished.notices.push_back("skipping " + s.picture +
                                  ": gnuplot left it incomplete (is the disk full?); removed it");
     } else {
+      // A gnuplot stopped at its time limit may have left part of the picture.
+      fs::remove(file(s.picture), error);
       finished.notices.push_back("skipping " + s.picture + ": " +
                                  (result.ok ? "gnuplot wrote no picture" : result.message));
     }
@@ -335,7 +338,7 @@ nlohmann::json RunRecorder::summary_base(const std::string& checkpoint,
 
 void RunRecorder::write_summary(const nlohmann::json& summary) {
   // Atomic: `runs` never sees half a summary (its presence marks a finished run).
-  write_file_atomically(file("summary.json"), summary.dump(2) + "\n");
+  write_file_atomically(file("summary.json"), json_text(summary, 2) + "\n");
 }
 
 RunRecorder::Finished RunRecorder::finish(const train::TrainReport& report,

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "common/error.h"
+
 namespace spritetorch::runs {
 
 namespace {
@@ -144,10 +146,17 @@ std::vector<RunEntry> list_runs(const std::string& root) {
   std::error_code error;
   if (!fs::is_directory(root, error)) return out;
   std::vector<std::string> folders;
-  // Only run folders: a run's own subfolders (plots), or unrelated folders, are not runs.
-  for (const auto& item : fs::directory_iterator(root, error))
-    if (item.is_directory(error) && is_run_folder(item.path().string()))
-      folders.push_back(item.path().string());
+  // Only run folders: a run's own subfolders (plots), or unrelated folders, are not runs. A root
+  // that cannot be listed must not read as "no runs".
+  fs::directory_iterator items(root, error);
+  if (error)
+    throw DataError(root, "a folder of run folders this process may read",
+                    "it cannot be read (" + error.message() + ")");
+  for (fs::directory_iterator end; !error && items != end; items.increment(error)) {
+    std::error_code not_a_folder;
+    if (items->is_directory(not_a_folder) && is_run_folder(items->path().string()))
+      folders.push_back(items->path().string());
+  }
   std::sort(folders.begin(), folders.end());
   for (const auto& folder : folders) out.push_back(read_run(folder));
   return out;

@@ -1,5 +1,6 @@
 #include "runs/terminal.h"
 
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -18,6 +19,12 @@ TerminalStyle terminal_style(bool is_tty, const char* no_color, const char* term
 
 TerminalStyle detect_terminal(int fd) {
   return terminal_style(::isatty(fd) == 1, std::getenv("NO_COLOR"), std::getenv("TERM"));
+}
+
+int terminal_columns(int fd) {
+  winsize size{};
+  if (::ioctl(fd, TIOCGWINSZ, &size) != 0) return 0;
+  return size.ws_col;
 }
 
 }  // namespace spritetorch::runs

@@ -16,4 +16,8 @@ TerminalStyle terminal_style(bool is_tty, const char* no_color, const char* term
 // For file descriptor `fd` of this process and its environment.
 TerminalStyle detect_terminal(int fd);
 
+// The width of the terminal on `fd` now, in columns (it can change while a run draws); 0 when it is
+// no terminal or does not say.
+int terminal_columns(int fd);
+
 }  // namespace spritetorch::runs

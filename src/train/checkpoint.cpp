@@ -10,6 +10,7 @@
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "common/input_file.h"
+#include "common/json_text.h"
 
 namespace spritetorch::train {
 
@@ -140,7 +141,7 @@ torch::Tensor get_tensor(PayloadReader& in, const std::string& name, const std::
 
 void save_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
   std::string payload;
-  const std::string meta = checkpoint.meta.dump();
+  const std::string meta = json_text(checkpoint.meta);
   put_le<uint32_t>(payload, static_cast<uint32_t>(meta.size()));
   payload += meta;
   put_le<uint32_t>(payload,

@@ -63,10 +63,15 @@ double parse_duration(const std::string& text, const std::string& flag) {
 }
 
 nlohmann::json budget_json(const BudgetPlan& plan) {
-  return {{"budget_s", plan.budget_s},       {"seconds_per_step", plan.seconds_per_step},
-          {"timed_steps", plan.timed_steps}, {"epochs", plan.epochs},
-          {"max_epochs", plan.max_epochs},   {"steps", plan.steps},
-          {"revisions", plan.revisions},     {"spent", plan.spent}};
+  return {{"budget_s", plan.budget_s},
+          {"seconds_per_step", plan.seconds_per_step},
+          {"timed_steps", plan.timed_steps},
+          {"epochs", plan.epochs},
+          {"max_epochs", plan.max_epochs},
+          {"steps", plan.steps},
+          {"revisions", plan.revisions},
+          {"spent", plan.spent},
+          {"warmup_spans_run", plan.warmup_steps > 0}};
 }
 
 int64_t next_budget_revision(const BudgetPlan& plan, int64_t steps_done, int64_t max_revisions) {

@@ -61,6 +61,11 @@ struct BudgetPlan {
   // The budget was used up when the plan was made (a budget shorter than the steps timed for it):
   // the run ends with the epoch in progress.
   bool spent = false;
+  // The schedule's warm-up when it is at least as long as the planned run (a budget that plans
+  // fewer steps than the warm-up's): the lr never reaches --lr, only warmup_lr_share of it at the
+  // last step. 0 when the warm-up ends within the run.
+  int64_t warmup_steps = 0;
+  double warmup_lr_share = 1;
 };
 
 // This process's step at which `plan` is next revised: halfway from `steps_done` (the step the
@@ -75,7 +80,7 @@ int64_t next_budget_revision(const BudgetPlan& plan, int64_t steps_done,
 BudgetPlan revise_budget_plan(const BudgetPlan& plan, const BudgetInput& in, int64_t timed_steps);
 
 // {"budget_s", "seconds_per_step", "timed_steps", "epochs", "max_epochs", "steps", "revisions",
-// "spent"}:
+// "spent", "warmup_spans_run"}:
 // for --json and summary.json.
 nlohmann::json budget_json(const BudgetPlan& plan);
 

@@ -203,6 +203,9 @@ class TrainingRun {
   // --time-budget used up at the end of `epoch`, before the plan (its steps still being timed): a
   // plan that ends the run there (rank 0's clock decides for every rank; a collective).
   void end_spent_budget(int64_t epoch);
+  // `plan` becomes the run's: its steps and warm-up filled in, epochs_ set, its next revision
+  // planned where `revisable`, and the observer told.
+  void adopt_plan(BudgetPlan plan, bool revisable);
   // --resume of a run sized by --time-budget: the checkpoint's plan carried on under this run's
   // --time-budget (see the definition).
   void continue_budget_plan();
@@ -850,12 +853,8 @@ void TrainingRun::follow_budget(int64_t epoch) {
   // ddp: every rank runs rank 0's plan (their clocks differ; their epochs must not).
   plan.epochs = static_cast<int64_t>(
       parallel_.sum({parallel_.is_main() ? static_cast<double>(plan.epochs) : 0.0})[0]);
-  plan.steps = steps_planned(plan.epochs);
   plan.revised_at_step = revise_now ? steps_done_ : 0;
-  epochs_ = plan.epochs;
-  budget_ = plan;
-  next_revision_ = next_budget_revision(plan, steps_done_, max_revisions_);
-  observer_->on_plan(plan);
+  adopt_plan(plan, /*revisable=*/true);
 }
 
 void TrainingRun::end_spent_budget(int64_t epoch) {
@@ -873,11 +872,22 @@ void TrainingRun::end_spent_budget(int64_t epoch) {
                                           static_cast<double>(std::max<int64_t>(steps_done_, 1));
   plan.max_epochs = epochs_;
   plan.epochs = epoch + 1;
-  plan.steps = steps_planned(plan.epochs);
   plan.spent = true;
+  adopt_plan(plan, /*revisable=*/false);
+}
+
+void TrainingRun::adopt_plan(BudgetPlan plan, bool revisable) {
+  plan.steps = steps_planned(plan.epochs);
+  // A plan shorter than the warm-up (check_warmup saw the longest run, --epochs): its lr never
+  // reaches --lr, which the plan's line says.
+  const int64_t warmup = optimization_.schedule.warmup_steps;
+  const int64_t total = plan.epochs * steps_;  // the schedule counts every step of the run
+  plan.warmup_steps = warmup > 0 && warmup >= total ? warmup : 0;
+  plan.warmup_lr_share =
+      plan.warmup_steps > 0 ? static_cast<double>(total) / static_cast<double>(warmup) : 1.0;
   epochs_ = plan.epochs;
   budget_ = plan;
-  next_revision_ = 0;
+  next_revision_ = revisable ? next_budget_revision(plan, steps_done_, max_revisions_) : 0;
   observer_->on_plan(plan);
 }
 

@@ -150,7 +150,7 @@ TEST(BenchTable, WithoutACpuRowTheCpuRatioIsLeftEmpty) {
   EXPECT_NE(table.find("0.76        -    0.8300"), std::string::npos) << table;
   EXPECT_TRUE(bench_json(report).at("rows")[0].at("speedup_over_cpu").is_null());
   const std::string csv = bench_csv(report);
-  EXPECT_NE(csv.find(",0.76,,0.83"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",0.76,,0.83,\n"), std::string::npos) << csv;
 }
 
 // Rows that could not run keep their precision and graph setting and say why.
@@ -174,6 +174,12 @@ TEST(BenchTable, RowsThatDidNotRunAreListedWithTheirSettingsAndReason) {
   EXPECT_EQ(json.at("rows")[2].at("precision"), "fp16");
   EXPECT_EQ(json.at("rows")[2].at("skipped_reason"), half.skipped_reason);
   EXPECT_NE(bench_table(report).find("not run: " + graphs.skipped_reason), std::string::npos);
+  // The CSV: no zeros for figures a row that did not run has not got, and its reason.
+  const std::string csv = bench_csv(report);
+  EXPECT_NE(csv.find(",fp16,0,\"\",0,,,,,,,\"fp16 is not supported on the CPU\"\n"),
+            std::string::npos)
+      << csv;
+  EXPECT_NE(csv.find(",accuracy,skipped_reason\n"), std::string::npos) << csv;
 }
 
 }  // namespace

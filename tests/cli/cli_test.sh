@@ -71,7 +71,7 @@ expect 2 "--nonsense" -- train --nonsense
 expect 2 "--model: 'resnet': expected one of ann, cnn, .*simplenn, or script:FILE \(a TorchScript module\)" -- train --model resnet
 expect 2 "--model: nope.pt: expected a TorchScript file, found no such file" -- train --model script:nope.pt
 expect 2 "expected a TorchScript module \(torch.jit.script\(model\).save\(FILE\), or torch.jit.trace\), found an archive LibTorch's TorchScript reader refuses" -- train --model "script:$0" --dataset dummy
-expect 2 "nowhere: expected a folder holding the four Fashion-MNIST IDX files \(--data\), found no such folder" -- train --data "$tmp/nowhere"
+expect 2 "nowhere: expected a folder holding Fashion-MNIST's train IDX files \(--data\), found no such folder" -- train --data "$tmp/nowhere"
 expect 2 "needs image inputs" -- train --dataset dummy --model cnn
 expect 2 "fp16 is not supported on the CPU" -- train --device cpu --precision fp16 --dataset dummy --model simplenn
 expect 2 "needs a CUDA device" -- train --device cpu --cuda-graphs --dataset dummy --model simplenn
@@ -500,6 +500,9 @@ if [ -f "$fmnist/t10k-images-idx3-ubyte.gz" ]; then
   mkdir -p "$tmp/t10k_only" && cp "$fmnist"/t10k-* "$tmp/t10k_only/"
   expect 0 "Test loss: .* \(500 samples\)" -- eval --checkpoint "$tmp/fm.pt" --data "$tmp/t10k_only" --limit 500
   expect 0 "Ankle boot" -- eval --checkpoint "$tmp/fm.pt" --data "$tmp/t10k_only" --limit 500
+  # A folder missing a t10k file: the hint names the two files eval reads, not four.
+  mkdir -p "$tmp/t10k_half" && cp "$fmnist"/t10k-images-* "$tmp/t10k_half/"
+  expect 2 "holding t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte \(plain or .gz; training reads" -- eval --checkpoint "$tmp/fm.pt" --data "$tmp/t10k_half"
   straight=$("$bin" classify --checkpoint "$tmp/fm.pt" "$tmp/trouser.png" | cut -f2-)
   undone=$("$bin" classify --checkpoint "$tmp/fm.pt" --invert "$tmp/trouser_inv.png" | cut -f2-)
   if [ -n "$straight" ] && [ "$straight" = "$undone" ]; then passes=$((passes + 1)); else
@@ -892,7 +895,7 @@ expect 2 "^error: --resume: $tmp: expected a file, found a folder" -- train --re
 expect 2 "'shift:100' in 'shift:100': expected a shift of at most 99 pixels" -- "${tiny[@]}" --augment shift:100
 expect 2 "cannot write $tmp/s.pt/x.pt \(given as --save\): $tmp/s.pt is a file, not a folder" -- "${tiny[@]}" --save "$tmp/s.pt/x.pt"
 expect 2 "$tmp/s.pt: expected a folder with one subfolder of PNG files per class, found a file" -- data preview --dataset "folder:$tmp/s.pt" --out "$tmp/p.png"
-expect 2 "$tmp/s.pt: expected a folder holding the four Fashion-MNIST IDX files \(--data\), found a file" -- train --data "$tmp/s.pt" --no-run-dir
+expect 2 "$tmp/s.pt: expected a folder holding Fashion-MNIST's train IDX files \(--data\), found a file" -- train --data "$tmp/s.pt" --no-run-dir
 # Options that would do nothing are refused, not ignored: a generator option at its default value
 # on a classifier, --columns without a sheet, a target accuracy without a test set.
 expect 2 "--unet-base does not apply to --task classify" -- "${tiny[@]}" --unet-base 16
@@ -936,6 +939,43 @@ if [ "$rc" = 1 ] && grep -q "^error: cannot write $tmp/fsize.pt: File too large"
 else
   echo "FAIL: --save under ulimit -f 1 -> exit $rc: $out"; fails=$((fails + 1))
 fi
+
+# Scripts around the CLI. A reader that closes the pipe early does not kill the run: it goes on
+# and saves its checkpoint, and the closed pipe is no failure (SIGPIPE ignored, EPIPE handled).
+out=$("$bin" train --device cpu --dataset dummy --model simplenn --epochs 3 --log-every 1 --no-run-dir \
+  --save "$tmp/piped.pt" 2>&1 | head -1; echo "rc=${PIPESTATUS[0]}")
+check "train | head -1: exit 0 and the checkpoint saved ($out)" \
+  bash -c "grep -q 'rc=0' <<<'$out' && [ -s '$tmp/piped.pt' ]"
+# A closed standard stream is held by /dev/null: nothing of the progress lands in metrics.jsonl.
+"$bin" "${tiny[@]/--no-run-dir/--run-dir}" "$tmp/closed_out" >&- 2>/dev/null
+check "train with stdout closed: metrics.jsonl holds JSON lines only" python3 -c "
+import json
+for line in open('$tmp/closed_out/metrics.jsonl'): json.loads(line)"
+# --tensorboard on a run refused before it starts leaves neither events nor a folder.
+: >"$tmp/taken.pt"
+expect 2 "refusing to overwrite $tmp/taken.pt" -- train --device cpu --dataset dummy --model simplenn --epochs 1 --tensorboard --save "$tmp/taken.pt" --runs-root "$tmp/tb_refused"
+expect 2 "refusing to overwrite $tmp/taken.pt" -- train --device cpu --dataset dummy --model simplenn --epochs 1 --tensorboard --no-run-dir --save "$tmp/taken.pt" --runs-root "$tmp/tb_refused"
+check "a refused --tensorboard run leaves nothing under its runs root" \
+  bash -c "[ -z \"\$(find '$tmp/tb_refused' -mindepth 1 2>/dev/null)\" ]"
+# Names that are not UTF-8 (file systems hold bytes) are replaced in JSON (U+FFFD), never an
+# exception after the work; a tab in a file name is escaped in classify's tab-separated lines.
+bad_name=$(printf "$tmp/r\xff")
+expect 0 '"test_accuracy"' -- train --device cpu --dataset dummy --model simplenn --epochs 1 --run-dir "$bad_name" --json
+check "summary.json of a run folder whose name is not UTF-8" test -s "$bad_name/summary.json"
+expect 0 '"name":"r' -- runs --dir "$tmp" --json
+cp "$tmp/one16/robot_0000.png" "$(printf "$tmp/tab\tand\xff.png")"
+LC_ALL=C expect 0 "tab\\\\tand.*	[a-z]+	[01]\.[0-9]+" -- classify --checkpoint "$tmp/c_ann.pt" "$(printf "$tmp/tab\tand\xff.png")"
+LC_ALL=C expect 0 '"file":".*tab\\tand' -- classify --checkpoint "$tmp/c_ann.pt" --json "$(printf "$tmp/tab\tand\xff.png")"
+# --overwrite of a link replaces the file it leads to and keeps the link; a FIFO is written into.
+ln -s "$tmp/one16.png" "$tmp/link.png"
+expect 0 "Wrote " -- generate --checkpoint "$tmp/g.pt" --class robot --count 1 --steps 2 --out "$tmp/link.png" --overwrite
+check "generate --out LINK --overwrite keeps the link" test -L "$tmp/link.png"
+mkfifo "$tmp/sheet.fifo"
+(head -c 8 "$tmp/sheet.fifo" >"$tmp/from_fifo") &
+expect 0 "Wrote " -- generate --checkpoint "$tmp/g.pt" --class robot --count 1 --steps 2 --out "$tmp/sheet.fifo"
+wait
+check "generate --out FIFO writes a PNG into the pipe and leaves the FIFO" \
+  bash -c "[ -p '$tmp/sheet.fifo' ] && head -c 4 '$tmp/from_fifo' | grep -q PNG"
 
 echo "cli: $passes passed, $fails failed"
 [ "$fails" -eq 0 ]

@@ -3,6 +3,7 @@
 #include "common/atomic_file.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,6 +31,47 @@ TEST(AtomicFile, WriteLeavesNoTemporaryFiles) {
             1);
 }
 
+// A link stays a link and its target gets the bytes (a dangling one's target is made); a FIFO is
+// written into, not replaced by a file: --overwrite of /dev/stdout or a named pipe.
+TEST(AtomicFile, ALinkStaysALinkAndAFifoIsWrittenIntoNotReplaced) {
+  namespace fs = std::filesystem;
+  ScratchDir dir;
+  const auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  write_file_atomically(dir.file("real.bin"), "old");
+  fs::create_symlink("real.bin", dir.file("link.bin"));
+  write_file_atomically(dir.file("link.bin"), "new");
+  EXPECT_TRUE(fs::is_symlink(dir.file("link.bin")));
+  EXPECT_EQ(read(dir.file("real.bin")), "new");
+  fs::create_directory(dir.file("sub"));
+  fs::create_symlink("sub/made.bin", dir.file("dangling.bin"));
+  EXPECT_EQ(output_target(dir.file("dangling.bin")), dir.file("sub/made.bin"));
+  write_file_atomically(dir.file("dangling.bin"), "made");
+  EXPECT_TRUE(fs::is_symlink(dir.file("dangling.bin")));
+  EXPECT_EQ(read(dir.file("sub/made.bin")), "made");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.file("sub")), fs::directory_iterator()), 1);
+
+  const std::string fifo = dir.file("pipe");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_TRUE(is_special_file(fifo));
+  EXPECT_FALSE(is_special_file(dir.file("real.bin")));
+  EXPECT_FALSE(is_special_file(dir.path()));
+  const pid_t reader = ::fork();
+  if (reader == 0) {  // the pipe's reader: exits 0 when it read exactly the bytes
+    std::ifstream in(fifo);
+    const std::string got(std::istreambuf_iterator<char>(in), {});
+    ::_exit(got == "through the pipe" ? 0 : 1);
+  }
+  ASSERT_GT(reader, 0);
+  write_file_atomically(fifo, "through the pipe");
+  int status = 0;
+  ::waitpid(reader, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_EQ(fs::status(fifo).type(), fs::file_type::fifo);
+}
+
 // A save killed mid-write leaves ".<name>.tmp-<pid>"; the next save of that file clears the ones
 // whose writer is gone, and leaves a live writer's alone.
 TEST(AtomicFile, NextWriteRemovesTemporariesOfDeadWriters) {
@@ -46,6 +88,26 @@ TEST(AtomicFile, NextWriteRemovesTemporariesOfDeadWriters) {
   EXPECT_FALSE(std::filesystem::exists(dead));
   EXPECT_TRUE(std::filesystem::exists(live)) << "a running writer's file must stay";
   EXPECT_TRUE(std::filesystem::exists(other)) << "only the saved file's temporaries are touched";
+}
+
+// A name near the longest a folder takes (255 bytes) is written: its temporary's name is cut to
+// fit, and the temporaries a dead writer left under that cut name are still removed.
+TEST(AtomicFile, ANameNearTheLongestAFolderTakesIsWritten) {
+  ScratchDir dir;
+  const std::string name = std::string(250, 'a') + ".pt";
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ::waitpid(child, nullptr, 0);
+  const std::string dead = dir.file("." + std::string(239, 'a') + ".tmp-" + std::to_string(child));
+  std::ofstream(dead) << "half";
+  ASSERT_TRUE(std::filesystem::exists(dead));
+  write_file_atomically(dir.file(name), "whole");
+  std::ifstream in(dir.file(name));
+  std::string text;
+  in >> text;
+  EXPECT_EQ(text, "whole");
+  EXPECT_FALSE(std::filesystem::exists(dead));
 }
 
 }  // namespace

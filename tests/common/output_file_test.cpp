@@ -103,6 +103,34 @@ TEST(OutputFile, AFolderWhosePermissionsSayWritableButTakesNoFilesIsRefused) {
   EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
 }
 
+// A device or FIFO is no file to lose (/dev/stdout, /dev/null): taken without --overwrite, even in
+// a folder that takes no new files; a link to a file that is there still needs --overwrite.
+TEST(OutputFile, ADeviceIsWrittenIntoWithoutOverwriteAndALinkedFileIsStillProtected) {
+  if (std::filesystem::exists("/dev/null")) {
+    check_output_path("/dev/null", false, "--out");
+    check_new_output("/dev/null", false, "--out");
+  }
+  ScratchDir dir;
+  std::ofstream(dir.file("kept.png")) << "x";
+  std::filesystem::create_symlink(dir.file("kept.png"), dir.file("link.png"));
+  EXPECT_EQ(error_of([&] { check_output_path(dir.file("link.png"), false, "--out"); }),
+            "refusing to overwrite " + dir.file("link.png") + " (given as --out): the file exists");
+  check_output_path(dir.file("link.png"), true, "--out");
+  // A name longer than the folder takes is refused at the check, not after the work; one near the
+  // limit passes (its temporary file's name is cut to fit: atomic_file.cpp).
+  const std::string too_long = dir.file(std::string(300, 'a') + ".pt");
+  EXPECT_NE(error_of([&] {
+              check_output_path(too_long, false, "--save");
+            }).find("its name is 303 bytes, and the folder takes names of at most 255"),
+            std::string::npos);
+  check_output_path(dir.file(std::string(252, 'a') + ".pt"), false, "--save");
+  EXPECT_LE(std::filesystem::path(rescue_path(dir.file(std::string(252, 'a') + ".pt")))
+                .filename()
+                .string()
+                .size(),
+            255u);
+}
+
 // Class names from a user's labels file become sprite file names (generate --out-dir): none may
 // leave the folder, hide the file or be empty; ordinary and UTF-8 names stay as they are.
 TEST(OutputFile, FileNamePartKeepsEveryNameInsideItsFolder) {

@@ -199,6 +199,31 @@ TEST(SpriteSheet, KenneyFixture) {
   EXPECT_EQ(d.inputs.sizes().slice(1), (std::vector<int64_t>{4, 16, 16}));
 }
 
+// Links that lead nowhere (a loop, a missing class folder) are said and left out, not a raw
+// filesystem exception; a link to ".." inside a class folder is named as written; a folder given
+// with a trailing slash is named as without it.
+TEST(SpriteFolder, LinksThatLeadNowhereAreSaidAndLeftOut) {
+  ScratchDir dir;
+  const auto root = dir.path() / "set";
+  std::filesystem::create_directories(root / "gem");
+  io::write_png((root / "gem" / "1.png").string(), solid(16, 16, 1));
+  std::filesystem::create_symlink("self", root / "gem" / "self");        // a loop
+  std::filesystem::create_symlink("loop", root / "loop");                // a loop at the top
+  std::filesystem::create_symlink("/nonexistent-dir", root / "amulet");  // a class that is gone
+  std::filesystem::create_symlink("..", root / "gem" / "up");
+  ::testing::internal::CaptureStderr();
+  const auto d = read_sprite_folder(root.string() + "/", 16);
+  const std::string notes = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(d.class_names, (std::vector<std::string>{"gem"}));
+  EXPECT_EQ(d.name, "folder:set");
+  EXPECT_NE(notes.find(" links lead nowhere (a missing target or a loop), left out: "),
+            std::string::npos)
+      << notes;
+  for (const char* name : {"amulet", "loop", "gem/self"})
+    EXPECT_NE(notes.find(name), std::string::npos) << name << ": " << notes;
+  EXPECT_NE(notes.find("left out: gem/up"), std::string::npos) << notes;
+}
+
 TEST(SpriteFolder, ClassPerSubfolderAnySize) {
   ScratchDir dir;
   std::filesystem::create_directories(dir.path() / "b_robot");

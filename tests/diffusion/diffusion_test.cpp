@@ -79,6 +79,24 @@ Generator tiny_generator(int64_t classes = 3) {
   return g;
 }
 
+// generate's form: each batch finished as it comes out gives the bytes of finishing all at once.
+TEST(Sampler, FinishingEachBatchGivesTheSameSpritesAsFinishingThemAll) {
+  auto g = tiny_generator();
+  SampleOptions o;
+  o.steps = 3;
+  o.seed = 5;
+  o.batch = 2;
+  const auto labels = torch::tensor({0, 1, 2, 0, 1}, torch::kInt64);
+  std::vector<int64_t> batches;
+  const auto each = sample(g, labels, o, [&](const torch::Tensor& x) {
+    batches.push_back(x.size(0));
+    return finish_sprites(x, 4);
+  });
+  EXPECT_EQ(batches, (std::vector<int64_t>{2, 2, 1}));
+  EXPECT_EQ(each.scalar_type(), torch::kUInt8);
+  EXPECT_TRUE(torch::equal(each, finish_sprites(sample(g, labels, o), 4)));
+}
+
 TEST(Sampler, DdimIsDeterministicForASeed) {
   auto g = tiny_generator();
   SampleOptions o;

@@ -2,6 +2,7 @@
 // throttle.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "common/timer.h"
@@ -12,11 +13,13 @@ namespace spritetorch::runs {
 namespace {
 
 // Drives a printer through one short epoch: 4 steps, a log read at step 2 and 4.
-std::string render(TerminalStyle style, Verbosity verbosity, double seconds_per_step = 0.5) {
+std::string render(TerminalStyle style, Verbosity verbosity, double seconds_per_step = 0.5,
+                   int columns = 0) {
   std::ostringstream out;
   double now = 0;
   ProgressOptions options;
   options.style = style;
+  if (columns > 0) options.columns = [columns] { return columns; };
   options.verbosity = verbosity;
   options.clock = [&now] { return now; };
   ProgressPrinter printer(out, options);
@@ -76,6 +79,12 @@ TEST(ProgressPrinter, APlanLineSaysWhenTheBudgetWasUsedUp) {
       line(plan),
       "Time budget 0:01: used up, so the run ends with epoch 3: 3 epochs, 48 steps at 0.024 s "
       "a step (of at most 20)\n");
+  plan.spent = false;
+  plan.warmup_steps = 100;
+  plan.warmup_lr_share = 0.48;
+  EXPECT_EQ(line(plan),
+            "Time budget 0:01: 3 epochs, 48 steps at 0.024 s a step (of at most 20); the 100 "
+            "warm-up steps span them all, so the lr reaches only 48% of --lr\n");
 }
 
 TEST(ProgressPrinter, NotATerminalGivesPlainLinesPerLogIntervalAndEpoch) {
@@ -118,6 +127,19 @@ TEST(ProgressPrinter, TerminalRedrawsOneLineInPlaceThenEndsItWithTheEpochLine) {
   ASSERT_NE(epoch_line, std::string::npos) << out;
   EXPECT_EQ(out[epoch_line - 1], '\r') << out;  // the bar is cleared, the epoch line stays
   EXPECT_EQ(out.back(), '\n');
+}
+
+// A line wider than the terminal would wrap, and '\r' cannot take a wrapped line back: each
+// redraw is cut one column short of the width.
+TEST(ProgressPrinter, TheRedrawnLineFitsANarrowTerminal) {
+  const std::string out = render({true, false}, Verbosity::kNormal, 0.5, 40);
+  EXPECT_NE(out.find("\repoch 1/2 [============>           ] 2/\r"), std::string::npos) << out;
+  size_t longest = 0;  // of the redrawn lines: those a '\r' ends (the epoch line is printed)
+  for (size_t at = out.find('\r'); at != std::string::npos; at = out.find('\r', at + 1)) {
+    const size_t end = out.find_first_of("\r\n", at + 1);
+    if (end != std::string::npos && out[end] == '\r') longest = std::max(longest, end - at - 1);
+  }
+  EXPECT_EQ(longest, 39u) << out;
 }
 
 TEST(ProgressPrinter, TerminalRedrawsAtMostTenTimesASecond) {

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -17,6 +18,7 @@
 #include "io/png.h"
 #include "runs/gnuplot.h"
 #include "runs/observer_list.h"
+#include "runs/plots.h"
 #include "runs/run_folder.h"
 #include "runs/run_list.h"
 #include "tasks/make_task.h"
@@ -399,6 +401,61 @@ TEST(RunFolder, MetricsThatCannotBeWrittenAreOneNoteAndTheSummarySaysSo) {
 
 // A sample sheet that cannot be written (here samples/ is a file, so no sheet has a folder) is a
 // note, once for the run, and the generator trains on; the summary lists every sheet missing.
+// A generator of more classes than a sheet holds (64) draws 64 of them spread evenly, one each,
+// laid out 8 a row: a sheet of 500 classes was one column 34,000 pixels tall.
+TEST(RunFolder, AGeneratorOfManyClassesKeepsItsSheetTo64SpritesEightARow) {
+  struct Sheets : train::TrainObserver {
+    std::vector<torch::Tensor> sprites;
+    std::vector<int64_t> per_class;
+    void on_samples(int64_t, const torch::Tensor& s, int64_t p) override {
+      sprites.push_back(s);
+      per_class.push_back(p);
+    }
+  } sheets;
+  train::TrainConfig config;
+  config.device = "cpu";
+  config.task = train::TaskKind::kGenerate;
+  config.unet_base = 8;
+  config.epochs = 1;
+  config.batch_size = 100;
+  config.sample_every = 1;
+  const int64_t classes = 100;
+  train::Datasets data;
+  torch::manual_seed(3);
+  data.train.inputs = torch::randint(256, {classes, 4, 16, 16}, torch::kUInt8);
+  data.train.labels = torch::arange(classes, torch::kInt64);
+  for (int64_t k = 0; k < classes; ++k) data.train.class_names.push_back("c" + std::to_string(k));
+  run_training(config, data, &sheets);
+  ASSERT_EQ(sheets.sprites.size(), 1u);
+  EXPECT_EQ(sheets.sprites[0].size(0), 64);
+  EXPECT_EQ(sheets.per_class[0], 1);
+  const auto sheet = io::make_sample_sheet(sheets.sprites[0], sheets.per_class[0]);
+  EXPECT_EQ(sheet.size(1), (8 * 17 + 1) * 4);  // 8 columns of 16-pixel sprites, scaled x4
+  EXPECT_EQ(sheet.size(0), (8 * 17 + 1) * 4);
+}
+
+// The confusion picture of many classes stays a bounded script: no count per cell past 30 classes
+// (500 classes wrote 250,000 labels, 13.6 MB, more than gnuplot's minute), every n-th class named.
+TEST(RunFolder, TheConfusionScriptOfManyClassesStaysSmall) {
+  ScratchDir dir;
+  const int64_t k = 500;
+  const auto confusion = torch::eye(k, torch::kInt64) * 2;
+  std::vector<std::string> names;
+  for (int64_t i = 0; i < k; ++i) names.push_back("class" + std::to_string(i));
+  const auto script = write_confusion_plot(dir.path().string(), confusion, names);
+  std::ifstream in(dir.path().string() + "/" + script.script);
+  const std::string text(std::istreambuf_iterator<char>(in), {});
+  EXPECT_LT(text.size(), 20000u);
+  EXPECT_EQ(text.find("set label"), std::string::npos);
+  EXPECT_NE(text.find("'class480' 480"), std::string::npos);  // every 16th class named
+  EXPECT_EQ(text.find("'class481'"), std::string::npos);
+  // A few classes keep their counts.
+  const auto few = write_confusion_plot(dir.file("few"), torch::eye(4, torch::kInt64), names);
+  std::ifstream in_few(dir.file("few") + "/" + few.script);
+  const std::string few_text(std::istreambuf_iterator<char>(in_few), {});
+  EXPECT_NE(few_text.find("set label '1' at 0,0"), std::string::npos) << few_text;
+}
+
 TEST(RunFolder, SampleSheetsThatCannotBeWrittenAreANoteAndTrainingGoesOn) {
   ScratchDir dir;
   const std::string folder = dir.file("gen");

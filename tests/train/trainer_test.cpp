@@ -415,6 +415,33 @@ TEST(Trainer, ABudgetUsedUpBeforeItsStepsAreTimedEndsTheRunWithTheEpoch) {
   EXPECT_TRUE(budget_from_json(budget_json(*report.budget), "x.pt").spent);
 }
 
+// A plan that cuts the run below its warm-up (20 epochs would have outlasted it) says so: the lr
+// of the planned run never reaches --lr.
+TEST(Trainer, APlanShorterThanTheWarmUpSaysTheLrNeverReachesItsPeak) {
+  PlanLog observer;
+  TrainConfig c = dummy_sgd_run();
+  c.train_limit = 640;  // 10 steps an epoch
+  c.epochs = 20;
+  c.lr_schedule = "cosine";
+  c.warmup_steps = 100;
+  c.warmup_steps_origin = "--recipe fast";
+  c.time_budget_s = 1e-9;  // used up at the end of epoch 1
+  const auto report = run_training(c, &observer);
+  ASSERT_EQ(observer.plans.size(), 1u);
+  EXPECT_EQ(observer.plans.at(0).epochs, 1);
+  EXPECT_EQ(observer.plans.at(0).warmup_steps, 100);
+  EXPECT_DOUBLE_EQ(observer.plans.at(0).warmup_lr_share, 0.1);
+  EXPECT_TRUE(budget_json(*report.budget).at("warmup_spans_run").get<bool>());
+  for (const auto& [k, v] : report.settings) EXPECT_NE(k, "warm-up");  // 200 steps outlast it
+
+  c.warmup_steps = 5;  // within the planned epoch
+  PlanLog within;
+  const auto short_warmup = run_training(c, &within);
+  ASSERT_EQ(within.plans.size(), 1u);
+  EXPECT_EQ(within.plans.at(0).warmup_steps, 0);
+  EXPECT_FALSE(budget_json(*short_warmup.budget).at("warmup_spans_run").get<bool>());
+}
+
 // The error's message and hint of a run that is refused; "" when it trains.
 std::string trainer_refusal(const TrainConfig& c) {
   try {
