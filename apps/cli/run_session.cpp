@@ -20,6 +20,9 @@ namespace {
 // checkpoint's model: train/classifier_task.h).
 std::string model_for_name(const train::TrainConfig& config) {
   if (config.task == train::TaskKind::kGenerate) return "unet";
+  // A TorchScript model by its file's stem: the whole path made the name too long to create.
+  if (config.model.rfind("script:", 0) == 0)
+    return "script-" + std::filesystem::path(config.model.substr(7)).stem().string();
   if (!config.model.empty()) return config.model;
   if (!config.resume.empty()) {  // the trainer reads (and checks) the whole file once, later
     const auto meta = train::peek_checkpoint_meta(config.resume);

@@ -26,9 +26,10 @@ namespace {
 namespace fs = std::filesystem;
 
 // Folder-name safe: letters, digits, '.', '_' and '-'; anything else becomes '_'.
+// At most 64 bytes: a folder name must fit in 255 with the stamp and the task.
 std::string name_part(const std::string& text) {
   std::string out;
-  for (char c : text)
+  for (char c : text.substr(0, 64))
     out +=
         (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-') ? c : '_';
   return out.empty() ? "run" : out;

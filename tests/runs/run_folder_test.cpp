@@ -547,6 +547,11 @@ TEST(RunFolder, FreshNamesNeverCollideAndAClaimedFolderMustBeEmpty) {
   // A name part with a path in it stays one folder name, directly under the root.
   EXPECT_EQ(fs::path(create_run_folder(dir.file("runs"), "x/../y", "m", when)).parent_path(),
             fs::path(dir.file("runs")));
+  // A long model name (a TorchScript file's path) is cut: the folder can still be made.
+  const std::string long_model = std::string(300, 'm');
+  const auto long_folder = fs::path(create_run_folder(dir.file("runs"), "classify", long_model, when));
+  EXPECT_TRUE(fs::is_directory(long_folder));
+  EXPECT_LT(long_folder.filename().string().size(), 100u);
   EXPECT_TRUE(claim_run_folder(dir.file("new/deeper")));  // made
   std::ofstream(a + "/metrics.jsonl") << "{}\n";
   EXPECT_THROW(claim_run_folder(a), Error);
