@@ -24,16 +24,13 @@ namespace {
   throw Error(what + " " + path + ": " + std::strerror(errno));
 }
 
-// The longest file name the file systems take (NAME_MAX on Linux).
-constexpr size_t kNameMax = 255;
-
 // ".<name>.tmp-": the start of the temporary files of `name`, which a pid ends. A name near the
 // longest a folder takes is cut (its bytes, not its meaning, matter here), so that the temporary
 // name fits too: a legal 250-byte --save name failed after training for its temporary's length.
 std::string temporary_prefix(const std::string& name) {
   const std::string tail = ".tmp-";
   constexpr size_t kPidDigits = 10;
-  const size_t room = kNameMax - 1 - tail.size() - kPidDigits;
+  const size_t room = kMaxNameBytes - 1 - tail.size() - kPidDigits;
   return "." + name.substr(0, room) + tail;
 }
 

@@ -2,6 +2,7 @@
 // all go through here, so it sits in common/ below every module that writes files.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -12,6 +13,9 @@ namespace spritetorch {
 // TensorBoard events) never ends in half a record; returns the write's errno (ENOSPC for a write
 // of nothing), 0 when all was written.
 int append_whole(int fd, const std::string& bytes, int64_t whole_bytes);
+
+// The longest file name the file systems take (NAME_MAX on Linux).
+constexpr size_t kMaxNameBytes = 255;
 
 // Writes `bytes` to `path` atomically: a temporary file in the same folder, flushed and fsynced,
 // then renamed over the target, so a crash leaves either the old file or the new one. Temporaries

@@ -29,7 +29,8 @@ void check_output_path(const std::string& path, bool overwrite, const std::strin
                 "give a file name");
   if (is_special_file(path)) return;  // written into as it is (atomic_file.h)
   // A symlink's target is the file replaced, in its own folder.
-  const auto folder = std::filesystem::path(output_target(path)).parent_path();
+  const std::filesystem::path target = output_target(path);
+  const auto folder = target.parent_path();
   if (!folder.empty() && !std::filesystem::is_directory(folder, ec)) {
     // The nearest part of the path that is there: a file where a folder should be says so.
     auto there = folder;
@@ -43,7 +44,7 @@ void check_output_path(const std::string& path, bool overwrite, const std::strin
                 "create it first, or choose another path");
   }
   // A name longer than a folder takes would fail only when written, after the work.
-  const auto name = std::filesystem::path(output_target(path)).filename().string();
+  const auto name = target.filename().string();
   const long name_max = ::pathconf(folder.empty() ? "." : folder.c_str(), _PC_NAME_MAX);
   if (name_max > 0 && name.size() > static_cast<size_t>(name_max))
     throw Error("cannot write " + path + " (given as " + flag + "): its name is " +
@@ -92,9 +93,11 @@ std::string rescue_path(const std::string& path) {
   fs::path folder = fs::temp_directory_path(ec);
   if (ec) folder = "/tmp";
   const fs::path name(path);
-  // The stem cut so that the whole name fits in 255 bytes with the pid, a count and the extension.
+  // The stem cut so that the whole name fits with "spritetorch-", the pid, a count and the
+  // extension.
   const std::string extension = name.extension().string().substr(0, 32);
-  const std::string stem = name.stem().string().substr(0, 255 - 12 - 24 - extension.size());
+  const std::string stem =
+      name.stem().string().substr(0, kMaxNameBytes - 12 - 24 - extension.size());
   for (int n = 0;; ++n) {
     const fs::path candidate = folder / ("spritetorch-" + stem + "-" + std::to_string(::getpid()) +
                                          (n ? "-" + std::to_string(n) : "") + extension);

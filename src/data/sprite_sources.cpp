@@ -367,9 +367,9 @@ Dataset read_sprite_folder(const std::string& path, int64_t size, const std::str
   out.inputs = torch::cat(images);
   out.labels = torch::tensor(labels, torch::kInt64);
   // "sprites/" names the folder "sprites", as "sprites" does.
-  out.name = "folder:" + fs::path(path).lexically_normal().parent_path().filename().string();
-  if (fs::path(path).lexically_normal().has_filename())
-    out.name = "folder:" + fs::path(path).lexically_normal().filename().string();
+  const fs::path folder = fs::path(path).lexically_normal();
+  out.name =
+      "folder:" + (folder.has_filename() ? folder : folder.parent_path()).filename().string();
   return out;
 }
 

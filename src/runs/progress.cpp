@@ -155,12 +155,10 @@ void ProgressPrinter::on_plan(const train::BudgetPlan& plan) {
     line += " (of at most " + std::to_string(plan.max_epochs) + ")";
   else if (!plan.spent)
     line += " (all of --epochs fit)";
-  if (plan.warmup_steps > 0) {
-    const double share = 100.0 * plan.warmup_lr_share;
+  if (plan.warmup_steps > 0)
     line += "; the " + std::to_string(plan.warmup_steps) +
             " warm-up steps span them all, so the lr reaches only " +
-            (share >= 10 ? fixed(share, 0) : fixed(share, 1)) + "% of --lr";
-  }
+            train::lr_percent_text(plan.warmup_lr_share) + "% of --lr";
   print_line(line);
   if (options_.style.redraw) redraw();
 }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <iomanip>
+#include <sstream>
 #include <string>
 
 #include "common/error.h"
@@ -60,6 +62,16 @@ double parse_duration(const std::string& text, const std::string& flag) {
   if (total > kYear)
     throw Error("cannot read " + flag + " '" + text + "': a budget of at most 8760h (a year)");
   return total;
+}
+
+std::string lr_percent_text(double share) {
+  const double percent = 100.0 * share;
+  std::ostringstream text;
+  if (percent >= 10)
+    text << std::llround(percent);
+  else
+    text << std::setprecision(2) << percent;
+  return text.str();
 }
 
 nlohmann::json budget_json(const BudgetPlan& plan) {

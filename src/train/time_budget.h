@@ -68,6 +68,10 @@ struct BudgetPlan {
   double warmup_lr_share = 1;
 };
 
+// A share of --lr (0.48, 0.016) as the warm-up's lines print it: "48", "1.6" (whole per cents from
+// 10%, two significant digits below).
+std::string lr_percent_text(double share);
+
 // This process's step at which `plan` is next revised: halfway from `steps_done` (the step the
 // plan was made or last revised at) to its last step; 0 when it is revised no more
 // (`max_revisions` reached, or no step left). A resumed run allows its own revisions on top of

@@ -338,18 +338,14 @@ void TrainingRun::check_warmup() {
   const int64_t total = epochs_ * steps_;
   if (warmup == 0 || warmup < total || steps_planned(epochs_) == 0) return;
   // The lr of the last step, (total / warmup) of --lr: "1.6%", "50%".
-  const double share = 100.0 * static_cast<double>(total) / static_cast<double>(warmup);
-  std::ostringstream peak;
-  if (share >= 10)
-    peak << std::llround(share);
-  else
-    peak << std::setprecision(2) << share;
+  const std::string peak =
+      lr_percent_text(static_cast<double>(total) / static_cast<double>(warmup));
   const std::string run = "(" + std::string(config_.time_budget_s > 0 ? "at most " : "") +
                           std::to_string(total) + " steps: " + std::to_string(epochs_) +
                           (epochs_ == 1 ? " epoch" : " epochs") + " of " + std::to_string(steps_) +
                           ")";
   const std::string lr =
-      "the lr only reaches " + peak.str() + "% of --lr " + c10::str(optimization_.options.lr);
+      "the lr only reaches " + peak + "% of --lr " + c10::str(optimization_.options.lr);
   if (config_.warmup_steps_origin.empty())
     throw Error("--warmup-steps " + std::to_string(warmup) + " spans the whole run " + run + ": " +
                     lr + ", at the last step",

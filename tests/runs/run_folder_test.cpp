@@ -549,7 +549,8 @@ TEST(RunFolder, FreshNamesNeverCollideAndAClaimedFolderMustBeEmpty) {
             fs::path(dir.file("runs")));
   // A long model name (a TorchScript file's path) is cut: the folder can still be made.
   const std::string long_model = std::string(300, 'm');
-  const auto long_folder = fs::path(create_run_folder(dir.file("runs"), "classify", long_model, when));
+  const auto long_folder =
+      fs::path(create_run_folder(dir.file("runs"), "classify", long_model, when));
   EXPECT_TRUE(fs::is_directory(long_folder));
   EXPECT_LT(long_folder.filename().string().size(), 100u);
   EXPECT_TRUE(claim_run_folder(dir.file("new/deeper")));  // made

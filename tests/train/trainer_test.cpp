@@ -486,14 +486,20 @@ TEST(Trainer, AWarmUpSpanningTheWholeRunIsRefusedWhenChosenAndNotedWhenNot) {
   for (const auto& [k, v] : run_training(c).settings) EXPECT_NE(k, "warm-up");
 }
 
+// One epoch on 32 procedural 16x16 sprites on the CPU: for options refused before training.
+TrainConfig few_sprites_run() {
+  TrainConfig c;
+  c.device = "cpu";
+  c.dataset = "sprites";
+  c.sprites.count = 32;
+  c.epochs = 1;
+  return c;
+}
+
 // A cutout square as wide as the images blanks most of each (all of it from 2 sides - 1), as a
 // shift of half their side moves most out of the frame: both refused before training.
 TEST(Trainer, ACutoutAsWideAsTheImagesIsRefused) {
-  TrainConfig c;
-  c.device = "cpu";
-  c.dataset = "sprites";  // 16x16
-  c.sprites.count = 32;
-  c.epochs = 1;
+  TrainConfig c = few_sprites_run();  // 16x16
   c.augment = "flip,cutout:16";
   EXPECT_NE(
       trainer_refusal(c).find("--augment flip,cutout:16: a cutout of 16 pixels blanks most of each "
@@ -513,12 +519,8 @@ TEST(Trainer, ACutoutAsWideAsTheImagesIsRefused) {
 
 // Without a test set the options that act on it would do nothing: refused, as --target-accuracy.
 TEST(Trainer, TestSetOptionsAreRefusedWithoutATestSet) {
-  TrainConfig c;
-  c.device = "cpu";
-  c.dataset = "sprites";
-  c.sprites.count = 32;
+  TrainConfig c = few_sprites_run();
   c.sprites.holdout = 0;
-  c.epochs = 1;
   c.eval_every_steps = 2;
   EXPECT_EQ(trainer_refusal(c),
             "--eval-every-steps evaluates the test set; this run has none | drop "
