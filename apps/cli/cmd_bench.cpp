@@ -421,7 +421,7 @@ int run_target_bench(BenchFlags& f) {
     }
   }
   std::cout << std::defaultfloat;
-  write_file_atomically(f.out + ".json", json_text(json, 2) + "\n");
+  write_file_atomically(f.out + ".json", json_text(json, 2) + "\n", if_exists(f.overwrite));
   std::cout << "Wrote " << f.out << ".json\n";
   return peer_failed_exit(peer_failures, f.seeds);
 }
@@ -669,8 +669,9 @@ Subcommand add_bench_command(CLI::App& app) {
               }
               json["python_peer"] = peers;
             }
-            write_file_atomically(f->out + ".json", json_text(json, 2) + "\n");
-            write_file_atomically(f->out + ".csv", bench_csv(report));
+            write_file_atomically(f->out + ".json", json_text(json, 2) + "\n",
+                                  if_exists(f->overwrite));
+            write_file_atomically(f->out + ".csv", bench_csv(report), if_exists(f->overwrite));
             std::cout << "Wrote " << f->out << ".json and " << f->out << ".csv\n";
             return peer_failed_exit(peer_failures, peer_runs);
           }};

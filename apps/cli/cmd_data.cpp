@@ -68,7 +68,8 @@ Subcommand add_data_command(CLI::App& app) {
                 grid.narrow(0, c * f->per_class, n)
                     .copy_(d.inputs.index_select(0, index.narrow(0, 0, n)));
             }
-            io::write_png(f->out, io::make_sheet(grid, {f->per_class, 1, f->scale}));
+            io::write_png(f->out, io::make_sheet(grid, {f->per_class, 1, f->scale}),
+                          if_exists(f->overwrite));
             std::cout << "Wrote " << f->out << ": " << d.name << " (" << d.size() << " samples), "
                       << f->per_class << " per row; rows:\n";
             for (int64_t c = 0; c < k; ++c)

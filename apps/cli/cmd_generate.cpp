@@ -263,11 +263,13 @@ Subcommand add_generate_command(CLI::App& app) {
         else if (palette_png.defined())
           sprites = diffusion::snap_to_palette(sprites, palette_png);
         if (!f->out.empty())
-          io::write_png(f->out, io::make_sheet(sprites, {f->columns, 1, f->scale}));
+          io::write_png(f->out, io::make_sheet(sprites, {f->columns, 1, f->scale}),
+                        if_exists(f->overwrite));
         if (!f->out_dir.empty())
           for (int64_t i = 0; i < sprites.size(0); ++i)
             io::write_png(sprite_path(i),
-                          io::upscale_nearest(sprites[i].permute({1, 2, 0}), f->scale));
+                          io::upscale_nearest(sprites[i].permute({1, 2, 0}), f->scale),
+                          if_exists(f->overwrite));
         const double rate = static_cast<double>(f->count) / seconds;
         if (f->json) {
           auto out = nlohmann::json{{"count", f->count},

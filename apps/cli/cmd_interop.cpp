@@ -101,7 +101,7 @@ Subcommand add_export_command(CLI::App& app) {
             auto write_reference = [&] {
               if (!reference_file) return;
               try {
-                interop::write_safetensors(f->reference, *reference_file);
+                interop::write_safetensors(f->reference, *reference_file, if_exists(f->overwrite));
               } catch (...) {
                 std::error_code ignored;
                 std::filesystem::remove(f->out, ignored);  // one without the other is half a result
@@ -121,7 +121,7 @@ Subcommand add_export_command(CLI::App& app) {
               auto trained = std::dynamic_pointer_cast<models::ScriptClassifierImpl>(
                   train::model_from_checkpoint(checkpoint, f->checkpoint, torch::kCPU));
               compute_reference();
-              write_file_atomically(f->out, trained->archive());
+              write_file_atomically(f->out, trained->archive(), if_exists(f->overwrite));
               int64_t values = 0;
               for (const auto& p : trained->parameters()) values += p.numel();
               std::cout << "Wrote " << f->out << " (torchscript): the model of "
@@ -134,9 +134,9 @@ Subcommand add_export_command(CLI::App& app) {
             const auto state = interop::python_state_dict(checkpoint, f->checkpoint);
             compute_reference();
             if (format == "safetensors") {
-              interop::write_safetensors(f->out, state);
+              interop::write_safetensors(f->out, state, if_exists(f->overwrite));
             } else {
-              interop::write_torch_state_dict(f->out, state);
+              interop::write_torch_state_dict(f->out, state, if_exists(f->overwrite));
             }
             std::cout << "Wrote " << f->out << " (" << format << "): "
                       << (own.empty() ? "model " + checkpoint.meta.value("model", std::string("?"))
@@ -210,7 +210,7 @@ Subcommand add_import_command(CLI::App& app) {
             const auto& spec = imported.spec;
             const auto checkpoint =
                 interop::checkpoint_from_python(state, spec, imported.meta, f->in);
-            train::save_checkpoint(f->out, checkpoint);
+            train::save_checkpoint(f->out, checkpoint, if_exists(f->overwrite));
             std::cout << "Wrote " << f->out << ": model " << spec.name << " for "
                       << imported.config.dataset << " (" << spec.classes << " classes), "
                       << checkpoint.model.size() << " tensors from " << f->in

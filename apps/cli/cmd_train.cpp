@@ -173,7 +173,7 @@ Subcommand add_train_command(CLI::App& app) {
                   "PyTorch's optimizers [default: 0.01 for adamw, 0 otherwise]")
       ->check(kNonNegative);
   sub->add_option("--lr-schedule", config->lr_schedule,
-                  "constant | cosine (to 0 at the last step) | step:E[:G] (times G, default 0.1, "
+                  "constant | cosine (to 0 at the run's end) | step:E[:G] (times G, default 0.1, "
                   "every E epochs); a function of the global step, so resuming continues it")
       ->check(
           parsed_by([](const std::string& text) { train::parse_lr_schedule(text); }, "SCHEDULE"))

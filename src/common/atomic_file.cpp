@@ -2,9 +2,11 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -124,9 +126,27 @@ void write_through(const std::string& path, const std::string& bytes) {
   }
 }
 
+// rename(2) that fails with EEXIST where `to` exists: renameat2's RENAME_NOREPLACE, or, on file
+// systems without it, a hard link (which never replaces) and the temporary's unlink.
+int rename_keeping(const char* from, const char* to) {
+#ifdef RENAME_NOREPLACE
+  if (::renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0) return 0;
+  if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) return -1;
+#endif
+  if (::link(from, to) == 0) return ::unlink(from), 0;
+  if (errno != EPERM && errno != ENOTSUP && errno != EOPNOTSUPP) return -1;
+  // Neither (vfat): the check made before the work is all there is.
+  struct stat st {};
+  if (::lstat(to, &st) == 0) {
+    errno = EEXIST;
+    return -1;
+  }
+  return ::rename(from, to);
+}
+
 }  // namespace
 
-void write_file_atomically(const std::string& path, const std::string& bytes) {
+void write_file_atomically(const std::string& path, const std::string& bytes, IfExists existing) {
   namespace fs = std::filesystem;
   if (is_special_file(path)) return write_through(path, bytes);
   const fs::path target(output_target(path));
@@ -150,8 +170,16 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
     ::unlink(tmp.c_str());
     throw_errno("cannot write", path);
   }
-  if (::rename(tmp.c_str(), target.c_str()) != 0) {
+  const int renamed = existing == IfExists::kKeep ? rename_keeping(tmp.c_str(), target.c_str())
+                                                  : ::rename(tmp.c_str(), target.c_str());
+  if (renamed != 0) {
+    const int error = errno;
     ::unlink(tmp.c_str());
+    if (error == EEXIST)
+      throw Error("cannot write " + path +
+                      ": the file exists now; another process made it while this one worked",
+                  "pass --overwrite to replace it, or choose another path");
+    errno = error;
     throw_errno("cannot rename into place", path);
   }
   // The rename itself must reach the disk too.

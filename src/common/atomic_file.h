@@ -17,13 +17,24 @@ int append_whole(int fd, const std::string& bytes, int64_t whole_bytes);
 // The longest file name the file systems take (NAME_MAX on Linux).
 constexpr size_t kMaxNameBytes = 255;
 
+// What a write does when its file is there at the end of the work. Commands refuse an existing
+// output before they start (check_new_output); kKeep holds to that at the write itself, where
+// another process may have made the file meanwhile (two runs given the same --save).
+enum class IfExists { kReplace, kKeep };
+// kReplace with --overwrite, kKeep without.
+inline IfExists if_exists(bool overwrite) {
+  return overwrite ? IfExists::kReplace : IfExists::kKeep;
+}
+
 // Writes `bytes` to `path` atomically: a temporary file in the same folder, flushed and fsynced,
 // then renamed over the target, so a crash leaves either the old file or the new one. Temporaries
-// left by writers that died are removed. Throws Error naming the file on failure.
+// left by writers that died are removed. Throws Error naming the file on failure, and, with
+// IfExists::kKeep, when the file exists (it is left as it is).
 // A symlink stays a link: the file it leads to is the one replaced (a dangling link's target is
 // made). A device, FIFO or socket (/dev/stdout, a named pipe) is written into as it is: renaming a
 // file over it would replace the device with a file.
-void write_file_atomically(const std::string& path, const std::string& bytes);
+void write_file_atomically(const std::string& path, const std::string& bytes,
+                           IfExists existing = IfExists::kReplace);
 
 // `path` with its symlinks followed to the file a write lands on, which need not exist yet (a
 // dangling link gives where it points); `path` itself when it is no link.

@@ -145,8 +145,8 @@ std::string safetensors_bytes(const TensorFile& file) {
   return out;
 }
 
-void write_safetensors(const std::string& path, const TensorFile& file) {
-  write_file_atomically(path, safetensors_bytes(file));
+void write_safetensors(const std::string& path, const TensorFile& file, IfExists existing) {
+  write_file_atomically(path, safetensors_bytes(file), existing);
 }
 
 TensorFile read_safetensors(const std::string& path) {

@@ -19,6 +19,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/atomic_file.h"
+
 namespace spritetorch::interop {
 
 // Tensors in file order (Python's state_dict order when we write them), plus free-form metadata.
@@ -37,7 +39,8 @@ std::string safetensors_dtype(torch::ScalarType type);
 // they are copied to the CPU.
 std::string safetensors_bytes(const TensorFile& file);
 // Atomic write (temporary file + rename), like checkpoints.
-void write_safetensors(const std::string& path, const TensorFile& file);
+void write_safetensors(const std::string& path, const TensorFile& file,
+                       IfExists existing = IfExists::kReplace);
 
 // Throws DataError naming `path` (or `source`) for anything that is not a well-formed file.
 TensorFile read_safetensors(const std::string& path);

@@ -11,6 +11,7 @@
 namespace spritetorch::interop {
 
 // Writes `file.tensors` (in order, on the CPU) as a dict; metadata is not stored. Atomic.
-void write_torch_state_dict(const std::string& path, const TensorFile& file);
+void write_torch_state_dict(const std::string& path, const TensorFile& file,
+                            IfExists existing = IfExists::kReplace);
 
 }  // namespace spritetorch::interop

@@ -236,8 +236,8 @@ std::string encode_png(const torch::Tensor& image_in, const std::string& name) {
   return bytes;
 }
 
-void write_png(const std::string& path, const torch::Tensor& image) {
-  write_file_atomically(path, encode_png(image, path));
+void write_png(const std::string& path, const torch::Tensor& image, IfExists existing) {
+  write_file_atomically(path, encode_png(image, path), existing);
 }
 
 torch::Tensor upscale_nearest(const torch::Tensor& image, int64_t scale) {

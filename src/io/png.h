@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "common/atomic_file.h"
+
 namespace spritetorch::io {
 
 // The largest picture read_png decodes: 8192 x 8192 (256 MiB of RGBA). A sprite, a sheet or a
@@ -31,8 +33,9 @@ torch::Tensor decode_png(const std::string& bytes, const std::string& name,
 // Encodes (H, W, 4), (H, W, 3) or (H, W, 1) uint8 (any device) as an 8-bit RGBA / RGB / grey PNG
 // in memory; `name` is used in error messages.
 std::string encode_png(const torch::Tensor& image, const std::string& name);
-// The same, written to `path` atomically.
-void write_png(const std::string& path, const torch::Tensor& image);
+// The same, written to `path` atomically (common/atomic_file.h).
+void write_png(const std::string& path, const torch::Tensor& image,
+               IfExists existing = IfExists::kReplace);
 
 // Nearest-neighbour upscale of (H, W, C) or (N, C, H, W) by an integer factor >= 1.
 torch::Tensor upscale_nearest(const torch::Tensor& image, int64_t scale);

@@ -220,10 +220,10 @@ void TensorBoardObserver::on_epoch(const train::EpochReport& report) {
 }
 
 void TensorBoardObserver::on_eval(const train::EvalPoint& point, const train::StepTick& at) {
-  const int64_t global_step = (at.epoch - 1) * at.steps + at.step;  // as on_log's
-  if (!failed_) {  // buffered: written with the epoch's events
-    writer_.add_scalar("eval/test_loss", point.loss, global_step);
-    if (point.has_accuracy) writer_.add_scalar("eval/test_accuracy", point.accuracy, global_step);
+  if (!failed_) {  // buffered: written with the epoch's events; at on_log's step
+    writer_.add_scalar("eval/test_loss", point.loss, at.global_step);
+    if (point.has_accuracy)
+      writer_.add_scalar("eval/test_accuracy", point.accuracy, at.global_step);
   }
   if (next_) next_->on_eval(point, at);
 }

@@ -92,6 +92,7 @@ std::string create_run_folder(const std::string& root, const std::string& task,
 
 bool claim_run_folder(const std::string& folder) {
   std::error_code error;
+  bool made = false;
   if (fs::exists(folder, error)) {
     if (!fs::is_directory(folder))
       throw Error("--run-dir " + folder + " exists and is not a folder");
@@ -99,11 +100,25 @@ bool claim_run_folder(const std::string& folder) {
       throw Error(
           "--run-dir " + folder + " exists and is not empty: refusing to mix two runs",
           "give a new folder, or leave out --run-dir for a fresh runs/<date>-<time>-... folder");
-    return false;
+  } else {
+    fs::path path(folder);
+    if (!path.has_filename()) path = path.parent_path();  // "runs/a/": the folder is "runs/a"
+    if (path.has_parent_path()) fs::create_directories(path.parent_path(), error);
+    // create_directory is atomic: of two runs starting at once, one makes the folder.
+    if (!error) made = fs::create_directory(path, error);
+    if (error) throw Error("cannot create --run-dir " + folder + ": " + error.message());
   }
-  fs::create_directories(folder, error);
-  if (error) throw Error("cannot create --run-dir " + folder + ": " + error.message());
-  return true;
+  // The claim itself: metrics.jsonl made with O_EXCL. Two runs given the same empty folder at once
+  // both saw it empty; only one makes the file, and the other leaves the folder to it untouched
+  // (removing "its" config.toml on the way out would remove the winner's).
+  const std::string metrics = (fs::path(folder) / "metrics.jsonl").string();
+  const int fd = ::open(metrics.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0 && errno == EEXIST)
+    throw Error("--run-dir " + folder + " was taken by another run starting at the same time",
+                "give each run its own folder, or leave out --run-dir");
+  if (fd < 0) throw Error("cannot write " + metrics + ": " + std::strerror(errno));
+  ::close(fd);
+  return made;
 }
 
 RunRecorder::RunRecorder(std::string folder, RunIdentity identity, const std::string& config_toml)
@@ -347,29 +362,7 @@ RunRecorder::Finished RunRecorder::finish(const train::TrainReport& report,
   Finished finished;
   const int64_t epochs = report.start_epoch + static_cast<int64_t>(report.epochs.size());
   curves_.accuracy = report.has_accuracy;
-  std::string why_not;
   const bool classes = report.has_accuracy && report.has_test;  // a confusion matrix to draw
-  // The pictures are extras: a disk that fills up or a folder that goes away now must not cost
-  // the run its summary.json (which is small, and written next).
-  try {
-    std::vector<PlotScript> scripts = {
-        write_curves_plot(folder_, curves_, fs::path(folder_).filename().string())};
-    if (classes) {
-      const auto misclassified =
-          write_misclassified_plot(folder_, report.misclassified, report.class_names, &why_not);
-      scripts.push_back(write_confusion_plot(folder_, report.test.confusion, report.class_names));
-      scripts.push_back(misclassified);
-      if (misclassified.script.empty())
-        why_not = "no misclassified.png: " + why_not;
-      else
-        why_not.clear();
-    }
-    draw(scripts, gnuplot_path, finished);
-  } catch (const Error& e) {
-    why_not = std::string("the pictures were not drawn: ") + e.what();
-  }
-  if (!why_not.empty()) finished.notices.push_back(why_not);
-
   nlohmann::json summary = summary_base(checkpoint, finished);
   summary["task"] = report.task;
   summary["epochs"] = epochs;
@@ -415,8 +408,44 @@ RunRecorder::Finished RunRecorder::finish(const train::TrainReport& report,
     summary["not_written"] = nlohmann::json::object();
     for (const auto& [name, reason] : not_written_) summary["not_written"][name] = reason;
   }
-  drawn_ = finished;
+  // Written before the pictures, which gnuplot may take a minute to draw: a run killed meanwhile
+  // is complete with its checkpoint, and lists no pictures. Rewritten with them once drawn.
   write_summary(summary);
+
+  std::string why_not;
+  // The pictures are extras: a disk that fills up or a folder that goes away now must not cost
+  // the run its summary.json (which is small, and written next).
+  try {
+    std::vector<PlotScript> scripts = {
+        write_curves_plot(folder_, curves_, fs::path(folder_).filename().string())};
+    if (classes) {
+      const auto misclassified =
+          write_misclassified_plot(folder_, report.misclassified, report.class_names, &why_not);
+      scripts.push_back(write_confusion_plot(folder_, report.test.confusion, report.class_names));
+      scripts.push_back(misclassified);
+      if (misclassified.script.empty())
+        why_not = "no misclassified.png: " + why_not;
+      else
+        why_not.clear();
+    }
+    draw(scripts, gnuplot_path, finished);
+  } catch (const Error& e) {
+    why_not = std::string("the pictures were not drawn: ") + e.what();
+  }
+  if (!why_not.empty()) finished.notices.push_back(why_not);
+
+  for (const auto& [name, path] : finished.pictures) summary["pictures"][name] = path;
+  summary["finished"] = iso_time(std::time(nullptr));
+  summary["wall_s"] = wall_seconds();
+  if (!finished.pictures.empty()) {
+    try {
+      write_summary(summary);
+    } catch (const Error& e) {  // the summary written above stands: the run is complete
+      finished.notices.push_back(std::string("summary.json does not name the pictures: ") +
+                                 e.what());
+    }
+  }
+  drawn_ = finished;
   return finished;
 }
 

@@ -28,8 +28,9 @@ constexpr int kMetricsSchema = 1;  // "schema" of metrics.jsonl's start line and
 // is taken, -2, -3, ... are appended: a run never writes into another run's folder.
 std::string create_run_folder(const std::string& root, const std::string& task,
                               const std::string& model, std::time_t now);
-// --run-dir: creates `folder` (and its parents); an existing folder must be empty. Returns
-// whether it made the folder.
+// --run-dir: creates `folder` (and its parents); an existing folder must be empty. The folder is
+// claimed by making its metrics.jsonl (O_EXCL), so that of two runs given it at once one starts and
+// the other is refused. Returns whether it made the folder.
 bool claim_run_folder(const std::string& folder);
 
 struct RunIdentity {

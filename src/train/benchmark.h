@@ -12,6 +12,11 @@
 
 namespace spritetorch::train {
 
+// The lower of the two middle values for an even count, so always one of the samples; 0 for none.
+// A cross-core reading whose partner thread lost its CPU takes milliseconds, not ~200 ns: the mean
+// of one such and one true reading named a latency no sample had (3 ms from 220 ns and 6 ms).
+double lower_median(std::vector<double> values);
+
 struct BenchConfig {
   TrainConfig workload;                  // model, dataset, batch, epochs, lr, seed...
   std::vector<std::string> devices;      // empty = every device this machine has
@@ -65,7 +70,7 @@ struct ComputeFloor {
   // Every cross-core line transfer measured beside the floor's samples, ns (common/cpu_load.h): on
   // a VM the fused step's ratio to the floor moves with it, the sgemm hardly.
   std::vector<double> cross_core_ns{};
-  double cross_core_median_ns = 0;  // 0 when none was measured
+  double cross_core_median_ns = 0;  // the lower median (a sample's value); 0 when none was measured
 };
 
 struct BenchReport {

@@ -139,7 +139,7 @@ torch::Tensor get_tensor(PayloadReader& in, const std::string& name, const std::
 
 }  // namespace
 
-void save_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
+void save_checkpoint(const std::string& path, const Checkpoint& checkpoint, IfExists existing) {
   std::string payload;
   const std::string meta = json_text(checkpoint.meta);
   put_le<uint32_t>(payload, static_cast<uint32_t>(meta.size()));
@@ -158,7 +158,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
   put_le<uint64_t>(file, payload.size());
   put_le<uint32_t>(file, crc_of(payload.data(), payload.size()));
   file += payload;
-  write_file_atomically(path, file);
+  write_file_atomically(path, file, existing);
 }
 
 namespace {

@@ -25,6 +25,8 @@
 #include <optional>
 #include <string>
 
+#include "common/atomic_file.h"
+
 namespace spritetorch::train {
 
 constexpr uint32_t kCheckpointVersion = 2;
@@ -40,7 +42,9 @@ struct Checkpoint {
   std::map<std::string, torch::Tensor> task;
 };
 
-void save_checkpoint(const std::string& path, const Checkpoint& checkpoint);
+// Written atomically (common/atomic_file.h); kKeep refuses a file that is there by then.
+void save_checkpoint(const std::string& path, const Checkpoint& checkpoint,
+                     IfExists existing = IfExists::kReplace);
 // Throws DataError naming the file when it is a folder or not a spritetorch checkpoint, is
 // truncated, fails its checksum or comes from a newer format version.
 Checkpoint load_checkpoint(const std::string& path);

@@ -40,8 +40,7 @@ LrSchedule parse_lr_schedule(const std::string& text, int64_t warmup_steps) {
   return schedule;
 }
 
-double lr_factor(const LrSchedule& schedule, int64_t step, int64_t steps_per_epoch,
-                 int64_t total_steps) {
+double lr_factor(const LrSchedule& schedule, int64_t step, int64_t epoch, int64_t total_steps) {
   double factor = 1.0;
   if (step < schedule.warmup_steps)
     factor = static_cast<double>(step + 1) / static_cast<double>(schedule.warmup_steps);
@@ -58,7 +57,6 @@ double lr_factor(const LrSchedule& schedule, int64_t step, int64_t steps_per_epo
       break;
     }
     case LrSchedule::Kind::kStep: {
-      const int64_t epoch = step / std::max<int64_t>(steps_per_epoch, 1);
       factor *= std::pow(schedule.gamma, static_cast<double>(epoch / schedule.every_epochs));
       break;
     }

@@ -23,12 +23,13 @@ struct LrSchedule {
 // naming the text otherwise.
 LrSchedule parse_lr_schedule(const std::string& text, int64_t warmup_steps = 0);
 
-// The multiplier of the base lr at 0-based global step `step` of a run of `total_steps` steps,
-// `steps_per_epoch` per epoch. cosine: from 1 after the warm-up down to 0 at the last step's end
-// (PyTorch's CosineAnnealingLR with T_max = the steps after the warm-up, eta_min 0, stepped each
-// step); step: gamma^(epoch / every_epochs) (StepLR stepped each epoch).
-double lr_factor(const LrSchedule& schedule, int64_t step, int64_t steps_per_epoch,
-                 int64_t total_steps);
+// The multiplier of the base lr at 0-based global step `step`, in 0-based epoch `epoch`, of a run
+// of `total_steps` steps. The epoch is given, not step / steps per epoch: a run resumed at an
+// epoch's end with another --batch-size has epochs of two lengths. cosine: from 1 after the
+// warm-up down to 0 at the last step's end (PyTorch's CosineAnnealingLR with T_max = the steps
+// after the warm-up, eta_min 0, stepped each step); step: gamma^(epoch / every_epochs) (StepLR
+// stepped each epoch).
+double lr_factor(const LrSchedule& schedule, int64_t step, int64_t epoch, int64_t total_steps);
 
 // "constant", "cosine, warm-up 100 steps", "step every 2 epochs x0.5": for settings rows.
 std::string describe_lr_schedule(const LrSchedule& schedule);

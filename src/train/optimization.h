@@ -18,14 +18,14 @@ struct Optimization {
   OptimizerOptions options;
   LrSchedule schedule;
 
-  // The lr of 0-based global step `step` of a run of `epochs` epochs of `steps_per_epoch` steps.
-  double lr_at(int64_t step, int64_t steps_per_epoch, int64_t epochs) const {
-    return options.lr * lr_factor(schedule, step, steps_per_epoch, epochs * steps_per_epoch);
+  // The lr of 0-based global step `step`, in 0-based epoch `epoch`, of a run of `total_steps`.
+  double lr_at(int64_t step, int64_t epoch, int64_t total_steps) const {
+    return options.lr * lr_factor(schedule, step, epoch, total_steps);
   }
   // Sets the optimizer's lr for that step; nothing for a constant schedule.
-  void set_step_lr(FlatOptimizer& optimizer, int64_t step, int64_t steps_per_epoch,
-                   int64_t epochs) const {
-    if (!schedule.constant()) optimizer.set_lr(lr_at(step, steps_per_epoch, epochs));
+  void set_step_lr(FlatOptimizer& optimizer, int64_t step, int64_t epoch,
+                   int64_t total_steps) const {
+    if (!schedule.constant()) optimizer.set_lr(lr_at(step, epoch, total_steps));
   }
   // "adamw lr 0.001, weight decay 0.01, cosine, warm-up 100 steps"
   std::string describe() const;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <iomanip>
 #include <optional>
 #include <sstream>
@@ -215,6 +216,13 @@ class TrainingRun {
   // A warm-up at least as long as the run's steps (the most --time-budget may plan): the lr never
   // reaches --lr. An Error when the user chose it, else warmup_note_ says so.
   void check_warmup();
+  // The run's global step (0-based) at step `step` of 0-based `epoch`: every step before it, in
+  // this process and those it resumed. An end-of-run checkpoint may be resumed with another
+  // --batch-size, so its epochs count as the steps they had (start_steps_), not as steps_ each;
+  // a mid-epoch one may not (the same steps_).
+  int64_t global_step(int64_t epoch, int64_t step) const {
+    return start_steps_ - resumed_within_ + (epoch - start_epoch_) * steps_ + step;
+  }
   // This process's optimizer steps in a plan of `epochs` in total.
   int64_t steps_planned(int64_t epochs) const {
     return std::max<int64_t>(0, (epochs - start_epoch_) * steps_ - resumed_within_);
@@ -270,6 +278,9 @@ class TrainingRun {
   data::DataPath train_path_, test_path_;
   int64_t steps_ = 0;      // per epoch
   std::string last_good_;  // newest periodic checkpoint this run wrote
+  // --save there at the start was allowed to be replaced (--overwrite, or the file resumed from);
+  // one made by another process while this run trained is not.
+  const IfExists save_existing_;
   struct Rescued {
     std::string wanted, why;  // the path asked for; the write's error
   };
@@ -295,7 +306,9 @@ TrainingRun::TrainingRun(const TrainConfig& config, Task& task, const Datasets& 
       parallel_(config, distributed::process_env()),
       device_(parallel_.pick_device(config.device)),
       optimization_(optimization_of(config)),
-      epochs_(config.epochs) {
+      epochs_(config.epochs),
+      save_existing_(config.overwrite || std::filesystem::exists(config.save) ? IfExists::kReplace
+                                                                              : IfExists::kKeep) {
   if (!parallel_.is_main()) observer_ = &silent_;  // under ddp only rank 0 talks to the observer
   check_task_options();
   if (!config_.resume.empty()) {
@@ -334,9 +347,10 @@ TrainingRun::TrainingRun(const TrainConfig& config, Task& task, const Datasets& 
 
 void TrainingRun::check_warmup() {
   const int64_t warmup = optimization_.schedule.warmup_steps;
-  // The schedule counts the global step from the run's first (a resumed run's included).
-  const int64_t total = epochs_ * steps_;
-  if (warmup == 0 || warmup < total || steps_planned(epochs_) == 0) return;
+  // The schedule counts the global step from the run's first (a resumed run's included). A warm-up
+  // as long as the run reaches --lr at its last step.
+  const int64_t total = global_step(epochs_, 0);
+  if (warmup == 0 || warmup <= total || steps_planned(epochs_) == 0) return;
   // The lr of the last step, (total / warmup) of --lr: "1.6%", "50%".
   const std::string peak =
       lr_percent_text(static_cast<double>(total) / static_cast<double>(warmup));
@@ -877,8 +891,8 @@ void TrainingRun::adopt_plan(BudgetPlan plan, bool revisable) {
   // A plan shorter than the warm-up (check_warmup saw the longest run, --epochs): its lr never
   // reaches --lr, which the plan's line says.
   const int64_t warmup = optimization_.schedule.warmup_steps;
-  const int64_t total = plan.epochs * steps_;  // the schedule counts every step of the run
-  plan.warmup_steps = warmup > 0 && warmup >= total ? warmup : 0;
+  const int64_t total = global_step(plan.epochs, 0);  // the schedule counts every step of the run
+  plan.warmup_steps = warmup > 0 && warmup > total ? warmup : 0;
   plan.warmup_lr_share =
       plan.warmup_steps > 0 ? static_cast<double>(total) / static_cast<double>(warmup) : 1.0;
   epochs_ = plan.epochs;
@@ -1081,24 +1095,27 @@ std::string TrainingRun::save_run_checkpoint(RunState progress) {
     throw diverged(
         weights_finite ? "loss is " + loss_text(pending) : std::string("weights are not finite"),
         progress.epoch, "at or before step " + std::to_string(progress.step));
-  const int64_t global_step = progress.epoch * steps_ + progress.step;
-  std::string path = periodic_checkpoint_path(run_base_, global_step);
+  const int64_t steps = global_step(progress.epoch, progress.step);
+  std::string path = periodic_checkpoint_path(run_base_, steps);
+  IfExists existing = IfExists::kReplace;
   if (config_.checkpoint_every == 0 && config_.keep_last == 0 && !config_.overwrite &&
-      !(!config_.resume.empty() && same_file(path, config_.resume)))
+      !(!config_.resume.empty() && same_file(path, config_.resume))) {
     path = unused_checkpoint_path(path);  // another run's file may have this name
+    existing = IfExists::kKeep;           // or have it by the time this one is written
+  }
   if (!parallel_.is_main()) return path;  // ddp: ranks are identical; rank 0 writes
   capture_rng(progress, device_);
   progress.train_seconds = train_seconds_now();
-  Checkpoint checkpoint = make_checkpoint(progress.epoch, global_step);
+  Checkpoint checkpoint = make_checkpoint(progress.epoch, steps);
   store_run_state(progress, checkpoint);
   try {
-    save_checkpoint(path, checkpoint);
+    save_checkpoint(path, checkpoint, existing);
   } catch (const Error& e) {
     // A full disk must not cost the steps since the last checkpoint: the temp folder, as for the
     // final --save. The older checkpoints are not pruned: they are the ones on the disk asked for.
     const std::string rescue = rescue_path(path);
     try {
-      save_checkpoint(rescue, checkpoint);
+      save_checkpoint(rescue, checkpoint, IfExists::kKeep);
     } catch (const Error&) {
       throw IncompleteRun(
           std::string(e.what()) + "; the run's state at epoch " +
@@ -1111,7 +1128,7 @@ std::string TrainingRun::save_run_checkpoint(RunState progress) {
     return rescue;
   }
   last_good_ = path;
-  prune_periodic_checkpoints(run_base_, config_.keep_last, global_step);
+  prune_periodic_checkpoints(run_base_, config_.keep_last, steps);
   return path;
 }
 
@@ -1151,7 +1168,8 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
                                "the model");
     const int64_t b = batch.labels.size(0);
     if (augment_.enabled()) batch.inputs = data::augment_batch(batch.inputs, augment_);
-    optimization_.set_step_lr(*optimizer_, epoch * steps_ + step, steps_, epochs_);
+    optimization_.set_step_lr(*optimizer_, global_step(epoch, step), epoch,
+                              global_step(epochs_, 0));
     try {
       if (graph_step_) {
         graph_step_->run(batch, progress.interval_loss, progress.correct);
@@ -1202,11 +1220,12 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
     }
     // Within the epoch: its end is run()'s.
     if (config_.eval_every_steps > 0 && step < steps_ &&
-        (epoch * steps_ + step) % config_.eval_every_steps == 0) {
+        global_step(epoch, step) % config_.eval_every_steps == 0) {
       const size_t points_before = evals_.size();
       const bool stop = evaluate_point(epoch, step, config_.stop_at_target);
       if (evals_.size() > points_before)  // rank 0 with a test set: a point of the test curves
-        observer_->on_eval(evals_.back(), {epoch + 1, epochs_, step, steps_, progress.samples});
+        observer_->on_eval(evals_.back(), {epoch + 1, epochs_, step, steps_, progress.samples,
+                                           start_steps_ + steps_done_});
       task_.module().train();
       if (stop) {
         stop_ = true;
@@ -1214,9 +1233,9 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
         break;
       }
     }
-    const int signal = parallel_.agreed_interrupt(interrupt_signal(), epoch * steps_ + step);
-    if (signal ||
-        (config_.checkpoint_every > 0 && (epoch * steps_ + step) % config_.checkpoint_every == 0)) {
+    const int signal = parallel_.agreed_interrupt(interrupt_signal(), global_step(epoch, step));
+    if (signal || (config_.checkpoint_every > 0 &&
+                   global_step(epoch, step) % config_.checkpoint_every == 0)) {
       const std::string path = save_run_checkpoint(summed_over_ranks(progress));
       if (signal) {
         Interrupted stopped(signal, path, epoch + 1, step, parallel_.is_main());
@@ -1288,11 +1307,11 @@ TrainReport TrainingRun::run() {
     // The test set after this epoch, for the test curves: rank 0 only, outside train_seconds. The
     // last epoch's evaluation is the final one (with predictions): no second pass.
     bool last_epoch = epoch + 1 == epochs_ || stop_;
-    const int64_t global_step = (epoch + 1) * steps_;
+    const int64_t end_step = global_step(epoch + 1, 0);
     const bool due = last_epoch ||
                      (config_.eval_every > 0 && (epoch + 1) % config_.eval_every == 0) ||
                      config_.target_accuracy > 0 ||
-                     (config_.eval_every_steps > 0 && global_step % config_.eval_every_steps == 0);
+                     (config_.eval_every_steps > 0 && end_step % config_.eval_every_steps == 0);
     if (has_test && due && !stopped_within) {
       stop_ = evaluate_point(epoch, steps_, last_epoch || config_.stop_at_target);
       last_epoch = last_epoch || stop_;
@@ -1350,12 +1369,12 @@ TrainReport TrainingRun::run() {
     at_end.train_seconds = report.train_seconds;
     store_run_state(at_end, checkpoint);
     try {
-      save_checkpoint(config_.save, checkpoint);
+      save_checkpoint(config_.save, checkpoint, save_existing_);
     } catch (const Error& e) {
       // The run is done: a disk that filled up or a folder removed meanwhile must not lose it.
       const std::string rescue = rescue_path(config_.save);
       try {
-        save_checkpoint(rescue, checkpoint);
+        save_checkpoint(rescue, checkpoint, IfExists::kKeep);
       } catch (const Error&) {
         throw IncompleteRun(std::string(e.what()) + "; the trained model could not be saved to " +
                                 rescue + " either",

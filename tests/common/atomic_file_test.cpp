@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "common/error.h"
 #include "test_util.h"
 
 namespace spritetorch {
@@ -29,6 +30,34 @@ TEST(AtomicFile, WriteLeavesNoTemporaryFiles) {
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()),
                           std::filesystem::directory_iterator()),
             1);
+}
+
+// Without --overwrite (kKeep) a file that another process made while this one worked is left as it
+// is, and the write says so; no temporary is left. Through a link too; kReplace replaces.
+TEST(AtomicFile, KeepingAnExistingFileRefusesTheWriteAndLeavesTheFile) {
+  ScratchDir dir;
+  const std::string out = dir.file("out.pt");
+  write_file_atomically(out, "mine", IfExists::kKeep);  // new: written
+  try {
+    write_file_atomically(out, "theirs", IfExists::kKeep);
+    ADD_FAILURE() << "an existing file was replaced";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("another process made it"), std::string::npos) << e.what();
+    EXPECT_NE(e.hint().find("--overwrite"), std::string::npos);
+  }
+  std::filesystem::create_symlink("out.pt", dir.file("link.pt"));
+  EXPECT_THROW(write_file_atomically(dir.file("link.pt"), "theirs", IfExists::kKeep), Error);
+  std::ifstream in(out);
+  std::string text;
+  in >> text;
+  EXPECT_EQ(text, "mine");
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()),
+                          std::filesystem::directory_iterator()),
+            2);  // out.pt and link.pt: no temporary left
+  write_file_atomically(out, "replaced", IfExists::kReplace);
+  std::ifstream again(out);
+  again >> text;
+  EXPECT_EQ(text, "replaced");
 }
 
 // A link stays a link and its target gets the bytes (a dangling one's target is made); a FIFO is

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <thread>
 
@@ -213,6 +214,36 @@ class StopAfterStep : public TrainObserver {
  private:
   int64_t step_;
 };
+
+// Two runs given one --save (without --overwrite) both passed the check at the start; the one that
+// ends second must not replace the other's model: its own goes to the temp folder, and both stay.
+TEST(SaveRace, ASaveFileMadeWhileTheRunTrainedIsKeptAndTheModelGoesToTheTempFolder) {
+  ScratchDir dir;
+  TempFolder tmp(dir.file("tmp"));
+  TrainConfig c = dummy_run(dir);
+  struct OtherRunSaves : TrainObserver {
+    std::string save;
+    void on_epoch(const EpochReport&) override { std::ofstream(save) << "the other run's model"; }
+  } other;
+  other.save = c.save;
+  std::string message, hint;
+  try {
+    run_training(c, &other);
+  } catch (const IncompleteRun& e) {
+    message = e.what();
+    hint = e.hint();
+  }
+  const std::string rescue = dir.file("tmp/spritetorch-run-" + std::to_string(::getpid()) + ".pt");
+  EXPECT_NE(message.find("another process made it"), std::string::npos) << message;
+  EXPECT_NE(message.find("saved to " + rescue + " instead"), std::string::npos) << message;
+  EXPECT_EQ(load_checkpoint(rescue).meta["steps"], 64);
+  std::ifstream theirs(c.save);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(theirs), {}), "the other run's model");
+  // With --overwrite the run's model replaces it, as asked.
+  c.overwrite = true;
+  run_training(c, &other);
+  EXPECT_EQ(load_checkpoint(c.save).meta["steps"], 64);
+}
 
 // An interrupted run whose checkpoint does not fit goes to the temp folder, as a final --save's
 // does: Interrupted names both places and the reason, exits 1, and the run resumes from it.

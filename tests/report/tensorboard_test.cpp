@@ -175,7 +175,8 @@ TEST(TensorBoardTest, EvaluationsWithinEpochsAreTestScalarsAtTheGlobalStep) {
     TensorBoardObserver observer(writer);
     train::EvalPoint point;
     point.loss = 0.5, point.accuracy = 0.75;
-    observer.on_eval(point, {/*epoch=*/2, /*epochs=*/3, /*step=*/4, /*steps=*/10, /*samples=*/40});
+    observer.on_eval(point, {/*epoch=*/2, /*epochs=*/3, /*step=*/4, /*steps=*/10, /*samples=*/40,
+                             /*global_step=*/37});
     observer.on_epoch(train::EpochReport{});  // flushes
   }
   std::vector<nlohmann::json> events;
@@ -188,7 +189,9 @@ TEST(TensorBoardTest, EvaluationsWithinEpochsAreTestScalarsAtTheGlobalStep) {
     for (const auto& v : e.value("values", nlohmann::json::array()))
       scalars[v["tag"]] = {e["step"].get<int64_t>(), v["simple_value"].get<float>()};
   ASSERT_TRUE(scalars.count("eval/test_loss")) << output;
-  EXPECT_EQ(scalars["eval/test_loss"].first, 14);  // (epoch 2 - 1) * 10 steps + step 4
+  // The run's global step, as the loss's: epoch 1 may have had 33 steps (a resume with another
+  // --batch-size), so not (epoch 2 - 1) * 10 steps + step 4.
+  EXPECT_EQ(scalars["eval/test_loss"].first, 37);
   EXPECT_FLOAT_EQ(scalars["eval/test_loss"].second, 0.5f);
   ASSERT_TRUE(scalars.count("eval/test_accuracy")) << output;
   EXPECT_FLOAT_EQ(scalars["eval/test_accuracy"].second, 0.75f);

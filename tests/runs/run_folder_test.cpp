@@ -6,12 +6,14 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "common/error.h"
 #include "diffusion/generator.h"
@@ -375,6 +377,7 @@ TEST(RunFolder, MetricsThatCannotBeWrittenAreOneNoteAndTheSummarySaysSo) {
   ScratchDir dir;
   const std::string folder = dir.file("run");
   claim_run_folder(folder);
+  fs::remove(folder + "/metrics.jsonl");  // the claim's
   fs::create_symlink("/dev/full", folder + "/metrics.jsonl");
   auto config = tiny_sprite_run(folder);
   RunRecorder recorder(folder, {"classify", "cnn", "sprites"}, "epochs = 2\n");
@@ -505,9 +508,8 @@ TEST(RunFolder, ASummaryThatCannotBeWrittenNamesItselfAndLeavesNoPartialFile) {
   }
   for (const auto& item : fs::directory_iterator(folder))
     EXPECT_EQ(item.path().filename().string().find("summary"), std::string::npos) << item.path();
-  // What was drawn before is still there to be told (here: no gnuplot).
-  ASSERT_FALSE(recorder.drawn().notices.empty());
-  EXPECT_NE(recorder.drawn().notices[0].find("gnuplot not found"), std::string::npos);
+  // The summary goes first: nothing was drawn after it failed.
+  EXPECT_TRUE(recorder.drawn().notices.empty());
   EXPECT_EQ(read_run(folder).status, "incomplete");
   EXPECT_TRUE(fs::exists(config.save));
 }
@@ -536,6 +538,34 @@ TEST(RunFolder, APictureGnuplotLeftIncompleteIsANoteAndRemoved) {
   EXPECT_TRUE(read_json(folder + "/summary.json")["pictures"].empty());
 }
 
+// gnuplot may take a minute: a run killed while it draws must still be complete, with its
+// checkpoint. The summary is there before the first picture starts, and names the pictures after.
+TEST(RunFolder, TheSummaryIsWrittenBeforeThePicturesAndAgainWithThem) {
+  ScratchDir dir;
+  const std::string bin = dir.file("bin");
+  fs::create_directories(bin);
+  {
+    std::ofstream fake(bin + "/gnuplot");
+    fake << "#!/bin/sh\n"
+            "out=$(sed -n \"s/^set output '\\(.*\\)'$/\\1/p\" \"$1\")\n"
+            "[ -e summary.json ] && cp summary.json \"while-$(basename \"$out\" .png).json\"\n"
+            "printf '\\211PNG\\r\\n\\032\\n0123456789012345678901234567890123456789"
+            "\\0\\0\\0\\0IEND\\256B`\\202' > \"$out\"\n";
+  }
+  fs::permissions(bin + "/gnuplot", fs::perms::owner_all);
+  const std::string folder = dir.file("run");
+  const auto run = record(folder, bin.c_str());
+  const auto during = read_json(folder + "/while-curves.json");
+  EXPECT_EQ(during["status"], "complete");
+  EXPECT_EQ(during["checkpoint"], "checkpoint.pt");
+  EXPECT_TRUE(during["pictures"].empty()) << during["pictures"];
+  const auto after = read_json(folder + "/summary.json");
+  EXPECT_EQ(after["pictures"]["curves"], "curves.png");
+  EXPECT_EQ(after["pictures"]["confusion"], "confusion.png");
+  EXPECT_EQ(after["test"], during["test"]);
+  EXPECT_GE(after["wall_s"].get<double>(), during["wall_s"].get<double>());
+}
+
 TEST(RunFolder, FreshNamesNeverCollideAndAClaimedFolderMustBeEmpty) {
   ScratchDir dir;
   const std::time_t when = 1700000000;
@@ -557,6 +587,35 @@ TEST(RunFolder, FreshNamesNeverCollideAndAClaimedFolderMustBeEmpty) {
   std::ofstream(a + "/metrics.jsonl") << "{}\n";
   EXPECT_THROW(claim_run_folder(a), Error);
   EXPECT_FALSE(claim_run_folder(b));  // exists, empty: used, not made
+}
+
+// Runs given one --run-dir at once: each checked that the folder was new or empty before any
+// wrote to it, so the claim must be one atomic step that exactly one of them wins.
+TEST(RunFolder, OfRunsClaimingOneFolderAtOnceExactlyOneGetsIt) {
+  ScratchDir dir;
+  fs::create_directory(dir.file("empty"));
+  for (const std::string& folder : {dir.file("fresh/run/"), dir.file("empty")}) {
+    std::atomic<int> won{0}, refused{0}, made{0};
+    std::vector<std::thread> runs;
+    for (int i = 0; i < 8; ++i)
+      runs.emplace_back([&] {
+        try {
+          made += claim_run_folder(folder) ? 1 : 0;
+          ++won;
+        } catch (const Error& e) {
+          const std::string why = e.what();  // taken meanwhile, or seen taken
+          EXPECT_TRUE(why.find("another run") != std::string::npos ||
+                      why.find("refusing to mix two runs") != std::string::npos)
+              << why;
+          ++refused;
+        }
+      });
+    for (auto& run : runs) run.join();
+    EXPECT_EQ(won.load(), 1) << folder;
+    EXPECT_EQ(refused.load(), 7) << folder;
+    EXPECT_EQ(made.load(), folder == dir.file("empty") ? 0 : 1) << folder;
+    EXPECT_TRUE(fs::exists(fs::path(folder) / "metrics.jsonl"));
+  }
 }
 
 TEST(Gnuplot, QuotedStringsCannotEndTheLiteralOrTheCommand) {

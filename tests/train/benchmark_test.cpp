@@ -31,6 +31,15 @@ BenchConfig small_cpu_bench(int64_t epochs, int64_t batch_size, int repeats, int
   return config;
 }
 
+// The cross-core figure of the bench: a sample whose partner thread was preempted (milliseconds)
+// must not average with a true one into a latency no sample had.
+TEST(Benchmark, TheLowerMedianIsAlwaysOneOfTheSamples) {
+  EXPECT_DOUBLE_EQ(lower_median({6124068, 6208347, 212.9, 219.8}), 219.8);
+  EXPECT_DOUBLE_EQ(lower_median({300, 100, 200}), 200);
+  EXPECT_DOUBLE_EQ(lower_median({5}), 5);
+  EXPECT_DOUBLE_EQ(lower_median({}), 0);
+}
+
 TEST(Benchmark, EveryRowRunsTheSameWorkAndReportsItsShape) {
   BenchConfig config = small_cpu_bench(2, 128, 2, 2);
   config.workers = {0, 2};

@@ -34,40 +34,43 @@ TEST(LrSchedule, ParsesTheFourFormsAndRefusesTheRestByName) {
 
 TEST(LrSchedule, ConstantIsOneEverywhere) {
   const auto s = parse_lr_schedule("constant");
-  for (int64_t step : {0, 1, 99, 1000}) EXPECT_EQ(lr_factor(s, step, 10, 100), 1.0);
+  for (int64_t step : {0, 1, 99, 1000}) EXPECT_EQ(lr_factor(s, step, step / 10, 100), 1.0);
 }
 
 TEST(LrSchedule, WarmUpRisesLinearlyToTheFullRate) {
   const auto s = parse_lr_schedule("constant", 4);
-  EXPECT_DOUBLE_EQ(lr_factor(s, 0, 10, 100), 0.25);
-  EXPECT_DOUBLE_EQ(lr_factor(s, 1, 10, 100), 0.5);
-  EXPECT_DOUBLE_EQ(lr_factor(s, 3, 10, 100), 1.0);
-  EXPECT_DOUBLE_EQ(lr_factor(s, 4, 10, 100), 1.0);
+  EXPECT_DOUBLE_EQ(lr_factor(s, 0, 0, 100), 0.25);
+  EXPECT_DOUBLE_EQ(lr_factor(s, 1, 0, 100), 0.5);
+  EXPECT_DOUBLE_EQ(lr_factor(s, 3, 0, 100), 1.0);
+  EXPECT_DOUBLE_EQ(lr_factor(s, 4, 0, 100), 1.0);
 }
 
 TEST(LrSchedule, CosineIsPyTorchsClosedFormAfterTheWarmUp) {
   // CosineAnnealingLR(T_max = 90, eta_min = 0) stepped once per step, after 10 warm-up steps.
   const auto s = parse_lr_schedule("cosine", 10);
-  EXPECT_DOUBLE_EQ(lr_factor(s, 9, 25, 100), 1.0);     // the warm-up's last step
-  EXPECT_DOUBLE_EQ(lr_factor(s, 10, 25, 100), 1.0);    // the cosine's first
-  EXPECT_NEAR(lr_factor(s, 55, 25, 100), 0.5, 1e-12);  // half way: cos(pi / 2) = 0
+  EXPECT_DOUBLE_EQ(lr_factor(s, 9, 0, 100), 1.0);     // the warm-up's last step
+  EXPECT_DOUBLE_EQ(lr_factor(s, 10, 0, 100), 1.0);    // the cosine's first
+  EXPECT_NEAR(lr_factor(s, 55, 2, 100), 0.5, 1e-12);  // half way: cos(pi / 2) = 0
   for (int64_t step = 10; step < 100; ++step)
-    EXPECT_NEAR(lr_factor(s, step, 25, 100), 0.5 * (1 + std::cos(M_PI * (step - 10) / 90.0)),
+    EXPECT_NEAR(lr_factor(s, step, step / 25, 100), 0.5 * (1 + std::cos(M_PI * (step - 10) / 90.0)),
                 1e-12);
-  EXPECT_GT(lr_factor(s, 99, 25, 100), 0.0);  // the last step still moves
-  EXPECT_LT(lr_factor(s, 99, 25, 100), 1e-3);
+  EXPECT_GT(lr_factor(s, 99, 3, 100), 0.0);  // the last step still moves
+  EXPECT_LT(lr_factor(s, 99, 3, 100), 1e-3);
   for (int64_t step = 11; step < 100; ++step)
-    EXPECT_LT(lr_factor(s, step, 25, 100), lr_factor(s, step - 1, 25, 100)) << step;
+    EXPECT_LT(lr_factor(s, step, step / 25, 100), lr_factor(s, step - 1, (step - 1) / 25, 100))
+        << step;
 }
 
 TEST(LrSchedule, StepMultipliesByGammaEveryEEpochs) {
   const auto s = parse_lr_schedule("step:2:0.5");
   // 10 steps per epoch: epochs 0-1 at 1, 2-3 at 0.5, 4 at 0.25.
-  EXPECT_DOUBLE_EQ(lr_factor(s, 0, 10, 50), 1.0);
-  EXPECT_DOUBLE_EQ(lr_factor(s, 19, 10, 50), 1.0);
-  EXPECT_DOUBLE_EQ(lr_factor(s, 20, 10, 50), 0.5);
-  EXPECT_DOUBLE_EQ(lr_factor(s, 39, 10, 50), 0.5);
-  EXPECT_DOUBLE_EQ(lr_factor(s, 40, 10, 50), 0.25);
+  EXPECT_DOUBLE_EQ(lr_factor(s, 0, 0, 50), 1.0);
+  EXPECT_DOUBLE_EQ(lr_factor(s, 19, 1, 50), 1.0);
+  EXPECT_DOUBLE_EQ(lr_factor(s, 20, 2, 50), 0.5);
+  EXPECT_DOUBLE_EQ(lr_factor(s, 39, 3, 50), 0.5);
+  EXPECT_DOUBLE_EQ(lr_factor(s, 40, 4, 50), 0.25);
+  // The epoch counts, not the step: a resumed run's epochs may be of another length.
+  EXPECT_DOUBLE_EQ(lr_factor(s, 25, 4, 50), 0.25);
 }
 
 TEST(LrSchedule, DescriptionsNameTheSchedule) {

@@ -452,9 +452,9 @@ std::string trainer_refusal(const TrainConfig& c) {
   return "";
 }
 
-// A warm-up as long as the run would keep the lr below --lr to the end: refused when chosen; when a
-// recipe filled it in (warmup_steps_origin) the run trains and its settings say so. Under
-// --time-budget the run's most steps count.
+// A warm-up longer than the run would keep the lr below --lr to the end: refused when chosen; when
+// a recipe filled it in (warmup_steps_origin) the run trains and its settings say so. Under
+// --time-budget the run's most steps count. One as long as the run reaches --lr at its last step.
 TEST(Trainer, AWarmUpSpanningTheWholeRunIsRefusedWhenChosenAndNotedWhenNot) {
   TrainConfig c = dummy_sgd_run();  // 64 steps an epoch
   c.lr_schedule = "cosine";
@@ -464,12 +464,12 @@ TEST(Trainer, AWarmUpSpanningTheWholeRunIsRefusedWhenChosenAndNotedWhenNot) {
             "--warmup-steps 1000 spans the whole run (128 steps: 2 epochs of 64): the lr only "
             "reaches 13% of --lr 0.1, at the last step | pass a --warmup-steps below 128 (a tenth "
             "of the run's steps or less is usual), or more --epochs");
-  c.warmup_steps = 128;
-  EXPECT_NE(trainer_refusal(c).find("--warmup-steps 128 spans the whole run"), std::string::npos);
+  c.warmup_steps = 129;
+  EXPECT_NE(trainer_refusal(c).find("--warmup-steps 129 spans the whole run"), std::string::npos);
   c.time_budget_s = 1e9;
   EXPECT_NE(trainer_refusal(c).find("(at most 128 steps: 2 epochs of 64)"), std::string::npos);
   c.time_budget_s = 0;
-  c.warmup_steps = 127;
+  c.warmup_steps = 128;
   EXPECT_EQ(trainer_refusal(c), "");
 
   c.warmup_steps = 6400;
@@ -482,7 +482,7 @@ TEST(Trainer, AWarmUpSpanningTheWholeRunIsRefusedWhenChosenAndNotedWhenNot) {
             "--recipe fast's 6400 warm-up steps span the whole run (128 steps: 2 epochs of 64): "
             "the lr only reaches 2% of --lr 0.1, at the last step (--warmup-steps sets the "
             "warm-up)");
-  c.warmup_steps = 127;
+  c.warmup_steps = 128;
   for (const auto& [k, v] : run_training(c).settings) EXPECT_NE(k, "warm-up");
 }
 
@@ -550,9 +550,40 @@ TEST(Trainer, LogLinesCarryTheScheduledLr) {
   const auto schedule = parse_lr_schedule("cosine", 20);
   for (const auto& log : observer.logs) {
     const int64_t last_step = (log.epoch - 1) * 64 + log.step - 1;  // 0-based, the interval's last
-    EXPECT_DOUBLE_EQ(log.lr, 0.1 * lr_factor(schedule, last_step, 64, 128)) << last_step;
+    EXPECT_DOUBLE_EQ(log.lr, 0.1 * lr_factor(schedule, last_step, log.epoch - 1, 128)) << last_step;
   }
   EXPECT_DOUBLE_EQ(observer.logs[0].lr, 0.1 * 16 / 20);  // still warming up
+}
+
+// An end-of-run checkpoint may be resumed with another --batch-size: the schedule goes on from the
+// global step (64 steps of 64 before, 32 of 128 now: 96 in all), not from epoch x the new steps.
+TEST(Trainer, AResumeWithAnotherBatchSizeContinuesTheScheduleFromTheGlobalStep) {
+  struct LrLog : TrainObserver {
+    std::vector<StepLog> logs;
+    void on_log(const StepLog& log) override { logs.push_back(log); }
+  } observer;
+  ScratchDir dir;
+  TrainConfig first = dummy_sgd_run(&dir, "first.pt");
+  first.epochs = 1;
+  first.lr_schedule = "cosine";
+  first.warmup_steps = 20;
+  run_training(first);
+  TrainConfig more = dummy_sgd_run(&dir, "more.pt");
+  more.lr_schedule = "cosine";
+  more.warmup_steps = 20;
+  more.resume = first.save;
+  more.epochs = 2;
+  more.batch_size = 128;
+  more.log_every = 8;
+  run_training(more, &observer);
+  ASSERT_EQ(observer.logs.size(), 4u);
+  const auto schedule = parse_lr_schedule("cosine", 20);
+  for (const auto& log : observer.logs) {
+    EXPECT_EQ(log.global_step, 64 + log.step);
+    EXPECT_DOUBLE_EQ(log.lr, 0.1 * lr_factor(schedule, log.global_step - 1, 1, 96))
+        << log.global_step;
+  }
+  EXPECT_LT(observer.logs[0].lr, 0.1 * 0.5);  // past the warm-up and the cosine's middle
 }
 
 TEST(Trainer, StepScheduleScalesTheLrAtEpochBoundaries) {
