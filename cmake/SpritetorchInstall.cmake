@@ -15,6 +15,11 @@ install(TARGETS spritetorch EXPORT spritetorchTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/src/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/spritetorch
         FILES_MATCHING PATTERN "*.h")
+# In src/ the headers find each other as "data/dataset.h"; installed, that name would be looked up
+# on the user's include path first, and a game's own data/dataset.h would stand in for ours. The
+# installed copies name each other <spritetorch/data/dataset.h>, and only include/ is exported.
+install(CODE "set(SPRITETORCH_INSTALLED_HEADERS \"${CMAKE_INSTALL_INCLUDEDIR}/spritetorch\")")
+install(SCRIPT ${CMAKE_CURRENT_LIST_DIR}/SpritetorchInstalledIncludes.cmake)
 install(EXPORT spritetorchTargets NAMESPACE spritetorch:: DESTINATION ${SPRITETORCH_CMAKE_DIR})
 # The build tree's own target under the installed name, for projects that add_subdirectory us.
 add_library(spritetorch::spritetorch ALIAS spritetorch)

@@ -11,6 +11,7 @@
 #pragma once
 
 #include "common/error.h"
+#include "common/notes.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "device/device.h"

@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <iostream>
 #include <memory>
 
 #include "common/atomic_file.h"
@@ -15,6 +14,7 @@
 #include "common/environment_switch.h"
 #include "common/error.h"
 #include "common/fnv1a.h"
+#include "common/notes.h"
 #include "data/idx_reader.h"
 
 namespace spritetorch::data {
@@ -182,7 +182,7 @@ IdxCache IdxCache::from_environment() {
     cache.dir = (fs::path(xdg) / "spritetorch").string();
   else if (home && home[0] == '/')
     cache.dir = (fs::path(home) / ".cache" / "spritetorch").string();
-  cache.note = [](const std::string& line) { std::cerr << "note: " << line << "\n"; };
+  cache.note = [](const std::string& line) { spritetorch::note(line); };
   return cache;
 }
 

@@ -5,7 +5,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <limits>
 #include <map>
 #include <set>
@@ -14,6 +13,7 @@
 #include "common/error.h"
 #include "common/input_file.h"
 #include "common/json_field.h"
+#include "common/notes.h"
 #include "data/loader.h"
 #include "data/procedural_sprites.h"
 #include "io/png.h"
@@ -338,32 +338,28 @@ Dataset read_sprite_folder(const std::string& path, int64_t size, const std::str
     return names.size() > 3 ? text + " and " + std::to_string(names.size() - 3) + " more" : text;
   };
   if (!empty_classes.empty())
-    std::cerr << "note: " << path << ": no .png files in " << listed(empty_classes)
-              << ", so no class of that name\n";
+    note(path + ": no .png files in " + listed(empty_classes) + ", so no class of that name");
   if (!not_files.empty())
-    std::cerr << "note: " << path << ": " << not_files.size()
-              << " .png entries are not files (broken links or folders), left out: "
-              << listed(not_files) << "\n";
+    note(path + ": " + std::to_string(not_files.size()) +
+         " .png entries are not files (broken links or folders), left out: " + listed(not_files));
   if (!dead_links.empty())
-    std::cerr << "note: " << path << ": " << dead_links.size()
-              << " links lead nowhere (a missing target or a loop), left out: "
-              << listed(dead_links) << "\n";
+    note(path + ": " + std::to_string(dead_links.size()) +
+         " links lead nowhere (a missing target or a loop), left out: " + listed(dead_links));
   if (!top_level.empty())
-    std::cerr << "note: " << path << ": " << top_level.size()
-              << " .png files are in no class folder, left out: " << listed(top_level)
-              << " (a class is a subfolder: PATH/<class>/<name>.png)\n";
+    note(path + ": " + std::to_string(top_level.size()) +
+         " .png files are in no class folder, left out: " + listed(top_level) +
+         " (a class is a subfolder: PATH/<class>/<name>.png)");
   if (!nested.empty())
-    std::cerr << "note: " << path << ": " << nested.size()
-              << " folders inside class folders hold .png files, left out: " << listed(nested)
-              << " (a class's sprites are its folder's own files: move them up, or make each "
-                 "folder a class of its own)\n";
+    note(path + ": " + std::to_string(nested.size()) +
+         " folders inside class folders hold .png files, left out: " + listed(nested) +
+         " (a class's sprites are its folder's own files: move them up, or make each "
+         "folder a class of its own)");
   if (!other_formats.empty())
-    std::cerr << "note: " << path << ": " << other_formats.size()
-              << " pictures are not PNG, left out: " << listed(other_formats)
-              << " (save them as .png to use them)\n";
+    note(path + ": " + std::to_string(other_formats.size()) + " pictures are not PNG, left out: " +
+         listed(other_formats) + " (save them as .png to use them)");
   if (!png_warnings.empty())
-    std::cerr << "note: " << path << ": " << png_warnings.size()
-              << " files are damaged but readable: " << listed(png_warnings) << "\n";
+    note(path + ": " + std::to_string(png_warnings.size()) +
+         " files are damaged but readable: " + listed(png_warnings));
   out.inputs = torch::cat(images);
   out.labels = torch::tensor(labels, torch::kInt64);
   // "sprites/" names the folder "sprites", as "sprites" does.
@@ -424,7 +420,7 @@ SheetGrid cut_sheet(const torch::Tensor& sheet, const std::string& file, const S
 Dataset read_sprite_sheet(const std::string& file, const SpriteOptions& o) {
   check_size(o.size);
   const SheetGrid grid = cut_sheet(io::read_png(file), file, o);
-  if (!grid.uncovered.empty()) std::cerr << "note: " << grid.uncovered << "\n";
+  if (!grid.uncovered.empty()) note(grid.uncovered);
   const int64_t slots = grid.rows * grid.cols;
   // Optional label map: "TILE_INDEX CLASS" per line; tiles it does not name are left out.
   std::map<int64_t, std::string> names;

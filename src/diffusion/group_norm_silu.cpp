@@ -25,6 +25,7 @@
 
 #include <cstdio>
 
+#include "common/notes.h"
 #include "diffusion/group_norm_silu_cuda.h"
 #endif
 
@@ -446,10 +447,8 @@ torch::Tensor group_norm_silu_on_cuda(const torch::Tensor& x, int64_t groups,
       static_cast<float>(eps), c10::cuda::getCurrentCUDAStream().stream());
   if (!failure) return y;
   if (!cuda_kernel_failed.exchange(true))
-    std::fprintf(stderr,
-                 "spritetorch: the fused CUDA GroupNorm + SiLU kernel did not launch (%s); "
-                 "LibTorch's ops from here on\n",
-                 failure);
+    note(std::string("the fused CUDA GroupNorm + SiLU kernel did not launch (") + failure +
+         "); LibTorch's ops from here on");
   return {};
 }
 

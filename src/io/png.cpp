@@ -8,7 +8,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <limits>
 #include <sstream>
 #include <tuple>
@@ -17,6 +16,7 @@
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "common/input_file.h"
+#include "common/notes.h"
 
 namespace spritetorch::io {
 
@@ -203,8 +203,7 @@ torch::Tensor decode_png(const std::string& bytes, const std::string& name,
                     "the file is truncated or corrupt; re-export it");
   if (indexed) out = palette_to_rgba(reader.png, reader.info, out, *source.warnings);
   if (!warnings)
-    for (const auto& warning : own_warnings)
-      std::cerr << "note: " << name << ": " << warning << "\n";
+    for (const auto& warning : own_warnings) note(name + ": " + warning);
   return out;
 }
 

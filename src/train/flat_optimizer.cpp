@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <iostream>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
+#include "common/notes.h"
 #include "train/adam_kernels.h"
 #include "train/sgd_kernel.h"
 
@@ -174,8 +174,8 @@ void FlatOptimizer::step_on_device(const torch::Tensor& found_inf) {
       step_t_.sub_(1.0);
       fused_adam_.reset();
       fused_lists_.clear();
-      std::cerr << "note: PyTorch's fused Adam kernel refused the optimizer's buffers ("
-                << first_line(e.what_without_backtrace()) << "); the step runs as tensor ops\n";
+      note("PyTorch's fused Adam kernel refused the optimizer's buffers (" +
+           first_line(e.what_without_backtrace()) + "); the step runs as tensor ops");
     }
   }
   // keep: () 1 = take the step, 0 = skip it. Multiplying every change by keep skips without a

@@ -39,6 +39,8 @@ int interrupt_signal();
 // As if `signal` had arrived: the run stops after its current step with a checkpoint. Lock-free,
 // so a signal handler may call it; so may another thread or an observer. Returns false when a
 // request was already pending (a second Ctrl-C: the CLI then lets the signal kill the process).
+// The request is the process's, as a signal is: runs fitted at once in several threads all stop,
+// and a run that starts clears a request no loop has taken yet.
 bool request_interrupt(int signal);
 
 // Thrown by train() after the checkpoint of an interrupted run is on disk.

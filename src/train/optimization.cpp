@@ -2,11 +2,11 @@
 
 #include <c10/util/StringUtil.h>
 
-#include <iostream>
 #include <tuple>
 
 #include "common/error.h"
 #include "common/json_field.h"
+#include "common/notes.h"
 
 namespace spritetorch::train {
 
@@ -92,8 +92,8 @@ void check_resumed_optimizer(const Checkpoint& checkpoint, const std::string& pa
        {std::tuple<const char*, const char*, double>{"lr", "--lr", now.lr},
         {"weight_decay", "--weight-decay", now.weight_decay}})
     if (const double saved_value = json_field(meta, key, value, path, key); saved_value != value)
-      std::cerr << "note: --resume " << path << " was trained with " << flag << " "
-                << c10::str(saved_value) << "; this run goes on with " << value << "\n";
+      note("--resume " + path + " was trained with " + flag + " " + c10::str(saved_value) +
+           "; this run goes on with " + c10::str(value));
 }
 
 }  // namespace spritetorch::train

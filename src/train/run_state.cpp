@@ -68,6 +68,29 @@ void capture_rng(RunState& state, torch::Device device) {
 #endif
 }
 
+ProcessRng save_process_rng() {
+  ProcessRng saved;
+  saved.cpu = generator_state(at::detail::getDefaultCPUGenerator());
+#if SPRITETORCH_WITH_CUDA
+  if (torch::cuda::is_available())
+    for (int64_t i = 0; i < static_cast<int64_t>(torch::cuda::device_count()); ++i)
+      saved.cuda.push_back(generator_state(at::cuda::detail::getDefaultCUDAGenerator(i)));
+#endif
+  return saved;
+}
+
+void restore_process_rng(const ProcessRng& saved) {
+  const auto put = [](at::Generator gen, const torch::Tensor& state) {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(state);
+  };
+  put(at::detail::getDefaultCPUGenerator(), saved.cpu);
+#if SPRITETORCH_WITH_CUDA
+  for (size_t i = 0; i < saved.cuda.size(); ++i)
+    put(at::cuda::detail::getDefaultCUDAGenerator(static_cast<int64_t>(i)), saved.cuda[i]);
+#endif
+}
+
 void restore_rng(const RunState& state, torch::Device device, const std::string& source) {
   set_generator_state(at::detail::getDefaultCPUGenerator(), state.cpu_rng, source, "a CPU RNG");
 #if SPRITETORCH_WITH_CUDA

@@ -44,6 +44,16 @@ void capture_rng(RunState& state, torch::Device device);
 // Restores them; throws DataError naming `source` when a state does not fit this build.
 void restore_rng(const RunState& state, torch::Device device, const std::string& source);
 
+// Every default generator of the process (the CPU's, each CUDA device's): a run seeds them with
+// --seed, and Trainer::fit puts the caller's back after, so the caller's random stream goes on as
+// if no run had drawn from it.
+struct ProcessRng {
+  torch::Tensor cpu;
+  std::vector<torch::Tensor> cuda;  // one per device; empty on the CPU build
+};
+ProcessRng save_process_rng();
+void restore_process_rng(const ProcessRng& saved);
+
 // Stores `state` in the checkpoint (meta["run"] and the "run.*" tensors, copied to the CPU).
 void store_run_state(const RunState& state, Checkpoint& checkpoint);
 // The run state a checkpoint carries, with tensors on `device`; nullopt for an epoch-boundary

@@ -1496,6 +1496,38 @@ void check_config_values(const TrainConfig& o) {
 
 }  // namespace
 
+namespace {
+
+// What a run sets for the whole process for its own sake: the CPU thread counts (LibTorch's and
+// BLAS's), the default generators (seeded with --seed) and cuDNN's benchmark mode. Put back when
+// fit() returns or throws, so that a program embedding the library keeps its own: its inference
+// threads, its random stream. The CLI's process ends with the run; it loses nothing by it.
+class CallerProcessState {
+ public:
+  CallerProcessState()
+      : threads_(current_cpu_threads()),
+        rng_(save_process_rng()),
+        cudnn_benchmark_(at::globalContext().benchmarkCuDNN()) {}
+  ~CallerProcessState() {
+    try {
+      if (at::get_num_threads() != threads_.intra_op) at::set_num_threads(threads_.intra_op);
+      if (threads_.blas > 0) set_blas_threads(threads_.blas);
+      restore_process_rng(rng_);
+      at::globalContext().setBenchmarkCuDNN(cudnn_benchmark_);
+    } catch (const std::exception&) {  // best effort, maybe while another error is on its way out
+    }
+  }
+  CallerProcessState(const CallerProcessState&) = delete;
+  CallerProcessState& operator=(const CallerProcessState&) = delete;
+
+ private:
+  const CpuThreads threads_;
+  const ProcessRng rng_;
+  const bool cudnn_benchmark_;
+};
+
+}  // namespace
+
 TrainReport Trainer::fit(Task& task, const Datasets& data, TrainObserver* observer) {
   check_config_values(options_);
   check_split(data.train, "training", nullptr);
@@ -1503,6 +1535,7 @@ TrainReport Trainer::fit(Task& task, const Datasets& data, TrainObserver* observ
   task.configure(options_);
   // Reliability: outputs are checked before any work.
   check_run_outputs(options_, run_checkpoint_base(options_));
+  const CallerProcessState caller_state;
   // A caller's NoGradGuard or InferenceMode would leave nothing to differentiate.
   c10::InferenceMode no_inference_mode(false);
   torch::AutoGradMode grad_mode(true);

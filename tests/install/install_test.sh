@@ -20,8 +20,36 @@ done
 grep -q '^spritetorch [0-9]' <<<"$("$prefix/bin/spritetorch" --version)" || { echo "FAIL: installed --version"; exit 1; }
 grep -q 'complete -F _spritetorch spritetorch' "$prefix/share/bash-completion/completions/spritetorch"
 
+# Installed headers name each other <spritetorch/...>: a user's own data/dataset.h, first on the
+# include path, must not stand in for the library's.
+if grep -rlE '#include "(common|config|data|device|diffusion|distributed|interop|io|models|precision|report|runs|tasks|train)/' \
+     "$prefix/include/spritetorch"; then
+  echo "FAIL: installed headers above include others by their short names"; exit 1
+fi
+
 generator=()
 command -v ninja > /dev/null && generator=(-G Ninja)
+mkdir -p "$work/shadow/include/data"
+cat > "$work/shadow/include/data/dataset.h" <<'HEADER'
+#pragma once
+namespace game { struct Dataset { int levels = 3; }; }
+HEADER
+cat > "$work/shadow/main.cpp" <<'SOURCE'
+#include "data/dataset.h"  // the game's own
+#include <spritetorch/train/trainer.h>
+int main() { return game::Dataset{}.levels == 3 && spritetorch::train::TrainConfig{}.epochs > 0 ? 0 : 1; }
+SOURCE
+cat > "$work/shadow/CMakeLists.txt" <<'PROJECT'
+cmake_minimum_required(VERSION 3.18)
+project(shadow CXX)
+find_package(spritetorch REQUIRED)
+add_executable(shadow main.cpp)
+target_include_directories(shadow PRIVATE include)
+target_link_libraries(shadow PRIVATE spritetorch::spritetorch)
+PROJECT
+cmake -S "$work/shadow" -B "$work/shadow/build" "${generator[@]}" -DCMAKE_PREFIX_PATH="$prefix" \
+  > "$work/shadow.log" 2>&1 && cmake --build "$work/shadow/build" >> "$work/shadow.log" 2>&1 \
+  && "$work/shadow/build/shadow" || { echo "FAIL: a user's own data/dataset.h beside the package"; cat "$work/shadow.log"; exit 1; }
 cmake -S "$source_dir/examples" -B "$work/examples" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$prefix" > "$work/configure.log" || { cat "$work/configure.log"; exit 1; }
 grep -q "$prefix" "$work/examples/CMakeCache.txt"  # it found the installed package, not the source tree

@@ -11,7 +11,9 @@
 #include <csignal>
 #include <filesystem>
 
+#include "common/cpu_threads.h"
 #include "common/error.h"
+#include "common/notes.h"
 #include "device/device.h"
 #include "diffusion/generator.h"
 #include "interop/python_state.h"
@@ -193,6 +195,40 @@ TEST_F(UserTask, TrainsEvaluatesAndSaysWhatItIs) {
   // The EMA lags the weights it follows, so it is not a copy of them.
   EXPECT_FALSE(torch::equal(saved.task.at("ema.0"), saved.model.at("encode.weight")));
   EXPECT_TRUE(torch::equal(saved.task.at("ema.0"), task.ema()[0]));
+}
+
+// A program that embeds the library keeps what is its own: the thread count it set, its random
+// stream (the run seeds the generators with --seed), and its stderr, where a note goes only while
+// no handler is set (here a resumed run's new lr).
+TEST_F(UserTask, FitLeavesTheCallersThreadsRandomStreamAndStderrAsTheyWere) {
+  if (cpu_cores() < 2) GTEST_SKIP() << "needs 2 cores to run with another thread count";
+  const spritetorch::testing::OneThreadUnless restore_threads(/*op_uses_every_thread=*/true);
+  at::set_num_threads(1);
+  torch::manual_seed(1);
+  const auto untouched = torch::rand({4});
+  torch::manual_seed(1);
+  TrainConfig c = config("first.pt");
+  c.threads = 2;
+  DenoiseTask task;
+  Trainer(c).fit(task, data_);
+  EXPECT_EQ(at::get_num_threads(), 1);
+  EXPECT_TRUE(torch::equal(torch::rand({4}), untouched));
+
+  std::vector<std::string> notes;
+  const NoteHandler before =
+      set_note_handler([&](const std::string& line) { notes.push_back(line); });
+  TrainConfig more = config("more.pt");
+  more.resume = c.save;
+  more.epochs = 3;
+  more.lr = c.lr / 2;
+  ::testing::internal::CaptureStderr();
+  DenoiseTask again;
+  Trainer(more).fit(again, data_);
+  const std::string stderr_text = ::testing::internal::GetCapturedStderr();
+  set_note_handler(before);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("was trained with --lr"), std::string::npos) << notes[0];
+  EXPECT_EQ(stderr_text, "");
 }
 
 // Work build() does on the training data (ClassifierTask's whitened filters) is part of reaching
