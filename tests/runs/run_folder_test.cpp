@@ -514,18 +514,23 @@ TEST(RunFolder, ASummaryThatCannotBeWrittenNamesItselfAndLeavesNoPartialFile) {
   EXPECT_TRUE(fs::exists(config.save));
 }
 
+// A folder holding a stand-in "gnuplot": a shell script that sets $out to the picture its plot
+// script names, then runs `body`. Returns the folder.
+std::string fake_gnuplot_bin(const ScratchDir& dir, const std::string& body) {
+  const std::string bin = dir.file("bin");
+  fs::create_directories(bin);
+  std::ofstream(bin + "/gnuplot") << "#!/bin/sh\n"
+                                     "out=$(sed -n \"s/^set output '\\(.*\\)'$/\\1/p\" \"$1\")\n"
+                                  << body;
+  fs::permissions(bin + "/gnuplot", fs::perms::owner_all);
+  return bin;
+}
+
 // gnuplot exits 0 on a full disk, leaving a cut PNG: it is not counted as drawn, and is removed.
 TEST(RunFolder, APictureGnuplotLeftIncompleteIsANoteAndRemoved) {
   ScratchDir dir;
-  const std::string bin = dir.file("bin");
-  fs::create_directories(bin);
-  {
-    std::ofstream fake(bin + "/gnuplot");
-    fake << "#!/bin/sh\n"
-            "out=$(sed -n \"s/^set output '\\(.*\\)'$/\\1/p\" \"$1\")\n"
-            "printf '\\211PNG\\r\\n\\032\\n0123456789012345678901234567890123456789' > \"$out\"\n";
-  }
-  fs::permissions(bin + "/gnuplot", fs::perms::owner_all);
+  const std::string bin = fake_gnuplot_bin(
+      dir, "printf '\\211PNG\\r\\n\\032\\n0123456789012345678901234567890123456789' > \"$out\"\n");
   const std::string folder = dir.file("run");
   const auto run = record(folder, bin.c_str());
   EXPECT_TRUE(run.finished.pictures.empty());
@@ -542,17 +547,11 @@ TEST(RunFolder, APictureGnuplotLeftIncompleteIsANoteAndRemoved) {
 // checkpoint. The summary is there before the first picture starts, and names the pictures after.
 TEST(RunFolder, TheSummaryIsWrittenBeforeThePicturesAndAgainWithThem) {
   ScratchDir dir;
-  const std::string bin = dir.file("bin");
-  fs::create_directories(bin);
-  {
-    std::ofstream fake(bin + "/gnuplot");
-    fake << "#!/bin/sh\n"
-            "out=$(sed -n \"s/^set output '\\(.*\\)'$/\\1/p\" \"$1\")\n"
-            "[ -e summary.json ] && cp summary.json \"while-$(basename \"$out\" .png).json\"\n"
-            "printf '\\211PNG\\r\\n\\032\\n0123456789012345678901234567890123456789"
-            "\\0\\0\\0\\0IEND\\256B`\\202' > \"$out\"\n";
-  }
-  fs::permissions(bin + "/gnuplot", fs::perms::owner_all);
+  const std::string bin = fake_gnuplot_bin(
+      dir,
+      "[ -e summary.json ] && cp summary.json \"while-$(basename \"$out\" .png).json\"\n"
+      "printf '\\211PNG\\r\\n\\032\\n0123456789012345678901234567890123456789"
+      "\\0\\0\\0\\0IEND\\256B`\\202' > \"$out\"\n");
   const std::string folder = dir.file("run");
   const auto run = record(folder, bin.c_str());
   const auto during = read_json(folder + "/while-curves.json");

@@ -56,6 +56,12 @@ TEST(Trainer, CnnTrainsThroughAutograd) {
   }
 }
 
+// The log lines of a run, with the lr each carries.
+struct LrLog : TrainObserver {
+  std::vector<StepLog> logs;
+  void on_log(const StepLog& log) override { logs.push_back(log); }
+};
+
 // What --time-budget runs report: each plan and each epoch.
 struct PlanLog : TrainObserver {
   std::vector<BudgetPlan> plans;
@@ -535,10 +541,7 @@ TEST(Trainer, TestSetOptionsAreRefusedWithoutATestSet) {
 }
 
 TEST(Trainer, LogLinesCarryTheScheduledLr) {
-  struct LrLog : TrainObserver {
-    std::vector<StepLog> logs;
-    void on_log(const StepLog& log) override { logs.push_back(log); }
-  } observer;
+  LrLog observer;
   ScratchDir dir;
   TrainConfig c = dummy_sgd_run(&dir, "s.pt");
   c.epochs = 2;  // 64 steps each
@@ -558,10 +561,7 @@ TEST(Trainer, LogLinesCarryTheScheduledLr) {
 // An end-of-run checkpoint may be resumed with another --batch-size: the schedule goes on from the
 // global step (64 steps of 64 before, 32 of 128 now: 96 in all), not from epoch x the new steps.
 TEST(Trainer, AResumeWithAnotherBatchSizeContinuesTheScheduleFromTheGlobalStep) {
-  struct LrLog : TrainObserver {
-    std::vector<StepLog> logs;
-    void on_log(const StepLog& log) override { logs.push_back(log); }
-  } observer;
+  LrLog observer;
   ScratchDir dir;
   TrainConfig first = dummy_sgd_run(&dir, "first.pt");
   first.epochs = 1;
