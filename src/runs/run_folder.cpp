@@ -413,8 +413,8 @@ RunRecorder::Finished RunRecorder::finish(const train::TrainReport& report,
   write_summary(summary);
 
   std::string why_not;
-  // The pictures are extras: a disk that fills up or a folder that goes away now must not cost
-  // the run its summary.json (which is small, and written next).
+  // The pictures are extras: a disk that fills up or a folder that goes away now is a note, not a
+  // failure of a run whose summary.json is already written.
   try {
     std::vector<PlotScript> scripts = {
         write_curves_plot(folder_, curves_, fs::path(folder_).filename().string())};
