@@ -159,6 +159,7 @@ RunSession::RunSession(const RunFlags& flags, train::TrainConfig& config, const 
   printer_ = std::make_unique<runs::ProgressPrinter>(human_, options);
   observers_ = std::make_unique<runs::ObserverList>(
       std::vector<train::TrainObserver*>{printer_.get(), recorder_.get()});
+  library_notes_ = std::make_unique<runs::NotesBesideProgress>(*printer_, std::cerr);
 }
 
 void RunSession::note(const std::string& line) {

@@ -71,6 +71,7 @@ class RunSession {
   std::unique_ptr<runs::ProgressPrinter> printer_;
   std::unique_ptr<runs::RunRecorder> recorder_;
   std::unique_ptr<runs::ObserverList> observers_;
+  std::unique_ptr<runs::NotesBesideProgress> library_notes_;  // clear of the progress line
 };
 
 }  // namespace spritetorch::cli

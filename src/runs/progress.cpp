@@ -170,4 +170,12 @@ void ProgressPrinter::on_samples(int64_t epoch, const torch::Tensor& sprites,
              " samples drawn");
 }
 
+NotesBesideProgress::NotesBesideProgress(ProgressPrinter& printer, std::ostream& err)
+    : previous_(set_note_handler([&printer, &err](const std::string& line) {
+        printer.finish_line();
+        err << "note: " << line << "\n" << std::flush;
+      })) {}
+
+NotesBesideProgress::~NotesBesideProgress() { set_note_handler(std::move(previous_)); }
+
 }  // namespace spritetorch::runs

@@ -12,6 +12,7 @@
 #include <iosfwd>
 #include <string>
 
+#include "common/notes.h"
 #include "runs/terminal.h"
 #include "train/trainer.h"
 
@@ -59,6 +60,21 @@ class ProgressPrinter : public train::TrainObserver {
   double last_draw_s_ = -1e300;
   double running_loss_ = -1;  // latest --log-every reading; < 0: none yet this epoch
   size_t drawn_width_ = 0;    // characters of the progress line on screen (0: none)
+};
+
+// While it lives, the library's notes (common/notes.h: the fused Adam kernel's refusal at the
+// first step, say) go to `err` as "note: <line>" on a line of their own, the printer's progress
+// line ended first; then the handler before it is back. Notes come from the training thread once
+// the line is drawn (a dataset's come before it), so the printer needs no lock of its own.
+class NotesBesideProgress {
+ public:
+  NotesBesideProgress(ProgressPrinter& printer, std::ostream& err);
+  ~NotesBesideProgress();
+  NotesBesideProgress(const NotesBesideProgress&) = delete;
+  NotesBesideProgress& operator=(const NotesBesideProgress&) = delete;
+
+ private:
+  NoteHandler previous_;
 };
 
 }  // namespace spritetorch::runs

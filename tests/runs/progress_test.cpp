@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <sstream>
+#include <string>
+#include <vector>
 
+#include "common/notes.h"
 #include "common/timer.h"
 #include "runs/progress.h"
 #include "runs/terminal.h"
@@ -162,6 +165,35 @@ TEST(ProgressPrinter, QuietPrintsNothingVerboseAddsLogLinesOnATerminal) {
   const std::string verbose = render({true, false}, Verbosity::kVerbose);
   EXPECT_NE(verbose.find("  epoch 1 step 2/4  loss 0.5000"), std::string::npos) << verbose;
   EXPECT_NE(verbose.find("test loss"), std::string::npos) << verbose;
+}
+
+// A library note that arrives while the progress line is on a terminal gets a line of its own (the
+// line cleared first, as the CLI's own notes do), and the program's handler is back afterwards.
+TEST(NotesBesideProgress, ALibraryNoteEndsTheProgressLineAndTheHandlerBeforeIsBackAfter) {
+  std::vector<std::string> outside;
+  const NoteHandler before =
+      set_note_handler([&outside](const std::string& line) { outside.push_back(line); });
+  std::ostringstream screen;  // the progress line's stream and the notes' both, as on a terminal
+  {
+    double now = 0;
+    ProgressOptions options;
+    options.style = {true, false};
+    options.clock = [&now] { return now; };
+    ProgressPrinter printer(screen, options);
+    const NotesBesideProgress notes(printer, screen);
+    now = 1;
+    printer.on_step({1, 2, 1, 4, 8});  // draws "\repoch 1/2 [...] 1/4 ..."
+    const std::string drawn = screen.str();
+    ASSERT_NE(drawn.find("epoch 1/2"), std::string::npos) << drawn;
+    note("the fused kernel refused");
+    const std::string after = screen.str().substr(drawn.size());
+    const size_t width = drawn.size() - drawn.rfind('\r') - 1;
+    EXPECT_EQ(after, "\r" + std::string(width, ' ') + "\rnote: the fused kernel refused\n");
+    EXPECT_TRUE(outside.empty());
+  }
+  note("after the run");
+  EXPECT_EQ(outside, std::vector<std::string>{"after the run"});
+  set_note_handler(before);
 }
 
 TEST(FormatDuration, MinutesAndHours) {
