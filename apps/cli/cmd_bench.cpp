@@ -554,127 +554,125 @@ Subcommand add_bench_command(CLI::App& app) {
                   "Python interpreter for the peer (default: the first with torch)");
   sub->add_option("--python-peer", f->peer, "The peer script (default: bench/python_peer.py)");
 
-  return {sub, [sub, f]() {
-            // Under torchrun or Slurm (RANK, WORLD_SIZE set) each row would join a process
-            // group of its own; bench times one process.
-            if (const auto env = distributed::process_env(); distributed::launched_as_rank(env)) {
-              const int world = distributed::read_dist_env(env).world_size;
-              if (world > 1)
-                throw Error("bench times one process; this is one of " + std::to_string(world) +
-                                " ranks (WORLD_SIZE=" + std::to_string(world) + ")",
-                            "run bench without a launcher");
-            }
-            train::check_thread_governor_counts(f->bench.workload);
-            f->bench.workload.warmup_steps_origin = set_by(sub->get_option("--lr-warmup-steps"));
-            const bool target = f->bench.workload.target_accuracy > 0;
-            check_unused_options(*sub, *f, target);
-            if (!target && f->vs_python) check_peer_workload(f->bench);
-            // The files are written after minutes of work: their folder is checked first.
-            if (f->out.back() == '/' || std::filesystem::is_directory(f->out))
-              throw Error(
-                  "--out " + f->out + " is a folder; it names the files (OUT.json, OUT.csv)",
-                  "--out " + (f->out.back() == '/' ? f->out : f->out + "/") + "spritetorch-bench");
-            for (const std::string ext : {".json", ".csv"})
-              if (ext == ".json" || !target) check_output_path(f->out + ext, f->overwrite, "--out");
-            if (target) return run_target_bench(*f);
-            if (f->vs_python) find_peer(*f, /*torchvision=*/true);
-            RowPrinter printer;
-            const auto report = train::run_benchmark(f->bench, &printer);
-            std::cout << "spritetorch bench, " << report.date << ": model "
-                      << (f->bench.workload.model.empty() ? train::default_model(f->bench.workload)
-                                                          : f->bench.workload.model)
-                      << ", " << f->bench.workload.dataset << ", batch "
-                      << f->bench.workload.batch_size << ", " << f->bench.workload.epochs
-                      << " epoch(s), median of " << f->bench.repeats
-                      << test_images_note(f->bench.workload) << "\n"
-                      << bench_table(report);
-            // Not one row ran: the options are what failed (a --first-conv for a model without
-            // a convolution, fp16 on a CPU-only --devices ...), so it is a usage error, and no
-            // files of rows that all say "not run" are written.
-            if (std::none_of(report.rows.begin(), report.rows.end(),
-                             [](const train::BenchRow& r) { return r.ran; }))
-              throw Error("no row of this bench ran: " + (report.rows.empty()
-                                                              ? std::string("there are none")
-                                                              : report.rows.front().skipped_reason),
-                          "each row above says why it did not run: change those options or "
-                          "--devices");
-            auto json = bench_json(report);
+  return {
+      sub, [sub, f]() {
+        // Under torchrun or Slurm (RANK, WORLD_SIZE set) each row would join a process
+        // group of its own; bench times one process.
+        if (const auto env = distributed::process_env(); distributed::launched_as_rank(env)) {
+          const int world = distributed::read_dist_env(env).world_size;
+          if (world > 1)
+            throw Error("bench times one process; this is one of " + std::to_string(world) +
+                            " ranks (WORLD_SIZE=" + std::to_string(world) + ")",
+                        "run bench without a launcher");
+        }
+        train::check_thread_governor_counts(f->bench.workload);
+        f->bench.workload.warmup_steps_origin = set_by(sub->get_option("--lr-warmup-steps"));
+        const bool target = f->bench.workload.target_accuracy > 0;
+        check_unused_options(*sub, *f, target);
+        if (!target && f->vs_python) check_peer_workload(f->bench);
+        // The files are written after minutes of work: their folder is checked first.
+        if (f->out.back() == '/' || std::filesystem::is_directory(f->out))
+          throw Error(
+              "--out " + f->out + " is a folder; it names the files (OUT.json, OUT.csv)",
+              "--out " + (f->out.back() == '/' ? f->out : f->out + "/") + "spritetorch-bench");
+        for (const std::string ext : {".json", ".csv"})
+          if (ext == ".json" || !target) check_output_path(f->out + ext, f->overwrite, "--out");
+        if (target) return run_target_bench(*f);
+        if (f->vs_python) find_peer(*f, /*torchvision=*/true);
+        RowPrinter printer;
+        const auto report = train::run_benchmark(f->bench, &printer);
+        std::cout << "spritetorch bench, " << report.date << ": model "
+                  << (f->bench.workload.model.empty() ? train::default_model(f->bench.workload)
+                                                      : f->bench.workload.model)
+                  << ", " << f->bench.workload.dataset << ", batch " << f->bench.workload.batch_size
+                  << ", " << f->bench.workload.epochs << " epoch(s), median of " << f->bench.repeats
+                  << test_images_note(f->bench.workload) << "\n"
+                  << bench_table(report);
+        // Not one row ran: the options are what failed (a --first-conv for a model without
+        // a convolution, fp16 on a CPU-only --devices ...), so it is a usage error, and no
+        // files of rows that all say "not run" are written.
+        if (std::none_of(report.rows.begin(), report.rows.end(),
+                         [](const train::BenchRow& r) { return r.ran; }))
+          throw Error("no row of this bench ran: " + (report.rows.empty()
+                                                          ? std::string("there are none")
+                                                          : report.rows.front().skipped_reason),
+                      "each row above says why it did not run: change those options or "
+                      "--devices");
+        auto json = bench_json(report);
 
-            int peer_runs = 0, peer_failures = 0;
-            if (f->vs_python) {
-              const std::string &python = f->python_found, &peer = f->peer_found;
-              const std::string model = f->bench.workload.model.empty()
-                                            ? train::default_model(f->bench.workload)
-                                            : f->bench.workload.model;
-              nlohmann::json peers = nlohmann::json::array();
-              // Once per device, against the same workload: the resident fp32 row as `train` runs
-              // it by default (eager under bench --cuda-graphs). The fastest resident row of that
-              // device (another precision, graphed) is named too.
-              auto resident = [](const train::BenchRow& r) {
-                return r.ran && r.data_path.rfind("resident", 0) == 0;
-              };
-              for (const auto& row : report.rows) {
-                if (row.data_path.rfind("resident", 0) != 0 || row.precision != "fp32" ||
-                    row.data_path.find(", cuda graphs") != std::string::npos)
-                  continue;
-                if (!row.ran) {  // nothing to set the peer against on this device
-                  std::cout << "Python peer on " << row.device
-                            << ": not run (spritetorch's resident fp32 row did not run: "
-                            << row.skipped_reason << ")\n";
-                  continue;
-                }
-                const train::BenchRow* best = &row;
-                for (const auto& other : report.rows)
-                  if (resident(other) && other.device == row.device &&
-                      other.train_seconds < best->train_seconds)
-                    best = &other;
-                std::cerr << "  python peer on " << row.device << " ...\n";
-                std::vector<std::string> argv = {
-                    python,          peer,
-                    "--data",        f->bench.workload.data_dir,
-                    "--epochs",      std::to_string(f->bench.workload.epochs),
-                    "--device",      row.device,
-                    "--model",       model,
-                    "--train-limit", std::to_string(f->bench.workload.train_limit)};
-                add_test_limit(argv, f->bench.workload);
-                const auto result = run_process(argv);
-                PeerResult peer_run = peer_result(result, {"train_s"}, {"accuracy"});
-                ++peer_runs;
-                if (peer_run.json.is_null()) {
-                  std::cout << "Python peer on " << row.device << ": failed (" << peer_run.failed
-                            << ")\n";
-                  ++peer_failures;
-                  continue;
-                }
-                nlohmann::json peer_json = std::move(peer_run.json);
-                const double peer_s = peer_json.at("train_s").get<double>();
-                const double ratio = peer_s / row.train_seconds,
-                             best_ratio = peer_s / best->train_seconds;
-                std::cout << std::fixed << std::setprecision(2) << "Python peer on " << row.device
-                          << " (PyTorch " << peer_json.value("torch", "?") << "): train " << peer_s
-                          << " s, accuracy " << std::setprecision(4)
-                          << peer_json.value("accuracy", 0.0) << "; spritetorch " << row.data_path
-                          << " " << std::setprecision(2) << row.train_seconds
-                          << " s: " << speed_ratio(ratio);
-                if (best != &row)
-                  std::cout << "; " << best->data_path << " " << std::setprecision(2)
-                            << best->train_seconds << " s: " << speed_ratio(best_ratio);
-                std::cout << "\n" << std::defaultfloat;
-                peer_json["spritetorch_train_s"] = row.train_seconds;
-                peer_json["ratio"] = ratio;
-                peer_json["best_row"] = best->data_path;
-                peer_json["best_train_s"] = best->train_seconds;
-                peer_json["best_ratio"] = best_ratio;
-                peers.push_back(peer_json);
-              }
-              json["python_peer"] = peers;
+        int peer_runs = 0, peer_failures = 0;
+        if (f->vs_python) {
+          const std::string &python = f->python_found, &peer = f->peer_found;
+          const std::string model = f->bench.workload.model.empty()
+                                        ? train::default_model(f->bench.workload)
+                                        : f->bench.workload.model;
+          nlohmann::json peers = nlohmann::json::array();
+          // Once per device, against the same workload: the resident fp32 row as `train` runs
+          // it by default (eager under bench --cuda-graphs). The fastest resident row of that
+          // device (another precision, graphed) is named too.
+          auto resident = [](const train::BenchRow& r) {
+            return r.ran && r.data_path.rfind("resident", 0) == 0;
+          };
+          for (const auto& row : report.rows) {
+            if (row.data_path.rfind("resident", 0) != 0 || row.precision != "fp32" ||
+                row.data_path.find(", cuda graphs") != std::string::npos)
+              continue;
+            if (!row.ran) {  // nothing to set the peer against on this device
+              std::cout << "Python peer on " << row.device
+                        << ": not run (spritetorch's resident fp32 row did not run: "
+                        << row.skipped_reason << ")\n";
+              continue;
             }
-            write_file_atomically(f->out + ".json", json_text(json, 2) + "\n",
-                                  if_exists(f->overwrite));
-            write_file_atomically(f->out + ".csv", bench_csv(report), if_exists(f->overwrite));
-            std::cout << "Wrote " << f->out << ".json and " << f->out << ".csv\n";
-            return peer_failed_exit(peer_failures, peer_runs);
-          }};
+            const train::BenchRow* best = &row;
+            for (const auto& other : report.rows)
+              if (resident(other) && other.device == row.device &&
+                  other.train_seconds < best->train_seconds)
+                best = &other;
+            std::cerr << "  python peer on " << row.device << " ...\n";
+            std::vector<std::string> argv = {
+                python,          peer,
+                "--data",        f->bench.workload.data_dir,
+                "--epochs",      std::to_string(f->bench.workload.epochs),
+                "--device",      row.device,
+                "--model",       model,
+                "--train-limit", std::to_string(f->bench.workload.train_limit)};
+            add_test_limit(argv, f->bench.workload);
+            const auto result = run_process(argv);
+            PeerResult peer_run = peer_result(result, {"train_s"}, {"accuracy"});
+            ++peer_runs;
+            if (peer_run.json.is_null()) {
+              std::cout << "Python peer on " << row.device << ": failed (" << peer_run.failed
+                        << ")\n";
+              ++peer_failures;
+              continue;
+            }
+            nlohmann::json peer_json = std::move(peer_run.json);
+            const double peer_s = peer_json.at("train_s").get<double>();
+            const double ratio = peer_s / row.train_seconds,
+                         best_ratio = peer_s / best->train_seconds;
+            std::cout << std::fixed << std::setprecision(2) << "Python peer on " << row.device
+                      << " (PyTorch " << peer_json.value("torch", "?") << "): train " << peer_s
+                      << " s, accuracy " << std::setprecision(4) << peer_json.value("accuracy", 0.0)
+                      << "; spritetorch " << row.data_path << " " << std::setprecision(2)
+                      << row.train_seconds << " s: " << speed_ratio(ratio);
+            if (best != &row)
+              std::cout << "; " << best->data_path << " " << std::setprecision(2)
+                        << best->train_seconds << " s: " << speed_ratio(best_ratio);
+            std::cout << "\n" << std::defaultfloat;
+            peer_json["spritetorch_train_s"] = row.train_seconds;
+            peer_json["ratio"] = ratio;
+            peer_json["best_row"] = best->data_path;
+            peer_json["best_train_s"] = best->train_seconds;
+            peer_json["best_ratio"] = best_ratio;
+            peers.push_back(peer_json);
+          }
+          json["python_peer"] = peers;
+        }
+        write_file_atomically(f->out + ".json", json_text(json, 2) + "\n", if_exists(f->overwrite));
+        write_file_atomically(f->out + ".csv", bench_csv(report), if_exists(f->overwrite));
+        std::cout << "Wrote " << f->out << ".json and " << f->out << ".csv\n";
+        return peer_failed_exit(peer_failures, peer_runs);
+      }};
 }
 
 }  // namespace spritetorch::cli
