@@ -18,7 +18,8 @@
 # On 2026-12-04 (H200; 418 s) with END=440 TTA_END=340 TTA_ROWS="fast 0.92 20;mid 0.93 20 --epochs 5":
 # the build 204 s, the first tests ~7 s, the two rows ~110 s, gnsilu ~77 s.
 # Order: build (~175-250 s), the first tests (~10-30 s), default (~60 s), the rows, gnsilu, tests.
-#   device tool: bash bench/gpu_tta_call.sh   (carry .gpu-deps: scripts/gpu-build --pack)
+#   device tool: bash bench/gpu_tta_call.sh   (carry .gpu-deps: scripts/gpu-build --pack; before
+#   the call, scripts/cuda-syntax-check --all here: a CUDA branch that does not compile costs a build)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$(mktemp -d)}
