@@ -44,8 +44,16 @@ void install() {
   sigemptyset(&action.sa_mask);
   // SA_RESTART: file writes and waits in LibTorch/OpenBLAS carry on undisturbed.
   action.sa_flags = SA_RESTART | SA_SIGINFO;
-  sigaction(SIGINT, &action, g_installed ? nullptr : &g_old_int);
-  sigaction(SIGTERM, &action, g_installed ? nullptr : &g_old_term);
+  // A signal the process was started ignoring stays ignored, as shells and most tools keep it: a
+  // script's background job (`spritetorch train ... &`) is started with SIGINT ignored, so that
+  // the Ctrl-C meant for the script's foreground does not reach it.
+  const auto take = [&action](int signal, struct sigaction& before) {
+    if (!g_installed) sigaction(signal, nullptr, &before);
+    if ((before.sa_flags & SA_SIGINFO) == 0 && before.sa_handler == SIG_IGN) return;
+    sigaction(signal, &action, nullptr);
+  };
+  take(SIGINT, g_old_int);
+  take(SIGTERM, g_old_term);
   g_installed = true;
 }
 

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -26,14 +27,33 @@ namespace {
   throw Error(what + " " + path + ": " + std::strerror(errno));
 }
 
-// ".<name>.tmp-": the start of the temporary files of `name`, which a pid ends. A name near the
-// longest a folder takes is cut (its bytes, not its meaning, matter here), so that the temporary
-// name fits too: a legal 250-byte --save name failed after training for its temporary's length.
+// ".<name>.tmp-": the start of the temporary files of `name`, which the writer's pid ends, and
+// after it "-<thread id>" for a thread other than the process's first, so that two threads writing
+// one file at once do not share a temporary. A name near the longest a folder takes is cut (its
+// bytes, not its meaning, matter here), so that the temporary name fits too: a legal 250-byte
+// --save name failed after training for its temporary's length.
 std::string temporary_prefix(const std::string& name) {
   const std::string tail = ".tmp-";
-  constexpr size_t kPidDigits = 10;
-  const size_t room = kMaxNameBytes - 1 - tail.size() - kPidDigits;
+  constexpr size_t kPidAndThreadDigits = 7 + 1 + 7;  // Linux's pid_max is at most 2^22
+  const size_t room = kMaxNameBytes - 1 - tail.size() - kPidAndThreadDigits;
   return "." + name.substr(0, room) + tail;
+}
+
+std::string temporary_suffix() {
+  const auto pid = static_cast<long>(::getpid());
+  const auto thread = static_cast<long>(::syscall(SYS_gettid));
+  return std::to_string(pid) + (thread == pid ? std::string() : "-" + std::to_string(thread));
+}
+
+// The writer's pid in a temporary's suffix ("<pid>" or "<pid>-<thread id>"), 0 when it is neither.
+long writer_pid(const std::string& suffix) {
+  const size_t dash = suffix.find('-');
+  const std::string pid = suffix.substr(0, dash);
+  const std::string thread = dash == std::string::npos ? "0" : suffix.substr(dash + 1);
+  const auto digits = [](const std::string& t) {
+    return !t.empty() && t.find_first_not_of("0123456789") == std::string::npos;
+  };
+  return digits(pid) && digits(thread) ? std::strtol(pid.c_str(), nullptr, 10) : 0;
 }
 
 // A writer killed mid-save (SIGKILL, power loss) leaves its ".<name>.tmp-<pid>" behind. The next
@@ -61,11 +81,7 @@ void remove_stale_temporaries(const std::filesystem::path& dir, const std::strin
       ++t;
       continue;
     }
-    const std::string pid_text = file.substr(prefix.size());
-    const long pid =
-        pid_text.empty() || pid_text.find_first_not_of("0123456789") != std::string::npos
-            ? 0
-            : std::strtol(pid_text.c_str(), nullptr, 10);
+    const long pid = writer_pid(file.substr(prefix.size()));
     if (pid > 0 && pid != ::getpid() && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
       fs::remove(*t, ec);
       t = temporaries.erase(t);
@@ -152,7 +168,7 @@ void write_file_atomically(const std::string& path, const std::string& bytes, If
   const fs::path target(output_target(path));
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   const std::string tmp =
-      (dir / (temporary_prefix(target.filename().string()) + std::to_string(::getpid()))).string();
+      (dir / (temporary_prefix(target.filename().string()) + temporary_suffix())).string();
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) throw_errno("cannot write", path);
   size_t done = 0;

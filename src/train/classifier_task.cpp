@@ -60,6 +60,15 @@ void check_logits(torch::nn::Module& module, const ForwardFn& forward, const dat
     module.train(training);
     throw Error("the model's forward fails on " + input + ": " +
                 first_line(e.what_without_backtrace()));
+  } catch (const Error&) {  // ours, raised inside the forward: it says what failed
+    module.train(training);
+    throw;
+  } catch (const std::bad_alloc&) {
+    module.train(training);
+    throw;
+  } catch (const std::exception& e) {  // a forward of the user's that throws its own error type
+    module.train(training);
+    throw Error("the model's forward fails on " + input + ": " + first_line(e.what()));
   }
   module.train(training);
   if (y.defined() && y.is_floating_point() && y.dim() == 2 && y.size(0) == n &&

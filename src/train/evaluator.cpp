@@ -35,7 +35,13 @@ EvalReport evaluate(models::ClassifierImpl& model, data::Loader& loader, int64_t
 EvalReport evaluate(const std::function<torch::Tensor(const torch::Tensor&)>& forward,
                     torch::nn::Module& model, data::Loader& loader, int64_t classes,
                     bool keep_predictions) {
-  const bool was_training = model.is_training();
+  // The module's mode put back however the evaluation ends: a forward that throws (a user's
+  // model) leaves the caller's module as it was.
+  struct ModeBack {
+    torch::nn::Module& model;
+    bool was_training;
+    ~ModeBack() { model.train(was_training); }
+  } mode_back{model, model.is_training()};
   model.eval();
   const torch::Device device = loader.device();
   const auto on_device = torch::TensorOptions().device(device);
@@ -83,7 +89,6 @@ EvalReport evaluate(const std::function<torch::Tensor(const torch::Tensor&)>& fo
                                                 static_cast<double>(n)
                                           : std::numeric_limits<double>::quiet_NaN());
   }
-  if (was_training) model.train();
   return report;
 }
 

@@ -4,11 +4,14 @@
 #include <cmath>
 #include <filesystem>
 #include <iomanip>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <sstream>
 
 #include "common/cpu_threads.h"
 #include "common/error.h"
+#include "common/notes.h"
 #include "common/output_file.h"
 #include "common/timer.h"
 #include "data/augment.h"
@@ -191,6 +194,9 @@ class TrainingRun {
   // state are known.
   RunSettings settings_ranks_share() const;
   Error diverged(const std::string& what, int64_t epoch, const std::string& where) const;
+  // A user's model failing in the step (0-based epoch and step) on `inputs`, a batch of `samples`.
+  Error step_failed(int64_t epoch, int64_t step, const torch::Tensor& inputs, int64_t samples,
+                    const std::string& message) const;
   // Training time so far: the run's clock less its evaluations and end-of-epoch work.
   double train_seconds_now() const;
   // A test evaluation after `step` steps of `epoch` (0-based), outside the timed training: kept in
@@ -986,6 +992,17 @@ Error TrainingRun::diverged(const std::string& what, int64_t epoch,
           "; lower --lr");
 }
 
+Error TrainingRun::step_failed(int64_t epoch, int64_t step, const torch::Tensor& inputs,
+                               int64_t samples, const std::string& message) const {
+  return Error("epoch " + std::to_string(epoch + 1) + ", step " + std::to_string(step + 1) +
+                   ": the training step failed on a batch of shape " + c10::str(inputs.sizes()) +
+                   ": " + first_line(message),
+               samples < config_.batch_size
+                   ? "it was the epoch's last batch, of " + std::to_string(samples) +
+                         " samples: drop_last (--drop-last) leaves a partial batch out"
+                   : "the model's forward or loss fails on this batch");
+}
+
 RunState TrainingRun::summed_over_ranks(RunState progress) {
   if (!parallel_.distributed()) return progress;
   const auto sums = parallel_.sum(
@@ -1188,13 +1205,15 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
       const std::string message = e.what_without_backtrace();
       if (!users_module_ || is_host_allocation_failure(message))
         throw;  // a bug of ours, or a host allocation (main says how much)
-      throw Error("epoch " + std::to_string(epoch + 1) + ", step " + std::to_string(step + 1) +
-                      ": the training step failed on a batch of shape " +
-                      c10::str(batch.inputs.sizes()) + ": " + first_line(message),
-                  b < config_.batch_size
-                      ? "it was the epoch's last batch, of " + std::to_string(b) +
-                            " samples: drop_last (--drop-last) leaves a partial batch out"
-                      : "the model's forward or loss fails on this batch");
+      throw step_failed(epoch, step, batch.inputs, b, message);
+    } catch (const Error&) {
+      throw;  // ours, already saying what failed
+    } catch (const std::bad_alloc&) {
+      throw;  // main says how much
+    } catch (const std::exception& e) {
+      // A user's forward or loss may throw its own std::runtime_error rather than TORCH_CHECK's.
+      if (!users_module_) throw;
+      throw step_failed(epoch, step, batch.inputs, b, e.what());
     }
     progress.interval_samples += b;
     progress.samples += b;
@@ -1502,18 +1521,36 @@ namespace {
 // BLAS's), the default generators (seeded with --seed) and cuDNN's benchmark mode. Put back when
 // fit() returns or throws, so that a program embedding the library keeps its own: its inference
 // threads, its random stream. The CLI's process ends with the run; it loses nothing by it.
+// Fits that overlap in several threads share the generators (LibTorch has one default generator
+// per device), BLAS's count and cuDNN's mode: the first to start keeps the caller's and the last
+// to end puts them back, and the later ones say that their seeds do not make them reproducible.
+// LibTorch's own count is OpenMP's, one per calling thread: each fit puts back its thread's.
 class CallerProcessState {
  public:
-  CallerProcessState()
-      : threads_(current_cpu_threads()),
-        rng_(save_process_rng()),
-        cudnn_benchmark_(at::globalContext().benchmarkCuDNN()) {}
+  CallerProcessState() : intra_op_threads_(at::get_num_threads()) {
+    bool overlapping = false;
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      overlapping = active_++ > 0;
+      if (!overlapping)
+        saved_.reset(new Shared{current_cpu_threads().blas, save_process_rng(),
+                                at::globalContext().benchmarkCuDNN()});
+    }
+    if (overlapping)
+      spritetorch::note(
+          "another fit is running in this process: runs at once share LibTorch's default random "
+          "generator and BLAS's threads, so their seeds do not reproduce their weights (fit one "
+          "after another, or in separate processes, for that)");
+  }
   ~CallerProcessState() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    const std::unique_ptr<Shared> saved = --active_ == 0 ? std::move(saved_) : nullptr;
     try {
-      if (at::get_num_threads() != threads_.intra_op) at::set_num_threads(threads_.intra_op);
-      if (threads_.blas > 0) set_blas_threads(threads_.blas);
-      restore_process_rng(rng_);
-      at::globalContext().setBenchmarkCuDNN(cudnn_benchmark_);
+      if (at::get_num_threads() != intra_op_threads_) at::set_num_threads(intra_op_threads_);
+      if (!saved) return;
+      if (saved->blas_threads > 0) set_blas_threads(saved->blas_threads);
+      restore_process_rng(saved->rng);
+      at::globalContext().setBenchmarkCuDNN(saved->cudnn_benchmark);
     } catch (const std::exception&) {  // best effort, maybe while another error is on its way out
     }
   }
@@ -1521,10 +1558,20 @@ class CallerProcessState {
   CallerProcessState& operator=(const CallerProcessState&) = delete;
 
  private:
-  const CpuThreads threads_;
-  const ProcessRng rng_;
-  const bool cudnn_benchmark_;
+  struct Shared {
+    int blas_threads;
+    ProcessRng rng;
+    bool cudnn_benchmark;
+  };
+  const int intra_op_threads_;
+  static std::mutex mutex_;
+  static int active_;                     // fits running now, under mutex_
+  static std::unique_ptr<Shared> saved_;  // the caller's, from before the first of them
 };
+
+std::mutex CallerProcessState::mutex_;
+int CallerProcessState::active_ = 0;
+std::unique_ptr<CallerProcessState::Shared> CallerProcessState::saved_;
 
 }  // namespace
 

@@ -7,9 +7,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <thread>
 
 #include "common/error.h"
 #include "test_util.h"
@@ -119,6 +121,35 @@ TEST(AtomicFile, NextWriteRemovesTemporariesOfDeadWriters) {
   EXPECT_TRUE(std::filesystem::exists(other)) << "only the saved file's temporaries are touched";
 }
 
+// Two threads of one process writing one file at once each have a temporary of their own: every
+// write succeeds, the file is one of them whole, and no temporary is left.
+TEST(AtomicFile, TwoThreadsWritingOneFileAtOnceBothSucceed) {
+  ScratchDir dir;
+  const std::string path = dir.file("cache.bin");
+  const std::string a(64 * 1024, 'a'), b(64 * 1024, 'b');
+  std::atomic<int> failures{0};
+  const auto writer = [&](const std::string& bytes) {
+    for (int i = 0; i < 100; ++i) try {
+        write_file_atomically(path, bytes);
+      } catch (const Error&) {
+        ++failures;
+      }
+  };
+  std::thread first(writer, a), second(writer, b);
+  first.join();
+  second.join();
+  EXPECT_EQ(failures.load(), 0);
+  std::ifstream in(path, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(text == a || text == b);
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    (void)entry;
+    ++files;
+  }
+  EXPECT_EQ(files, 1);
+}
+
 // A name near the longest a folder takes (255 bytes) is written: its temporary's name is cut to
 // fit, and the temporaries a dead writer left under that cut name are still removed.
 TEST(AtomicFile, ANameNearTheLongestAFolderTakesIsWritten) {
@@ -128,7 +159,7 @@ TEST(AtomicFile, ANameNearTheLongestAFolderTakesIsWritten) {
   if (child == 0) ::_exit(0);
   ASSERT_GT(child, 0);
   ::waitpid(child, nullptr, 0);
-  const std::string dead = dir.file("." + std::string(239, 'a') + ".tmp-" + std::to_string(child));
+  const std::string dead = dir.file("." + std::string(234, 'a') + ".tmp-" + std::to_string(child));
   std::ofstream(dead) << "half";
   ASSERT_TRUE(std::filesystem::exists(dead));
   write_file_atomically(dir.file(name), "whole");

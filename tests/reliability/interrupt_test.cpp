@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -204,6 +205,24 @@ TEST(InterruptProcess, SigintExits130WithACheckpoint) {
   ASSERT_EQ(saved.size(), 1u) << out;
   EXPECT_TRUE(load_checkpoint(saved[0]).meta.contains("run"));
   EXPECT_EQ(out.find("Exception raised from"), std::string::npos) << out;
+}
+
+// A process started with SIGINT ignored (a script's background job) keeps ignoring it: the run
+// goes on to its end, as a shell's `train ... &` would expect.
+TEST(InterruptProcess, ASigintIgnoredWhenTheRunStartedStaysIgnored) {
+  ScratchDir dir;
+  int fd = -1;
+  const std::string train = std::string("exec '") + SPRITETORCH_CLI_PATH +
+                            "' train --device cpu --model simplenn --dataset dummy --epochs 2 "
+                            "--log-every 1 --verbose --no-run-dir --save '" +
+                            dir.file("s.pt") + "'";
+  const pid_t pid = spawn({"/bin/sh", "-c", "trap '' INT; " + train}, fd);
+  ASSERT_GT(pid, 0);
+  const std::string out = read_and_signal(fd, pid, "epoch 1 step 2/", SIGINT);
+  ASSERT_EQ(exit_code(pid), 0) << out;
+  EXPECT_EQ(out.find("interrupted"), std::string::npos) << out;
+  EXPECT_NE(out.find("Epoch 2/2"), std::string::npos) << out;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("s.pt")));
 }
 
 // --json: an interrupted run prints one JSON object saying where it stopped, the checkpoint and the

@@ -304,6 +304,42 @@ TEST(UserModule, AnErrorInTheStepNamesTheEpochStepAndBatch) {
   EXPECT_EQ(Trainer(c).fit(dropped, {bars(33, 1), bars(32, 2)}).steps, 1);
 }
 
+// (B, 1, 8, 8) -> (B, 2), throwing its own std::runtime_error (not TORCH_CHECK's c10::Error) on a
+// batch of `fails_on` samples.
+struct ThrowingNetImpl : torch::nn::Module {
+  explicit ThrowingNetImpl(int64_t fails_on) : fails_on(fails_on) {
+    fc = register_module("fc", torch::nn::Linear(64, 2));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    if (x.size(0) == fails_on) throw std::runtime_error("my model's own check failed");
+    return fc(x.flatten(1));
+  }
+  int64_t fails_on;
+  torch::nn::Linear fc{nullptr};
+};
+TORCH_MODULE(ThrowingNet);
+
+TEST(UserModule, AnErrorOfItsOwnTypeInTheStepOrFirstForwardSaysWhereAndLeavesTheModeAsItWas) {
+  ThrowingNet late(1);  // the partial last batch of 33 samples at batch 32: step 2
+  ClassifierTask task(late, "throwing");
+  const std::string error = error_of([&] {
+    Trainer(tiny_config()).fit(task, {bars(33, 1), bars(32, 2)});
+  });
+  EXPECT_NE(error.find("epoch 1, step 2: the training step failed on a batch of shape "
+                       "[1, 1, 8, 8]: my model's own check failed"),
+            std::string::npos)
+      << error;
+  ThrowingNet early(2);  // fit's first forward, on 2 training samples, in eval mode
+  ASSERT_TRUE(early->is_training());
+  ClassifierTask first(early, "throwing");
+  const std::string refused = error_of([&] {
+    Trainer(tiny_config()).fit(first, {bars(33, 1), bars(32, 2)});
+  });
+  EXPECT_NE(refused.find("the model's forward fails on a batch of"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("my model's own check failed"), std::string::npos) << refused;
+  EXPECT_TRUE(early->is_training());
+}
+
 TEST(UserModule, ATestSetWithInputsOrLabelsAloneIsRefused) {
   auto test = bars(32, 2);
   test.labels = torch::Tensor();

@@ -6,10 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
-#include <functional>
 
 #include <csignal>
 #include <filesystem>
+#include <functional>
+#include <future>
+#include <thread>
+#include <utility>
 
 #include "common/cpu_threads.h"
 #include "common/error.h"
@@ -229,6 +232,62 @@ TEST_F(UserTask, FitLeavesTheCallersThreadsRandomStreamAndStderrAsTheyWere) {
   ASSERT_EQ(notes.size(), 1u);
   EXPECT_NE(notes[0].find("was trained with --lr"), std::string::npos) << notes[0];
   EXPECT_EQ(stderr_text, "");
+}
+
+// Fits that overlap in two threads: the later one says that its seed does not make it
+// reproducible, and the caller's random stream and threads are back only after the last one ends,
+// as they were before the first (here the first ends while the second still runs).
+TEST_F(UserTask, OverlappingFitsSayTheyShareTheGeneratorAndTheLastToEndPutsTheCallersBack) {
+  const spritetorch::testing::OneThreadUnless restore_threads(/*op_uses_every_thread=*/true);
+  at::set_num_threads(1);
+  torch::manual_seed(1);
+  const auto untouched = torch::rand({4});
+  torch::manual_seed(1);
+  std::vector<std::string> notes;
+  const NoteHandler before =
+      set_note_handler([&](const std::string& line) { notes.push_back(line); });
+  std::promise<void> first_returned;
+  std::shared_future<void> first_done = first_returned.get_future().share();
+  struct WaitAtFirstStep : TrainObserver {
+    std::shared_future<void> until;
+    void on_step(const StepTick& t) override {
+      if (t.epoch == 1 && t.step == 1) until.wait();
+    }
+  } wait;
+  wait.until = first_done;
+  std::thread second;
+  struct StartSecondAtFirstStep : TrainObserver {
+    std::function<void()> start;
+    void on_step(const StepTick& t) override {
+      if (t.epoch == 1 && t.step == 1 && start) std::exchange(start, nullptr)();
+    }
+  } start;
+  std::string second_error;
+  start.start = [&] {
+    second = std::thread([&] {
+      try {
+        DenoiseTask task;
+        TrainConfig c = config("second.pt");
+        c.seed = 9;
+        Trainer(c).fit(task, data_, &wait);
+      } catch (const std::exception& e) {
+        second_error = e.what();
+      }
+    });
+  };
+  TrainConfig c = config("first.pt");
+  c.threads = 2;
+  DenoiseTask task;
+  Trainer(c).fit(task, data_, &start);
+  first_returned.set_value();
+  ASSERT_TRUE(second.joinable());
+  second.join();
+  set_note_handler(before);
+  EXPECT_EQ(second_error, "");
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("another fit is running in this process"), std::string::npos) << notes[0];
+  EXPECT_EQ(at::get_num_threads(), 1);
+  EXPECT_TRUE(torch::equal(torch::rand({4}), untouched));
 }
 
 // Work build() does on the training data (ClassifierTask's whitened filters) is part of reaching
