@@ -606,7 +606,7 @@ check "a sprite classifier's automatic epochs" grep -q \
   "^Epochs: 56 (576 sprites in batches of 64: 30 epochs within 500-1500 steps, at least 5 epochs; --epochs sets them)" \
   "$tmp/cauto.log"
 # A generator's epochs follow from its dataset's size once the data is read: config.toml records
-# the number chosen (so --config repeats the run), rewritten before the first step; then SIGINT.
+# the number chosen (so --config repeats the run), rewritten before the first step; then SIGTERM.
 "$bin" train --task generate --dataset sprites --sprite-count 64 --device cpu \
   --run-dir "$tmp/gauto" > "$tmp/gauto.log" 2>&1 &
 gauto=$!
