@@ -590,14 +590,25 @@ torch::Tensor sample(Generator& g, const torch::Tensor& labels, const SampleOpti
     std::optional<precision::AutocastGuard> autocast;
     if (bf16 && !device.is_cuda())
       autocast.emplace(device.type(), torch::kBFloat16, true, /*cache_enabled=*/!graphs);
+    // (What ddim_sample, dpm_solver_sample and ddpm_sample run, with the stop asked before each
+    // pass; a graph's capture asks nothing: the batch loop below does.)
+    StepModel model = guided_model(net, c, options.guidance, options.guidance_interval, T);
+    if (options.stop && !graphs)
+      model = [inner = std::move(model), &stop = options.stop](
+                  const torch::Tensor& x_t, const torch::Tensor& t, int64_t host_t) {
+        if (stop()) throw SamplingStopped();
+        return inner(x_t, t, host_t);
+      };
     if (options.sampler == "dpm++2m")
-      return dpm_solver_sample(net, g.schedule, x, c, options.steps, options.guidance, g.prediction,
-                               options.spacing, options.guidance_interval);
-    return options.sampler == "ddim"
-               ? ddim_sample(net, g.schedule, x, c, options.steps, options.guidance, options.eta,
-                             gen, g.prediction, options.spacing, options.guidance_interval)
-               : ddpm_sample(net, g.schedule, x, c, options.guidance, gen, g.prediction,
-                             options.guidance_interval);
+      return reverse_loop(model, x,
+                          dpm_solver_plan(g.schedule, options.steps, g.prediction, options.spacing),
+                          std::nullopt);
+    if (options.sampler == "ddim")
+      return reverse_loop(model, x,
+                          ddim_plan(g.schedule, options.steps, options.eta, /*has_gen=*/true,
+                                    g.prediction, options.spacing),
+                          options.eta > 0 ? std::optional<at::Generator>(gen) : std::nullopt);
+    return reverse_loop(model, x, ddpm_plan(g.schedule, g.prediction), gen);
   };
   std::optional<CudaGraphSampler> graphed;
   if (graphs) graphed.emplace(eager, device);
@@ -606,6 +617,7 @@ torch::Tensor sample(Generator& g, const torch::Tensor& labels, const SampleOpti
   const CudnnBenchmarkScope cudnn_benchmark(device.is_cuda());
   std::vector<torch::Tensor> out;
   for (int64_t start = 0; start < n; start += batch) {
+    if (options.stop && options.stop()) throw SamplingStopped();
     const int64_t b = std::min(batch, n - start);
     auto x =
         at::randn({b, g.net->options().channels, g.size, g.size}, gen, torch::kFloat32).to(device);

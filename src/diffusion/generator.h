@@ -163,6 +163,14 @@ struct SampleOptions {
   int64_t colours = kSpriteColours;
   // Sprites out (generate, eval): their alpha; unset: the generator's own (Generator::alpha).
   std::optional<AlphaMode> alpha;
+  // Asked before each UNet pass (before each batch where the passes replay as a CUDA graph): true
+  // stops sample() with SamplingStopped (a training run's sample sheet when a SIGTERM comes).
+  std::function<bool()> stop;
+};
+
+// What sample() throws when SampleOptions::stop said to stop.
+struct SamplingStopped : std::exception {
+  const char* what() const noexcept override { return "sampling stopped"; }
 };
 
 // The sampler as it runs, for generate's and eval's summaries: DDPM reports the schedule's T

@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "common/json_field.h"
+#include "train/interrupt.h"
 #include "train/model_state.h"
 #include "train/recipe.h"
 #include "train/trainer.h"
@@ -174,13 +175,21 @@ auto GeneratorTask::with_ema(Fn fn) {
       params[i].detach().copy_(ema_[i]);
     }
   }
-  const bool was_training = net_->is_training();
+  // The training weights and mode back however fn ends (a sampling stopped by an interrupt, a
+  // device out of memory): the run's checkpoint must hold them, not the EMA's.
+  struct PutBack {
+    UNet& net;
+    const std::vector<torch::Tensor>& params;
+    const std::vector<torch::Tensor>& saved;
+    bool was_training;
+    ~PutBack() {
+      net->train(was_training);
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < params.size(); ++i) params[i].detach().copy_(saved[i]);
+    }
+  } put_back{net_, params, saved, net_->is_training()};
   net_->eval();
-  auto result = fn();
-  if (was_training) net_->train();
-  torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < params.size(); ++i) params[i].detach().copy_(saved[i]);
-  return result;
+  return fn();
 }
 
 // The denoising loss on the held-out sprites with the EMA weights, at timesteps and noise drawn
@@ -229,9 +238,16 @@ void GeneratorTask::on_epoch_end(int64_t epoch, bool last, train::TrainObserver&
     const auto labels = sheet_labels(classes, per_class);  // (at most 64)
     SampleOptions preview;
     preview.steps = kPreviewSteps;
-    return finish_sprites(sample(generator, labels, preview), kSpriteColours, alpha());
+    // A sheet takes ~40 s on 2 CPU cores: a SIGINT/SIGTERM meanwhile leaves it out, so that the
+    // run's checkpoint comes within a step, not after the sheet (a container's grace period).
+    preview.stop = [] { return train::interrupt_signal() != 0; };
+    try {
+      return finish_sprites(sample(generator, labels, preview), kSpriteColours, alpha());
+    } catch (const SamplingStopped&) {
+      return torch::Tensor();
+    }
   });
-  observer.on_samples(epoch + 1, sprites, per_class);
+  if (sprites.defined()) observer.on_samples(epoch + 1, sprites, per_class);
 }
 
 void GeneratorTask::save(train::Checkpoint& checkpoint) const {
