@@ -382,7 +382,21 @@ void add_environment_mirrors(CLI::App* sub) {
   }
 }
 
+// The options a command requires that a config file or the environment may give: CLI11 would
+// refuse their absence from the command line before either is read (`eval --config FILE` whose
+// FILE sets checkpoint: "--checkpoint is required"), so resolve_config checks them after both.
+std::map<const CLI::App*, std::vector<const CLI::Option*>>& required_after_config() {
+  static std::map<const CLI::App*, std::vector<const CLI::Option*>> required;
+  return required;
+}
+
 void add_config_options(CLI::App* sub) {
+  for (CLI::Option* option : sub->get_options())
+    if (option->get_required() && option->get_configurable() && !long_name(*option).empty()) {
+      option->required(false);
+      option->description(option->get_description() + " (required)");  // --help said REQUIRED
+      required_after_config()[sub].push_back(option);
+    }
   sub->config_formatter(std::make_shared<TomlConfig>());
   sub->add_option("--config",
                   "Read options from this TOML file (keys: the long options without "
@@ -470,6 +484,10 @@ bool resolve_config(CLI::App& sub, std::ostream& out) {
     }
   }
   apply_recipe(sub);  // last: it fills only what every other source left unset
+  for (const CLI::Option* option : required_after_config()[&sub])
+    if (option->count() == 0)
+      throw Error("--" + long_name(*option) + " is required",
+                  "spritetorch " + sub.get_name() + " --help lists what it takes");
   const CLI::Option* print_option = sub.get_option_no_throw("--print-config");
   if (!print_option || print_option->count() == 0) return false;
   out << sub.config_to_str(/*default_also=*/true, /*write_description=*/true);

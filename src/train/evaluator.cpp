@@ -1,5 +1,7 @@
 #include "train/evaluator.h"
 
+#include <algorithm>
+
 #include <limits>
 
 #include "device/device.h"
@@ -30,6 +32,11 @@ EvalReport evaluate(models::ClassifierImpl& model, data::Loader& loader, int64_t
                     bool keep_predictions) {
   return evaluate([&model](const torch::Tensor& x) { return model.forward(x); }, model, loader,
                   classes, keep_predictions);
+}
+
+int64_t evaluation_batch(const torch::Device& device, CpuWork work, int64_t train_batch) {
+  if (device.is_cpu() && work == CpuWork::kConvolutions) return 256;
+  return std::max<int64_t>(train_batch, 1000);
 }
 
 EvalReport evaluate(const std::function<torch::Tensor(const torch::Tensor&)>& forward,

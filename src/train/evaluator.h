@@ -7,6 +7,7 @@
 #include <functional>
 #include <vector>
 
+#include "common/cpu_threads.h"
 #include "common/shard_pool.h"
 #include "data/loader.h"
 #include "models/classifier.h"
@@ -31,6 +32,13 @@ EvalReport evaluate(models::ClassifierImpl& model, data::Loader& loader, int64_t
 EvalReport evaluate(const std::function<torch::Tensor(const torch::Tensor&)>& forward,
                     torch::nn::Module& module, data::Loader& loader, int64_t classes,
                     bool keep_predictions = false);
+
+// The batch an evaluation takes by default (`eval`, a run's test evaluations): 256 for a conv net
+// on the CPU, whose activations at 1,000 samples (fastcnn: ~50 MB a layer) leave the caches and
+// fault in fresh pages (`eval` of fastcnn on 10,000 images: 0.78 s beyond start-up at 1,000
+// against 0.35 s at 256, 2-vCPU Zen 5, docs/benchmarks.md); else the larger of `train_batch` and
+// 1,000 (an MLP's products, a GPU).
+int64_t evaluation_batch(const torch::Device& device, CpuWork work, int64_t train_batch = 0);
 
 // `forward` over the CPU threads of `pool`: a batch's rows are cut into the pool's shards and each
 // thread runs `forward` on its own (under inference mode, which is per thread). The fused MLP step

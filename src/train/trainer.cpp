@@ -692,7 +692,8 @@ void TrainingRun::set_up_data_paths() {
   if (data_.test.size() > 0)
     test_path_ = data::make_data_path(
         data_.test, device_,
-        {std::max<int64_t>(config_.batch_size, 1000), false, false, config_.seed},
+        {evaluation_batch(device_, cpu_work_of(task_.module()), config_.batch_size), false, false,
+         config_.seed},
         config_.data_path);
 }
 

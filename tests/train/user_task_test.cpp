@@ -248,14 +248,20 @@ TEST_F(UserTask, OverlappingFitsSayTheyShareTheGeneratorAndTheLastToEndPutsTheCa
       set_note_handler([&](const std::string& line) { notes.push_back(line); });
   std::promise<void> first_returned;
   std::shared_future<void> first_done = first_returned.get_future().share();
+  std::promise<void> second_started;
+  // The second fit says it has started, then waits at its first step for the first to return.
   struct WaitAtFirstStep : TrainObserver {
+    std::promise<void>* started = nullptr;
     std::shared_future<void> until;
+    void on_start(const std::string&, const Settings&) override { started->set_value(); }
     void on_step(const StepTick& t) override {
       if (t.epoch == 1 && t.step == 1) until.wait();
     }
   } wait;
+  wait.started = &second_started;
   wait.until = first_done;
   std::thread second;
+  // The first starts the second at its first step and goes on once the second has started.
   struct StartSecondAtFirstStep : TrainObserver {
     std::function<void()> start;
     void on_step(const StepTick& t) override {
@@ -272,8 +278,13 @@ TEST_F(UserTask, OverlappingFitsSayTheyShareTheGeneratorAndTheLastToEndPutsTheCa
         Trainer(c).fit(task, data_, &wait);
       } catch (const std::exception& e) {
         second_error = e.what();
+        try {
+          second_started.set_value();  // refused before it started: the first must not wait
+        } catch (const std::future_error&) {
+        }
       }
     });
+    second_started.get_future().wait();
   };
   TrainConfig c = config("first.pt");
   c.threads = 2;
