@@ -64,8 +64,14 @@ std::vector<GnuplotResult> run_gnuplots(const std::string& gnuplot,
   std::vector<pid_t> running(jobs.size(), -1);
   for (size_t i = 0; i < jobs.size(); ++i) {
     // Everything the child needs is prepared before fork: after it, only async-signal-safe calls.
-    std::vector<char*> argv = {const_cast<char*>(gnuplot.c_str()),
-                               const_cast<char*>(jobs[i].script.c_str()), nullptr};
+    const std::string picture = "picture=" + gnuplot_quote(jobs[i].picture);
+    std::vector<char*> argv = {const_cast<char*>(gnuplot.c_str())};
+    if (!jobs[i].picture.empty()) {
+      argv.push_back(const_cast<char*>("-e"));
+      argv.push_back(const_cast<char*>(picture.c_str()));
+    }
+    argv.push_back(const_cast<char*>(jobs[i].script.c_str()));
+    argv.push_back(nullptr);
     const char* log_file = jobs[i].log_file.c_str();
     const pid_t parent = ::getpid();
     const pid_t pid = ::fork();

@@ -24,6 +24,9 @@ struct GnuplotResult {
 struct GnuplotJob {
   std::string script;    // relative to workdir, e.g. plots/curves.gp
   std::string log_file;  // gnuplot's stdout and stderr, relative to workdir
+  // Where the picture goes, relative to workdir (`-e "picture='...'"`, which the scripts of
+  // plots.h read); empty: where the script says.
+  std::string picture;
 };
 
 // Runs `gnuplot job.script` for every job at once, each in `workdir` with its own log file, and

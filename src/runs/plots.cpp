@@ -49,11 +49,14 @@ std::string class_name(const std::vector<std::string>& names, int64_t k) {
 }
 
 // Common head of every script: a PNG of the given pixel size, text as written (no enhanced-text
-// markup, so '_' or '^' in a class name stay themselves).
+// markup, so '_' or '^' in a class name stay themselves). The picture goes where the variable
+// `picture` says when the caller sets it (`gnuplot -e "picture='...'"`: the run folder draws
+// under a temporary name), else to its own name (a redraw by hand).
 std::string script_head(const std::string& picture, int width, int height, int font_size) {
   return "set terminal pngcairo noenhanced size " + std::to_string(width) + "," +
          std::to_string(height) + " font " + gnuplot_quote("sans," + std::to_string(font_size)) +
-         "\nset output " + gnuplot_quote(picture) + "\nset datafile missing '?'\n";
+         "\nif (!exists(\"picture\")) picture = " + gnuplot_quote(picture) +
+         "\nset output picture\nset datafile missing '?'\n";
 }
 
 }  // namespace

@@ -305,27 +305,40 @@ void RunRecorder::draw(const std::vector<PlotScript>& scripts, const char* gnupl
                                " && gnuplot plots/*.gp` draws them from the data kept in plots/)");
     return;
   }
-  // Each script logs beside itself (plots/curves.gp -> plots/curves.log): they run at once.
+  // Each script logs beside itself (plots/curves.gp -> plots/curves.log): they run at once. Each
+  // picture is drawn under a hidden name and renamed when whole: a run killed while gnuplot draws
+  // leaves no empty curves.png to pass for a picture.
   std::vector<GnuplotJob> jobs;
+  const auto drawing_name = [](const std::string& picture) {
+    const fs::path path(picture);
+    return (path.parent_path() / ("." + path.filename().string() + ".drawing")).string();
+  };
   for (const auto& s : todo)
-    jobs.push_back({s.script, s.script.substr(0, s.script.rfind('.')) + ".log"});
+    jobs.push_back(
+        {s.script, s.script.substr(0, s.script.rfind('.')) + ".log", drawing_name(s.picture)});
   const auto results = run_gnuplots(*gnuplot, jobs, folder_);
   for (size_t i = 0; i < todo.size(); ++i) {
     const auto& s = todo[i];
     const auto& result = results[i];
+    const std::string drawn = file(jobs[i].picture);
     std::error_code error;
-    if (result.ok && whole_png(file(s.picture))) {
-      finished.pictures[s.picture.substr(0, s.picture.rfind('.'))] = s.picture;
-    } else if (result.ok && fs::exists(file(s.picture), error)) {
-      fs::remove(file(s.picture), error);  // a cut picture must not pass for the whole one
+    if (result.ok && whole_png(drawn)) {
+      fs::rename(drawn, file(s.picture), error);
+      if (!error) {
+        finished.pictures[s.picture.substr(0, s.picture.rfind('.'))] = s.picture;
+        continue;
+      }
+      finished.notices.push_back("skipping " + s.picture + ": " + error.message());
+    } else if (result.ok && fs::exists(drawn, error)) {
+      // a cut picture must not pass for the whole one
       finished.notices.push_back("skipping " + s.picture +
                                  ": gnuplot left it incomplete (is the disk full?); removed it");
     } else {
       // A gnuplot stopped at its time limit may have left part of the picture.
-      fs::remove(file(s.picture), error);
       finished.notices.push_back("skipping " + s.picture + ": " +
                                  (result.ok ? "gnuplot wrote no picture" : result.message));
     }
+    fs::remove(drawn, error);
   }
 }
 

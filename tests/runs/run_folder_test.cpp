@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -147,6 +148,13 @@ TEST(RunFolder, ATinyRunKeepsConfigMetricsSummaryCheckpointAndPictures) {
     EXPECT_GT(grid.size(0), 112);
     EXPECT_EQ(summary["pictures"]["misclassified"], "misclassified.png");
   }
+  // Drawn under hidden names and renamed: none is left; a redraw by hand writes the picture itself.
+  for (const auto& entry : fs::directory_iterator(folder))
+    EXPECT_EQ(entry.path().filename().string().find(".drawing"), std::string::npos) << entry.path();
+  fs::remove(folder + "/curves.png");
+  ASSERT_EQ(
+      std::system(("cd '" + folder + "' && '" + *find_gnuplot() + "' plots/curves.gp").c_str()), 0);
+  EXPECT_EQ(io::read_png(folder + "/curves.png").size(1), 1280);
 }
 
 // The data rows of a plots/*.dat file, each as its numbers.
@@ -514,14 +522,15 @@ TEST(RunFolder, ASummaryThatCannotBeWrittenNamesItselfAndLeavesNoPartialFile) {
   EXPECT_TRUE(fs::exists(config.save));
 }
 
-// A folder holding a stand-in "gnuplot": a shell script that sets $out to the picture its plot
-// script names, then runs `body`. Returns the folder.
+// A folder holding a stand-in "gnuplot": a shell script that sets $out to the picture it is told
+// to draw (`-e "picture='...'" SCRIPT`), then runs `body`. Returns the folder.
 std::string fake_gnuplot_bin(const ScratchDir& dir, const std::string& body) {
   const std::string bin = dir.file("bin");
   fs::create_directories(bin);
-  std::ofstream(bin + "/gnuplot") << "#!/bin/sh\n"
-                                     "out=$(sed -n \"s/^set output '\\(.*\\)'$/\\1/p\" \"$1\")\n"
-                                  << body;
+  std::ofstream(bin + "/gnuplot")
+      << "#!/bin/sh\n"
+         "out=$(printf '%s' \"$2\" | sed -n \"s/^picture='\\(.*\\)'$/\\1/p\")\n"
+      << body;
   fs::permissions(bin + "/gnuplot", fs::perms::owner_all);
   return bin;
 }
@@ -549,18 +558,21 @@ TEST(RunFolder, TheSummaryIsWrittenBeforeThePicturesAndAgainWithThem) {
   ScratchDir dir;
   const std::string bin = fake_gnuplot_bin(
       dir,
-      "[ -e summary.json ] && cp summary.json \"while-$(basename \"$out\" .png).json\"\n"
+      "[ -e summary.json ] && cp summary.json \"while-$(basename \"$out\" .png.drawing).json\"\n"
       "printf '\\211PNG\\r\\n\\032\\n0123456789012345678901234567890123456789"
       "\\0\\0\\0\\0IEND\\256B`\\202' > \"$out\"\n");
   const std::string folder = dir.file("run");
   const auto run = record(folder, bin.c_str());
-  const auto during = read_json(folder + "/while-curves.json");
+  // Each picture is drawn under a hidden name (.curves.png.drawing) and renamed when whole.
+  const auto during = read_json(folder + "/while-.curves.json");
   EXPECT_EQ(during["status"], "complete");
   EXPECT_EQ(during["checkpoint"], "checkpoint.pt");
   EXPECT_TRUE(during["pictures"].empty()) << during["pictures"];
   const auto after = read_json(folder + "/summary.json");
   EXPECT_EQ(after["pictures"]["curves"], "curves.png");
   EXPECT_EQ(after["pictures"]["confusion"], "confusion.png");
+  EXPECT_TRUE(fs::exists(folder + "/curves.png"));
+  EXPECT_FALSE(fs::exists(folder + "/.curves.png.drawing"));
   EXPECT_EQ(after["test"], during["test"]);
   EXPECT_GE(after["wall_s"].get<double>(), during["wall_s"].get<double>());
 }
@@ -649,7 +661,7 @@ TEST(Gnuplot, RunsTheScriptsAtOnceEachWithItsOwnLog) {
                     "\nfor i in $(seq 200); do\n"
                     "  [ -e started-a ] && [ -e started-b ] && [ -e started-c ] && exit 0\n"
                     "  sleep 0.1\ndone\nexit 1\n");
-    jobs.push_back({name + ".gp", name + ".log"});
+    jobs.push_back({name + ".gp", name + ".log", ""});
   }
   const auto results = run_gnuplots(fake.exe, jobs, fake.dir.path().string());
   ASSERT_EQ(results.size(), 3u);
@@ -668,9 +680,9 @@ TEST(Gnuplot, ReportsEachFailureWithItsOwnLogAndStopsOneThatHangs) {
   fake.script("ok.gp", "echo fine\n");
   fake.script("bad.gp", "echo 'line 3: undefined variable: x' >&2\nexit 3\n");
   fake.script("hang.gp", "exec sleep 30\n");
-  const auto results =
-      run_gnuplots(fake.exe, {{"ok.gp", "ok.log"}, {"bad.gp", "bad.log"}, {"hang.gp", "hang.log"}},
-                   fake.dir.path().string(), /*timeout_s=*/2);
+  const auto results = run_gnuplots(
+      fake.exe, {{"ok.gp", "ok.log", ""}, {"bad.gp", "bad.log", ""}, {"hang.gp", "hang.log", ""}},
+      fake.dir.path().string(), /*timeout_s=*/2);
   ASSERT_EQ(results.size(), 3u);
   EXPECT_TRUE(results[0].ok) << results[0].message;
   EXPECT_FALSE(results[1].ok);
