@@ -3,11 +3,14 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "common/atomic_file.h"
 #include "common/crc32c.h"
@@ -168,6 +171,41 @@ void store(const std::string& file, const SourceKey& key, const torch::Tensor& t
   write_file_atomically(file, bytes);
 }
 
+// The source a cache file records, or nothing when it is not one of ours (or unreadable).
+std::optional<std::string> recorded_source(const std::string& file) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(file.c_str(), "rb"), &std::fclose);
+  if (!f) return std::nullopt;
+  unsigned char head[kHeader];
+  if (std::fread(head, 1, kHeader, f.get()) != kHeader ||
+      std::memcmp(head, kMagic, sizeof kMagic) != 0 || get<uint32_t>(head + 16) != kVersion)
+    return std::nullopt;
+  const uint32_t path_bytes = get<uint32_t>(head + 80);
+  if (path_bytes == 0 || path_bytes > kMaxPath) return std::nullopt;
+  std::string path(path_bytes, '\0');
+  if (std::fread(path.data(), 1, path_bytes, f.get()) != path_bytes) return std::nullopt;
+  return path;
+}
+
+// Cache files whose source is gone (a --data copy deleted, a folder renamed): each up to 47 MB no
+// run can use again. Removed when an entry is written, the one time the cache grows; a file that
+// is not ours, or whose source is only unreadable, is left alone.
+void remove_orphans(const std::string& dir, const std::string& written) {
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const fs::path file = it->path();
+    std::error_code kind;
+    if (file.extension() != ".idxcache" || file == fs::path(written) ||
+        !it->is_regular_file(kind))  // (a FIFO would block the read)
+      continue;
+    const auto source = recorded_source(file.string());
+    struct stat st {};
+    if (source && ::stat(source->c_str(), &st) != 0 && errno == ENOENT) {
+      std::error_code ignored;
+      fs::remove(file, ignored);
+    }
+  }
+}
+
 }  // namespace
 
 bool dataset_cache_on() { return environment_switch("SPRITETORCH_CACHE", "no dataset cache", ""); }
@@ -213,6 +251,7 @@ torch::Tensor read_idx_cached(const std::string& path, const IdxCache& cache) {
   torch::Tensor tensor = read_idx(path);
   try {
     store(file, key, tensor);
+    remove_orphans(cache.dir, file);
   } catch (const std::exception& e) {
     note("dataset cache: cannot write " + file + " (" + e.what() + "); running uncached");
   }

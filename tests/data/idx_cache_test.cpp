@@ -206,6 +206,33 @@ TEST(IdxCache, ChangedSourceMtimeOrSizeInvalidates) {
   EXPECT_NE(r.notes[1].find("stale"), std::string::npos) << r.notes[1];
 }
 
+// A cache file whose source is gone (a deleted --data copy) is removed when another entry is
+// written; one whose source is there, and a file that is not a cache file, stay.
+TEST(IdxCache, AnEntryWhoseSourceIsGoneIsRemovedWhenAnotherIsWritten) {
+  ScratchDir dir;
+  Recorded r(dir);
+  fs::create_directories(dir.file("a"));
+  fs::create_directories(dir.file("b"));
+  fs::create_directories(dir.file("c"));
+  for (const char* copy : {"a", "b", "c"})
+    write_gz(dir.file(std::string(copy) + "/images.gz"), idx_bytes({4, 3, 5}, values(60, 7)));
+  read_idx_cached(dir.file("a/images.gz"), r.cache);
+  read_idx_cached(dir.file("b/images.gz"), r.cache);
+  const std::string a = idx_cache_file(dir.file("a/images.gz"), r.cache);
+  const std::string b = idx_cache_file(dir.file("b/images.gz"), r.cache);
+  ASSERT_TRUE(fs::exists(a) && fs::exists(b));
+  std::ofstream(dir.file("cache/other.idxcache")) << "not ours";
+  fs::remove_all(dir.file("a"));
+  read_idx_cached(dir.file("b/images.gz"), r.cache);  // a hit writes nothing: a stays
+  EXPECT_TRUE(fs::exists(a));
+  read_idx_cached(dir.file("c/images.gz"), r.cache);  // a new entry
+  EXPECT_FALSE(fs::exists(a));
+  EXPECT_TRUE(fs::exists(b));
+  EXPECT_TRUE(fs::exists(idx_cache_file(dir.file("c/images.gz"), r.cache)));
+  EXPECT_TRUE(fs::exists(dir.file("cache/other.idxcache")));
+  EXPECT_TRUE(r.notes.empty());
+}
+
 TEST(IdxCache, UnwritableCacheDirStillReadsWithANote) {
   ScratchDir dir;
   Recorded r(dir);
