@@ -1532,10 +1532,11 @@ class CallerProcessState {
     bool overlapping = false;
     {
       const std::lock_guard<std::mutex> lock(mutex_);
-      overlapping = active_++ > 0;
-      if (!overlapping)
+      overlapping = active_ > 0;
+      if (!overlapping)  // (throwing here leaves the count as it was)
         saved_.reset(new Shared{current_cpu_threads().blas, save_process_rng(),
                                 at::globalContext().benchmarkCuDNN()});
+      ++active_;
     }
     if (overlapping)
       spritetorch::note(
