@@ -387,7 +387,7 @@ Subcommand add_eval_command(CLI::App& app) {
   auto* sub = app.add_subcommand("eval", "Evaluate a checkpoint on its dataset's test split");
   struct Flags {
     std::string checkpoint, device = "auto", data_dir = data::kDefaultFashionMnistDir, dataset;
-    std::string labels;  // a sheet's label map from another place
+    std::string labels;                 // a sheet's label map from another place
     int64_t batch_size = 0, limit = 0;  // batch 0: train::evaluation_batch
     bool json = false;
     CpuThreadFlags cpu;
