@@ -6,6 +6,7 @@
 #include "common/crash_guard.h"
 #include "common/error.h"
 #include "common/input_file.h"
+#include "models/eval_mode.h"
 
 namespace spritetorch::models {
 
@@ -160,21 +161,19 @@ void ScriptClassifierImpl::check_logits(const std::vector<int64_t>& input_shape,
   shape += ")";
   const std::string wanted = "a forward that maps this dataset's " + shape +
                              " float32 inputs to (B, " + std::to_string(classes) + ") logits";
-  const bool was_training = is_training();
-  eval();
   torch::Tensor logits;
-  try {
-    torch::NoGradGuard no_grad;
-    logits = run(torch::zeros(batch));
-  } catch (const DataError&) {
-    train(was_training);
-    throw;
-  } catch (const std::exception& e) {
-    train(was_training);
-    throw DataError(source, wanted, "one that fails on them: " + interpreter_message(e.what()),
-                    "check the model against the dataset (--dataset, its --size)");
+  {
+    EvalModeScope eval_mode(*this);
+    try {
+      torch::NoGradGuard no_grad;
+      logits = run(torch::zeros(batch));
+    } catch (const DataError&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw DataError(source, wanted, "one that fails on them: " + interpreter_message(e.what()),
+                      "check the model against the dataset (--dataset, its --size)");
+    }
   }
-  train(was_training);
   if (logits.dim() != 2 || logits.size(0) != 2 || logits.size(1) != classes ||
       !logits.is_floating_point())
     throw DataError(source, wanted,

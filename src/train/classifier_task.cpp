@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "common/json_field.h"
 #include "common/timer.h"
+#include "models/eval_mode.h"
 #include "models/patch_whitening.h"
 #include "models/script_model.h"
 #include "train/amp_step.h"
@@ -50,27 +51,23 @@ void check_logits(torch::nn::Module& module, const ForwardFn& forward, const dat
   if (!params.empty()) x = x.to(params.front().device());
   const std::string input = "a batch of " + train.name + " of shape " + c10::str(x.sizes()) + " (" +
                             c10::toString(x.scalar_type()) + ")";
-  const bool training = module.is_training();
-  module.eval();
   torch::Tensor y;
-  try {
-    torch::NoGradGuard no_grad;
-    y = forward(x);
-  } catch (const c10::Error& e) {
-    module.train(training);
-    throw Error("the model's forward fails on " + input + ": " +
-                first_line(e.what_without_backtrace()));
-  } catch (const Error&) {  // ours, raised inside the forward: it says what failed
-    module.train(training);
-    throw;
-  } catch (const std::bad_alloc&) {
-    module.train(training);
-    throw;
-  } catch (const std::exception& e) {  // a forward of the user's that throws its own error type
-    module.train(training);
-    throw Error("the model's forward fails on " + input + ": " + first_line(e.what()));
+  {
+    models::EvalModeScope eval_mode(module);
+    try {
+      torch::NoGradGuard no_grad;
+      y = forward(x);
+    } catch (const c10::Error& e) {
+      throw Error("the model's forward fails on " + input + ": " +
+                  first_line(e.what_without_backtrace()));
+    } catch (const Error&) {  // ours, raised inside the forward: it says what failed
+      throw;
+    } catch (const std::bad_alloc&) {
+      throw;
+    } catch (const std::exception& e) {  // a forward of the user's that throws its own error type
+      throw Error("the model's forward fails on " + input + ": " + first_line(e.what()));
+    }
   }
-  module.train(training);
   if (y.defined() && y.is_floating_point() && y.dim() == 2 && y.size(0) == n &&
       y.size(1) == classes)
     return;

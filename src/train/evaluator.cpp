@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "device/device.h"
+#include "models/eval_mode.h"
 
 namespace spritetorch::train {
 
@@ -44,12 +45,7 @@ EvalReport evaluate(const std::function<torch::Tensor(const torch::Tensor&)>& fo
                     bool keep_predictions) {
   // The module's mode put back however the evaluation ends: a forward that throws (a user's
   // model) leaves the caller's module as it was.
-  struct ModeBack {
-    torch::nn::Module& model;
-    bool was_training;
-    ~ModeBack() { model.train(was_training); }
-  } mode_back{model, model.is_training()};
-  model.eval();
+  models::EvalModeScope eval_mode(model);
   const torch::Device device = loader.device();
   const auto on_device = torch::TensorOptions().device(device);
 

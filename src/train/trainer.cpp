@@ -19,6 +19,7 @@
 #include "data/dummy.h"
 #include "data/sprite_sources.h"
 #include "device/device.h"
+#include "models/eval_mode.h"
 #include "precision/grad_scaler.h"
 #include "precision/precision.h"
 #include "train/amp_step.h"
@@ -489,15 +490,13 @@ std::string channels_last_failure(Task& task, torch::nn::Module& module, const d
     }
     return "";
   };
-  const bool training = module.is_training();
-  module.eval();
+  models::EvalModeScope eval_mode(module);
   std::string failure = runs(torch::MemoryFormat::ChannelsLast);
   if (!failure.empty()) {
     apply_contiguous(module);
     if (!runs(torch::MemoryFormat::Contiguous).empty()) failure.clear();
     apply_channels_last(module);
   }
-  module.train(training);
   return failure;
 }
 
