@@ -56,6 +56,10 @@ long writer_pid(const std::string& suffix) {
   return digits(pid) && digits(thread) ? std::strtol(pid.c_str(), nullptr, 10) : 0;
 }
 
+bool writer_is_gone(long pid) {
+  return pid > 0 && pid != ::getpid() && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+}
+
 // A writer killed mid-save (SIGKILL, power loss) leaves its ".<name>.tmp-<pid>" behind. The next
 // save of the same file removes those whose process is gone; a live writer's file is left alone.
 // Each folder is listed once per process, at its first save: listing it at every save made
@@ -82,7 +86,7 @@ void remove_stale_temporaries(const std::filesystem::path& dir, const std::strin
       continue;
     }
     const long pid = writer_pid(file.substr(prefix.size()));
-    if (pid > 0 && pid != ::getpid() && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+    if (writer_is_gone(pid)) {
       fs::remove(*t, ec);
       t = temporaries.erase(t);
     } else {
@@ -92,6 +96,25 @@ void remove_stale_temporaries(const std::filesystem::path& dir, const std::strin
 }
 
 }  // namespace
+
+int remove_dead_writers_temporaries(const std::string& dir,
+                                    const std::function<bool(const std::string& name)>& of_target) {
+  namespace fs = std::filesystem;
+  const std::string tail = ".tmp-";
+  int removed = 0;
+  std::error_code ec;
+  for (fs::directory_iterator entry(dir, ec), end; !ec && entry != end; entry.increment(ec)) {
+    const std::string file = entry->path().filename().string();
+    const size_t at = file.rfind(tail);
+    if (file.size() < 2 || file[0] != '.' || at == std::string::npos || at < 2) continue;
+    const std::string name = file.substr(1, at - 1);
+    if (temporary_prefix(name) != file.substr(0, at + tail.size()) || !of_target(name)) continue;
+    if (!writer_is_gone(writer_pid(file.substr(at + tail.size())))) continue;
+    std::error_code removing;
+    if (fs::remove(entry->path(), removing)) ++removed;
+  }
+  return removed;
+}
 
 int append_whole(int fd, const std::string& bytes, int64_t whole_bytes) {
   size_t done = 0;

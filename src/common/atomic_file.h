@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace spritetorch {
@@ -35,6 +36,13 @@ inline IfExists if_exists(bool overwrite) {
 // file over it would replace the device with a file.
 void write_file_atomically(const std::string& path, const std::string& bytes,
                            IfExists existing = IfExists::kReplace);
+
+// Removes from `dir` the temporaries of writers that died (".<name>.tmp-<pid>", see
+// write_file_atomically) whose target `name` `of_target` accepts: each save removes only its own
+// file's, so the temporaries of names never written again (a periodic checkpoint's step) need this.
+// A live writer's temporary, or one whose name was cut to fit, is left alone. Returns the count.
+int remove_dead_writers_temporaries(const std::string& dir,
+                                    const std::function<bool(const std::string& name)>& of_target);
 
 // `path` with its symlinks followed to the file a write lands on, which need not exist yet (a
 // dangling link gives where it points); `path` itself when it is no link.

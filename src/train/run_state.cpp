@@ -8,6 +8,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "common/atomic_file.h"
 #include "common/error.h"
 #include "common/output_file.h"
 #include "data/sprite_sources.h"
@@ -163,31 +164,50 @@ std::string unused_checkpoint_path(const std::string& path) {
 }
 
 namespace {
-// The periodic checkpoints of `base` that exist, with their global steps, lowest step first.
-std::vector<std::pair<int64_t, std::string>> periodic_checkpoint_steps(const std::string& base) {
-  const auto [stem, ext] = split_base(base);
-  const fs::path stem_path(stem);
-  const fs::path dir = stem_path.has_parent_path() ? stem_path.parent_path() : fs::path(".");
-  const std::string prefix = stem_path.filename().string() + ".step";
-  const std::string suffix = ext.empty() ? ".pt" : ext;
-  std::vector<std::pair<int64_t, std::string>> found;
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
+// The folder of `base`'s periodic checkpoints and their names' parts: "<stem>.step<N><ext>".
+struct PeriodicNames {
+  explicit PeriodicNames(const std::string& base) {
+    const auto [stem, ext] = split_base(base);
+    const fs::path stem_path(stem);
+    dir = stem_path.has_parent_path() ? stem_path.parent_path() : fs::path(".");
+    prefix = stem_path.filename().string() + ".step";
+    suffix = ext.empty() ? ".pt" : ext;
+  }
+  // The step a file name of this run's periodic checkpoints carries, -1 for any other name.
+  int64_t step_of(const std::string& name) const {
     if (name.size() <= prefix.size() + suffix.size() || name.rfind(prefix, 0) != 0 ||
         name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
-      continue;
+      return -1;
     const std::string digits =
         name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
     if (digits.empty() || digits.size() > 18 ||
         !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
-      continue;
-    found.emplace_back(std::stoll(digits), periodic_checkpoint_path(base, std::stoll(digits)));
+      return -1;
+    return std::stoll(digits);
+  }
+  fs::path dir;
+  std::string prefix, suffix;
+};
+
+// The periodic checkpoints of `base` that exist, with their global steps, lowest step first.
+std::vector<std::pair<int64_t, std::string>> periodic_checkpoint_steps(const std::string& base) {
+  const PeriodicNames names(base);
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  for (fs::directory_iterator it(names.dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const int64_t step = names.step_of(it->path().filename().string());
+    if (step >= 0) found.emplace_back(step, periodic_checkpoint_path(base, step));
   }
   std::sort(found.begin(), found.end());
   return found;
 }
 }  // namespace
+
+int remove_dead_periodic_temporaries(const std::string& base) {
+  const PeriodicNames names(base);
+  return remove_dead_writers_temporaries(
+      names.dir.string(), [&](const std::string& name) { return names.step_of(name) >= 0; });
+}
 
 std::vector<std::string> periodic_checkpoints(const std::string& base) {
   std::vector<std::string> out;

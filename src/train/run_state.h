@@ -71,6 +71,10 @@ std::vector<std::string> periodic_checkpoints(const std::string& base);
 // Deletes all but the newest `keep` periodic checkpoints of `base` up to `written_step`, the one
 // just written (keep <= 0: keeps all); later steps' files are another run's and are left alone.
 void prune_periodic_checkpoints(const std::string& base, int64_t keep, int64_t written_step);
+// Removes the temporaries of `base`'s periodic checkpoints that writers killed mid-save left (a
+// SIGKILL or power loss during a save): each step's name is written once, so no later save of the
+// same name would remove them. Returns how many.
+int remove_dead_periodic_temporaries(const std::string& base);
 
 // The model a checkpoint describes, bounded before it is built, so that a hostile file cannot size
 // our allocations: 1 to 3 input dimensions of 1..65536, 2..65536 classes, and no more input values

@@ -285,6 +285,7 @@ class TrainingRun {
   data::DataPath train_path_, test_path_;
   int64_t steps_ = 0;      // per epoch
   std::string last_good_;  // newest periodic checkpoint this run wrote
+  bool tidied_periodic_ = false;  // the killed writers' periodic temporaries removed (first save)
   // --save there at the start was allowed to be replaced (--overwrite, or the file resumed from);
   // one made by another process while this run trained is not.
   const IfExists save_existing_;
@@ -1145,6 +1146,10 @@ std::string TrainingRun::save_run_checkpoint(RunState progress) {
     return rescue;
   }
   last_good_ = path;
+  if (!tidied_periodic_) {
+    tidied_periodic_ = true;
+    remove_dead_periodic_temporaries(run_base_);
+  }
   prune_periodic_checkpoints(run_base_, config_.keep_last, steps);
   return path;
 }

@@ -14,6 +14,7 @@
 #include <iterator>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "common/atomic_file.h"
 #include "common/error.h"
@@ -312,6 +313,35 @@ TEST(FullDisk, APeriodicCheckpointThatCannotBeWrittenStopsTheRunWithItsStateSafe
     EXPECT_EQ(e.hint(),
               "the newest checkpoint written: " + dir.file("run.step16.pt") + " (--resume it)");
   }
+}
+
+// A run killed while it saved a periodic checkpoint left ".run.step<N>.pt.tmp-<pid>": no later
+// save has that name, so the next run of the same --save removes it (and only such files of dead
+// writers) at its first periodic save.
+TEST(KeepLast, TheFirstPeriodicSaveRemovesTheTemporariesAKilledRunLeft) {
+  ScratchDir dir;
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ::waitpid(child, nullptr, 0);  // reaped: this pid names no process now
+  const std::string gone = std::to_string(child);
+  const std::string live = std::to_string(::getppid());
+  const std::vector<std::string> removed = {dir.file(".run.step774.pt.tmp-" + gone),
+                                            dir.file(".run.step775.pt.tmp-" + gone + "-4242")};
+  const std::vector<std::string> kept = {
+      dir.file(".run.step776.pt.tmp-" + live),    // a live writer's
+      dir.file(".other.step774.pt.tmp-" + gone),  // another --save's
+      dir.file(".run.stepX.pt.tmp-" + gone),      // not a periodic name
+      dir.file(".run.step774.pt.tmp-abc")};       // not ours
+  for (const auto& f : removed) std::ofstream(f) << "half a checkpoint";
+  for (const auto& f : kept) std::ofstream(f) << "half a checkpoint";
+  TrainConfig c = dummy_run(dir);
+  c.checkpoint_every = 32;
+  c.keep_last = 1;
+  run_training(c);
+  for (const auto& f : removed) EXPECT_FALSE(std::filesystem::exists(f)) << f;
+  for (const auto& f : kept) EXPECT_TRUE(std::filesystem::exists(f)) << f;
+  EXPECT_EQ(periodic_checkpoints(c.save), std::vector<std::string>{dir.file("run.step64.pt")});
 }
 
 TEST(KeepLast, KeepsOnlyTheNewestPeriodicCheckpoints) {
