@@ -1,4 +1,5 @@
 // `spritetorch classify`: class + confidence per PNG, or per tile of sprite sheets.
+#include <cmath>
 #include <iomanip>
 #include <iostream>
 
@@ -125,6 +126,11 @@ Subcommand add_classify_command(CLI::App& app) {
               models::predict(forward, data::to_model_input(input.to(device)), names).at(0);
           const std::string& name = prediction.name;
           const double confidence = prediction.confidence;
+          if (!std::isfinite(confidence))  // finite weights whose outputs overflow
+            throw DataError(
+                f->checkpoint, "a model whose outputs are finite",
+                "outputs that are not for " + file,
+                "the run that wrote it was diverging: take an earlier checkpoint of it");
           if (f->json) {
             nlohmann::json line{{"file", file}, {"class", name}, {"confidence", confidence}};
             if (tile) line.update({{"tile", tile->index}, {"row", tile->row}, {"col", tile->col}});

@@ -478,6 +478,12 @@ Subcommand add_eval_command(CLI::App& app) {
         const auto report =
             train::evaluate(train::checkpoint_forward(checkpoint.meta, model, f->checkpoint),
                             *model, loader, test.num_classes());
+        // Finite weights whose outputs overflow (a run that was diverging): a loss of NaN and an
+        // accuracy of one class would read as a result.
+        if (!std::isfinite(report.loss))
+          throw DataError(f->checkpoint, "a model whose outputs are finite",
+                          "outputs that are not (the test set's loss is NaN or infinite)",
+                          "the run that wrote it was diverging: take an earlier checkpoint of it");
         if (f->json) {
           nlohmann::json out = eval_json(report, test.class_names);
           out["device"] = device::display_name(device);

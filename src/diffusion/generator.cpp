@@ -193,6 +193,7 @@ nlohmann::json design_json(const CheckpointDesign& design) {
 Generator load_generator(const std::string& path, torch::Device device) {
   const train::Checkpoint checkpoint = train::load_checkpoint(path);
   check_generator_checkpoint(checkpoint, path);
+  train::check_finite_weights(checkpoint, path);
   Generator g;
   const nlohmann::json& meta = checkpoint.meta;
   const CheckpointDesign design = checkpoint_design(meta, path);

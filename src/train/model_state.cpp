@@ -69,6 +69,14 @@ std::shared_ptr<const std::string> script_archive(const Checkpoint& checkpoint,
                                              static_cast<size_t>(bytes.numel()));
 }
 
+void check_finite_weights(const Checkpoint& checkpoint, const std::string& source) {
+  for (const auto& [name, tensor] : checkpoint.model)
+    if (tensor.is_floating_point() && !torch::isfinite(tensor).all().item<bool>())
+      throw DataError(source, "finite weights", "NaN or infinity in '" + name + "'",
+                      "the run that wrote it diverged: take an earlier checkpoint of it, or train "
+                      "again with a lower --lr");
+}
+
 models::Classifier model_from_checkpoint(const Checkpoint& checkpoint, const std::string& source,
                                          torch::Device device) {
   // What the file is, before what it holds: a generator's metadata lacks input_shape, and "found no
@@ -86,6 +94,7 @@ models::Classifier model_from_checkpoint(const Checkpoint& checkpoint, const std
                     "run it in the program that trained it; `spritetorch export --checkpoint " +
                         source + " OUT.safetensors` writes its weights for Python");
   }
+  check_finite_weights(checkpoint, source);
   models::ModelSpec spec;
   for (const char* key : {"model", "input_shape", "classes"})
     if (!checkpoint.meta.contains(key))

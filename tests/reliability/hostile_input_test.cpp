@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 
 #include "common/error.h"
 #include "common/json_field.h"
@@ -162,6 +164,28 @@ const std::string kSource = SPRITETORCH_TEST_DIR "/..";
 
 // An unsigned field given a negative number (an imported file's "seed": -5) is refused, not
 // wrapped to 2^64 - 5; a string is refused as before.
+// A checkpoint of a run that diverged (or another tool's) with a NaN or infinity in its weights:
+// its outputs are NaN, which eval read as a loss of -nan, classify as class 0 with confidence -nan.
+TEST(HostileCheckpoint, NonFiniteWeightsAreRefusedNamingTheTensor) {
+  train::Checkpoint c;
+  const auto model = models::make_model({"simplenn", {3}, 2});
+  c.model = train::model_state(*model);
+  c.meta = {{"task", "classify"}, {"model", "simplenn"}, {"input_shape", {3}}, {"classes", 2}};
+  ASSERT_NO_THROW(train::model_from_checkpoint(c, "ok.ckpt", torch::kCPU));
+  for (double bad : {std::nan(""), std::numeric_limits<double>::infinity()}) {
+    auto& [name, tensor] = *c.model.rbegin();
+    const torch::Tensor kept = tensor.clone();
+    tensor.view(-1)[0] = bad;
+    const std::string error =
+        data_error_of([&] { train::model_from_checkpoint(c, "nan.ckpt", torch::kCPU); });
+    EXPECT_NE(
+        error.find("nan.ckpt: expected finite weights, found NaN or infinity in '" + name + "'"),
+        std::string::npos)
+        << error;
+    tensor = kept;
+  }
+}
+
 TEST(HostileCheckpoint, ANegativeNumberForAnUnsignedFieldIsRefused) {
   const nlohmann::json good = {{"seed", 5}}, negative = {{"seed", -5}}, text = {{"seed", "5"}};
   EXPECT_EQ(json_field(good, "seed", uint64_t{0}, "m.pt", "seed"), 5u);
