@@ -1,5 +1,6 @@
 #include "distributed/communicator.h"
 
+#include <sstream>
 #include <thread>
 
 #include "common/error.h"
@@ -36,6 +37,14 @@
 #endif
 
 namespace spritetorch::distributed {
+
+void check_dist_timeout(double seconds) {
+  constexpr double kYear = 8760 * 3600.0;
+  if (seconds >= 1 && seconds <= kYear) return;
+  std::ostringstream seconds_text;
+  seconds_text << seconds;
+  throw Error("--dist-timeout must be 1 to 31536000 seconds (a year), got " + seconds_text.str());
+}
 
 #if SPRITETORCH_WITH_C10D
 
@@ -165,8 +174,7 @@ std::vector<std::string> backends() {
 }
 
 std::shared_ptr<Communicator> create_communicator(const DistEnv& env, const CommOptions& options) {
-  if (!(options.timeout_s > 0))
-    throw Error("--dist-timeout must be positive, got " + std::to_string(options.timeout_s));
+  check_dist_timeout(options.timeout_s);
   const auto timeout = to_ms(options.timeout_s);
   const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
   c10::intrusive_ptr<c10d::Store> store;

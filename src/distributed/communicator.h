@@ -51,6 +51,11 @@ class Communicator {
   virtual void barrier() = 0;
 };
 
+// --dist-timeout's range, checked before any rank waits: under a second a rendezvous cannot finish
+// (0.000001 s became a 0 s timeout and the raw "client socket has timed out after 0s"), and past a
+// year Gloo's millisecond count overflowed into "Invalid timeout". Throws Error naming the value.
+void check_dist_timeout(double seconds);
+
 // Rendezvous and process group for `env`. Rank 0 hosts the TCPStore on MASTER_PORT; the others
 // connect to MASTER_ADDR:MASTER_PORT. Throws spritetorch::Error when the master cannot be reached,
 // not every rank arrives within the timeout, or the backend is unknown or not built.

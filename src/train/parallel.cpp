@@ -111,8 +111,7 @@ ParallelRun::ParallelRun(const TrainConfig& config, const distributed::EnvLookup
   }
   comm_options_.backend = choice_name(config.dist_backend);
   comm_options_.timeout_s = config.dist_timeout_s;
-  if (!(comm_options_.timeout_s > 0))
-    throw Error("--dist-timeout must be positive, got " + std::to_string(config.dist_timeout_s));
+  distributed::check_dist_timeout(comm_options_.timeout_s);
   dist_shard_ = config.dist_shard;
   reducer_options_.bucket_mb = config.bucket_mb;
   // Micro-batches run backward once per chunk: a bucket is complete only after the last one.

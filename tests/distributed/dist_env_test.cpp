@@ -9,6 +9,7 @@
 #include <map>
 
 #include "common/error.h"
+#include "distributed/communicator.h"
 #include "distributed/launcher.h"
 
 namespace spritetorch::distributed {
@@ -104,6 +105,24 @@ TEST(DistEnv, RankMustBeBelowWorldSize) {
   auto vars = good();
   vars["RANK"] = "4";
   EXPECT_NE(error_of(vars).find("RANK=4 is not below WORLD_SIZE=4"), std::string::npos);
+}
+
+// Under a second no rendezvous finishes (1e-9 became a 0 s timeout and c10d's raw "timed out after
+// 0s"); past a year Gloo's milliseconds overflowed into "[enforce fail ...] Invalid timeout".
+TEST(DistEnv, TheDistTimeoutIsASecondToAYear) {
+  EXPECT_NO_THROW(check_dist_timeout(1));
+  EXPECT_NO_THROW(check_dist_timeout(300));
+  EXPECT_NO_THROW(check_dist_timeout(8760 * 3600.0));
+  for (double bad : {1e-9, 0.5, 8760 * 3600.0 + 1, 1e300}) {
+    try {
+      check_dist_timeout(bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--dist-timeout must be 1 to 31536000 seconds"),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST(DistEnv, MalformedNumbersAreRejected) {
