@@ -215,7 +215,8 @@ std::vector<std::string> periodic_checkpoints(const std::string& base) {
   return out;
 }
 
-void prune_periodic_checkpoints(const std::string& base, int64_t keep, int64_t written_step) {
+void prune_periodic_checkpoints(const std::string& base, int64_t keep, int64_t written_step,
+                                const std::string& known_good) {
   if (keep <= 0) return;
   // Files past `written_step` are not this run's (an --overwrite'n run's, or the steps after the
   // checkpoint a run resumed from): ranking them with this run's would delete its newest.
@@ -223,6 +224,7 @@ void prune_periodic_checkpoints(const std::string& base, int64_t keep, int64_t w
   for (auto& [step, path] : periodic_checkpoint_steps(base))
     if (step <= written_step) files.push_back(std::move(path));
   for (size_t i = 0; i + static_cast<size_t>(keep) < files.size(); ++i) {
+    if (files[i] == known_good) continue;
     std::error_code ec;
     fs::remove(files[i], ec);  // best effort: a file someone else removed is fine
   }

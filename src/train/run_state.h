@@ -69,8 +69,10 @@ std::string unused_checkpoint_path(const std::string& path);
 // The periodic checkpoints of `base` that exist, oldest (lowest step) first.
 std::vector<std::string> periodic_checkpoints(const std::string& base);
 // Deletes all but the newest `keep` periodic checkpoints of `base` up to `written_step`, the one
-// just written (keep <= 0: keeps all); later steps' files are another run's and are left alone.
-void prune_periodic_checkpoints(const std::string& base, int64_t keep, int64_t written_step);
+// just written (keep <= 0: keeps all), and but `known_good` (the newest whose weights were seen to
+// train on, when that is older); later steps' files are another run's and are left alone.
+void prune_periodic_checkpoints(const std::string& base, int64_t keep, int64_t written_step,
+                                const std::string& known_good = "");
 // Removes the temporaries of `base`'s periodic checkpoints that writers killed mid-save left (a
 // SIGKILL or power loss during a save): each step's name is written once, so no later save of the
 // same name would remove them. Returns how many.

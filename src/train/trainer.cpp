@@ -195,6 +195,7 @@ class TrainingRun {
   // state are known.
   RunSettings settings_ranks_share() const;
   Error diverged(const std::string& what, int64_t epoch, const std::string& where) const;
+  void check_test_loss(double loss, int64_t epoch, const std::string& where) const;
   // A user's model failing in the step (0-based epoch and step) on `inputs`, a batch of `samples`.
   Error step_failed(int64_t epoch, int64_t step, const torch::Tensor& inputs, int64_t samples,
                     const std::string& message) const;
@@ -223,6 +224,7 @@ class TrainingRun {
   // A warm-up at least as long as the run's steps (the most --time-budget may plan): the lr never
   // reaches --lr. An Error when the user chose it, else warmup_note_ says so.
   void check_warmup();
+  void check_step_schedule() const;
   // The run's global step (0-based) at step `step` of 0-based `epoch`: every step before it, in
   // this process and those it resumed. An end-of-run checkpoint may be resumed with another
   // --batch-size, so its epochs count as the steps they had (start_steps_), not as steps_ each;
@@ -284,7 +286,16 @@ class TrainingRun {
   bool drop_last_ = false;
   data::DataPath train_path_, test_path_;
   int64_t steps_ = 0;      // per epoch
-  std::string last_good_;  // newest periodic checkpoint this run wrote
+  // A periodic checkpoint is written when the losses so far are finite, but its own weights'
+  // loss is the next step's: it is good once a later check finds that finite. Until then it is
+  // `unconfirmed_`, and --keep-last keeps `last_good_` beside it.
+  std::string last_good_;    // newest periodic checkpoint known good
+  std::string unconfirmed_;  // newer one, written after the last finite loss check
+  void losses_finite() {     // a check of the losses since the newest checkpoint passed
+    if (unconfirmed_.empty()) return;
+    last_good_ = std::move(unconfirmed_);
+    unconfirmed_.clear();
+  }
   bool tidied_periodic_ = false;  // the killed writers' periodic temporaries removed (first save)
   // --save there at the start was allowed to be replaced (--overwrite, or the file resumed from);
   // one made by another process while this run trained is not.
@@ -351,6 +362,20 @@ TrainingRun::TrainingRun(const TrainConfig& config, Task& task, const Datasets& 
   continue_budget_plan();  // another --time-budget may give the run more epochs, or fewer
   check_something_to_train();
   check_warmup();
+  check_step_schedule();
+}
+
+// A step schedule whose first step comes after the run's last epoch trains as a constant lr would:
+// a note says so (a later --resume with more --epochs reaches it, so it is not refused).
+void TrainingRun::check_step_schedule() const {
+  const LrSchedule& schedule = optimization_.schedule;
+  if (schedule.kind != LrSchedule::Kind::kStep || config_.time_budget_s > 0 ||
+      schedule.every_epochs < epochs_ || !parallel_.is_main())
+    return;
+  spritetorch::note("--lr-schedule step:" + std::to_string(schedule.every_epochs) +
+                    " first lowers the lr after epoch " + std::to_string(schedule.every_epochs) +
+                    ", and this run ends after epoch " + std::to_string(epochs_) +
+                    ": its lr stays --lr (a --resume with more --epochs reaches the step)");
 }
 
 void TrainingRun::check_warmup() {
@@ -969,6 +994,7 @@ bool TrainingRun::evaluate_point(int64_t epoch, int64_t step, bool keep_predicti
     DeviceTimer eval_timer(device_);
     last_test_ = task_.evaluate(*test_path_.loader, keep_predictions);
     eval_seconds_ += eval_timer.seconds();
+    check_test_loss(last_test_->loss, epoch, "at step " + std::to_string(point.step));
     point.loss = last_test_->loss;
     point.accuracy = last_test_->accuracy;
     point.has_accuracy = traits_.has_accuracy;
@@ -986,11 +1012,34 @@ bool TrainingRun::evaluate_point(int64_t epoch, int64_t step, bool keep_predicti
 
 Error TrainingRun::diverged(const std::string& what, int64_t epoch,
                             const std::string& where) const {
+  std::string hint;
+  if (!last_good_.empty())
+    hint = "last good checkpoint: " + last_good_ + " (--resume it)";
+  else if (!config_.resume.empty())
+    hint = "the last good state is the checkpoint this run resumed from: " + config_.resume;
+  else if (config_.checkpoint_every > 0 || config_.keep_last > 0)
+    hint = "no checkpoint was known good before it";
+  else
+    hint = "no checkpoint was written (--checkpoint-every N saves the run as it goes)";
+  if (!unconfirmed_.empty())
+    hint += "; " + unconfirmed_ + " was written after the last finite loss and may hold the " +
+            "diverging weights";
+  // Decoupled weight decay scales the weights by (1 - lr * decay) each step: at 1 or more the
+  // decay alone overshoots, whatever the gradients.
+  hint += config_.weight_decay * config_.lr >= 1 ? "; lower --weight-decay (times --lr it is 1 "
+                                                   "or more)"
+                                                 : "; lower --lr";
   return Error(
-      "training diverged: " + what + " in epoch " + std::to_string(epoch + 1) + ", " + where,
-      (last_good_.empty() ? std::string("no checkpoint was written (--checkpoint-every N)")
-                          : "last good checkpoint: " + last_good_ + " (--resume it)") +
-          "; lower --lr");
+      "training diverged: " + what + " in epoch " + std::to_string(epoch + 1) + ", " + where, hint);
+}
+
+// The last update can be the one that blows the weights up, after the last loss was computed: the
+// test set's loss is the first to see it (or huge but finite weights whose outputs overflow).
+void TrainingRun::check_test_loss(double loss, int64_t epoch, const std::string& where) const {
+  if (!std::isfinite(loss))
+    throw diverged(
+        "the test set's loss is " + loss_text(loss) + " (the model's outputs are not " + "finite)",
+        epoch, where);
 }
 
 Error TrainingRun::step_failed(int64_t epoch, int64_t step, const torch::Tensor& inputs,
@@ -1104,8 +1153,8 @@ RunSettings TrainingRun::settings_ranks_share() const {
   };
 }
 
-// Written only when the loss since the last log and the weights are finite: a periodic checkpoint
-// is always a good one.
+// Written only when the loss since the last log and the weights are finite; known good once the
+// losses after it are (losses_finite), so that a divergence names one whose weights train on.
 std::string TrainingRun::save_run_checkpoint(RunState progress) {
   const double pending = progress.interval_loss.item<double>();
   const bool weights_finite = torch::isfinite(optimizer_->values()).all().item<bool>();
@@ -1113,6 +1162,7 @@ std::string TrainingRun::save_run_checkpoint(RunState progress) {
     throw diverged(
         weights_finite ? "loss is " + loss_text(pending) : std::string("weights are not finite"),
         progress.epoch, "at or before step " + std::to_string(progress.step));
+  losses_finite();
   const int64_t steps = global_step(progress.epoch, progress.step);
   std::string path = periodic_checkpoint_path(run_base_, steps);
   IfExists existing = IfExists::kReplace;
@@ -1145,12 +1195,12 @@ std::string TrainingRun::save_run_checkpoint(RunState progress) {
     rescued_ = Rescued{path, e.what()};
     return rescue;
   }
-  last_good_ = path;
+  unconfirmed_ = path;
   if (!tidied_periodic_) {
     tidied_periodic_ = true;
     remove_dead_periodic_temporaries(run_base_);
   }
-  prune_periodic_checkpoints(run_base_, config_.keep_last, steps);
+  prune_periodic_checkpoints(run_base_, config_.keep_last, steps, last_good_);
   return path;
 }
 
@@ -1233,9 +1283,12 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
           {progress.interval_loss.item<double>(), static_cast<double>(progress.interval_samples)});
       const double mean = interval[0] / interval[1];
       if (!std::isfinite(mean))
-        throw diverged(
-            "loss is " + loss_text(mean), epoch,
-            "steps " + std::to_string(step - config_.log_every + 1) + "-" + std::to_string(step));
+        throw diverged("loss is " + loss_text(mean), epoch,
+                       config_.log_every == 1
+                           ? "step " + std::to_string(step)
+                           : "steps " + std::to_string(step - config_.log_every + 1) + "-" +
+                                 std::to_string(step));
+      losses_finite();
       observer_->on_log(
           {epoch + 1, step, steps_, mean, optimizer_->options().lr, start_steps_ + steps_done_});
       progress.loss_sum += progress.interval_loss;
@@ -1300,6 +1353,7 @@ EpochReport TrainingRun::train_epoch(int64_t epoch) {
   if (!std::isfinite(er.loss))
     throw diverged("loss is " + loss_text(er.loss), epoch,
                    "by its end (step " + std::to_string(step) + ")");
+  losses_finite();
   return er;
 }
 
@@ -1323,7 +1377,9 @@ TrainReport TrainingRun::run() {
   LoopScope loop_scope;
   const bool has_test = test_path_.loader != nullptr;
   int64_t epochs_done = -1;  // set when the run stops early
+  int64_t last_epoch_run = start_epoch_;  // its index, for the final checks' messages
   for (int64_t epoch = start_epoch_; epoch < epochs_; ++epoch) {
+    last_epoch_run = epoch;
     EpochReport er = train_epoch(epoch);
     end_spent_budget(epoch);  // this epoch may be the last
     er.epochs = epochs_;
@@ -1372,6 +1428,11 @@ TrainReport TrainingRun::run() {
   report.target_reached = target_reached_;
   report.stopped_at_target = stop_;
   parallel_.check_in_sync(*optimizer_);
+  // The last update may be the one that blew up, after the last loss was computed: no model with
+  // non-finite weights is saved (an --overwrite'n good one stays), on any rank.
+  if (!torch::isfinite(optimizer_->values()).all().item<bool>())
+    throw diverged("weights are not finite", last_epoch_run,
+                   "after its last step (" + std::to_string(report.steps) + ")");
   if (!parallel_.is_main()) return report;  // rank 0 evaluates, reports and saves
 
   if (has_test) {
@@ -1380,8 +1441,13 @@ TrainReport TrainingRun::run() {
     const bool current = !evals_.empty() && evals_.back().step == report.steps && last_test_ &&
                          last_test_->predictions.defined();
     report.test = current ? std::move(*last_test_) : task_.evaluate(*test_path_.loader, true);
+    check_test_loss(report.test.loss, last_epoch_run,
+                    "after its last step (" + std::to_string(report.steps) + ")");
     report.misclassified = pick_misclassified(data_.test, report.test.predictions);
   }
+  losses_finite();  // the final weights' losses are: --keep-last keeps its count again
+  if (!last_good_.empty())
+    prune_periodic_checkpoints(run_base_, config_.keep_last, report.steps, last_good_);
   if (!config_.save.empty()) {
     Checkpoint checkpoint = make_checkpoint(epochs_done, report.steps);
     checkpoint.meta["train_seconds"] = report.train_seconds;

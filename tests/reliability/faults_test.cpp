@@ -49,24 +49,100 @@ std::string error_of(const TrainConfig& c) {
   return "";
 }
 
-TEST(Divergence, NanLossStopsWithEpochAndStepsNamedAndKeepsTheLastGoodCheckpoint) {
+TEST(Divergence, NanWeightsStopTheRunAndTheCheckpointBeforeIsNamedAsSuspect) {
   ScratchDir dir;
   TrainConfig c = dummy_run(dir);
   c.optimizer = "sgd";
-  c.lr = 1e37;  // the first update sends the weights to inf, the loss to nan
+  c.lr = 1e37;  // the first update makes the weights huge, the second inf
   c.log_every = 4;
   c.checkpoint_every = 1;
   const std::string msg = error_of(c);
   EXPECT_NE(msg.find("training diverged: weights are not finite in epoch 1, at or before step 2"),
             std::string::npos)
       << msg;
-  // Step 1's checkpoint was written before the weights went bad; step 2's never was.
-  const std::string good = periodic_checkpoint_path(c.save, 1);
-  EXPECT_NE(msg.find("last good checkpoint: " + good), std::string::npos) << msg;
-  EXPECT_EQ(periodic_checkpoints(c.save), std::vector<std::string>{good});
-  for (const auto& [name, t] : load_checkpoint(good).model)
-    EXPECT_TRUE(torch::isfinite(t).all().item<bool>()) << name;
+  // Step 1's checkpoint was written while the losses were finite, but its weights' loss (step 2's)
+  // is not: it is kept and named as suspect, never as good; step 2's never was written.
+  const std::string suspect = periodic_checkpoint_path(c.save, 1);
+  EXPECT_EQ(msg.find("last good checkpoint"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("no checkpoint was known good before it; " + suspect +
+                     " was written after the last finite loss"),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(periodic_checkpoints(c.save), std::vector<std::string>{suspect});
   EXPECT_FALSE(std::filesystem::exists(c.save));
+}
+
+// The checkpoint a divergence names as good is one that trains on: the one before the update that
+// blew up, kept by --keep-last 1 beside the newer suspect one, and resumable at a lower lr.
+TEST(Divergence, TheLastGoodCheckpointNamedResumesAtALowerLr) {
+  ScratchDir dir;
+  TrainConfig c = dummy_run(dir);
+  c.optimizer = "sgd";
+  c.lr = 1e4;  // diverges within a few steps (step 7 on Zen 5)
+  c.log_every = 1;
+  c.checkpoint_every = 1;
+  c.keep_last = 1;
+  const std::string msg = error_of(c);
+  const std::string head = "training diverged: loss is nan in epoch 1, step ";
+  const size_t at = msg.find(head);
+  ASSERT_NE(at, std::string::npos) << msg;
+  const int64_t bad_step = std::stoll(msg.substr(at + head.size()));
+  ASSERT_GE(bad_step, 3) << msg;
+  const std::string good = periodic_checkpoint_path(c.save, bad_step - 2);
+  const std::string suspect = periodic_checkpoint_path(c.save, bad_step - 1);
+  EXPECT_NE(msg.find("last good checkpoint: " + good + " (--resume it); " + suspect +
+                     " was written after the last finite loss"),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(periodic_checkpoints(c.save), (std::vector<std::string>{good, suspect}));
+  EXPECT_FALSE(std::filesystem::exists(c.save));
+
+  TrainConfig again = c;
+  again.resume = good;
+  again.lr = 0.01;
+  again.checkpoint_every = 0;
+  again.keep_last = 0;
+  EXPECT_EQ(error_of(again), "");
+  EXPECT_TRUE(std::filesystem::exists(c.save));
+}
+
+// The update after the last loss can be the one that blows up: the final evaluation sees it, and
+// no model is saved (an --overwrite'n good one stays as it was).
+TEST(Divergence, TheLastUpdateBlowingUpSavesNothingAndKeepsTheFileOverwriteWouldReplace) {
+  ScratchDir dir;
+  TrainConfig c = dummy_run(dir);
+  c.train_limit = 64;  // one step: its loss is the initial weights'
+  run_training(c);
+  std::ifstream in(c.save, std::ios::binary);
+  const std::string before{std::istreambuf_iterator<char>(in), {}};
+  TrainConfig wild = c;
+  wild.optimizer = "sgd";
+  wild.lr = 1e30;
+  wild.overwrite = true;
+  const std::string msg = error_of(wild);
+  EXPECT_TRUE(msg.find("training diverged: the test set's loss is nan") != std::string::npos ||
+              msg.find("training diverged: weights are not finite in epoch 1, after its last "
+                       "step (1)") != std::string::npos)
+      << msg;
+  std::ifstream after_in(c.save, std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(after_in), {}), before);
+}
+
+// A run resumed from a good checkpoint names it when it diverges before a checkpoint of its own.
+TEST(Divergence, AResumedRunNamesTheCheckpointItResumedFrom) {
+  ScratchDir dir;
+  TrainConfig c = dummy_run(dir);
+  run_training(c);
+  TrainConfig wild = c;
+  wild.resume = c.save;
+  wild.save = dir.file("wild.pt");
+  wild.epochs = 2;
+  wild.lr = 1e30;
+  const std::string msg = error_of(wild);
+  EXPECT_NE(msg.find("training diverged"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("the last good state is the checkpoint this run resumed from: " + c.save),
+            std::string::npos)
+      << msg;
 }
 
 TEST(Divergence, DetectedAtTheLogIntervalWithoutPeriodicCheckpoints) {
