@@ -481,8 +481,14 @@ Subcommand add_train_command(CLI::App& app) {
         if (tensorboard_observer)
           tensorboard_observer->write(
               [&](report::EventWriter& writer) { log_training_samples(writer, data.train); });
-        const train::TrainReport report =
-            train::Trainer(*config).fit(*task, data, &session.observer());
+        const train::TrainReport report = [&] {
+          try {
+            return train::Trainer(*config).fit(*task, data, &session.observer());
+          } catch (const Error& e) {  // diverged, a step that failed, a disk that filled
+            session.record_failure(e);
+            throw;
+          }
+        }();
         if (!report.main_rank) return 0;  // ddp: rank 0 reports
         const int64_t last_epoch = report.start_epoch + static_cast<int64_t>(report.epochs.size());
         if (tensorboard_observer && report.has_test)
@@ -493,7 +499,7 @@ Subcommand add_train_command(CLI::App& app) {
           });
 
         human << std::fixed << std::setprecision(2) << "Train time: " << report.train_seconds
-              << " s (" << report.steps << " steps)\n";
+              << " s (" << report.steps << (report.steps == 1 ? " step)\n" : " steps)\n");
         // Where --target-accuracy stopped the run (often inside an epoch), or that it did not.
         if (const auto& hit = report.target_reached)
           human << "Target accuracy " << config::shortest_double_text(config->target_accuracy)

@@ -183,6 +183,10 @@ RunSession::~RunSession() {
   if (recorder_ && !recorder_->started()) recorder_->discard(made_folder_);
 }
 
+void RunSession::record_failure(const Error& error) {
+  if (recorder_) recorder_->record_failure(error.what(), error.hint());
+}
+
 void RunSession::report(const runs::RunRecorder::Finished& finished) {
   printer_->finish_line();
   // --quiet means results and errors only; summary.json's "pictures" still says what exists.

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "common/error.h"
 #include "runs/observer_list.h"
 #include "runs/progress.h"
 #include "runs/run_folder.h"
@@ -56,6 +57,8 @@ class RunSession {
   // A file of the run that could not be written: "warning: ...", printed under --quiet too, since
   // what is lost is no note on the run's progress.
   void warn(const std::string& line);
+  // A run that started and then failed with `error`: its metrics.jsonl says why (`runs` shows it).
+  void record_failure(const Error& error);
   // After training: pictures and summary.json; prints the notices and where the run is kept.
   // Throws IncompleteRun when summary.json cannot be written (the model was saved).
   void finish(const train::TrainReport& report, const std::string& checkpoint);

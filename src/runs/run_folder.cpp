@@ -216,6 +216,17 @@ void RunRecorder::on_start(const std::string& device, const train::Settings& set
               {"settings", settings_json}});
 }
 
+void RunRecorder::record_failure(const std::string& error, const std::string& hint) {
+  if (!started()) return;
+  nlohmann::json line{{"kind", "failed"},
+                      {"step", global_step_},
+                      {"epoch", epoch_},
+                      {"values", nlohmann::json::object()},
+                      {"error", error}};
+  if (!hint.empty()) line["hint"] = hint;
+  write_line(std::move(line));
+}
+
 void RunRecorder::on_log(const train::StepLog& log) {
   write_line({{"kind", "log"},
               {"step", log.global_step},

@@ -67,7 +67,10 @@ class RunRecorder : public train::TrainObserver {
   std::string file(const std::string& name) const;
 
   void on_start(const std::string& device, const train::Settings& settings) override;
-  void on_step(const train::StepTick& tick) override { global_step_ = tick.global_step; }
+  void on_step(const train::StepTick& tick) override {
+    global_step_ = tick.global_step;
+    epoch_ = tick.epoch;
+  }
   void on_log(const train::StepLog& log) override;
   void on_epoch(const train::EpochReport& report) override;
   // An eval line within the epoch (with its epoch_step), and a point of the test curves.
@@ -79,6 +82,10 @@ class RunRecorder : public train::TrainObserver {
     std::map<std::string, std::string> pictures;  // name -> file in the folder
     std::vector<std::string> notices;             // pictures skipped or failed, one line each
   };
+  // A run that started and then failed (diverged, a step that threw, a disk that filled): a
+  // `failed` line in metrics.jsonl with the error and its hint, so that `runs` says why the run has
+  // no summary.json. Nothing before the run started.
+  void record_failure(const std::string& error, const std::string& hint);
   // After training: the pictures, the end line of metrics.jsonl and summary.json. `checkpoint`:
   // where the final checkpoint went. `gnuplot_path`: a PATH value to search (nullptr: ours).
   // Throws Error naming summary.json and the reason when that cannot be written.
@@ -118,6 +125,7 @@ class RunRecorder : public train::TrainObserver {
   CurvePoints curves_;
   std::vector<std::string> sample_sheets_;
   int64_t global_step_ = 0;  // steps since the run's first epoch, at the latest tick
+  int64_t epoch_ = 0;        // 1-based, at the latest tick (0 before the first step)
 };
 
 // "2024-05-01T14:22:33+0200" for `when`, local time.

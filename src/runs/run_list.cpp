@@ -42,6 +42,7 @@ void read_metrics(const std::string& path, RunEntry& entry) {
   }
   std::string line;
   int64_t number = 0, damaged = 0;
+  std::string failure;  // the error of a `failed` line
   while (std::getline(in, line)) {
     ++number;
     if (line.empty()) continue;
@@ -57,6 +58,7 @@ void read_metrics(const std::string& path, RunEntry& entry) {
       entry.model = text_at(j, "model");
       entry.dataset = text_at(j, "dataset");
       entry.device = text_at(j, "device");
+      failure.clear();
     } else if (kind == "epoch") {
       if (j.contains("epoch") && !j["epoch"].is_number_integer()) {  // edited or damaged
         ++damaged;
@@ -67,9 +69,16 @@ void read_metrics(const std::string& path, RunEntry& entry) {
     } else if (kind == "eval") {
       entry.test_accuracy = number_at(j, "/values/accuracy"_json_pointer);
       entry.test_loss = number_at(j, "/values/loss"_json_pointer);
+    } else if (kind == "failed") {
+      failure = text_at(j, "error");
     }
   }
-  entry.problem = "no summary.json (still running, interrupted or failed)";
+  if (!failure.empty()) {  // train wrote why it stopped (a later resume into the folder did not)
+    entry.status = "failed";
+    entry.problem = failure;
+  } else {
+    entry.problem = "no summary.json (still running, interrupted or failed)";
+  }
   if (damaged)
     entry.problem += "; " + std::to_string(damaged) + " damaged line(s) in metrics.jsonl";
 }

@@ -12,9 +12,9 @@ namespace spritetorch::runs {
 struct RunEntry {
   std::string name;  // folder name
   std::string path;
-  std::string status;  // complete | incomplete | corrupt
-  // For incomplete / corrupt: what is missing or wrong; for complete: the files its summary.json
-  // lists as not written.
+  std::string status;  // complete | incomplete | failed | corrupt
+  // For incomplete / corrupt: what is missing or wrong; for failed: the error it stopped with; for
+  // complete: the files its summary.json lists as not written.
   std::string problem;
   std::string started, task, model, dataset, device;
   int64_t epochs = 0;

@@ -404,8 +404,8 @@ expect 0 "guidance 3 at t/T 0\.4-1" -- eval --checkpoint "$tmp/g.pt" --classifie
 expect 0 '"alpha":"binary"' -- generate --checkpoint "$tmp/g.pt" --count 2 --steps 2 --json --out "$tmp/a1.png"
 expect 0 'alpha soft;' -- generate --checkpoint "$tmp/g.pt" --count 2 --steps 2 --alpha soft --out "$tmp/a2.png"
 expect 2 "--alpha: translucent not in" -- generate --checkpoint "$tmp/g.pt" --alpha translucent --out "$tmp/x.png"
-expect 2 "guidance interval '1:0.4': expected FROM:TO" -- generate --checkpoint "$tmp/g.pt" --guidance-interval 1:0.4 --out "$tmp/x.png"
-expect 2 "guidance interval 'half': expected FROM:TO" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --guidance-interval half
+expect 2 "cannot read --guidance-interval '1:0.4': expected FROM:TO" -- generate --checkpoint "$tmp/g.pt" --guidance-interval 1:0.4 --out "$tmp/x.png"
+expect 2 "cannot read --guidance-interval 'half': expected FROM:TO" -- eval --checkpoint "$tmp/g.pt" --classifier "$tmp/c.pt" --guidance-interval half
 # Outputs are checked before any sampling: an existing sheet or sprite PNG is kept unless
 # --overwrite, a missing folder or a file given as --out-dir is refused, and so is a palette PNG
 # that cannot be read; a negative guidance and more DDIM steps than the schedule has, too.
@@ -700,6 +700,9 @@ expect 0 "complete" -- runs --dir "$tmp/listing"
 check "runs --json: one object per folder" python3 -c "
 import json, subprocess; r = json.loads(subprocess.run(['$bin', 'runs', '--dir', '$tmp/listing', '--json'], capture_output=True, text=True).stdout)
 assert len(r) == 3 and {x['status'] for x in r} == {'complete', 'corrupt'}, r"
+# A run that diverges keeps why in its metrics.jsonl; runs lists it as failed with the error.
+expect 2 "training diverged" -- train --dataset dummy --model simplenn --epochs 1 --optimizer sgd --lr 1e30 --run-dir "$tmp/failing/d1"
+expect 0 "failed: training diverged" -- runs --dir "$tmp/failing"
 mkdir -p "$tmp/no-runs-yet"
 expect 0 "No runs in" -- runs --dir "$tmp/no-runs-yet"
 expect 2 "nothing-here: expected a folder of run folders \(--dir\), found no such folder" -- runs --dir "$tmp/nothing-here"

@@ -410,6 +410,41 @@ TEST(RunFolder, MetricsThatCannotBeWrittenAreOneNoteAndTheSummarySaysSo) {
       << entry.problem;
 }
 
+// A run that diverges has no summary.json; its metrics.jsonl's last line says why, and `runs` lists
+// it as failed with that error instead of "still running, interrupted or failed".
+TEST(RunFolder, ARunThatFailedSaysWhyInItsMetricsAndRunsListsItAsFailed) {
+  ScratchDir dir;
+  const std::string folder = dir.file("run");
+  claim_run_folder(folder);
+  auto config = tiny_sprite_run(folder);
+  config.optimizer = "sgd";
+  config.lr = 1e30;
+  RunRecorder recorder(folder, {"classify", "cnn", "sprites"}, "epochs = 2\n");
+  try {
+    run_training(config, &recorder);
+    FAIL() << "a run at lr 1e30 trained";
+  } catch (const Error& e) {
+    recorder.record_failure(e.what(), e.hint());
+  }
+  const auto lines = metrics_lines(folder);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.back()["kind"], "failed");
+  const std::string error = lines.back()["error"].get<std::string>();
+  EXPECT_EQ(error.rfind("training diverged: ", 0), 0u) << error;
+  EXPECT_NE(lines.back()["hint"].get<std::string>().find("lower --lr"), std::string::npos);
+  EXPECT_FALSE(fs::exists(folder + "/summary.json"));
+  const RunEntry entry = read_run(folder);
+  EXPECT_EQ(entry.status, "failed");
+  EXPECT_EQ(entry.problem, error);
+
+  // A recorder whose run never started writes nothing: the folder is discarded instead.
+  const std::string unstarted = dir.file("unstarted");
+  claim_run_folder(unstarted);
+  RunRecorder never(unstarted, {"classify", "cnn", "sprites"}, "epochs = 2\n");
+  never.record_failure("bad flags", "");
+  EXPECT_TRUE(metrics_lines(unstarted).empty());
+}
+
 // A sample sheet that cannot be written (here samples/ is a file, so no sheet has a folder) is a
 // note, once for the run, and the generator trains on; the summary lists every sheet missing.
 // A generator of more classes than a sheet holds (64) draws 64 of them spread evenly, one each,
