@@ -269,7 +269,8 @@ std::set<const CLI::Option*>& options_set_by_file() {
   return options;
 }
 
-// Option filled by apply_recipe -> "--recipe NAME", or "the generator's defaults".
+// Option filled by apply_recipe -> "--recipe NAME", or "--task generate" (the generator's
+// defaults).
 std::map<const CLI::Option*, std::string>& recipe_of_option() {
   static std::map<const CLI::Option*, std::string> recipes;
   return recipes;
@@ -353,7 +354,7 @@ void apply_recipe(CLI::App& sub) {
       throw Error("--recipe " + recipe->name + " sets '" + key + "', which spritetorch " +
                   sub.get_name() + " does not have");
     if (option->count() > 0) continue;  // given: it wins
-    recipe_of_option()[option] = named ? "--recipe " + recipe->name : "the generator's defaults";
+    recipe_of_option()[option] = named ? "--recipe " + recipe->name : "--task generate";
     try {
       option->add_result(value);
       option->run_callback();

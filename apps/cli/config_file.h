@@ -44,7 +44,7 @@ bool set_by_environment(const CLI::Option* option);
 // file, whose run-folder copies list every option): for refusals that would break replaying a
 // run folder's config.toml.
 bool given_on_command_line(const CLI::Option* option);
-// What set `option` when the user did not give it: "--recipe fast", "the generator's defaults", a
+// What set `option` when the user did not give it: "--recipe fast", "--task generate", a
 // config file's "FILE:LINE" or its environment variable; "" when the command line gave it or
 // nothing set it.
 std::string set_by(const CLI::Option* option);

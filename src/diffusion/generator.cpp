@@ -360,23 +360,33 @@ GuidanceInterval parse_guidance_interval(const std::string& text) {
     }
   }
   if (!ok || !(g.from >= 0.0 && g.from < g.to && g.to <= 1.0))
-    throw Error("guidance interval '" + text +
-                "': expected FROM:TO, fractions of the noise schedule with 0 <= FROM < TO <= 1 "
-                "(e.g. 0.3:0.9, guidance on the middle 60% of the steps)");
+    throw Error("cannot read --guidance-interval '" + text +
+                    "': expected FROM:TO, fractions of the noise schedule with 0 <= FROM < TO <= 1",
+                "e.g. 0.3:0.9 (the default) guides the middle 60% of the steps, 0:1 every step");
   return g;
 }
 
 std::string describe_sampler(const SampleOptions& options, int64_t schedule_steps) {
   const auto& interval = options.guidance_interval;
+  // Few steps can all miss the interval (--steps 1 samples at t/T 1 alone): the guidance then
+  // changes nothing, and the line says so rather than naming a guidance that is not applied.
+  bool guided = options.sampler == "ddpm";
+  if (!guided)
+    for (int64_t t : ddim_timesteps(schedule_steps, options.steps, options.spacing))
+      guided = guided || interval.covers(t, schedule_steps);
   const std::string guidance =
       ", guidance " + c10::str(options.guidance) +
       (interval.whole() || options.guidance == 1.0
            ? std::string()
-           : " at t/T " + c10::str(interval.from) + "-" + c10::str(interval.to));
+           : " at t/T " + c10::str(interval.from) + "-" + c10::str(interval.to) +
+                 (guided ? std::string()
+                         : std::string(options.steps == 1 ? " (its one step is outside it"
+                                                          : " (none of its steps falls in it") +
+                               ": unguided; widen --guidance-interval)"));
   if (options.sampler == "ddpm")
     return "ddpm, all " + std::to_string(schedule_steps) + " steps" + guidance;
   return options.sampler + " " + std::to_string(options.steps) + " " +
-         spacing_name(options.spacing) + " steps" +
+         spacing_name(options.spacing) + (options.steps == 1 ? " step" : " steps") +
          (options.sampler == "ddim" ? ", eta " + c10::str(options.eta) : "") + guidance;
 }
 
@@ -625,6 +635,13 @@ torch::Tensor sample(Generator& g, const torch::Tensor& labels, const SampleOpti
     if (options.channels_last) x = x.contiguous(at::MemoryFormat::ChannelsLast);
     const auto c = labels.narrow(0, start, b).to(device);
     torch::Tensor batch_out = graphed ? graphed->run(x, c) : eager(x, c);  // (b, 4, S, S) float
+    // Weights that overflow give NaN, which the sprites' conversion turns into blank pixels: a
+    // sheet of nothing, written as a result. (One flag read per batch; the sprites are read next.)
+    if (!torch::isfinite(batch_out).all().item<bool>())
+      throw Error("the generator's output is not finite (NaN or infinity) for sprites " +
+                      std::to_string(start + 1) + "-" + std::to_string(start + b),
+                  "its weights overflow: the run that wrote them was diverging; take an earlier "
+                  "checkpoint of it");
     out.push_back(finish ? finish(batch_out) : batch_out);
   }
   return torch::cat(out);

@@ -56,8 +56,8 @@ struct TrainConfig {
   double weight_decay = -1;              // < 0: the optimizer's default (adamw 0.01, the others 0)
   std::string lr_schedule = "constant";  // constant | cosine | step:E[:G] (train/lr_schedule.h)
   int64_t warmup_steps = 0;              // linear lr warm-up over the first N steps
-  // Where warmup_steps came from when the user did not choose it ("--recipe fast", "the
-  // generator's defaults", "run.toml:12"): a warm-up that outlasts the run is then a settings note.
+  // Where warmup_steps came from when the user did not choose it ("--recipe fast", "--task
+  // generate", "run.toml:12"): a warm-up that outlasts the run is then a settings note.
   // Empty: chosen, and such a warm-up is refused (the lr would never reach `lr`).
   std::string warmup_steps_origin;
   // Seeds 0-9 give 0.861-0.877 test accuracy on the seed workload (docs/benchmarks.md).

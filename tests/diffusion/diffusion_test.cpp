@@ -13,6 +13,7 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <limits>
 
 #include "common/error.h"
 #include "data/procedural_sprites.h"
@@ -922,6 +923,18 @@ TEST(Sampler, TheReportNamesWhatRuns) {
   EXPECT_EQ(describe_sampler(o, 500), "dpm++2m 25 quadratic steps, guidance 4");
   EXPECT_TRUE(sampler_json(o, 500)["eta"].is_null());
   EXPECT_EQ(sampler_json(o, 500)["spacing"], "quadratic");
+  // One step samples at t/T 1 alone: outside 0.3-0.9, the guidance changes nothing, and says so.
+  o = SampleOptions();
+  o.steps = 1;
+  EXPECT_EQ(describe_sampler(o, 500),
+            "ddim 1 uniform step, eta 1, guidance 4 at t/T 0.3-0.9 (its one step is outside it: "
+            "unguided; widen --guidance-interval)");
+  o.steps = 2;  // t/T 1 and 0
+  EXPECT_EQ(describe_sampler(o, 500),
+            "ddim 2 uniform steps, eta 1, guidance 4 at t/T 0.3-0.9 (none of its steps falls in "
+            "it: unguided; widen --guidance-interval)");
+  o.steps = 3;  // t/T 1, 0.5, 0: the middle one is guided
+  EXPECT_EQ(describe_sampler(o, 500), "ddim 3 uniform steps, eta 1, guidance 4 at t/T 0.3-0.9");
 }
 
 TEST(Sprites, AlphaBinaryAndPaletteOnly) {
@@ -1213,6 +1226,42 @@ TEST(Sampling, AStopAskedBeforeEachPassEndsItWithSamplingStopped) {
   asked = 0;
   EXPECT_EQ(sample(g, torch::tensor({0, 1}, torch::kInt64), o).size(0), 2);
   EXPECT_EQ(asked, 1 + 5);  // the batch, then each of its 5 passes
+}
+
+// Weights that overflow (a diverging run's; here one made infinite in memory) sampled NaN, which
+// became a blank sheet written as a result; and a checkpoint holding NaN weights is refused before
+// anything is built from it.
+TEST(Sampling, AGeneratorWhoseOutputIsNotFiniteIsAnErrorNotABlankSheet) {
+  ScratchDir dir;
+  const auto config = trained_tiny_generator(dir.file("g.pt"));
+  auto g = load_generator(config.save, torch::kCPU);
+  {
+    torch::NoGradGuard no_grad;
+    g.net->parameters().front().fill_(std::numeric_limits<float>::infinity());
+  }
+  SampleOptions o;
+  o.steps = 3;
+  try {
+    sample(g, torch::tensor({0, 1}, torch::kInt64), o);
+    FAIL() << "sampled an infinite weight";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the generator's output is not finite (NaN or infinity) "
+                                         "for sprites 1-2"),
+              std::string::npos)
+        << e.what();
+  }
+  train::Checkpoint checkpoint = train::load_checkpoint(config.save);
+  checkpoint.model.begin()->second.view(-1)[0] = std::nan("");
+  train::save_checkpoint(dir.file("nan.pt"), checkpoint);
+  try {
+    load_generator(dir.file("nan.pt"), torch::kCPU);
+    FAIL() << "loaded NaN weights";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("expected finite weights, found NaN or infinity in '" +
+                                         checkpoint.model.begin()->first + "'"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // A SIGTERM while the sample sheet is drawn (~40 s on 2 CPU cores) leaves the sheet out: the run
