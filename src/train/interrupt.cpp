@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <mutex>
 
 namespace spritetorch::train {
 
@@ -16,12 +17,22 @@ LoopHooks g_hooks;
 
 void set_loop_hooks(LoopHooks hooks) { g_hooks = hooks; }
 
+// Loops running now in this process (fits in several threads): the first to start clears the
+// request and calls on_start, the last to end calls on_end, so that one fit ending neither removes
+// the handlers another still runs under nor clears a request that other has not yet taken.
+std::mutex g_loops_mutex;
+int g_loops = 0;
+
 LoopScope::LoopScope() {
+  const std::lock_guard<std::mutex> lock(g_loops_mutex);
+  if (g_loops++ > 0) return;
   g_signal.store(0);
   if (g_hooks.on_start) g_hooks.on_start();
 }
 
 LoopScope::~LoopScope() {
+  const std::lock_guard<std::mutex> lock(g_loops_mutex);
+  if (--g_loops > 0) return;
   if (g_hooks.on_end) g_hooks.on_end();
 }
 

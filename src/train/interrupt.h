@@ -18,7 +18,8 @@
 
 namespace spritetorch::train {
 
-// Called as a training loop starts (after clearing any earlier request) and as it ends.
+// Called as a training loop starts (after clearing any earlier request) and as it ends; with fits
+// running at once in several threads, as the first starts and as the last ends.
 struct LoopHooks {
   void (*on_start)() = nullptr;
   void (*on_end)() = nullptr;
@@ -40,7 +41,7 @@ int interrupt_signal();
 // so a signal handler may call it; so may another thread or an observer. Returns false when a
 // request was already pending (a second Ctrl-C: the CLI then lets the signal kill the process).
 // The request is the process's, as a signal is: runs fitted at once in several threads all stop,
-// and a run that starts clears a request no loop has taken yet.
+// and a run that starts while no other runs clears a request no loop has taken.
 bool request_interrupt(int signal);
 
 // Thrown by train() after the checkpoint of an interrupted run is on disk.

@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -258,6 +259,36 @@ TEST(InterruptProcess, WithJsonPrintsTheCheckpointAndTheResumeCommand) {
 
 // A run stopped inside an epoch resumes only with the batches it was drawing: the same batch
 // size, seed, --drop-last and class sampling (a checkpoint from before the option: natural).
+// Fits running at once in two threads: the hooks (the CLI's signal handlers) are installed when the
+// first loop starts and removed when the last ends, and the second loop's start does not clear a
+// request the first has not taken yet. (Before, the first to end removed the other's handlers.)
+int g_hook_starts = 0, g_hook_ends = 0;
+TEST(LoopHooks, OverlappingLoopsCallThemOnceAndKeepAPendingRequest) {
+  g_hook_starts = g_hook_ends = 0;
+  set_loop_hooks({[] { ++g_hook_starts; }, [] { ++g_hook_ends; }});
+  {
+    std::optional<LoopScope> first(std::in_place);
+    EXPECT_EQ(g_hook_starts, 1);
+    EXPECT_TRUE(request_interrupt(SIGTERM));
+    {
+      LoopScope second;
+      EXPECT_EQ(g_hook_starts, 1);
+      EXPECT_EQ(interrupt_signal(), SIGTERM)
+          << "a loop starting beside another cleared its request";
+    }
+    EXPECT_EQ(g_hook_ends, 0) << "the second loop's end removed the first's handlers";
+    first.reset();
+    EXPECT_EQ(g_hook_ends, 1);
+  }
+  {
+    LoopScope alone;  // no loop runs: a stale request is cleared, the hooks run again
+    EXPECT_EQ(interrupt_signal(), 0);
+    EXPECT_EQ(g_hook_starts, 2);
+  }
+  EXPECT_EQ(g_hook_ends, 2);
+  set_loop_hooks({});
+}
+
 TEST(MidEpochResume, RefusesOtherClassSampling) {
   Checkpoint checkpoint;
   checkpoint.meta = {
