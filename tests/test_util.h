@@ -24,6 +24,16 @@
 
 namespace spritetorch::testing {
 
+// The pid of a child that has exited and been reaped: it names no process now (a writer that died,
+// for the stale-temporary tests). 0 when fork fails.
+inline pid_t pid_of_a_finished_process() {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  if (child < 0) return 0;
+  ::waitpid(child, nullptr, 0);
+  return child;
+}
+
 // Every tensor of `b` (a checkpoint's model: name -> tensor) close to `a`'s of the same name, the
 // same names in both; a failure names the tensor and the largest difference.
 inline void expect_close_tensors(const std::map<std::string, torch::Tensor>& a,

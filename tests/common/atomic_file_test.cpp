@@ -107,10 +107,8 @@ TEST(AtomicFile, ALinkStaysALinkAndAFifoIsWrittenIntoNotReplaced) {
 // whose writer is gone, and leaves a live writer's alone.
 TEST(AtomicFile, NextWriteRemovesTemporariesOfDeadWriters) {
   ScratchDir dir;
-  const pid_t child = ::fork();
-  if (child == 0) ::_exit(0);
+  const pid_t child = testing::pid_of_a_finished_process();
   ASSERT_GT(child, 0);
-  ::waitpid(child, nullptr, 0);  // reaped: this pid names no process now
   const std::string dead = dir.file(".out.bin.tmp-" + std::to_string(child));
   const std::string live = dir.file(".out.bin.tmp-" + std::to_string(::getppid()));
   const std::string other = dir.file(".other.bin.tmp-" + std::to_string(child));
@@ -155,10 +153,8 @@ TEST(AtomicFile, TwoThreadsWritingOneFileAtOnceBothSucceed) {
 TEST(AtomicFile, ANameNearTheLongestAFolderTakesIsWritten) {
   ScratchDir dir;
   const std::string name = std::string(250, 'a') + ".pt";
-  const pid_t child = ::fork();
-  if (child == 0) ::_exit(0);
+  const pid_t child = testing::pid_of_a_finished_process();
   ASSERT_GT(child, 0);
-  ::waitpid(child, nullptr, 0);
   const std::string dead = dir.file("." + std::string(234, 'a') + ".tmp-" + std::to_string(child));
   std::ofstream(dead) << "half";
   ASSERT_TRUE(std::filesystem::exists(dead));

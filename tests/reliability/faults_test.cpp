@@ -396,10 +396,8 @@ TEST(FullDisk, APeriodicCheckpointThatCannotBeWrittenStopsTheRunWithItsStateSafe
 // writers) at its first periodic save.
 TEST(KeepLast, TheFirstPeriodicSaveRemovesTheTemporariesAKilledRunLeft) {
   ScratchDir dir;
-  const pid_t child = ::fork();
-  if (child == 0) ::_exit(0);
+  const pid_t child = testing::pid_of_a_finished_process();
   ASSERT_GT(child, 0);
-  ::waitpid(child, nullptr, 0);  // reaped: this pid names no process now
   const std::string gone = std::to_string(child);
   const std::string live = std::to_string(::getppid());
   const std::vector<std::string> removed = {dir.file(".run.step774.pt.tmp-" + gone),
