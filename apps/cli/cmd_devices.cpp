@@ -114,6 +114,10 @@ Subcommand add_devices_command(CLI::App& app) {
                   << precision::resolve_precision(precision::Precision::kAuto,
                                                   device::describe_device(picked))
                          .description
+                  // The CPU's fused MLP step takes its own bf16 or fp32 form under auto.
+                  << (picked.is_cpu() ? " for models without the fused CPU step (MLPs: see train's "
+                                        "settings)"
+                                      : "")
                   << "\n"
                   << "LibTorch " << compat::torch_version()
                   << "; built with CUDA: " << (SPRITETORCH_WITH_CUDA ? "yes" : "no")

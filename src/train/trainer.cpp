@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include "common/cpu_threads.h"
@@ -176,6 +177,7 @@ class TrainingRun {
   bool decide_cuda_graphs();
   void set_up_model();       // the task's module on the device, optimizer, resumed state, rank 0's
   void set_up_step();        // augmentation, the train step (and its CUDA graph), ddp hooks
+  void fit_precision_to_weights(const torch::nn::Module& module);
   void set_up_data_paths();  // this rank's training data and the test data, resident or streaming
   Settings describe() const;
   // One epoch's training; its loss, accuracy and samples summed over the ranks.
@@ -225,6 +227,7 @@ class TrainingRun {
   // reaches --lr. An Error when the user chose it, else warmup_note_ says so.
   void check_warmup();
   void check_step_schedule() const;
+  void note_resumed_changes() const;
   // The run's global step (0-based) at step `step` of 0-based `epoch`: every step before it, in
   // this process and those it resumed. An end-of-run checkpoint may be resumed with another
   // --batch-size, so its epochs count as the steps they had (start_steps_), not as steps_ each;
@@ -363,6 +366,28 @@ TrainingRun::TrainingRun(const TrainConfig& config, Task& task, const Datasets& 
   check_something_to_train();
   check_warmup();
   check_step_schedule();
+  note_resumed_changes();
+}
+
+// A resumed run that draws with another --seed, or computes in another precision, than the run it
+// continues no longer gives the weights one longer run would have (docs/reliability.md): allowed,
+// as another --lr is, but not silently (a bf16 run resumed without --precision went on in fp32).
+void TrainingRun::note_resumed_changes() const {
+  if (!resumed_ || !parallel_.is_main()) return;
+  const auto& meta = resumed_->meta;
+  if (const auto it = meta.find("seed");
+      it != meta.end() && it->is_number_unsigned() && it->get<uint64_t>() != config_.seed)
+    spritetorch::note("--resume " + config_.resume + " was trained with --seed " +
+                      std::to_string(it->get<uint64_t>()) + "; this run goes on with " +
+                      std::to_string(config_.seed) + ", so it shuffles and draws as one longer " +
+                      "run would not (pass --seed " + std::to_string(it->get<uint64_t>()) +
+                      " to continue it as it was)");
+  const std::string now = precision::to_string(plan_.precision);
+  if (const auto it = meta.find("precision");
+      it != meta.end() && it->is_string() && it->get<std::string>() != now)
+    spritetorch::note("--resume " + config_.resume + " was trained in " + it->get<std::string>() +
+                      "; this run goes on in " + now + " (pass --precision " +
+                      it->get<std::string>() + " to continue it as it was)");
 }
 
 // A step schedule whose first step comes after the run's last epoch trains as a constant lr would:
@@ -528,6 +553,47 @@ std::string channels_last_failure(Task& task, torch::nn::Module& module, const d
 
 }  // namespace
 
+// A model whose weights are not float32 (a TorchScript model kept in float64 or bf16) trains in its
+// own dtype: autocast leaves float64 operations as they are, so --precision bf16 changed nothing
+// while the settings said "bf16 autocast, fp32 weights". Its plan is fp32's (no autocast, no
+// scaler) with a row naming the dtype; a --precision it cannot apply is refused.
+void TrainingRun::fit_precision_to_weights(const torch::nn::Module& module) {
+  std::set<torch::ScalarType> dtypes;
+  for (const auto& p : module.parameters())
+    if (p.is_floating_point()) dtypes.insert(p.scalar_type());
+  if (dtypes.empty() || dtypes == std::set<torch::ScalarType>{torch::kFloat32}) return;
+  const auto name = [](torch::ScalarType t) -> std::string {
+    switch (t) {
+      case torch::kFloat64:
+        return "float64";
+      case torch::kFloat32:
+        return "float32";
+      case torch::kBFloat16:
+        return "bf16";
+      case torch::kFloat16:
+        return "fp16";
+      default:
+        return c10::toString(t);
+    }
+  };
+  std::string names;
+  for (const auto t : dtypes) names += (names.empty() ? "" : " and ") + name(t);
+  const precision::Precision asked = config_.precision;
+  const bool own = dtypes.size() == 1 &&
+                   ((asked == precision::Precision::kBf16 && *dtypes.begin() == torch::kBFloat16) ||
+                    (asked == precision::Precision::kFp16 && *dtypes.begin() == torch::kFloat16));
+  if (asked != precision::Precision::kFp32 && asked != precision::Precision::kAuto && !own)
+    throw Error("--precision " + precision::to_string(asked) +
+                    " changes nothing for this model: its weights are " + names +
+                    ", and autocast leaves " + names + " operations as they are",
+                "drop --precision (the model trains in its own " + names +
+                    ") or give the model float32 weights");
+  plan_ =
+      precision::resolve_precision(precision::Precision::kFp32, device::describe_device(device_));
+  plan_.description =
+      names + " weights and operations, the model's own (--precision sets a " + "float32 model's)";
+}
+
 void TrainingRun::set_up_model() {
   task_.build(
       {data_.train, resumed_ ? &*resumed_ : nullptr, config_.resume, config_.seed, device_});
@@ -536,6 +602,7 @@ void TrainingRun::set_up_model() {
   torch::nn::Module& module = task_.module();
   module.to(device_);  // once, before the loop
   task_.to_device(device_);
+  fit_precision_to_weights(module);
   // channels_last must be set before the flat optimizer re-points the parameters (it keeps their
   // strides).
   for (const auto& p : module.parameters()) has_conv_ |= p.dim() == 4;

@@ -5,6 +5,8 @@
 
 #include "common/cpu_threads.h"
 #include "common/error.h"
+#include "common/notes.h"
+#include "precision/precision.h"
 #include "test_util.h"
 #include "train/lr_schedule.h"
 #include "train/run_state.h"
@@ -116,6 +118,45 @@ TEST(Trainer, ResumeContinuesExactlyWhereTheRunStopped) {
              b = load_checkpoint(dir.file("resumed.pt"));
   for (const auto& [name, t] : a.model) EXPECT_TRUE(torch::equal(t, b.model.at(name))) << name;
   EXPECT_EQ(b.meta.at("epoch").get<int>(), 4);
+}
+
+// A resume with another --seed or precision than the run it continues does not give one longer
+// run's weights: allowed, as another --lr is, with a note for each (a bf16 run resumed without
+// --precision went on in fp32 without a word).
+TEST(Trainer, AResumeWithAnotherSeedOrPrecisionSaysSo) {
+  ScratchDir dir;
+  TrainConfig c;
+  c.device = "cpu";
+  c.model = "simplenn";
+  c.dataset = "dummy";
+  c.epochs = 1;
+  c.seed = 1;
+  c.precision = precision::Precision::kBf16;
+  c.save = dir.file("bf16.pt");
+  run_training(c);
+  std::vector<std::string> notes;
+  const NoteHandler before =
+      set_note_handler([&](const std::string& line) { notes.push_back(line); });
+  TrainConfig more = c;
+  more.resume = c.save;
+  more.save = dir.file("more.pt");
+  more.epochs = 2;
+  more.seed = 7;
+  more.precision = precision::Precision::kFp32;
+  run_training(more);
+  more.seed = 1;  // as it was: no note
+  more.precision = precision::Precision::kBf16;
+  more.save = dir.file("same.pt");
+  run_training(more);
+  set_note_handler(before);
+  ASSERT_EQ(notes.size(), 2u);
+  EXPECT_EQ(notes[0], "--resume " + c.save +
+                          " was trained with --seed 1; this run goes on with 7, so it shuffles "
+                          "and draws as one longer run would not (pass --seed 1 to continue it as "
+                          "it was)");
+  EXPECT_EQ(notes[1], "--resume " + c.save +
+                          " was trained in bf16; this run goes on in fp32 (pass --precision bf16 "
+                          "to continue it as it was)");
 }
 
 TEST(Trainer, ResumingWithAnotherModelIsAnError) {

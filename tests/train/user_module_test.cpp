@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "device/device.h"
+#include "precision/precision.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/classifier_task.h"
@@ -57,6 +58,44 @@ TrainConfig tiny_config() {
 std::string fit_error(Datasets data, int64_t classes = 2, TrainConfig c = tiny_config()) {
   ClassifierTask task(TinyNet(classes), "tiny");
   return error_of([&] { Trainer(c).fit(task, data); });
+}
+
+// A module kept in float64: autocast leaves its operations as they are, so --precision bf16 would
+// change nothing (it trained bit for bit as fp32 while the row said "bf16 autocast, fp32
+// weights"). Refused; auto and fp32 train it in float64 and the row says so.
+struct DoubleNetImpl : torch::nn::Module {
+  DoubleNetImpl() { fc = register_module("fc", torch::nn::Linear(64, 2)); }
+  torch::Tensor forward(torch::Tensor x) {
+    return fc(x.flatten(1).to(torch::kFloat64)).to(torch::kFloat32);
+  }
+  torch::nn::Linear fc{nullptr};
+};
+TORCH_MODULE(DoubleNet);
+
+TEST(UserModule, AFloat64ModelTrainsInItsOwnDtypeAndRefusesBf16) {
+  const Datasets data{bars(128, 1), bars(32, 2)};
+  TrainConfig c = tiny_config();
+  c.precision = precision::Precision::kBf16;
+  {
+    DoubleNet net;
+    net->to(torch::kFloat64);
+    ClassifierTask task(net, "double");
+    EXPECT_EQ(error_of([&] { Trainer(c).fit(task, data); }),
+              "--precision bf16 changes nothing for this model: its weights are float64, and "
+              "autocast leaves float64 operations as they are");
+  }
+  for (auto asked : {precision::Precision::kAuto, precision::Precision::kFp32}) {
+    DoubleNet net;
+    net->to(torch::kFloat64);
+    ClassifierTask task(net, "double");
+    c.precision = asked;
+    const TrainReport report = Trainer(c).fit(task, data);
+    std::string row;
+    for (const auto& [key, value] : report.settings)
+      if (key == "precision") row = value;
+    EXPECT_EQ(row.rfind("float64 weights and operations, the model's own", 0), 0u) << row;
+    EXPECT_EQ(net->fc->weight.scalar_type(), torch::kFloat64);
+  }
 }
 
 TEST(UserModule, LabelsThatDoNotMatchTheSamplesAreRefusedBeforeAnyWork) {
