@@ -7,6 +7,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -72,29 +73,34 @@ TEST(Divergence, NanWeightsStopTheRunAndTheCheckpointBeforeIsNamedAsSuspect) {
   EXPECT_FALSE(std::filesystem::exists(c.save));
 }
 
-// The checkpoint a divergence names as good is one that trains on: the one before the update that
-// blew up, kept by --keep-last 1 beside the newer suspect one, and resumable at a lower lr.
+// The checkpoint a divergence names as good is one that trains on: kept by --keep-last 1 (beside a
+// newer suspect one, when the loss found the divergence), and resumable at a lower lr. Which
+// check sees it first (the loss of step N, or the weights at step N's checkpoint) and at which
+// step depends on the CPU's rounding, so the test reads both from the message.
 TEST(Divergence, TheLastGoodCheckpointNamedResumesAtALowerLr) {
   ScratchDir dir;
   TrainConfig c = dummy_run(dir);
   c.optimizer = "sgd";
-  c.lr = 1e4;  // diverges within a few steps (step 7 on Zen 5)
+  c.lr = 1e4;  // diverges within a few steps (at step 7, by its loss, on Zen 5)
   c.log_every = 1;
   c.checkpoint_every = 1;
   c.keep_last = 1;
   const std::string msg = error_of(c);
-  const std::string head = "training diverged: loss is nan in epoch 1, step ";
-  const size_t at = msg.find(head);
+  ASSERT_EQ(msg.rfind("training diverged: ", 0), 0u) << msg;
+  const std::string good_head = "last good checkpoint: ";
+  const size_t at = msg.find(good_head);
   ASSERT_NE(at, std::string::npos) << msg;
-  const int64_t bad_step = std::stoll(msg.substr(at + head.size()));
-  ASSERT_GE(bad_step, 3) << msg;
-  const std::string good = periodic_checkpoint_path(c.save, bad_step - 2);
-  const std::string suspect = periodic_checkpoint_path(c.save, bad_step - 1);
-  EXPECT_NE(msg.find("last good checkpoint: " + good + " (--resume it); " + suspect +
-                     " was written after the last finite loss"),
-            std::string::npos)
-      << msg;
-  EXPECT_EQ(periodic_checkpoints(c.save), (std::vector<std::string>{good, suspect}));
+  const std::string good =
+      msg.substr(at + good_head.size(), msg.find(" (--resume it)", at) - at - good_head.size());
+  const auto kept = periodic_checkpoints(c.save);
+  EXPECT_NE(std::find(kept.begin(), kept.end(), good), kept.end()) << msg;
+  EXPECT_LE(kept.size(), 2u);  // --keep-last 1, and the good one while a newer one is unconfirmed
+  if (msg.find("was written after the last finite loss") != std::string::npos) {
+    ASSERT_EQ(kept, (std::vector<std::string>{good, kept.back()})) << msg;
+    EXPECT_NE(msg.find("; " + kept.back() + " was written after the last finite loss"),
+              std::string::npos)
+        << msg;
+  }
   EXPECT_FALSE(std::filesystem::exists(c.save));
 
   TrainConfig again = c;
