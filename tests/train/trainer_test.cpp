@@ -159,6 +159,29 @@ TEST(Trainer, AResumeWithAnotherSeedOrPrecisionSaysSo) {
                           "to continue it as it was)");
 }
 
+// --lr-schedule step:N in a run of N epochs or fewer trains exactly as a constant lr: a note says
+// so (not refused: a later --resume with more --epochs reaches the step).
+TEST(Trainer, AStepScheduleThatNeverFiresIsANote) {
+  TrainConfig c;
+  c.device = "cpu";
+  c.model = "simplenn";
+  c.dataset = "dummy";
+  c.epochs = 2;
+  c.train_limit = 256;
+  std::vector<std::string> notes;
+  const NoteHandler before =
+      set_note_handler([&](const std::string& line) { notes.push_back(line); });
+  c.lr_schedule = "step:2";
+  run_training(c);
+  c.lr_schedule = "step:1";  // fires after epoch 1: no note
+  run_training(c);
+  set_note_handler(before);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_EQ(notes[0],
+            "--lr-schedule step:2 first lowers the lr after epoch 2, and this run ends after "
+            "epoch 2: its lr stays --lr (a --resume with more --epochs reaches the step)");
+}
+
 TEST(Trainer, ResumingWithAnotherModelIsAnError) {
   ScratchDir dir;
   TrainConfig c;
