@@ -69,10 +69,10 @@ std::shared_ptr<const std::string> script_archive(const Checkpoint& checkpoint,
                                              static_cast<size_t>(bytes.numel()));
 }
 
-void check_finite_weights(const Checkpoint& checkpoint, const std::string& source) {
-  for (const auto& [name, tensor] : checkpoint.model)
-    if (tensor.is_floating_point() && !torch::isfinite(tensor).all().item<bool>())
-      throw DataError(source, "finite weights", "NaN or infinity in '" + name + "'",
+void check_finite_parameters(const torch::nn::Module& model, const std::string& source) {
+  for (const auto& p : model.named_parameters())
+    if (p.value().is_floating_point() && !torch::isfinite(p.value()).all().item<bool>())
+      throw DataError(source, "finite weights", "NaN or infinity in '" + p.key() + "'",
                       "the run that wrote it diverged: take an earlier checkpoint of it, or train "
                       "again with a lower --lr");
 }
@@ -94,7 +94,6 @@ models::Classifier model_from_checkpoint(const Checkpoint& checkpoint, const std
                     "run it in the program that trained it; `spritetorch export --checkpoint " +
                         source + " OUT.safetensors` writes its weights for Python");
   }
-  check_finite_weights(checkpoint, source);
   models::ModelSpec spec;
   for (const char* key : {"model", "input_shape", "classes"})
     if (!checkpoint.meta.contains(key))
@@ -125,6 +124,7 @@ models::Classifier model_from_checkpoint(const Checkpoint& checkpoint, const std
                     std::to_string(names.size()) + " names");
   auto model = models::make_model(spec);
   load_model_state(*model, checkpoint.model, source);
+  check_finite_parameters(*model, source);  // on the CPU, before the copy to the device
   model->to(device);
   return model;
 }

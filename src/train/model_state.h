@@ -29,11 +29,11 @@ std::string own_module_description(const Checkpoint& checkpoint, const std::stri
 inline constexpr char kScriptArchive[] = "script";
 std::shared_ptr<const std::string> script_archive(const Checkpoint& checkpoint,
                                                   const std::string& source);
-// Refuses a checkpoint whose floating-point weights hold a NaN or an infinity (a run that diverged,
-// or a file another tool wrote), naming the first such tensor: its outputs would be NaN, read by
-// eval as a loss of NaN, by classify as class 0, by generate as blank sprites. For the built-in
-// models only: a user's own module may keep an infinity in a buffer (a -inf attention mask).
-void check_finite_weights(const Checkpoint& checkpoint, const std::string& source);
+// Refuses a model whose parameters hold a NaN or an infinity (a run that diverged, or a file
+// another tool wrote), naming the first such tensor and `source`: its outputs would be NaN, read by
+// eval as a loss of NaN, by classify as class 0, by generate as blank sprites. Parameters only: a
+// TorchScript model may keep an infinity in a buffer on purpose (a -inf attention mask).
+void check_finite_parameters(const torch::nn::Module& model, const std::string& source);
 // Builds the built-in classifier a checkpoint describes and loads its weights, on `device`.
 models::Classifier model_from_checkpoint(const Checkpoint& checkpoint, const std::string& source,
                                          torch::Device device);

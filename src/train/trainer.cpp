@@ -175,8 +175,8 @@ class TrainingRun {
   // Whether this run captures its step as a CUDA graph (--cuda-graphs on: it must, or an Error
   // says why; auto: where valid, else no_graphs_ says why).
   bool decide_cuda_graphs();
-  void set_up_model();       // the task's module on the device, optimizer, resumed state, rank 0's
-  void set_up_step();        // augmentation, the train step (and its CUDA graph), ddp hooks
+  void set_up_model();  // the task's module on the device, optimizer, resumed state, rank 0's
+  void set_up_step();   // augmentation, the train step (and its CUDA graph), ddp hooks
   void fit_precision_to_weights(const torch::nn::Module& module);
   void set_up_data_paths();  // this rank's training data and the test data, resident or streaming
   Settings describe() const;
@@ -198,6 +198,8 @@ class TrainingRun {
   RunSettings settings_ranks_share() const;
   Error diverged(const std::string& what, int64_t epoch, const std::string& where) const;
   void check_test_loss(double loss, int64_t epoch, const std::string& where) const;
+  // Every trainable parameter finite: one pass over the flat values and one read (a device sync).
+  bool finite_weights() const { return torch::isfinite(optimizer_->values()).all().item<bool>(); }
   // A user's model failing in the step (0-based epoch and step) on `inputs`, a batch of `samples`.
   Error step_failed(int64_t epoch, int64_t step, const torch::Tensor& inputs, int64_t samples,
                     const std::string& message) const;
@@ -288,7 +290,7 @@ class TrainingRun {
 
   bool drop_last_ = false;
   data::DataPath train_path_, test_path_;
-  int64_t steps_ = 0;      // per epoch
+  int64_t steps_ = 0;  // per epoch
   // A periodic checkpoint is written when the losses so far are finite, but its own weights'
   // loss is the next step's: it is good once a later check finds that finite. Until then it is
   // `unconfirmed_`, and --keep-last keeps `last_good_` beside it.
@@ -1224,7 +1226,7 @@ RunSettings TrainingRun::settings_ranks_share() const {
 // losses after it are (losses_finite), so that a divergence names one whose weights train on.
 std::string TrainingRun::save_run_checkpoint(RunState progress) {
   const double pending = progress.interval_loss.item<double>();
-  const bool weights_finite = torch::isfinite(optimizer_->values()).all().item<bool>();
+  const bool weights_finite = finite_weights();
   if (!std::isfinite(pending) || !weights_finite)
     throw diverged(
         weights_finite ? "loss is " + loss_text(pending) : std::string("weights are not finite"),
@@ -1443,7 +1445,7 @@ TrainReport TrainingRun::run() {
   // with a checkpoint; the application's hooks run now (train/interrupt.h).
   LoopScope loop_scope;
   const bool has_test = test_path_.loader != nullptr;
-  int64_t epochs_done = -1;  // set when the run stops early
+  int64_t epochs_done = -1;               // set when the run stops early
   int64_t last_epoch_run = start_epoch_;  // its index, for the final checks' messages
   for (int64_t epoch = start_epoch_; epoch < epochs_; ++epoch) {
     last_epoch_run = epoch;
@@ -1497,7 +1499,7 @@ TrainReport TrainingRun::run() {
   parallel_.check_in_sync(*optimizer_);
   // The last update may be the one that blew up, after the last loss was computed: no model with
   // non-finite weights is saved (an --overwrite'n good one stays), on any rank.
-  if (!torch::isfinite(optimizer_->values()).all().item<bool>())
+  if (!finite_weights())
     throw diverged("weights are not finite", last_epoch_run,
                    "after its last step (" + std::to_string(report.steps) + ")");
   if (!parallel_.is_main()) return report;  // rank 0 evaluates, reports and saves
