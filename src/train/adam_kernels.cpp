@@ -44,49 +44,88 @@ bool cpu_has_prefetchw() {
   return __get_cpuid(0x80000001u, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 8)) != 0;
 }
 
+struct Lanes8 {
+  __m256 p, m, v;  // the updated parameter and moments
+};
+
+// The update's scalars in 8 lanes, made once per call: read through the AdamScalars reference
+// inside the loop they were loaded again every iteration (a store to p, m or v may alias them).
+struct AdamLanes8 {
+  __m256 b1, b2, c1, c2, scale, eps, neg_step, tiny, half, three_halves, two, l2, decay;
+  bool with_l2;
+  __attribute__((target("avx2"))) explicit AdamLanes8(const AdamScalars& k)
+      : b1(_mm256_set1_ps(k.b1)),
+        b2(_mm256_set1_ps(k.b2)),
+        c1(_mm256_set1_ps(k.one_minus_b1)),
+        c2(_mm256_set1_ps(k.one_minus_b2)),
+        scale(_mm256_set1_ps(k.inv_bias2_sqrt)),
+        eps(_mm256_set1_ps(k.eps)),
+        neg_step(_mm256_set1_ps(k.neg_step)),
+        tiny(_mm256_set1_ps(FLT_MIN)),
+        half(_mm256_set1_ps(0.5f)),
+        three_halves(_mm256_set1_ps(1.5f)),
+        two(_mm256_set1_ps(2.0f)),
+        l2(_mm256_set1_ps(k.l2)),
+        decay(_mm256_set1_ps(k.decay)),
+        with_l2(k.l2 != 0.0f) {}
+};
+
+// One Adam update of 8 lanes: the whole vectors and the tail's masked ones take this same
+// arithmetic, so a lane's result does not depend on where a thread's range starts or ends.
+__attribute__((target("avx2,fma"), always_inline)) inline Lanes8 adam_lanes_avx2(
+    __m256 pi, __m256 graw, __m256 m_old, __m256 v_old, const AdamLanes8& k) {
+  const __m256 gi = k.with_l2 ? _mm256_fmadd_ps(k.l2, pi, graw) : graw;
+  const __m256 mi = _mm256_add_ps(_mm256_mul_ps(m_old, k.b1), _mm256_mul_ps(k.c1, gi));
+  const __m256 vi =
+      _mm256_add_ps(_mm256_mul_ps(v_old, k.b2), _mm256_mul_ps(_mm256_mul_ps(k.c2, gi), gi));
+  // sqrt(v) = v / sqrt(v) = v * rsqrt(v); v = 0 gives 0 (rsqrt of FLT_MIN is finite).
+  const __m256 vc = _mm256_max_ps(vi, k.tiny);
+  __m256 r = _mm256_rsqrt_ps(vc);
+  r = _mm256_mul_ps(
+      r, _mm256_fnmadd_ps(_mm256_mul_ps(k.half, vc), _mm256_mul_ps(r, r), k.three_halves));
+  const __m256 denom = _mm256_fmadd_ps(_mm256_mul_ps(vi, r), k.scale, k.eps);
+  __m256 q = _mm256_rcp_ps(denom);
+  q = _mm256_mul_ps(q, _mm256_fnmadd_ps(denom, q, k.two));
+  const __m256 p_new =
+      _mm256_fmadd_ps(_mm256_mul_ps(k.neg_step, mi), q, _mm256_mul_ps(pi, k.decay));
+  return {p_new, mi, vi};
+}
+
 // The same update, 8 lanes at a time. The square root and the division were the loop's whole
 // cost (on Zen 2 each takes ~14 cycles per 8 lanes); the hardware estimates of 1/sqrt and 1/x,
 // refined by one Newton step each, are within a few float ulps of them (tests compare every kernel
 // with the loop, and the optimizer with torch.optim.Adam's arithmetic). kClaim: with prefetchw,
-// only for a CPU that has it.
+// only for a CPU that has it. The tail runs under a mask, not through the loop: the loop's exact
+// square root and division round differently from the estimates, so a loop tail made an update's
+// result depend on how the threads split the parameters (FlatOptimizer's shares, --step-threads).
 template <bool kClaim>
 __attribute__((target("avx2,fma,prfchw"))) void adam_update_avx2(float* p, const float* g, float* m,
                                                                  float* v, int64_t begin,
                                                                  int64_t end,
-                                                                 const AdamScalars& k) {
-  const __m256 b1 = _mm256_set1_ps(k.b1), b2 = _mm256_set1_ps(k.b2);
-  const __m256 c1 = _mm256_set1_ps(k.one_minus_b1), c2 = _mm256_set1_ps(k.one_minus_b2);
-  const __m256 scale = _mm256_set1_ps(k.inv_bias2_sqrt), eps = _mm256_set1_ps(k.eps);
-  const __m256 neg_step = _mm256_set1_ps(k.neg_step), tiny = _mm256_set1_ps(FLT_MIN);
-  const __m256 half = _mm256_set1_ps(0.5f), three_halves = _mm256_set1_ps(1.5f);
-  const __m256 two = _mm256_set1_ps(2.0f);
-  const __m256 l2 = _mm256_set1_ps(k.l2), decay = _mm256_set1_ps(k.decay);
-  int64_t i = begin;
-  for (; i + 8 <= end; i += 8) {
+                                                                 const AdamScalars& scalars) {
+  const AdamLanes8 k(scalars);
+  const __m256i lane_index = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  for (int64_t i = begin; i < end; i += 8) {
     // One claim per line: every other 8 floats (a 64-byte line holds 16).
     if (kClaim && ((i - begin) & 8) == 0 && end - i > kClaimAhead)
       __builtin_prefetch(p + i + kClaimAhead, /*rw=*/1, 3);
-    const __m256 pi = _mm256_loadu_ps(p + i);
-    const __m256 gi =
-        k.l2 != 0.0f ? _mm256_fmadd_ps(l2, pi, _mm256_loadu_ps(g + i)) : _mm256_loadu_ps(g + i);
-    const __m256 mi =
-        _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(m + i), b1), _mm256_mul_ps(c1, gi));
-    const __m256 vi = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(v + i), b2),
-                                    _mm256_mul_ps(_mm256_mul_ps(c2, gi), gi));
-    _mm256_storeu_ps(m + i, mi);
-    _mm256_storeu_ps(v + i, vi);
-    // sqrt(v) = v / sqrt(v) = v * rsqrt(v); v = 0 gives 0 (rsqrt of FLT_MIN is finite).
-    const __m256 vc = _mm256_max_ps(vi, tiny);
-    __m256 r = _mm256_rsqrt_ps(vc);
-    r = _mm256_mul_ps(r,
-                      _mm256_fnmadd_ps(_mm256_mul_ps(half, vc), _mm256_mul_ps(r, r), three_halves));
-    const __m256 denom = _mm256_fmadd_ps(_mm256_mul_ps(vi, r), scale, eps);
-    __m256 q = _mm256_rcp_ps(denom);
-    q = _mm256_mul_ps(q, _mm256_fnmadd_ps(denom, q, two));
-    _mm256_storeu_ps(p + i,
-                     _mm256_fmadd_ps(_mm256_mul_ps(neg_step, mi), q, _mm256_mul_ps(pi, decay)));
+    const int64_t left = end - i;
+    if (left < 8) {  // the tail: the same arithmetic under a mask (masked-off lanes read as 0)
+      const __m256i lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32(int(left)), lane_index);
+      const Lanes8 out =
+          adam_lanes_avx2(_mm256_maskload_ps(p + i, lanes), _mm256_maskload_ps(g + i, lanes),
+                          _mm256_maskload_ps(m + i, lanes), _mm256_maskload_ps(v + i, lanes), k);
+      _mm256_maskstore_ps(m + i, lanes, out.m);
+      _mm256_maskstore_ps(v + i, lanes, out.v);
+      _mm256_maskstore_ps(p + i, lanes, out.p);
+      break;
+    }
+    const Lanes8 out = adam_lanes_avx2(_mm256_loadu_ps(p + i), _mm256_loadu_ps(g + i),
+                                       _mm256_loadu_ps(m + i), _mm256_loadu_ps(v + i), k);
+    _mm256_storeu_ps(m + i, out.m);
+    _mm256_storeu_ps(v + i, out.v);
+    _mm256_storeu_ps(p + i, out.p);
   }
-  adam_update_loop(p, g, m, v, i, end, k);
 }
 
 // 16 lanes, the tail under a mask. AVX-512's estimates are good to 14 bits (AVX's to 12), so one

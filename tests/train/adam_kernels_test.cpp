@@ -97,6 +97,31 @@ TEST(AdamKernels, EveryKernelMatchesTheLoop) {
         }
 }
 
+// A range updated in pieces gives the same bits as in one go, for every kernel: each element takes
+// the same arithmetic wherever a piece starts or ends (a tail through the exact loop, beside
+// estimated lanes, made the optimizer's result depend on how the step threads split it).
+TEST(AdamKernels, ARangeUpdatedInPiecesGivesTheSameBitsAsInOneGo) {
+  torch::manual_seed(6);
+  const AdamScalars k{0.9f,  0.999f,          0.1f,  0.001f, 1.0f / std::sqrt(1.0f - 0.997003f),
+                      1e-8f, -1e-3f / 0.271f, 0.01f, 1.0f};
+  const int64_t n = 46;
+  for (Kernel kernel : {Kernel::loops, Kernel::avx2, Kernel::avx512}) {
+    if (kernel != Kernel::loops && !gemm::available(kernel)) continue;
+    for (int64_t cut : {1, 5, 7, 13, 23, 40}) {
+      const auto start = random_buffers(n);
+      auto whole = start.clone(), pieces = start.clone();
+      run(whole, 0, n, k, kernel);
+      run(pieces, cut, n, k, kernel);  // the end first, as a thread's share may be
+      run(pieces, 0, cut, k, kernel);
+      const std::string where =
+          std::string(gemm::kernel_name(kernel)) + " cut at " + std::to_string(cut);
+      EXPECT_TRUE(torch::equal(whole.p, pieces.p)) << where;
+      EXPECT_TRUE(torch::equal(whole.m, pieces.m)) << where;
+      EXPECT_TRUE(torch::equal(whole.v, pieces.v)) << where;
+    }
+  }
+}
+
 // A parameter whose gradient stays 0 has its first moment decay into float's subnormal range, where
 // Intel cores take a microcode assist on every vector op that touches one (the update ran 5x
 // slower); the update flushes subnormals to 0 (common/flush_subnormals.h).
