@@ -32,6 +32,10 @@ std::string bench_table(const train::BenchReport& report) {
       out << std::setw(9) << "-";  // no CPU row in this run to compare with
     out << std::setprecision(4) << std::setw(10) << r.accuracy << "\n";
   }
+  // A row that asked for --precision auto says what it ran at.
+  for (const auto& r : report.rows)
+    if (r.ran && r.precision == "auto")
+      out << r.device << " " << r.data_path << ": precision " << r.precision_used << "\n";
   if (report.floor) {
     const train::BenchRow* best = nullptr;
     for (const auto& r : report.rows)
@@ -87,13 +91,15 @@ nlohmann::json bench_json(const train::BenchReport& report) {
   const train::TrainConfig& w = report.config.workload;
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& r : report.rows) {
-    nlohmann::json row = {{"device", r.device},
-                          {"device_name", r.device_name},
-                          {"data_path", r.data_path},
-                          {"precision", r.precision},
-                          {"cuda_graphs", r.cuda_graphs},
-                          {"step", r.step},
-                          {"ran", r.ran}};
+    nlohmann::json row = {
+        {"device", r.device},
+        {"device_name", r.device_name},
+        {"data_path", r.data_path},
+        {"precision", r.precision},
+        {"cuda_graphs", r.cuda_graphs},
+        {"precision_used", r.ran ? nlohmann::json(r.precision_used) : nlohmann::json(nullptr)},
+        {"step", r.step},
+        {"ran", r.ran}};
     if (r.ran) {
       row.update(
           {{"train_s", r.train_seconds},

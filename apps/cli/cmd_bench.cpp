@@ -484,7 +484,8 @@ Subcommand add_bench_command(CLI::App& app) {
   sub->add_flag("!--no-streaming", f->bench.streaming, "Only the resident data path");
   sub->add_option(
          "--precisions", f->bench.precisions,
-         "Precisions of the resident rows (fp32 bf16 fp16 auto); streaming rows use the first")
+         "Precisions of the resident rows (fp32 bf16 fp16 auto; an auto row says under the table "
+         "what it ran at); streaming rows use the first")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16", "auto"}))
       ->delimiter(',')
       ->capture_default_str();

@@ -147,7 +147,8 @@ Subcommand add_train_command(CLI::App& app) {
           [](std::string& text) {
             try {
               // Every digit: c10::str keeps 6, and the run would take the rounded budget.
-              text = config::shortest_double_text(train::parse_duration(text));
+              // No flag in the message: CLI11 puts "--time-budget: " before it.
+              text = config::shortest_double_text(train::parse_duration(text, ""));
               return std::string();
             } catch (const Error& e) {
               return std::string(e.what());

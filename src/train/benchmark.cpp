@@ -270,6 +270,7 @@ BenchReport run_benchmark(const BenchConfig& config, BenchObserver* observer) {
         for (const auto& [k, v] : last.settings) {
           if (k == "step") row.step = v;
           if (k == "cuda graphs") row.cuda_graphs = v.rfind("off", 0) != 0;
+          if (k == "precision") row.precision_used = v;
         }
         if (governed) row.step += " [fewer threads: other processes were busy]";
         // The default path captured its step: the row's label says so.

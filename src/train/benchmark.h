@@ -34,6 +34,9 @@ struct BenchConfig {
 struct BenchRow {
   std::string device, device_name, data_path, step;
   std::string precision = "fp32";
+  // What the run's settings table said of its precision ("fp32 (auto: no native bf16 here)"):
+  // what `auto` resolved to on this device. Empty when the row did not run.
+  std::string precision_used;
   bool cuda_graphs = false;  // the run replayed its step as a CUDA graph
   bool ran = false;
   std::string skipped_reason;  // when !ran

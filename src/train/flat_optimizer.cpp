@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -66,10 +67,15 @@ void check_optimizer_options(const OptimizerOptions& options) {
   const auto& kinds = optimizer_names();
   if (std::find(kinds.begin(), kinds.end(), options.kind) == kinds.end())
     throw Error("unknown optimizer '" + options.kind + "': expected adam, adamw or sgd");
-  if (!(options.lr > 0))
-    throw Error("learning rate must be positive, got " + std::to_string(options.lr));
-  if (!(options.weight_decay >= 0))
-    throw Error("weight decay must be >= 0, got " + std::to_string(options.weight_decay));
+  // The update runs in float: a value beyond float's range would become infinity at the first
+  // step, and the run would diverge with a message about the loss rather than the option.
+  constexpr double kFloatMax = std::numeric_limits<float>::max();
+  if (!(options.lr > 0 && options.lr <= kFloatMax))
+    throw Error("--lr must be a number > 0 and at most 3.4e38 (float's range), got " +
+                c10::str(options.lr));
+  if (!(options.weight_decay >= 0 && options.weight_decay <= kFloatMax))
+    throw Error("--weight-decay must be a number >= 0 and at most 3.4e38 (float's range), got " +
+                c10::str(options.weight_decay));
 }
 
 FlatOptimizer::FlatOptimizer(const std::vector<torch::Tensor>& parameters, OptimizerOptions options)

@@ -33,7 +33,8 @@ struct OptimizerOptions {
 
 // PyTorch's default weight decay for an optimizer kind: 0.01 for adamw, 0 for the others.
 double default_weight_decay(const std::string& kind);
-// Throws Error for an unknown kind, a learning rate <= 0 or a negative weight decay.
+// Throws Error for an unknown kind, a learning rate <= 0, a negative weight decay, or either beyond
+// float's range (the update runs in float).
 void check_optimizer_options(const OptimizerOptions& options);
 
 class FlatOptimizer {

@@ -12,9 +12,12 @@
 namespace spritetorch::train {
 
 double parse_duration(const std::string& text, const std::string& flag) {
+  // "--time-budget: " before the text, unless the caller's parser names the flag itself.
+  const std::string prefix = flag.empty() ? "" : flag + ": ";
   const auto bad = [&] {
-    return Error("cannot read " + flag + " '" + text +
-                     "': expected a duration such as 900, 900s, 15m, 1.5h or 1h30m (0: none)",
+    return Error(prefix + "'" + text +
+                     "' is not a duration: expected one such as 900, 900s, 15m, 1.5h or 1h30m "
+                     "(0: none)",
                  "");
   };
   if (text.empty()) throw bad();
@@ -60,7 +63,7 @@ double parse_duration(const std::string& text, const std::string& flag) {
   if (!std::isfinite(total)) throw bad();
   constexpr double kYear = 8760 * 3600.0;  // beyond it a plan's step counts would overflow
   if (total > kYear)
-    throw Error("cannot read " + flag + " '" + text + "': a budget of at most 8760h (a year)");
+    throw Error(prefix + "'" + text + "' is longer than a year: a budget of at most 8760h", "");
   return total;
 }
 

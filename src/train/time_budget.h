@@ -31,7 +31,7 @@ constexpr int64_t kBudgetSkipSteps = 10;
 constexpr int64_t kBudgetTimedSteps = 60;
 
 // "900", "900s", "15m", "1.5h", "1h30m" -> seconds; "0" -> 0 (no budget). Throws Error naming
-// `flag` and the text when it is not a non-negative duration.
+// `flag` (none when empty) and the text when it is not a non-negative duration of at most a year.
 double parse_duration(const std::string& text, const std::string& flag = "--time-budget");
 
 struct BudgetInput {

@@ -153,6 +153,23 @@ TEST(BenchTable, WithoutACpuRowTheCpuRatioIsLeftEmpty) {
   EXPECT_NE(csv.find(",0.76,,0.83,\n"), std::string::npos) << csv;
 }
 
+// An auto row's line under the table and its JSON say what it ran at; other rows add no line.
+TEST(BenchTable, AnAutoRowSaysWhatItResolvedTo) {
+  train::BenchReport report;
+  report.rows = {ran_row("cpu", "resident, fp32", 2.0), ran_row("cpu", "resident, auto", 1.5)};
+  report.rows[0].precision_used = "fp32";
+  report.rows[1].precision = "auto";
+  report.rows[1].precision_used = "fp32 (auto: no native bf16 here)";
+  const auto table = bench_table(report);
+  EXPECT_NE(table.find("cpu resident, auto: precision fp32 (auto: no native bf16 here)\n"),
+            std::string::npos)
+      << table;
+  EXPECT_EQ(table.find("resident, fp32: precision"), std::string::npos) << table;
+  const auto json = bench_json(report);
+  EXPECT_EQ(json.at("rows")[1].at("precision"), "auto");
+  EXPECT_EQ(json.at("rows")[1].at("precision_used"), "fp32 (auto: no native bf16 here)");
+}
+
 // Rows that could not run keep their precision and graph setting and say why.
 TEST(BenchTable, RowsThatDidNotRunAreListedWithTheirSettingsAndReason) {
   train::BenchReport report;

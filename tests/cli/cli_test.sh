@@ -94,7 +94,7 @@ expect 0 '"time_budget":\{"budget_s":1e-07,"epochs":1,"max_epochs":20,"revisions
 # --epochs fit".
 expect 0 "Time budget 0:00.0: used up, so the run ends with epoch 1: 1 epoch, 10 steps at .* s a step \(of at most 20\)" -- train --device cpu --dataset dummy --model simplenn --train-limit 640 --epochs 20 --time-budget 0.0000001 --no-run-dir
 expect 0 "Time budget 0:00.0: used up, so the run ends with epoch 1: 1 epoch, 128 steps at .* s a step$" -- train --device cpu --dataset dummy --model simplenn --batch-size 32 --epochs 1 --time-budget 0.0000001 --no-run-dir
-expect 2 "cannot read --time-budget '15 min': expected a duration such as 900, 900s, 15m" -- train --dataset dummy --model simplenn --time-budget "15 min"
+expect 2 "--time-budget: '15 min' is not a duration: expected one such as 900, 900s, 15m" -- train --dataset dummy --model simplenn --time-budget "15 min"
 # --vs-python compares the seed's loop only (ann or cnn on Fashion-MNIST): any other workload is
 # refused before anything runs.
 expect 2 "this bench differs: --model simplenn --dataset dummy" -- bench --vs-python --model simplenn --dataset dummy --out "$tmp/peer"
@@ -164,7 +164,7 @@ expect 2 "--momentum is SGD's; --optimizer adamw keeps its own running averages"
 expect 2 "--label-smoothing: 'nan' is not a number \(expected a number from 0 to 1\)" -- train --dataset dummy --model simplenn --label-smoothing nan
 expect 2 "--lr: 'inf' is not a number \(expected a number > 0\)" -- train --dataset dummy --model simplenn --lr inf
 expect 2 "--lr: '0x10' is not a number \(expected a number > 0\)" -- train --dataset dummy --model simplenn --lr 0x10
-expect 2 "cannot read --time-budget '5m5m'" -- train --dataset dummy --model simplenn --time-budget 5m5m
+expect 2 "--time-budget: '5m5m' is not a duration" -- train --dataset dummy --model simplenn --time-budget 5m5m
 # An integer past 64 bits is refused, not stored as INT64_MAX (a run without end).
 expect 2 "--epochs: '99999999999999999999' is too large \(more than 64 bits\)" -- train --dataset dummy --model simplenn --epochs 99999999999999999999
 # A value of the wrong kind names the option and what it takes, not CLI11's "Could not convert".
@@ -700,6 +700,8 @@ expect 0 "complete" -- runs --dir "$tmp/listing"
 check "runs --json: one object per folder" python3 -c "
 import json, subprocess; r = json.loads(subprocess.run(['$bin', 'runs', '--dir', '$tmp/listing', '--json'], capture_output=True, text=True).stdout)
 assert len(r) == 3 and {x['status'] for x in r} == {'complete', 'corrupt'}, r"
+# An lr beyond float's range is refused by name, not left to diverge at the first step.
+expect 2 "--lr must be a number > 0 and at most 3.4e38" -- train --dataset dummy --model simplenn --epochs 1 --lr 1e300 --no-run-dir
 # A run that diverges keeps why in its metrics.jsonl; runs lists it as failed with the error.
 expect 2 "training diverged" -- train --dataset dummy --model simplenn --epochs 1 --optimizer sgd --lr 1e30 --run-dir "$tmp/failing/d1"
 expect 0 "failed: training diverged" -- runs --dir "$tmp/failing"

@@ -113,7 +113,7 @@ out=$("$bin" train --time-budget 1234567 --print-config 2>&1)
 [ "$(value time-budget <<<"$out")" = 1234567.0 ]
 check "a long budget is not rounded" $? "$out"
 printf 'time-budget = "soon"\n' >"$tmp/budget.toml"
-expect 2 "budget.toml:1: 'time-budget': --time-budget: cannot read --time-budget 'soon'" -- train --config "$tmp/budget.toml" --print-config
+expect 2 "budget.toml:1: 'time-budget': --time-budget: 'soon' is not a duration" -- train --config "$tmp/budget.toml" --print-config
 printf 'time-budget = true\n' >"$tmp/budget.toml"
 expect 2 "budget.toml:1: expected 'time-budget' to be a number of seconds or a duration in quotes" -- train --config "$tmp/budget.toml" --print-config
 printf 'epochs = 3\nlr = \n' >"$tmp/syntax.toml"

@@ -7,9 +7,11 @@
 #include <torch/script.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "common/error.h"
@@ -30,7 +32,8 @@ using spritetorch::testing::error_of;
 // What torch.jit.script saves for
 //   class Net(nn.Module):  # fc = nn.Linear(64, classes); a buffer `scale` of ones(1)
 //     def forward(self, x): return self.fc(x.flatten(1) * self.scale)
-std::string net_archive(int64_t classes, uint64_t seed = 0) {
+// `mask`, when given, becomes a second buffer the forward does not read.
+std::string net_archive(int64_t classes, uint64_t seed = 0, const torch::Tensor& mask = {}) {
   torch::manual_seed(seed);
   torch::jit::Module fc("__torch__.Fc");
   // Python saves parameters that require gradients; LibTorch's API registers them as given.
@@ -41,6 +44,7 @@ std::string net_archive(int64_t classes, uint64_t seed = 0) {
   torch::jit::Module net("__torch__.Net");
   net.register_module("fc", fc);
   net.register_buffer("scale", torch::ones({1}));
+  if (mask.defined()) net.register_buffer("mask", mask);
   net.define("def forward(self, x):\n  return self.fc.forward(x.flatten(1) * self.scale)\n");
   std::ostringstream out;
   net.save(out);
@@ -165,6 +169,25 @@ TEST_F(ScriptModel, TrainsAndItsCheckpointCarriesTheModel) {
   std::vector<std::string> names;
   for (const auto& [name, tensor] : state.tensors) names.push_back(name);
   EXPECT_EQ(names, (std::vector<std::string>{"scale", "fc.weight", "fc.bias"}));
+}
+
+// A buffer of -inf (an attention mask, say) is the model's own business: its checkpoint loads for
+// eval, classify and export; a NaN in a parameter is still refused, naming it.
+TEST_F(ScriptModel, AnInfiniteBufferLoadsAndANaNWeightIsRefused) {
+  const auto masked =
+      write("masked.pt",
+            net_archive(2, 0, torch::tensor({0.0f, -std::numeric_limits<float>::infinity()})));
+  auto t = task("script:" + masked);
+  const train::TrainReport report = train::Trainer(config("masked_run.pt")).fit(*t, data_);
+  EXPECT_GT(report.test.accuracy, 0.9);
+  train::Checkpoint saved = train::load_checkpoint(config("masked_run.pt").save);
+  EXPECT_NO_THROW(train::model_from_checkpoint(saved, "masked_run.pt", torch::kCPU));
+  EXPECT_NO_THROW(interop::python_state_dict(saved, "masked_run.pt"));
+  ASSERT_EQ(saved.model.count("fc.weight"), 1u);
+  saved.model.at("fc.weight")[0][3] = std::nanf("");
+  const std::string error =
+      error_of([&] { train::model_from_checkpoint(saved, "masked_run.pt", torch::kCPU); });
+  EXPECT_NE(error.find("NaN or infinity in 'fc.weight'"), std::string::npos) << error;
 }
 
 TEST_F(ScriptModel, AResumedRunEndsWithTheSameWeights) {

@@ -75,6 +75,21 @@ TEST(Benchmark, EveryRowRunsTheSameWorkAndReportsItsShape) {
   EXPECT_DOUBLE_EQ(report.floor->seconds, report.floor->gflop / report.floor->sgemm_gflops);
 }
 
+// A row asked for --precision auto keeps "auto" as its setting and carries what the run resolved it
+// to (the settings table's line), which the table and the JSON print.
+TEST(Benchmark, AnAutoPrecisionRowSaysWhatItRanAt) {
+  BenchConfig config = small_cpu_bench(1, 256, 1, 1);
+  config.streaming = false;
+  config.precisions = {"auto"};
+  const auto report = run_benchmark(config);
+  ASSERT_EQ(report.rows.size(), 1u);
+  ASSERT_TRUE(report.rows[0].ran) << report.rows[0].skipped_reason;
+  EXPECT_EQ(report.rows[0].precision, "auto");
+  const std::string& used = report.rows[0].precision_used;
+  EXPECT_TRUE(used.rfind("fp32", 0) == 0 || used.rfind("bf16", 0) == 0) << used;
+  EXPECT_NE(used.find("auto"), std::string::npos) << used;  // "(auto: ...)": why
+}
+
 // Precision and CUDA-graph rows: every combination is a row on every device; one that cannot run
 // here says why instead of vanishing.
 TEST(Benchmark, PrecisionAndGraphRowsAreListedAndExplainedWhereTheyCannotRun) {

@@ -122,6 +122,23 @@ TEST(FlatOptimizer, SgdWeightDecayMatchesLibTorchSgd) {
   EXPECT_LT(max_difference("sgd", 0, 20, nullptr, 0.5), 1e-6);
   EXPECT_LT(max_difference("sgd", 0.9, 20, nullptr, 0.5), 1e-5);
 }
+// The update runs in float: an lr or a weight decay beyond float's range is refused by name before
+// any step (it became infinity at the first update, and the run diverged).
+TEST(FlatOptimizer, AnLrOrWeightDecayBeyondFloatIsRefused) {
+  const auto refused = [](OptimizerOptions options, const std::string& names) {
+    try {
+      check_optimizer_options(options);
+      return false;
+    } catch (const Error& e) {
+      return std::string(e.what()).find(names) != std::string::npos;
+    }
+  };
+  EXPECT_TRUE(refused({"sgd", 1e300, 0, 0, 0, 0}, "--lr must be a number > 0 and at most 3.4e38"));
+  EXPECT_TRUE(refused({"adam", 0, 0.9, 0.999, 1e-8, 0}, "--lr must be"));
+  EXPECT_TRUE(refused({"adamw", 1e-3, 0.9, 0.999, 1e-8, 0, 1e39}, "--weight-decay must be"));
+  EXPECT_NO_THROW(check_optimizer_options({"adam", 1e38, 0.9, 0.999, 1e-8, 0, 1e38}));
+}
+
 TEST(FlatOptimizer, WeightDecayIsNotANoOp) {
   // The comparisons above could pass with decay ignored on both sides: the two runs must differ.
   auto final_values = [](double weight_decay) {

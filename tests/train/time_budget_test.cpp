@@ -27,9 +27,20 @@ TEST(TimeBudget, ABadDurationIsAnErrorNamingTheFlagAndTheText) {
       ADD_FAILURE() << "'" << text << "' was read";
     } catch (const Error& e) {
       const std::string what = e.what();
-      EXPECT_NE(what.find("--time-budget '" + text + "'"), std::string::npos) << what;
+      EXPECT_NE(what.find("--time-budget: '" + text + "' is not a duration"), std::string::npos)
+          << what;
       EXPECT_NE(what.find("15m"), std::string::npos) << what;  // says what is expected
     }
+  }
+}
+
+// The CLI's parser names the flag itself: without one the message starts at the text.
+TEST(TimeBudget, WithoutAFlagTheMessageStartsAtTheText) {
+  try {
+    parse_duration("soon", "");
+    ADD_FAILURE() << "'soon' was read";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("'soon' is not a duration", 0), 0u) << e.what();
   }
 }
 
@@ -40,6 +51,9 @@ TEST(TimeBudget, ABudgetBeyondAYearIsAnError) {
       parse_duration(text, "--time-budget");
       ADD_FAILURE() << "'" << text << "' was read";
     } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--time-budget: '" + text + "' is longer than a year"),
+                std::string::npos)
+          << e.what();
       EXPECT_NE(std::string(e.what()).find("at most 8760h"), std::string::npos) << e.what();
     }
   }
