@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "common/notes.h"
 #include "common/output_file.h"
+#include "common/small_gemm.h"
 #include "common/timer.h"
 #include "data/augment.h"
 #include "data/dataset.h"
@@ -757,7 +758,11 @@ void TrainingRun::set_up_step() {
   if (config_.step_threads > 0 && device_.is_cpu() && !step_->kernel())
     throw Error(
         std::string("--step-threads splits the fused CPU step of ReLU MLPs; this run's step is ") +
-            step_->name(),
+            step_->name() +
+            (std::string(step_->name()) == "fused-mlp"
+                 ? std::string(" on LibTorch's matrix products (the matrix kernel here is ") +
+                       gemm::kernel_name(gemm::best_kernel()) + ", or the layers are not float32)"
+                 : std::string()),
         "drop --step-threads (--threads sets LibTorch's threads for it)");
   optimizer_->use_thread_pool(step_->thread_pool());  // the optimizer step splits over them too
   // Each thread over what it wrote: refused (the even split) where the plan does not fit.

@@ -68,11 +68,14 @@ TEST(GraphSampling, Bf16SamplingStaysCloseToFp32) {
   o.precision = "bf16";
   const auto bf16 = sample(g, labels, o);
   EXPECT_EQ(bf16.scalar_type(), torch::kFloat32);
-  const double diff = (fp32 - bf16).abs().max().item<double>();
-  EXPECT_GT(diff, 0.0) << "bf16 did not reach the UNet";
-  // Without native bf16 (an AVX2-only CPU) LibTorch's bf16 kernels round differently: 0.157 on
-  // one, under 0.1 where the CPU has native bf16.
-  EXPECT_LT(diff, device::describe_device(torch::kCPU).bf16 ? 0.1 : 0.25);
+  const auto gap = (fp32 - bf16).abs();
+  EXPECT_GT(gap.max().item<double>(), 0.0) << "bf16 did not reach the UNet";
+  // Five steps of a sampler carry bf16's rounding on, so a pixel here and there moves: the
+  // largest gap depends on the CPU's bf16 kernels (under 0.1 with native bf16; 0.24 on an
+  // AVX2-only Zen 1, 0.254 there with the BLAS or plain-loop matrix kernels), the mean does not
+  // (0.021 on each). Sprites span [-1, 1].
+  EXPECT_LT(gap.mean().item<double>(), 0.05);
+  EXPECT_LT(gap.max().item<double>(), 0.5);
   o.precision = "fp16";
   EXPECT_THROW(sample(g, labels, o), Error);
 }

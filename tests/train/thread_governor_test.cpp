@@ -9,6 +9,7 @@
 
 #include "common/cpu_threads.h"
 #include "common/error.h"
+#include "common/small_gemm.h"
 #include "tasks/make_task.h"
 #include "test_util.h"
 #include "train/trainer.h"
@@ -110,6 +111,9 @@ TEST(ThreadGovernor, OffWhereTheCpuTimesCannotBeRead) {
 // A real run of the fused MLP step beside busy processes: the governor moves the step's shards
 // onto fewer threads, and the weights come out bit-identical to the run that keeps its threads.
 TEST(ThreadGovernor, TheFusedStepBesideBusyProcessesTrainsTheSameWeightsOnFewerThreads) {
+  if (gemm::best_kernel() == gemm::Kernel::loops)
+    GTEST_SKIP()
+        << "the loops matrix kernel: the fused step is LibTorch's, with no threads to govern";
   SKIP_WITHOUT_FASHION_MNIST();
   if (cpu_cores() < 2) GTEST_SKIP() << "one core: nothing to govern";
   TrainConfig config;
@@ -175,6 +179,9 @@ TEST(ThreadGovernor, AConvNetsThreadsOnlyWhenAskedFor) {
 // Given counts are kept by default; --thread-governor on beside them, which could not act, is
 // refused before any work rather than dropped.
 TEST(ThreadGovernor, GivenThreadCountsAreKeptAndOnBesideThemIsRefused) {
+  if (gemm::best_kernel() == gemm::Kernel::loops)
+    GTEST_SKIP()
+        << "the loops matrix kernel: the fused step is LibTorch's, with no threads to govern";
   if (cpu_cores() < 2) GTEST_SKIP() << "one core: nothing to govern";
   TrainConfig config;
   config.device = "cpu";
