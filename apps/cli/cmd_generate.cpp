@@ -41,8 +41,9 @@ void add_guidance_options(CLI::App* sub, diffusion::SampleOptions& options, std:
   sub->add_option("--guidance", options.guidance,
                   prefix +
                       "Classifier-free guidance scale on the steps of --guidance-interval (1: "
-                      "none; 0: unconditional there, every step with --guidance-interval 0:1)")
-      ->check(kNonNegative)
+                      "none; 0: unconditional there, every step with --guidance-interval 0:1; "
+                      "1-10 is usual, past that the sprites saturate)")
+      ->check(number_between(0, diffusion::kMaxGuidance))
       ->capture_default_str();
   sub->add_option("--guidance-interval", interval,
                   prefix +

@@ -579,9 +579,11 @@ torch::Tensor sample(Generator& g, const torch::Tensor& labels, const SampleOpti
                     ": this generator's noise schedule has " + std::to_string(T) +
                     " timesteps, the most " + options.sampler + " can take",
                 "pass --steps " + std::to_string(T) + " or fewer");
-  if (!(options.guidance >= 0))
-    throw Error("--guidance " + c10::str(options.guidance) +
-                ": expected a scale >= 0 (0: unconditional, 1: no guidance)");
+  // Far above the usual 1-10 the guided output leaves the sprites' range and every pixel
+  // saturates to the palette's extremes (1e30 gave sheets of nine colours).
+  if (!(options.guidance >= 0 && options.guidance <= kMaxGuidance))
+    throw Error("--guidance " + c10::str(options.guidance) + ": expected a scale from 0 to " +
+                c10::str(kMaxGuidance) + " (0: unconditional, 1: no guidance; 1-10 is usual)");
   const auto device = g.net->parameters().front().device();
   const std::string precision = resolve_sampling_precision(options.precision, device);
   const int64_t n = labels.size(0), batch = std::max<int64_t>(options.batch, 1);

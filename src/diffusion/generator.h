@@ -129,6 +129,9 @@ struct GuidanceInterval {
 GuidanceInterval parse_guidance_interval(const std::string& text);
 std::string guidance_interval_text(const GuidanceInterval& interval);  // "0.4:1"
 
+// The largest --guidance sampling takes: ten times the usual range's top.
+constexpr double kMaxGuidance = 100.0;
+
 struct SampleOptions {
   std::string sampler = "ddim";  // ddim | dpm++2m | ddpm
   // DDIM / DPM-Solver steps (DDPM always takes the schedule's T). 50: with eta 1, the DCSS items'

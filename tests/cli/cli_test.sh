@@ -421,7 +421,7 @@ expect 2 "refusing to overwrite $tmp/each/[a-z]+_0000.png \(given as --out-dir\)
 expect 2 "--out $tmp/each/[a-z]+_0001.png is one of the --out-dir PNGs" -- generate --checkpoint "$tmp/g.pt" --count 2 --steps 2 --out-dir "$tmp/each" --out "$tmp/each/$(ls "$tmp/each" | grep _0001)" --overwrite
 expect 2 "$tmp/none.png: expected a readable PNG file" -- generate --checkpoint "$tmp/g.pt" --palette "$tmp/none.png" --out "$tmp/p.png"
 expect 2 "--steps 5000: this generator's noise schedule has [0-9]+ timesteps, the most ddim can take" -- generate --checkpoint "$tmp/g.pt" --steps 5000 --out "$tmp/p.png"
-expect 2 "--guidance: '-1' is not a number >= 0" -- generate --checkpoint "$tmp/g.pt" --guidance -1 --out "$tmp/p.png"
+expect 2 "--guidance: '-1' is not a number from 0 to 100" -- generate --checkpoint "$tmp/g.pt" --guidance -1 --out "$tmp/p.png"
 # A count no run could sample is refused by its value (800 GB of labels were an allocation error).
 expect 2 "--count: '100000000000' is not a number from 1 to 1000000" -- generate --checkpoint "$tmp/g.pt" --count 100000000000 --out-dir "$tmp/huge"
 expect 2 "--class robot: --guidance 0 with --guidance-interval 0:1 samples every step unconditionally" -- generate --checkpoint "$tmp/g.pt" --class robot --guidance 0 --guidance-interval 0:1 --out "$tmp/p.png"

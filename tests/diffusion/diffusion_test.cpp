@@ -80,6 +80,24 @@ Generator tiny_generator(int64_t classes = 3) {
   return g;
 }
 
+// A guidance scale outside 0-100 (NaN, infinity, 1e30) is refused by name before any pass: far
+// above the usual 1-10 the sheets saturate; 100 itself samples.
+TEST(Sampler, AGuidanceScaleOutsideZeroToAHundredIsRefused) {
+  auto g = tiny_generator();
+  SampleOptions o;
+  o.steps = 2;
+  const auto labels = torch::tensor({0, 1}, torch::kInt64);
+  for (const double w : {-1.0, 100.5, 1e30, std::numeric_limits<double>::infinity(),
+                         std::numeric_limits<double>::quiet_NaN()}) {
+    o.guidance = w;
+    const std::string error = spritetorch::testing::error_of([&] { sample(g, labels, o); });
+    EXPECT_NE(error.find("expected a scale from 0 to 100"), std::string::npos)
+        << w << ": " << error;
+  }
+  o.guidance = kMaxGuidance;
+  EXPECT_EQ(sample(g, labels, o).size(0), 2);
+}
+
 // generate's form: each batch finished as it comes out gives the bytes of finishing all at once.
 TEST(Sampler, FinishingEachBatchGivesTheSameSpritesAsFinishingThemAll) {
   auto g = tiny_generator();
